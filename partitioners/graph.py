@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from partitioners.errors import InvalidInput
+
 __all__ = [
     "TENSOR_ACTIVATION",
     "TENSOR_INPUT",
@@ -31,6 +33,8 @@ __all__ = [
     "build_hypergraph",
     "csr_from_lists",
     "graph_from_ops",
+    "op_levels",
+    "topological_order",
 ]
 
 #: A tensor produced by an operator.
@@ -252,3 +256,141 @@ def graph_from_ops(
         tensor_bytes=np.array([tensor_bytes[t] for t in tensor_names], dtype=np.float64),
         tensor_is_parameter=np.array([t in parameters for t in tensor_names], dtype=bool),
     )
+
+
+def _successor_csr(graph: Hypergraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Operator -> successor operators as CSR, plus in-degrees (edge multiplicity kept).
+
+    An operator reading two outputs of the same producer counts that producer twice in
+    its in-degree and appears twice in the producer's successor list; Kahn's algorithm
+    is indifferent to that as long as both sides count the same way.
+    """
+    src, dst, _ = graph.op_edges()
+    n = graph.n_ops
+    order = np.argsort(src, kind="stable")
+    succ = dst[order]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+    indegree = np.bincount(dst, minlength=n).astype(np.int64)
+    return ptr, succ, indegree
+
+
+def _cycle_through(graph: Hypergraph, unfinished: np.ndarray) -> list[int]:
+    """A cycle among the operators Kahn's algorithm could not finish.
+
+    Every unfinished operator has an unfinished predecessor, so walking predecessors
+    from any of them must revisit one: the revisited stretch is a cycle. Runs only on
+    the error path.
+    """
+    alive = np.zeros(graph.n_ops, dtype=bool)
+    alive[unfinished] = True
+    src, dst, _ = graph.op_edges()
+    keep = alive[src] & alive[dst]
+    src, dst = src[keep], dst[keep]
+    order = np.argsort(dst, kind="stable")
+    pred_of = np.full(graph.n_ops, -1, dtype=np.int64)
+    # any one live predecessor per live operator is enough to walk backwards
+    pred_of[dst[order][::-1]] = src[order][::-1]
+    seen: dict[int, int] = {}
+    path: list[int] = []
+    v = int(unfinished[0])
+    while v not in seen:
+        seen[v] = len(path)
+        path.append(v)
+        v = int(pred_of[v])
+    cycle = path[seen[v] :]
+    cycle.reverse()  # walked against the edges; report in data-flow direction
+    return cycle
+
+
+def _levels_and_order(graph: Hypergraph) -> tuple[np.ndarray, np.ndarray]:
+    """Kahn's algorithm one level (antichain) at a time, vectorised within a level.
+
+    The frontier is every operator whose producers have all been emitted; its
+    successors lose one in-degree per edge, and those reaching zero form the next
+    frontier. The level at which an operator is emitted is its longest-path depth
+    from a source (Kahn, 1962, processed breadth-first). Work is O(V + E) numpy
+    element operations plus a constant number of numpy calls per level; narrow
+    frontiers gather successor slices directly to keep that constant small.
+    """
+    n = graph.n_ops
+    ptr, succ, indegree = _successor_csr(graph)
+    levels = np.full(n, -1, dtype=np.int64)
+    chunks: list[np.ndarray] = []
+    frontier = np.flatnonzero(indegree == 0)
+    depth = 0
+    emitted = 0
+    while frontier.size:
+        chunks.append(frontier)
+        levels[frontier] = depth
+        emitted += frontier.size
+        starts = ptr[frontier]
+        ends = ptr[frontier + 1]
+        if frontier.size <= 32:
+            nxt = np.concatenate([succ[a:b] for a, b in zip(starts.tolist(), ends.tolist())])
+        else:
+            counts = ends - starts
+            total = int(counts.sum())
+            offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
+            nxt = succ[offsets + np.arange(total)]
+        if nxt.size == 0:
+            break
+        np.subtract.at(indegree, nxt, 1)
+        nxt = np.unique(nxt)
+        frontier = nxt[indegree[nxt] == 0]
+        depth += 1
+    if emitted < n:
+        cycle = _cycle_through(graph, np.flatnonzero(levels < 0))
+        names = [str(graph.op_names[v]) for v in cycle[:8]]
+        shown = " -> ".join(names + [names[0]] if len(cycle) <= 8 else names + ["..."])
+        raise InvalidInput(
+            f"the graph has a cycle: operator '{names[0]}' depends on its own output "
+            f"({shown}); break the cycle or split the loop into an opaque operator",
+            field="nodes",
+            code="cycle",
+        )
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64), levels
+
+
+def topological_order(graph: Hypergraph) -> np.ndarray:
+    """Operator ids such that every producer comes before all of its consumers.
+
+    Parameters
+    ----------
+    graph : Hypergraph
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n_ops,)
+        Operators level by level (see :func:`op_levels`), ascending id within a level,
+        so the order is deterministic and independent of how edges were listed.
+
+    Raises
+    ------
+    InvalidInput
+        ``code="cycle"``, naming an operator on the cycle and the cycle itself.
+
+    References
+    ----------
+    A. B. Kahn, "Topological sorting of large networks", CACM 5(11), 1962.
+    """
+    return _levels_and_order(graph)[0]
+
+
+def op_levels(graph: Hypergraph) -> np.ndarray:
+    """Longest-path depth of each operator: 0 for operators fed only by graph inputs.
+
+    Operators on the same level never depend on each other, so the level count is
+    the critical path length in operators and ``n_ops / n_levels`` a rough measure of
+    the parallelism a placement can exploit.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n_ops,)
+
+    Raises
+    ------
+    InvalidInput
+        ``code="cycle"`` as :func:`topological_order`.
+    """
+    return _levels_and_order(graph)[1]

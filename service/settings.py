@@ -1,0 +1,72 @@
+"""Service settings, read from the environment (prefix ``HYPERPLACE_``).
+
+One object, built once per process by :func:`get_settings`; tests build their
+own and pass it to :func:`service.app.create_app`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "get_settings", "DEFAULT_API_KEY_SECRET"]
+
+#: Used to HMAC API keys when no secret is configured. Fine for a laptop; the
+#: service logs a warning when it is used with PostgreSQL.
+DEFAULT_API_KEY_SECRET = "hyperplace-development-secret"
+
+
+class Settings(BaseSettings):
+    """Everything an operator can set. Each field maps to ``HYPERPLACE_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="HYPERPLACE_", extra="ignore")
+
+    database_url: str = Field(
+        "sqlite:///./hyperplace.sqlite3",
+        description="SQLAlchemy URL. SQLite file (embedded default) or postgresql+psycopg://...",
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    auth: Literal["auto", "required", "disabled"] = Field(
+        "auto",
+        description="auto: off on SQLite, on with PostgreSQL. required / disabled force it.",
+    )
+    api_key_secret: str = Field(DEFAULT_API_KEY_SECRET, description="HMAC key for stored API key hashes.")
+    auto_migrate: bool = Field(False, description="Run `alembic upgrade head` at start-up instead of refusing.")
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Larger request bodies get 413.")
+    max_graph_ops: int = Field(1_000_000, ge=1, description="Graphs with more operators are rejected (413).")
+    sync_max_ops: int = Field(
+        20_000, ge=0, description="Graphs up to this many operators are planned in the request; larger ones become jobs."
+    )
+    job_lease_s: float = Field(30.0, gt=0, description="A running job whose lease is older is claimed again.")
+    worker_poll_s: float = Field(0.5, gt=0)
+    embedded_worker: bool | None = Field(
+        None, description="Run jobs in-process. Default: on for SQLite, off for PostgreSQL (use `hyperplace worker`)."
+    )
+    moe_min_improvement: float = Field(
+        0.01, ge=0, description="A MoE load report must improve max/mean balance by this much to move experts."
+    )
+    log_level: str = "INFO"
+    log_json: bool = True
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def auth_enabled(self) -> bool:
+        if self.auth == "auto":
+            return not self.is_sqlite
+        return self.auth == "required"
+
+    @property
+    def runs_embedded_worker(self) -> bool:
+        return self.is_sqlite if self.embedded_worker is None else self.embedded_worker
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

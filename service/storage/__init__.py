@@ -1,0 +1,1 @@
+"""Persistence: engine and sessions, ORM tables, repositories (tenant id required)."""

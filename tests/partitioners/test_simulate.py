@@ -1,0 +1,321 @@
+"""Specification of the schedule simulator on tiny graphs with hand-computed answers.
+
+Unless a test says otherwise: links move 1e9 bytes/s with zero latency, operator
+times are given explicitly, so every expected number below is exact arithmetic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from partitioners.errors import InvalidInput
+from partitioners.graph import graph_from_ops
+from partitioners.inventory import inventory_from_json
+from partitioners.simulate import (
+    connectivity_comm_bytes,
+    estimate_makespan_s,
+    prepare_simulation,
+    remote_transfers,
+    simulate,
+)
+
+GB = 1e9
+
+
+def _inventory(groups: list[int], *, intra_bw: float = GB, inter_bw: float = GB, latency_s: float = 0.0):
+    """Groups of ``groups[i]`` devices named d0, d1, ... in order."""
+    doc_groups = []
+    k = 0
+    for gi, n in enumerate(groups):
+        devices = []
+        for _ in range(n):
+            devices.append(
+                {
+                    "name": f"d{k}",
+                    "type": "test",
+                    "peak_flops": 1e12,
+                    "memory_tiers": [{"name": "HBM", "capacity_bytes": 1e12, "bandwidth_bytes_per_s": 1e12}],
+                }
+            )
+            k += 1
+        doc_groups.append(
+            {"name": f"g{gi}", "devices": devices, "link": {"bandwidth_bytes_per_s": intra_bw, "latency_s": latency_s}}
+        )
+    return inventory_from_json(
+        {"name": "t", "groups": doc_groups, "link": {"bandwidth_bytes_per_s": inter_bw, "latency_s": latency_s}}
+    )
+
+
+def _times(durations: list[float], n_devices: int) -> np.ndarray:
+    """Same duration on every device."""
+    return np.repeat(np.array(durations, dtype=np.float64)[:, None], n_devices, axis=1)
+
+
+def test_chain_on_one_device_runs_back_to_back():
+    g = graph_from_ops(
+        "chain",
+        [("a", "Op", 0, ["x"], ["ta"]), ("b", "Op", 0, ["ta"], ["tb"]), ("c", "Op", 0, ["tb"], ["tc"])],
+        {"x": 8, "ta": 8, "tb": 8, "tc": 8},
+    )
+    inv = _inventory([2])
+    r = simulate(g, inv, np.array([0, 0, 0]), op_times_s=_times([1, 2, 3], 2))
+    assert r.makespan_s == 6.0
+    assert r.op_start_s.tolist() == [0.0, 1.0, 3.0]
+    assert r.op_end_s.tolist() == [1.0, 3.0, 6.0]
+    assert r.transfer_tensor.size == 0
+    assert r.comm_bytes == 0.0
+    assert r.device_busy_s.tolist() == [6.0, 0.0]
+    assert r.device_idle_s.tolist() == [0.0, 6.0]
+
+
+def test_fork_join_across_two_devices_waits_for_both_transfers():
+    # a (d0) -> t1 (1 GB) -> b (d1) -> tb (1 GB) -> d (d0); a -> c (d0) -> d
+    g = graph_from_ops(
+        "fork-join",
+        [
+            ("a", "Op", 0, ["x"], ["t1"]),
+            ("b", "Op", 0, ["t1"], ["tb"]),
+            ("c", "Op", 0, ["t1"], ["tc"]),
+            ("d", "Op", 0, ["tb", "tc"], ["out"]),
+        ],
+        {"x": 8, "t1": GB, "tb": GB, "tc": 8, "out": 8},
+    )
+    inv = _inventory([2])
+    r = simulate(g, inv, np.array([0, 1, 0, 0]), op_times_s=_times([1, 2, 1, 1], 2))
+    # t1 crosses 1..2, b runs 2..4, tb crosses 4..5, d runs 5..6; c (1..2) is off the path
+    assert r.op_start_s.tolist() == [0.0, 2.0, 1.0, 5.0]
+    assert r.makespan_s == 6.0
+    names = [g.tensor_names[t] for t in r.transfer_tensor]
+    assert names == ["t1", "tb"]
+    assert r.transfer_start_s.tolist() == [1.0, 4.0]
+    assert r.transfer_end_s.tolist() == [2.0, 5.0]
+    assert r.comm_bytes == 2 * GB
+
+
+def test_tensor_read_three_times_on_one_remote_device_crosses_once():
+    g = graph_from_ops(
+        "fan-out",
+        [
+            ("a", "Op", 0, ["x"], ["t"]),
+            ("b", "Op", 0, ["t"], ["tb"]),
+            ("c", "Op", 0, ["t"], ["tc"]),
+            ("d", "Op", 0, ["t"], ["td"]),
+        ],
+        {"x": 8, "t": GB, "tb": 8, "tc": 8, "td": 8},
+    )
+    inv = _inventory([2])
+    r = simulate(g, inv, np.array([0, 1, 1, 1]), op_times_s=_times([1, 1, 1, 1], 2))
+    assert r.transfer_tensor.tolist() == [1]  # "t" is tensor 1
+    assert r.comm_bytes == GB
+    assert connectivity_comm_bytes(g, np.array([0, 1, 1, 1])) == GB
+    assert r.link_src.tolist() == [0] and r.link_dst.tolist() == [1] and r.link_bytes.tolist() == [GB]
+    # arrives at 2, then the three consumers run one after another on d1
+    assert r.makespan_s == 5.0
+
+
+def test_two_transfers_on_one_link_serialise():
+    g = graph_from_ops(
+        "contention",
+        [
+            ("a", "Op", 0, ["x"], ["t1", "t2"]),
+            ("b", "Op", 0, ["t1"], ["tb"]),
+            ("c", "Op", 0, ["t2"], ["tc"]),
+        ],
+        {"x": 8, "t1": GB, "t2": GB, "tb": 8, "tc": 8},
+    )
+    inv = _inventory([2])
+    r = simulate(g, inv, np.array([0, 1, 1]), op_times_s=_times([1, 1, 1], 2))
+    assert sorted(zip(r.transfer_start_s.tolist(), r.transfer_end_s.tolist())) == [(1.0, 2.0), (2.0, 3.0)]
+    # b runs 2..3 (after the first arrival), c 3..4
+    assert r.makespan_s == 4.0
+
+
+def test_transfers_on_different_link_classes_do_not_contend():
+    # d0 sends to d1 (same group, NVLink-like port) and to d2 (other group, NIC): both 1..2
+    g = graph_from_ops(
+        "two-ports",
+        [
+            ("a", "Op", 0, ["x"], ["t1", "t2"]),
+            ("b", "Op", 0, ["t1"], ["tb"]),
+            ("c", "Op", 0, ["t2"], ["tc"]),
+        ],
+        {"x": 8, "t1": GB, "t2": GB, "tb": 8, "tc": 8},
+    )
+    inv = _inventory([2, 1])
+    r = simulate(g, inv, np.array([0, 1, 2]), op_times_s=_times([1, 1, 1], 3))
+    assert r.transfer_start_s.tolist() == [1.0, 1.0]
+    assert r.transfer_end_s.tolist() == [2.0, 2.0]
+    assert r.makespan_s == 3.0
+    assert r.comm_bytes_by_class == {"intra-group": GB, "inter-group": GB}
+
+
+def test_latency_adds_to_every_transfer():
+    g = graph_from_ops(
+        "latency", [("a", "Op", 0, ["x"], ["t"]), ("b", "Op", 0, ["t"], ["u"])], {"x": 8, "t": GB, "u": 8}
+    )
+    inv = _inventory([2], latency_s=0.5)
+    r = simulate(g, inv, np.array([0, 1]), op_times_s=_times([1, 1], 2))
+    assert r.transfer_end_s.tolist() == [2.5]
+    assert r.makespan_s == 3.5
+
+
+def test_peak_memory_of_a_chain_by_hand():
+    # a reads input x (100) and weight w (1000), writes ta (200); b: ta -> tb (300);
+    # c: ta, tb -> tc (50, a graph output). One device, 1 s each:
+    #   [0,1): x + ta = 300; [1,2): ta + tb = 500 (x freed when a ends);
+    #   [2,3): ta + tb + tc = 550. Plus the resident weight: 1550.
+    g = graph_from_ops(
+        "memory",
+        [
+            ("a", "MatMul", 0, ["x", "w"], ["ta"]),
+            ("b", "Op", 0, ["ta"], ["tb"]),
+            ("c", "Op", 0, ["ta", "tb"], ["tc"]),
+        ],
+        {"x": 100, "w": 1000, "ta": 200, "tb": 300, "tc": 50},
+        parameters={"w"},
+    )
+    inv = _inventory([1])
+    r = simulate(g, inv, np.array([0, 0, 0]), op_times_s=_times([1, 1, 1], 1))
+    assert r.param_memory_bytes.tolist() == [1000.0]
+    assert r.peak_memory_bytes.tolist() == [1550.0]
+
+
+def test_peak_memory_counts_sender_buffer_until_transfer_ends_and_receiver_from_its_start():
+    # a (d0, 0..1) writes t (100 B); 100 B/s link: transfer 1..2; b (d1, 2..3) writes u (10 B)
+    g = graph_from_ops(
+        "memory-remote", [("a", "Op", 0, [], ["t"]), ("b", "Op", 0, ["t"], ["u"])], {"t": 100, "u": 10}
+    )
+    inv = _inventory([2], intra_bw=100.0)
+    r = simulate(g, inv, np.array([0, 1]), op_times_s=_times([1, 1], 2))
+    assert r.transfer_start_s.tolist() == [1.0] and r.transfer_end_s.tolist() == [2.0]
+    assert r.peak_memory_bytes.tolist() == [100.0, 110.0]
+
+
+def test_parameters_are_resident_once_per_reading_device_and_never_transferred():
+    g = graph_from_ops(
+        "params",
+        [("a", "MatMul", 0, ["w"], ["t"]), ("b", "MatMul", 0, ["w", "t"], ["u"]), ("c", "MatMul", 0, ["w"], ["v"])],
+        {"w": 1000, "t": 1, "u": 1, "v": 1},
+        parameters={"w"},
+    )
+    inv = _inventory([2])
+    r = simulate(g, inv, np.array([0, 1, 1]), op_times_s=_times([1, 1, 1], 2))
+    assert r.param_memory_bytes.tolist() == [1000.0, 1000.0]
+    assert [g.tensor_names[t] for t in r.transfer_tensor] == ["t"]
+
+
+def test_critical_path_first_runs_the_op_with_the_longer_tail_first():
+    # one device holds two ready ops; "short" (id 0) has no successor, "long" (id 1)
+    # feeds a 5 s op on the other device. Critical path first: long, then short -> 6 s;
+    # the opposite order would give 7 s.
+    g = graph_from_ops(
+        "priority",
+        [("short", "Op", 0, [], ["s"]), ("long", "Op", 0, [], ["l"]), ("tail", "Op", 0, ["l"], ["o"])],
+        {"s": 1, "l": 0, "o": 1},
+    )
+    inv = _inventory([2])
+    placement = np.array([0, 0, 1])
+    times = _times([1, 1, 5], 2)
+    assert simulate(g, inv, placement, op_times_s=times).makespan_s == 6.0
+    backwards = simulate(g, inv, placement, op_times_s=times, priority=np.array([2.0, 1.0, 0.0]))
+    assert backwards.makespan_s == 7.0
+
+
+def test_connectivity_counts_each_extra_device_a_tensor_spans_once():
+    g = graph_from_ops(
+        "span",
+        [
+            ("a", "Op", 0, [], ["t"]),
+            ("b", "Op", 0, ["t"], ["u1"]),
+            ("c", "Op", 0, ["t"], ["u2"]),
+            ("d", "Op", 0, ["t"], ["u3"]),
+        ],
+        {"t": 10, "u1": 1, "u2": 1, "u3": 1},
+    )
+    # t spans devices {0, 1, 2}: 2 x 10 bytes; b on the producer's device adds nothing
+    assert connectivity_comm_bytes(g, np.array([0, 0, 1, 2])) == 20.0
+    assert connectivity_comm_bytes(g, np.array([0, 0, 0, 0])) == 0.0
+
+
+def test_fast_path_gives_the_same_makespan_without_timeline():
+    g = graph_from_ops(
+        "fork-join",
+        [("a", "Op", 0, [], ["t1"]), ("b", "Op", 0, ["t1"], ["tb"]), ("c", "Op", 0, ["t1", "tb"], ["o"])],
+        {"t1": GB, "tb": GB, "o": 1},
+    )
+    inv = _inventory([2])
+    ctx = prepare_simulation(g, inv, op_times_s=_times([1, 2, 1], 2))
+    full = simulate(g, inv, np.array([0, 1, 0]), context=ctx)
+    fast = simulate(g, inv, np.array([0, 1, 0]), context=ctx, record_timeline=False)
+    assert fast.makespan_s == full.makespan_s == 6.0
+    assert fast.peak_memory_bytes is None
+    assert estimate_makespan_s(g, inv, np.array([0, 1, 0]), context=ctx) == 6.0
+
+
+def test_cost_model_times_are_used_when_no_table_is_given():
+    # 1e12 FLOPs of MatMul on a 1e12 FLOP/s device at the default 0.75 efficiency
+    g = graph_from_ops("one", [("a", "MatMul", 1e12, [], ["t"])], {"t": 8})
+    inv = _inventory([1])
+    r = simulate(g, inv, np.array([0]))
+    assert r.makespan_s == pytest.approx(1 / 0.75 + 5e-6)
+
+
+@pytest.mark.parametrize(
+    "placement, field",
+    [(np.array([0, 0]), "placement"), (np.array([0, 0, 5]), "placement"), (np.array([0, 0, -1]), "placement")],
+)
+def test_bad_placement_names_the_field(placement, field):
+    g = graph_from_ops(
+        "chain", [("a", "Op", 0, [], ["t"]), ("b", "Op", 0, ["t"], ["u"]), ("c", "Op", 0, ["u"], ["v"])],
+        {"t": 1, "u": 1, "v": 1},
+    )
+    with pytest.raises(InvalidInput) as err:
+        simulate(g, _inventory([2]), placement, op_times_s=_times([1, 1, 1], 2))
+    assert err.value.field == field
+
+
+@st.composite
+def _random_dag(draw):
+    n = draw(st.integers(1, 14))
+    ops = []
+    sizes = {}
+    for i in range(n):
+        preds = draw(st.lists(st.integers(0, max(i - 1, 0)), max_size=3, unique=True)) if i else []
+        ops.append((f"o{i}", "Op", 0, [f"t{p}" for p in preds], [f"t{i}"]))
+        sizes[f"t{i}"] = float(draw(st.integers(0, 4)) * 1e8)
+    placement = np.array(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)))
+    times = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.float64)
+    return graph_from_ops("rand", ops, sizes), placement, times
+
+
+@settings(max_examples=60, deadline=None)
+@given(_random_dag())
+def test_schedule_respects_dependencies_devices_and_link_accounting(case):
+    g, placement, durations = case
+    inv = _inventory([2, 1], latency_s=0.25)
+    r = simulate(g, inv, placement, op_times_s=_times(list(durations), 3))
+    # durations honoured
+    assert np.allclose(r.op_end_s - r.op_start_s, durations)
+    # one op at a time per device
+    for d in range(3):
+        on = np.flatnonzero(placement == d)
+        order = on[np.lexsort((r.op_end_s[on], r.op_start_s[on]))]  # zero-length ops first
+        assert np.all(r.op_start_s[order][1:] >= r.op_end_s[order][:-1] - 1e-12)
+    # every consumer starts after its producer ends and after its transfer arrives
+    arrival = {(int(t), int(d)): e for t, d, e in zip(r.transfer_tensor, r.transfer_dst, r.transfer_end_s)}
+    src, dst, tensors = g.op_edges()
+    for s, d, t in zip(src, dst, tensors):
+        assert r.op_start_s[d] >= r.op_end_s[s] - 1e-12
+        if placement[s] != placement[d]:
+            assert r.op_start_s[d] >= arrival[(int(t), int(placement[d]))] - 1e-12
+    # traffic: the recorded transfers are exactly the connectivity metric
+    assert r.transfer_bytes.sum() == pytest.approx(connectivity_comm_bytes(g, placement))
+    assert r.comm_bytes == pytest.approx(r.link_bytes.sum())
+    t_tensor, _, _ = remote_transfers(g, placement)
+    assert sorted(t_tensor.tolist()) == sorted(r.transfer_tensor.tolist())
+    # makespan bounds
+    assert r.makespan_s >= r.device_busy_s.max() - 1e-12
+    assert np.all(r.peak_memory_bytes >= 0)

@@ -1,0 +1,80 @@
+"""JSON graph ingestion speed against the floor of parsing the same file.
+
+For each size, writes ``bench.synthetic.synthetic_graph_json(n_ops)`` to a temporary
+file, then in a fresh subprocess (so peak memory is that size's alone) measures:
+
+* ``json.loads`` of the file's text: the floor, work any ingestion must do;
+* ``graph_from_json`` (validation, arrays, cycle check) + ``model_hash`` on the
+  parsed document: what hyperplace adds;
+* the ratio of the two (target: <= 5x, and < 10 s at 10^6 operators);
+* peak resident memory of the subprocess (``ru_maxrss``) and of the parsed
+  document alone measured the same way, as its baseline.
+
+Run: ``.venv/bin/python -m bench.ingest`` (``--sizes 10000 100000`` for a quick run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_CHILD = r"""
+import json, resource, sys, time
+from partitioners.graph import graph_from_json, model_hash
+path, mode = sys.argv[1], sys.argv[2]
+text = open(path).read()
+t0 = time.perf_counter(); doc = json.loads(text); t1 = time.perf_counter()
+if mode == "ingest":
+    graph = graph_from_json(doc)
+    digest = model_hash(graph)
+t2 = time.perf_counter()
+print(json.dumps({"loads_s": t1 - t0, "ingest_s": t2 - t1,
+                  "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def _run(path: Path, mode: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path), mode],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.synthetic import synthetic_graph_json
+
+    print(
+        f"{'n_ops':>9} {'file_MB':>8} {'loads_s':>8} {'ingest+hash_s':>13} {'ratio':>6} "
+        f"{'peak_MiB':>9} {'loads_only_peak_MiB':>20}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        for n_ops in args.sizes:
+            path = Path(tmp) / f"graph-{n_ops}.json"
+            path.write_text(json.dumps(synthetic_graph_json(n_ops)))
+            size_mb = path.stat().st_size / 1e6
+            baseline = _run(path, "loads")
+            measured = _run(path, "ingest")
+            ratio = measured["ingest_s"] / measured["loads_s"]
+            print(
+                f"{n_ops:>9} {size_mb:>8.1f} {measured['loads_s']:>8.2f} {measured['ingest_s']:>13.2f} "
+                f"{ratio:>6.2f} {measured['maxrss_kib'] / 1024:>9.0f} {baseline['maxrss_kib'] / 1024:>20.0f}",
+                flush=True,
+            )
+            path.unlink()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Specification of the analytic cost model: op classes, roofline, transfers, collectives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from partitioners.collectives import LinkSpec, allreduce_time_s, alltoall_time_s, hierarchical_allreduce_time_s
+from partitioners.cost import (
+    OP_CLASS_NAMES,
+    CostModel,
+    collective_time_s,
+    op_class_of,
+    op_times_by_profile_s,
+    op_times_s,
+    transfer_time_s,
+    transfer_times_s,
+)
+from partitioners.errors import InvalidInput
+from partitioners.graph import graph_from_ops
+from partitioners.inventory import inventory_from_json, preset_inventory
+
+#: efficiency 1, no launch cost: the bare roofline
+BARE = CostModel(efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0)
+
+
+def _inventory(peaks=(1e12, 1e12), mem_bw=(1e9, 1e9), types=("a", "a")):
+    devices = [
+        {
+            "name": f"d{i}",
+            "type": t,
+            "peak_flops": {"bf16": p, "fp32": p / 10},
+            "memory_tiers": [{"name": "HBM", "capacity_bytes": 1e12, "bandwidth_bytes_per_s": b}],
+        }
+        for i, (p, b, t) in enumerate(zip(peaks, mem_bw, types))
+    ]
+    return inventory_from_json(
+        {
+            "name": "t",
+            "groups": [
+                {"name": "g0", "devices": devices[:1], "link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 0}},
+                {"name": "g1", "devices": devices[1:], "link": {"bandwidth_bytes_per_s": 1e9, "latency_s": 0}},
+            ],
+            "link": {"bandwidth_bytes_per_s": 1e8, "latency_s": 1e-3},
+        }
+    )
+
+
+def test_op_types_map_to_classes_case_insensitively():
+    classes = op_class_of(np.array(["MatMul", "gemm", "Conv", "Attention", "LayerNormalization", "Relu",
+                                    "ReduceMean", "Reshape", "MyCustomOp"], dtype=object))
+    assert [OP_CLASS_NAMES[c] for c in classes] == [
+        "matmul", "matmul", "conv", "attention", "norm", "elementwise", "reduction", "data-movement", "other",
+    ]
+
+
+def test_compute_bound_op_takes_flops_over_peak():
+    g = graph_from_ops("c", [("mm", "MatMul", 2e12, ["x"], ["y"])], {"x": 1, "y": 1})
+    t = op_times_s(g, _inventory(), BARE)
+    assert t.tolist() == [[2.0, 2.0]]
+
+
+def test_memory_bound_op_takes_bytes_touched_over_bandwidth():
+    # reads 1e9 and writes 2e9 bytes on a 1e9 B/s memory: 3 s, FLOPs negligible
+    g = graph_from_ops("m", [("add", "Add", 1e3, ["x"], ["y"])], {"x": 1e9, "y": 2e9})
+    assert op_times_s(g, _inventory(), BARE).tolist() == [[3.0, 3.0]]
+
+
+def test_efficiency_and_launch_overhead_apply():
+    g = graph_from_ops("c", [("mm", "MatMul", 1e12, [], ["y"])], {"y": 1})
+    cm = CostModel(efficiency=(0.5,) + (1.0,) * 7, memory_efficiency=1.0, launch_overhead_s=1e-3)
+    assert op_times_s(g, _inventory(), cm)[0, 0] == pytest.approx(2.0 + 1e-3)
+
+
+def test_parameters_count_as_bytes_touched():
+    g = graph_from_ops("p", [("mm", "MatMul", 0, ["w"], ["y"])], {"w": 4e9, "y": 0}, parameters={"w"})
+    assert op_times_s(g, _inventory(), BARE)[0, 0] == 4.0
+
+
+def test_faster_device_gets_a_shorter_time_and_devices_share_profiles():
+    g = graph_from_ops("c", [("mm", "MatMul", 1e12, [], ["y"])], {"y": 1})
+    inv = _inventory(peaks=(1e12, 4e12, 1e12), mem_bw=(1e9,) * 3, types=("a", "b", "a"))
+    assert op_times_s(g, inv, BARE).tolist() == [[1.0, 0.25, 1.0]]
+    times, profile = op_times_by_profile_s(g, inv, BARE)
+    assert times.shape == (1, 2)
+    assert profile[0] == profile[2] != profile[1]
+
+
+def test_calibration_multiplier_scales_only_its_device_and_class():
+    g = graph_from_ops(
+        "c", [("mm", "MatMul", 1e12, [], ["y"]), ("add", "Add", 0, ["y"], ["z"])], {"y": 5e8, "z": 5e8}
+    )
+    cm = CostModel(
+        efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0,
+        device_class_multiplier={("d1", "matmul"): 1.5},
+    )
+    assert op_times_s(g, _inventory(), cm).tolist() == [[1.0, 1.5], [1.0, 1.0]]
+    by_type = CostModel(
+        efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0,
+        device_class_multiplier={("a", "elementwise"): 2.0},
+    )
+    assert op_times_s(g, _inventory(), by_type)[1].tolist() == [2.0, 2.0]
+
+
+def test_dtype_choice_uses_that_peak_and_missing_peaks_are_an_error():
+    g = graph_from_ops("c", [("mm", "MatMul", 1e12, [], ["y"])], {"y": 1})
+    fp32 = CostModel(dtype="fp32", efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0)
+    assert op_times_s(g, _inventory(), fp32)[0, 0] == 10.0
+    with pytest.raises(InvalidInput) as err:
+        op_times_s(g, _inventory(), CostModel(dtype="fp8"))
+    assert err.value.field == "cost_model.dtype"
+
+
+def test_invalid_cost_model_names_the_field():
+    with pytest.raises(InvalidInput) as err:
+        CostModel(efficiency=(1.0, 2.0) + (1.0,) * 6)
+    assert err.value.field == "cost_model.efficiency"
+    with pytest.raises(InvalidInput) as err:
+        CostModel(device_class_multiplier={("d0", "gemm"): 1.0})
+    assert err.value.field == "cost_model.device_class_multiplier"
+    with pytest.raises(InvalidInput) as err:
+        CostModel(link_class_multiplier={"pcie": 1.0})
+    assert err.value.field == "cost_model.link_class_multiplier"
+
+
+def test_transfer_time_is_alpha_plus_bytes_over_bandwidth_by_link_class():
+    inv = _inventory(peaks=(1e12,) * 3, mem_bw=(1e9,) * 3, types=("a",) * 3)
+    assert transfer_time_s(1e9, inv, "d1", "d2") == 1.0  # same group, 1 GB/s, no latency
+    assert transfer_time_s(1e8, inv, "d0", "d1") == pytest.approx(1e-3 + 1.0)  # between groups
+    assert transfer_time_s(1e9, inv, "d1", "d1") == 0.0
+    slower = CostModel(link_class_multiplier={"inter-group": 2.0})
+    assert transfer_time_s(1e8, inv, 0, 1, slower) == pytest.approx(2 * (1e-3 + 1.0))
+    vec = transfer_times_s(np.array([1e9, 1e8, 5.0]), np.array([1, 0, 2]), np.array([2, 1, 2]), inv)
+    assert vec.tolist() == pytest.approx([1.0, 1.001, 0.0])
+
+
+def test_collective_inside_one_group_is_the_flat_ring():
+    inv = preset_inventory("dgx-h100", 2)
+    link = LinkSpec(450e9, 2e-6)
+    assert collective_time_s("allreduce", 1e9, inv, range(8)) == pytest.approx(allreduce_time_s(1e9, 8, link))
+    assert collective_time_s("alltoall", 1e9, inv, range(4)) == pytest.approx(alltoall_time_s(1e9, 4, link))
+
+
+def test_collective_across_groups_is_hierarchical_and_slower():
+    inv = preset_inventory("dgx-h100", 2)
+    expected = hierarchical_allreduce_time_s(1e9, 8, 2, LinkSpec(450e9, 2e-6), LinkSpec(50e9, 5e-6))
+    assert collective_time_s("allreduce", 1e9, inv, range(16)) == pytest.approx(expected)
+    assert collective_time_s("allreduce", 1e9, inv, range(16)) > collective_time_s("allreduce", 1e9, inv, range(8))
+    # all-to-all over 16: 8/16 of each buffer leaves the node on a 50 GB/s rail
+    a2a = collective_time_s("alltoall", 1.6e9, inv, range(16))
+    assert a2a == pytest.approx(8 * 5e-6 + 0.8e9 / 50e9)
+
+
+def test_collective_of_one_device_or_zero_bytes_is_free():
+    inv = preset_inventory("dgx-h100")
+    assert collective_time_s("allgather", 1e9, inv, [3]) == 0.0
+    assert collective_time_s("reduce_scatter", 0, inv, range(8)) == 0.0
+    with pytest.raises(InvalidInput):
+        collective_time_s("broadcast", 1.0, inv, range(2))

@@ -1,0 +1,1 @@
+"""HTTP layer: thin route handlers, dependencies, middleware and problem details."""

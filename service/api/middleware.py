@@ -1,0 +1,147 @@
+"""Pure ASGI middleware: request context (id, logs, metrics) and the body-size limit.
+
+Pure ASGI rather than ``BaseHTTPMiddleware`` so streaming bodies are counted as
+they arrive and nothing is buffered twice.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["HttpMetrics", "RequestContextMiddleware", "BodySizeLimitMiddleware"]
+
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+log = structlog.get_logger("hyperplace.http")
+
+
+class HttpMetrics:
+    """Request counters and latency histograms, labelled by route template (never the raw path)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "hyperplace_http_requests", "HTTP requests answered", ["method", "route", "status"], registry=registry
+        )
+        self.latency = Histogram(
+            "hyperplace_http_request_duration_seconds",
+            "HTTP request latency",
+            ["method", "route"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=registry,
+        )
+
+
+class RequestContextMiddleware:
+    """Request id in and out (``X-Request-ID``), a log line per request, metrics per route."""
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = Headers(scope=scope).get("x-request-id", "")
+        request_id = incoming if _REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        started = time.perf_counter()
+        status_holder = {"status": 500}
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_holder["status"] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + [(b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed_s = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "")
+            self.metrics.requests.labels(method, template, str(status_holder["status"])).inc()
+            self.metrics.latency.labels(method, template).observe(elapsed_s)
+            if template not in ("/healthz", "/metrics"):
+                log.info(
+                    "request",
+                    method=method,
+                    route=template,
+                    status=status_holder["status"],
+                    duration_ms=round(elapsed_s * 1000, 2),
+                )
+
+
+class BodySizeLimitMiddleware:
+    """Reject bodies over ``max_body_bytes`` with 413 before they are parsed.
+
+    A declared ``Content-Length`` over the limit is refused at once; a chunked body
+    without one is counted as it streams and refused the moment it crosses the
+    limit, so neither is ever held in memory in full.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None:
+            try:
+                too_large = int(declared) > limit
+            except ValueError:
+                too_large = False
+            if too_large:
+                await _send_413(scope, send, limit)
+                return
+        received = 0
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise HTTPException(413, f"Request body is over the {limit}-byte limit (HYPERPLACE_MAX_BODY_BYTES).")
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+
+async def _send_413(scope: Scope, send: Send, limit: int) -> None:
+    import json
+
+    request_id = scope.get("state", {}).get("request_id")
+    body = {
+        "type": "https://hyperplace.dev/problems/too-large",
+        "title": "Payload too large",
+        "status": 413,
+        "detail": f"Request body is over the {limit}-byte limit (HYPERPLACE_MAX_BODY_BYTES).",
+    }
+    if request_id:
+        body["instance"] = f"urn:request:{request_id}"
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/problem+json"), (b"content-length", str(len(payload)).encode()), (b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,99 @@
+"""Application factory: ``create_app(settings) -> FastAPI``.
+
+Wires settings, the database engine, middleware, problem handlers and routers.
+Tests build one app per database with their own settings; ``hyperplace serve``
+builds one from the environment.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import structlog
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from service.api import health
+from service.api.middleware import BodySizeLimitMiddleware, HttpMetrics, RequestContextMiddleware
+from service.api.problems import install_problem_handlers
+from service.api.v1 import router as v1_router
+from service.logging import configure_logging
+from service.settings import DEFAULT_API_KEY_SECRET, Settings, get_settings
+from service.storage.db import make_engine, make_session_factory
+from service.storage.migrate import current_revision, head_revision, upgrade_to_head
+
+__all__ = ["create_app", "NotMigrated", "ensure_migrated"]
+
+log = structlog.get_logger("hyperplace")
+
+
+class NotMigrated(RuntimeError):
+    """The database schema is not at the migrations' head."""
+
+
+def ensure_migrated(engine, settings: Settings) -> None:
+    """Upgrade (when configured to) or refuse to run against an out-of-date schema."""
+    if settings.auto_migrate:
+        upgrade_to_head(engine)
+        return
+    current = current_revision(engine)
+    head = head_revision(settings.database_url)
+    if current != head:
+        raise NotMigrated(
+            f"The database at {engine.url.render_as_string(hide_password=True)} is at revision {current!r}, "
+            f"not at head {head!r}. Run `hyperplace migrate` (or set HYPERPLACE_AUTO_MIGRATE=true)."
+        )
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    configure_logging(settings.log_level, settings.log_json)
+    engine = make_engine(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        ensure_migrated(engine, settings)
+        if settings.auth_enabled:
+            if settings.api_key_secret == DEFAULT_API_KEY_SECRET and not settings.is_sqlite:
+                log.warning("HYPERPLACE_API_KEY_SECRET is the development default; set a secret in production")
+            log.info("authentication required: send 'Authorization: Bearer <key>'")
+        else:
+            log.warning("authentication is OFF: every request acts as the 'default' tenant (embedded mode)")
+        runner = None
+        if settings.runs_embedded_worker:
+            from service.domain.jobs import EmbeddedWorker
+
+            runner = EmbeddedWorker(app.state.session_factory, settings)
+            runner.start()
+        app.state.job_runner = runner
+        try:
+            yield
+        finally:
+            if runner is not None:
+                runner.stop()
+            engine.dispose()
+
+    app = FastAPI(
+        title="hyperplace",
+        version="0.1.0",
+        summary="Placement backend for deep-learning compilers.",
+        description=(
+            "POST a computation graph (ONNX or JSON) and a cluster inventory; get a placement plan with its "
+            "predicted makespan, peak memory and communication. Errors are RFC 9457 problem details."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.session_factory = make_session_factory(engine)
+    app.state.head_revision = head_revision(settings.database_url)
+    app.state.metrics = HttpMetrics(CollectorRegistry())
+
+    install_problem_handlers(app)
+    # Added last runs first: the request id exists before the size check answers.
+    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)
+
+    app.include_router(health.router)
+    app.include_router(v1_router)
+    return app

@@ -1,0 +1,64 @@
+"""Graph and inventory ingestion: request documents -> partitioner structures + hashes.
+
+Pure functions over what the request carried; the partitioners do the
+validation and raise ``InvalidInput`` with the field and reason, which the API
+answers as 422 (or 413 for size limits).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from partitioners.errors import InvalidInput
+from partitioners.graph import Hypergraph, graph_from_json, graph_summary, graph_to_json, model_hash
+from partitioners.inventory import Inventory, inventory_from_json, inventory_hash, inventory_to_json
+from partitioners.onnx_import import graph_from_onnx_bytes
+
+__all__ = ["IngestedGraph", "IngestedInventory", "ingest_json_graph", "ingest_onnx_graph", "ingest_inventory", "canonical_hash"]
+
+
+@dataclass(frozen=True)
+class IngestedGraph:
+    graph: Hypergraph
+    model_hash: str
+    source_format: str
+
+    @property
+    def summary(self) -> dict:
+        return graph_summary(self.graph)
+
+    def canonical_document(self) -> dict:
+        return graph_to_json(self.graph)
+
+
+@dataclass(frozen=True)
+class IngestedInventory:
+    inventory: Inventory
+    inventory_hash: str
+
+    def canonical_document(self) -> dict:
+        return inventory_to_json(self.inventory)
+
+
+def canonical_hash(document: object) -> str:
+    """sha256 of a JSON document with sorted keys: same content, same hash."""
+    return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def ingest_json_graph(document: dict, *, max_ops: int) -> IngestedGraph:
+    graph = graph_from_json(document, max_ops=max_ops, max_tensors=4 * max_ops)
+    return IngestedGraph(graph=graph, model_hash=model_hash(graph), source_format="json")
+
+
+def ingest_onnx_graph(data: bytes, *, dims: dict[str, int], max_ops: int) -> IngestedGraph:
+    if not data:
+        raise InvalidInput("The ONNX part is empty; send the model file's bytes.", field="model", code="malformed-onnx")
+    graph = graph_from_onnx_bytes(data, dims=dims, max_ops=max_ops)
+    return IngestedGraph(graph=graph, model_hash=model_hash(graph), source_format="onnx")
+
+
+def ingest_inventory(document: dict) -> IngestedInventory:
+    inventory = inventory_from_json(document)
+    return IngestedInventory(inventory=inventory, inventory_hash=inventory_hash(inventory))

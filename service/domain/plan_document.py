@@ -1,0 +1,137 @@
+"""A ``PlacementResult`` as the stored plan document (DESIGN.md "Plan").
+
+Names instead of ids, floats instead of numpy scalars. The document also keeps
+what the trace and the HTML view need (the Chrome trace and a compact Gantt),
+for plans small enough that keeping the full timeline is cheap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from partitioners.hierarchical import PlacementResult
+from partitioners.inventory import Inventory
+from partitioners.trace import to_chrome_trace
+
+__all__ = ["plan_document", "TIMELINE_MAX_OPS", "GANTT_MAX_OPS"]
+
+#: Plans of up to this many (expanded) operators keep their full timeline.
+TIMELINE_MAX_OPS = 200_000
+#: The HTML view draws at most this many operators.
+GANTT_MAX_OPS = 20_000
+
+
+def _summary(result: PlacementResult, inventory: Inventory) -> dict:
+    sim = result.simulation
+    names = [str(n) for n in inventory.device_names]
+    peak = np.asarray(sim.peak_memory_bytes if sim.peak_memory_bytes is not None else np.zeros(inventory.n_devices))
+    used = np.unique(result.placement)
+    busy = np.asarray(sim.device_busy_s)[used]
+    imbalance = float(busy.max() / busy.mean()) if busy.size and busy.mean() > 0 else 1.0
+    by_tier = result.memory_plan.peak_bytes_by_tier(inventory) if hasattr(result.memory_plan, "peak_bytes_by_tier") else {}
+    one_device = [c.makespan_s for c in result.candidates if c.strategy == "single"]
+    summary = {
+        "makespan_s": float(sim.makespan_s),
+        "comm_bytes": float(sim.comm_bytes),
+        "comm_bytes_by_link_class": {k: float(v) for k, v in sim.comm_bytes_by_class.items()},
+        "peak_memory_bytes": {names[d]: float(peak[d]) for d in used.tolist()},
+        "peak_memory_by_tier_bytes": {names[d]: {t: float(b) for t, b in by_tier.get(d, {}).items()} for d in used.tolist()},
+        "capacity_bytes": {names[d]: float(inventory.device_memory_bytes[d]) for d in used.tolist()},
+        "imbalance": imbalance,
+        "feasible": bool(result.feasible),
+        "devices_used": int(result.devices_used),
+        "one_device_makespan_s": float(one_device[0]) if one_device else None,
+        "infeasible_reason": None,
+    }
+    if not result.feasible and result.infeasible_device is not None:
+        summary["infeasible_reason"] = (
+            f"device {names[result.infeasible_device]} is {result.bytes_over:.0f} bytes over its memory budget"
+        )
+    return summary
+
+
+def _candidates(result: PlacementResult) -> list[dict]:
+    return [
+        {
+            "strategy": c.strategy,
+            "makespan_s": float(c.makespan_s) if np.isfinite(c.makespan_s) else None,
+            "feasible": bool(c.feasible),
+            "comm_bytes": float(c.comm_bytes) if np.isfinite(c.comm_bytes) else None,
+            "devices_used": int(c.devices_used),
+            "note": c.note,
+        }
+        for c in result.candidates
+    ]
+
+
+def _tensors(result: PlacementResult, inventory: Inventory) -> dict[str, list[dict]]:
+    graph = result.graph
+    plan = result.memory_plan
+    names = inventory.device_names
+    tiers = inventory.tier_names
+    out: dict[str, list[dict]] = {}
+    for tensor, device, tier, offset in zip(plan.tensor.tolist(), plan.device.tolist(), plan.tier.tolist(), plan.offset_bytes.tolist()):
+        out.setdefault(str(graph.tensor_names[tensor]), []).append({"device": str(names[device]), "tier": tiers[tier], "offset": int(offset)})
+    return out
+
+
+def _view(result: PlacementResult, inventory: Inventory, summary: dict) -> dict:
+    sim = result.simulation
+    graph = result.graph
+    names = [str(n) for n in inventory.device_names]
+    used = sorted(set(result.placement.tolist()))
+    row_of = {d: i for i, d in enumerate(used)}
+    order = np.argsort(sim.op_start_s, kind="stable")[:GANTT_MAX_OPS]
+    origin = result.expanded.op_micro_batch
+    gantt = [
+        [row_of[int(result.placement[op])], float(sim.op_start_s[op]), float(sim.op_end_s[op] - sim.op_start_s[op]), str(graph.op_names[op]), int(max(origin[op], 0))]
+        for op in order.tolist()
+    ]
+    by_tier = summary["peak_memory_by_tier_bytes"]
+    devices = []
+    for d in used:
+        tiers = []
+        for t, tier in enumerate(inventory.tier_names):
+            capacity = float(inventory.tier_capacity_bytes[d, t])
+            if capacity > 0:
+                peak = by_tier.get(names[d], {}).get(tier, summary["peak_memory_bytes"][names[d]] if t == inventory.device_main_tier[d] else 0.0)
+                tiers.append({"name": tier, "capacity_bytes": capacity, "peak_bytes": float(peak)})
+        devices.append({"name": names[d], "group": str(inventory.group_names[inventory.device_group[d]]), "tiers": tiers})
+    traffic: dict[tuple[int, int], float] = {}
+    groups = inventory.device_group
+    for src, dst, n_bytes in zip(sim.link_src.tolist(), sim.link_dst.tolist(), sim.link_bytes.tolist()):
+        key = (int(groups[src]), int(groups[dst]))
+        traffic[key] = traffic.get(key, 0.0) + float(n_bytes)
+    group_traffic = [
+        {"src_group": str(inventory.group_names[a]), "dst_group": str(inventory.group_names[b]), "bytes": v}
+        for (a, b), v in sorted(traffic.items())
+        if a != b
+    ]
+    return {"devices": devices, "gantt": gantt, "gantt_truncated": graph.n_ops > GANTT_MAX_OPS, "group_traffic": group_traffic}
+
+
+def plan_document(result: PlacementResult, inventory: Inventory) -> tuple[str, dict, dict]:
+    """``(strategy, summary, body)``: body holds ops, tensors, transfers, candidates, trace, view."""
+    graph = result.graph
+    device_names = inventory.device_names
+    summary = _summary(result, inventory)
+    body: dict = {
+        "ops": dict(zip(graph.op_names.tolist(), device_names[result.placement].tolist())),
+        "tensors": _tensors(result, inventory),
+        "transfers": [
+            {
+                "tensor": str(graph.tensor_names[record["tensor"]]),
+                "src": str(device_names[record["src"]]),
+                "dst": [str(device_names[d]) for d in record["dst"]],
+                "bytes": record["bytes"],
+                "link_class": record["link_class"],
+            }
+            for record in result.transfers.grouped()
+        ],
+        "candidates": _candidates(result),
+        "notes": list(result.notes),
+    }
+    if graph.n_ops <= TIMELINE_MAX_OPS:
+        body["trace"] = to_chrome_trace(result.simulation, graph, inventory)
+        body["view"] = _view(result, inventory, summary)
+    return result.strategy, summary, body

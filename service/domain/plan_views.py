@@ -1,0 +1,109 @@
+"""Read-side renderings of a stored plan: the JSON document, ETag, trace, HTML view."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+
+from sqlalchemy.orm import Session
+
+from service.errors import Conflict, NotFound
+from service.storage.blobs import unpack_json
+from service.storage.models import Graph, Plan
+from service.storage import plans as plans_repo
+
+__all__ = ["plan_read", "etag", "graph_read", "finished_plan", "chrome_trace", "html_view", "plan_body"]
+
+
+def etag(plan: Plan) -> str:
+    stamp = f"{plan.id}:{plan.status}:{plan.updated_at.isoformat() if plan.updated_at else ''}"
+    return '"' + hashlib.sha256(stamp.encode()).hexdigest()[:32] + '"'
+
+
+def plan_body(plan: Plan) -> dict:
+    return unpack_json(plan.result) if plan.result else {}
+
+
+def plan_read(plan: Plan, *, cached: bool, detail: str = "full") -> dict:
+    """The plan as the API returns it (DESIGN.md "Plan"), JSON-ready."""
+    document = {
+        "id": plan.id,
+        "model_hash": plan.model_hash,
+        "inventory_hash": plan.inventory_hash,
+        "status": plan.status,
+        "progress": plan.progress,
+        "error": plan.error,
+        "cached": cached,
+        "parent_id": plan.parent_id,
+        "created_at": plan.created_at.isoformat(),
+        "finished_at": plan.finished_at.isoformat() if plan.finished_at else None,
+        "options": {k: v for k, v in plan.options.items() if not k.startswith("_")},
+        "strategy": plan.strategy,
+        "summary": plan.summary,
+        "links": {
+            "self": f"/v1/plans/{plan.id}",
+            "trace": f"/v1/plans/{plan.id}/trace",
+            "view": f"/v1/plans/{plan.id}/view",
+            "model": f"/v1/models/{plan.model_hash}",
+        },
+    }
+    body = plan_body(plan) if plan.status == "done" else {}
+    document["candidates"] = body.get("candidates")
+    document["warnings"] = body.get("warnings", [])
+    if detail == "full":
+        document["ops"] = body.get("ops")
+        document["tensors"] = body.get("tensors")
+        document["transfers"] = body.get("transfers")
+    return document
+
+
+def graph_read(row: Graph) -> dict:
+    return {
+        "id": row.id,
+        "model_hash": row.model_hash,
+        "name": row.name,
+        "source_format": row.source_format,
+        "n_ops": row.n_ops,
+        "n_tensors": row.n_tensors,
+        "total_flops": row.total_flops,
+        "parameter_bytes": row.parameter_bytes,
+        "activation_bytes": row.activation_bytes,
+        "warnings": row.warnings,
+        "created_at": row.created_at.isoformat(),
+    }
+
+
+def finished_plan(session: Session, tenant_id: str, plan_id: str) -> Plan:
+    plan = plans_repo.get_plan(session, tenant_id, plan_id)
+    if plan is None:
+        raise NotFound(f"No plan with id {plan_id}.")
+    if plan.status != "done":
+        raise Conflict(f"Plan {plan_id} is {plan.status}; its timeline exists once it is done.")
+    return plan
+
+
+def chrome_trace(session: Session, plan: Plan) -> dict:
+    trace = plan_body(plan).get("trace")
+    if trace is None:
+        raise Conflict("This plan is too large to keep a full timeline; its summary and assignment are available.")
+    return trace
+
+
+def html_view(session: Session, plan: Plan) -> str:
+    body = plan_body(plan)
+    view = body.get("view")
+    if view is None:
+        raise Conflict("This plan is too large to keep a full timeline; its summary and assignment are available.")
+    data = {
+        **view,
+        "summary": plan.summary,
+        "strategy": plan.strategy,
+        "model_hash": plan.model_hash,
+        "inventory_hash": plan.inventory_hash,
+        "candidates": body.get("candidates", []),
+    }
+    # "</" must not appear inside the inline JSON script element.
+    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    template = resources.files("service.api").joinpath("static/plan_view.html").read_text()
+    return template.replace("__PLAN_DATA__", payload).replace("__PLAN_ID__", plan.id)

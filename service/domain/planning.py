@@ -1,0 +1,233 @@
+"""Planning use case: a submission -> a stored plan (computed now, or queued as a job).
+
+Flow of ``submit_plan``:
+
+1. ingest the graph (JSON, ONNX bytes, or a stored graph by id) and the inventory,
+   and derive the cache key from model hash, inventory hash and options;
+2. a stored plan with that key is the answer (no recomputation);
+3. small graphs are planned right here, outside any transaction; large ones become a
+   queued plan plus a job row for a worker;
+4. graph, inventory, plan (and job, and Idempotency-Key) are written in one
+   transaction by the request's session.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import structlog
+from sqlalchemy.orm import Session, sessionmaker
+
+from partitioners.cost import CostModel
+from partitioners.graph import Hypergraph, graph_from_json
+from partitioners.hierarchical import PlacementOptions, place
+from partitioners.inventory import Inventory, inventory_from_json
+from service.domain.idempotency import StoredAnswer, check_idempotency_key, remember_idempotency_key
+from service.domain.ingest import IngestedGraph, IngestedInventory, canonical_hash, ingest_inventory, ingest_json_graph, ingest_onnx_graph
+from service.domain.plan_document import plan_document
+from service.errors import NotFound
+from service.settings import Settings
+from service.storage.blobs import pack_json, unpack_json
+from service.storage.models import Graph, InventoryRow, Job, Plan, utcnow
+from service.storage import plans as plans_repo
+
+__all__ = ["PlanSubmission", "SubmitOutcome", "submit_plan", "compute_plan", "run_planning_job", "load_plan_inputs", "cache_key_for"]
+
+log = structlog.get_logger("hyperplace.planning")
+ROUTE = "POST /v1/plans"
+
+
+@dataclass
+class PlanSubmission:
+    """What a POST carried, before ingestion: exactly one of graph / onnx / graph_id."""
+
+    inventory: dict
+    options: dict
+    graph: dict | None = None
+    onnx_bytes: bytes | None = None
+    graph_id: str | None = None
+    extra_cache_parts: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    plan: Plan
+    status_code: int  # 201 created, 200 cached, 202 queued
+    cached: bool
+
+
+def cache_key_for(model_hash: str, inventory_hash: str, options: dict, extra: dict | None = None) -> str:
+    return canonical_hash({"model": model_hash, "inventory": inventory_hash, "options": options, **(extra or {})})
+
+
+def placement_options(options: dict) -> PlacementOptions:
+    return PlacementOptions(
+        objective=options["objective"],
+        mode=options["mode"],
+        micro_batches=options["micro_batches"],
+        pipeline=options["pipeline"],
+        max_devices=options["max_devices"],
+        memory_headroom_fraction=options["memory_headroom_fraction"],
+        strategy=options["strategy"],
+        seed=options["seed"],
+    )
+
+
+def compute_plan(graph: Hypergraph, inventory: Inventory, options: dict, cost_model: CostModel | None = None) -> tuple[str, dict, dict]:
+    """Place and describe: ``(strategy, summary, body)`` where body is the stored result document."""
+    started = time.perf_counter()
+    result = place(graph, inventory, placement_options(options), cost_model=cost_model)
+    strategy, summary, body = plan_document(result, inventory)
+    summary["planning_s"] = round(time.perf_counter() - started, 4)
+    return strategy, summary, body
+
+
+def _ingest_graph(session: Session, tenant_id: str, submission: PlanSubmission, settings: Settings) -> IngestedGraph:
+    if submission.graph_id is not None:
+        row = plans_repo.get_graph(session, tenant_id, submission.graph_id)
+        if row is None:
+            raise NotFound(f"No graph with id {submission.graph_id}; submit the graph itself or use an id from a plan of yours.")
+        graph = graph_from_json(unpack_json(row.canonical))
+        return IngestedGraph(graph=graph, model_hash=row.model_hash, source_format=row.source_format)
+    if submission.onnx_bytes is not None:
+        return ingest_onnx_graph(submission.onnx_bytes, dims=submission.options.get("dims", {}), max_ops=settings.max_graph_ops)
+    return ingest_json_graph(submission.graph, max_ops=settings.max_graph_ops)
+
+
+def _graph_row(ingested: IngestedGraph) -> Graph:
+    summary = ingested.summary
+    return Graph(
+        model_hash=ingested.model_hash,
+        name=str(summary.get("name", ""))[:200],
+        source_format=ingested.source_format,
+        n_ops=int(summary["n_ops"]),
+        n_tensors=int(summary["n_tensors"]),
+        total_flops=float(summary.get("total_flops", 0.0)),
+        parameter_bytes=float(summary.get("parameter_bytes", 0.0)),
+        activation_bytes=float(summary.get("activation_bytes", 0.0)),
+        warnings=list(ingested.graph.warnings)[:200],
+        canonical=pack_json(ingested.canonical_document()),
+    )
+
+
+def _inventory_row(ingested: IngestedInventory) -> InventoryRow:
+    return InventoryRow(
+        inventory_hash=ingested.inventory_hash,
+        name=str(ingested.inventory.name)[:200],
+        n_devices=ingested.inventory.n_devices,
+        body=pack_json(ingested.canonical_document()),
+    )
+
+
+def submit_plan(
+    session: Session,
+    tenant_id: str,
+    submission: PlanSubmission,
+    settings: Settings,
+    *,
+    idempotency_key: str | None = None,
+    parent_id: str | None = None,
+    cost_model: CostModel | None = None,
+) -> SubmitOutcome:
+    ingested_inventory = ingest_inventory(submission.inventory)
+    ingested_graph = _ingest_graph(session, tenant_id, submission, settings)
+    key = cache_key_for(ingested_graph.model_hash, ingested_inventory.inventory_hash, submission.options, submission.extra_cache_parts)
+
+    earlier = check_idempotency_key(session, tenant_id, idempotency_key, ROUTE, key)
+    if earlier is not None:
+        plan = plans_repo.get_plan(session, tenant_id, earlier.resource_id)
+        if plan is not None:
+            return SubmitOutcome(plan=plan, status_code=earlier.status_code, cached=earlier.status_code == 200)
+    existing = plans_repo.get_plan_by_cache_key(session, tenant_id, key)
+    if existing is not None:
+        remember_idempotency_key(session, tenant_id, idempotency_key, ROUTE, key, StoredAnswer(200, existing.id, None))
+        return SubmitOutcome(plan=existing, status_code=200, cached=True)
+
+    n_ops = ingested_graph.graph.n_ops
+    run_now = n_ops <= settings.sync_max_ops
+    computed = None
+    if run_now:
+        # End the read transaction before the CPU-heavy part: on SQLite an open
+        # transaction holds the database lock (BEGIN IMMEDIATE) for its whole length.
+        session.rollback()
+        computed = compute_plan(ingested_graph.graph, ingested_inventory.inventory, submission.options, cost_model)
+
+    graph_row = plans_repo.get_or_create_graph(session, tenant_id, _graph_row(ingested_graph))
+    inventory_row = plans_repo.get_or_create_inventory(session, tenant_id, _inventory_row(ingested_inventory))
+    now = utcnow()
+    plan = Plan(
+        graph_id=graph_row.id,
+        inventory_id=inventory_row.id,
+        parent_id=parent_id,
+        model_hash=ingested_graph.model_hash,
+        inventory_hash=ingested_inventory.inventory_hash,
+        cache_key=key,
+        options=submission.options,
+        created_at=now,
+        updated_at=now,
+    )
+    job = None
+    if computed is not None:
+        strategy, summary, body = computed
+        body["warnings"] = list(ingested_graph.graph.warnings)[:500]
+        plan.status, plan.progress, plan.strategy, plan.summary = "done", 1.0, strategy, summary
+        plan.result = pack_json(body)
+        plan.finished_at = now
+    else:
+        plan.status = "queued"
+        job = Job(status="queued", created_at=now)
+    plan, created = plans_repo.insert_plan(session, tenant_id, plan, job)
+    status_code = (202 if job is not None else 201) if created else 200
+    answer = remember_idempotency_key(
+        session, tenant_id, idempotency_key, ROUTE, key, StoredAnswer(status_code, plan.id, f"/v1/plans/{plan.id}")
+    )
+    if answer.resource_id != plan.id:
+        plan = plans_repo.get_plan(session, tenant_id, answer.resource_id)
+    log.info("plan submitted", plan_id=plan.id, status=plan.status, n_ops=n_ops, created=created)
+    return SubmitOutcome(plan=plan, status_code=answer.status_code, cached=not created)
+
+
+def load_plan_inputs(session: Session, plan: Plan) -> tuple[Hypergraph, Inventory]:
+    graph_row = session.get(Graph, plan.graph_id)
+    inventory_row = session.get(InventoryRow, plan.inventory_id)
+    return graph_from_json(unpack_json(graph_row.canonical)), inventory_from_json(unpack_json(inventory_row.body))
+
+
+def run_planning_job(session_factory: sessionmaker[Session], job: Job, worker_id: str) -> None:
+    """Worker side of a job: load inputs, plan with no transaction open, complete under the lease."""
+    from service.domain.jobs import complete_job, fail_job
+
+    with session_factory() as session:
+        plan = session.get(Plan, job.plan_id)
+        if plan is None:  # deleted while queued
+            with session.begin():
+                fail_job(session, job, worker_id, "the plan was deleted")
+            return
+        graph, inventory = load_plan_inputs(session, plan)
+        options = dict(plan.options)
+        calibration = options.pop("_calibration", None)
+        graph_warnings = list(graph.warnings)
+        session.rollback()
+    cost_model = None
+    if calibration is not None:
+        from service.domain.calibration import cost_model_from_factors
+
+        cost_model = cost_model_from_factors(calibration, inventory)
+    try:
+        strategy, summary, body = compute_plan(graph, inventory, options, cost_model)
+    except Exception as exc:  # a planning failure is the job's outcome, not the worker's
+        log.warning("planning failed", error=str(exc)[:500])
+        with session_factory() as session, session.begin():
+            fail_job(session, job, worker_id, f"{type(exc).__name__}: {exc}")
+        return
+    body["warnings"] = graph_warnings[:500]
+
+    def apply(plan_row: Plan) -> None:
+        plan_row.status, plan_row.progress, plan_row.strategy = "done", 1.0, strategy
+        plan_row.summary = summary
+        plan_row.result = pack_json(body)
+
+    with session_factory() as session, session.begin():
+        complete_job(session, job, worker_id, apply)
+

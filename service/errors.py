@@ -1,0 +1,66 @@
+"""Domain errors of the service, each with an HTTP status and a problem type.
+
+Handlers raise these (or let ``partitioners.errors`` through); one exception
+handler turns both into RFC 9457 problem details (``service.api.problems``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ServiceError",
+    "NotFound",
+    "Conflict",
+    "Unauthorized",
+    "Forbidden",
+    "PayloadTooLarge",
+    "UnprocessableInput",
+    "DatabaseUnavailable",
+]
+
+
+class ServiceError(Exception):
+    """Base class: ``status``, a short ``title`` and a problem ``type`` slug."""
+
+    status: int = 500
+    title: str = "Internal error"
+    type_slug: str = "internal"
+
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None, errors: list[dict] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.headers = headers or {}
+        self.errors = errors
+
+
+class NotFound(ServiceError):
+    status, title, type_slug = 404, "Not found", "not-found"
+
+
+class Conflict(ServiceError):
+    status, title, type_slug = 409, "Conflict", "conflict"
+
+
+class Unauthorized(ServiceError):
+    status, title, type_slug = 401, "Unauthorized", "unauthorized"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class Forbidden(ServiceError):
+    status, title, type_slug = 403, "Forbidden", "forbidden"
+
+
+class PayloadTooLarge(ServiceError):
+    status, title, type_slug = 413, "Payload too large", "too-large"
+
+
+class UnprocessableInput(ServiceError):
+    status, title, type_slug = 422, "Unprocessable input", "invalid-input"
+
+
+class DatabaseUnavailable(ServiceError):
+    status, title, type_slug = 503, "Database unavailable", "database-unavailable"
+
+    def __init__(self, detail: str = "The database is unreachable; retry shortly.", retry_after_s: int = 5) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after_s)})

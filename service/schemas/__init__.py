@@ -1,0 +1,1 @@
+"""Pydantic request/response models. No fastapi or sqlalchemy imports here."""

@@ -1,0 +1,36 @@
+"""Constrained building blocks shared by every schema.
+
+Strings reject NUL (PostgreSQL text cannot hold it) and are length-bounded;
+numbers reject NaN and infinity; lists are bounded. Requests forbid unknown
+fields so a typo is an error, not a silently ignored option.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+__all__ = ["Name", "Text", "FiniteFloat", "NonNegativeFloat", "PositiveFloat", "RequestModel", "Page", "Timestamp"]
+
+_NO_NUL = r"^[^\x00]*$"
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_NO_NUL)]
+Text = Annotated[str, StringConstraints(max_length=10_000, pattern=_NO_NUL)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Timestamp = datetime
+
+T = TypeVar("T")
+
+
+class RequestModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a keyset-paginated list; pass ``next_cursor`` as ``cursor`` for the next."""
+
+    items: list[T]
+    next_cursor: str | None = None

@@ -1,0 +1,196 @@
+"""Plan requests and responses (the shapes of DESIGN.md, versioned under /v1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from service.schemas.common import Name, NonNegativeFloat, PositiveFloat, RequestModel
+
+__all__ = [
+    "PlanOptions",
+    "GraphDocument",
+    "InventoryDocument",
+    "PresetInventory",
+    "PlanCreate",
+    "PlanSummary",
+    "PlanRead",
+    "Candidate",
+    "Transfer",
+    "TensorPlacement",
+    "GraphRead",
+]
+
+MAX_LIST = 2_000_000
+
+
+class PlanOptions(RequestModel):
+    """How to place. Every field has a default; ``{}`` is a valid options object."""
+
+    objective: Literal["makespan", "throughput", "communication"] = Field(
+        "makespan", description="makespan: one step's time; throughput: steady stream of micro-batches; communication: bytes moved."
+    )
+    mode: Literal["inference", "training"] = Field(
+        "inference", description="training synthesises the backward pass and counts weights + gradients + optimizer state."
+    )
+    micro_batches: int = Field(1, ge=1, le=256, description="The graph is one micro-batch; plan for this many sharing parameters.")
+    pipeline: bool = Field(False, description="Parts must form an acyclic stage order.")
+    max_devices: int | None = Field(None, ge=1, le=100_000)
+    memory_headroom_fraction: float = Field(0.0, ge=0.0, le=0.9, allow_inf_nan=False, description="Capacity kept free on every device.")
+    strategy: Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")] = Field("auto", description="auto runs every applicable strategy and keeps the best.")
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    dims: dict[Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00]*$")], Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(
+        default_factory=dict, max_length=64, description="ONNX dynamic dimensions, e.g. {\"batch\": 8, \"sequence\": 2048}."
+    )
+
+
+class NodeDocument(BaseModel):
+    name: Name
+    op: Name
+    inputs: list[Name] = Field(default_factory=list, max_length=10_000)
+    outputs: list[Name] = Field(default_factory=list, max_length=10_000)
+    flops: NonNegativeFloat | None = None
+    param_bytes: NonNegativeFloat | None = None
+    device_types: list[Name] | None = Field(None, max_length=64)
+
+
+class TensorDocument(BaseModel):
+    name: Name
+    bytes: NonNegativeFloat
+    shape: list[Annotated[int, Field(ge=0, le=2**62)] | Name] | None = Field(None, max_length=16)
+    dtype: Name | None = None
+    kind: Literal["activation", "input", "parameter"] | None = None
+
+
+class GraphDocument(BaseModel):
+    """A computation graph: operators with named input/output tensors."""
+
+    name: Annotated[str, Field(max_length=200, pattern=r"^[^\x00]*$")] = ""
+    nodes: list[NodeDocument] = Field(max_length=MAX_LIST)
+    tensors: list[TensorDocument] = Field(max_length=MAX_LIST)
+
+
+class MemoryTierDocument(RequestModel):
+    name: Name
+    capacity_bytes: PositiveFloat
+    bandwidth_bytes_per_s: PositiveFloat
+
+
+class LinkDocument(RequestModel):
+    bandwidth_bytes_per_s: PositiveFloat
+    latency_s: NonNegativeFloat = 0.0
+
+
+class DeviceDocument(RequestModel):
+    name: Name
+    type: Name = "gpu"
+    peak_flops: PositiveFloat | dict[Name, PositiveFloat]
+    memory_tiers: list[MemoryTierDocument] = Field(min_length=1, max_length=8)
+
+
+class GroupDocument(RequestModel):
+    name: Name
+    devices: list[DeviceDocument] = Field(min_length=1, max_length=4096)
+    link: LinkDocument
+
+
+class InventoryDocument(RequestModel):
+    """An explicit cluster: groups (nodes, NVSwitch domains) of devices with memory tiers and links."""
+
+    name: Name = "cluster"
+    groups: list[GroupDocument] = Field(min_length=1, max_length=4096)
+    link: LinkDocument | None = None
+
+
+class PresetInventory(RequestModel):
+    """A named cluster preset expanded to ``nodes`` nodes."""
+
+    preset: Name
+    nodes: int = Field(1, ge=1, le=4096)
+
+
+class PlanCreate(RequestModel):
+    """JSON form of ``POST /v1/plans``: a graph (or a stored graph's id), an inventory and options."""
+
+    graph: GraphDocument | None = None
+    graph_id: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")] | None = None
+    inventory: InventoryDocument | PresetInventory
+    options: PlanOptions = Field(default_factory=PlanOptions)
+
+
+class Candidate(BaseModel):
+    strategy: str
+    makespan_s: float | None = None
+    feasible: bool
+    comm_bytes: float | None = None
+    devices_used: int | None = None
+    planning_s: float | None = None
+    note: str = ""
+
+
+class Transfer(BaseModel):
+    tensor: str
+    src: str
+    dst: list[str]
+    bytes: float
+    link_class: str
+
+
+class TensorPlacement(BaseModel):
+    device: str
+    tier: str
+    offset: int
+
+
+class PlanSummary(BaseModel):
+    makespan_s: float
+    comm_bytes: float
+    comm_bytes_by_link_class: dict[str, float]
+    peak_memory_bytes: dict[str, float]
+    peak_memory_by_tier_bytes: dict[str, dict[str, float]]
+    capacity_bytes: dict[str, float]
+    imbalance: float
+    feasible: bool
+    devices_used: int
+    one_device_makespan_s: float | None = None
+    infeasible_reason: str | None = None
+
+
+class PlanRead(BaseModel):
+    id: str
+    model_hash: str
+    inventory_hash: str
+    status: Literal["queued", "running", "done", "failed"]
+    progress: float
+    error: str | None = None
+    cached: bool = False
+    parent_id: str | None = None
+    created_at: datetime
+    finished_at: datetime | None = None
+    options: dict[str, Any]
+    strategy: str | None = None
+    summary: PlanSummary | None = None
+    candidates: list[Candidate] | None = None
+    ops: dict[str, str] | None = None
+    tensors: dict[str, list[TensorPlacement]] | None = None
+    transfers: list[Transfer] | None = None
+    warnings: list[str] = Field(default_factory=list)
+    links: dict[str, str] = Field(default_factory=dict)
+
+
+class GraphRead(BaseModel):
+    id: str
+    model_hash: str
+    name: str
+    source_format: str
+    n_ops: int
+    n_tensors: int
+    total_flops: float
+    parameter_bytes: float
+    activation_bytes: float
+    warnings: list[str]
+    created_at: datetime
+
+

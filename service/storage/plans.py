@@ -1,0 +1,153 @@
+"""Repository for graphs, inventories, plans and jobs. Every function takes the tenant.
+
+Rows that concurrent requests may insert at the same time (a graph, an
+inventory, a plan with the same cache key) are written inside a SAVEPOINT: on a
+unique-key conflict the savepoint rolls back and the existing row is returned,
+so N identical submissions produce one row each, on both dialects.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime
+
+from sqlalchemy import and_, delete, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.storage.models import Graph, IdempotencyKey, InventoryRow, Job, Plan
+
+__all__ = [
+    "get_graph",
+    "get_graph_by_hash",
+    "get_or_create_graph",
+    "get_or_create_inventory",
+    "get_inventory",
+    "get_plan",
+    "get_plan_by_cache_key",
+    "insert_plan",
+    "delete_plan",
+    "list_plans_for_model",
+    "get_idempotency_key",
+    "encode_cursor",
+    "decode_cursor",
+]
+
+
+def get_graph(session: Session, tenant_id: str, graph_id: str) -> Graph | None:
+    return session.scalar(select(Graph).where(Graph.tenant_id == tenant_id, Graph.id == graph_id))
+
+
+def get_graph_by_hash(session: Session, tenant_id: str, model_hash: str) -> Graph | None:
+    return session.scalar(select(Graph).where(Graph.tenant_id == tenant_id, Graph.model_hash == model_hash))
+
+
+def _insert_or_fetch(session: Session, row, fetch):
+    try:
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
+        return row
+    except IntegrityError:
+        existing = fetch()
+        if existing is None:  # the conflict was on something else: let it surface
+            raise
+        return existing
+
+
+def get_or_create_graph(session: Session, tenant_id: str, row: Graph) -> Graph:
+    existing = get_graph_by_hash(session, tenant_id, row.model_hash)
+    if existing is not None:
+        return existing
+    row.tenant_id = tenant_id
+    return _insert_or_fetch(session, row, lambda: get_graph_by_hash(session, tenant_id, row.model_hash))
+
+
+def _inventory_by_hash(session: Session, tenant_id: str, inventory_hash: str) -> InventoryRow | None:
+    return session.scalar(
+        select(InventoryRow).where(InventoryRow.tenant_id == tenant_id, InventoryRow.inventory_hash == inventory_hash)
+    )
+
+
+def get_or_create_inventory(session: Session, tenant_id: str, row: InventoryRow) -> InventoryRow:
+    existing = _inventory_by_hash(session, tenant_id, row.inventory_hash)
+    if existing is not None:
+        return existing
+    row.tenant_id = tenant_id
+    return _insert_or_fetch(session, row, lambda: _inventory_by_hash(session, tenant_id, row.inventory_hash))
+
+
+def get_inventory(session: Session, tenant_id: str, inventory_id: str) -> InventoryRow | None:
+    return session.scalar(select(InventoryRow).where(InventoryRow.tenant_id == tenant_id, InventoryRow.id == inventory_id))
+
+
+def get_plan(session: Session, tenant_id: str, plan_id: str) -> Plan | None:
+    return session.scalar(select(Plan).where(Plan.tenant_id == tenant_id, Plan.id == plan_id))
+
+
+def get_plan_by_cache_key(session: Session, tenant_id: str, cache_key: str) -> Plan | None:
+    return session.scalar(select(Plan).where(Plan.tenant_id == tenant_id, Plan.cache_key == cache_key))
+
+
+def insert_plan(session: Session, tenant_id: str, plan: Plan, job: Job | None = None) -> tuple[Plan, bool]:
+    """Insert a plan (and its job); ``(plan, created)``, the existing one on a cache-key race."""
+    plan.tenant_id = tenant_id
+    try:
+        with session.begin_nested():
+            session.add(plan)
+            session.flush()
+            if job is not None:
+                job.tenant_id = tenant_id
+                job.plan_id = plan.id
+                session.add(job)
+                session.flush()
+        return plan, True
+    except IntegrityError:
+        existing = get_plan_by_cache_key(session, tenant_id, plan.cache_key)
+        if existing is None:
+            raise
+        return existing, False
+
+
+def delete_plan(session: Session, tenant_id: str, plan_id: str) -> bool:
+    result = session.execute(delete(Plan).where(Plan.tenant_id == tenant_id, Plan.id == plan_id))
+    return result.rowcount == 1
+
+
+def encode_cursor(created_at: datetime, plan_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([created_at.isoformat(), plan_id]).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """Raises ValueError on anything that is not a cursor this service issued."""
+    padded = cursor + "=" * (-len(cursor) % 4)
+    created_at, plan_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    return datetime.fromisoformat(created_at), str(plan_id)
+
+
+def list_plans_for_model(
+    session: Session,
+    tenant_id: str,
+    model_hash: str,
+    *,
+    limit: int,
+    cursor: tuple[datetime, str] | None = None,
+    inventory_hash: str | None = None,
+    status: str | None = None,
+) -> list[Plan]:
+    """Newest first, keyset-paginated on ``(created_at, id)`` (index ix_plans_tenant_model_created)."""
+    stmt = select(Plan).where(Plan.tenant_id == tenant_id, Plan.model_hash == model_hash)
+    if inventory_hash:
+        stmt = stmt.where(Plan.inventory_hash == inventory_hash)
+    if status:
+        stmt = stmt.where(Plan.status == status)
+    if cursor is not None:
+        created_at, plan_id = cursor
+        stmt = stmt.where(or_(Plan.created_at < created_at, and_(Plan.created_at == created_at, Plan.id < plan_id)))
+    stmt = stmt.order_by(Plan.created_at.desc(), Plan.id.desc()).limit(limit)
+    return list(session.scalars(stmt))
+
+
+def get_idempotency_key(session: Session, tenant_id: str, key: str) -> IdempotencyKey | None:
+    return session.scalar(select(IdempotencyKey).where(IdempotencyKey.tenant_id == tenant_id, IdempotencyKey.key == key))

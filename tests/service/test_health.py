@@ -1,0 +1,51 @@
+"""Operations endpoints: liveness, readiness, metrics, docs."""
+
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from tests.conftest import make_settings
+
+
+def test_healthz_answers_ok_without_a_key(base_client):
+    response = base_client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_reports_the_migrated_revision(base_client, app):
+    response = base_client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["revision"] == app.state.head_revision
+
+
+def test_metrics_count_requests_by_route_template_not_raw_path(client, base_client):
+    client.get("/v1/plans/00000000-0000-0000-0000-00000000abcd")
+    text = base_client.get("/metrics").text
+    assert 'route="/v1/plans/{plan_id}"' in text
+    assert "00000000abcd" not in text
+    assert "hyperplace_http_request_duration_seconds_bucket" in text
+
+
+def test_openapi_docs_are_served(base_client):
+    assert base_client.get("/docs").status_code == 200
+    assert "/v1/plans" in base_client.get("/openapi.json").json()["paths"]
+
+
+def test_every_response_carries_a_request_id(base_client):
+    response = base_client.get("/healthz", headers={"X-Request-ID": "trace-123"})
+    assert response.headers["x-request-id"] == "trace-123"
+
+
+def test_app_refuses_to_start_on_an_unmigrated_database(tmp_path):
+    app = create_app(make_settings(f"sqlite:///{tmp_path / 'empty.sqlite3'}"))
+    try:
+        with TestClient(app):
+            raise AssertionError("the app started on an unmigrated database")
+    except RuntimeError as exc:
+        assert "hyperplace migrate" in str(exc)
+
+
+def test_auto_migrate_brings_a_new_database_to_head(tmp_path):
+    app = create_app(make_settings(f"sqlite:///{tmp_path / 'new.sqlite3'}", auto_migrate=True))
+    with TestClient(app) as client:
+        assert client.get("/readyz").json()["status"] == "ready"

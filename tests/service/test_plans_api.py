@@ -1,0 +1,134 @@
+"""POST /v1/plans and the read side, on the database under test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.service.graphs import diamond_graph, plan_request
+
+ONNX_DIR = Path(__file__).parents[1] / "fixtures" / "onnx"
+
+
+def test_a_json_submission_answers_201_with_a_full_plan(client):
+    response = client.post("/v1/plans", json=plan_request())
+    assert response.status_code == 201, response.text
+    plan = response.json()
+    assert response.headers["location"] == f"/v1/plans/{plan['id']}"
+    assert plan["status"] == "done"
+    assert set(plan["ops"]) == {"a", "b", "c", "d"}
+    assert plan["summary"]["makespan_s"] > 0
+    assert plan["summary"]["feasible"] is True
+    assert plan["candidates"] and any(c["strategy"] == plan["strategy"] for c in plan["candidates"])
+    for tensor, placements in plan["tensors"].items():
+        for placement in placements:
+            assert placement["offset"] >= 0 and placement["tier"]
+
+
+def test_the_same_request_returns_the_stored_plan_without_recomputing(client):
+    first = client.post("/v1/plans", json=plan_request(diamond_graph("cache-me")))
+    second = client.post("/v1/plans", json=plan_request(diamond_graph("cache-me")))
+    assert first.status_code == 201 and second.status_code == 200
+    assert second.json()["id"] == first.json()["id"]
+    assert second.json()["cached"] is True
+
+
+def test_node_order_in_the_file_does_not_change_the_model_hash(client):
+    graph = diamond_graph("order")
+    reordered = dict(graph, nodes=list(reversed(graph["nodes"])), tensors=list(reversed(graph["tensors"])))
+    first = client.post("/v1/plans", json=plan_request(graph)).json()
+    second = client.post("/v1/plans", json=plan_request(reordered))
+    assert second.status_code == 200
+    assert second.json()["model_hash"] == first["model_hash"]
+
+
+def test_other_options_make_a_new_plan(client):
+    first = client.post("/v1/plans", json=plan_request(diamond_graph("opts"))).json()
+    second = client.post("/v1/plans", json=plan_request(diamond_graph("opts"), micro_batches=4))
+    assert second.status_code == 201
+    assert second.json()["id"] != first["id"]
+
+
+def test_a_plan_reads_back_with_an_etag_and_304_when_unchanged(client):
+    plan = client.post("/v1/plans", json=plan_request(diamond_graph("etag"))).json()
+    response = client.get(f"/v1/plans/{plan['id']}")
+    assert response.status_code == 200
+    assert response.json()["ops"] == plan["ops"]
+    again = client.get(f"/v1/plans/{plan['id']}", headers={"If-None-Match": response.headers["etag"]})
+    assert again.status_code == 304
+
+
+def test_model_summary_reports_operators_flops_and_parameters(client):
+    plan = client.post("/v1/plans", json=plan_request(diamond_graph("summary"))).json()
+    model = client.get(f"/v1/models/{plan['model_hash']}").json()
+    assert model["n_ops"] == 4 and model["n_tensors"] == 8
+    assert model["total_flops"] == pytest.approx(4e9 + 8e9 + 8e9 + 1e6)
+    assert model["parameter_bytes"] == 24_000_000
+
+
+def test_plans_of_a_model_are_listed_newest_first_with_keyset_pages(client):
+    graph = diamond_graph("paged")
+    ids = [client.post("/v1/plans", json=plan_request(graph, seed=seed)).json()["id"] for seed in range(5)]
+    model_hash = client.get(f"/v1/plans/{ids[0]}").json()["model_hash"]
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+        page = client.get(f"/v1/models/{model_hash}/plans", params=params).json()
+        seen += [item["id"] for item in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == list(reversed(ids))
+
+
+def test_plans_of_a_model_filter_by_status(client):
+    plan = client.post("/v1/plans", json=plan_request(diamond_graph("filter"))).json()
+    done = client.get(f"/v1/models/{plan['model_hash']}/plans", params={"status": "done"}).json()
+    queued = client.get(f"/v1/models/{plan['model_hash']}/plans", params={"status": "queued"}).json()
+    assert [p["id"] for p in done["items"]] == [plan["id"]]
+    assert queued["items"] == []
+
+
+def test_a_bad_cursor_is_a_422(client):
+    response = client.get("/v1/models/" + "a" * 64 + "/plans", params={"cursor": "garbage"})
+    assert response.status_code == 422
+
+
+def test_a_deleted_plan_is_gone(client):
+    plan = client.post("/v1/plans", json=plan_request(diamond_graph("delete-me"))).json()
+    assert client.delete(f"/v1/plans/{plan['id']}").status_code == 204
+    assert client.get(f"/v1/plans/{plan['id']}").status_code == 404
+
+
+def test_a_stored_graph_can_be_planned_again_by_its_id(client):
+    plan = client.post("/v1/plans", json=plan_request(diamond_graph("by-id"))).json()
+    graph_id = client.get(f"/v1/models/{plan['model_hash']}").json()["id"]
+    response = client.post("/v1/plans", json={"graph_id": graph_id, "inventory": {"preset": "dgx-h100", "nodes": 2}})
+    assert response.status_code == 201, response.text
+    assert response.json()["model_hash"] == plan["model_hash"]
+
+
+def test_the_trace_is_chrome_trace_json_with_device_tracks(client):
+    plan = client.post("/v1/plans", json=plan_request(diamond_graph("trace"))).json()
+    trace = client.get(f"/v1/plans/{plan['id']}/trace").json()
+    events = trace["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert {e["name"] for e in complete} >= {"a", "b", "c", "d"}
+    for event in complete:
+        assert {"ts", "dur", "pid", "tid"} <= set(event) and event["dur"] >= 0
+    assert any(e["ph"] == "M" for e in events)
+
+
+def test_an_onnx_model_is_accepted_as_multipart(client):
+    path = ONNX_DIR / "gpt2.onnx"
+    response = client.post(
+        "/v1/plans",
+        files={"model": (path.name, path.read_bytes(), "application/octet-stream")},
+        data={"inventory": json.dumps({"preset": "dgx-h100", "nodes": 1}), "options": json.dumps({"dims": {"batch": 1, "sequence": 128}})},
+    )
+    assert response.status_code == 201, response.text
+    plan = response.json()
+    assert plan["status"] == "done" and len(plan["ops"]) > 100
+    assert client.get(f"/v1/models/{plan['model_hash']}").json()["source_format"] == "onnx"

@@ -274,6 +274,10 @@ def graph_from_ops(
     )
 
 
+#: Levels at most this wide are processed with Python lists (see _levels_and_order).
+_NARROW_LEVEL = 32
+
+
 def _successor_csr(graph: Hypergraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Operator -> successor operators as CSR, plus in-degrees (edge multiplicity kept).
 
@@ -320,41 +324,67 @@ def _cycle_through(graph: Hypergraph, unfinished: np.ndarray) -> list[int]:
 
 
 def _levels_and_order(graph: Hypergraph) -> tuple[np.ndarray, np.ndarray]:
-    """Kahn's algorithm one level (antichain) at a time, vectorised within a level.
+    """Kahn's algorithm one level (antichain) at a time.
 
     The frontier is every operator whose producers have all been emitted; its
     successors lose one in-degree per edge, and those reaching zero form the next
     frontier. The level at which an operator is emitted is its longest-path depth
-    from a source (Kahn, 1962, processed breadth-first). Work is O(V + E) numpy
-    element operations plus a constant number of numpy calls per level; narrow
-    frontiers gather successor slices directly to keep that constant small.
+    from a source (Kahn, 1962, processed breadth-first). Wide levels are processed
+    with a constant number of numpy calls; narrow ones (chains, the common case in
+    deep sequential models) with a short Python loop over plain lists, whose cost per
+    edge is below the fixed cost of a numpy call. So both a 10^6-operator graph 18
+    wide and a 10^6-operator chain take about a second.
     """
     n = graph.n_ops
     ptr, succ, indegree = _successor_csr(graph)
     levels = np.full(n, -1, dtype=np.int64)
-    chunks: list[np.ndarray] = []
+    order = np.empty(n, dtype=np.int64)
     frontier = np.flatnonzero(indegree == 0)
     depth = 0
     emitted = 0
+    ptr_list: list[int] | None = None
     while frontier.size:
-        chunks.append(frontier)
+        size = frontier.size
+        order[emitted : emitted + size] = frontier
         levels[frontier] = depth
-        emitted += frontier.size
-        starts = ptr[frontier]
-        ends = ptr[frontier + 1]
-        if frontier.size <= 32:
-            nxt = np.concatenate([succ[a:b] for a, b in zip(starts.tolist(), ends.tolist())])
-        else:
-            counts = ends - starts
-            total = int(counts.sum())
-            offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
-            nxt = succ[offsets + np.arange(total)]
-        if nxt.size == 0:
-            break
-        np.subtract.at(indegree, nxt, 1)
-        nxt = np.unique(nxt)
-        frontier = nxt[indegree[nxt] == 0]
+        emitted += size
         depth += 1
+        if size > _NARROW_LEVEL:
+            starts = ptr[frontier]
+            counts = ptr[frontier + 1] - starts
+            offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
+            nxt = succ[offsets + np.arange(int(counts.sum()))]
+            np.subtract.at(indegree, nxt, 1)
+            nxt = np.unique(nxt)
+            frontier = nxt[indegree[nxt] == 0]
+            continue
+        # narrow stretch: plain Python lists until the graph widens again
+        if ptr_list is None:
+            ptr_list, succ_list, indegree_list = ptr.tolist(), succ.tolist(), indegree.tolist()
+        else:
+            indegree_list = indegree.tolist()
+        current = frontier.tolist()
+        stretch: list[list[int]] = []
+        while current and len(current) <= _NARROW_LEVEL:
+            ready = []
+            for v in current:
+                for w in succ_list[ptr_list[v] : ptr_list[v + 1]]:
+                    indegree_list[w] -= 1
+                    if indegree_list[w] == 0:
+                        ready.append(w)
+            ready.sort()
+            stretch.append(ready)
+            current = ready
+        stretch.pop()  # == current: becomes the next frontier
+        if stretch:
+            flat = np.fromiter(chain.from_iterable(stretch), dtype=np.int64)
+            lengths = np.fromiter(map(len, stretch), dtype=np.int64, count=len(stretch))
+            order[emitted : emitted + flat.size] = flat
+            levels[flat] = depth + np.repeat(np.arange(len(stretch), dtype=np.int64), lengths)
+            emitted += flat.size
+            depth += len(stretch)
+        indegree = np.array(indegree_list, dtype=np.int64)
+        frontier = np.array(current, dtype=np.int64)
     if emitted < n:
         cycle = _cycle_through(graph, np.flatnonzero(levels < 0))
         names = [str(graph.op_names[v]) for v in cycle[:8]]
@@ -365,7 +395,7 @@ def _levels_and_order(graph: Hypergraph) -> tuple[np.ndarray, np.ndarray]:
             field="nodes",
             code="cycle",
         )
-    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64), levels
+    return order, levels
 
 
 def topological_order(graph: Hypergraph) -> np.ndarray:

@@ -104,3 +104,36 @@ def test_levels_and_order_respect_every_edge(dag):
     # every operator at level k > 0 has a predecessor at level k - 1 (depth is tight)
     for op in np.flatnonzero(levels > 0):
         assert (levels[src[dst == op]] == levels[op] - 1).any()
+
+
+def _fan(width: int):
+    """source -> width parallel ops -> join -> tail chain of 3: mixes wide and narrow levels."""
+    ops = [("src", "Relu", 1.0, ["x"], ["s"])]
+    ops += [(f"p{i}", "Relu", 1.0, ["s"], [f"p{i}"]) for i in range(width)]
+    ops += [("join", "Concat", 1.0, [f"p{i}" for i in range(width)], ["j"])]
+    ops += [(f"c{i}", "Relu", 1.0, ["j" if i == 0 else f"c{i - 1}"], [f"c{i}"]) for i in range(3)]
+    tensors = ["x", "s", "j"] + [f"p{i}" for i in range(width)] + [f"c{i}" for i in range(3)]
+    return graph_from_ops("fan", ops, {t: 1.0 for t in tensors})
+
+
+def test_wide_level_between_narrow_ones():
+    graph = _fan(100)
+    levels = dict(zip(graph.op_names.tolist(), op_levels(graph).tolist()))
+    assert levels["src"] == 0 and levels["p57"] == 1 and levels["join"] == 2 and levels["c2"] == 5
+    assert topological_order(graph).tolist()[:3] == [0, 1, 2]
+
+
+@settings(max_examples=40, deadline=None)
+@given(_random_dags(), st.sampled_from([0, 1, 2, 5]))
+def test_result_does_not_depend_on_the_narrow_level_switch(dag, threshold):
+    import partitioners.graph as graph_module
+
+    ops, n = dag
+    graph = graph_from_ops("g", ops, {"x": 1.0} | {f"t{i}": 1.0 for i in range(n)})
+    expected = (topological_order(graph).tolist(), op_levels(graph).tolist())
+    saved = graph_module._NARROW_LEVEL
+    graph_module._NARROW_LEVEL = threshold
+    try:
+        assert (topological_order(graph).tolist(), op_levels(graph).tolist()) == expected
+    finally:
+        graph_module._NARROW_LEVEL = saved

@@ -1,0 +1,729 @@
+"""The placement driver: candidate strategies scored by the simulator, level 1 -> 2 -> 3.
+
+One batch of a modern CNN or transformer has little parallelism, so spreading its
+operators over every device that exists is usually slower than one device; the
+wins are memory feasibility (a model that does not fit must be split) and
+micro-batched execution (pipeline stages, or replicas that each take whole
+micro-batches). No single partitioner is best across those regimes, so
+``strategy="auto"`` builds the candidates that apply, scores every one with the
+event-driven simulator (:mod:`partitioners.simulate`), refines the best against
+the simulated makespan, and returns the best feasible plan together with every
+candidate's score, so a user sees why. A placement on fewer devices, down to
+one, is a legitimate answer.
+
+Candidates
+----------
+``single``
+    Everything on the fastest device.
+``heft``
+    HEFT list scheduling (Topcuoglu et al. 2002, :mod:`partitioners.heft`).
+``metis-k``
+    Hypergraph-aware METIS (Karypis & Kumar 1998, :mod:`partitioners.metis_adapter`)
+    on ``k`` devices with part weights proportional to device speed; across node
+    groups it is hierarchical: level 1 splits the graph between groups (slow
+    links), level 2 splits each group's share between its devices.
+``pipeline-k``
+    Contiguous split of a topological order into ``k`` stages (GPipe / PipeDream),
+    balanced by time within each device's memory (:mod:`partitioners.pipeline`).
+``hybrid-SxR``
+    ``S`` pipeline stages, each replicated on ``R`` devices taking micro-batches
+    round-robin (replica-per-device when ``S == 1``).
+``<name>+refine``
+    Simulator-guided refinement of the best candidates (:mod:`partitioners.refine`).
+
+In pipeline mode every candidate is passed through acyclic repair
+(:mod:`partitioners.acyclic`) on the forward edges, so the stage graph a pipeline
+schedule sees is always acyclic (gradients flow back through the same stages, as
+in GPipe and 1F1B).
+
+Level 3 (:mod:`partitioners.memory_tiers`) then plans every tensor of the chosen
+schedule into a memory tier with byte offsets; operators whose tensors landed in
+a faster tier are re-timed with that tier's bandwidth and the plan is simulated
+once more with the same operator priorities.
+
+Determinism: no clocks and no global RNG; METIS gets ``seed``; ties break by
+candidate order and device id. The same request gives the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from partitioners.acyclic import acyclic_repair
+from partitioners.cost import CostModel
+from partitioners.errors import Infeasible, InvalidInput
+from partitioners.graph import Hypergraph, op_levels
+from partitioners.heft import heft_schedule
+from partitioners.inventory import LINK_CLASS_NAMES, Inventory, link_class_ids
+from partitioners.memory_tiers import MemoryPlan, plan_memory_tiers, tier_op_times_s
+from partitioners.metis_adapter import MetisGraph, induced_subgraph, metis_graph, metis_partition
+from partitioners.pipeline import hybrid_layout, quotient_is_acyclic, stage_of_origin
+from partitioners.refine import refine_placement
+from partitioners.simulate import SimulationResult, critical_path_priority, prepare_simulation, simulate
+from partitioners.transforms import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, ExpandedGraph, expand_graph
+
+__all__ = [
+    "OBJECTIVES",
+    "MODES",
+    "STRATEGIES",
+    "PlacementOptions",
+    "Candidate",
+    "TransferPlan",
+    "PlacementResult",
+    "place",
+    "simulation_budget",
+]
+
+OBJECTIVES = ("makespan", "throughput", "communication")
+MODES = ("inference", "training")
+#: ``auto`` runs every applicable strategy; the others force one family.
+STRATEGIES = ("auto", "single", "heft", "metis", "pipeline", "hybrid")
+
+
+@dataclass(frozen=True)
+class PlacementOptions:
+    """What the caller asks for.
+
+    Attributes
+    ----------
+    objective : {"makespan", "throughput", "communication"}
+        ``makespan``: finish one step soonest. ``throughput``: for a steady stream of
+        micro-batches, minimise the busiest device's time per micro-batch.
+        ``communication``: fewest bytes between devices (ties by makespan).
+    mode : {"inference", "training"}
+        Training synthesises the backward pass and optimizer (:mod:`partitioners.transforms`).
+    micro_batches : int
+        ``m >= 1``; the graph is one micro-batch, the plan is for ``m`` sharing parameters.
+    pipeline : bool
+        Parts must form an acyclic stage order.
+    max_devices : int or None
+        Use at most this many devices (fastest groups first).
+    memory_headroom_fraction : float
+        Fraction of each device's main memory kept free (``0.1`` = use at most 90%).
+    strategy : str
+        One of :data:`STRATEGIES`.
+    seed : int
+        Seed for METIS; the same seed gives the same plan.
+    allow_infeasible : bool
+        Return the least-infeasible plan instead of raising :class:`Infeasible`.
+    """
+
+    objective: str = "makespan"
+    mode: str = "inference"
+    micro_batches: int = 1
+    pipeline: bool = False
+    max_devices: int | None = None
+    memory_headroom_fraction: float = 0.0
+    strategy: str = "auto"
+    seed: int = 0
+    allow_infeasible: bool = False
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise InvalidInput(f"objective must be one of {', '.join(OBJECTIVES)}", field="options.objective")
+        if self.mode not in MODES:
+            raise InvalidInput(f"mode must be one of {', '.join(MODES)}", field="options.mode")
+        if self.strategy not in STRATEGIES:
+            raise InvalidInput(f"strategy must be one of {', '.join(STRATEGIES)}", field="options.strategy")
+        if not isinstance(self.micro_batches, int) or not 1 <= self.micro_batches <= 4096:
+            raise InvalidInput("micro_batches must be an integer in 1..4096", field="options.micro_batches")
+        if self.max_devices is not None and (not isinstance(self.max_devices, int) or self.max_devices < 1):
+            raise InvalidInput("max_devices must be a positive integer", field="options.max_devices")
+        if not (0.0 <= self.memory_headroom_fraction < 1.0):
+            raise InvalidInput("memory_headroom_fraction must be in [0, 1)", field="options.memory_headroom_fraction")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One scored candidate plan (the result lists all of them).
+
+    Attributes
+    ----------
+    strategy : str
+    makespan_s : float
+        Simulated makespan of one step.
+    feasible : bool
+        Within every device's memory budget (and acyclic in pipeline mode).
+    comm_bytes : float
+        Connectivity metric: bytes moved between devices.
+    devices_used : int
+    peak_memory_fraction : float
+        Highest peak memory over budget across devices (``<= 1`` when feasible).
+    acyclic : bool
+        Whether the forward stage graph is acyclic.
+    objective_value : float
+        The value the objective compares (makespan, period per micro-batch, or bytes).
+    note : str
+    """
+
+    strategy: str
+    makespan_s: float
+    feasible: bool
+    comm_bytes: float
+    devices_used: int
+    peak_memory_fraction: float
+    acyclic: bool
+    objective_value: float
+    note: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class TransferPlan:
+    """The communication a plan implies, one row per (tensor, destination device).
+
+    Attributes
+    ----------
+    tensor, src, dst : numpy.ndarray of int64
+        Tensor id, producing device, receiving device.
+    bytes : numpy.ndarray of float64
+    link_class : numpy.ndarray of int8
+        :data:`partitioners.inventory.LINK_CLASS_NAMES` index.
+    """
+
+    tensor: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray
+    link_class: np.ndarray
+
+    def grouped(self) -> list[dict]:
+        """One record per tensor: ``{tensor, src, dst: [...], bytes, link_class}``.
+
+        ``link_class`` is the slowest class among the destinations; ``bytes`` is the
+        tensor's size (each destination receives it once).
+        """
+        out: list[dict] = []
+        if self.tensor.shape[0] == 0:
+            return out
+        cut = np.flatnonzero(np.diff(self.tensor)) + 1
+        for a, b in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [self.tensor.shape[0]]]).tolist()):
+            out.append(
+                {
+                    "tensor": int(self.tensor[a]),
+                    "src": int(self.src[a]),
+                    "dst": self.dst[a:b].tolist(),
+                    "bytes": float(self.bytes[a]),
+                    "link_class": LINK_CLASS_NAMES[int(self.link_class[a:b].max())],
+                }
+            )
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class PlacementResult:
+    """A placement plan and what it is predicted to cost.
+
+    Attributes
+    ----------
+    expanded : ExpandedGraph
+        The graph that was placed (training / micro-batch expansion of the input)
+        with each operator's origin, micro-batch and phase.
+    placement : numpy.ndarray of int64, shape (n_ops,)
+        Device of every operator of ``expanded.graph``.
+    priority : numpy.ndarray of float64, shape (n_ops,)
+        Operator priorities the final simulation used (larger runs first).
+    strategy : str
+        Name of the chosen candidate.
+    candidates : tuple of Candidate
+        Every candidate that was scored, in scoring order.
+    simulation : SimulationResult
+        The chosen plan simulated with level-3 tier bandwidths.
+    memory_plan : MemoryPlan
+        Level 3: tier and byte offset of every tensor on every device that holds it.
+    transfers : TransferPlan
+    feasible : bool
+    infeasible_device : int or None
+        When infeasible, the device furthest over its memory budget.
+    bytes_over : float
+        By how much (0 when feasible).
+    memory_budget_bytes : numpy.ndarray, shape (n_devices,)
+        Main-memory budget per device after headroom.
+    acyclic : bool
+        Forward stage graph acyclic.
+    devices_used : int
+    objective_value : float
+    """
+
+    expanded: ExpandedGraph
+    placement: np.ndarray
+    priority: np.ndarray
+    strategy: str
+    candidates: tuple[Candidate, ...]
+    simulation: SimulationResult
+    memory_plan: MemoryPlan
+    transfers: TransferPlan
+    feasible: bool
+    infeasible_device: int | None
+    bytes_over: float
+    memory_budget_bytes: np.ndarray
+    acyclic: bool
+    devices_used: int
+    objective_value: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def graph(self) -> Hypergraph:
+        return self.expanded.graph
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.simulation.makespan_s)
+
+
+def simulation_budget(n_ops: int) -> int:
+    """How many full simulations a plan may spend, from the graph size alone.
+
+    No clocks in ``partitioners`` (determinism), so the planning-time targets
+    (about 1 s at 10^4 operators, 5 s at 10^5, 60 s at 10^6 on two cores) become a
+    simulation count: the simulator costs a few microseconds per operator.
+    """
+    if n_ops <= 2000:
+        return 48
+    return int(max(5, min(48, round(30.0 * (1e4 / n_ops) ** 0.45))))
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _device_order(inventory: Inventory, speed: np.ndarray, max_devices: int | None) -> np.ndarray:
+    """Usable devices: fastest groups first, fastest devices first inside a group."""
+    group = inventory.device_group
+    group_speed = np.bincount(group, weights=speed, minlength=inventory.n_groups)
+    order = np.lexsort((np.arange(inventory.n_devices), -speed, group, -group_speed[group]))
+    if max_devices is not None:
+        order = order[:max_devices]
+    return order.astype(np.int64)
+
+
+def _sizes(k_max: int, group_sizes: list[int]) -> list[int]:
+    """Device counts worth trying: powers of two below ``k_max``, group boundaries, ``k_max``."""
+    sizes = {k_max}
+    k = 2
+    while k < k_max:
+        sizes.add(k)
+        k *= 2
+    acc = 0
+    for s in group_sizes:
+        acc += s
+        if acc < k_max:
+            sizes.add(acc)
+    return sorted(sizes)
+
+
+class _Planner:
+    """State of one :func:`place` call (kept private; the public entry is :func:`place`)."""
+
+    def __init__(self, graph: Hypergraph, inventory: Inventory, options: PlacementOptions, cost_model: CostModel | None):
+        self.options = options
+        self.inventory = inventory
+        self.cost_model = cost_model or CostModel()
+        self.expanded = expand_graph(graph, mode=options.mode, micro_batches=options.micro_batches)
+        g = self.expanded.graph
+        self.graph = g
+        self.n = g.n_ops
+        if self.n == 0:
+            raise InvalidInput("the graph has no operators to place", field="graph.nodes")
+        self.ctx = prepare_simulation(g, inventory, cost_model=self.cost_model)
+        self.times = self.ctx.op_times_s[:, self.ctx.device_profile]
+        total = self.times.sum(axis=0)
+        self.speed = float(total.min()) / np.maximum(total, 1e-300)
+        self.devices = _device_order(inventory, self.speed, options.max_devices)
+        self.budget = inventory.device_memory_bytes * (1.0 - options.memory_headroom_fraction)
+        self.levels = op_levels(g)
+        self.m = options.micro_batches
+        phase = self.expanded.op_phase
+        src, dst, _ = g.op_edges()
+        self.edge_src, self.edge_dst = src, dst
+        fwd = (phase[src] == PHASE_FORWARD) & (phase[dst] == PHASE_FORWARD)
+        self.forward_edge_mask = fwd
+        self.twin = self._forward_twins()
+        self.candidates: list[Candidate] = []
+        self.evaluated: list[tuple[Candidate, np.ndarray, np.ndarray | None, SimulationResult]] = []
+        self.budget_sims = simulation_budget(self.n)
+        self.sims_spent = 0
+        self._metis_graph: MetisGraph | None = None
+        self.notes: list[str] = []
+
+    # -- bookkeeping -----------------------------------------------------------------
+
+    def _forward_twins(self) -> np.ndarray:
+        """For each operator, the forward operator whose stage it must share in a pipeline."""
+        e = self.expanded
+        twin = np.arange(self.n, dtype=np.int64)
+        if e.mode != "training":
+            return twin
+        n_origin = int(e.op_origin[e.op_phase == PHASE_FORWARD].max()) + 1 if self.n else 0
+        block = 2 * n_origin
+        bwd = np.flatnonzero(e.op_phase == PHASE_BACKWARD)
+        twin[bwd] = bwd - n_origin
+        steps = np.flatnonzero(e.op_phase == PHASE_OPTIMIZER)
+        twin[steps] = e.op_origin[steps]  # the forward op of micro-batch 0 that reads the parameter
+        del block
+        return twin
+
+    def _objective(self, sim: SimulationResult) -> float:
+        if self.options.objective == "throughput":
+            return float(sim.device_busy_s.max()) / self.m
+        if self.options.objective == "communication":
+            return float(sim.comm_bytes)
+        return float(sim.makespan_s)
+
+    def best_index(self) -> int:
+        return min(range(len(self.evaluated)), key=lambda i: self.key_of(self.evaluated[i][0], i))
+
+    def pipeline_repair(self, placement: np.ndarray) -> np.ndarray:
+        """Acyclic repair on forward edges; gradient and optimizer ops follow their forward twin."""
+        used = np.unique(placement)
+        parts = np.searchsorted(used, placement)
+        fwd = self.forward_edge_mask
+        stage, part_of_stage = acyclic_repair(self.n, self.edge_src[fwd], self.edge_dst[fwd], self.levels, parts)
+        out = used[part_of_stage[stage]]
+        return out[self.twin]
+
+    def score(
+        self, name: str, placement: np.ndarray, priority: np.ndarray | None = None, note: str = ""
+    ) -> tuple[Candidate, np.ndarray, SimulationResult]:
+        """Simulate a placement (after acyclic repair in pipeline mode) and score it."""
+        placement = np.asarray(placement, dtype=np.int64)
+        if self.options.pipeline:
+            placement = self.pipeline_repair(placement)
+        sim = simulate(
+            self.graph, self.inventory, placement, context=self.ctx, priority=priority, record_timeline=True
+        )
+        self.sims_spent += 1
+        peak = sim.peak_memory_bytes
+        used = np.unique(placement)
+        frac = float(np.max(peak[used] / np.maximum(self.budget[used], 1.0)))
+        acyclic = quotient_is_acyclic(self.graph, placement, self.forward_edge_mask)
+        feasible = frac <= 1.0 and (acyclic or not self.options.pipeline)
+        cand = Candidate(
+            strategy=name,
+            makespan_s=float(sim.makespan_s),
+            feasible=bool(feasible),
+            comm_bytes=float(sim.comm_bytes),
+            devices_used=int(used.shape[0]),
+            peak_memory_fraction=frac,
+            acyclic=bool(acyclic),
+            objective_value=self._objective(sim),
+            note=note,
+        )
+        return cand, placement, sim
+
+    def key_of(self, cand: Candidate, tiebreak: int) -> tuple:
+        """Sort key: feasible first, then least over budget, objective, makespan, fewer devices."""
+        pipeline_bad = self.options.pipeline and not cand.acyclic
+        over = 0.0 if cand.feasible else cand.peak_memory_fraction + (1e9 if pipeline_bad else 0.0)
+        return (not cand.feasible, over, cand.objective_value, cand.makespan_s, cand.devices_used, tiebreak)
+
+    def record(self, cand: Candidate, placement: np.ndarray, priority: np.ndarray | None, sim: SimulationResult) -> int:
+        self.candidates.append(cand)
+        self.evaluated.append((cand, placement, priority, sim))
+        return len(self.evaluated) - 1
+
+    def evaluate(self, name: str, placement: np.ndarray, priority: np.ndarray | None = None, note: str = "") -> int:
+        """Score a candidate and list it in the result; returns its index."""
+        cand, placement, sim = self.score(name, placement, priority, note)
+        return self.record(cand, placement, priority, sim)
+
+    @property
+    def sims_left(self) -> int:
+        return self.budget_sims - self.sims_spent
+
+    # -- candidate builders ----------------------------------------------------------
+
+    def single(self) -> tuple[np.ndarray, str]:
+        d = int(self.devices[0])
+        return np.full(self.n, d, dtype=np.int64), f"device {self.inventory.device_names[d]}"
+
+    def heft(self, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        train = self.expanded.mode == "training"
+        sched = heft_schedule(
+            self.graph,
+            self.times,
+            *self._link_tables(),
+            self.levels,
+            devices=devices,
+            device_group=self.inventory.device_group,
+            param_budget_bytes=self.budget * 0.85,
+            param_scale=1.0 if not train else 1.0,
+        )
+        priority = np.empty(self.n, dtype=np.float64)
+        priority[sched.order] = np.arange(self.n, 0, -1, dtype=np.float64)
+        return sched.placement, priority
+
+    def _link_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        from partitioners.cost import link_time_tables
+
+        if not hasattr(self, "_links"):
+            self._links = link_time_tables(self.inventory, self.cost_model)
+        return self._links
+
+    def metis(self, devices: np.ndarray) -> np.ndarray:
+        if self._metis_graph is None:
+            self._metis_graph = metis_graph(self.graph, self.times[:, self.devices[0]])
+        mg = self._metis_graph
+        groups = self.inventory.device_group[devices]
+        uniq_groups = list(dict.fromkeys(groups.tolist()))
+        placement = np.empty(self.n, dtype=np.int64)
+        seed = self.options.seed
+        if len(uniq_groups) == 1:
+            parts = metis_partition(mg, len(devices), speeds=self.speed[devices], seed=seed)
+            return devices[parts]
+        group_speed = np.array([self.speed[devices[groups == g]].sum() for g in uniq_groups])
+        gparts = metis_partition(mg, len(uniq_groups), speeds=group_speed, seed=seed)
+        for gi, g in enumerate(uniq_groups):
+            verts = np.flatnonzero(gparts == gi)
+            devs = devices[groups == g]
+            if verts.shape[0] == 0:
+                continue
+            sub = induced_subgraph(mg, verts)
+            p = metis_partition(sub, len(devs), speeds=self.speed[devs], seed=seed)
+            placement[verts] = devs[p]
+        return placement
+
+    def _origin_profile(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per origin operator: time on the reference device, memory estimate, topological order."""
+        e = self.expanded
+        n_origin = int(e.op_origin.max()) + 1
+        ref = self.times[:, self.devices[0]]
+        weight = np.bincount(e.op_origin, weights=ref, minlength=n_origin)
+        g = self.graph
+        # resident bytes: parameters (and optimizer state) charged to their first reader,
+        # saved activations of every micro-batch in training
+        owners = np.repeat(np.arange(self.n, dtype=np.int64), np.diff(g.input_ptr))
+        is_param = g.tensor_kind[g.input_tensors] == 2
+        p_t = g.input_tensors[is_param]
+        p_o = owners[is_param]
+        first = np.full(g.n_tensors, self.n, dtype=np.int64)
+        np.minimum.at(first, p_t, p_o)
+        pt = np.flatnonzero(first < self.n)
+        mem = np.bincount(e.op_origin[first[pt]], weights=g.tensor_bytes[pt], minlength=n_origin)
+        if e.mode == "training":
+            fwd = np.flatnonzero(e.op_phase == PHASE_FORWARD)
+            out_b = g.op_output_bytes()
+            mem += np.bincount(e.op_origin[fwd], weights=out_b[fwd], minlength=n_origin)
+            # parameter gradients (one accumulated copy)
+            steps = np.flatnonzero(e.op_phase == PHASE_OPTIMIZER)
+            mem += np.bincount(e.op_origin[steps], weights=g.op_flops[steps] * 0.0, minlength=n_origin)
+        levels0 = self.levels[np.flatnonzero(e.op_phase == PHASE_FORWARD)]
+        fwd_ops = np.flatnonzero(e.op_phase == PHASE_FORWARD)
+        origin_level = np.zeros(n_origin, dtype=np.int64)
+        np.maximum.at(origin_level, e.op_origin[fwd_ops], levels0)
+        order = np.lexsort((np.arange(n_origin), origin_level))
+        return weight, mem, order
+
+    def hybrid(self, stages: int, replicas: int) -> tuple[np.ndarray, bool]:
+        devs = self.devices[: stages * replicas]
+        stage_devices = [devs[s * replicas : (s + 1) * replicas] for s in range(stages)]
+        weight, mem, order = self._origin_profile()
+        stage_speed = np.array([self.speed[d].sum() for d in stage_devices])
+        stage_budget = np.array([self.budget[d].min() for d in stage_devices]) * 0.9
+        stage, ok = stage_of_origin(self.expanded, order, weight, mem, stage_speed, stage_budget)
+        placement = hybrid_layout(self.expanded, stage, stage_devices, self.times[:, self.devices[0]])
+        return placement, ok
+
+
+def _transfer_plan(graph: Hypergraph, inventory: Inventory, sim: SimulationResult) -> TransferPlan:
+    from partitioners.simulate import remote_transfers
+
+    t, s, d = remote_transfers(graph, sim.op_device)
+    return TransferPlan(
+        tensor=t,
+        src=s,
+        dst=d,
+        bytes=graph.tensor_bytes[t].astype(np.float64),
+        link_class=link_class_ids(inventory, s, d).astype(np.int8),
+    )
+
+
+def place(
+    graph: Hypergraph,
+    inventory: Inventory,
+    options: PlacementOptions | None = None,
+    *,
+    cost_model: CostModel | None = None,
+) -> PlacementResult:
+    """Place every operator of ``graph`` on a device of ``inventory`` and plan its memory.
+
+    Parameters
+    ----------
+    graph : Hypergraph
+        Forward graph of one micro-batch.
+    inventory : Inventory
+    options : PlacementOptions, optional
+    cost_model : CostModel, optional
+        Operator and link costs (defaults to ``CostModel()``).
+
+    Returns
+    -------
+    PlacementResult
+
+    Raises
+    ------
+    InvalidInput
+        Bad options or an empty graph.
+    Infeasible
+        No candidate fits in memory (unless ``options.allow_infeasible``); the
+        message names the device and the bytes over its budget.
+
+    References
+    ----------
+    G. Karypis, V. Kumar, SIAM J. Sci. Comput. 20(1), 1998 (METIS); H. Topcuoglu et
+    al., IEEE TPDS 13(3), 2002 (HEFT); Y. Huang et al., NeurIPS 2019 (GPipe);
+    D. Narayanan et al., SOSP 2019 (PipeDream); J. Herrmann et al., SIAM J. Sci.
+    Comput. 41(4), 2019 (acyclic partitioning).
+    """
+    options = options or PlacementOptions()
+    planner = _Planner(graph, inventory, options, cost_model)
+    _run_candidates(planner)
+    best = planner.best_index()
+    best = refine_best(planner, best)
+    return _finish(planner, best)
+
+
+def _run_candidates(p: _Planner) -> None:
+    opt = p.options
+    want = opt.strategy
+    k_max = int(p.devices.shape[0])
+    group_sizes = [int(x) for x in np.unique(p.inventory.device_group[p.devices], return_counts=True)[1]]
+    sizes = _sizes(k_max, group_sizes)
+
+    def allowed(family: str) -> bool:
+        return want in ("auto", family)
+
+    if allowed("single"):
+        placement, note = p.single()
+        p.evaluate("single", placement, note=note)
+    if k_max == 1:
+        return
+    if allowed("hybrid") and p.m > 1:
+        combos = []
+        r = 1
+        while r <= min(p.m, k_max):
+            s_max = k_max // r
+            for s in sorted({s_max, *[x for x in (1, 2, 4, 8) if x < s_max]}, reverse=True):
+                if r > 1 or s > 1:
+                    combos.append((s, r))
+            r *= 2
+        if min(p.m, k_max) not in [c[1] for c in combos]:
+            combos.append((1, min(p.m, k_max)))
+        # most devices first: those are the layouts that use the parallelism
+        combos.sort(key=lambda c: (-(c[0] * c[1]), -c[1]))
+        for s, r in combos:
+            if p.sims_left <= (3 if want == "auto" else 0):
+                break
+            placement, ok = p.hybrid(s, r)
+            p.evaluate(f"hybrid-{s}x{r}", placement, note="" if ok else "stage memory estimate over budget")
+    if allowed("heft") and p.sims_left > 0:
+        placement, priority = p.heft(p.devices)
+        p.evaluate("heft", placement, priority, note=f"{k_max} devices offered")
+        if want == "auto" and p.sims_left > 0:
+            p.evaluate("heft/cp-priority", placement, None, note="simulator critical-path priority")
+    if allowed("pipeline"):
+        for k in sorted(sizes, reverse=True):
+            if p.sims_left <= (2 if want == "auto" else 0):
+                break
+            placement, ok = p.hybrid(k, 1)
+            p.evaluate(f"pipeline-{k}", placement, note="" if ok else "stage memory estimate over budget")
+            if want == "auto" and p.m == 1 and ok:
+                break
+    if allowed("metis"):
+        for k in sorted(sizes, reverse=True):
+            if p.sims_left <= (1 if want == "auto" else 0):
+                break
+            p.evaluate(f"metis-{k}", p.metis(p.devices[:k]))
+            if want == "auto" and k <= 2:
+                break
+
+
+def refine_best(p: _Planner, best: int) -> int:
+    """Spend the simulations left on refining the best candidate against the simulator."""
+    if p.options.strategy != "auto" or p.sims_left <= 0 or p.devices.shape[0] <= 1:
+        return best
+    cand, placement, priority, sim = p.evaluated[best]
+    if cand.devices_used <= 1 and cand.feasible:
+        return best
+    name = f"{cand.strategy}+refine"
+
+    def score(pl: np.ndarray) -> tuple[tuple, SimulationResult]:
+        c, _, s = p.score(name, pl, priority)
+        return p.key_of(c, -1)[:-1], s
+
+    outcome = refine_placement(
+        p.graph,
+        placement,
+        sim,
+        p.times,
+        devices=p.devices,
+        score=score,
+        base_key=p.key_of(cand, -1)[:-1],
+        max_steps=p.sims_left,
+        levels=p.levels,
+        op_micro_batch=p.expanded.op_micro_batch if p.m > 1 else None,
+    )
+    if outcome.accepted == 0:
+        return best
+    c, pl, s = p.score(name, outcome.placement, priority, note=f"{outcome.accepted} of {outcome.tried} moves kept")
+    return p.record(c, pl, priority, s) if p.key_of(c, -1) < p.key_of(cand, -1) else best
+
+
+def _finish(p: _Planner, best: int) -> PlacementResult:
+    cand, placement, priority, sim = p.evaluated[best]
+    g = p.graph
+    inv = p.inventory
+    # level 3: tiers from the chosen schedule, re-timed with tier bandwidths
+    plan0 = plan_memory_tiers(g, inv, sim, memory_budget_bytes=p.budget)
+    times = tier_op_times_s(g, inv, placement, plan0, cost_model=p.cost_model)
+    # keep the chosen schedule's order: priority = earlier start runs first
+    start_order = np.lexsort((np.arange(p.n), sim.op_start_s))
+    final_priority = np.empty(p.n, dtype=np.float64)
+    final_priority[start_order] = np.arange(p.n, 0, -1, dtype=np.float64)
+    final = simulate(g, inv, placement, op_times_s=times, priority=final_priority, cost_model=p.cost_model)
+    if final.makespan_s <= sim.makespan_s:
+        plan = plan_memory_tiers(g, inv, final, memory_budget_bytes=p.budget, tiers=plan0)
+    else:
+        # a list-scheduling anomaly made the re-timed schedule slower: keep the scored one
+        final, plan = sim, plan0
+        if priority is not None:
+            final_priority = priority
+        else:
+            final_priority = critical_path_priority(
+                g, inv, placement, p.times[np.arange(p.n), placement], cost_model=p.cost_model
+            )
+    peak = final.peak_memory_bytes
+    used = np.unique(placement)
+    over = peak - p.budget
+    over_used = np.where(np.isin(np.arange(inv.n_devices), used), over, -np.inf)
+    worst = int(np.argmax(over_used))
+    feasible = bool(over_used[worst] <= 0) and plan.hbm_fits and (cand.acyclic or not p.options.pipeline)
+    bytes_over = float(max(over_used[worst], 0.0))
+    if not feasible and not p.options.allow_infeasible:
+        name = inv.device_names[worst]
+        if not (cand.acyclic or not p.options.pipeline):
+            raise Infeasible("no acyclic stage assignment found for pipeline mode")
+        raise Infeasible(
+            f"no placement fits in memory: the best plan ({cand.strategy}) needs "
+            f"{peak[worst] / 1e9:.2f} GB on device {name}, {bytes_over / 1e9:.2f} GB over its budget of "
+            f"{p.budget[worst] / 1e9:.2f} GB; add devices, lower micro_batches or memory_headroom_fraction"
+        )
+    return PlacementResult(
+        expanded=p.expanded,
+        placement=placement,
+        priority=final_priority,
+        strategy=cand.strategy,
+        candidates=tuple(p.candidates),
+        simulation=final,
+        memory_plan=plan,
+        transfers=_transfer_plan(g, inv, final),
+        feasible=feasible,
+        infeasible_device=None if feasible else worst,
+        bytes_over=bytes_over,
+        memory_budget_bytes=p.budget,
+        acyclic=cand.acyclic,
+        devices_used=int(used.shape[0]),
+        objective_value=p._objective(final),
+        notes=p.notes,
+    )

@@ -1,0 +1,635 @@
+"""Choose a dp x tp x pp (x cp x ep) layout for transformer training, and map ranks to GPUs.
+
+Before an operator graph is placed, a large-model job must split its GPUs into
+data-, tensor-, pipeline-, context- and expert-parallel groups. This module
+enumerates every layout the cluster admits (tensor parallel sizes up to a node,
+pipeline sizes up to the layer count, context/expert sizes, micro-batch sizes,
+virtual pipeline stages, ZeRO stages 0-3 and recomputation modes), predicts each
+one's step time and per-GPU memory with the vectorised analytic model of
+:mod:`partitioners.parallel3d_cost`, rejects those that cannot run (with the
+reason), ranks the rest, and lays the best one out on the physical GPUs.
+
+The public entry points take plain dicts (as the HTTP handler receives them) or
+the dataclasses of :mod:`partitioners.parallel3d_specs`, and return dataclasses
+with ``to_dict()`` for JSON. The rank map is returned as numpy arrays for the top
+candidate only (100,000 ranks is large); the caller chooses how much to serialise.
+
+Rank order follows Megatron-Core's ``RankGenerator`` convention with the order
+``"tp-cp-ep-pp-dp"`` (innermost first): tensor-parallel groups are consecutive
+GPUs (one NVLink/NVSwitch domain), context and expert groups next, neighbouring
+pipeline stages on neighbouring GPUs or nodes, and data-parallel replicas the
+outermost dimension, i.e. across nodes, where only the (overlapped) gradient
+reduction travels.
+
+References
+----------
+.. [1] D. Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+   Clusters Using Megatron-LM", SC21 (FLOPs per step, 1F1B and interleaved
+   schedules, bubble ``(p-1)/(vm)``, tp within a node then pp across nodes).
+.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
+   Transformer Models", MLSys 2023 (activation memory, sequence parallelism,
+   selective recomputation, MFU vs HFU).
+.. [3] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+   Parameter Models", SC20 (16 B/parameter mixed-precision Adam, stages 1-3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from partitioners.errors import Infeasible, InvalidInput
+from partitioners.parallel3d_cost import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    LayoutArrays,
+    model_flops_per_step,
+    parameter_counts,
+    predict_layouts,
+)
+from partitioners.parallel3d_specs import (
+    RECOMPUTE_MODES,
+    ClusterSpec,
+    Constraints,
+    ModelSpec,
+    TrainingSpec,
+    cluster_from_dict,
+    constraints_from_dict,
+    model_from_dict,
+    training_from_dict,
+)
+
+__all__ = [
+    "MemoryBreakdown",
+    "LayoutPrediction",
+    "RankMap",
+    "ParallelPlan",
+    "REJECTION_REASONS",
+    "plan_parallel_layout",
+    "evaluate_layouts",
+    "enumerate_layouts",
+    "rank_map",
+]
+
+_GIB = 1024.0**3
+_MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
+_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12, 16)
+_MAX_CP = 32
+_RECOMPUTE_CODE = {"none": RECOMPUTE_NONE, "selective": RECOMPUTE_SELECTIVE, "full": RECOMPUTE_FULL}
+
+# Reasons a layout cannot run, in the order they are reported (bit positions).
+REJECTION_REASONS: tuple[str, ...] = (
+    "tp-crosses-node",
+    "heads-not-divisible-by-tp",
+    "more-stages-than-layers",
+    "layers-not-divisible-by-pp",
+    "batch-not-divisible",
+    "zero-with-pipeline",
+    "out-of-memory",
+)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Predicted peak bytes per GPU on the worst pipeline stage, by kind."""
+
+    parameters_bytes: float
+    gradients_bytes: float
+    optimizer_state_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(getattr(self, k)) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class LayoutPrediction:
+    """One layout and what the model predicts for it.
+
+    ``mfu`` counts model FLOPs only (no recomputation) against the bf16 dense
+    peak; ``hfu`` adds recomputed FLOPs. ``reasons`` is empty for a layout that
+    can run; otherwise it says why not.
+    """
+
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    virtual_stages: int
+    micro_batch_size: int
+    num_micro_batches: int
+    zero_stage: int
+    recompute: str
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    bubble_fraction: float
+    time_breakdown_s: Mapping[str, float]
+    memory: MemoryBreakdown
+    reasons: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    tie_with_best: bool = False
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+    @property
+    def mesh(self) -> tuple[int, int, int, int, int]:
+        return (self.dp, self.pp, self.tp, self.cp, self.ep)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
+            "virtual_stages": self.virtual_stages,
+            "micro_batch_size": self.micro_batch_size,
+            "num_micro_batches": self.num_micro_batches,
+            "zero_stage": self.zero_stage,
+            "recompute": self.recompute,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "mfu_note": "model FLOPs only (Narayanan et al. SC21 count, no recomputation) / bf16 dense peak",
+            "hfu": self.hfu,
+            "bubble_fraction": self.bubble_fraction,
+            "time_breakdown_s": dict(self.time_breakdown_s),
+            "memory_per_gpu": self.memory.to_dict(),
+            "fits": self.fits,
+            "reasons": list(self.reasons),
+            "notes": list(self.notes),
+            "tie_with_best": self.tie_with_best,
+        }
+
+
+@dataclass(frozen=True)
+class RankMap:
+    """Every rank's mesh coordinates and the GPU it runs on.
+
+    ``coords[r]`` is ``(dp, pp, tp, cp, ep)`` of rank ``r`` (columns named by
+    ``COORD_NAMES``); ``device[r]`` the global GPU index (``node * gpus_per_node +
+    local_gpu``). ``mesh_shape``/``mesh_dim_names`` describe the same layout as a
+    row-major torch ``DeviceMesh`` (outermost first); when ``ep > 1`` the data-parallel
+    dimension is split into ``edp`` (outer) and ``ep`` (inner), ``dp = edp * ep``.
+    """
+
+    COORD_NAMES = ("dp", "pp", "tp", "cp", "ep")
+
+    coords: np.ndarray
+    device: np.ndarray
+    node: np.ndarray
+    local_gpu: np.ndarray
+    mesh_shape: tuple[int, ...]
+    mesh_dim_names: tuple[str, ...]
+    order: str = "tp-cp-ep-pp-dp"
+
+    def to_dict(self, limit: int | None = 1024) -> dict[str, Any]:
+        n = self.coords.shape[0]
+        k = n if limit is None else min(n, limit)
+        return {
+            "num_ranks": int(n),
+            "order": self.order,
+            "mesh_shape": list(self.mesh_shape),
+            "mesh_dim_names": list(self.mesh_dim_names),
+            "coord_names": list(self.COORD_NAMES),
+            "ranks": [
+                {"rank": r, **{name: int(self.coords[r, j]) for j, name in enumerate(self.COORD_NAMES)},
+                 "device": int(self.device[r]), "node": int(self.node[r]), "local_gpu": int(self.local_gpu[r])}
+                for r in range(k)
+            ],
+            "truncated": k < n,
+        }
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """Ranked layouts for one request, the better-looking ones that were rejected, and the rank map."""
+
+    num_gpus: int
+    candidates: tuple[LayoutPrediction, ...]
+    rejected: tuple[LayoutPrediction, ...]
+    rejection_counts: Mapping[str, int]
+    searched: int
+    model_parameters: float
+    model_flops_per_step: float
+    rank_map: RankMap | None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def feasible(self) -> bool:
+        return bool(self.candidates)
+
+    def infeasible_error(self) -> Infeasible:
+        """An :class:`Infeasible` a handler can raise (422) when nothing fits."""
+        return Infeasible("no layout can run: " + "; ".join(self.notes), field="model", code="no-layout-fits")
+
+    def to_dict(self, rank_map_limit: int | None = 1024) -> dict[str, Any]:
+        return {
+            "num_gpus": self.num_gpus,
+            "feasible": self.feasible,
+            "model_parameters": self.model_parameters,
+            "model_flops_per_step": self.model_flops_per_step,
+            "searched_layouts": self.searched,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "rejected_better_looking": [c.to_dict() for c in self.rejected],
+            "rejection_counts": dict(self.rejection_counts),
+            "notes": list(self.notes),
+            "rank_map": None if self.rank_map is None else self.rank_map.to_dict(rank_map_limit),
+        }
+
+
+# --------------------------------------------------------------------- enumeration
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                      constraints: Constraints) -> LayoutArrays:
+    """Every candidate layout the constraints allow, as parallel arrays.
+
+    Structural impossibilities are never generated (``dp`` must be an integer,
+    ``ep`` must divide the experts and ``dp``, interleaving needs ``pp > 1``, a
+    layer count per stage that ``v`` divides and at least ``pp`` micro-batches).
+    Layouts that are well-formed but cannot run (tp across a node, heads not
+    divisible, out of memory, ...) are generated so the answer can say why they
+    lost. Tensor-parallel sizes are powers of two up to two nodes (those beyond
+    one node only to report them), pipeline sizes every divisor up to the layer
+    count, context-parallel sizes powers of two (flash attention only).
+    """
+    n_gpus = cluster.num_gpus
+    gpn = cluster.gpus_per_node
+    batch = training.global_batch_sequences
+    if constraints.tp is not None:
+        tps = [constraints.tp]
+    else:
+        tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= 2 * gpn and n_gpus % t == 0]
+    if constraints.cp is not None:
+        cps = [constraints.cp]
+    elif training.flash_attention:
+        cps = [c for c in (1, 2, 4, 8, 16, 32) if c <= _MAX_CP and (c == 1 or (
+            model.seq_length % (2 * c) == 0 and model.seq_length // c >= 1024))]
+    else:
+        cps = [1]
+    if constraints.ep is not None:
+        eps = [constraints.ep]
+    elif model.moe is not None:
+        eps = [e for e in _divisors(model.moe.num_experts)]
+    else:
+        eps = [1]
+    max_pp = model.num_layers if constraints.max_pp is None else min(constraints.max_pp, model.num_layers)
+
+    rows = []
+    for tp in tps:
+        for cp in cps:
+            if n_gpus % (tp * cp):
+                continue
+            rest = n_gpus // (tp * cp)
+            pps = [constraints.pp] if constraints.pp is not None else [p for p in _divisors(rest) if p <= max_pp]
+            for pp in pps:
+                if rest % pp:
+                    continue
+                dp = rest // pp
+                for ep in eps:
+                    if dp % ep or (model.moe is not None and model.moe.num_experts % ep):
+                        continue
+                    rows.append((dp, tp, pp, cp, ep))
+    if not rows:
+        return LayoutArrays(*(np.zeros(0, dtype=np.int64) for _ in range(9)))
+    mesh = np.array(rows, dtype=np.int64)
+
+    mbss = np.array([constraints.micro_batch_size] if constraints.micro_batch_size else _MICRO_BATCH_SIZES)
+    vs = np.array([constraints.virtual_stages] if constraints.virtual_stages else _VIRTUAL_STAGES)
+    zeros = np.array(sorted(set(constraints.zero_stages)))
+    rcs = np.array(sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute}))
+    grid = np.meshgrid(np.arange(len(mesh)), np.arange(len(mbss)), np.arange(len(vs)), np.arange(len(zeros)),
+                       np.arange(len(rcs)), indexing="ij")
+    i_mesh, i_mbs, i_v, i_z, i_rc = (g.reshape(-1) for g in grid)
+    dp, tp, pp, cp, ep = (mesh[i_mesh, j] for j in range(5))
+    mbs = mbss[i_mbs]
+    v = vs[i_v]
+    # micro-batch sizes above the per-replica batch are meaningless
+    per_replica = np.maximum(batch // dp, 1)
+    keep = mbs <= np.maximum(per_replica, 1)
+    if constraints.micro_batch_size:
+        keep[:] = True
+    m = np.ceil(batch / (dp * mbs))
+    layers_even = model.num_layers % pp == 0
+    q = np.ceil(model.num_layers / pp)
+    v_ok = (v == 1) | ((pp > 1) & layers_even & (q % v == 0) & (m >= pp))
+    keep &= v_ok
+    return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], mbs[keep], v[keep], zeros[i_z][keep],
+                        rcs[i_rc][keep])
+
+
+def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, constraints: Constraints,
+                 lay: LayoutArrays, pred: Mapping[str, np.ndarray]) -> np.ndarray:
+    bits = np.zeros(len(lay), dtype=np.int64)
+
+    def mark(name: str, mask: np.ndarray) -> None:
+        nonlocal bits
+        bits |= np.where(mask, 1 << REJECTION_REASONS.index(name), 0)
+
+    mark("tp-crosses-node", lay.tp > cluster.gpus_per_node)
+    mark("heads-not-divisible-by-tp", (model.num_attention_heads % lay.tp != 0) | (model.kv_heads % lay.tp != 0))
+    q = np.ceil(model.num_layers / lay.pp)
+    last = np.where(model.num_layers % lay.pp == 0, q, q - 1)
+    mark("more-stages-than-layers", (lay.pp > model.num_layers) | (last < 1))
+    if not constraints.allow_uneven_pp:
+        mark("layers-not-divisible-by-pp", model.num_layers % lay.pp != 0)
+    mark("batch-not-divisible", training.global_batch_sequences % (lay.dp * lay.mbs) != 0)
+    mark("zero-with-pipeline", (lay.zero >= 2) & (lay.pp > 1))
+    mark("out-of-memory", pred["memory_bytes"] > cluster.memory_bytes)
+    return bits
+
+
+def _reason_text(name: str, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, d: Mapping[str, Any],
+                 memory_bytes: float) -> str:
+    if name == "tp-crosses-node":
+        return (f"tp={d['tp']} spans {d['tp'] / cluster.gpus_per_node:g} nodes of {cluster.gpus_per_node} GPUs: "
+                "its per-layer all-reduces would leave the NVLink/NVSwitch domain")
+    if name == "heads-not-divisible-by-tp":
+        return (f"{model.num_attention_heads} attention heads / {model.kv_heads} KV heads are not divisible "
+                f"by tp={d['tp']}")
+    if name == "more-stages-than-layers":
+        return f"pp={d['pp']} leaves a pipeline stage without layers ({model.num_layers} layers)"
+    if name == "layers-not-divisible-by-pp":
+        return f"{model.num_layers} layers are not divisible by pp={d['pp']} (uneven stages not allowed)"
+    if name == "batch-not-divisible":
+        return (f"global batch {training.global_batch_sequences} is not a multiple of dp x micro-batch = "
+                f"{d['dp']} x {d['mbs']}")
+    if name == "zero-with-pipeline":
+        return (f"ZeRO-{d['zero']} shards gradients per micro-batch, which pipeline gradient accumulation "
+                f"defeats (DeepSpeed and Megatron refuse ZeRO-2/3 with pp={d['pp']})")
+    return f"out of memory: needs {memory_bytes / _GIB:.1f} GiB per GPU, {cluster.memory_bytes / _GIB:.1f} GiB available"
+
+
+def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits: np.ndarray, model: ModelSpec,
+                cluster: ClusterSpec, training: TrainingSpec, tie: bool = False,
+                notes: tuple[str, ...] = ()) -> LayoutPrediction:
+    d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute")}
+    reasons = tuple(_reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i]))
+                    for j, name in enumerate(REJECTION_REASONS) if bits[i] >> j & 1)
+    extra = list(notes)
+    q, last = int(pred["layers_per_stage"][i]), int(pred["last_stage_layers"][i])
+    if d["pp"] > 1 and q != last:
+        extra.append(f"uneven stages: {q} layers per stage, {last} on the last (which also holds the output layer)")
+    breakdown = {k: float(pred[k][i]) for k in ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
+                                                "bubble_s", "dp_comm_exposed_s", "dp_comm_total_s", "optimizer_s")}
+    return LayoutPrediction(
+        dp=d["dp"], tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], virtual_stages=d["v"],
+        micro_batch_size=d["mbs"], num_micro_batches=int(pred["num_micro_batches"][i]), zero_stage=d["zero"],
+        recompute=RECOMPUTE_MODES[d["recompute"]], step_time_s=float(pred["step_time_s"][i]),
+        tokens_per_s=float(pred["tokens_per_s"][i]), mfu=float(pred["mfu"][i]), hfu=float(pred["hfu"][i]),
+        bubble_fraction=float(pred["bubble_fraction"][i]), time_breakdown_s=breakdown,
+        memory=MemoryBreakdown(
+            parameters_bytes=float(pred["parameters_bytes"][i]), gradients_bytes=float(pred["gradients_bytes"][i]),
+            optimizer_state_bytes=float(pred["optimizer_state_bytes"][i]),
+            activations_bytes=float(pred["activations_bytes"][i]), buffers_bytes=float(pred["buffers_bytes"][i]),
+            total_bytes=float(pred["memory_bytes"][i]), capacity_bytes=float(cluster.memory_bytes)),
+        reasons=reasons, notes=tuple(extra), tie_with_best=tie,
+    )
+
+
+def _best_per_mesh(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> np.ndarray:
+    """Of the candidates at ``index``, the fastest one per (dp, tp, pp, cp, ep) mesh, fastest first."""
+    if index.size == 0:
+        return index
+    order = index[np.lexsort((step[index], lay.ep[index], lay.cp[index], lay.pp[index], lay.tp[index]))]
+    key = np.stack([lay.tp[order], lay.pp[order], lay.cp[order], lay.ep[order]], axis=1)
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = np.any(key[1:] != key[:-1], axis=1)
+    best = order[first]
+    return best[np.argsort(step[best], kind="stable")]
+
+
+# --------------------------------------------------------------------- public API
+
+
+def _parse(model, cluster, training, constraints):
+    model_spec = model_from_dict(model)
+    cluster_spec = cluster_from_dict(cluster)
+    training_spec = training_from_dict(training)
+    cons = constraints_from_dict(constraints)
+    n = cluster_spec.num_gpus
+    for name in ("tp", "pp", "cp"):
+        value = getattr(cons, name)
+        if value is not None and n % value:
+            raise InvalidInput(f"constraints.{name}={value} does not divide the {n} GPUs of the cluster",
+                               field=f"constraints.{name}", code="does-not-divide")
+    if cons.ep is not None and model_spec.moe is None and cons.ep != 1:
+        raise InvalidInput("constraints.ep > 1 needs a model with an MoE block", field="constraints.ep",
+                           code="no-experts")
+    if cons.ep is not None and model_spec.moe is not None and model_spec.moe.num_experts % cons.ep:
+        raise InvalidInput(f"constraints.ep={cons.ep} does not divide {model_spec.moe.num_experts} experts",
+                           field="constraints.ep", code="does-not-divide")
+    return model_spec, cluster_spec, training_spec, cons
+
+
+def _search(model_spec, cluster_spec, training_spec, cons):
+    lay = enumerate_layouts(model_spec, cluster_spec, training_spec, cons)
+    if len(lay) == 0:
+        return lay, {}, np.zeros(0, dtype=np.int64)
+    pred = predict_layouts(model_spec, cluster_spec, training_spec, lay)
+    bits = _reason_bits(model_spec, cluster_spec, training_spec, cons, lay, pred)
+    return lay, pred, bits
+
+
+def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str, Any] | ClusterSpec,
+                         training: Mapping[str, Any] | TrainingSpec,
+                         constraints: Mapping[str, Any] | Constraints | None = None, *, top_k: int = 10,
+                         with_rank_map: bool = True) -> ParallelPlan:
+    """Search dp x tp x pp x cp x ep layouts and rank them by predicted step time.
+
+    Parameters
+    ----------
+    model, cluster, training, constraints
+        Dicts as the HTTP API receives them (see :func:`model_from_dict` and
+        siblings in :mod:`partitioners.parallel3d_specs`) or the dataclasses.
+    top_k : int
+        Number of ranked candidates returned, each the fastest variant
+        (micro-batch, v, ZeRO, recomputation) of a distinct mesh shape.
+    with_rank_map : bool
+        Build the rank -> GPU map of the top candidate.
+
+    Returns
+    -------
+    ParallelPlan
+        Candidates fastest first; layouts within ``constraints.tie_tolerance``
+        (2%) of the best are flagged ``tie_with_best`` and, among those, ones
+        with fewer pipeline stages come first: the gap is below the model's
+        error, and fewer stages carry less unmodelled risk (stage imbalance,
+        straggling stages, p2p jitter). ``rejected`` lists faster-looking
+        layouts that cannot run, with the reason. ``feasible`` is False when
+        nothing fits; ``notes`` then says what would have to change.
+
+    Raises
+    ------
+    InvalidInput
+        Malformed input (zero GPUs, heads not dividing the hidden size, a fixed
+        tp that does not divide the GPU count, ...).
+    """
+    if not 1 <= top_k <= 1000:
+        raise InvalidInput("top_k must be in 1..1000", field="top_k", code="out-of-range")
+    model_spec, cluster_spec, training_spec, cons = _parse(model, cluster, training, constraints)
+    lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
+    counts = parameter_counts(model_spec)
+    mflops = model_flops_per_step(model_spec, training_spec.global_batch_sequences)
+    rejection_counts = {name: int(np.count_nonzero(bits >> j & 1)) for j, name in enumerate(REJECTION_REASONS)}
+    if len(lay) == 0:
+        note = (f"no layout of {cluster_spec.num_gpus} GPUs satisfies the constraints "
+                f"(fixed sizes must multiply to a divisor of the GPU count)")
+        return ParallelPlan(cluster_spec.num_gpus, (), (), rejection_counts, 0, counts.total, mflops, None, (note,))
+    step = pred["step_time_s"]
+    valid = np.flatnonzero(bits == 0)
+    ranked = _best_per_mesh(valid, lay, step)
+    notes: list[str] = []
+    candidates: list[LayoutPrediction] = []
+    if ranked.size:
+        best_time = step[ranked[0]]
+        in_band = step[ranked] <= best_time * (1.0 + cons.tie_tolerance)
+        band = ranked[in_band]
+        band = band[np.lexsort((step[band], lay.pp[band]))]
+        ordered = np.concatenate([band, ranked[~in_band]])[:top_k]
+        for i in ordered:
+            tie = bool(step[i] <= best_time * (1.0 + cons.tie_tolerance))
+            note = ()
+            if tie and band.size > 1:
+                note = (f"within {cons.tie_tolerance:.0%} of the fastest prediction "
+                        f"({best_time:.3f} s): a tie at the model's accuracy; ties rank fewer pipeline stages first",)
+            candidates.append(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec, tie, note))
+        threshold = step[ordered[0]]
+    else:
+        threshold = np.inf
+        notes.extend(_why_nothing_fits(model_spec, cluster_spec, training_spec, lay, pred, bits, rejection_counts))
+    rejected_idx = np.flatnonzero((bits != 0) & (step < threshold))
+    rejected = tuple(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec)
+                     for i in _best_per_mesh(rejected_idx, lay, step)[:5])
+    top_map = None
+    if with_rank_map and candidates:
+        top_map = rank_map(cluster_spec, candidates[0])
+    return ParallelPlan(cluster_spec.num_gpus, tuple(candidates), rejected, rejection_counts, len(lay), counts.total,
+                        mflops, top_map, tuple(notes))
+
+
+def _why_nothing_fits(model, cluster, training, lay, pred, bits, counts) -> list[str]:
+    notes = []
+    oom_bit = 1 << REJECTION_REASONS.index("out-of-memory")
+    structural_ok = (bits & ~oom_bit) == 0
+    if np.any(structural_ok):
+        i = int(np.flatnonzero(structural_ok)[np.argmin(pred["memory_bytes"][structural_ok])])
+        params = parameter_counts(model).total
+        notes.append(
+            f"every layout runs out of memory: the smallest footprint is "
+            f"{pred['memory_bytes'][i] / _GIB:.1f} GiB per GPU (tp={lay.tp[i]}, pp={lay.pp[i]}, "
+            f"ZeRO-{lay.zero[i]}, {RECOMPUTE_MODES[lay.recompute[i]]} recomputation) against "
+            f"{cluster.memory_bytes / _GIB:.1f} GiB; the {params / 1e9:.1f}B parameters alone need "
+            f"{16 * params / 1e12:.2f} TB of weights, gradients and Adam state over "
+            f"{cluster.num_gpus} GPUs holding {cluster.num_gpus * cluster.memory_bytes / 1e12:.2f} TB")
+    else:
+        blocking = [name for name, n in counts.items() if n and name != "out-of-memory"]
+        notes.append("no layout is well formed: " + ", ".join(blocking))
+        if counts.get("batch-not-divisible"):
+            notes.append(f"the global batch of {training.global_batch_sequences} sequences must be a multiple of "
+                         "dp x micro-batch; choose a batch or GPU count with common factors")
+        if counts.get("layers-not-divisible-by-pp") or counts.get("more-stages-than-layers"):
+            notes.append(f"{model.num_layers} layers: allow uneven pipeline stages or pick a pp that divides them")
+    return notes
+
+
+def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str, Any] | ClusterSpec,
+                     training: Mapping[str, Any] | TrainingSpec, layouts: Sequence[Mapping[str, Any]],
+                     constraints: Mapping[str, Any] | Constraints | None = None) -> list[LayoutPrediction]:
+    """Predict given layouts instead of searching (the request's ``"evaluate"``).
+
+    Each layout may fix any of ``dp``, ``tp``, ``pp``, ``cp``, ``ep``,
+    ``virtual_stages``, ``micro_batch_size``, ``zero_stage``, ``recompute``; fields
+    left out are chosen as the search would. A layout that cannot run is still
+    predicted, with ``reasons`` saying why.
+    """
+    model_spec, cluster_spec, training_spec, base = _parse(model, cluster, training, constraints)
+    results = []
+    allowed = {"dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute"}
+    for k, layout in enumerate(layouts):
+        if not isinstance(layout, Mapping):
+            raise InvalidInput("each layout must be an object", field=f"evaluate[{k}]", code="not-an-object")
+        unknown = sorted(set(layout) - allowed)
+        if unknown:
+            raise InvalidInput(f"unknown layout field(s) {unknown}; allowed {sorted(allowed)}",
+                               field=f"evaluate[{k}].{unknown[0]}", code="unknown-field")
+        fixed: dict[str, Any] = {
+            "tp": layout.get("tp", base.tp), "pp": layout.get("pp", base.pp), "cp": layout.get("cp", base.cp),
+            "ep": layout.get("ep", base.ep), "micro_batch_size": layout.get("micro_batch_size", base.micro_batch_size),
+            "virtual_stages": layout.get("virtual_stages", base.virtual_stages),
+            "zero_stages": [layout["zero_stage"]] if "zero_stage" in layout else list(base.zero_stages),
+            "recompute": [layout["recompute"]] if "recompute" in layout else list(base.recompute),
+            "allow_uneven_pp": base.allow_uneven_pp, "max_pp": None,
+        }
+        cons = constraints_from_dict({key: val for key, val in fixed.items() if val is not None})
+        _, _, _, cons = _parse(model_spec, cluster_spec, training_spec, cons)
+        lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
+        if "dp" in layout and len(lay):
+            keep = lay.dp == int(layout["dp"])
+            lay, pred, bits = lay.take(keep), {key: val[keep] for key, val in pred.items()}, bits[keep]
+        if len(lay) == 0:
+            raise InvalidInput(f"layout {dict(layout)} does not multiply out to the {cluster_spec.num_gpus} GPUs "
+                               "(dp x tp x pp x cp must equal the GPU count, ep must divide dp and the experts)",
+                               field=f"evaluate[{k}]", code="layout-does-not-match-cluster")
+        step = pred["step_time_s"]
+        valid = np.flatnonzero(bits == 0)
+        pool = valid if valid.size else np.arange(len(lay))
+        if not valid.size:
+            # the least-broken variant: fewest reasons, then fastest
+            n_reasons = np.array([bin(int(b)).count("1") for b in bits[pool]])
+            pool = pool[n_reasons == n_reasons.min()]
+        i = int(pool[np.argmin(step[pool])])
+        results.append(_prediction(i, lay, pred, bits, model_spec, cluster_spec, training_spec))
+    return results
+
+
+def rank_map(cluster: Mapping[str, Any] | ClusterSpec, layout: LayoutPrediction | Mapping[str, int]) -> RankMap:
+    """Map every rank to mesh coordinates and a GPU, order ``tp-cp-ep-pp-dp`` (innermost first).
+
+    Rank ``r`` runs on GPU ``r`` (node-major numbering). With ``tp`` innermost a
+    tensor-parallel group is ``tp`` consecutive GPUs, inside one node whenever
+    ``tp`` divides ``gpus_per_node``; pipeline neighbours are ``tp*cp*ep`` GPUs
+    apart (the same or the next node); data-parallel peers are
+    ``tp*cp*ep*pp`` apart, i.e. on different nodes once a model replica fills a node.
+    """
+    spec = cluster_from_dict(cluster)
+    get = (lambda k: int(getattr(layout, k))) if isinstance(layout, LayoutPrediction) else (
+        lambda k: int(layout.get(k, 1)))
+    tp, pp, cp, ep = get("tp"), get("pp"), get("cp"), get("ep")
+    n = spec.num_gpus
+    if tp * pp * cp <= 0 or n % (tp * pp * cp):
+        raise InvalidInput(f"tp x pp x cp = {tp * pp * cp} does not divide {n} GPUs", field="layout",
+                           code="does-not-divide")
+    dp = n // (tp * pp * cp)
+    if "dp" in (layout if isinstance(layout, Mapping) else {"dp": 0}) and get("dp") != dp:
+        raise InvalidInput(f"dp x tp x pp x cp must equal {n} GPUs", field="layout.dp", code="does-not-divide")
+    if dp % ep:
+        raise InvalidInput(f"ep={ep} must divide dp={dp}", field="layout.ep", code="does-not-divide")
+    r = np.arange(n, dtype=np.int64)
+    tp_c = r % tp
+    cp_c = (r // tp) % cp
+    ep_c = (r // (tp * cp)) % ep
+    pp_c = (r // (tp * cp * ep)) % pp
+    edp_c = r // (tp * cp * ep * pp)
+    dp_c = edp_c * ep + ep_c
+    coords = np.stack([dp_c, pp_c, tp_c, cp_c, ep_c], axis=1).astype(np.int32)
+    if ep > 1:
+        shape, names = (dp // ep, pp, ep, cp, tp), ("edp", "pp", "ep", "cp", "tp")
+    else:
+        shape, names = (dp, pp, cp, tp), ("dp", "pp", "cp", "tp")
+    return RankMap(coords=coords, device=r.copy(), node=(r // spec.gpus_per_node).astype(np.int32),
+                   local_gpu=(r % spec.gpus_per_node).astype(np.int32), mesh_shape=shape, mesh_dim_names=names)

@@ -1,0 +1,638 @@
+"""Analytic time and memory of one training step for many 3D layouts at once.
+
+Every function takes the candidate layouts as parallel numpy arrays
+(:class:`LayoutArrays`) and returns arrays, so a search over hundreds of
+thousands of (dp, tp, pp, cp, ep, micro-batch, v, ZeRO, recompute) tuples is a
+handful of vectorised passes.
+
+Published models this follows (and where it departs, why):
+
+* FLOPs per step: Narayanan et al., "Efficient Large-Scale Language Model
+  Training on GPU Clusters Using Megatron-LM", SC21, eq. (3):
+  ``F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h))`` model FLOPs (``96`` and ``V/(16lh)``
+  with full recomputation), generalised term by term to GQA, any FFN width,
+  gated (SwiGLU) MLPs and MoE layers. Attention is counted over the full ``s x s``
+  score matrix as the paper does, so MFU is comparable with published figures.
+* Activation memory per layer: Korthikanti et al., "Reducing Activation
+  Recomputation in Large Transformer Models", MLSys 2023 (arXiv:2205.05198),
+  Table 2: ``sbh(34 + 5as/h)`` without parallelism, ``sbh(10 + 24/t + 5as/(ht))``
+  with tensor parallelism, ``sbh(34/t + 5as/(ht))`` with sequence parallelism,
+  ``34 sbh/t`` with selective recomputation and ``2sbh/t`` with full
+  recomputation; in-flight micro-batches of the 1F1B and interleaved schedules
+  (their Section 4.2.3: ``L(1 + (p-1)/(pv))`` layers' worth on the first stage).
+  With flash attention (Dao, 2022) the ``5as/h`` score term is never stored.
+* Weights, gradients and optimizer state: mixed-precision Adam keeps 2 B bf16
+  weights + 4 B fp32 gradients (Megatron's ``main_grad``; 2 B in DeepSpeed) +
+  12 B fp32 master weights and moments = 16-18 B/parameter (Rajbhandari et al.,
+  "ZeRO", SC20, Section 3.1: ``(2 + 2 + K)`` with ``K = 12``), sharded over the
+  data-parallel group by ZeRO stage 1 (optimizer), 2 (+ gradients), 3 (+ weights).
+* Pipeline bubble ``(p-1)/(v m)`` of 1F1B (``v = 1``) and interleaved schedules
+  (Narayanan et al. SC21, Section 2.2).
+* Collectives: the shared alpha-beta formulas of :mod:`partitioners.collectives`
+  (ring all-reduce, reduce-scatter, all-gather, all-to-all, hierarchical
+  all-reduce), evaluated as affine functions of the message size so one call per
+  distinct group size serves every candidate.
+* GEMM time: roofline (Williams, Waterman, Patterson, CACM 2009) of each
+  per-GPU matrix product with wave quantisation over the SMs (NVIDIA "Matrix
+  Multiplication Background User's Guide"), so small per-GPU matrices (large
+  tp, small micro-batches) run below peak instead of at it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from partitioners.collectives import (
+    LinkSpec,
+    allgather_time_s,
+    allreduce_time_s,
+    alltoall_time_s,
+    hierarchical_allreduce_time_s,
+    p2p_time_s,
+)
+from partitioners.parallel3d_specs import ClusterSpec, ModelSpec, TrainingSpec
+
+__all__ = [
+    "LayoutArrays",
+    "RECOMPUTE_NONE",
+    "RECOMPUTE_SELECTIVE",
+    "RECOMPUTE_FULL",
+    "ParameterCounts",
+    "parameter_counts",
+    "model_flops_per_step",
+    "hardware_flops_per_step",
+    "activation_bytes_per_layer",
+    "predict_layouts",
+    "pipeline_bubble_fraction",
+]
+
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
+
+# Achievable fractions of the datasheet figures. nccl-tests on DGX A100/H100 report
+# all-reduce bus bandwidth of about 80% of the NVLink per-direction figure and about 90%
+# of the InfiniBand line rate; STREAM-like kernels reach about 80-90% of HBM bandwidth.
+_NVLINK_EFFICIENCY = 0.8
+_IB_EFFICIENCY = 0.9
+_HBM_EFFICIENCY = 0.8
+# FlashAttention-2 (Dao, 2023) reaches 70-73% of A100 peak forward and ~63% end to end;
+# FlashAttention-3 ~75% of H100 peak. Expressed relative to the GEMM ceiling of the GPU.
+_FLASH_OVER_GEMM = 0.8
+# GEMM output tile of cuBLAS/CUTLASS kernels used for the wave-quantisation estimate.
+_TILE = 128
+# Fixed per-GPU reserve: CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces and
+# communication buffers, PyTorch caching-allocator fragmentation. PyTorch reports
+# 1-3 GiB of such overhead on large-model runs (torch.cuda.memory_reserved vs allocated).
+_RESERVED_BYTES = 3.0 * 1024**3
+# Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.
+_ADAM_BYTES_PER_PARAM = 30.0
+
+
+@dataclass(frozen=True)
+class LayoutArrays:
+    """Candidate layouts as parallel int64 arrays, one entry per candidate.
+
+    ``recompute`` holds ``RECOMPUTE_NONE``/``SELECTIVE``/``FULL``; ``v`` is the
+    number of virtual pipeline stages (model chunks) per rank.
+    """
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    mbs: np.ndarray
+    v: np.ndarray
+    zero: np.ndarray
+    recompute: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.dp.shape[0])
+
+    def take(self, index: np.ndarray) -> LayoutArrays:
+        """The candidates at ``index`` (boolean mask or integer positions)."""
+        return LayoutArrays(*(getattr(self, name)[index] for name in self.__dataclass_fields__))
+
+
+@dataclass(frozen=True)
+class ParameterCounts:
+    """Parameter counts by role (one layer of each kind, and the whole model)."""
+
+    attention_per_layer: float
+    dense_mlp_per_layer: float
+    experts_per_layer: float  # routed experts of one MoE layer (sharded by ep)
+    moe_shared_per_layer: float  # shared experts + router of one MoE layer
+    embedding: float
+    output: float
+    total: float
+    active_per_token: float
+
+
+def parameter_counts(model: ModelSpec) -> ParameterCounts:
+    """Count parameters of a GPT/Llama-style decoder (biases ignored, LayerNorm included)."""
+    h, hk = model.hidden_size, model.kv_heads * model.head_dim
+    mats = 3 if model.gated_mlp else 2
+    attention = h * (h + 2 * hk) + h * h + 2 * h
+    dense_mlp = mats * h * model.ffn
+    experts = shared = 0.0
+    active_moe = 0.0
+    if model.moe is not None:
+        moe = model.moe
+        experts = moe.num_experts * mats * h * moe.expert_ffn_hidden_size
+        shared = moe.shared_experts * mats * h * moe.expert_ffn_hidden_size + h * moe.num_experts
+        active_moe = (moe.experts_per_token + moe.shared_experts) * mats * h * moe.expert_ffn_hidden_size
+    n_moe = model.num_moe_layers
+    n_dense = model.num_layers - n_moe
+    embedding = model.vocab_size * h
+    output = 0.0 if model.tie_embeddings else model.vocab_size * h
+    total = model.num_layers * attention + n_dense * dense_mlp + n_moe * (experts + shared) + embedding + output + h
+    active = model.num_layers * attention + n_dense * dense_mlp + n_moe * (active_moe + h * (
+        model.moe.num_experts if model.moe else 0)) + embedding + output
+    return ParameterCounts(attention, dense_mlp, experts, shared, embedding, output, total, active)
+
+
+def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
+    """Forward FLOPs per token: (transformer layers, attention-score part of them, logits).
+
+    Narayanan et al. SC21 count, per layer and token, ``24h^2`` for the four
+    projections and the 4h MLP plus ``4sh`` for ``QK^T`` and attention over ``V``;
+    here the projections use the actual KV width (GQA) and FFN width, gated MLPs
+    have three matrices, and MoE layers count the top-k and shared experts plus the router.
+    """
+    h, s, hk = model.hidden_size, model.seq_length, model.kv_heads * model.head_dim
+    mats = 3 if model.gated_mlp else 2
+    attn_linear = 2 * h * (h + 2 * hk) + 2 * h * h
+    attn_scores = 4 * s * h
+    dense_mlp = 2 * mats * h * model.ffn
+    n_moe = model.num_moe_layers
+    moe_mlp = 0.0
+    if model.moe is not None:
+        moe = model.moe
+        moe_mlp = 2 * mats * h * moe.expert_ffn_hidden_size * (moe.experts_per_token + moe.shared_experts) \
+            + 2 * h * moe.num_experts
+    layers = model.num_layers * (attn_linear + attn_scores) + (model.num_layers - n_moe) * dense_mlp + n_moe * moe_mlp
+    return layers, model.num_layers * attn_scores, 2 * h * model.vocab_size
+
+
+def model_flops_per_step(model: ModelSpec, global_batch_sequences: int) -> float:
+    """Model FLOPs of one step: 3x forward (forward + 2x backward), no recomputation.
+
+    For a GPT with 4h MLP and MHA this is exactly Narayanan et al. (SC21) eq. (3)
+    with 72 instead of 96: ``72 B s l h^2 (1 + s/(6h) + V/(12 l h))`` (the form
+    Korthikanti et al. 2022 use for MFU).
+    """
+    layers, _, logits = _forward_flops_per_token(model)
+    return 3.0 * (layers + logits) * global_batch_sequences * model.seq_length
+
+
+def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: np.ndarray | int) -> np.ndarray:
+    """FLOPs actually executed: model FLOPs plus recomputation.
+
+    Full recomputation repeats every layer's forward (SC21's 96 = 4 x 24); selective
+    recomputation repeats only the attention-score part (Korthikanti et al. 2022, Sec. 5).
+    """
+    layers, scores, _ = _forward_flops_per_token(model)
+    tokens = global_batch_sequences * model.seq_length
+    rc = np.asarray(recompute)
+    extra = np.where(rc == RECOMPUTE_FULL, layers, np.where(rc == RECOMPUTE_SELECTIVE, scores, 0.0)) * tokens
+    return model_flops_per_step(model, global_batch_sequences) + extra
+
+
+def pipeline_bubble_fraction(pp: np.ndarray | int, v: np.ndarray | int, m: np.ndarray | int) -> np.ndarray:
+    """Idle fraction of the 1F1B / interleaved schedule, ``(p-1)/(v m)`` (Narayanan et al., SC21)."""
+    return (np.asarray(pp) - 1) / (np.asarray(v) * np.asarray(m))
+
+
+# --------------------------------------------------------------------- collectives
+
+
+def _affine(fn: Callable[[float, int], float], n_ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intercept and slope of an alpha-beta collective, per distinct group size.
+
+    The shared formulas are affine in the message size for a fixed group, so two
+    evaluations per distinct group size give the exact cost for every candidate.
+    """
+    sizes, inverse = np.unique(np.asarray(n_ranks, dtype=np.int64), return_inverse=True)
+    at_1 = np.array([fn(1.0, int(p)) for p in sizes])
+    at_2 = np.array([fn(2.0, int(p)) for p in sizes])
+    slope = at_2 - at_1
+    return (at_1 - slope)[inverse], slope[inverse]
+
+
+def _collective_time(fn: Callable[[float, int], float], n_bytes: np.ndarray, n_ranks: np.ndarray) -> np.ndarray:
+    intercept, slope = _affine(fn, n_ranks)
+    return np.where((n_bytes > 0) & (n_ranks > 1), intercept + slope * n_bytes, 0.0)
+
+
+def _p2p_time(n_bytes: np.ndarray, link: LinkSpec) -> np.ndarray:
+    at_1, at_2 = p2p_time_s(1.0, link), p2p_time_s(2.0, link)
+    return np.where(n_bytes > 0, at_1 + (at_2 - at_1) * (n_bytes - 1.0), 0.0)
+
+
+def _hier_allreduce_time(n_bytes: np.ndarray, local: np.ndarray, groups: np.ndarray, intra: LinkSpec,
+                         inter: LinkSpec) -> np.ndarray:
+    pairs = np.stack([local, groups], axis=1).astype(np.int64)
+    uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    at_1 = np.array([hierarchical_allreduce_time_s(1.0, int(a), int(b), intra, inter) for a, b in uniq])
+    at_2 = np.array([hierarchical_allreduce_time_s(2.0, int(a), int(b), intra, inter) for a, b in uniq])
+    slope = at_2 - at_1
+    total = local * groups
+    return np.where((n_bytes > 0) & (total > 1), (at_1 - slope)[inverse] + slope[inverse] * n_bytes, 0.0)
+
+
+# --------------------------------------------------------------------- GEMM model
+
+
+def _gemm_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: float, hbm: float, sms: int,
+                 bytes_per_element: float = 2.0) -> np.ndarray:
+    """Time of one ``(m x k) @ (k x n)`` product on one GPU.
+
+    Roofline of compute at ``eff * peak`` (the cuBLAS ceiling) against HBM traffic
+    of the three operands, with the compute side stretched by wave quantisation:
+    the output is cut into 128x128 tiles, one per SM at a time, and the last wave
+    runs partly empty (NVIDIA, "Matrix Multiplication Background User's Guide").
+    """
+    m = np.maximum(m, 1.0)
+    n = np.maximum(n, 1.0)
+    k = np.maximum(k, 1.0)
+    tiles = np.ceil(m / _TILE) * np.ceil(n / _TILE)
+    waves = np.ceil(tiles / sms)
+    quantisation = (m * n) / (waves * sms * _TILE * _TILE)
+    compute = 2.0 * m * n * k / (peak * eff * np.minimum(quantisation, 1.0))
+    memory = bytes_per_element * (m * k + k * n + m * n) / hbm
+    return np.maximum(compute, memory)
+
+
+# --------------------------------------------------------------------- memory
+
+
+def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
+                               recompute: np.ndarray, moe_layer: bool = False) -> np.ndarray:
+    """Activation bytes one layer keeps for backward, per GPU, for ``tokens`` local tokens.
+
+    Korthikanti et al. (2022) Table 2, term by term (per token, bytes):
+    LayerNorm inputs ``4h``, attention and MLP inputs ``2h + 2h``, dropout masks
+    ``h + h`` -- the ``10h`` that tensor parallelism alone leaves replicated and
+    sequence parallelism divides by ``t``; Q, K, V and the projection input
+    ``2h + 4h_kv + 2h``; the MLP's up-projection output and activation output
+    (``8h + 8h`` for a 4h GeLU MLP); and the ``5as`` bytes of attention scores,
+    softmax output and dropout mask that flash attention never stores.
+    Selective recomputation drops the score term; full recomputation keeps only
+    the layer input ``2h`` (sequence-sharded under sequence parallelism).
+    """
+    h, a, s = model.hidden_size, model.num_attention_heads, model.seq_length
+    hk = model.kv_heads * model.head_dim
+    up = 2 if model.gated_mlp else 1
+    tp = np.asarray(tp, dtype=float)
+    rep_div = np.where(training.sequence_parallel, tp, 1.0)
+    replicated = 10.0 * h
+    attn = 2.0 * h + 4.0 * hk + 2.0 * h
+    if training.flash_attention:
+        scores_none = 4.0 * a  # fp32 log-sum-exp per head
+        scores_selective = scores_none
+    else:
+        scores_none = 5.0 * a * s
+        scores_selective = 0.0
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        routed = moe.experts_per_token * (2.0 * h + 2.0 * moe.expert_ffn_hidden_size * up
+                                          + 2.0 * moe.expert_ffn_hidden_size)
+        shared = moe.shared_experts * (2.0 * moe.expert_ffn_hidden_size * up + 2.0 * moe.expert_ffn_hidden_size)
+        mlp = routed + shared
+    else:
+        mlp = 2.0 * model.ffn * up + 2.0 * model.ffn
+    per_token = np.where(
+        recompute == RECOMPUTE_FULL,
+        2.0 * h / rep_div,
+        replicated / rep_div + (attn + mlp + np.where(recompute == RECOMPUTE_SELECTIVE, scores_selective,
+                                                      scores_none)) / tp,
+    )
+    return per_token * tokens
+
+
+# --------------------------------------------------------------------- prediction
+
+
+def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                    layouts: LayoutArrays) -> dict[str, np.ndarray]:
+    """Predict time, throughput and per-GPU memory of every candidate layout.
+
+    Returns a dict of arrays (one entry per candidate): ``step_time_s``,
+    ``tokens_per_s``, ``mfu``, ``hfu``, ``bubble_fraction``, time components
+    ``compute_s``, ``tp_comm_s``, ``cp_comm_s``, ``ep_comm_s``, ``pp_comm_s``,
+    ``bubble_s``, ``dp_comm_exposed_s``, ``optimizer_s``, and memory components
+    ``parameters_bytes``, ``gradients_bytes``, ``optimizer_state_bytes``,
+    ``activations_bytes``, ``buffers_bytes``, ``memory_bytes`` (the worst
+    pipeline stage), plus ``num_micro_batches`` and ``layers_per_stage``.
+    """
+    f64 = np.float64
+    dp = layouts.dp.astype(f64)
+    tp = layouts.tp.astype(f64)
+    pp = layouts.pp.astype(f64)
+    cp = layouts.cp.astype(f64)
+    ep = layouts.ep.astype(f64)
+    mbs = layouts.mbs.astype(f64)
+    v = layouts.v.astype(f64)
+    zero = layouts.zero
+    rc = layouts.recompute
+
+    h, a, s, vocab = model.hidden_size, model.num_attention_heads, model.seq_length, model.vocab_size
+    hk = model.kv_heads * model.head_dim
+    up = 2 if model.gated_mlp else 1
+    n_layers = model.num_layers
+    n_moe = model.num_moe_layers
+    gpn = cluster.gpus_per_node
+    batch = training.global_batch_sequences
+    counts = parameter_counts(model)
+
+    peak_bf16 = cluster.peak_flops_per_s.get("bf16") or max(cluster.peak_flops_per_s.values())
+    peak_linear = cluster.peak_flops_per_s.get(training.precision, peak_bf16)
+    linear_bytes = 1.0 if training.precision == "fp8" and training.precision in cluster.peak_flops_per_s else 2.0
+    eff = cluster.gemm_efficiency_max
+    hbm = cluster.hbm_bandwidth_bytes_per_s
+    hbm_eff = hbm * _HBM_EFFICIENCY
+    sms = cluster.sm_count
+    intra = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
+    inter = LinkSpec(cluster.inter_node_bandwidth_bytes_per_s * _IB_EFFICIENCY, cluster.inter_node_latency_s)
+
+    m = np.ceil(batch / (dp * mbs))  # micro-batches per step per pipeline
+    tokens = mbs * s / cp  # local tokens of one micro-batch
+
+    # ---- stage split: ceil(L/p) layers on most stages, one fewer on the last when uneven
+    q = np.ceil(n_layers / pp)
+    last_layers = np.where(n_layers % layouts.pp == 0, q, q - 1)
+    moe_frac = n_moe / n_layers
+    q_moe = np.ceil(q * moe_frac) if n_moe else np.zeros_like(q)
+    q_dense = q - q_moe
+
+    # ---- per-layer forward time on one GPU, for one micro-batch
+    def gemm(mm, nn, kk, linear=True):
+        return _gemm_time_s(mm, nn, kk, peak_linear if linear else peak_bf16, eff, hbm, sms,
+                            linear_bytes if linear else 2.0)
+
+    attn_proj = gemm(tokens, (h + 2 * hk) / tp, h) + gemm(tokens, h, h / tp)
+    dense_mlp = gemm(tokens, up * model.ffn / tp, h) + gemm(tokens, h, model.ffn / tp)
+    if model.moe is not None:
+        moe = model.moe
+        fe = moe.expert_ffn_hidden_size
+        local_experts = moe.num_experts / ep
+        tokens_per_expert = np.maximum(tokens * moe.experts_per_token * ep / moe.num_experts, 1.0)
+        moe_mlp = local_experts * (gemm(tokens_per_expert, up * fe / tp, h) + gemm(tokens_per_expert, h, fe / tp))
+        if moe.shared_experts:
+            moe_mlp = moe_mlp + gemm(tokens, up * fe * moe.shared_experts / tp, h) \
+                + gemm(tokens, h, fe * moe.shared_experts / tp)
+        moe_mlp = moe_mlp + gemm(tokens, float(moe.num_experts), h, linear=False)
+    else:
+        moe_mlp = np.zeros_like(tokens)
+
+    heads_local = a / tp
+    if training.flash_attention:
+        # causal flash attention skips the masked half; backward is 2.5x forward
+        # (five matmuls against two, Dao 2023)
+        attn_core_fwd = 2.0 * tokens * s * h / tp / (peak_bf16 * eff * _FLASH_OVER_GEMM)
+        attn_core_bwd = 2.5 * attn_core_fwd
+        score_bytes_fwd = np.zeros_like(tokens)
+    else:
+        # batched QK^T and attention x V over the full s x s matrix (masked after),
+        # plus fused scale-mask-softmax and dropout streaming 9 bytes per score
+        batch_heads = mbs * heads_local
+        per_head = gemm(tokens / mbs, float(s), float(model.head_dim), linear=False) \
+            + gemm(tokens / mbs, float(model.head_dim), float(s), linear=False)
+        score_bytes_fwd = 9.0 * tokens * heads_local * s
+        attn_core_fwd = batch_heads * per_head + score_bytes_fwd / hbm_eff
+        attn_core_bwd = 2.0 * attn_core_fwd
+
+    rep_div = np.where(training.sequence_parallel, tp, 1.0)
+    # LayerNorms (read + write), two bias-dropout-residual adds (read 2, write 1, mask 0.5)
+    elementwise_fwd_bytes = tokens * (22.0 * h / rep_div + 2.0 * (up + 1) * model.ffn / tp)
+    elementwise_fwd = elementwise_fwd_bytes / hbm_eff
+
+    # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter with sequence
+    # parallelism, the same bytes) of the full activation per layer forward, 2 backward
+    tp_link_intra = tp <= gpn
+    act_bytes = tokens * h * 2.0
+    ar_intra = _collective_time(lambda n, p: allreduce_time_s(n, p, intra), act_bytes, layouts.tp)
+    ar_inter = _collective_time(lambda n, p: allreduce_time_s(n, p, inter), act_bytes, layouts.tp)
+    tp_ar = np.where(tp_link_intra, ar_intra, ar_inter)
+
+    # context parallel: ring exchange of K and V chunks, overlapped with attention
+    kv_bytes = 2.0 * tokens * hk * 2.0 / tp
+    cp_intra = tp * cp <= gpn
+    cp_ring = np.where(
+        cp_intra,
+        _collective_time(lambda n, p: allgather_time_s(n, p, intra), kv_bytes * cp, layouts.cp),
+        _collective_time(lambda n, p: allgather_time_s(n, p, inter), kv_bytes * cp, layouts.cp),
+    )
+    cp_fwd = np.maximum(cp_ring - attn_core_fwd, 0.0)
+    cp_bwd = np.maximum(2.0 * cp_ring - attn_core_bwd, 0.0)
+
+    # expert parallel: dispatch + combine all-to-all per MoE layer forward, twice backward
+    if model.moe is not None:
+        a2a_bytes = tokens * model.moe.experts_per_token * h * 2.0 / tp
+        ep_intra = tp * cp * ep <= gpn
+        a2a = np.where(
+            ep_intra,
+            _collective_time(lambda n, p: alltoall_time_s(n, p, intra), a2a_bytes, layouts.ep),
+            _collective_time(lambda n, p: alltoall_time_s(n, p, inter), a2a_bytes, layouts.ep),
+        )
+        moe_elem = tokens * 8.0 * model.moe.experts_per_token * h / tp / hbm_eff  # permute / unpermute
+    else:
+        a2a = np.zeros_like(tokens)
+        moe_elem = np.zeros_like(tokens)
+
+    def layer_time(mlp_gemm, is_moe: bool):
+        gemm_f = attn_proj + mlp_gemm
+        elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
+        fwd_compute = gemm_f + attn_core_fwd + elem
+        bwd_compute = 2.0 * gemm_f + attn_core_bwd + 2.0 * elem
+        recompute_compute = np.where(rc == RECOMPUTE_FULL, fwd_compute,
+                                     np.where(rc == RECOMPUTE_SELECTIVE, np.where(training.flash_attention, 0.0,
+                                                                                  attn_core_fwd), 0.0))
+        # collectives per layer: 2 forward, 2 backward, 2 more when the forward is recomputed
+        n_coll = 4.0 + np.where(rc == RECOMPUTE_FULL, 2.0, 0.0)
+        compute = fwd_compute + bwd_compute + recompute_compute
+        tp_comm = n_coll * tp_ar
+        ep_comm = n_coll * a2a if is_moe else np.zeros_like(compute)
+        cp_comm = cp_fwd + cp_bwd + np.where(rc == RECOMPUTE_FULL, cp_fwd, 0.0)
+        return compute, tp_comm, ep_comm, cp_comm
+
+    d_compute, d_tp, d_ep, d_cp = layer_time(dense_mlp, False)
+    m_compute, m_tp, m_ep, m_cp = layer_time(moe_mlp, True) if n_moe else (0.0, 0.0, 0.0, 0.0)
+
+    def stage(n_dense, n_moe_layers):
+        return (n_dense * d_compute + n_moe_layers * m_compute, n_dense * d_tp + n_moe_layers * m_tp,
+                n_moe_layers * m_ep, n_dense * d_cp + n_moe_layers * m_cp)
+
+    # output layer + vocab-parallel cross-entropy on the last stage (fp32 logits,
+    # a few passes of 4 bytes per logit)
+    logit_gemm = gemm(tokens, vocab / tp, h)
+    logit_time = 3.0 * logit_gemm + tokens * vocab / tp * 16.0 / hbm_eff
+
+    mid = stage(q_dense, q_moe)
+    last_moe = np.minimum(q_moe, last_layers)
+    last = stage(last_layers - last_moe, last_moe)
+    mid_total = mid[0] + mid[1] + mid[2] + mid[3]
+    last_total = last[0] + last[1] + last[2] + last[3] + logit_time
+    single = pp == 1
+    stage_time = np.where(single, mid_total + logit_time, np.maximum(mid_total, last_total))
+    use_last = (~single) & (last_total > mid_total)
+    comp_stage = np.where(use_last, last[0] + logit_time, mid[0] + np.where(single, logit_time, 0.0))
+    tp_stage = np.where(use_last, last[1], mid[1])
+    ep_stage = np.where(use_last, last[2], mid[2])
+    cp_stage = np.where(use_last, last[3], mid[3])
+
+    # pipeline point-to-point: activation forward, its gradient backward, per model chunk;
+    # Megatron's scatter-gather sends 1/t and all-gathers over NVLink (SC21 Sec. 4.1)
+    p2p_bytes = tokens * h * 2.0 / tp
+    stage_ranks = tp * cp * ep
+    pp_inter = stage_ranks >= gpn
+    p2p_one = np.where(pp_inter, _p2p_time(p2p_bytes, inter), _p2p_time(p2p_bytes, intra))
+    p2p_per_mb = np.where(single, 0.0, 2.0 * v * p2p_one)
+
+    per_mb = stage_time + p2p_per_mb
+    pipeline_time = np.where(single, m * stage_time, (m + (pp - 1.0) / v) * per_mb)
+    bubble = np.where(single, 0.0, (pp - 1.0) / v * per_mb)
+
+    # ---- parameters held per GPU on the first (embedding) and last (output) stage
+    first_dense = q * counts.attention_per_layer + q_dense * counts.dense_mlp_per_layer \
+        + q_moe * counts.moe_shared_per_layer
+    first_dense = first_dense / tp + counts.embedding / tp
+    first_expert = q_moe * counts.experts_per_layer / (ep * tp)
+    out_params = (counts.output if counts.output else counts.embedding)
+    last_dense = (last_layers * counts.attention_per_layer + (last_layers - last_moe) * counts.dense_mlp_per_layer
+                  + last_moe * counts.moe_shared_per_layer) / tp + out_params / tp
+    last_expert = last_moe * counts.experts_per_layer / (ep * tp)
+    # pp == 1: one stage holds embedding and output
+    first_dense = np.where(single, first_dense + counts.output / tp, first_dense)
+
+    shard_dense = dp * cp
+    shard_expert = np.maximum(dp * cp / ep, 1.0)
+    gb = float(training.grad_bytes_per_param)
+    fp8_cache = 1.0 if linear_bytes == 1.0 else 0.0
+
+    def state_bytes(dense, expert):
+        z = zero
+        weights = np.where(z >= 3, (2.0 + fp8_cache) * (dense / shard_dense + expert / shard_expert),
+                           (2.0 + fp8_cache) * (dense + expert))
+        grads = np.where(z >= 2, gb * (dense / shard_dense + expert / shard_expert), gb * (dense + expert))
+        optim = np.where(z >= 1, 12.0 * (dense / shard_dense + expert / shard_expert), 12.0 * (dense + expert))
+        return weights, grads, optim
+
+    w_first, g_first, o_first = state_bytes(first_dense, first_expert)
+    w_last, g_last, o_last = state_bytes(last_dense, last_expert)
+
+    # ---- activations on the first stage (most micro-batches in flight) and the last (logits)
+    dense_act = activation_bytes_per_layer(model, training, tokens, tp, rc, moe_layer=False)
+    moe_act = activation_bytes_per_layer(model, training, tokens, tp, rc, moe_layer=True) if n_moe else 0.0
+    layer_act_avg = (q_dense * dense_act + q_moe * moe_act) / q
+    chunks_first = np.where(v == 1, np.minimum(m, pp), np.minimum(m * v, 2.0 * (pp - 1.0) + (v - 1.0) * pp + 1.0))
+    chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * pp + 1.0))
+    layers_first = chunks_first * q / v
+    layers_last = np.where(single, layers_first, chunks_last * last_layers / v)
+    full_rc = rc == RECOMPUTE_FULL
+    # full recomputation rebuilds one layer's activations at a time during backward
+    transient = np.where(full_rc, activation_bytes_per_layer(model, training, tokens, tp,
+                                                             np.zeros_like(rc), moe_layer=n_moe > 0), 0.0)
+    embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0)  # dropout mask
+    act_first = layers_first * layer_act_avg + transient + embed_act
+    logits_act = 4.0 * tokens * vocab / tp
+    act_last = layers_last * layer_act_avg + transient + logits_act
+    act_first = np.where(single, act_first + logits_act, act_first)
+
+    # ---- buffers: fixed reserve, ZeRO-3 prefetch of two layers, p2p and TP staging
+    layer_params_gpu = (counts.attention_per_layer + counts.dense_mlp_per_layer) / tp
+    buffers = _RESERVED_BYTES + np.where(zero >= 3, 2.0 * 2.0 * layer_params_gpu, 0.0) \
+        + 2.0 * tokens * h * 2.0 + 2.0 * p2p_bytes
+
+    total_first = w_first + g_first + o_first + act_first + buffers
+    total_last = w_last + g_last + o_last + act_last + buffers
+    worst_last = (~single) & (total_last > total_first)
+
+    # ---- data-parallel gradient reduction (and ZeRO gathers), overlapped with backward
+    stage_params_gpu = np.maximum(first_dense + first_expert, last_dense + last_expert)
+    dense_params_gpu = np.maximum(first_dense, last_dense)
+    expert_params_gpu = np.maximum(first_expert, last_expert)
+    pp_in_node = np.minimum(pp, np.maximum(1.0, np.floor(gpn / (tp * cp * ep))))
+    local_dense = np.clip(np.floor(gpn / (tp * pp_in_node)), 1.0, shard_dense)
+    local_dense = np.where(shard_dense % local_dense == 0, local_dense, 1.0)
+    groups_dense = shard_dense / local_dense
+    local_exp = np.clip(np.floor(gpn / (tp * cp * ep * pp)), 1.0, shard_expert)
+    local_exp = np.where(shard_expert % local_exp == 0, local_exp, 1.0)
+    groups_exp = shard_expert / local_exp
+
+    def dp_allreduce(n_bytes_dense, n_bytes_expert):
+        return _hier_allreduce_time(n_bytes_dense, local_dense, groups_dense, intra, inter) + \
+            _hier_allreduce_time(n_bytes_expert, local_exp, groups_exp, intra, inter)
+
+    ar_grads = dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu)
+    ar_params = dp_allreduce(2.0 * dense_params_gpu, 2.0 * expert_params_gpu)
+    rs_grads = 0.5 * ar_grads  # reduce-scatter is half an all-reduce (Rabenseifner)
+    ag_params = 0.5 * ar_params
+
+    # the last micro-batch's backward on a stage is the window the gradient reduction can hide in
+    bwd_window = (comp_stage + tp_stage + ep_stage + cp_stage) * (2.0 / 3.0)
+    fwd_window = bwd_window / 2.0
+    tail = 1.0 / np.maximum(q, 1.0)  # the first layer's gradients are ready only at the very end
+    overlap = training.overlap_grad_reduce
+
+    def exposed(t_comm, window):
+        return np.maximum(t_comm - window, t_comm * tail) if overlap else t_comm
+
+    dp_exposed = np.select(
+        [zero == 0, zero == 1, zero == 2],
+        [
+            exposed(ar_grads, bwd_window),
+            exposed(rs_grads, bwd_window) + exposed(ag_params, fwd_window),
+            m * exposed(rs_grads, bwd_window) + exposed(ag_params, fwd_window),
+        ],
+        default=m * (exposed(ag_params, fwd_window) + exposed(ag_params + rs_grads, bwd_window)),
+    )
+    dp_exposed = np.where(shard_dense * np.maximum(shard_expert, 1) > 1, dp_exposed, 0.0)
+
+    shard_for_opt = np.where(zero >= 1, dense_params_gpu / shard_dense + expert_params_gpu / shard_expert,
+                             stage_params_gpu)
+    optimizer_time = shard_for_opt * _ADAM_BYTES_PER_PARAM / hbm_eff
+
+    step = pipeline_time + dp_exposed + optimizer_time
+    n_gpus = dp * tp * pp * cp
+    mflops = model_flops_per_step(model, batch)
+    hflops = hardware_flops_per_step(model, batch, rc)
+    steps_scale = m * dp * mbs / batch  # >1 when the batch does not split evenly (rejected anyway)
+    mult = np.where(single, m, m + (pp - 1.0) / v)
+
+    return {
+        "step_time_s": step,
+        "tokens_per_s": batch * s / step,
+        "mfu": mflops / (n_gpus * peak_bf16 * step),
+        "hfu": hflops / (n_gpus * peak_bf16 * step),
+        "model_flops_per_step": np.full_like(step, mflops),
+        "hardware_flops_per_step": hflops * np.ones_like(step),
+        "bubble_fraction": np.where(single, 0.0, (pp - 1.0) / (v * m)),
+        "compute_s": comp_stage * m,
+        "tp_comm_s": tp_stage * m,
+        "cp_comm_s": cp_stage * m,
+        "ep_comm_s": ep_stage * m,
+        "pp_comm_s": p2p_per_mb * m,
+        "bubble_s": bubble,
+        "pipeline_s": pipeline_time,
+        "dp_comm_exposed_s": dp_exposed,
+        "dp_comm_total_s": np.select([zero == 0, zero == 1, zero == 2],
+                                     [ar_grads, rs_grads + ag_params, m * rs_grads + ag_params],
+                                     default=m * (2.0 * ag_params + rs_grads)),
+        "optimizer_s": optimizer_time,
+        "parameters_bytes": np.where(worst_last, w_last, w_first),
+        "gradients_bytes": np.where(worst_last, g_last, g_first),
+        "optimizer_state_bytes": np.where(worst_last, o_last, o_first),
+        "activations_bytes": np.where(worst_last, act_last, act_first),
+        "buffers_bytes": buffers,
+        "memory_bytes": np.maximum(total_first, np.where(single, 0.0, total_last)),
+        "num_micro_batches": m,
+        "layers_per_stage": q,
+        "last_stage_layers": last_layers,
+        "batch_scale": steps_scale,
+        "schedule_multiplier": mult,
+        "stage_time_s": stage_time,
+    }

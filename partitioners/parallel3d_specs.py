@@ -1,0 +1,472 @@
+"""Inputs of the 3D-parallel planner: model shape, cluster, training settings, constraints.
+
+Plain frozen dataclasses, each with a ``from_dict`` that validates what a caller
+(or the HTTP handler) sends and raises :class:`partitioners.errors.InvalidInput`
+naming the field, so a bad request becomes a 422 that says what to fix.
+
+The GPU table below is a stop-gap until ``partitioners.inventory`` presets are
+wired in: every number is from a public spec sheet, named beside it. Cluster
+descriptions may instead give every figure explicitly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from partitioners.errors import InvalidInput
+
+__all__ = [
+    "GPU_SPECS",
+    "NODE_PRESETS",
+    "GPUSpec",
+    "MoESpec",
+    "ModelSpec",
+    "ClusterSpec",
+    "TrainingSpec",
+    "Constraints",
+    "RECOMPUTE_MODES",
+    "model_from_dict",
+    "cluster_from_dict",
+    "training_from_dict",
+    "constraints_from_dict",
+]
+
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+_GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator type and the node it usually ships in.
+
+    Bandwidths are per GPU and per direction, as a rank can drive them: NVLink
+    figures are the datasheet's bidirectional total halved; the inter-node figure
+    is the GPU's own NIC (DGX/HGX systems have one NIC per GPU, rail-optimised).
+    """
+
+    name: str
+    peak_flops_per_s: Mapping[str, float]
+    memory_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    intra_node_bandwidth_bytes_per_s: float
+    inter_node_bandwidth_bytes_per_s: float
+    gpus_per_node: int
+    sm_count: int
+    # Fraction of dense peak that cuBLAS reaches on large, well-shaped GEMMs.
+    gemm_efficiency_max: float
+
+
+GPU_SPECS: dict[str, GPUSpec] = {
+    # NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 dense 312 TFLOP/s, 80 GB HBM2e at
+    # 2,039 GB/s (SXM), NVLink 600 GB/s (bidirectional), 108 SMs (A100 whitepaper).
+    # DGX A100 user guide: 8x ConnectX-6 200 Gb/s HDR InfiniBand, one per GPU -> 25 GB/s.
+    # GEMM ceiling: NVIDIA "Matrix Multiplication Background" guide reports large FP16/BF16
+    # GEMMs at roughly 85% of A100 peak.
+    "a100-80gb": GPUSpec("a100-80gb", {"bf16": 312e12, "fp16": 312e12}, 80 * _GIB, 2.039e12,
+                         300e9, 25e9, 8, 108, 0.85),
+    # Same datasheet, 40 GB HBM2 at 1,555 GB/s.
+    "a100-40gb": GPUSpec("a100-40gb", {"bf16": 312e12, "fp16": 312e12}, 40 * _GIB, 1.555e12,
+                         300e9, 25e9, 8, 108, 0.85),
+    # NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16 dense 989 TFLOP/s, FP8 dense
+    # 1,979 TFLOP/s (the sheet's 1,979/3,958 figures are with sparsity), 80 GB HBM3 at
+    # 3.35 TB/s, NVLink 900 GB/s bidirectional, 132 SMs. DGX H100: 8x ConnectX-7 400 Gb/s.
+    # GEMM ceiling ~75%: H100 SXM cuBLAS BF16 GEMMs sustain roughly 700-750 TFLOP/s at
+    # the 700 W limit (NVIDIA Transformer Engine / Hopper tuning guide figures).
+    "h100-sxm": GPUSpec("h100-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 80 * _GIB,
+                        3.35e12, 450e9, 50e9, 8, 132, 0.75),
+    # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
+    "h200-sxm": GPUSpec("h200-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 141e9,
+                        4.8e12, 450e9, 50e9, 8, 132, 0.75),
+    # NVIDIA HGX B200 datasheet: per GPU BF16 dense 2.25 PFLOP/s, FP8 dense 4.5 PFLOP/s,
+    # 180 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s bidirectional; DGX B200 8x 400 Gb/s NICs.
+    "b200": GPUSpec("b200", {"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15}, 180e9, 8.0e12,
+                    900e9, 50e9, 8, 148, 0.75),
+}
+
+# Node presets as the shared inventory names them; they map onto GPU_SPECS.
+NODE_PRESETS: dict[str, str] = {
+    "dgx-a100": "a100-80gb",
+    "dgx-a100-40gb": "a100-40gb",
+    "dgx-h100": "h100-sxm",
+    "hgx-h100": "h100-sxm",
+    "dgx-h200": "h200-sxm",
+    "dgx-b200": "b200",
+}
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Mixture-of-Experts block: routed experts, top-k, expert FFN width, shared experts.
+
+    ``moe_layers`` lists the layer indices that are MoE (None: every layer), e.g.
+    DeepSeek-V3 keeps its first three layers dense.
+    """
+
+    num_experts: int
+    experts_per_token: int
+    expert_ffn_hidden_size: int
+    shared_experts: int = 0
+    moe_layers: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Decoder-only transformer shape (GPT/Llama family), as Megatron-LM arguments name it."""
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    seq_length: int
+    vocab_size: int
+    num_kv_heads: int | None = None  # GQA query groups; None = multi-head attention
+    ffn_hidden_size: int | None = None  # None = 4 * hidden_size
+    gated_mlp: bool = False  # SwiGLU (Llama): three FFN matrices instead of two
+    tie_embeddings: bool = False
+    moe: MoESpec | None = None
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_attention_heads
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_moe_layers(self) -> int:
+        if self.moe is None:
+            return 0
+        if self.moe.moe_layers is None:
+            return self.num_layers
+        return len(set(self.moe.moe_layers))
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Homogeneous GPU cluster: ``num_nodes`` nodes of ``gpus_per_node`` GPUs.
+
+    Bandwidths per GPU per direction; latencies are the alpha term of the shared
+    alpha-beta collectives (``partitioners.collectives``).
+    """
+
+    gpus_per_node: int
+    num_nodes: int
+    peak_flops_per_s: Mapping[str, float]
+    memory_bytes: float
+    intra_node_bandwidth_bytes_per_s: float
+    inter_node_bandwidth_bytes_per_s: float
+    hbm_bandwidth_bytes_per_s: float
+    name: str = "custom"
+    sm_count: int = 108
+    gemm_efficiency_max: float = 0.8
+    # NCCL small-message latency per ring step, intra-node NVLink vs inter-node
+    # InfiniBand: a few microseconds each (nccl-tests small-message all-reduce times).
+    intra_node_latency_s: float = 2e-6
+    inter_node_latency_s: float = 5e-6
+
+    @property
+    def num_gpus(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """Training settings that fix the work of one optimizer step and the software stack.
+
+    The software flags describe the framework build (Megatron-LM 2021 had no flash
+    attention, no sequence parallelism and reduced gradients after the backward
+    pass; Megatron-Core today has all three), because they change both time and
+    memory; defaults are today's.
+    """
+
+    global_batch_sequences: int
+    precision: str = "bf16"  # "bf16" or "fp8"
+    optimizer: str = "adam"
+    flash_attention: bool = True
+    sequence_parallel: bool = True
+    overlap_grad_reduce: bool = True
+    # Megatron keeps fp32 "main_grad" buffers (4 B/param); DeepSpeed ZeRO keeps bf16 (2 B).
+    grad_bytes_per_param: int = 4
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Optional limits on the search; None means "search it"."""
+
+    tp: int | None = None
+    pp: int | None = None
+    max_pp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    micro_batch_size: int | None = None
+    virtual_stages: int | None = None
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = RECOMPUTE_MODES
+    allow_uneven_pp: bool = True
+    # Layouts within this fraction of the best step time are reported as ties.
+    tie_tolerance: float = 0.02
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _positive_int(value: Any, field_name: str, *, allow_zero: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise InvalidInput(f"{field_name} must be an integer, got {value!r}", field=field_name,
+                           code="not-an-integer")
+    ivalue = int(value)
+    if ivalue < 0 or (ivalue == 0 and not allow_zero):
+        raise InvalidInput(f"{field_name} must be {'>= 0' if allow_zero else '> 0'}, got {ivalue}",
+                           field=field_name, code="out-of-range")
+    return ivalue
+
+
+def _positive_float(value: Any, field_name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InvalidInput(f"{field_name} must be a finite number > 0, got {value!r}", field=field_name,
+                           code="out-of-range")
+    return float(value)
+
+
+def _reject_unknown(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {unknown} in {where}; allowed: {sorted(allowed)}",
+                           field=f"{where}.{unknown[0]}", code="unknown-field")
+
+
+def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
+    """Validate a model description (``dict`` as sent over HTTP) into a :class:`ModelSpec`.
+
+    Raises
+    ------
+    InvalidInput
+        When a size is not a positive integer, the hidden size is not a multiple of
+        the head count, the KV heads do not divide the query heads, or the MoE
+        block is inconsistent (top-k above the expert count, a layer index out of range).
+    """
+    if isinstance(data, ModelSpec):
+        spec = data
+    else:
+        if not isinstance(data, Mapping):
+            raise InvalidInput("model must be an object", field="model", code="not-an-object")
+        names = {f.name for f in fields(ModelSpec)}
+        _reject_unknown(data, names, "model")
+        required = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")
+        for name in required:
+            if name not in data:
+                raise InvalidInput(f"model.{name} is required", field=f"model.{name}", code="missing-field")
+        moe = data.get("moe")
+        moe_spec = None
+        if moe is not None:
+            if isinstance(moe, MoESpec):
+                moe_spec = moe
+            else:
+                _reject_unknown(moe, {f.name for f in fields(MoESpec)}, "model.moe")
+                layers = moe.get("moe_layers")
+                moe_spec = MoESpec(
+                    num_experts=_positive_int(moe.get("num_experts"), "model.moe.num_experts"),
+                    experts_per_token=_positive_int(moe.get("experts_per_token"), "model.moe.experts_per_token"),
+                    expert_ffn_hidden_size=_positive_int(moe.get("expert_ffn_hidden_size"),
+                                                         "model.moe.expert_ffn_hidden_size"),
+                    shared_experts=_positive_int(moe.get("shared_experts", 0), "model.moe.shared_experts",
+                                                 allow_zero=True),
+                    moe_layers=None if layers is None else tuple(
+                        _positive_int(x, "model.moe.moe_layers[]", allow_zero=True) for x in layers),
+                )
+        spec = ModelSpec(
+            num_layers=_positive_int(data["num_layers"], "model.num_layers"),
+            hidden_size=_positive_int(data["hidden_size"], "model.hidden_size"),
+            num_attention_heads=_positive_int(data["num_attention_heads"], "model.num_attention_heads"),
+            seq_length=_positive_int(data["seq_length"], "model.seq_length"),
+            vocab_size=_positive_int(data["vocab_size"], "model.vocab_size"),
+            num_kv_heads=None if data.get("num_kv_heads") is None else _positive_int(
+                data["num_kv_heads"], "model.num_kv_heads"),
+            ffn_hidden_size=None if data.get("ffn_hidden_size") is None else _positive_int(
+                data["ffn_hidden_size"], "model.ffn_hidden_size"),
+            gated_mlp=bool(data.get("gated_mlp", False)),
+            tie_embeddings=bool(data.get("tie_embeddings", False)),
+            moe=moe_spec,
+        )
+    if spec.hidden_size % spec.num_attention_heads:
+        raise InvalidInput(
+            f"hidden_size {spec.hidden_size} is not a multiple of num_attention_heads {spec.num_attention_heads}",
+            field="model.hidden_size", code="heads-do-not-divide-hidden")
+    if spec.num_attention_heads % spec.kv_heads:
+        raise InvalidInput(
+            f"num_kv_heads {spec.kv_heads} must divide num_attention_heads {spec.num_attention_heads} (GQA groups)",
+            field="model.num_kv_heads", code="kv-heads-do-not-divide-heads")
+    if spec.moe is not None:
+        moe = spec.moe
+        if moe.experts_per_token > moe.num_experts:
+            raise InvalidInput(
+                f"experts_per_token {moe.experts_per_token} exceeds num_experts {moe.num_experts}",
+                field="model.moe.experts_per_token", code="topk-above-experts")
+        if moe.moe_layers is not None and any(i >= spec.num_layers for i in moe.moe_layers):
+            raise InvalidInput(f"moe_layers indexes a layer >= num_layers ({spec.num_layers})",
+                               field="model.moe.moe_layers", code="layer-out-of-range")
+    return spec
+
+
+def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
+    """Validate a cluster description into a :class:`ClusterSpec`.
+
+    Accepted forms: ``{"preset": "dgx-h100", "nodes": 8}`` (``num_nodes`` also
+    accepted), ``{"gpu": "a100-80gb", "num_nodes": 4}`` with optional overrides,
+    or every figure explicitly (``gpus_per_node``, ``num_nodes``,
+    ``peak_flops_per_s`` by dtype, ``memory_bytes``, ``hbm_bandwidth_bytes_per_s``,
+    ``intra_node_bandwidth_bytes_per_s``, ``inter_node_bandwidth_bytes_per_s``).
+    """
+    if isinstance(data, ClusterSpec):
+        spec = data
+    else:
+        if not isinstance(data, Mapping):
+            raise InvalidInput("cluster must be an object", field="cluster", code="not-an-object")
+        allowed = {f.name for f in fields(ClusterSpec)} | {"preset", "gpu", "nodes"}
+        _reject_unknown(data, allowed, "cluster")
+        gpu_name = data.get("gpu")
+        if "preset" in data:
+            preset = str(data["preset"]).lower()
+            if preset not in NODE_PRESETS:
+                raise InvalidInput(f"unknown cluster preset {data['preset']!r}; known: {sorted(NODE_PRESETS)}",
+                                   field="cluster.preset", code="unknown-preset")
+            gpu_name = NODE_PRESETS[preset]
+        base: dict[str, Any] = {}
+        if gpu_name is not None:
+            gpu = GPU_SPECS.get(str(gpu_name).lower())
+            if gpu is None:
+                raise InvalidInput(f"unknown gpu {gpu_name!r}; known: {sorted(GPU_SPECS)}", field="cluster.gpu",
+                                   code="unknown-gpu")
+            base = {
+                "name": data.get("preset", gpu.name),
+                "gpus_per_node": gpu.gpus_per_node,
+                "peak_flops_per_s": dict(gpu.peak_flops_per_s),
+                "memory_bytes": gpu.memory_bytes,
+                "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
+                "intra_node_bandwidth_bytes_per_s": gpu.intra_node_bandwidth_bytes_per_s,
+                "inter_node_bandwidth_bytes_per_s": gpu.inter_node_bandwidth_bytes_per_s,
+                "sm_count": gpu.sm_count,
+                "gemm_efficiency_max": gpu.gemm_efficiency_max,
+            }
+        merged = {**base, **{k: v for k, v in data.items() if k not in ("preset", "gpu", "nodes")}}
+        if "nodes" in data and "num_nodes" not in data:
+            merged["num_nodes"] = data["nodes"]
+        for name in ("gpus_per_node", "num_nodes", "peak_flops_per_s", "memory_bytes",
+                     "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s"):
+            if name not in merged:
+                raise InvalidInput(f"cluster.{name} is required (or give a preset / gpu)",
+                                   field=f"cluster.{name}", code="missing-field")
+        peaks = merged["peak_flops_per_s"]
+        if not isinstance(peaks, Mapping) or not peaks:
+            raise InvalidInput("cluster.peak_flops_per_s must map dtype -> FLOP/s, e.g. {'bf16': 9.89e14}",
+                               field="cluster.peak_flops_per_s", code="not-an-object")
+        spec = ClusterSpec(
+            gpus_per_node=_positive_int(merged["gpus_per_node"], "cluster.gpus_per_node"),
+            num_nodes=_positive_int(merged["num_nodes"], "cluster.num_nodes"),
+            peak_flops_per_s={str(k).lower(): _positive_float(v, f"cluster.peak_flops_per_s.{k}")
+                              for k, v in peaks.items()},
+            memory_bytes=_positive_float(merged["memory_bytes"], "cluster.memory_bytes"),
+            intra_node_bandwidth_bytes_per_s=_positive_float(merged["intra_node_bandwidth_bytes_per_s"],
+                                                             "cluster.intra_node_bandwidth_bytes_per_s"),
+            inter_node_bandwidth_bytes_per_s=_positive_float(merged["inter_node_bandwidth_bytes_per_s"],
+                                                             "cluster.inter_node_bandwidth_bytes_per_s"),
+            # Without a figure, assume A100-class HBM per unit of compute (2 TB/s per 312 TFLOP/s).
+            hbm_bandwidth_bytes_per_s=_positive_float(
+                merged.get("hbm_bandwidth_bytes_per_s",
+                           2.039e12 * max(peaks.values()) / 312e12), "cluster.hbm_bandwidth_bytes_per_s"),
+            name=str(merged.get("name", "custom")),
+            sm_count=_positive_int(merged.get("sm_count", 108), "cluster.sm_count"),
+            gemm_efficiency_max=_positive_float(merged.get("gemm_efficiency_max", 0.8),
+                                                "cluster.gemm_efficiency_max"),
+            intra_node_latency_s=_positive_float(merged.get("intra_node_latency_s", 2e-6),
+                                                 "cluster.intra_node_latency_s"),
+            inter_node_latency_s=_positive_float(merged.get("inter_node_latency_s", 5e-6),
+                                                 "cluster.inter_node_latency_s"),
+        )
+    if spec.gemm_efficiency_max > 1:
+        raise InvalidInput("cluster.gemm_efficiency_max is a fraction of peak (<= 1)",
+                           field="cluster.gemm_efficiency_max", code="out-of-range")
+    return spec
+
+
+def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
+    """Validate training settings; only Adam and bf16/fp8 are modelled (the issue's scope)."""
+    if isinstance(data, TrainingSpec):
+        spec = data
+    else:
+        if not isinstance(data, Mapping):
+            raise InvalidInput("training must be an object", field="training", code="not-an-object")
+        _reject_unknown(data, {f.name for f in fields(TrainingSpec)}, "training")
+        if "global_batch_sequences" not in data:
+            raise InvalidInput("training.global_batch_sequences is required",
+                               field="training.global_batch_sequences", code="missing-field")
+        spec = TrainingSpec(
+            global_batch_sequences=_positive_int(data["global_batch_sequences"], "training.global_batch_sequences"),
+            precision=str(data.get("precision", "bf16")).lower(),
+            optimizer=str(data.get("optimizer", "adam")).lower(),
+            flash_attention=bool(data.get("flash_attention", True)),
+            sequence_parallel=bool(data.get("sequence_parallel", True)),
+            overlap_grad_reduce=bool(data.get("overlap_grad_reduce", True)),
+            grad_bytes_per_param=_positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
+        )
+    if spec.precision not in ("bf16", "fp16", "fp8"):
+        raise InvalidInput(f"training.precision must be 'bf16' or 'fp8', got {spec.precision!r}",
+                           field="training.precision", code="unknown-precision")
+    if spec.optimizer not in ("adam", "adamw"):
+        raise InvalidInput(f"training.optimizer: only Adam is modelled, got {spec.optimizer!r}",
+                           field="training.optimizer", code="unknown-optimizer")
+    if spec.grad_bytes_per_param not in (2, 4):
+        raise InvalidInput("training.grad_bytes_per_param must be 2 (bf16) or 4 (fp32)",
+                           field="training.grad_bytes_per_param", code="out-of-range")
+    return spec
+
+
+def constraints_from_dict(data: Mapping[str, Any] | Constraints | None) -> Constraints:
+    """Validate optional search constraints (fixed tp, max pp, allowed ZeRO stages, ...)."""
+    if data is None:
+        return Constraints()
+    if isinstance(data, Constraints):
+        spec = data
+    else:
+        if not isinstance(data, Mapping):
+            raise InvalidInput("constraints must be an object", field="constraints", code="not-an-object")
+        _reject_unknown(data, {f.name for f in fields(Constraints)}, "constraints")
+        kwargs: dict[str, Any] = {}
+        for name in ("tp", "pp", "max_pp", "cp", "ep", "micro_batch_size", "virtual_stages"):
+            if data.get(name) is not None:
+                kwargs[name] = _positive_int(data[name], f"constraints.{name}")
+        if "zero_stages" in data:
+            stages = data["zero_stages"]
+            if isinstance(stages, (int, str)) or not isinstance(stages, Sequence) or not stages:
+                raise InvalidInput("constraints.zero_stages must be a non-empty list of 0..3",
+                                   field="constraints.zero_stages", code="out-of-range")
+            kwargs["zero_stages"] = tuple(_positive_int(z, "constraints.zero_stages[]", allow_zero=True)
+                                          for z in stages)
+        if "recompute" in data:
+            modes = data["recompute"]
+            if isinstance(modes, str):
+                modes = [modes]
+            kwargs["recompute"] = tuple(str(m).lower() for m in modes)
+        if "allow_uneven_pp" in data:
+            kwargs["allow_uneven_pp"] = bool(data["allow_uneven_pp"])
+        if "tie_tolerance" in data:
+            kwargs["tie_tolerance"] = float(data["tie_tolerance"])
+        spec = Constraints(**kwargs)
+    if not spec.zero_stages or any(z not in (0, 1, 2, 3) for z in spec.zero_stages):
+        raise InvalidInput(f"constraints.zero_stages must be drawn from 0..3, got {list(spec.zero_stages)}",
+                           field="constraints.zero_stages", code="out-of-range")
+    if not spec.recompute or any(m not in RECOMPUTE_MODES for m in spec.recompute):
+        raise InvalidInput(f"constraints.recompute must be drawn from {list(RECOMPUTE_MODES)}",
+                           field="constraints.recompute", code="out-of-range")
+    if not 0 <= spec.tie_tolerance < 0.5:
+        raise InvalidInput("constraints.tie_tolerance must be in [0, 0.5)", field="constraints.tie_tolerance",
+                           code="out-of-range")
+    return spec
+

@@ -452,6 +452,9 @@ _OPTIONAL_NUMBER_TYPES = frozenset({int, float, type(None)})
 #: Bytes per element assumed when an operator has neither flops nor shapes and its
 #: work is estimated from its output bytes (float32, the ONNX export default).
 _FALLBACK_ELEMENT_BYTES = 4.0
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+#: Shape dimensions are hashed and multiplied as int64.
+_MAX_DIM = 2**63 - 1
 
 
 def _types(values: list) -> set[type]:
@@ -483,11 +486,11 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
             )
         shape = t.get("shape")
         if shape is not None and (
-            not isinstance(shape, list) or any(type(d) is not int or d < 0 for d in shape)
+            not isinstance(shape, list) or any(type(d) is not int or not 0 <= d <= _MAX_DIM for d in shape)
         ):
             raise InvalidInput(
                 f"tensor '{t['name']}' has shape {_describe(shape)}; a shape is a list of "
-                "non-negative integers (bind symbolic dimensions before sending the graph)",
+                "integers from 0 to 2^63 - 1 (bind symbolic dimensions before sending the graph)",
                 field=f"{where}.shape",
                 code="invalid-tensor",
             )
@@ -535,9 +538,12 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
                     code="invalid-node",
                 )
         devices = n.get("device_types")
-        if devices is not None and (not isinstance(devices, list) or not all(isinstance(d, str) for d in devices)):
+        if devices is not None and (
+            not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices)
+        ):
             raise InvalidInput(
-                f"{label} has \"device_types\" {_describe(devices)}; expected a list of device type names",
+                f"{label} has \"device_types\" {_describe(devices)}; expected a non-empty list of device "
+                "type names (leave it out to allow any device)",
                 field=f"{where}.device_types",
                 code="invalid-node",
             )
@@ -557,6 +563,20 @@ def _check_numbers(values: np.ndarray, present: np.ndarray | None, owner_names: 
             field=f"{section}[{i}].{what}",
             code="invalid-number",
         )
+
+
+def _float_array(values: list, owner_names: list, what: str, section: str) -> np.ndarray:
+    """``values`` as float64 (None -> nan); integers beyond float range are rejected."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except OverflowError:
+        i = next(i for i, v in enumerate(values) if isinstance(v, int) and abs(v) > _FLOAT_MAX)
+        raise InvalidInput(
+            f"{section[:-1] if section == 'tensors' else 'operator'} '{owner_names[i]}' has {what} = "
+            f"{_describe(values[i])}, beyond the range of a double; {what} must be a finite number >= 0",
+            field=f"{section}[{i}].{what}",
+            code="invalid-number",
+        ) from None
 
 
 def _first_duplicate(names: list) -> tuple[int, int]:
@@ -712,10 +732,10 @@ def graph_from_json(
     has_shapes = list in shape_types
     if has_shapes:
         dims = list(chain.from_iterable(s for s in t_shapes if s is not None))
-        if not _types(dims) <= {int} or (dims and min(dims) < 0):
+        if not _types(dims) <= {int} or (dims and (min(dims) < 0 or max(dims) > _MAX_DIM)):
             _raise_entry_problem(nodes, tensors)
     if list in device_types_types:
-        if not _types(list(chain.from_iterable(d for d in op_devices if d is not None))) <= {str}:
+        if [] in op_devices or not _types(list(chain.from_iterable(d for d in op_devices if d is not None))) <= {str}:
             _raise_entry_problem(nodes, tensors)
 
     # names are unique
@@ -736,16 +756,16 @@ def graph_from_json(
         )
 
     # numbers are finite and non-negative
-    bytes_arr = np.array(t_bytes, dtype=np.float64)
+    bytes_arr = _float_array(t_bytes, t_names, "bytes", "tensors")
     _check_numbers(bytes_arr, None, t_names, "bytes", "tensors")
-    flops_arr = np.array(op_flops, dtype=np.float64)  # None -> nan
+    flops_arr = _float_array(op_flops, op_names, "flops", "nodes")  # None -> nan
     flops_missing = (
         np.fromiter((f is None for f in op_flops), dtype=bool, count=n_ops)
         if type(None) in flops_types
         else np.zeros(n_ops, dtype=bool)
     )
     _check_numbers(flops_arr, ~flops_missing, op_names, "flops", "nodes")
-    params_arr = np.array(op_params, dtype=np.float64)
+    params_arr = _float_array(op_params, op_names, "param_bytes", "nodes")
     params_given = (
         np.fromiter((p is not None for p in op_params), dtype=bool, count=n_ops)
         if type(None) in params_types
@@ -810,12 +830,21 @@ def graph_from_json(
         tensor_shapes=shapes,
         tensor_dtypes=dtypes,
         op_device_types=devices,
-        warnings=warnings + [w for w in doc.get("warnings", []) if isinstance(w, str)],
+        warnings=warnings + _carried_warnings(doc.get("warnings")),
     )
     if params_given.any():
         graph.op_param_bytes[params_given] = params_arr[params_given]
     topological_order(graph)  # raises InvalidInput(code="cycle")
     return graph
+
+
+def _carried_warnings(value: object) -> list[str]:
+    """Warnings a stored canonical document carries (``graph_to_json`` writes them)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(w, str) for w in value):
+        raise InvalidInput("\"warnings\" must be a list of strings", field="warnings", code="invalid-graph")
+    return list(value)
 
 
 def _estimate_missing_flops(

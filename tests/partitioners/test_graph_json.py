@@ -161,6 +161,8 @@ def test_two_producers_for_one_tensor_are_rejected():
         ("nodes", 1, "flops", -5.0),
         ("nodes", 1, "flops", math.nan),
         ("nodes", 1, "param_bytes", -math.inf),
+        ("tensors", 0, "bytes", 10**400),  # a JSON integer no double can hold
+        ("nodes", 0, "flops", -(10**400)),
     ],
 )
 def test_negative_or_non_finite_numbers_are_rejected(section, index, key, value):
@@ -206,7 +208,10 @@ def test_cycle_is_rejected_naming_an_operator_on_it():
         (lambda d: d["tensors"][3].pop("bytes"), "tensors[3].bytes"),
         (lambda d: d["tensors"][3].update(shape=[2, -8]), "tensors[3].shape"),
         (lambda d: d["tensors"][3].update(shape=[2, "seq"]), "tensors[3].shape"),
+        (lambda d: d["tensors"][3].update(shape=[2**64]), "tensors[3].shape"),
         (lambda d: d["tensors"][3].update(kind="weights"), "tensors[3].kind"),
+        (lambda d: d["nodes"][0].update(device_types=[]), "nodes[0].device_types"),
+        (lambda d: d.update(warnings="not a list"), "warnings"),
         (lambda d: d["tensors"].__setitem__(3, "a"), "tensors[3]"),
     ],
 )

@@ -486,11 +486,13 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
             )
         shape = t.get("shape")
         if shape is not None and (
-            not isinstance(shape, list) or any(type(d) is not int or not 0 <= d <= _MAX_DIM for d in shape)
+            not isinstance(shape, list)
+            or any(d is not None and (type(d) is not int or not 0 <= d <= _MAX_DIM) for d in shape)
         ):
             raise InvalidInput(
                 f"tensor '{t['name']}' has shape {_describe(shape)}; a shape is a list of "
-                "integers from 0 to 2^63 - 1 (bind symbolic dimensions before sending the graph)",
+                "integers from 0 to 2^63 - 1, or null for an unknown dimension (bind symbolic "
+                "dimensions before sending the graph)",
                 field=f"{where}.shape",
                 code="invalid-tensor",
             )
@@ -628,7 +630,8 @@ def graph_from_json(
 
     The document is ``{"name", "nodes": [{"name", "op", "inputs", "outputs", "flops"?,
     "param_bytes"?, "device_types"?}], "tensors": [{"name", "bytes", "shape"?, "dtype"?,
-    "kind"?}]}`` (DESIGN.md, "Data shapes"). A tensor that no operator writes is a
+    "kind"?}]}`` (DESIGN.md, "Data shapes"); a ``null`` in a shape is a dimension the
+    exporter could not resolve. A tensor that no operator writes is a
     graph input, or a parameter (resident weights) when its ``kind`` is
     ``"parameter"``. A node's ``param_bytes``, when given, replaces the sum of the
     parameter tensors it reads (weights the graph does not spell out as tensors).
@@ -732,7 +735,10 @@ def graph_from_json(
     has_shapes = list in shape_types
     if has_shapes:
         dims = list(chain.from_iterable(s for s in t_shapes if s is not None))
-        if not _types(dims) <= {int} or (dims and (min(dims) < 0 or max(dims) > _MAX_DIM)):
+        dim_types = _types(dims)
+        if type(None) in dim_types:  # null: a dimension the exporter could not resolve
+            dims = [d for d in dims if d is not None]
+        if not dim_types <= {int, type(None)} or (dims and (min(dims) < 0 or max(dims) > _MAX_DIM)):
             _raise_entry_problem(nodes, tensors)
     if list in device_types_types:
         if [] in op_devices or not _types(list(chain.from_iterable(d for d in op_devices if d is not None))) <= {str}:
@@ -957,7 +963,11 @@ def model_hash(graph: Hypergraph) -> str:
     if graph.tensor_shapes is not None:
         shapes = [graph.tensor_shapes[t] for t in tensor_order.tolist()]
         ranks = np.fromiter((-1 if s is None else len(s) for s in shapes), dtype=np.int64, count=len(shapes))
-        dims = np.fromiter(chain.from_iterable(s for s in shapes if s is not None), dtype=np.int64)
+        try:
+            dims = np.fromiter(chain.from_iterable(s for s in shapes if s is not None), dtype=np.int64)
+        except TypeError:  # unknown (None) dimensions, from ONNX shape inference
+            flat = chain.from_iterable(s for s in shapes if s is not None)
+            dims = np.fromiter((-1 if d is None else d for d in flat), dtype=np.int64)
         h.update(b"shapes")
         h.update(ranks.tobytes())
         h.update(dims.tobytes())

@@ -277,3 +277,14 @@ def test_arrays_have_documented_dtypes():
     graph = graph_from_json(_mlp())
     assert graph.input_ptr.dtype == np.int64 and graph.tensor_kind.dtype == np.int8
     assert graph.op_flops.dtype == np.float64
+
+
+def test_null_dimension_is_an_unknown_dimension_and_round_trips():
+    doc = _mlp()
+    doc["tensors"][3]["shape"] = [None, 8]
+    graph = graph_from_json(doc)
+    assert graph.tensor_shapes[3] == (None, 8)
+    canonical = graph_to_json(graph)
+    assert canonical["tensors"][0]["shape"] == [None, 8]
+    assert model_hash(graph_from_json(canonical)) == model_hash(graph)
+    assert model_hash(graph) != model_hash(graph_from_json(_mlp()))

@@ -30,12 +30,12 @@ test: install-dev browser-deps lint
 
 test-sqlite:
 	@echo "=== pytest on SQLite ==="
-	env -u HYPERPLACE_TEST_POSTGRES_URL $(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+	env -u HYPERPLACE_TEST_POSTGRES_URL $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test-postgres:
 	@echo "=== pytest on PostgreSQL ==="
 	HYPERPLACE_DATABASE_URL=$$HYPERPLACE_TEST_POSTGRES_URL $(BIN)/alembic upgrade head
-	$(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint:
 	$(BIN)/lint-imports

@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["HttpMetrics", "RequestContextMiddleware", "BodySizeLimitMiddleware"]
+__all__ = ["HttpMetrics", "RequestContextMiddleware", "BodySizeLimitMiddleware", "route_template"]
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 log = structlog.get_logger("hyperplace.http")
@@ -37,6 +37,21 @@ class HttpMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=registry,
         )
+
+
+def route_template(scope: Scope) -> str:
+    """The matched route's path template (``/v1/plans/{plan_id}``), or ``unmatched``.
+
+    FastAPI (>= 0.16x) includes routers lazily: the matched route carries its path
+    relative to the including router, whose prefix sits in the include context.
+    """
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if not path:
+        return "unmatched"
+    included = (scope.get("fastapi") or {}).get("included_router")
+    prefix = getattr(getattr(included, "include_context", None), "prefix", "") or ""
+    return prefix + path
 
 
 class RequestContextMiddleware:
@@ -69,8 +84,7 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             elapsed_s = time.perf_counter() - started
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            template = route_template(scope)
             method = scope.get("method", "")
             self.metrics.requests.labels(method, template, str(status_holder["status"])).inc()
             self.metrics.latency.labels(method, template).observe(elapsed_s)

@@ -15,7 +15,7 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from partitioners.errors import InputTooLarge, InvalidInput
@@ -100,6 +100,13 @@ def install_problem_handlers(app: FastAPI) -> None:
         log.warning("database unavailable", error=str(exc.orig)[:300] if exc.orig else str(exc)[:300])
         err = DatabaseUnavailable()
         return problem_response(request, err.status, err.title, err.detail, err.type_slug, headers=err.headers)
+
+    @app.exception_handler(IntegrityError)
+    async def _conflict(request: Request, exc: IntegrityError):
+        log.info("unique-key conflict", error=str(exc.orig)[:300] if exc.orig else "")
+        return problem_response(
+            request, 409, "Conflict", "A concurrent request wrote the same object; retry the request.", "conflict"
+        )
 
     @app.exception_handler(DBAPIError)
     async def _db_error(request: Request, exc: DBAPIError):

@@ -6,4 +6,9 @@ from service.api.problems import problem_responses
 
 router = APIRouter(prefix="/v1", responses=problem_responses(401, 403, 422, 503))
 
+from service.api.v1 import moe, plans  # noqa: E402  (routers attach to the v1 router)
+
+router.include_router(plans.router)
+router.include_router(moe.router)
+
 __all__ = ["router"]

@@ -1,0 +1,41 @@
+"""MoE expert rebalancing: the latency-critical path (numpy only, small bodies)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
+from fastapi.responses import JSONResponse
+
+from service.api.deps import Principal, SessionDep, SettingsDep, require_scope
+from service.api.problems import problem_responses
+from service.domain.moe import deployment_read, rebalance_request
+from service.schemas.moe import MoeDeploymentRead, MoeRebalanceRequest, MoeRebalanceResponse
+
+router = APIRouter(prefix="/moe", tags=["moe"])
+MoeCaller = Annotated[Principal, Depends(require_scope("moe"))]
+
+
+@router.post(
+    "/rebalance",
+    response_model=MoeRebalanceResponse,
+    summary="Expert loads per layer -> a balanced expert-to-GPU placement with few moves",
+    responses=problem_responses(409, 413, 422),
+)
+def rebalance(request: MoeRebalanceRequest, session: SessionDep, settings: SettingsDep, principal: MoeCaller) -> JSONResponse:
+    return JSONResponse(rebalance_request(session, principal.tenant_id, request, settings))
+
+
+@router.get(
+    "/deployments/{name}",
+    response_model=MoeDeploymentRead,
+    summary="A deployment's current placement and its history of reports",
+    responses=problem_responses(404),
+)
+def read_deployment(
+    name: Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00/]+$")],
+    session: SessionDep,
+    principal: MoeCaller,
+    history: Annotated[int, Query(ge=0, le=1000)] = 50,
+) -> dict:
+    return deployment_read(session, principal.tenant_id, name, history)

@@ -1,0 +1,163 @@
+"""MoE rebalancing use case: one pure call, plus the deployment's memory when named.
+
+The partitioner does the work in numpy; this module resolves the deployment's
+stored configuration and current placement, and records the report and the
+answer as a new version (history) in the same transaction.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from partitioners.moe import BalanceStats, RebalanceResult, rebalance
+from service.errors import NotFound, UnprocessableInput
+from service.schemas.moe import MoeRebalanceRequest
+from service.settings import Settings
+from service.storage.blobs import pack_json, unpack_json
+from service.storage.models import MoeDeployment, MoePlacement, utcnow
+
+__all__ = ["rebalance_request", "deployment_read"]
+
+
+def _balance(stats: BalanceStats | None) -> dict | None:
+    if stats is None:
+        return None
+    return {"mean": stats.mean, "worst": stats.worst, "per_layer": stats.per_layer.tolist()}
+
+
+def _deployment(session: Session, tenant_id: str, name: str) -> MoeDeployment | None:
+    return session.scalar(select(MoeDeployment).where(MoeDeployment.tenant_id == tenant_id, MoeDeployment.name == name))
+
+
+def _current_placement(session: Session, deployment: MoeDeployment) -> np.ndarray | None:
+    if deployment.current_version == 0:
+        return None
+    row = session.scalar(
+        select(MoePlacement).where(MoePlacement.deployment_id == deployment.id, MoePlacement.version == deployment.current_version)
+    )
+    return None if row is None else np.asarray(unpack_json(row.placement), dtype=np.int64)
+
+
+def _response(result: RebalanceResult, compute_ms: float, expert_bytes: int) -> dict:
+    m = result.migrations
+    copies = [
+        {"layer": layer, "gpu": gpu, "slot": slot, "logical_expert": expert, "source_gpu": source, "cross_node": cross}
+        for layer, gpu, slot, expert, source, cross in zip(
+            m.layer.tolist(), m.gpu.tolist(), m.slot.tolist(), m.logical_expert.tolist(), m.source_gpu.tolist(), m.cross_node.tolist()
+        )
+    ]
+    return {
+        "physical_to_logical": result.physical_to_logical.tolist(),
+        "logical_to_physical": result.logical_to_physical.tolist(),
+        "logical_count": result.logical_count.tolist(),
+        "balance_before": _balance(result.balance_before),
+        "balance_after": _balance(result.balance_after),
+        "lower_bound": _balance(result.lower_bound),
+        "migrations": {
+            "count": m.count,
+            "cross_node": m.cross_node_count,
+            "from_storage": m.from_storage_count,
+            "bytes": m.count * expert_bytes,
+            "copies": copies,
+        },
+        "slots_moved_fraction": result.slots_moved_fraction,
+        "kept_current": bool(result.kept_current),
+        "reason": result.reason,
+        "layer_action": [str(a) for a in result.layer_action.tolist()],
+        "compute_ms": round(compute_ms, 3),
+    }
+
+
+def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceRequest, settings: Settings) -> dict:
+    deployment = _deployment(session, tenant_id, request.deployment) if request.deployment else None
+    model = request.model.model_dump() if request.model else (deployment.config.get("model") if deployment else None)
+    cluster = request.cluster.model_dump() if request.cluster else (deployment.config.get("cluster") if deployment else None)
+    if model is None or cluster is None:
+        missing = "model" if model is None else "cluster"
+        raise UnprocessableInput(f"'{missing}' is required unless a known 'deployment' remembers it.")
+    current = None
+    if request.current_placement is not None:
+        current = request.current_placement.physical_to_logical
+    elif deployment is not None:
+        current = _current_placement(session, deployment)
+    min_improvement = settings.moe_min_improvement if request.min_improvement is None else request.min_improvement
+
+    started = time.perf_counter()
+    result = rebalance(
+        request.load,
+        num_nodes=cluster["num_nodes"],
+        gpus_per_node=cluster["gpus_per_node"],
+        slots_per_gpu=cluster["slots_per_gpu"],
+        current_physical_to_logical=current,
+        unavailable_gpus=tuple(cluster.get("unavailable_gpus", ())),
+        max_replicas_moved=request.max_replicas_moved,
+        expert_bytes=model.get("expert_bytes", 0),
+        min_improvement=min_improvement,
+        node_local=request.node_local,
+        num_moe_layers=model["num_moe_layers"],
+        num_logical_experts=model["num_logical_experts"],
+    )
+    compute_ms = (time.perf_counter() - started) * 1000
+    response = _response(result, compute_ms, int(model.get("expert_bytes", 0)))
+
+    if request.deployment:
+        now = utcnow()
+        if deployment is None:
+            deployment = MoeDeployment(tenant_id=tenant_id, name=request.deployment, config={}, current_version=0, created_at=now)
+            session.add(deployment)
+        deployment.config = {"model": model, "cluster": cluster}
+        deployment.current_version += 1
+        deployment.updated_at = now
+        session.flush()
+        session.add(
+            MoePlacement(
+                tenant_id=tenant_id,
+                deployment_id=deployment.id,
+                version=deployment.current_version,
+                kept_current=bool(result.kept_current),
+                balance={"before": response["balance_before"] and {k: response["balance_before"][k] for k in ("mean", "worst")},
+                         "after": {k: response["balance_after"][k] for k in ("mean", "worst")}},
+                slots_moved=result.migrations.count,
+                load=pack_json(np.asarray(request.load).tolist()),
+                placement=pack_json(response["physical_to_logical"]),
+                created_at=now,
+            )
+        )
+        session.flush()
+        response["deployment"] = deployment.name
+        response["version"] = deployment.current_version
+    return response
+
+
+def deployment_read(session: Session, tenant_id: str, name: str, history_limit: int) -> dict:
+    deployment = _deployment(session, tenant_id, name)
+    if deployment is None:
+        raise NotFound(f"No MoE deployment named {name!r}.")
+    rows = list(
+        session.scalars(
+            select(MoePlacement)
+            .where(MoePlacement.deployment_id == deployment.id)
+            .order_by(MoePlacement.version.desc())
+            .limit(history_limit)
+        )
+    )
+    current = next((row for row in rows if row.version == deployment.current_version), None)
+    if current is None and deployment.current_version:
+        placement = _current_placement(session, deployment)
+        current_placement = placement.tolist() if placement is not None else None
+    else:
+        current_placement = unpack_json(current.placement) if current else None
+    return {
+        "name": deployment.name,
+        "config": deployment.config,
+        "current_version": deployment.current_version,
+        "physical_to_logical": current_placement,
+        "history": [
+            {"version": r.version, "kept_current": r.kept_current, "slots_moved": r.slots_moved, "balance": r.balance, "created_at": r.created_at}
+            for r in rows
+        ],
+    }

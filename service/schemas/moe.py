@@ -1,0 +1,99 @@
+"""MoE expert rebalancing requests and responses (EPLB vocabulary)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+
+from service.schemas.common import Name, RequestModel
+
+__all__ = ["MoeModel", "MoeCluster", "MoePlacementIn", "MoeRebalanceRequest", "MoeRebalanceResponse", "MoeDeploymentRead"]
+
+Load = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+ExpertId = Annotated[int, Field(ge=-1, le=1_000_000)]
+
+
+class MoeModel(RequestModel):
+    num_moe_layers: int = Field(ge=1, le=1024)
+    num_logical_experts: int = Field(ge=1, le=65_536)
+    num_expert_groups: int | None = Field(None, ge=1, le=65_536)
+    expert_bytes: int = Field(0, ge=0, le=2**40, description="Bytes of one expert's weights (sizes the migrations).")
+
+
+class MoeCluster(RequestModel):
+    num_nodes: int = Field(ge=1, le=4096)
+    gpus_per_node: int = Field(ge=1, le=1024)
+    slots_per_gpu: int = Field(ge=1, le=1024)
+    unavailable_gpus: list[Annotated[int, Field(ge=0, le=10**6)]] = Field(default_factory=list, max_length=100_000)
+
+
+class MoePlacementIn(RequestModel):
+    physical_to_logical: list[list[ExpertId]] = Field(
+        max_length=1024, description="Per layer, the logical expert in each physical slot (-1 empty)."
+    )
+
+
+class MoeRebalanceRequest(RequestModel):
+    """Load per logical expert per layer -> new expert-to-GPU placement.
+
+    With a ``deployment`` name the service keeps the current placement, so a
+    runtime may send only ``load``; ``model`` and ``cluster`` are then remembered.
+    """
+
+    model: MoeModel | None = None
+    cluster: MoeCluster | None = None
+    load: list[list[Load]] = Field(max_length=1024, description="Tokens per logical expert, a layers x experts matrix.")
+    current_placement: MoePlacementIn | None = None
+    max_replicas_moved: int | None = Field(None, ge=0, le=10**9, description="Hard cap on expert copies written by this call.")
+    min_improvement: float | None = Field(None, ge=0, le=10, allow_inf_nan=False, description="Keep the placement unless max/mean improves by more.")
+    node_local: bool = Field(False, description="Only copy experts within a node.")
+    deployment: Name | None = None
+
+
+class BalanceRead(BaseModel):
+    mean: float
+    worst: float
+    per_layer: list[float]
+
+
+class MigrationsRead(BaseModel):
+    count: int
+    cross_node: int
+    from_storage: int
+    bytes: int
+    copies: list[dict] = Field(description="layer, gpu, slot, logical_expert, source_gpu (-1: from storage), cross_node")
+
+
+class MoeRebalanceResponse(BaseModel):
+    physical_to_logical: list[list[int]]
+    logical_to_physical: list[list[list[int]]]
+    logical_count: list[list[int]]
+    balance_before: BalanceRead | None
+    balance_after: BalanceRead
+    lower_bound: BalanceRead
+    migrations: MigrationsRead
+    slots_moved_fraction: float
+    kept_current: bool
+    reason: str
+    layer_action: list[str]
+    compute_ms: float
+    deployment: str | None = None
+    version: int | None = None
+
+
+class MoeHistoryEntry(BaseModel):
+    version: int
+    kept_current: bool
+    slots_moved: int
+    balance: dict
+    created_at: datetime
+
+
+class MoeDeploymentRead(BaseModel):
+    name: str
+    config: dict
+    current_version: int
+    physical_to_logical: list[list[int]] | None
+    history: list[MoeHistoryEntry]

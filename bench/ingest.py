@@ -20,7 +20,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 _CHILD = r"""

@@ -197,8 +197,8 @@ def build_hypergraph(
     per operator with vectorised passes. Assumes each tensor has at most one
     producer; validation (``partitioners.graph`` callers) checks that first.
     """
-    n_ops = int(len(op_names))
-    n_tensors = int(len(tensor_names))
+    n_ops = len(op_names)
+    n_tensors = len(tensor_names)
     input_ptr = np.asarray(input_ptr, dtype=np.int64)
     input_tensors = np.asarray(input_tensors, dtype=np.int64)
     output_ptr = np.asarray(output_ptr, dtype=np.int64)
@@ -477,7 +477,7 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
         if not isinstance(t, dict):
             raise InvalidInput(f"{where} must be an object, got {_describe(t)}", field=where, code="invalid-tensor")
         if not isinstance(t.get("name"), str):
-            raise InvalidInput(f"{where} needs a string \"name\"", field=f"{where}.name", code="invalid-tensor")
+            raise InvalidInput(f'{where} needs a string "name"', field=f"{where}.name", code="invalid-tensor")
         if type(t.get("bytes")) not in _NUMBER_TYPES:
             raise InvalidInput(
                 f"tensor '{t['name']}' needs \"bytes\" as a number, got {_describe(t.get('bytes'))}",
@@ -505,8 +505,7 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
         kind = t.get("kind")
         if not isinstance(kind, (str, type(None))) or kind not in _TENSOR_KINDS:
             raise InvalidInput(
-                f"tensor '{t['name']}' has kind {_describe(kind)}; expected \"parameter\", "
-                "\"input\" or \"activation\"",
+                f'tensor \'{t["name"]}\' has kind {_describe(kind)}; expected "parameter", "input" or "activation"',
                 field=f"{where}.kind",
                 code="invalid-tensor",
             )
@@ -515,27 +514,27 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
         if not isinstance(n, dict):
             raise InvalidInput(f"{where} must be an object, got {_describe(n)}", field=where, code="invalid-node")
         if not isinstance(n.get("name"), str):
-            raise InvalidInput(f"{where} needs a string \"name\"", field=f"{where}.name", code="invalid-node")
+            raise InvalidInput(f'{where} needs a string "name"', field=f"{where}.name", code="invalid-node")
         label = f"operator '{n['name']}'"
         if not isinstance(n.get("op"), str):
-            raise InvalidInput(f"{label} needs a string \"op\" (its type)", field=f"{where}.op", code="invalid-node")
+            raise InvalidInput(f'{label} needs a string "op" (its type)', field=f"{where}.op", code="invalid-node")
         for key in ("inputs", "outputs"):
             refs = n.get(key)
             if not isinstance(refs, list):
                 raise InvalidInput(
-                    f"{label} needs \"{key}\" as a list of tensor names", field=f"{where}.{key}", code="invalid-node"
+                    f'{label} needs "{key}" as a list of tensor names', field=f"{where}.{key}", code="invalid-node"
                 )
             for j, ref in enumerate(refs):
                 if not isinstance(ref, str):
                     raise InvalidInput(
-                        f"{label} lists {_describe(ref)} in \"{key}\"; expected a tensor name",
+                        f'{label} lists {_describe(ref)} in "{key}"; expected a tensor name',
                         field=f"{where}.{key}[{j}]",
                         code="invalid-node",
                     )
         for key in ("flops", "param_bytes"):
             if type(n.get(key)) not in _OPTIONAL_NUMBER_TYPES:
                 raise InvalidInput(
-                    f"{label} has \"{key}\" {_describe(n.get(key))}; expected a number",
+                    f'{label} has "{key}" {_describe(n.get(key))}; expected a number',
                     field=f"{where}.{key}",
                     code="invalid-node",
                 )
@@ -544,7 +543,7 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
             not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices)
         ):
             raise InvalidInput(
-                f"{label} has \"device_types\" {_describe(devices)}; expected a non-empty list of device "
+                f'{label} has "device_types" {_describe(devices)}; expected a non-empty list of device '
                 "type names (leave it out to allow any device)",
                 field=f"{where}.device_types",
                 code="invalid-node",
@@ -597,12 +596,12 @@ def _unknown_reference(nodes: list, key: str, index: dict) -> None:
                 if key == "inputs":
                     detail = (
                         f"operator '{n['name']}' reads tensor '{ref}', which is neither declared in "
-                        "\"tensors\" nor produced by any operator"
+                        '"tensors" nor produced by any operator'
                     )
                 else:
                     detail = (
                         f"operator '{n['name']}' writes tensor '{ref}', which is not declared in "
-                        "\"tensors\"; declare it with its size in bytes"
+                        '"tensors"; declare it with its size in bytes'
                     )
                 raise InvalidInput(detail, field=f"nodes[{i}].{key}[{j}]", code="unknown-tensor")
     raise AssertionError("no unknown reference")  # pragma: no cover
@@ -668,16 +667,18 @@ def graph_from_json(
         ``kind-mismatch``, ``cycle``.
     """
     if not isinstance(doc, dict):
-        raise InvalidInput("the graph must be a JSON object with \"nodes\" and \"tensors\"", field="graph", code="invalid-graph")
+        raise InvalidInput(
+            'the graph must be a JSON object with "nodes" and "tensors"', field="graph", code="invalid-graph"
+        )
     nodes = doc.get("nodes")
     tensors = doc.get("tensors", [])
     if not isinstance(nodes, list):
-        raise InvalidInput("the graph needs \"nodes\": a list of operators", field="nodes", code="invalid-graph")
+        raise InvalidInput('the graph needs "nodes": a list of operators', field="nodes", code="invalid-graph")
     if not isinstance(tensors, list):
-        raise InvalidInput("\"tensors\" must be a list of tensors", field="tensors", code="invalid-graph")
+        raise InvalidInput('"tensors" must be a list of tensors', field="tensors", code="invalid-graph")
     name = doc.get("name", "")
     if not isinstance(name, str):
-        raise InvalidInput("\"name\" must be a string", field="name", code="invalid-graph")
+        raise InvalidInput('"name" must be a string', field="name", code="invalid-graph")
     n_ops, n_tensors = len(nodes), len(tensors)
     if max_ops is not None and n_ops > max_ops:
         raise InputTooLarge(
@@ -740,9 +741,10 @@ def graph_from_json(
             dims = [d for d in dims if d is not None]
         if not dim_types <= {int, type(None)} or (dims and (min(dims) < 0 or max(dims) > _MAX_DIM)):
             _raise_entry_problem(nodes, tensors)
-    if list in device_types_types:
-        if [] in op_devices or not _types(list(chain.from_iterable(d for d in op_devices if d is not None))) <= {str}:
-            _raise_entry_problem(nodes, tensors)
+    if list in device_types_types and (
+        [] in op_devices or not _types(list(chain.from_iterable(d for d in op_devices if d is not None))) <= {str}
+    ):
+        _raise_entry_problem(nodes, tensors)
 
     # names are unique
     index = dict(zip(t_names, range(n_tensors)))
@@ -819,7 +821,9 @@ def graph_from_json(
     )
     warnings: list[str] = []
     if flops_missing.any():
-        _estimate_missing_flops(flops_arr, flops_missing, op_types, in_ptr, in_ids, out_ptr, out_ids, shapes, bytes_arr, warnings)
+        _estimate_missing_flops(
+            flops_arr, flops_missing, op_types, in_ptr, in_ids, out_ptr, out_ids, shapes, bytes_arr, warnings
+        )
 
     graph = build_hypergraph(
         name=name,
@@ -849,7 +853,7 @@ def _carried_warnings(value: object) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(w, str) for w in value):
-        raise InvalidInput("\"warnings\" must be a list of strings", field="warnings", code="invalid-graph")
+        raise InvalidInput('"warnings" must be a list of strings', field="warnings", code="invalid-graph")
     return list(value)
 
 
@@ -890,7 +894,7 @@ def _estimate_missing_flops(
         np.add.at(out_bytes, owners, tensor_bytes[out_ids])
         flops[rest] = out_bytes[rest] / _FALLBACK_ELEMENT_BYTES
         warnings.append(
-            f"{rest.size} operators have neither \"flops\" nor tensor shapes: estimated one FLOP per "
+            f'{rest.size} operators have neither "flops" nor tensor shapes: estimated one FLOP per '
             f"{_FALLBACK_ELEMENT_BYTES:g} output bytes (one float32 element)"
         )
 

@@ -236,6 +236,7 @@ def test_graph_to_json_round_trips_with_the_same_hash():
     graph = graph_from_json(doc)
     again = graph_from_json(graph_to_json(graph))
     assert model_hash(again) == model_hash(graph)
+
     def by_name(g):
         return dict(zip(g.op_names.tolist(), g.op_param_bytes.tolist()))
 
@@ -247,7 +248,13 @@ def test_graph_to_json_lists_nodes_and_tensors_in_name_order():
     canonical = graph_to_json(graph_from_json(_mlp()))
     assert [n["name"] for n in canonical["nodes"]] == ["fc1", "fc2", "relu"]
     assert [t["name"] for t in canonical["tensors"]] == ["a", "h", "w1", "w2", "x", "y"]
-    assert canonical["tensors"][2] == {"name": "w1", "bytes": 128, "shape": [4, 8], "dtype": "float32", "kind": "parameter"}
+    assert canonical["tensors"][2] == {
+        "name": "w1",
+        "bytes": 128,
+        "shape": [4, 8],
+        "dtype": "float32",
+        "kind": "parameter",
+    }
 
 
 def test_graph_summary_totals():

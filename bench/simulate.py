@@ -59,7 +59,7 @@ def main() -> None:
 
         dur = ctx.op_times_s[np.arange(n), ctx.device_profile[placement]]
         t0 = time.perf_counter()
-        prio = critical_path_priority(g, inv, placement, dur, topo_order=ctx.topo_order)
+        prio = critical_path_priority(g, inv, placement, dur, context=ctx)
         base_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -51,7 +51,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
-from partitioners.cost import CostModel, op_times_by_profile_s
+from partitioners.cost import CostModel, op_times_by_profile_s, transfer_times_s
 from partitioners.errors import InvalidInput
 from partitioners.graph import TENSOR_ACTIVATION, TENSOR_PARAMETER, Hypergraph, topological_order
 from partitioners.inventory import LINK_CLASS_NAMES, LINK_INTER_GROUP, LINK_INTRA_GROUP, Inventory, link_class_ids
@@ -94,7 +94,7 @@ class SimulationResult:
     op_start_s, op_end_s : numpy.ndarray, shape (n_ops,)
     transfer_tensor, transfer_src, transfer_dst : numpy.ndarray of int64, shape (n_transfers,)
     transfer_start_s, transfer_end_s, transfer_bytes : numpy.ndarray of float64
-        The transfers in issue order; empty when ``record_timeline=False``.
+        The transfers in issue order.
     """
 
     makespan_s: float
@@ -152,6 +152,12 @@ class SimulationContext:
     inter_s_per_byte: float
     pair_latency_s: np.ndarray | None
     pair_s_per_byte: np.ndarray | None
+    edge_src: np.ndarray  # producer -> consumer edges sorted by producer
+    edge_dst: np.ndarray
+    edge_tensor: np.ndarray
+    edge_ptr: list
+    edge_dst_list: list
+    reverse_topo: list
 
 
 def _link_params(inventory: Inventory, cost_model: CostModel):
@@ -210,6 +216,11 @@ def prepare_simulation(
     is_act = graph.tensor_producer[graph.input_tensors] >= 0
     pending = np.bincount(owners[is_act], minlength=graph.n_ops)
     g_lat, g_pb, i_lat, i_pb, p_lat, p_pb = _link_params(inventory, cm)
+    e_src, e_dst, e_tensor = graph.op_edges()
+    e_order = np.argsort(e_src, kind="stable")
+    e_src, e_dst, e_tensor = e_src[e_order], e_dst[e_order], e_tensor[e_order]
+    e_ptr = np.zeros(graph.n_ops + 1, dtype=np.int64)
+    np.cumsum(np.bincount(e_src, minlength=graph.n_ops), out=e_ptr[1:])
     return SimulationContext(
         graph=graph,
         inventory=inventory,
@@ -231,6 +242,12 @@ def prepare_simulation(
         inter_s_per_byte=i_pb,
         pair_latency_s=p_lat,
         pair_s_per_byte=p_pb,
+        edge_src=e_src,
+        edge_dst=e_dst,
+        edge_tensor=e_tensor,
+        edge_ptr=e_ptr.tolist(),
+        edge_dst_list=e_dst.tolist(),
+        reverse_topo=order[::-1].tolist(),
     )
 
 
@@ -246,6 +263,16 @@ def _check_placement(graph: Hypergraph, inventory: Inventory, placement: np.ndar
             f"placement entries must be device ids 0..{inventory.n_devices - 1}", field="placement"
         )
     return p.astype(np.int64, copy=False)
+
+
+def _check_priority(graph: Hypergraph, priority: np.ndarray) -> np.ndarray:
+    prio = np.asarray(priority, dtype=np.float64)
+    if prio.shape != (graph.n_ops,) or not np.all(np.isfinite(prio)):
+        raise InvalidInput(
+            f"priority must be {graph.n_ops} finite numbers, one per operator, got shape {prio.shape}",
+            field="priority",
+        )
+    return prio
 
 
 def _durations(ctx: SimulationContext, placement: np.ndarray) -> np.ndarray:
@@ -303,14 +330,14 @@ def critical_path_priority(
     durations_s: np.ndarray,
     *,
     cost_model: CostModel | None = None,
-    topo_order: np.ndarray | None = None,
+    context: SimulationContext | None = None,
 ) -> np.ndarray:
     """Upward rank of every operator: its time plus the longest path below it.
 
     ``rank(u) = dur(u) + max over consumers v of (comm(u, v) + rank(v))`` where
     ``comm`` is the uncontended transfer time of the linking tensor when ``u`` and
     ``v`` sit on different devices, else 0 (HEFT's upward rank [2]_ on a fixed
-    placement). Computed in reverse topological order.
+    placement). One pure-Python pass over the edges in reverse topological order.
 
     Parameters
     ----------
@@ -321,34 +348,30 @@ def critical_path_priority(
         Time of each operator on its placed device.
     cost_model : CostModel, optional
         For link-class multipliers.
-    topo_order : numpy.ndarray, optional
-        A topological order of the operators (computed when absent).
+    context : SimulationContext, optional
+        Reuses its edge lists and topological order.
 
     Returns
     -------
     numpy.ndarray of float64, shape (n_ops,)
     """
-    order_np = topological_order(graph) if topo_order is None else topo_order
+    ctx = context or prepare_simulation(graph, inventory, cost_model=cost_model)
     placement = np.asarray(placement, dtype=np.int64)
-    src, dst, tensors = graph.op_edges()
-    s_dev = placement[src]
-    d_dev = placement[dst]
-    comm = np.zeros(src.shape[0], dtype=np.float64)
+    s_dev = placement[ctx.edge_src]
+    d_dev = placement[ctx.edge_dst]
+    comm = np.zeros(s_dev.shape[0], dtype=np.float64)
     cut = s_dev != d_dev
     if cut.any():
-        from partitioners.cost import transfer_times_s
-
-        comm[cut] = transfer_times_s(graph.tensor_bytes[tensors[cut]], s_dev[cut], d_dev[cut], inventory, cost_model)
-    order = np.argsort(src, kind="stable")
-    succ = dst[order].tolist()
-    ecost = comm[order].tolist()
-    ptr = np.zeros(graph.n_ops + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=graph.n_ops), out=ptr[1:])
-    ptr_l = ptr.tolist()
+        comm[cut] = transfer_times_s(
+            graph.tensor_bytes[ctx.edge_tensor[cut]], s_dev[cut], d_dev[cut], inventory, cost_model or ctx.cost_model
+        )
+    succ = ctx.edge_dst_list
+    ecost = comm.tolist()
+    ptr = ctx.edge_ptr
     rank = np.asarray(durations_s, dtype=np.float64).tolist()
-    for u in order_np[::-1].tolist():
-        a = ptr_l[u]
-        b = ptr_l[u + 1]
+    for u in ctx.reverse_topo:
+        a = ptr[u]
+        b = ptr[u + 1]
         if a == b:
             continue
         best = 0.0
@@ -360,7 +383,7 @@ def critical_path_priority(
     return np.array(rank, dtype=np.float64)
 
 
-def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, prio: np.ndarray, record: bool):
+def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, prio: np.ndarray):
     """The list-scheduling event loop (see the module docstring). Returns lists."""
     inv = ctx.inventory
     n_dev = inv.n_devices
@@ -444,12 +467,11 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
                             a = s0 + info[0] + nb * info[1]
                             port_free[info[2]] = a
                             arrivals[dc] = a
-                            if record:
-                                tr_t.append(ot)
-                                tr_s.append(d)
-                                tr_d.append(dc)
-                                tr_a.append(s0)
-                                tr_b.append(a)
+                            tr_t.append(ot)
+                            tr_s.append(d)
+                            tr_d.append(dc)
+                            tr_a.append(s0)
+                            tr_b.append(a)
                     if a > ready_at[c]:
                         ready_at[c] = a
                     k = pending[c] - 1
@@ -495,7 +517,11 @@ def _peak_memory(
     tr_start: np.ndarray,
     tr_end: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(param bytes, peak bytes) per device by an allocation/free sweep (module docstring)."""
+    """(param bytes, peak bytes) per device by an allocation/free sweep (module docstring).
+
+    Holdings are ``(tensor, device)`` keys ``tensor * n_dev + device``; every step is
+    a sort, a ``searchsorted`` or a ``reduceat`` so 10^6 operators take about a second.
+    """
     n_ops = graph.n_ops
     owners = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(graph.input_ptr))
     tens = graph.input_tensors
@@ -508,57 +534,63 @@ def _peak_memory(
     pkeys = np.unique(tens[pm] * n_dev + on[pm])
     param = np.bincount(pkeys % n_dev, weights=tb[pkeys // n_dev], minlength=n_dev).astype(np.float64)
 
-    # (tensor, device) holdings of non-parameter tensors by consumers; free = last consumer end there
-    cm = kind != TENSOR_PARAMETER
+    # holdings of non-parameter tensors where they are read; freed when the last reader there ends
+    cm = ~pm
     ckeys = tens[cm] * n_dev + on[cm]
     cend = end[owners[cm]]
-    keys, inv_idx = np.unique(ckeys, return_inverse=True)
-    free = np.full(keys.shape[0], -np.inf)
-    np.maximum.at(free, inv_idx.reshape(-1), cend)
+    o = np.lexsort((cend, ckeys))
+    ckeys = ckeys[o]
+    cend = cend[o]
+    last = np.flatnonzero(np.append(ckeys[1:] != ckeys[:-1], True)) if ckeys.size else np.zeros(0, np.int64)
+    keys = ckeys[last]  # sorted, unique
+    free = cend[last]
     k_t = keys // n_dev
     k_d = keys % n_dev
     prod = graph.tensor_producer[k_t]
-    alloc = np.zeros(keys.shape[0], dtype=np.float64)  # graph inputs: from 0
+    alloc = np.zeros(keys.shape[0], dtype=np.float64)  # graph inputs: resident from 0
     local = (prod >= 0) & (placement[np.maximum(prod, 0)] == k_d)
     alloc[local] = start[prod[local]]
     remote = (prod >= 0) & ~local
     if remote.any():
+        # each remote holding is one transfer's destination buffer, allocated at its start
         tkeys = tr_tensor * n_dev + tr_dst
         o = np.argsort(tkeys)
-        pos = np.searchsorted(tkeys[o], keys[remote])
-        alloc[remote] = tr_start[o[pos]]
-    # producer-side holdings with no local consumer: from producer start until producer
-    # end and the last outgoing transfer ends (or the makespan for graph outputs)
+        alloc[remote] = tr_start[o[np.searchsorted(tkeys[o], keys[remote])]]
+    # producer-side holdings with no local reader: from the producer's start to its end
+    # (graph outputs: to the makespan)
     act = np.flatnonzero(graph.tensor_kind == TENSOR_ACTIVATION)
-    pkey = act * n_dev + placement[graph.tensor_producer[act]]
-    has_local = np.isin(pkey, keys, assume_unique=False)
+    act_dev = placement[graph.tensor_producer[act]]
+    pkey = act * n_dev + act_dev
+    pos = np.minimum(np.searchsorted(keys, pkey), max(keys.size - 1, 0))
+    has_local = keys[pos] == pkey if keys.size else np.zeros(act.size, dtype=bool)
     extra_t = act[~has_local]
-    extra_d = placement[graph.tensor_producer[extra_t]]
+    extra_keys = pkey[~has_local]  # sorted: act ascending
     extra_alloc = start[graph.tensor_producer[extra_t]]
     extra_free = end[graph.tensor_producer[extra_t]].copy()
-    n_cons = np.diff(graph.consumer_ptr)[extra_t]
-    extra_free[n_cons == 0] = makespan
-    # outgoing transfers keep the source buffer alive
-    all_keys = np.concatenate([keys, extra_t * n_dev + extra_d])
-    all_alloc = np.concatenate([alloc, extra_alloc])
-    all_free = np.concatenate([free, extra_free])
+    extra_free[np.diff(graph.consumer_ptr)[extra_t] == 0] = makespan
+    # outgoing transfers keep the source buffer alive until they end
     if tr_tensor.size:
         src_keys = tr_tensor * n_dev + placement[graph.tensor_producer[tr_tensor]]
-        o = np.argsort(all_keys)
-        pos = o[np.searchsorted(all_keys[o], src_keys)]
-        np.maximum.at(all_free, pos, tr_end)
-    all_dev = all_keys % n_dev
-    all_bytes = tb[all_keys // n_dev]
-    # sweep: frees (type 0) before allocations (type 1) at equal times
-    dev_ev = np.concatenate([all_dev, all_dev])
-    time_ev = np.concatenate([all_free, all_alloc])
-    type_ev = np.concatenate([np.zeros(all_dev.size, np.int8), np.ones(all_dev.size, np.int8)])
+        pos_k = np.minimum(np.searchsorted(keys, src_keys), max(keys.size - 1, 0))
+        in_keys = keys[pos_k] == src_keys if keys.size else np.zeros(src_keys.size, dtype=bool)
+        np.maximum.at(free, pos_k[in_keys], tr_end[in_keys])
+        pos_in = np.searchsorted(extra_keys, src_keys[~in_keys])
+        np.maximum.at(extra_free, pos_in, tr_end[~in_keys])
+    all_dev = np.concatenate([k_d, extra_keys % n_dev])
+    all_bytes = tb[np.concatenate([k_t, extra_t])]
+    # sweep: frees listed before allocations so a stable sort by time frees first at
+    # equal times; then a stable sort by device keeps that order within each device
+    time_ev = np.concatenate([free, extra_free, alloc, extra_alloc])
     delta = np.concatenate([-all_bytes, all_bytes])
-    order = np.lexsort((type_ev, time_ev, dev_ev))
-    live = np.cumsum(delta[order])
+    dev_ev = np.concatenate([all_dev, all_dev])
+    order = np.argsort(time_ev, kind="stable")
+    dev_sorted = dev_ev[order]
+    by_dev = np.argsort(dev_sorted.astype(np.int32 if n_dev > 32767 else np.int16), kind="stable")
+    order = order[by_dev]
+    live = np.cumsum(delta[order])  # every device's events sum to zero, so blocks restart at 0
     peak = np.zeros(n_dev, dtype=np.float64)
     np.maximum.at(peak, dev_ev[order], live)
-    return param, param + peak
+    return param, param + np.maximum(peak, 0.0)
 
 
 def simulate(
@@ -589,8 +621,9 @@ def simulate(
     priority : numpy.ndarray, optional
         ``(n_ops,)``, larger runs first; default :func:`critical_path_priority`.
     record_timeline : bool
-        When False, skip transfer records and the memory sweep (``peak_memory_bytes``
-        is None): the fast path for scoring many placements.
+        When False, skip the memory sweep (``peak_memory_bytes`` is None); the
+        timeline arrays are still filled (they cost little).
+        :func:`estimate_makespan_s` is the fastest path for scoring placements.
     context : SimulationContext, optional
         From :func:`prepare_simulation` for the same graph and inventory; when given,
         ``cost_model`` and ``op_times_s`` are taken from it.
@@ -609,34 +642,34 @@ def simulate(
     p = _check_placement(graph, inventory, placement)
     dur = _durations(ctx, p)
     if priority is None:
-        prio = critical_path_priority(
-            graph, inventory, p, dur, cost_model=ctx.cost_model, topo_order=ctx.topo_order
-        )
+        prio = critical_path_priority(graph, inventory, p, dur, cost_model=ctx.cost_model, context=ctx)
     else:
-        prio = np.asarray(priority, dtype=np.float64)
-        if prio.shape != (graph.n_ops,):
-            raise InvalidInput(f"priority must have shape ({graph.n_ops},), got {prio.shape}", field="priority")
-    start_l, end_l, tr = _event_loop(ctx, p, dur, prio, record_timeline)
+        prio = _check_priority(graph, priority)
+    start_l, end_l, tr = _event_loop(ctx, p, dur, prio)
     start = np.array(start_l, dtype=np.float64)
     end = np.array(end_l, dtype=np.float64)
     makespan = float(end.max()) if end.size else 0.0
     busy = np.bincount(p, weights=dur, minlength=n_dev).astype(np.float64)
-
-    t_tensor, t_src, t_dst = remote_transfers(graph, p) if graph.n_ops else (np.zeros(0, np.int64),) * 3
-    t_bytes = graph.tensor_bytes[t_tensor]
-    pair = t_src * n_dev + t_dst
-    upair, pinv = np.unique(pair, return_inverse=True)
-    link_b = np.bincount(pinv.reshape(-1), weights=t_bytes, minlength=upair.size).astype(np.float64)
-    cls = link_class_ids(inventory, t_src, t_dst)
-    by_class = {
-        LINK_CLASS_NAMES[c]: float(t_bytes[cls == c].sum()) for c in (LINK_INTRA_GROUP, LINK_INTER_GROUP)
-    }
 
     tr_tensor = np.array(tr[0], dtype=np.int64)
     tr_src = np.array(tr[1], dtype=np.int64)
     tr_dst = np.array(tr[2], dtype=np.int64)
     tr_start = np.array(tr[3], dtype=np.float64)
     tr_end = np.array(tr[4], dtype=np.float64)
+    tr_bytes = graph.tensor_bytes[tr_tensor]
+    # the simulated transfers are exactly remote_transfers(graph, p): stats come from them
+    pair = tr_src * n_dev + tr_dst
+    if n_dev * n_dev <= 1 << 20:
+        per_pair = np.bincount(pair, weights=tr_bytes, minlength=n_dev * n_dev)
+        upair = np.flatnonzero(np.bincount(pair, minlength=n_dev * n_dev))
+        link_b = per_pair[upair]
+    else:
+        upair, pinv = np.unique(pair, return_inverse=True)
+        link_b = np.bincount(pinv.reshape(-1), weights=tr_bytes, minlength=upair.size).astype(np.float64)
+    cls = link_class_ids(inventory, tr_src, tr_dst)
+    by_class = {
+        LINK_CLASS_NAMES[c]: float(tr_bytes[cls == c].sum()) for c in (LINK_INTRA_GROUP, LINK_INTER_GROUP)
+    }
     if record_timeline:
         param, peak = _peak_memory(graph, n_dev, p, start, end, makespan, tr_tensor, tr_dst, tr_start, tr_end)
     else:
@@ -649,7 +682,7 @@ def simulate(
         makespan_s=makespan,
         device_busy_s=busy,
         device_idle_s=makespan - busy,
-        comm_bytes=float(t_bytes.sum()),
+        comm_bytes=float(tr_bytes.sum()),
         comm_bytes_by_class=by_class,
         link_src=upair // n_dev,
         link_dst=upair % n_dev,
@@ -664,7 +697,7 @@ def simulate(
         transfer_dst=tr_dst,
         transfer_start_s=tr_start,
         transfer_end_s=tr_end,
-        transfer_bytes=graph.tensor_bytes[tr_tensor],
+        transfer_bytes=tr_bytes,
     )
 
 
@@ -676,10 +709,22 @@ def estimate_makespan_s(
     context: SimulationContext | None = None,
     priority: np.ndarray | None = None,
 ) -> float:
-    """Makespan only: :func:`simulate` without timeline records or the memory sweep.
+    """Makespan only: the event loop of :func:`simulate` and nothing else.
 
     Pass a :class:`SimulationContext` (and, when scoring small moves, a fixed
     ``priority``) to skip the per-call precomputation.
-    """
-    return simulate(graph, inventory, placement, context=context, priority=priority, record_timeline=False).makespan_s
 
+    Raises
+    ------
+    InvalidInput
+        As :func:`simulate`.
+    """
+    ctx = context or prepare_simulation(graph, inventory)
+    p = _check_placement(graph, inventory, placement)
+    dur = _durations(ctx, p)
+    if priority is None:
+        prio = critical_path_priority(graph, inventory, p, dur, cost_model=ctx.cost_model, context=ctx)
+    else:
+        prio = _check_priority(graph, priority)
+    _, end, _ = _event_loop(ctx, p, dur, prio)
+    return float(max(end)) if end else 0.0

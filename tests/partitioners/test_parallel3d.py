@@ -1,0 +1,332 @@
+"""Specifications of the 3D-parallel layout planner (partitioners.parallel3d*).
+
+Expected values are worked by hand from the published formulas the docstrings
+cite: Narayanan et al. SC21 (FLOPs, bubble), Korthikanti et al. 2022 (activation
+memory), ZeRO (bytes per parameter per stage).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from partitioners.collectives import LinkSpec, allreduce_time_s
+from partitioners.errors import InvalidInput
+from partitioners.parallel3d import evaluate_layouts, plan_parallel_layout, rank_map
+from partitioners.parallel3d_cost import (
+    _NVLINK_EFFICIENCY,
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    LayoutArrays,
+    activation_bytes_per_layer,
+    hardware_flops_per_step,
+    model_flops_per_step,
+    parameter_counts,
+    pipeline_bubble_fraction,
+    predict_layouts,
+)
+from partitioners.parallel3d_specs import (
+    cluster_from_dict,
+    model_from_dict,
+    training_from_dict,
+)
+
+GPT_SMALL = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100}
+A100_NODE = {"preset": "dgx-a100", "nodes": 1}
+
+
+def layouts(**kw) -> LayoutArrays:
+    base = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "v": 1, "zero": 0, "recompute": RECOMPUTE_NONE}
+    base.update(kw)
+    return LayoutArrays(*(np.array([base[k]], dtype=np.int64) for k in
+                          ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute")))
+
+
+# ---------------------------------------------------------------- FLOPs and parameters
+
+
+def test_model_flops_equal_narayanan_formula_for_gpt():
+    # SC21 eq. (3) with 72 (no recomputation): 72 B s l h^2 (1 + s/(6h) + V/(12 l h))
+    b, s, l, h, v = 3, 32, 2, 64, 100
+    expected = 72 * b * s * l * h**2 * (1 + s / (6 * h) + v / (12 * l * h))
+    assert model_flops_per_step(model_from_dict(GPT_SMALL), b) == pytest.approx(expected, rel=1e-12)
+
+
+def test_full_recomputation_flops_equal_narayanan_96_formula():
+    # SC21 eq. (3) as printed: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) -- logits are not recomputed
+    b, s, l, h, v = 3, 32, 2, 64, 100
+    expected = 96 * b * s * l * h**2 * (1 + s / (6 * h) + v / (16 * l * h))
+    got = hardware_flops_per_step(model_from_dict(GPT_SMALL), b, RECOMPUTE_FULL)
+    assert float(got) == pytest.approx(expected, rel=1e-12)
+
+
+def test_selective_recomputation_adds_only_attention_score_flops():
+    # one extra forward of QK^T and attention x V: 4 s h FLOPs per token per layer
+    b, s, l, h = 3, 32, 2, 64
+    model = model_from_dict(GPT_SMALL)
+    extra = float(hardware_flops_per_step(model, b, RECOMPUTE_SELECTIVE)) - model_flops_per_step(model, b)
+    assert extra == pytest.approx(4 * s * h * l * b * s)
+
+
+def test_gpt_parameter_count_is_12lh2_plus_layernorms_and_embeddings():
+    # per layer 4h^2 (QKV + projection) + 8h^2 (4h MLP) + 2h (two LayerNorm gains);
+    # untied input and output embeddings V h each; final LayerNorm h
+    l, h, v = 2, 64, 100
+    counts = parameter_counts(model_from_dict(GPT_SMALL))
+    assert counts.total == l * (12 * h * h + 2 * h) + 2 * v * h + h
+
+
+def test_gqa_and_swiglu_change_attention_and_mlp_parameter_counts():
+    model = model_from_dict({**GPT_SMALL, "num_kv_heads": 1, "ffn_hidden_size": 96, "gated_mlp": True})
+    counts = parameter_counts(model)
+    h, hk, f = 64, 16, 96  # one KV head of head_dim 16
+    assert counts.attention_per_layer == h * (h + 2 * hk) + h * h + 2 * h
+    assert counts.dense_mlp_per_layer == 3 * h * f
+
+
+def test_moe_flops_count_topk_and_shared_experts_not_all_experts():
+    dense = model_from_dict({**GPT_SMALL, "ffn_hidden_size": 32})
+    moe = model_from_dict({**GPT_SMALL, "moe": {"num_experts": 8, "experts_per_token": 2,
+                                                "expert_ffn_hidden_size": 16, "shared_experts": 0}})
+    # 2 experts of width 16 do the MLP work of one dense MLP of width 32; the router adds 2 h E per token
+    h, experts, tokens, layers = 64, 8, 32, 2
+    router = 3 * 2 * h * experts * tokens * layers
+    assert model_flops_per_step(moe, 1) - model_flops_per_step(dense, 1) == pytest.approx(router)
+
+
+# ---------------------------------------------------------------- memory
+
+
+@pytest.mark.parametrize(
+    ("tp", "sequence_parallel", "recompute", "coefficient"),
+    [
+        # Korthikanti et al. 2022, Table 2, in units of s b h bytes (a=4, s=32, h=64: 5as/h = 10)
+        (1, False, RECOMPUTE_NONE, 34 + 10),
+        (4, False, RECOMPUTE_NONE, 10 + 24 / 4 + 10 / 4),
+        (4, True, RECOMPUTE_NONE, 34 / 4 + 10 / 4),
+        (4, True, RECOMPUTE_SELECTIVE, 34 / 4),
+        (4, True, RECOMPUTE_FULL, 2 / 4),
+    ],
+)
+def test_activation_memory_per_layer_matches_korthikanti_table_2(tp, sequence_parallel, recompute, coefficient):
+    model = model_from_dict(GPT_SMALL)
+    training = training_from_dict({"global_batch_sequences": 1, "flash_attention": False,
+                                   "sequence_parallel": sequence_parallel})
+    s, b, h = 32, 3, 64
+    got = activation_bytes_per_layer(model, training, np.array([s * b]), np.array([tp]), np.array([recompute]))
+    assert float(got[0]) == pytest.approx(coefficient * s * b * h)
+
+
+def test_flash_attention_never_stores_the_score_matrix():
+    model = model_from_dict(GPT_SMALL)
+    training = training_from_dict({"global_batch_sequences": 1, "flash_attention": True, "sequence_parallel": True})
+    got = activation_bytes_per_layer(model, training, np.array([32]), np.array([1]), np.array([RECOMPUTE_NONE]))
+    # 34 s h bytes plus the fp32 log-sum-exp per head (4 a bytes per token)
+    assert float(got[0]) == pytest.approx(32 * (34 * 64 + 4 * 4))
+
+
+@pytest.mark.parametrize(("zero", "bytes_per_param"), [
+    # bf16 weights 2 + fp32 grads 4 + fp32 Adam state 12, sharded over dp = 8 by stage
+    (0, 2 + 4 + 12), (1, 2 + 4 + 12 / 8), (2, 2 + (4 + 12) / 8), (3, (2 + 4 + 12) / 8),
+])
+def test_weights_gradients_optimizer_bytes_per_parameter_by_zero_stage(zero, bytes_per_param):
+    model = model_from_dict(GPT_SMALL)
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 8})
+    pred = predict_layouts(model, cluster, training, layouts(dp=8, zero=zero))
+    state = pred["parameters_bytes"] + pred["gradients_bytes"] + pred["optimizer_state_bytes"]
+    assert float(state[0]) == pytest.approx(bytes_per_param * parameter_counts(model).total,
+                                            rel=1e-3)
+
+
+def test_first_pipeline_stage_keeps_p_micro_batches_of_activations():
+    # 1F1B: the first stage holds p micro-batches x L/p layers = L layers' worth (Korthikanti Sec. 4.2.3)
+    model = model_from_dict({**GPT_SMALL, "num_layers": 8, "vocab_size": 8})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 16, "flash_attention": False,
+                                   "sequence_parallel": False})
+    per_layer = float(activation_bytes_per_layer(model, training, np.array([32]), np.array([1]),
+                                                 np.array([RECOMPUTE_NONE]))[0])
+    pred = predict_layouts(model, cluster, training, layouts(dp=1, pp=4))
+    embedding_masks = 4 * 32 * 64  # one byte per element, p micro-batches in flight
+    assert float(pred["activations_bytes"][0]) == pytest.approx(8 * per_layer + embedding_masks)
+
+
+# ---------------------------------------------------------------- time
+
+
+def test_pipeline_bubble_is_p_minus_1_over_v_m():
+    assert float(pipeline_bubble_fraction(4, 1, 8)) == pytest.approx(3 / 8)
+    assert float(pipeline_bubble_fraction(4, 2, 8)) == pytest.approx(3 / 16)
+
+
+def test_predicted_bubble_fraction_uses_micro_batches_per_pipeline():
+    model = model_from_dict({**GPT_SMALL, "num_layers": 8})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 32})
+    pred = predict_layouts(model, cluster, training, layouts(dp=2, pp=4, mbs=2, v=2))
+    # m = 32 / (2 x 2) = 8 micro-batches, bubble (4-1)/(2*8)
+    assert float(pred["num_micro_batches"][0]) == 8
+    assert float(pred["bubble_fraction"][0]) == pytest.approx(3 / 16)
+
+
+def test_tensor_parallel_time_is_four_allreduces_per_layer_on_nvlink():
+    model = model_from_dict(GPT_SMALL)
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 4})
+    pred = predict_layouts(model, cluster, training, layouts(dp=2, tp=4, mbs=1))
+    link = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
+    per_layer = 4 * allreduce_time_s(32 * 64 * 2, 4, link)  # 2 forward + 2 backward, bf16 activations
+    micro_batches, n_layers = 2, 2
+    assert float(pred["tp_comm_s"][0]) == pytest.approx(micro_batches * n_layers * per_layer)
+
+
+def test_small_per_gpu_matrices_run_further_below_peak_than_large_ones():
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 8})
+    mfu = {}
+    for h in (256, 8192):
+        # short sequences so the projections and MLP (not attention) dominate the FLOPs
+        model = model_from_dict({"num_layers": 4, "hidden_size": h, "num_attention_heads": h // 128,
+                                 "seq_length": 256, "vocab_size": 1024})
+        mfu[h] = float(predict_layouts(model, cluster, training, layouts(dp=8))["mfu"][0])
+    assert mfu[256] < 0.5 * mfu[8192]
+    assert mfu[8192] < cluster.gemm_efficiency_max
+
+
+# ---------------------------------------------------------------- search and reasons
+
+
+def test_small_model_on_one_node_is_pure_data_parallel():
+    plan = plan_parallel_layout({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 64})
+    best = plan.candidates[0]
+    assert (best.dp, best.tp, best.pp) == (8, 1, 1)
+
+
+def test_ties_within_tolerance_are_flagged_and_rank_fewer_stages_first():
+    plan = plan_parallel_layout({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 64},
+                                {"tie_tolerance": 0.4})
+    ties = [c for c in plan.candidates if c.tie_with_best]
+    assert len(ties) >= 2
+    assert [c.pp for c in ties] == sorted(c.pp for c in ties)
+
+
+def test_heads_not_divisible_by_tp_is_rejected_with_reason():
+    model = {**GPT_SMALL, "hidden_size": 96, "num_attention_heads": 6}
+    (pred,) = evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 8}, [{"tp": 4}])
+    assert not pred.fits
+    assert any("not divisible by tp=4" in r for r in pred.reasons)
+
+
+def test_tp_crossing_a_node_is_rejected_with_reason():
+    (pred,) = evaluate_layouts({**GPT_SMALL, "num_attention_heads": 16}, {"preset": "dgx-a100", "nodes": 2},
+                               {"global_batch_sequences": 8}, [{"tp": 16}])
+    assert any("spans 2 nodes" in r for r in pred.reasons)
+
+
+def test_layers_not_divisible_by_pp_rejected_only_when_uneven_stages_are_disallowed():
+    model = {**GPT_SMALL, "num_layers": 6}
+    strict = evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 8}, [{"pp": 4}],
+                              {"allow_uneven_pp": False})[0]
+    lenient = evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 8}, [{"pp": 4}])[0]
+    assert any("6 layers are not divisible by pp=4" in r for r in strict.reasons)
+    assert lenient.fits and any("uneven stages" in n for n in lenient.notes)
+
+
+def test_layout_known_to_run_out_of_memory_is_predicted_not_to_fit():
+    # GPT-3 175B without recomputation on 64 A100-80GB (tp 8, pp 8): Korthikanti et al. 2022
+    # needed selective recomputation to fit it
+    gpt3 = {"num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96, "seq_length": 2048,
+            "vocab_size": 51200}
+    (pred,) = evaluate_layouts(gpt3, {"preset": "dgx-a100", "nodes": 8},
+                               {"global_batch_sequences": 64, "flash_attention": False},
+                               [{"tp": 8, "pp": 8, "micro_batch_size": 1, "recompute": "none", "zero_stage": 0,
+                                 "virtual_stages": 1}])
+    assert any(r.startswith("out of memory") for r in pred.reasons)
+
+
+def test_model_too_large_for_the_cluster_answers_infeasible_with_a_reason():
+    huge = {"num_layers": 48, "hidden_size": 16384, "num_attention_heads": 128, "seq_length": 2048,
+            "vocab_size": 51200}
+    plan = plan_parallel_layout(huge, A100_NODE, {"global_batch_sequences": 8})
+    assert not plan.feasible and plan.candidates == ()
+    assert "out of memory" in plan.notes[0]
+    assert plan.infeasible_error().code == "no-layout-fits"
+
+
+def test_faster_looking_rejected_layouts_are_reported_with_reasons():
+    gpt3 = {"num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96, "seq_length": 2048,
+            "vocab_size": 51200}
+    plan = plan_parallel_layout(gpt3, {"preset": "dgx-a100", "nodes": 8}, {"global_batch_sequences": 64})
+    assert plan.feasible
+    assert all(r.reasons and r.step_time_s < plan.candidates[0].step_time_s for r in plan.rejected)
+
+
+@pytest.mark.parametrize(("cluster", "field"), [
+    ({"preset": "dgx-a100", "nodes": 0}, "cluster.num_nodes"),
+    ({"gpus_per_node": 8}, "cluster.num_nodes"),
+    ({"preset": "no-such-box", "nodes": 1}, "cluster.preset"),
+])
+def test_bad_cluster_is_invalid_input_naming_the_field(cluster, field):
+    with pytest.raises(InvalidInput) as err:
+        plan_parallel_layout(GPT_SMALL, cluster, {"global_batch_sequences": 8})
+    assert err.value.field == field
+
+
+def test_hidden_size_not_multiple_of_heads_is_invalid_input():
+    with pytest.raises(InvalidInput) as err:
+        plan_parallel_layout({**GPT_SMALL, "num_attention_heads": 5}, A100_NODE, {"global_batch_sequences": 8})
+    assert err.value.code == "heads-do-not-divide-hidden"
+
+
+def test_fixed_tp_that_does_not_divide_the_gpus_is_invalid_input():
+    with pytest.raises(InvalidInput) as err:
+        plan_parallel_layout(GPT_SMALL, A100_NODE, {"global_batch_sequences": 8}, {"tp": 3})
+    assert err.value.field == "constraints.tp"
+
+
+def test_plan_is_json_serialisable_and_deterministic():
+    args = ({**GPT_SMALL, "num_layers": 4}, {"preset": "dgx-h100", "nodes": 2}, {"global_batch_sequences": 64})
+    first = json.dumps(plan_parallel_layout(*args).to_dict(rank_map_limit=4))
+    assert first == json.dumps(plan_parallel_layout(*args).to_dict(rank_map_limit=4))
+
+
+def test_evaluate_keeps_the_fixed_fields_and_fills_the_rest():
+    (pred,) = evaluate_layouts({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 64},
+                               [{"tp": 2, "pp": 2, "zero_stage": 1}])
+    assert (pred.dp, pred.tp, pred.pp, pred.zero_stage) == (2, 2, 2, 1)
+    assert pred.fits and pred.micro_batch_size >= 1
+
+
+# ---------------------------------------------------------------- rank map
+
+
+def test_rank_map_is_a_bijection_onto_mesh_coordinates():
+    rm = rank_map({"preset": "dgx-a100", "nodes": 4}, {"tp": 4, "pp": 2, "cp": 2})
+    assert rm.coords.shape == (32, 5)
+    assert len({tuple(c) for c in rm.coords}) == 32
+    assert rm.mesh_shape == (2, 2, 2, 4) and rm.mesh_dim_names == ("dp", "pp", "cp", "tp")
+
+
+def test_tensor_groups_share_a_node_pipeline_neighbours_are_adjacent_nodes_dp_peers_differ():
+    rm = rank_map({"preset": "dgx-a100", "nodes": 4}, {"tp": 8, "pp": 2})
+    dp, pp, tp = rm.coords[:, 0], rm.coords[:, 1], rm.coords[:, 2]
+    for d in range(2):
+        for p in range(2):
+            group = (dp == d) & (pp == p)
+            assert len(set(rm.node[group])) == 1  # one NVSwitch domain
+    stage0 = rm.node[(dp == 0) & (pp == 0) & (tp == 0)][0]
+    stage1 = rm.node[(dp == 0) & (pp == 1) & (tp == 0)][0]
+    assert abs(int(stage1) - int(stage0)) == 1
+    replicas = rm.node[(pp == 0) & (tp == 0)]
+    assert len(set(replicas)) == 2  # data-parallel peers on different nodes
+
+
+def test_expert_parallel_rank_map_splits_dp_into_edp_times_ep():
+    rm = rank_map({"preset": "dgx-h100", "nodes": 2}, {"tp": 2, "ep": 4})
+    assert rm.mesh_dim_names == ("edp", "pp", "ep", "cp", "tp") and rm.mesh_shape == (2, 1, 4, 1, 2)
+    dp, ep = rm.coords[:, 0], rm.coords[:, 4]
+    assert np.array_equal(ep, dp % 4)

@@ -1,0 +1,361 @@
+"""MoE expert re-placement: valid placements, balance near the bound, few moves, clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from partitioners.errors import Infeasible, InvalidInput
+from partitioners.moe import balance_stats, lower_bound, rebalance, replica_counts
+
+
+def _zipf_load(layers: int, experts: int, seed: int, tokens: int = 1 << 22) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    ranks = np.argsort(rng.random((layers, experts)), axis=1) + 1.0
+    weight = ranks ** -0.7
+    return np.round(tokens * weight / weight.sum(axis=1, keepdims=True))
+
+
+def _gpu_of_slot(placement: np.ndarray, slots_per_gpu: int) -> np.ndarray:
+    return np.broadcast_to(np.arange(placement.shape[1]) // slots_per_gpu, placement.shape)
+
+
+def _assert_valid(result, experts: int, num_gpus: int, slots_per_gpu: int, unavailable=()) -> None:
+    p2l = result.physical_to_logical
+    layers = p2l.shape[0]
+    assert p2l.shape == (layers, num_gpus * slots_per_gpu)
+    per_gpu = p2l.reshape(layers, num_gpus, slots_per_gpu)
+    for layer in range(layers):
+        held = p2l[layer][p2l[layer] >= 0]
+        assert set(held.tolist()) == set(range(experts)), "every expert has a copy"
+        for gpu in range(num_gpus):
+            copies = per_gpu[layer, gpu][per_gpu[layer, gpu] >= 0]
+            assert copies.size == np.unique(copies).size, "no GPU holds two copies of one expert"
+        assert (per_gpu[layer, list(unavailable)] == -1).all(), "unavailable GPUs hold nothing"
+        counts = np.bincount(held, minlength=experts)
+        assert result.logical_count[layer].tolist() == counts.tolist()
+
+
+# ----------------------------------------------------------------------------- fresh plans
+
+
+def test_hot_expert_is_replicated_until_every_gpu_carries_the_mean():
+    result = rebalance(np.array([[8.0, 1.0, 1.0, 1.0, 1.0]]), num_nodes=1, gpus_per_node=2, slots_per_gpu=3)
+    assert result.logical_count.tolist() == [[2, 1, 1, 1, 1]]
+    assert result.balance_after.worst == pytest.approx(1.0)
+    _assert_valid(result, 5, 2, 3)
+
+
+def test_fresh_plan_fills_every_slot_when_experts_can_spread():
+    load = _zipf_load(3, 32, seed=1)
+    result = rebalance(load, num_nodes=2, gpus_per_node=4, slots_per_gpu=5)
+    assert (result.physical_to_logical >= 0).all()
+    assert result.logical_count.sum(axis=1).tolist() == [40, 40, 40]
+
+
+def test_fresh_plan_on_skewed_load_is_within_three_percent_of_perfect_balance():
+    load = _zipf_load(6, 64, seed=2)
+    result = rebalance(load, num_nodes=2, gpus_per_node=8, slots_per_gpu=5)
+    assert result.lower_bound.worst == pytest.approx(1.0)
+    assert result.balance_after.worst <= 1.03
+    assert result.balance_after.mean <= 1.01
+
+
+def test_fresh_plan_reports_every_copy_as_a_write_from_storage():
+    load = _zipf_load(2, 8, seed=3)
+    result = rebalance(load, num_nodes=1, gpus_per_node=4, slots_per_gpu=3, expert_bytes=100)
+    assert result.migrations.count == 2 * 12
+    assert result.migrations.from_storage_count == result.migrations.count
+    assert result.migrations.total_bytes == 2400
+    assert result.balance_before is None
+    assert set(result.layer_action.tolist()) == {"replanned"}
+
+
+def test_logical_to_physical_lists_the_slots_of_each_expert():
+    load = _zipf_load(2, 10, seed=4)
+    result = rebalance(load, num_nodes=1, gpus_per_node=4, slots_per_gpu=4)
+    for layer in range(2):
+        for expert in range(10):
+            slots = result.logical_to_physical[layer, expert]
+            slots = slots[slots >= 0]
+            assert slots.tolist() == np.flatnonzero(result.physical_to_logical[layer] == expert).tolist()
+
+
+def test_more_slots_per_gpu_than_experts_leaves_slots_empty_rather_than_duplicating():
+    result = rebalance(np.array([[5.0, 1.0]]), num_nodes=1, gpus_per_node=2, slots_per_gpu=3)
+    assert result.logical_count.tolist() == [[2, 2]]
+    _assert_valid(result, 2, 2, 3)
+    assert (result.physical_to_logical == -1).sum() == 2
+
+
+def test_layer_without_load_counts_as_balanced():
+    result = rebalance(np.zeros((1, 6)), num_nodes=1, gpus_per_node=3, slots_per_gpu=2)
+    assert result.balance_after.worst == 1.0
+    assert result.lower_bound.worst == 1.0
+    _assert_valid(result, 6, 3, 2)
+
+
+# ----------------------------------------------------------------------------- lower bound
+
+
+def test_lower_bound_of_uniform_load_is_one():
+    assert lower_bound(np.ones((2, 16)), num_gpus=4, slots_per_gpu=4).tolist() == [1.0, 1.0]
+
+
+def test_lower_bound_is_hot_expert_split_over_every_copy_it_can_have():
+    # 7 experts in 8 slots: the hot one gets at most 2 copies, so some GPU carries 12 / 2 = 6
+    # while the mean is 18 / 4 = 4.5
+    load = np.array([[12.0, 1, 1, 1, 1, 1, 1]])
+    bound = lower_bound(load, num_gpus=4, slots_per_gpu=2)
+    assert bound[0] == pytest.approx(6 / 4.5, rel=1e-6)
+    assert bound[0] <= 6 / 4.5
+    result = rebalance(load, num_nodes=1, gpus_per_node=4, slots_per_gpu=2)
+    assert result.balance_after.worst == pytest.approx(7 / 4.5)  # the hot copies each share a GPU
+
+
+def test_replica_counts_fill_the_slots_and_favour_the_hot_expert():
+    counts = replica_counts(np.array([[100.0, 10.0, 10.0, 10.0]]), num_gpus=4, slots_per_gpu=2)
+    # greedy: 100 -> 50 -> 33 -> 25 (at most one copy per GPU), then the largest per-replica load is 10
+    assert counts[0, 0] == 4
+    assert sorted(counts[0, 1:].tolist()) == [1, 1, 2]
+
+
+# ----------------------------------------------------------------------------- incremental
+
+
+def _deployed(load, **cluster):
+    return rebalance(load, **cluster).physical_to_logical
+
+
+CLUSTER = dict(num_nodes=2, gpus_per_node=4, slots_per_gpu=5)
+
+
+def test_unchanged_load_keeps_the_current_placement_and_says_so():
+    load = _zipf_load(4, 32, seed=5)
+    current = _deployed(load, **CLUSTER)
+    result = rebalance(load, current_physical_to_logical=current, **CLUSTER)
+    assert result.kept_current
+    assert result.migrations.count == 0
+    assert (result.physical_to_logical == current).all()
+    assert "kept" in result.reason
+
+
+def test_sampling_noise_alone_moves_nothing():
+    rng = np.random.default_rng(6)
+    pop = _zipf_load(4, 32, seed=6, tokens=10**9)
+    pop = pop / pop.sum(axis=1, keepdims=True)
+    first = np.stack([rng.multinomial(200_000, p) for p in pop]).astype(float)
+    again = np.stack([rng.multinomial(200_000, p) for p in pop]).astype(float)
+    current = _deployed(first, **CLUSTER)
+    result = rebalance(again, current_physical_to_logical=current, **CLUSTER)
+    assert result.migrations.count == 0
+
+
+def test_a_cold_expert_turning_hot_gets_a_new_copy_not_a_reshuffle():
+    load = _zipf_load(1, 32, seed=7)
+    current = _deployed(load, **CLUSTER)
+    drifted = load.copy()
+    coldest = int(np.argmin(drifted[0]))
+    drifted[0, coldest] = drifted[0].max()
+    result = rebalance(drifted, current_physical_to_logical=current, ignore_sampling_noise=False, **CLUSTER)
+    assert result.logical_count[0, coldest] > 1
+    assert result.layer_action.tolist() == ["moved"]
+    assert result.migrations.count < 0.5 * current.size
+    assert result.balance_after.worst <= result.balance_before.worst - 0.1
+    _assert_valid(result, 32, 8, 5)
+
+
+def test_max_replicas_moved_is_a_hard_cap():
+    load = _zipf_load(4, 32, seed=8)
+    current = _deployed(load, **CLUSTER)
+    drifted = load[:, ::-1].copy()  # popularity reversed: everything wants to move
+    for cap in (0, 3, 17):
+        result = rebalance(drifted, current_physical_to_logical=current, max_replicas_moved=cap, **CLUSTER)
+        assert result.migrations.count <= cap
+        _assert_valid(result, 32, 8, 5)
+
+
+def test_failed_gpu_is_emptied_and_its_only_copies_recreated():
+    load = _zipf_load(3, 32, seed=9)
+    current = _deployed(load, **CLUSTER)
+    result = rebalance(load, current_physical_to_logical=current, unavailable_gpus=[2], **CLUSTER)
+    _assert_valid(result, 32, 8, 5, unavailable=[2])
+    only_there = [
+        (layer, e)
+        for layer in range(3)
+        for e in set(current[layer, 10:15].tolist())
+        if (current[layer] == e).sum() == 1
+    ]
+    for layer, e in only_there:
+        rows = (result.migrations.layer == layer) & (result.migrations.logical_expert == e)
+        assert rows.any() and (result.migrations.source_gpu[rows] == -1).all()
+
+
+def test_cap_below_the_experts_that_lost_every_copy_is_infeasible():
+    load = _zipf_load(1, 32, seed=10)
+    current = _deployed(load, **CLUSTER)
+    current[0, :5] = -1  # GPU 0 emptied: its single-copy experts are gone
+    lost = 32 - np.unique(current[0][current[0] >= 0]).size
+    assert lost > 0
+    with pytest.raises(Infeasible) as info:
+        rebalance(load, current_physical_to_logical=current, max_replicas_moved=lost - 1, **CLUSTER)
+    assert info.value.field == "max_replicas_moved"
+
+
+def test_two_copies_of_one_expert_on_a_gpu_are_repaired():
+    load = _zipf_load(1, 8, seed=11)
+    current = _deployed(load, num_nodes=1, gpus_per_node=2, slots_per_gpu=5)
+    current[0, 1] = current[0, 0]  # as EPLB sometimes leaves it
+    result = rebalance(load, current_physical_to_logical=current, num_nodes=1, gpus_per_node=2, slots_per_gpu=5)
+    _assert_valid(result, 8, 2, 5)
+
+
+def test_migrations_turn_the_current_placement_into_the_new_one():
+    load = _zipf_load(3, 32, seed=12)
+    current = _deployed(load, **CLUSTER)
+    result = rebalance(load[:, ::-1].copy(), current_physical_to_logical=current, expert_bytes=7, **CLUSTER)
+    applied = current.copy()
+    m = result.migrations
+    applied[m.layer, m.slot] = m.logical_expert
+    emptied = result.physical_to_logical == -1
+    applied[emptied] = -1
+    assert (applied == result.physical_to_logical).all()
+    assert (m.slot // 5 == m.gpu).all()
+    assert m.total_bytes == 7 * m.count
+
+
+def test_a_copy_is_read_from_the_destination_node_when_one_is_there():
+    load = _zipf_load(3, 32, seed=13)
+    current = _deployed(load, **CLUSTER)
+    result = rebalance(load[:, ::-1].copy(), current_physical_to_logical=current, **CLUSTER)
+    m = result.migrations
+    for layer, gpu, expert, source, cross in zip(m.layer, m.gpu, m.logical_expert, m.source_gpu, m.cross_node):
+        holders = np.flatnonzero(current[layer] == expert) // 5
+        same_node = holders[holders // 4 == gpu // 4]
+        if same_node.size:
+            assert source in same_node and not cross
+        elif holders.size:
+            assert cross and source in holders
+
+
+def test_node_local_writes_no_copy_across_nodes():
+    load = _zipf_load(3, 32, seed=14)
+    current = _deployed(load, **CLUSTER)
+    result = rebalance(load[:, ::-1].copy(), current_physical_to_logical=current, node_local=True, **CLUSTER)
+    assert result.migrations.cross_node_count == 0
+    _assert_valid(result, 32, 8, 5)
+
+
+def test_balance_before_is_the_current_placement_under_the_new_load():
+    load = _zipf_load(2, 32, seed=15)
+    current = _deployed(load, **CLUSTER)
+    drifted = load[:, ::-1].copy()
+    result = rebalance(drifted, current_physical_to_logical=current, **CLUSTER)
+    expected = balance_stats(drifted, current, **CLUSTER)
+    assert result.balance_before.per_layer.tolist() == expected.per_layer.tolist()
+    assert result.balance_after.mean < result.balance_before.mean
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "load, code",
+    [
+        (np.ones(8), "bad-shape"),
+        (np.ones((2, 7)), "bad-shape"),
+        (np.array([[1.0, -1.0] * 4]), "negative-load"),
+        (np.array([[1.0, np.nan] * 4]), "non-finite-load"),
+        (np.array([[1.0, np.inf] * 4]), "non-finite-load"),
+    ],
+)
+def test_bad_load_is_rejected_naming_the_field(load, code):
+    with pytest.raises(InvalidInput) as info:
+        rebalance(load, num_nodes=1, gpus_per_node=2, slots_per_gpu=4, num_logical_experts=8)
+    assert info.value.field == "load"
+    assert info.value.code == code
+
+
+def test_more_experts_than_available_slots_is_rejected():
+    with pytest.raises(InvalidInput) as info:
+        rebalance(np.ones((1, 9)), num_nodes=1, gpus_per_node=2, slots_per_gpu=5, unavailable_gpus=[1])
+    assert info.value.field == "cluster.slots_per_gpu"
+    assert "9 logical experts" in info.value.detail
+
+
+def test_placement_naming_an_unknown_expert_is_rejected():
+    current = np.zeros((1, 8), dtype=np.int64)
+    current[0, 3] = 12
+    with pytest.raises(InvalidInput) as info:
+        rebalance(np.ones((1, 4)), num_nodes=1, gpus_per_node=2, slots_per_gpu=4, current_physical_to_logical=current)
+    assert info.value.field == "current_placement.physical_to_logical"
+    assert info.value.code == "unknown-expert"
+    assert "[0][3] = 12" in info.value.detail
+
+
+def test_placement_of_the_wrong_shape_is_rejected():
+    with pytest.raises(InvalidInput) as info:
+        rebalance(np.ones((1, 4)), num_nodes=1, gpus_per_node=2, slots_per_gpu=4, current_physical_to_logical=np.zeros((1, 7)))
+    assert info.value.field == "current_placement.physical_to_logical"
+
+
+def test_unknown_unavailable_gpu_is_rejected():
+    with pytest.raises(InvalidInput) as info:
+        rebalance(np.ones((1, 4)), num_nodes=1, gpus_per_node=2, slots_per_gpu=4, unavailable_gpus=[2])
+    assert info.value.field == "cluster.unavailable_gpus"
+
+
+# ----------------------------------------------------------------------------- properties
+
+
+@st.composite
+def _cases(draw):
+    nodes = draw(st.integers(1, 3))
+    per_node = draw(st.integers(1, 4))
+    gpus = nodes * per_node
+    slots = draw(st.integers(1, 4))
+    down = draw(st.lists(st.integers(0, gpus - 1), unique=True, max_size=gpus - 1))
+    avail = gpus - len(down)
+    experts = draw(st.integers(1, avail * slots))
+    layers = draw(st.integers(1, 3))
+    load = np.array(draw(st.lists(st.lists(st.integers(0, 10_000), min_size=experts, max_size=experts), min_size=layers, max_size=layers)), dtype=float)
+    current = None
+    if draw(st.booleans()):
+        current = np.array(draw(st.lists(st.lists(st.integers(-1, experts - 1), min_size=gpus * slots, max_size=gpus * slots), min_size=layers, max_size=layers)))
+    cap = draw(st.one_of(st.none(), st.integers(0, 40)))
+    noise = draw(st.booleans())
+    cluster = dict(num_nodes=nodes, gpus_per_node=per_node, slots_per_gpu=slots)
+    return load, cluster, down, current, cap, noise
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_cases())
+def test_every_placement_is_valid_and_never_beats_the_bound(case):
+    load, cluster, down, current, cap, noise = case
+    try:
+        result = rebalance(load, current_physical_to_logical=current, unavailable_gpus=down, max_replicas_moved=cap, ignore_sampling_noise=noise, **cluster)
+    except Infeasible:
+        assert cap is not None and current is not None
+        return
+    gpus = cluster["num_nodes"] * cluster["gpus_per_node"]
+    _assert_valid(result, load.shape[1], gpus, cluster["slots_per_gpu"], unavailable=down)
+    assert (result.balance_after.per_layer >= result.lower_bound.per_layer - 1e-9).all()
+    if cap is not None and current is not None:  # a first placement loads, it moves nothing
+        assert result.migrations.count <= cap
+    again = rebalance(load, current_physical_to_logical=current, unavailable_gpus=down, max_replicas_moved=cap, ignore_sampling_noise=noise, **cluster)
+    assert (again.physical_to_logical == result.physical_to_logical).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 6), st.integers(3, 5))
+def test_fresh_plan_is_never_more_than_one_percent_worse_than_greedy_lpt(seed, per_node, slots):
+    gpus = 2 * per_node
+    experts = gpus * (slots - 1)
+    load = _zipf_load(2, experts, seed=seed, tokens=100_000)
+    result = rebalance(load, num_nodes=2, gpus_per_node=per_node, slots_per_gpu=slots)
+    from bench.moe import greedy_lpt
+
+    lpt = balance_stats(load, greedy_lpt(load, gpus, slots), num_nodes=2, gpus_per_node=per_node, slots_per_gpu=slots)
+    assert (result.balance_after.per_layer <= lpt.per_layer * 1.01 + 1e-12).all()

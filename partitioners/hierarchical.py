@@ -526,6 +526,13 @@ class _Planner:
         return placement, ok
 
 
+def _fmt_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
 def _transfer_plan(graph: Hypergraph, inventory: Inventory, sim: SimulationResult) -> TransferPlan:
     from partitioners.simulate import remote_transfers
 
@@ -706,8 +713,8 @@ def _finish(p: _Planner, best: int) -> PlacementResult:
             raise Infeasible("no acyclic stage assignment found for pipeline mode")
         raise Infeasible(
             f"no placement fits in memory: the best plan ({cand.strategy}) needs "
-            f"{peak[worst] / 1e9:.2f} GB on device {name}, {bytes_over / 1e9:.2f} GB over its budget of "
-            f"{p.budget[worst] / 1e9:.2f} GB; add devices, lower micro_batches or memory_headroom_fraction"
+            f"{_fmt_bytes(peak[worst])} on device {name}, {_fmt_bytes(bytes_over)} over its budget of "
+            f"{_fmt_bytes(p.budget[worst])}; add devices, or lower micro_batches or memory_headroom_fraction"
         )
     return PlacementResult(
         expanded=p.expanded,

@@ -65,6 +65,7 @@ __all__ = [
     "critical_path_priority",
     "connectivity_comm_bytes",
     "remote_transfers",
+    "summarize",
 ]
 
 
@@ -728,3 +729,44 @@ def estimate_makespan_s(
         prio = _check_priority(graph, priority)
     _, end, _ = _event_loop(ctx, p, dur, prio)
     return float(max(end)) if end else 0.0
+
+
+def summarize(result: SimulationResult, inventory: Inventory) -> dict:
+    """The plan ``summary`` of DESIGN.md from a simulation, in plain Python types.
+
+    ``imbalance`` is ``max(busy) / mean(busy) - 1`` over all devices of the inventory
+    (0 when every device computes equally long; idle devices count). ``feasible``
+    says every device's peak fits its main memory (``None`` when the simulation ran
+    without the memory sweep).
+
+    Returns
+    -------
+    dict
+        ``{"makespan_s", "comm_bytes", "comm_bytes_by_class", "peak_memory_bytes":
+        {device: bytes}, "device_busy_s": {device: s}, "imbalance", "feasible",
+        "over_memory_devices": [device, ...]}``.
+    """
+    names = [str(n) for n in inventory.device_names.tolist()]
+    busy = result.device_busy_s
+    mean = float(busy.mean()) if busy.size else 0.0
+    imbalance = float(busy.max() / mean - 1.0) if mean > 0 else 0.0
+    peak = result.peak_memory_bytes
+    if peak is None:
+        feasible = None
+        over: list[str] = []
+        peak_doc = {n: float(b) for n, b in zip(names, result.param_memory_bytes.tolist())}
+    else:
+        over_mask = peak > inventory.device_memory_bytes
+        feasible = not bool(over_mask.any())
+        over = [names[i] for i in np.flatnonzero(over_mask).tolist()]
+        peak_doc = {n: float(b) for n, b in zip(names, peak.tolist())}
+    return {
+        "makespan_s": float(result.makespan_s),
+        "comm_bytes": float(result.comm_bytes),
+        "comm_bytes_by_class": dict(result.comm_bytes_by_class),
+        "peak_memory_bytes": peak_doc,
+        "device_busy_s": {n: float(b) for n, b in zip(names, busy.tolist())},
+        "imbalance": imbalance,
+        "feasible": feasible,
+        "over_memory_devices": over,
+    }

@@ -20,6 +20,7 @@ from partitioners.simulate import (
     prepare_simulation,
     remote_transfers,
     simulate,
+    summarize,
 )
 
 GB = 1e9
@@ -319,3 +320,23 @@ def test_schedule_respects_dependencies_devices_and_link_accounting(case):
     # makespan bounds
     assert r.makespan_s >= r.device_busy_s.max() - 1e-12
     assert np.all(r.peak_memory_bytes >= 0)
+
+
+def test_summary_reports_imbalance_and_memory_feasibility_per_device():
+    # d0 computes 3 s, d1 1 s: mean 2, imbalance 3/2 - 1 = 0.5. The weight (2e12 B)
+    # exceeds d1's 1e12 B memory.
+    g = graph_from_ops(
+        "summary",
+        [("a", "Op", 0, [], ["t"]), ("b", "MatMul", 0, ["t", "w"], ["u"])],
+        {"t": 8, "u": 8, "w": 2e12},
+        parameters={"w"},
+    )
+    inv = _inventory([2])
+    r = simulate(g, inv, np.array([0, 1]), op_times_s=np.array([[3.0, 3.0], [1.0, 1.0]]))
+    doc = summarize(r, inv)
+    assert doc["makespan_s"] == pytest.approx(4.0 + 8e-9)  # 8 B over 1 GB/s
+    assert doc["imbalance"] == 0.5
+    assert doc["feasible"] is False
+    assert doc["over_memory_devices"] == ["d1"]
+    assert doc["peak_memory_bytes"] == {"d0": 8.0, "d1": 2e12 + 16.0}
+    assert doc["comm_bytes"] == 8.0

@@ -1003,48 +1003,58 @@ def graph_to_json(graph: Hypergraph) -> dict:
     (inputs and activations follow from the structure). ``graph_from_json`` of the
     result gives a graph with the same :func:`model_hash`.
     """
-    op_order = _name_order(graph.op_names).tolist()
-    tensor_order = _name_order(graph.tensor_names).tolist()
-    names = graph.tensor_names.tolist()
+    op_order = _name_order(graph.op_names)
+    tensor_order = _name_order(graph.tensor_names)
     derived = np.zeros(graph.n_ops, dtype=np.float64)
     owners = np.repeat(np.arange(graph.n_ops), np.diff(graph.input_ptr))
     is_param = graph.tensor_kind[graph.input_tensors] == TENSOR_PARAMETER
     np.add.at(derived, owners[is_param], graph.tensor_bytes[graph.input_tensors[is_param]])
-    explicit_params = graph.op_param_bytes != derived
 
-    nodes = []
-    in_ptr, in_idx = graph.input_ptr.tolist(), graph.input_tensors.tolist()
-    out_ptr, out_idx = graph.output_ptr.tolist(), graph.output_tensors.tolist()
-    op_names, op_types, op_flops = graph.op_names.tolist(), graph.op_types.tolist(), graph.op_flops.tolist()
-    op_params = graph.op_param_bytes.tolist()
-    devices = graph.op_device_types.tolist() if graph.op_device_types is not None else None
-    for op in op_order:
-        node = {
-            "name": op_names[op],
-            "op": op_types[op],
-            "inputs": [names[t] for t in in_idx[in_ptr[op] : in_ptr[op + 1]]],
-            "outputs": [names[t] for t in out_idx[out_ptr[op] : out_ptr[op + 1]]],
-            "flops": op_flops[op],
-        }
-        if explicit_params[op]:
-            node["param_bytes"] = op_params[op]
-        if devices is not None and devices[op] is not None:
-            node["device_types"] = list(devices[op])
-        nodes.append(node)
+    # columns in canonical order, then one comprehension that only assembles dicts
+    in_ptr, in_idx = _permute_csr(graph.input_ptr, graph.input_tensors, op_order)
+    out_ptr, out_idx = _permute_csr(graph.output_ptr, graph.output_tensors, op_order)
+    in_names, out_names = graph.tensor_names[in_idx].tolist(), graph.tensor_names[out_idx].tolist()
+    in_bounds, out_bounds = in_ptr.tolist(), out_ptr.tolist()
+    nodes = [
+        {"name": name, "op": op_type, "inputs": in_names[a:b], "outputs": out_names[c:d], "flops": flops}
+        for name, op_type, a, b, c, d, flops in zip(
+            graph.op_names[op_order].tolist(),
+            graph.op_types[op_order].tolist(),
+            in_bounds[:-1],
+            in_bounds[1:],
+            out_bounds[:-1],
+            out_bounds[1:],
+            graph.op_flops[op_order].tolist(),
+        )
+    ]
+    params = graph.op_param_bytes[op_order]
+    for i in np.flatnonzero(params != derived[op_order]).tolist():
+        nodes[i]["param_bytes"] = float(params[i])
+    if graph.op_device_types is not None:
+        devices = graph.op_device_types[op_order].tolist()
+        for i, allowed in enumerate(devices):
+            if allowed is not None:
+                nodes[i]["device_types"] = list(allowed)
 
-    tensors = []
-    sizes = graph.tensor_bytes.tolist()
-    kinds = graph.tensor_kind.tolist()
-    for t in tensor_order:
-        size = sizes[t]
-        tensor = {"name": names[t], "bytes": int(size) if size.is_integer() else size}
-        if graph.tensor_shapes is not None and graph.tensor_shapes[t] is not None:
-            tensor["shape"] = list(graph.tensor_shapes[t])
-        if graph.tensor_dtypes is not None and graph.tensor_dtypes[t] is not None:
-            tensor["dtype"] = graph.tensor_dtypes[t]
-        if kinds[t] == TENSOR_PARAMETER:
-            tensor["kind"] = "parameter"
-        tensors.append(tensor)
+    sizes = graph.tensor_bytes[tensor_order]
+    if sizes.size == 0 or (np.all(sizes == np.floor(sizes)) and sizes.max() < 2**63):
+        size_values = sizes.astype(np.int64).tolist()  # integral byte counts print as integers
+    else:
+        size_values = [int(v) if v.is_integer() else v for v in sizes.tolist()]
+    tensors = [
+        {"name": name, "bytes": size} for name, size in zip(graph.tensor_names[tensor_order].tolist(), size_values)
+    ]
+    order_list = tensor_order.tolist()
+    if graph.tensor_shapes is not None:
+        for i, t in enumerate(order_list):
+            if graph.tensor_shapes[t] is not None:
+                tensors[i]["shape"] = list(graph.tensor_shapes[t])
+    if graph.tensor_dtypes is not None:
+        for i, t in enumerate(order_list):
+            if graph.tensor_dtypes[t] is not None:
+                tensors[i]["dtype"] = graph.tensor_dtypes[t]
+    for i in np.flatnonzero(graph.tensor_kind[tensor_order] == TENSOR_PARAMETER).tolist():
+        tensors[i]["kind"] = "parameter"
     doc = {"name": graph.name, "nodes": nodes, "tensors": tensors}
     if graph.warnings:
         doc["warnings"] = list(graph.warnings)

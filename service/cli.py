@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -69,6 +71,120 @@ def worker() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     run_worker(make_session_factory(make_engine(settings.database_url)), settings, stop)
+
+
+def _parse_pairs(pairs: list[str], what: str) -> dict:
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{what} must look like name=value, got {pair!r}")
+        try:
+            parsed[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parsed[key] = value
+    return parsed
+
+
+def _print_plan(plan: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    summary = plan["summary"]
+    table = Table(title=f"plan {plan.get('id') or '(offline)'}: strategy {plan['strategy']}", show_header=False)
+    table.add_row("makespan", f"{summary['makespan_s'] * 1e3:.3f} ms")
+    if summary.get("one_device_makespan_s"):
+        table.add_row("speed-up over one device", f"{summary['one_device_makespan_s'] / summary['makespan_s']:.2f}x")
+    table.add_row("devices used", str(summary["devices_used"]))
+    table.add_row("communication", f"{summary['comm_bytes'] / 1e6:.2f} MB")
+    table.add_row("feasible", "yes" if summary["feasible"] else f"no: {summary.get('infeasible_reason')}")
+    peak = max(summary["peak_memory_bytes"].values(), default=0.0)
+    table.add_row("peak memory (max device)", f"{peak / 1e9:.2f} GB")
+    console.print(table)
+    candidates = Table(title="candidates")
+    for column in ("strategy", "makespan (ms)", "feasible", "devices", "comm (MB)"):
+        candidates.add_column(column)
+    for c in plan.get("candidates") or []:
+        makespan = "-" if c["makespan_s"] is None else f"{c['makespan_s'] * 1e3:.3f}"
+        comm = "-" if c["comm_bytes"] is None else f"{c['comm_bytes'] / 1e6:.2f}"
+        candidates.add_row(c["strategy"], makespan, "yes" if c["feasible"] else "no", str(c["devices_used"]), comm)
+    console.print(candidates)
+
+
+def _plan_offline(model: Path, inventory: dict, options: dict) -> dict:
+    from service.domain.ingest import ingest_inventory, ingest_json_graph, ingest_onnx_graph
+    from service.domain.planning import compute_plan
+    from service.schemas.plans import PlanOptions
+
+    options = PlanOptions.model_validate(options).model_dump()
+    settings = get_settings()
+    if model.suffix == ".json":
+        ingested = ingest_json_graph(json.loads(model.read_text()), max_ops=settings.max_graph_ops)
+    else:
+        ingested = ingest_onnx_graph(model.read_bytes(), dims=options["dims"], max_ops=settings.max_graph_ops)
+    inv = ingest_inventory(inventory)
+    strategy, summary, body = compute_plan(ingested.graph, inv.inventory, options)
+    for internal in ("trace", "view"):
+        body.pop(internal, None)
+    return {"id": None, "model_hash": ingested.model_hash, "inventory_hash": inv.inventory_hash, "status": "done",
+            "strategy": strategy, "summary": summary, "options": options, "warnings": list(ingested.graph.warnings), **body}
+
+
+@app.command()
+def plan(
+    model: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="An .onnx file or a JSON graph.")],
+    preset: Annotated[str, typer.Option(help="Inventory preset, e.g. dgx-h100.")] = "dgx-h100",
+    nodes: Annotated[int, typer.Option(min=1, max=4096, help="Nodes of the preset.")] = 1,
+    inventory: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Inventory JSON file (instead of a preset).")] = None,
+    option: Annotated[list[str], typer.Option("--option", "-o", help="Plan option name=value (repeatable), e.g. -o micro_batches=4.")] = [],  # noqa: B006
+    dim: Annotated[list[str], typer.Option("--dim", "-d", help="ONNX dimension name=value (repeatable), e.g. -d batch=8.")] = [],  # noqa: B006
+    server: Annotated[str | None, typer.Option(help="Service URL; without it, plans in-process with no database.")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="HYPERPLACE_API_KEY", help="API key for --server.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON (default: <model>.plan.json).")] = None,
+) -> None:
+    """Plan a model: print a summary table and write the plan JSON."""
+    inventory_doc = json.loads(inventory.read_text()) if inventory else {"preset": preset, "nodes": nodes}
+    options = _parse_pairs(option, "--option")
+    if dim:
+        options["dims"] = {k: int(v) for k, v in _parse_pairs(dim, "--dim").items()}
+    if server is None:
+        from partitioners.errors import InvalidInput
+
+        try:
+            result = _plan_offline(model, inventory_doc, options)
+        except InvalidInput as exc:
+            typer.echo(f"error: {exc.detail}", err=True)
+            raise typer.Exit(2) from None
+    else:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from service.client import ApiError, HyperplaceClient
+
+        with HyperplaceClient(server, api_key) as client:
+            try:
+                if model.suffix == ".json":
+                    result = client.submit_plan(graph=json.loads(model.read_text()), inventory=inventory_doc, options=options)
+                else:
+                    result = client.submit_plan(onnx_path=model, inventory=inventory_doc, options=options)
+                if result["status"] not in ("done", "failed"):
+                    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:
+                        task = progress.add_task(f"plan {result['id']} {result['status']}", total=1.0)
+
+                        def report(state: dict) -> None:
+                            progress.update(task, completed=state.get("progress", 0.0), description=f"plan {state['id']} {state['status']}")
+
+                        result = client.wait_for_plan(result["id"], on_progress=report)
+            except ApiError as exc:
+                typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(2) from None
+        if result["status"] == "failed":
+            typer.echo(f"planning failed: {result.get('error')}", err=True)
+            raise typer.Exit(1)
+    destination = out or model.with_suffix(".plan.json")
+    destination.write_text(json.dumps(result, indent=1))
+    _print_plan(result)
+    typer.echo(f"plan written to {destination}")
 
 
 @keys_app.command("create")

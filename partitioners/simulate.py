@@ -427,7 +427,9 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
             dispatch_pending[d] = True
             heap.append((0.0, 2, d))
     # events: (time, kind, x); kind 0 = op x finished, 1 = op x ready, 2 = dispatch device x.
-    # At equal times finishes and arrivals are handled before a device picks its next op.
+    # At equal times finishes and arrivals are handled before a device picks its next op;
+    # when no other event shares the instant, idle devices pick right away (no event).
+    todo: list[int] = []
     while heap:
         t, kind, x = heappop(heap)
         if kind == 0:
@@ -435,7 +437,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
             busy[d] = False
             if readyq[d] and not dispatch_pending[d]:
                 dispatch_pending[d] = True
-                heappush(heap, (t, 2, d))
+                todo.append(d)
             for oi in range(out_ptr[x], out_ptr[x + 1]):
                 ot = out_t[oi]
                 arrivals = None
@@ -483,7 +485,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
                             heappush(readyq[dc], (neg_prio[c], c))
                             if not busy[dc] and not dispatch_pending[dc]:
                                 dispatch_pending[dc] = True
-                                heappush(heap, (t, 2, dc))
+                                todo.append(dc)
                         else:
                             heappush(heap, (r, 1, c))
         elif kind == 1:
@@ -491,7 +493,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
             heappush(readyq[dc], (neg_prio[x], x))
             if not busy[dc] and not dispatch_pending[dc]:
                 dispatch_pending[dc] = True
-                heappush(heap, (t, 2, dc))
+                todo.append(dc)
         else:
             dispatch_pending[x] = False
             q = readyq[x]
@@ -503,6 +505,22 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
             e = t + dur_l[op]
             end[op] = e
             heappush(heap, (e, 0, op))
+            continue
+        if todo:
+            if heap and heap[0][0] <= t:
+                # more events at this instant may ready higher-priority ops: pick later
+                for dc in todo:
+                    heappush(heap, (t, 2, dc))
+            else:
+                for dc in todo:
+                    dispatch_pending[dc] = False
+                    op = heappop(readyq[dc])[1]
+                    busy[dc] = True
+                    start[op] = t
+                    e = t + dur_l[op]
+                    end[op] = e
+                    heappush(heap, (e, 0, op))
+            todo.clear()
     return start, end, (tr_t, tr_s, tr_d, tr_a, tr_b)
 
 

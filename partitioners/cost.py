@@ -338,7 +338,9 @@ def link_time_tables(
         else:
             lat = np.where(same, inventory.group_link_latency_s[grp][:, None], inventory.inter_link.latency_s)
     else:
-        bw = np.where(same, inventory.group_link_bandwidth_bytes_per_s[grp][:, None], inventory.inter_link.bandwidth_bytes_per_s)
+        bw = np.where(
+            same, inventory.group_link_bandwidth_bytes_per_s[grp][:, None], inventory.inter_link.bandwidth_bytes_per_s
+        )
         lat = np.where(same, inventory.group_link_latency_s[grp][:, None], inventory.inter_link.latency_s)
     mult = cm.link_multipliers()[np.where(same, LINK_INTRA_GROUP, LINK_INTER_GROUP)]
     per_byte = mult / bw
@@ -389,7 +391,9 @@ def transfer_times_s(
     else:
         grp = inventory.device_group
         intra = cls == LINK_INTRA_GROUP
-        bw = np.where(intra, inventory.group_link_bandwidth_bytes_per_s[grp[src]], inventory.inter_link.bandwidth_bytes_per_s)
+        bw = np.where(
+            intra, inventory.group_link_bandwidth_bytes_per_s[grp[src]], inventory.inter_link.bandwidth_bytes_per_s
+        )
         lat = np.where(intra, inventory.group_link_latency_s[grp[src]], inventory.inter_link.latency_s)
         out = (lat + n_bytes / bw) * cm.link_multipliers()[cls]
     out[(cls == LINK_LOCAL) | (n_bytes <= 0)] = 0.0

@@ -721,7 +721,8 @@ def link_between(inv: Inventory, src_device: int | str, dst_device: int | str) -
         return _LOCAL_LINK
     if inv.bandwidth_matrix_bytes_per_s is not None:
         lat = inv.latency_matrix_s
-        base = inv.group_link(int(inv.device_group[s])) if inv.device_group[s] == inv.device_group[d] else inv.inter_link
+        same_group = inv.device_group[s] == inv.device_group[d]
+        base = inv.group_link(int(inv.device_group[s])) if same_group else inv.inter_link
         return LinkSpec(
             bandwidth_bytes_per_s=float(inv.bandwidth_matrix_bytes_per_s[s, d]),
             latency_s=float(lat[s, d]) if lat is not None else base.latency_s,

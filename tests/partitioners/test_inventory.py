@@ -161,7 +161,10 @@ def test_heterogeneous_cluster_keeps_per_device_figures_and_tier_names():
     ]
     inv = inventory_from_json(
         _doc(
-            [_device("h0", peak={"bf16": 989e12, "fp8": 1979e12}, type_="H100"), _device("h1", peak=989e12, type_="H100")],
+            [
+                _device("h0", peak={"bf16": 989e12, "fp8": 1979e12}, type_="H100"),
+                _device("h1", peak=989e12, type_="H100"),
+            ],
             [_device("l0", peak=181e12, tiers=l40s_tiers, type_="L40S")],
         )
     )

@@ -340,3 +340,28 @@ def test_summary_reports_imbalance_and_memory_feasibility_per_device():
     assert doc["over_memory_devices"] == ["d1"]
     assert doc["peak_memory_bytes"] == {"d0": 8.0, "d1": 2e12 + 16.0}
     assert doc["comm_bytes"] == 8.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(_random_dag(), st.permutations([0, 1, 2, 3]))
+def test_relabelling_devices_of_one_group_changes_no_cost(case, perm):
+    g, placement, durations = case
+    inv = _inventory([4], latency_s=0.25)
+    perm = np.array(perm)
+    a = simulate(g, inv, placement, op_times_s=_times(list(durations), 4))
+    b = simulate(g, inv, perm[placement], op_times_s=_times(list(durations), 4))
+    assert b.makespan_s == a.makespan_s
+    assert b.comm_bytes == a.comm_bytes
+    assert np.array_equal(b.peak_memory_bytes[perm], a.peak_memory_bytes)
+    assert np.array_equal(b.op_start_s, a.op_start_s)
+
+
+def test_same_input_same_schedule():
+    g = graph_from_ops(
+        "ties",
+        [("a", "Op", 0, [], ["t"]), ("b", "Op", 0, ["t"], ["u"]), ("c", "Op", 0, ["t"], ["v"])],
+        {"t": GB, "u": 1, "v": 1},
+    )
+    inv = _inventory([2])
+    runs = [simulate(g, inv, np.array([0, 1, 1]), op_times_s=_times([1, 1, 1], 2)) for _ in range(2)]
+    assert runs[0].op_start_s.tolist() == runs[1].op_start_s.tolist() == [0.0, 2.0, 3.0]

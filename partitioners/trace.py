@@ -45,6 +45,7 @@ def to_chrome_trace(
     inventory: Inventory,
     *,
     include_transfers: bool = True,
+    window_s: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The simulated timeline as Chrome trace-event JSON.
 
@@ -57,6 +58,10 @@ def to_chrome_trace(
         The graph and inventory that were simulated (for names).
     include_transfers : bool
         Emit the link tracks.
+    window_s : (float, float), optional
+        Keep only operators and transfers that overlap ``[start, end]`` seconds: a
+        10^6-operator step is ~10^6 events (hundreds of MB of JSON), more than a
+        browser opens comfortably, so callers page through long steps.
 
     Returns
     -------
@@ -80,7 +85,14 @@ def to_chrome_trace(
     names = graph.op_names.tolist()
     types = graph.op_types.tolist()
     flops = graph.op_flops.tolist()
-    for op in range(graph.n_ops):
+    if window_s is None:
+        ops = range(graph.n_ops)
+        keep_tr = np.ones(result.transfer_tensor.size, dtype=bool)
+    else:
+        lo, hi = float(window_s[0]), float(window_s[1])
+        ops = np.flatnonzero((result.op_end_s >= lo) & (result.op_start_s <= hi)).tolist()
+        keep_tr = (result.transfer_end_s >= lo) & (result.transfer_start_s <= hi)
+    for op in ops:
         d = op_dev[op]
         events.append(
             {
@@ -114,7 +126,8 @@ def to_chrome_trace(
         t_start = (result.transfer_start_s * _US_PER_S).tolist()
         t_dur = ((result.transfer_end_s - result.transfer_start_s) * _US_PER_S).tolist()
         tids = tid_of.reshape(-1).tolist()
-        for i, t in enumerate(t_ids):
+        for i in np.flatnonzero(keep_tr).tolist():
+            t = t_ids[i]
             events.append(
                 {
                     "name": str(tnames[t]),

@@ -74,3 +74,10 @@ def test_transfer_events_carry_tensor_name_and_size():
     (tr,) = [e for e in events if e["ph"] == "X" and e["cat"] == "transfer"]
     assert tr["args"] == {"tensor": "act", "bytes": 1e6, "src": "gpu0", "dst": "gpu1"}
     assert (tr["pid"], tr["tid"], tr["ts"], tr["dur"]) == (1, 0, 1000.0, 1000.0)
+
+
+def test_window_keeps_only_overlapping_events():
+    g, inv, result = _case()
+    # producer 0..1 ms, transfer 1..2 ms, consumer 2..4 ms: a 2.5..3 ms window sees the consumer
+    events = to_chrome_trace(result, g, inv, window_s=(2.5e-3, 3e-3))["traceEvents"]
+    assert [e["name"] for e in events if e["ph"] == "X"] == ["consumer"]

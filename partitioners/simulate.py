@@ -175,6 +175,16 @@ def _link_params(inventory: Inventory, cost_model: CostModel):
     return g_lat, g_pb, i_lat, i_pb, p_lat, p_pb
 
 
+def _edges_by_producer(graph: Hypergraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Producer -> consumer edges sorted by producer, with the CSR pointer over producers."""
+    e_src, e_dst, e_tensor = graph.op_edges()
+    order = np.argsort(e_src, kind="stable")
+    e_src, e_dst, e_tensor = e_src[order], e_dst[order], e_tensor[order]
+    e_ptr = np.zeros(graph.n_ops + 1, dtype=np.int64)
+    np.cumsum(np.bincount(e_src, minlength=graph.n_ops), out=e_ptr[1:])
+    return e_src, e_dst, e_tensor, e_ptr
+
+
 def prepare_simulation(
     graph: Hypergraph,
     inventory: Inventory,
@@ -217,11 +227,7 @@ def prepare_simulation(
     is_act = graph.tensor_producer[graph.input_tensors] >= 0
     pending = np.bincount(owners[is_act], minlength=graph.n_ops)
     g_lat, g_pb, i_lat, i_pb, p_lat, p_pb = _link_params(inventory, cm)
-    e_src, e_dst, e_tensor = graph.op_edges()
-    e_order = np.argsort(e_src, kind="stable")
-    e_src, e_dst, e_tensor = e_src[e_order], e_dst[e_order], e_tensor[e_order]
-    e_ptr = np.zeros(graph.n_ops + 1, dtype=np.int64)
-    np.cumsum(np.bincount(e_src, minlength=graph.n_ops), out=e_ptr[1:])
+    e_src, e_dst, e_tensor, e_ptr = _edges_by_producer(graph)
     return SimulationContext(
         graph=graph,
         inventory=inventory,
@@ -356,21 +362,24 @@ def critical_path_priority(
     -------
     numpy.ndarray of float64, shape (n_ops,)
     """
-    ctx = context or prepare_simulation(graph, inventory, cost_model=cost_model)
+    if context is not None:
+        e_src, e_dst, e_tensor = context.edge_src, context.edge_dst, context.edge_tensor
+        succ, ptr, reverse_topo = context.edge_dst_list, context.edge_ptr, context.reverse_topo
+        cost_model = cost_model or context.cost_model
+    else:
+        e_src, e_dst, e_tensor, e_ptr = _edges_by_producer(graph)
+        succ, ptr = e_dst.tolist(), e_ptr.tolist()
+        reverse_topo = topological_order(graph)[::-1].tolist()
     placement = np.asarray(placement, dtype=np.int64)
-    s_dev = placement[ctx.edge_src]
-    d_dev = placement[ctx.edge_dst]
+    s_dev = placement[e_src]
+    d_dev = placement[e_dst]
     comm = np.zeros(s_dev.shape[0], dtype=np.float64)
     cut = s_dev != d_dev
     if cut.any():
-        comm[cut] = transfer_times_s(
-            graph.tensor_bytes[ctx.edge_tensor[cut]], s_dev[cut], d_dev[cut], inventory, cost_model or ctx.cost_model
-        )
-    succ = ctx.edge_dst_list
+        comm[cut] = transfer_times_s(graph.tensor_bytes[e_tensor[cut]], s_dev[cut], d_dev[cut], inventory, cost_model)
     ecost = comm.tolist()
-    ptr = ctx.edge_ptr
     rank = np.asarray(durations_s, dtype=np.float64).tolist()
-    for u in ctx.reverse_topo:
+    for u in reverse_topo:
         a = ptr[u]
         b = ptr[u + 1]
         if a == b:

@@ -16,6 +16,7 @@ from partitioners.graph import graph_from_ops
 from partitioners.inventory import inventory_from_json
 from partitioners.simulate import (
     connectivity_comm_bytes,
+    critical_path_priority,
     estimate_makespan_s,
     prepare_simulation,
     remote_transfers,
@@ -365,3 +366,18 @@ def test_same_input_same_schedule():
     inv = _inventory([2])
     runs = [simulate(g, inv, np.array([0, 1, 1]), op_times_s=_times([1, 1, 1], 2)) for _ in range(2)]
     assert runs[0].op_start_s.tolist() == runs[1].op_start_s.tolist() == [0.0, 2.0, 3.0]
+
+
+def test_critical_path_priority_is_the_upward_rank_with_transfer_times():
+    # a (1 s, d0) -> t (1 GB) -> b (2 s, d1); a -> c (0.5 s, d0)
+    g = graph_from_ops(
+        "rank",
+        [("a", "Op", 0, [], ["t"]), ("b", "Op", 0, ["t"], ["u"]), ("c", "Op", 0, ["t"], ["v"])],
+        {"t": GB, "u": 1, "v": 1},
+    )
+    inv = _inventory([2])
+    placement = np.array([0, 1, 0])
+    rank = critical_path_priority(g, inv, placement, np.array([1.0, 2.0, 0.5]))
+    assert rank.tolist() == [1.0 + 1.0 + 2.0, 2.0, 0.5]
+    ctx = prepare_simulation(g, inv)
+    assert critical_path_priority(g, inv, placement, np.array([1.0, 2.0, 0.5]), context=ctx).tolist() == rank.tolist()

@@ -8,8 +8,10 @@ For each size the script times, on the same graph and placement:
   much, so ``sim/base`` says how much the event loop costs on top;
 * ``prepare``: :func:`prepare_simulation` (op time table, topological order, lists);
 * ``full``: :func:`simulate` with the timeline and the memory sweep;
-* ``fast``: ``record_timeline=False`` with the priority passed in (what a placement
-  search pays per candidate).
+* ``fast``: ``record_timeline=False`` with the priority passed in (timeline and
+  traffic, no memory sweep);
+* ``est``: :func:`estimate_makespan_s` with the priority passed in (makespan only:
+  what a placement search pays per candidate).
 
 Run: ``.venv/bin/python -m bench.simulate [--sizes 10000 100000 1000000] [--placement random|round-robin]``
 """
@@ -23,7 +25,7 @@ import numpy as np
 
 from bench.synthetic import synthetic_hypergraph
 from partitioners.inventory import preset_inventory
-from partitioners.simulate import critical_path_priority, prepare_simulation, simulate
+from partitioners.simulate import critical_path_priority, estimate_makespan_s, prepare_simulation, simulate
 
 
 def _placement(n_ops: int, n_devices: int, kind: str, seed: int) -> np.ndarray:
@@ -44,8 +46,8 @@ def main() -> None:
 
     inv = preset_inventory("dgx-h100", 2)
     header = (
-        f"{'ops':>9} {'placement':>11} {'base_s':>7} {'prep_s':>7} {'full_s':>7} {'fast_s':>7} "
-        f"{'full_s/Mop':>10} {'fast_s/Mop':>10} {'sim/base':>8} {'makespan_s':>10} {'comm_GB':>9} {'peak_GB':>8}"
+        f"{'ops':>9} {'placement':>11} {'base_s':>7} {'prep_s':>7} {'full_s':>7} {'fast_s':>7} {'est_s':>7} "
+        f"{'full_s/Mop':>10} {'est_s/Mop':>10} {'sim/base':>8} {'makespan_s':>10} {'comm_GB':>9} {'peak_GB':>8}"
     )
     print(f"inventory: {inv.name} ({inv.n_devices} devices)")
     print(header)
@@ -71,10 +73,15 @@ def main() -> None:
         fast_s = time.perf_counter() - t0
         assert fast.makespan_s == full.makespan_s
 
+        t0 = time.perf_counter()
+        est = estimate_makespan_s(g, inv, placement, context=ctx, priority=prio)
+        est_s = time.perf_counter() - t0
+        assert est == full.makespan_s
+
         mops = n / 1e6
         print(
-            f"{n:>9} {args.placement:>11} {base_s:>7.2f} {prep_s:>7.2f} {full_s:>7.2f} {fast_s:>7.2f} "
-            f"{full_s / mops:>10.2f} {fast_s / mops:>10.2f} {full_s / base_s:>8.1f} {full.makespan_s:>10.4f} "
+            f"{n:>9} {args.placement:>11} {base_s:>7.2f} {prep_s:>7.2f} {full_s:>7.2f} {fast_s:>7.2f} {est_s:>7.2f} "
+            f"{full_s / mops:>10.2f} {est_s / mops:>10.2f} {full_s / base_s:>8.1f} {full.makespan_s:>10.4f} "
             f"{full.comm_bytes / 1e9:>9.1f} {full.peak_memory_bytes.max() / 1e9:>8.1f}"
         )
 

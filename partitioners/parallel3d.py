@@ -324,9 +324,10 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     if constraints.micro_batch_size:
         keep[:] = True
     m = np.ceil(batch / (dp * mbs))
-    layers_even = model.num_layers % pp == 0
+    # v chunks of q/v layers on full stages (shorter stages get one shorter chunk, as
+    # Megatron's --decoder-first/last-pipeline-num-layers allow)
     q = np.ceil(model.num_layers / pp)
-    v_ok = (v == 1) | ((pp > 1) & layers_even & (q % v == 0) & (m >= pp))
+    v_ok = (v == 1) | ((pp > 1) & (q % v == 0) & (m >= pp))
     keep &= v_ok
     return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], mbs[keep], v[keep], zeros[i_z][keep],
                         rcs[i_rc][keep])
@@ -383,7 +384,8 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
     extra = list(notes)
     q, last = int(pred["layers_per_stage"][i]), int(pred["last_stage_layers"][i])
     if d["pp"] > 1 and q != last:
-        extra.append(f"uneven stages: {q} layers per stage, {last} on the last (which also holds the output layer)")
+        extra.append(f"uneven stages: at most {q} layers per stage, {last} on the last "
+                     "(which also holds the output layer)")
     breakdown = {k: float(pred[k][i]) for k in ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
                                                 "bubble_s", "dp_comm_exposed_s", "dp_comm_total_s", "optimizer_s")}
     return LayoutPrediction(
@@ -554,8 +556,9 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
 
     Each layout may fix any of ``dp``, ``tp``, ``pp``, ``cp``, ``ep``,
     ``virtual_stages``, ``micro_batch_size``, ``zero_stage``, ``recompute``; fields
-    left out are chosen as the search would. A layout that cannot run is still
-    predicted, with ``reasons`` saying why.
+    left out are chosen as the search would, except ``virtual_stages``, which
+    defaults to 1 (frameworks interleave only when asked). A layout that cannot
+    run is still predicted, with ``reasons`` saying why.
     """
     model_spec, cluster_spec, training_spec, base = _parse(model, cluster, training, constraints)
     results = []
@@ -570,7 +573,8 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
         fixed: dict[str, Any] = {
             "tp": layout.get("tp", base.tp), "pp": layout.get("pp", base.pp), "cp": layout.get("cp", base.cp),
             "ep": layout.get("ep", base.ep), "micro_batch_size": layout.get("micro_batch_size", base.micro_batch_size),
-            "virtual_stages": layout.get("virtual_stages", base.virtual_stages),
+            # interleaving is opt-in in every framework: an unstated v is the default 1
+            "virtual_stages": layout.get("virtual_stages", base.virtual_stages or 1),
             "zero_stages": [layout["zero_stage"]] if "zero_stage" in layout else list(base.zero_stages),
             "recompute": [layout["recompute"]] if "recompute" in layout else list(base.recompute),
             "allow_uneven_pp": base.allow_uneven_pp, "max_pp": None,

@@ -232,15 +232,27 @@ def _p2p_time(n_bytes: np.ndarray, link: LinkSpec) -> np.ndarray:
 
 
 def _hier_allreduce_time(n_bytes: np.ndarray, local: np.ndarray, groups: np.ndarray, intra: LinkSpec,
-                         inter: LinkSpec) -> np.ndarray:
+                         inter: LinkSpec, n_calls: np.ndarray | float = 1.0,
+                         algorithms: tuple[str, ...] = ("ring", "tree")) -> np.ndarray:
+    """Two-level all-reduce of ``n_bytes`` split into ``n_calls`` collectives (buckets, layers).
+
+    The latency (alpha) terms are paid once per call; the bandwidth terms once for
+    all the bytes. Ring and double-binary-tree variants are both evaluated and the
+    faster taken, as NCCL's tuner does (trees win at thousands of ranks). Reduce-scatter
+    and all-gather have no tree variant in NCCL, so they pass ``algorithms=("ring",)``.
+    """
     pairs = np.stack([local, groups], axis=1).astype(np.int64)
     uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
-    at_1 = np.array([hierarchical_allreduce_time_s(1.0, int(a), int(b), intra, inter) for a, b in uniq])
-    at_2 = np.array([hierarchical_allreduce_time_s(2.0, int(a), int(b), intra, inter) for a, b in uniq])
-    slope = at_2 - at_1
+    best = None
+    for algorithm in algorithms:
+        at_1 = np.array([hierarchical_allreduce_time_s(1.0, int(a), int(b), intra, inter, algorithm) for a, b in uniq])
+        at_2 = np.array([hierarchical_allreduce_time_s(2.0, int(a), int(b), intra, inter, algorithm) for a, b in uniq])
+        slope = at_2 - at_1
+        t = (at_1 - slope)[inverse] * n_calls + slope[inverse] * n_bytes
+        best = t if best is None else np.minimum(best, t)
     total = local * groups
-    return np.where((n_bytes > 0) & (total > 1), (at_1 - slope)[inverse] + slope[inverse] * n_bytes, 0.0)
+    return np.where((n_bytes > 0) & (total > 1), best, 0.0)
 
 
 # --------------------------------------------------------------------- GEMM model
@@ -403,7 +415,10 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             + gemm(tokens / mbs, float(model.head_dim), float(s), linear=False)
         score_bytes_fwd = 9.0 * tokens * heads_local * s
         attn_core_fwd = batch_heads * per_head + score_bytes_fwd / hbm_eff
-        attn_core_bwd = 2.0 * attn_core_fwd
+        # backward: four batched GEMMs (dQ, dK, dV, dP) and softmax/dropout backward,
+        # which stream about 1.5x the forward's bytes per score (read output, grad and
+        # mask, write one grad)
+        attn_core_bwd = 2.0 * batch_heads * per_head + 1.5 * score_bytes_fwd / hbm_eff
 
     rep_div = np.where(training.sequence_parallel, tp, 1.0)
     # LayerNorms (read + write), two bias-dropout-residual adds (read 2, write 1, mask 0.5)
@@ -563,14 +578,25 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     local_exp = np.where(shard_expert % local_exp == 0, local_exp, 1.0)
     groups_exp = shard_expert / local_exp
 
-    def dp_allreduce(n_bytes_dense, n_bytes_expert):
-        return _hier_allreduce_time(n_bytes_dense, local_dense, groups_dense, intra, inter) + \
-            _hier_allreduce_time(n_bytes_expert, local_exp, groups_exp, intra, inter)
+    def dp_allreduce(n_bytes_dense, n_bytes_expert, calls_dense, calls_expert, algorithms=("ring", "tree")):
+        return _hier_allreduce_time(n_bytes_dense, local_dense, groups_dense, intra, inter, calls_dense,
+                                    algorithms) + \
+            _hier_allreduce_time(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
 
-    ar_grads = dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu)
-    ar_params = dp_allreduce(2.0 * dense_params_gpu, 2.0 * expert_params_gpu)
-    rs_grads = 0.5 * ar_grads  # reduce-scatter is half an all-reduce (Rabenseifner)
-    ag_params = 0.5 * ar_params
+    # gradients travel in buckets of 40M parameters (Megatron-Core DDP default bucket size);
+    # ZeRO-3 gathers one layer at a time
+    buckets_dense = np.maximum(np.ceil(dense_params_gpu / 40e6), 1.0)
+    buckets_expert = np.maximum(np.ceil(expert_params_gpu / 40e6), 1.0)
+    per_layer = np.maximum(q, 1.0)
+    ar_grads = dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu, buckets_dense, buckets_expert)
+    ring = ("ring",)
+    # reduce-scatter and all-gather are each half a ring all-reduce (Rabenseifner)
+    rs_grads = 0.5 * dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu, buckets_dense, buckets_expert,
+                                  ring)
+    ag_params = 0.5 * np.where(
+        zero >= 3,
+        dp_allreduce(2.0 * dense_params_gpu, 2.0 * expert_params_gpu, per_layer, per_layer, ring),
+        dp_allreduce(2.0 * dense_params_gpu, 2.0 * expert_params_gpu, buckets_dense, buckets_expert, ring))
 
     # the last micro-batch's backward on a stage is the window the gradient reduction can hide in
     bwd_window = (comp_stage + tp_stage + ep_stage + cp_stage) * (2.0 / 3.0)

@@ -1,0 +1,152 @@
+"""Validate the 3D-parallel planner on published runs and time full searches.
+
+Run: ``.venv/bin/python -m bench.parallel3d`` (about half a minute on one core).
+
+Prints
+1. for every published row (Narayanan et al. SC21 Table 1, Korthikanti et al. 2022):
+   the published (tp, pp), the planner's top three (tp, pp), whether the published
+   one is first / in the top three / tied with the first (within the 2% tolerance),
+   and the predicted utilisation of the published layout against the published one
+   (SC21 reports hardware FLOPs including recomputation, so HFU is compared there;
+   Korthikanti reports MFU);
+2. per-GPU memory of the Korthikanti layouts as published (fits) and of their
+   tensor-parallel, no-recomputation baseline (which the paper shows above 80 GB);
+3. wall time of a full search on 16,384 and 100,000 GPUs, next to the time a
+   one-candidate-at-a-time evaluation of the same search space would take
+   (measured on a sample in the same run).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from bench.published_runs import KNOWN_OUT_OF_MEMORY, KORTHIKANTI22, SC21_TABLE1
+from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_parallel_layout
+from partitioners.parallel3d_cost import predict_layouts
+from partitioners.parallel3d_specs import (
+    cluster_from_dict,
+    constraints_from_dict,
+    model_from_dict,
+    training_from_dict,
+)
+
+GIB = 1024.0**3
+
+
+def _top_pairs(plan, k: int = 3) -> list[tuple[int, int]]:
+    pairs: list[tuple[int, int]] = []
+    for c in plan.candidates:
+        if (c.tp, c.pp) not in pairs:
+            pairs.append((c.tp, c.pp))
+        if len(pairs) == k:
+            break
+    return pairs
+
+
+def agreement_table() -> None:
+    print("== published layouts: planner ranking and predicted utilisation ==")
+    header = (f"{'run':<34}{'GPUs':>6}  {'published':>9}  {'planner top-3 (tp,pp)':<26}{'top1':>5}{'top3':>5}"
+              f"{'tie':>5}  {'metric':>6}{'pub':>7}{'pred':>7}{'err':>8}")
+    print(header)
+    top1 = top3 = tie1 = 0
+    errors = []
+    rows = SC21_TABLE1 + KORTHIKANTI22
+    for row in rows:
+        plan = plan_parallel_layout(row["model"], row["cluster"], row["training"], row["search"],
+                                    with_rank_map=False)
+        pub = (row["published"]["tp"], row["published"]["pp"])
+        pairs = _top_pairs(plan)
+        first = bool(pairs) and pairs[0] == pub
+        in3 = pub in pairs
+        tied = any((c.tp, c.pp) == pub and c.tie_with_best for c in plan.candidates)
+        top1 += first
+        top3 += in3
+        tie1 += first or tied
+        (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
+        if row["published_mfu"] is not None:
+            metric, published, predicted = "MFU", row["published_mfu"], pred.mfu
+        else:
+            metric, published, predicted = "HFU", row["published_hfu"], pred.hfu
+        err = predicted / published - 1.0
+        errors.append(err)
+        gpus = cluster_from_dict(row["cluster"]).num_gpus
+        label = f"{row['name']} ({row['source'].split(',')[0].split(' Table')[0]})"
+        print(f"{label:<34}{gpus:>6}  {str(pub):>9}  {str(pairs):<26}{'yes' if first else '-':>5}"
+              f"{'yes' if in3 else '-':>5}{'yes' if tied or first else '-':>5}  {metric:>6}{published:>7.3f}"
+              f"{predicted:>7.3f}{err:>+8.1%}{'' if pred.fits else '  (predicted NOT to fit!)'}")
+    n = len(rows)
+    errs = np.abs(np.array(errors))
+    print(f"top-1 (tp,pp) agreement: {top1}/{n} = {top1 / n:.0%}   top-3: {top3}/{n} = {top3 / n:.0%}   "
+          f"top-1 or tied with it (2%): {tie1}/{n} = {tie1 / n:.0%}")
+    print(f"utilisation error of published layouts: mean |err| {errs.mean():.1%}, max |err| {errs.max():.1%}, "
+          f"within 10%: {int(np.sum(errs <= 0.10))}/{n}")
+
+
+def memory_table() -> None:
+    print("\n== per-GPU memory (GiB) of Korthikanti et al. 2022 layouts on A100-80GB ==")
+    print(f"{'layout':<44}{'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>8}  "
+          f"{'predicted':<10}{'published':<10}")
+    wrong = 0
+    for row, expect_fit in [(r, True) for r in KORTHIKANTI22] + [(r, False) for r in KNOWN_OUT_OF_MEMORY]:
+        (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
+        mem = pred.memory
+        fits = not any(r.startswith("out of memory") for r in pred.reasons)
+        wrong += fits != expect_fit
+        print(f"{row['name'] + ' ' + pred.recompute:<44}{mem.parameters_bytes / GIB:>8.1f}"
+              f"{mem.gradients_bytes / GIB:>8.1f}{mem.optimizer_state_bytes / GIB:>8.1f}"
+              f"{mem.activations_bytes / GIB:>8.1f}{mem.buffers_bytes / GIB:>8.1f}{mem.total_bytes / GIB:>8.1f}  "
+              f"{'fits' if fits else 'OOM':<10}{'fits' if expect_fit else 'OOM':<10}")
+    print(f"memory verdicts that disagree with the paper: {wrong}")
+    sc21_oom = 0
+    for row in SC21_TABLE1:
+        (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
+        sc21_oom += not pred.fits
+    print(f"SC21 Table 1 published layouts predicted not to fit: {sc21_oom}/{len(SC21_TABLE1)}")
+
+
+def _search_timing(name: str, model: dict, cluster: dict, training: dict) -> None:
+    t0 = time.perf_counter()
+    plan = plan_parallel_layout(model, cluster, training)
+    search_s = time.perf_counter() - t0
+    # baseline: the same cost model evaluated one candidate at a time, on a sample
+    m, c, t = model_from_dict(model), cluster_from_dict(cluster), training_from_dict(training)
+    lay = enumerate_layouts(m, c, t, constraints_from_dict(None))
+    sample = np.linspace(0, len(lay) - 1, num=min(200, len(lay))).astype(np.int64)
+    t1 = time.perf_counter()
+    for i in sample:
+        predict_layouts(m, c, t, lay.take(np.array([i])))
+    per_candidate = (time.perf_counter() - t1) / sample.size
+    best = plan.candidates[0] if plan.candidates else None
+    desc = (f"dp={best.dp} tp={best.tp} pp={best.pp} cp={best.cp} ep={best.ep} v={best.virtual_stages} "
+            f"mbs={best.micro_batch_size} ZeRO-{best.zero_stage} {best.recompute}, MFU {best.mfu:.3f}"
+            if best else "nothing fits")
+    print(f"{name:<44}{plan.num_gpus:>8}{plan.searched:>10}{search_s:>10.2f}{per_candidate * plan.searched:>12.1f}"
+          f"   {desc}")
+
+
+def timing_table() -> None:
+    print("\n== full search wall time (targets: 16,384 GPUs < 10 s, 100,000 GPUs < 60 s) ==")
+    print(f"{'model':<44}{'GPUs':>8}{'layouts':>10}{'search s':>10}{'1-by-1 s':>12}   top candidate")
+    dense = {"num_layers": 128, "hidden_size": 25600, "num_attention_heads": 160, "num_kv_heads": 16,
+             "ffn_hidden_size": 102400, "gated_mlp": False, "seq_length": 8192, "vocab_size": 128000}
+    moe = {"num_layers": 64, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
+           "seq_length": 8192, "vocab_size": 128000, "gated_mlp": True, "ffn_hidden_size": 28672,
+           "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1}}
+    _search_timing("dense 1T GPT, seq 8192 (dgx-h100)", dense, {"preset": "dgx-h100", "nodes": 2048},
+                   {"global_batch_sequences": 8192})
+    _search_timing("dense 1T GPT, seq 8192 (dgx-h100)", dense, {"preset": "dgx-h100", "nodes": 12500},
+                   {"global_batch_sequences": 25000})
+    _search_timing("MoE 128x8 experts, seq 8192 (dgx-h100)", moe, {"preset": "dgx-h100", "nodes": 12500},
+                   {"global_batch_sequences": 25000, "precision": "fp8"})
+
+
+def main() -> None:
+    agreement_table()
+    memory_table()
+    timing_table()
+
+
+if __name__ == "__main__":
+    main()

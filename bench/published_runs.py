@@ -1,0 +1,112 @@
+"""Published large-model training runs used to validate the 3D-parallel planner.
+
+Each row is a model shape, a cluster, a batch, the layout the authors used and
+what they measured, with the source. ``software`` records the framework of the
+time (it changes both time and memory: Megatron-LM in 2021 had no flash
+attention, no sequence parallelism, no distributed optimizer and used full
+activation recomputation), and ``search`` the choices that existed then.
+
+Sources
+-------
+SC21
+    D. Narayanan, M. Shoeybi, J. Casper, P. LeGresley, M. Patwary, V. Korthikanti,
+    D. Vainbrand, P. Kashinkunti, J. Bernauer, B. Catanzaro, A. Phanishayee,
+    M. Zaharia, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+    Megatron-LM", SC21, arXiv:2104.04473, Table 1 (weak scaling, GPT, sequence 2048,
+    vocabulary 51,200, Selene DGX A100 80 GB nodes; the Megatron-LM README states
+    the 80 GB parts). "Achieved teraFLOP/s per GPU" counts recomputed FLOPs (their
+    eq. 3 with the factor 96), i.e. it is a hardware-FLOPs utilisation.
+KORTHIKANTI22
+    V. Korthikanti, J. Casper, S. Lym, L. McAfee, M. Andersch, M. Shoeybi,
+    B. Catanzaro, "Reducing Activation Recomputation in Large Transformer Models",
+    MLSys 2023, arXiv:2205.05198, Table 3 (configurations: data-parallel size 1,
+    global batch = GPU count, micro-batch 1, 22B with micro-batch 4) and the MFU/HFU
+    table reproduced in the NVIDIA/Megatron-LM README ("22B 41.5% / 43.7%, 175B
+    51.4% / 52.8%, 530B 56.0% / 57.0%, 1T 56.3% / 57.0%"), sequence parallelism +
+    selective recomputation. Memory: their Figure 1 shows the tensor-parallel
+    baseline without recomputation above the 80 GB of an A100 for these models,
+    and sequence parallelism + selective recomputation under it (the runs above).
+"""
+
+from __future__ import annotations
+
+__all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "gpt"]
+
+# NVIDIA A100 datasheet: 312 TFLOP/s dense BF16/FP16.
+A100_PEAK_BF16_FLOPS = 312e12
+
+SC21_SOFTWARE = {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False}
+SC21_SEARCH = {"zero_stages": [0], "recompute": ["none", "full"]}
+KORTHIKANTI_SOFTWARE = {"flash_attention": False, "sequence_parallel": True, "overlap_grad_reduce": False}
+KORTHIKANTI_SEARCH = {"zero_stages": [0], "recompute": ["none", "selective", "full"]}
+
+
+def gpt(layers: int, hidden: int, heads: int) -> dict:
+    """A GPT-3-style model as the two papers define it (4h MLP, MHA, sequence 2048, vocabulary 51,200)."""
+    return {"num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads, "seq_length": 2048,
+            "vocab_size": 51200}
+
+
+# (name, heads, hidden, layers, tp, pp, GPUs, global batch, achieved TFLOP/s per GPU)
+_SC21_ROWS = [
+    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
+    ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138),
+    ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142),
+    ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135),
+    ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138),
+    ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    ("1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+
+SC21_TABLE1 = [
+    {
+        "source": "SC21 Table 1",
+        "name": f"GPT-{name}",
+        "model": gpt(layers, hidden, heads),
+        "cluster": {"preset": "dgx-a100", "nodes": gpus // 8},
+        "training": {"global_batch_sequences": batch, "precision": "bf16", **SC21_SOFTWARE},
+        "search": SC21_SEARCH,
+        "published": {"tp": tp, "pp": pp, "recompute": "full", "zero_stage": 0},
+        "published_hfu": tflops * 1e12 / A100_PEAK_BF16_FLOPS,
+        "published_mfu": None,
+    }
+    for name, heads, hidden, layers, tp, pp, gpus, batch, tflops in _SC21_ROWS
+]
+
+# (name, heads, hidden, layers, tp, pp, GPUs, global batch, micro-batch, MFU, HFU)
+_KORTHIKANTI_ROWS = [
+    ("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 0.415, 0.437),
+    ("175B", 96, 12288, 96, 8, 8, 64, 64, 1, 0.514, 0.528),
+    ("530B", 128, 20480, 105, 8, 35, 280, 280, 1, 0.560, 0.570),
+    ("1T", 160, 25600, 128, 8, 64, 512, 512, 1, 0.563, 0.570),
+]
+
+KORTHIKANTI22 = [
+    {
+        "source": "Korthikanti et al. 2022, Table 3 + MFU/HFU table",
+        "name": f"GPT-{name}",
+        "model": gpt(layers, hidden, heads),
+        "cluster": {"preset": "dgx-a100", "nodes": gpus // 8},
+        "training": {"global_batch_sequences": batch, "precision": "bf16", **KORTHIKANTI_SOFTWARE},
+        "search": KORTHIKANTI_SEARCH,
+        "published": {"tp": tp, "pp": pp, "micro_batch_size": mbs, "recompute": "selective", "zero_stage": 0},
+        "published_hfu": hfu,
+        "published_mfu": mfu,
+    }
+    for name, heads, hidden, layers, tp, pp, gpus, batch, mbs, mfu, hfu in _KORTHIKANTI_ROWS
+]
+
+# Layouts the same paper reports as not fitting in 80 GB: the tensor-parallel baseline
+# (no sequence parallelism, no recomputation) of each Korthikanti configuration (their Figure 1).
+KNOWN_OUT_OF_MEMORY = [
+    {
+        **row,
+        "name": row["name"] + " tp-only, no recompute",
+        "training": {**row["training"], "sequence_parallel": False},
+        "published": {**row["published"], "recompute": "none", "virtual_stages": 1},
+    }
+    for row in KORTHIKANTI22
+]

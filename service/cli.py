@@ -55,6 +55,7 @@ def serve(
         workers=workers,
         log_config=None,
         proxy_headers=False,
+        access_log=False,  # the request middleware logs every request as JSON
     )
 
 

@@ -28,14 +28,17 @@ def _summary(result: PlacementResult, inventory: Inventory) -> dict:
     used = np.unique(result.placement)
     busy = np.asarray(sim.device_busy_s)[used]
     imbalance = float(busy.max() / busy.mean()) if busy.size and busy.mean() > 0 else 1.0
-    by_tier = result.memory_plan.peak_bytes_by_tier(inventory) if hasattr(result.memory_plan, "peak_bytes_by_tier") else {}
+    high_water = result.memory_plan.high_water_bytes  # (n_devices, n_tiers): level-3 address high-water marks
     one_device = [c.makespan_s for c in result.candidates if c.strategy == "single"]
     summary = {
         "makespan_s": float(sim.makespan_s),
         "comm_bytes": float(sim.comm_bytes),
         "comm_bytes_by_link_class": {k: float(v) for k, v in sim.comm_bytes_by_class.items()},
         "peak_memory_bytes": {names[d]: float(peak[d]) for d in used.tolist()},
-        "peak_memory_by_tier_bytes": {names[d]: {t: float(b) for t, b in by_tier.get(d, {}).items()} for d in used.tolist()},
+        "peak_memory_by_tier_bytes": {
+            names[d]: {tier: float(high_water[d, t]) for t, tier in enumerate(inventory.tier_names) if inventory.tier_capacity_bytes[d, t] > 0}
+            for d in used.tolist()
+        },
         "capacity_bytes": {names[d]: float(inventory.device_memory_bytes[d]) for d in used.tolist()},
         "imbalance": imbalance,
         "feasible": bool(result.feasible),
@@ -94,8 +97,7 @@ def _view(result: PlacementResult, inventory: Inventory, summary: dict) -> dict:
         for t, tier in enumerate(inventory.tier_names):
             capacity = float(inventory.tier_capacity_bytes[d, t])
             if capacity > 0:
-                peak = by_tier.get(names[d], {}).get(tier, summary["peak_memory_bytes"][names[d]] if t == inventory.device_main_tier[d] else 0.0)
-                tiers.append({"name": tier, "capacity_bytes": capacity, "peak_bytes": float(peak)})
+                tiers.append({"name": tier, "capacity_bytes": capacity, "peak_bytes": by_tier[names[d]][tier]})
         devices.append({"name": names[d], "group": str(inventory.group_names[inventory.device_group[d]]), "tiers": tiers})
     traffic: dict[tuple[int, int], float] = {}
     groups = inventory.device_group

@@ -295,3 +295,18 @@ def test_null_dimension_is_an_unknown_dimension_and_round_trips():
     assert canonical["tensors"][0]["shape"] == [None, 8]
     assert model_hash(graph_from_json(canonical)) == model_hash(graph)
     assert model_hash(graph) != model_hash(graph_from_json(_mlp()))
+
+
+def test_json_form_of_a_synthetic_graph_rebuilds_the_same_arrays():
+    from bench.synthetic import synthetic_graph_json, synthetic_hypergraph
+
+    built = synthetic_hypergraph(500, seed=3)
+    graph = graph_from_json(synthetic_graph_json(500, seed=3))
+    assert graph.op_names.tolist() == built.op_names.tolist()
+    assert graph.tensor_names.tolist() == built.tensor_names.tolist()
+    for field in ("input_ptr", "input_tensors", "output_ptr", "output_tensors", "consumer_ptr", "consumer_ops"):
+        assert np.array_equal(getattr(graph, field), getattr(built, field)), field
+    assert np.array_equal(graph.tensor_kind, built.tensor_kind)
+    assert np.array_equal(graph.tensor_bytes, np.trunc(built.tensor_bytes))  # the JSON form writes int(bytes)
+    assert np.array_equal(graph.op_flops, built.op_flops)
+    assert np.array_equal(graph.op_param_bytes, built.op_param_bytes)

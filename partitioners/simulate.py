@@ -51,7 +51,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
-from partitioners.cost import CostModel, op_times_by_profile_s, transfer_times_s
+from partitioners.cost import CostModel, link_time_tables, op_times_by_profile_s, transfer_times_s
 from partitioners.errors import InvalidInput
 from partitioners.graph import TENSOR_ACTIVATION, TENSOR_PARAMETER, Hypergraph, topological_order
 from partitioners.inventory import LINK_CLASS_NAMES, LINK_INTER_GROUP, LINK_INTRA_GROUP, Inventory, link_class_ids
@@ -169,8 +169,6 @@ def _link_params(inventory: Inventory, cost_model: CostModel):
     i_pb = float(mult[LINK_INTER_GROUP] / inventory.inter_link.bandwidth_bytes_per_s)
     p_lat = p_pb = None
     if inventory.bandwidth_matrix_bytes_per_s is not None:
-        from partitioners.cost import link_time_tables
-
         p_lat, p_pb = link_time_tables(inventory, cost_model)
     return g_lat, g_pb, i_lat, i_pb, p_lat, p_pb
 

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from partitioners.cost import CostModel
 from partitioners.errors import InvalidInput
 from partitioners.graph import graph_from_ops
-from partitioners.inventory import inventory_from_json
+from partitioners.inventory import inventory_from_json, with_device_speed
 from partitioners.simulate import (
     connectivity_comm_bytes,
     critical_path_priority,
@@ -381,3 +382,65 @@ def test_critical_path_priority_is_the_upward_rank_with_transfer_times():
     assert rank.tolist() == [1.0 + 1.0 + 2.0, 2.0, 0.5]
     ctx = prepare_simulation(g, inv)
     assert critical_path_priority(g, inv, placement, np.array([1.0, 2.0, 0.5]), context=ctx).tolist() == rank.tolist()
+
+
+def test_each_device_runs_at_its_own_speed():
+    # one 1e12-FLOP MatMul per device; d1 is twice as fast (cost model: eff 1, no launch)
+    doc = {
+        "name": "hetero",
+        "groups": [
+            {
+                "name": "g0",
+                "devices": [
+                    {
+                        "name": f"d{i}",
+                        "type": t,
+                        "peak_flops": p,
+                        "memory_tiers": [{"name": "HBM", "capacity_bytes": 1e12, "bandwidth_bytes_per_s": 1e15}],
+                    }
+                    for i, (t, p) in enumerate([("slow", 1e12), ("fast", 2e12)])
+                ],
+                "link": {"bandwidth_bytes_per_s": GB, "latency_s": 0.0},
+            }
+        ],
+    }
+    inv = inventory_from_json(doc)
+    g = graph_from_ops("two", [("a", "MatMul", 1e12, [], ["t"]), ("b", "MatMul", 1e12, [], ["u"])], {"t": 8, "u": 8})
+    cm = CostModel(efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0)
+    r = simulate(g, inv, np.array([0, 1]), cost_model=cm)
+    assert r.op_end_s.tolist() == [1.0, 0.5]
+    slowed = simulate(g, with_device_speed(inv, {"d1": 0.25}), np.array([0, 1]), cost_model=cm)
+    assert slowed.op_end_s.tolist() == [1.0, 2.0]
+
+
+def test_bandwidth_matrix_gives_each_device_pair_its_own_port():
+    # d0 -> d1 at 1 GB/s and d0 -> d2 at 0.5 GB/s run side by side
+    doc = {
+        "name": "matrix",
+        "groups": [
+            {
+                "name": "g0",
+                "devices": [
+                    {
+                        "name": f"d{i}",
+                        "type": "t",
+                        "peak_flops": 1e12,
+                        "memory_tiers": [{"name": "HBM", "capacity_bytes": 1e12, "bandwidth_bytes_per_s": 1e12}],
+                    }
+                    for i in range(3)
+                ],
+                "link": {"bandwidth_bytes_per_s": GB, "latency_s": 0.0},
+            }
+        ],
+        "bandwidth_matrix_bytes_per_s": [[0, 1e9, 5e8], [1e9, 0, 1e9], [5e8, 1e9, 0]],
+    }
+    inv = inventory_from_json(doc)
+    g = graph_from_ops(
+        "two-pairs",
+        [("a", "Op", 0, [], ["t1", "t2"]), ("b", "Op", 0, ["t1"], ["u"]), ("c", "Op", 0, ["t2"], ["v"])],
+        {"t1": GB, "t2": GB, "u": 1, "v": 1},
+    )
+    r = simulate(g, inv, np.array([0, 1, 2]), op_times_s=_times([1, 1, 1], 3))
+    assert r.transfer_start_s.tolist() == [1.0, 1.0]
+    assert r.transfer_end_s.tolist() == [2.0, 3.0]
+    assert r.link_bytes_matrix(3).tolist() == [[0, GB, GB], [0, 0, 0], [0, 0, 0]]

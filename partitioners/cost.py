@@ -78,6 +78,8 @@ __all__ = [
     "transfer_times_s",
     "link_time_tables",
     "collective_time_s",
+    "cost_model_to_json",
+    "cost_model_from_json",
 ]
 
 OP_MATMUL, OP_CONV, OP_ATTENTION, OP_NORM, OP_ELEMENTWISE, OP_REDUCTION, OP_DATA_MOVEMENT, OP_OTHER = range(8)
@@ -183,10 +185,15 @@ class CostModel:
     efficiency: tuple[float, ...] = field(default_factory=_default_efficiency)
     memory_efficiency: float = 0.8
     launch_overhead_s: float = 5e-6
-    device_class_multiplier: Mapping[tuple[str, str], float] = field(default_factory=dict)
-    link_class_multiplier: Mapping[str, float] = field(default_factory=dict)
+    device_class_multiplier: Mapping[tuple[str, str], float] = field(default_factory=dict, hash=False)
+    link_class_multiplier: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "efficiency", tuple(float(e) for e in self.efficiency))
+        object.__setattr__(
+            self, "device_class_multiplier", {tuple(k): float(v) for k, v in self.device_class_multiplier.items()}
+        )
+        object.__setattr__(self, "link_class_multiplier", {k: float(v) for k, v in self.link_class_multiplier.items()})
         if len(self.efficiency) != len(OP_CLASS_NAMES):
             raise InvalidInput(
                 f"cost model efficiency needs {len(OP_CLASS_NAMES)} entries ({', '.join(OP_CLASS_NAMES)})",
@@ -469,3 +476,67 @@ def collective_time_s(
     outside = (p - r) * inter.latency_s + (p - r) / p * n_bytes / inter.bandwidth_bytes_per_s
     return max(inside, outside)
 
+
+
+def cost_model_to_json(cost_model: CostModel) -> dict:
+    """Plain-JSON form of a cost model (for storing calibrated models with a plan).
+
+    ``device_class_multiplier`` becomes ``{device: {op class: multiplier}}``.
+    """
+    nested: dict[str, dict[str, float]] = {}
+    for (dev, cls), m in sorted(cost_model.device_class_multiplier.items()):
+        nested.setdefault(dev, {})[cls] = m
+    return {
+        "dtype": cost_model.dtype,
+        "efficiency": dict(zip(OP_CLASS_NAMES, cost_model.efficiency)),
+        "memory_efficiency": cost_model.memory_efficiency,
+        "launch_overhead_s": cost_model.launch_overhead_s,
+        "device_class_multiplier": nested,
+        "link_class_multiplier": dict(sorted(cost_model.link_class_multiplier.items())),
+    }
+
+
+def cost_model_from_json(doc: Mapping) -> CostModel:
+    """Inverse of :func:`cost_model_to_json`; missing keys take the defaults.
+
+    Raises
+    ------
+    InvalidInput
+        Unknown op or link class, out-of-range efficiency, non-positive multiplier,
+        naming the field (``cost_model.<key>``).
+    """
+    if not isinstance(doc, Mapping):
+        raise InvalidInput("cost_model must be an object", field="cost_model")
+    unknown = set(doc) - {
+        "dtype", "efficiency", "memory_efficiency", "launch_overhead_s",
+        "device_class_multiplier", "link_class_multiplier",
+    }
+    if unknown:
+        raise InvalidInput(f"unknown cost model keys: {', '.join(sorted(unknown))}", field="cost_model")
+    eff = list(_default_efficiency())
+    eff_doc = doc.get("efficiency", {})
+    if not isinstance(eff_doc, Mapping):
+        raise InvalidInput("cost_model.efficiency must map op class -> fraction", field="cost_model.efficiency")
+    for cls, v in eff_doc.items():
+        if cls not in OP_CLASS_NAMES:
+            raise InvalidInput(
+                f"unknown op class {cls!r}; use one of {', '.join(OP_CLASS_NAMES)}", field="cost_model.efficiency"
+            )
+        eff[OP_CLASS_NAMES.index(cls)] = v
+    dcm_doc = doc.get("device_class_multiplier", {})
+    if not isinstance(dcm_doc, Mapping) or not all(isinstance(v, Mapping) for v in dcm_doc.values()):
+        raise InvalidInput(
+            "cost_model.device_class_multiplier must map device -> {op class: multiplier}",
+            field="cost_model.device_class_multiplier",
+        )
+    try:
+        return CostModel(
+            dtype=doc.get("dtype"),
+            efficiency=tuple(eff),
+            memory_efficiency=doc.get("memory_efficiency", 0.8),
+            launch_overhead_s=doc.get("launch_overhead_s", 5e-6),
+            device_class_multiplier={(d, c): m for d, row in dcm_doc.items() for c, m in row.items()},
+            link_class_multiplier=dict(doc.get("link_class_multiplier", {})),
+        )
+    except TypeError as exc:
+        raise InvalidInput(f"cost model values must be numbers ({exc})", field="cost_model") from None

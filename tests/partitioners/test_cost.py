@@ -10,6 +10,8 @@ from partitioners.cost import (
     OP_CLASS_NAMES,
     CostModel,
     collective_time_s,
+    cost_model_from_json,
+    cost_model_to_json,
     op_class_of,
     op_times_by_profile_s,
     op_times_s,
@@ -157,3 +159,29 @@ def test_collective_of_one_device_or_zero_bytes_is_free():
     assert collective_time_s("reduce_scatter", 0, inv, range(8)) == 0.0
     with pytest.raises(InvalidInput):
         collective_time_s("broadcast", 1.0, inv, range(2))
+
+
+def test_cost_model_json_round_trip_and_hashable():
+    cm = CostModel(
+        efficiency=(0.7, 0.5, 0.6, 0.3, 0.3, 0.3, 0.3, 0.5),
+        device_class_multiplier={("node0/gpu1", "matmul"): 1.2, ("H100-SXM5-80GB", "norm"): 0.9},
+        link_class_multiplier={"inter-group": 1.5},
+    )
+    doc = cost_model_to_json(cm)
+    assert doc["device_class_multiplier"] == {"H100-SXM5-80GB": {"norm": 0.9}, "node0/gpu1": {"matmul": 1.2}}
+    assert doc["efficiency"]["matmul"] == 0.7
+    assert cost_model_from_json(doc) == cm
+    assert hash(cost_model_from_json(doc)) == hash(cm)
+    assert cost_model_from_json({}) == CostModel()
+
+
+def test_cost_model_json_errors_name_the_field():
+    with pytest.raises(InvalidInput) as err:
+        cost_model_from_json({"efficiency": {"gemm": 0.5}})
+    assert err.value.field == "cost_model.efficiency"
+    with pytest.raises(InvalidInput) as err:
+        cost_model_from_json({"link_class_multiplier": {"inter-group": -1}})
+    assert err.value.field == "cost_model.link_class_multiplier"
+    with pytest.raises(InvalidInput) as err:
+        cost_model_from_json({"launch_overhead": 1e-6})
+    assert err.value.field == "cost_model"

@@ -1,0 +1,23 @@
+"""3D-parallel layout planner: which dp x tp x pp layout, and which GPU takes which rank."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+
+from service.api.deps import Principal, require_scope
+from service.api.problems import problem_responses
+from service.domain.parallel import parallel_plan
+from service.schemas.parallel import ParallelPlanRequest
+
+router = APIRouter(prefix="/parallel", tags=["parallel"])
+
+
+@router.post(
+    "/plan",
+    summary="Model shape + cluster + batch -> ranked 3D-parallel layouts with memory, MFU and the rank map",
+    responses=problem_responses(422),
+)
+def plan(request: ParallelPlanRequest, principal: Annotated[Principal, Depends(require_scope("read"))]) -> dict:
+    return parallel_plan(request)

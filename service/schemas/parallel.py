@@ -1,0 +1,112 @@
+"""3D-parallel layout planning requests (``POST /v1/parallel/plan``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from service.schemas.common import Name, PositiveFloat, RequestModel
+from service.schemas.plans import InventoryDocument, PresetInventory
+
+__all__ = ["ParallelPlanRequest"]
+
+Count = Annotated[int, Field(ge=1, le=10**7)]
+
+
+class MoeBlock(RequestModel):
+    num_experts: int = Field(ge=1, le=65_536)
+    experts_per_token: int = Field(ge=1, le=1024)
+    expert_ffn_hidden_size: int = Field(ge=1, le=10**6)
+    shared_experts: int = Field(0, ge=0, le=1024)
+    moe_layers: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(None, max_length=100_000)
+
+
+class TransformerShape(RequestModel):
+    num_layers: int = Field(ge=1, le=100_000)
+    hidden_size: int = Field(ge=1, le=10**6)
+    num_attention_heads: int = Field(ge=1, le=100_000)
+    num_kv_heads: int | None = Field(None, ge=1, le=100_000)
+    ffn_hidden_size: int | None = Field(None, ge=1, le=10**7)
+    vocab_size: int = Field(ge=1, le=10**8)
+    seq_length: int = Field(ge=1, le=10**8)
+    gated_mlp: bool = False
+    tie_embeddings: bool = False
+    moe: MoeBlock | None = None
+
+
+class ClusterShape(RequestModel):
+    """A cluster: a preset with a node count, a GPU model with a node count, or every figure."""
+
+    preset: Name | None = None
+    gpu: Name | None = None
+    nodes: int | None = Field(None, ge=1, le=100_000)
+    num_nodes: int | None = Field(None, ge=1, le=100_000)
+    gpus_per_node: int | None = Field(None, ge=1, le=1024)
+    peak_flops_per_s: dict[Name, PositiveFloat] | None = Field(None, max_length=16)
+    memory_bytes: PositiveFloat | None = None
+    hbm_bandwidth_bytes_per_s: PositiveFloat | None = None
+    intra_node_bandwidth_bytes_per_s: PositiveFloat | None = None
+    inter_node_bandwidth_bytes_per_s: PositiveFloat | None = None
+    intra_node_latency_s: PositiveFloat | None = None
+    inter_node_latency_s: PositiveFloat | None = None
+    sm_count: int | None = Field(None, ge=1, le=10_000)
+    gemm_efficiency_max: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    name: Name | None = None
+    inventory: InventoryDocument | PresetInventory | None = Field(
+        None, description="Or a hyperplace inventory (homogeneous GPUs): its figures fill the fields above."
+    )
+
+
+class TrainingSettings(RequestModel):
+    global_batch_sequences: int = Field(ge=1, le=10**8)
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    optimizer: Literal["adam"] = "adam"
+    flash_attention: bool = True
+    sequence_parallel: bool = True
+    overlap_grad_reduce: bool = True
+
+
+class LayoutConstraints(RequestModel):
+    tp: Count | None = None
+    pp: Count | None = None
+    max_pp: Count | None = None
+    cp: Count | None = None
+    ep: Count | None = None
+    micro_batch_size: Count | None = None
+    virtual_stages: Count | None = None
+    zero_stages: list[Annotated[int, Field(ge=0, le=3)]] | None = Field(None, min_length=1, max_length=4)
+    recompute: list[Literal["none", "selective", "full"]] | None = Field(None, min_length=1, max_length=3)
+    allow_uneven_pp: bool | None = None
+    tie_tolerance: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+
+
+class Layout(RequestModel):
+    dp: Count | None = None
+    tp: Count | None = None
+    pp: Count | None = None
+    cp: Count | None = None
+    ep: Count | None = None
+    virtual_stages: Count | None = None
+    micro_batch_size: Count | None = None
+    zero_stage: int | None = Field(None, ge=0, le=3)
+    recompute: Literal["none", "selective", "full"] | None = None
+
+
+class ParallelPlanRequest(RequestModel):
+    """Model shape + cluster + training settings -> ranked dp x tp x pp (x cp x ep) layouts."""
+
+    model: TransformerShape
+    cluster: ClusterShape
+    training: TrainingSettings
+    constraints: LayoutConstraints | None = None
+    evaluate: list[Layout] | None = Field(None, max_length=64, description="Predict these layouts instead of searching.")
+    top_k: int = Field(10, ge=1, le=100)
+    rank_map_limit: int = Field(1024, ge=0, le=200_000, description="How many ranks of the top layout's rank map to return.")
+
+    def parts(self) -> dict[str, Any]:
+        return {
+            "model": self.model.model_dump(exclude_none=True),
+            "training": self.training.model_dump(exclude_none=True),
+            "constraints": self.constraints.model_dump(exclude_none=True) if self.constraints else None,
+        }

@@ -1,0 +1,76 @@
+"""POST /v1/parallel/plan: ranked layouts, rank map, reasons, and bad input."""
+
+from __future__ import annotations
+
+LLAMA_70B = {
+    "num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
+    "ffn_hidden_size": 28672, "vocab_size": 128256, "seq_length": 4096, "gated_mlp": True,
+}
+
+
+def _request(**overrides) -> dict:
+    request = {
+        "model": LLAMA_70B,
+        "cluster": {"preset": "dgx-h100", "nodes": 8},
+        "training": {"global_batch_sequences": 1024},
+        "top_k": 3,
+        "rank_map_limit": 64,
+    }
+    request.update(overrides)
+    return request
+
+
+def test_a_70b_model_on_64_h100_gets_ranked_layouts_that_use_every_gpu(client):
+    response = client.post("/v1/parallel/plan", json=_request())
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    assert plan["feasible"] and plan["candidates"]
+    times = [c["step_time_s"] for c in plan["candidates"]]
+    for candidate in plan["candidates"]:
+        assert candidate["dp"] * candidate["tp"] * candidate["pp"] * candidate["cp"] == 64
+        assert candidate["memory_per_gpu"]["total_bytes"] <= candidate["memory_per_gpu"]["capacity_bytes"]
+        assert 0 < candidate["mfu"] < 1
+    assert times[0] <= min(times) * 1.02 + 1e-12  # ties within 2% may be reordered
+
+
+def test_the_rank_map_keeps_tensor_parallel_groups_inside_a_node(client):
+    plan = client.post("/v1/parallel/plan", json=_request()).json()
+    top = plan["candidates"][0]
+    ranks = plan["rank_map"]["ranks"]
+    assert len(ranks) == 64
+    groups: dict[tuple, set] = {}
+    for rank in ranks:
+        key = (rank["dp"], rank["pp"], rank["cp"], rank["ep"])
+        groups.setdefault(key, set()).add(rank["node"])
+    assert all(len(nodes) == 1 for nodes in groups.values()) or top["tp"] > 8
+
+
+def test_an_inventory_preset_gives_the_same_answer_as_the_planner_preset(client):
+    by_preset = client.post("/v1/parallel/plan", json=_request()).json()
+    by_inventory = client.post("/v1/parallel/plan", json=_request(cluster={"inventory": {"preset": "dgx-h100", "nodes": 8}})).json()
+    assert [(c["tp"], c["pp"]) for c in by_inventory["candidates"]] == [(c["tp"], c["pp"]) for c in by_preset["candidates"]]
+
+
+def test_given_layouts_are_evaluated_instead_of_searched(client):
+    response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 4, "dp": 2}, {"tp": 16, "pp": 4, "dp": 1}]))
+    assert response.status_code == 200, response.text
+    evaluated = response.json()["evaluated"]
+    assert evaluated[0]["tp"] == 8 and evaluated[0]["pp"] == 4
+    assert evaluated[1]["reasons"]  # tp=16 crosses an 8-GPU node
+
+
+def test_a_model_too_large_for_the_cluster_says_why_nothing_fits(client):
+    huge = dict(LLAMA_70B, num_layers=800, hidden_size=32768, num_attention_heads=256, num_kv_heads=256, ffn_hidden_size=131072)
+    response = client.post("/v1/parallel/plan", json=_request(model=huge, cluster={"preset": "dgx-h100", "nodes": 1}))
+    assert response.status_code in (200, 422)
+    body = response.json()
+    if response.status_code == 200:
+        assert body["feasible"] is False and body["notes"]
+    else:
+        assert "memory" in body["detail"].lower() or "fit" in body["detail"].lower()
+
+
+def test_zero_gpus_and_unknown_presets_are_422(client):
+    assert client.post("/v1/parallel/plan", json=_request(cluster={"preset": "dgx-h100", "nodes": 0})).status_code == 422
+    response = client.post("/v1/parallel/plan", json=_request(cluster={"preset": "dgx-h900", "nodes": 1}))
+    assert response.status_code == 422 and "dgx-h100" in response.json()["detail"]

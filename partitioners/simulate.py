@@ -66,6 +66,7 @@ __all__ = [
     "connectivity_comm_bytes",
     "remote_transfers",
     "summarize",
+    "memory_timeline",
 ]
 
 
@@ -531,7 +532,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
     return start, end, (tr_t, tr_s, tr_d, tr_a, tr_b)
 
 
-def _peak_memory(
+def _memory_sweep(
     graph: Hypergraph,
     n_dev: int,
     placement: np.ndarray,
@@ -542,8 +543,12 @@ def _peak_memory(
     tr_dst: np.ndarray,
     tr_start: np.ndarray,
     tr_end: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(param bytes, peak bytes) per device by an allocation/free sweep (module docstring).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Allocation/free sweep (module docstring): ``(param_bytes, ev_device, ev_time_s, live_bytes)``.
+
+    Events are sorted by device, then time (frees first at equal times);
+    ``live_bytes`` is the live non-parameter bytes on ``ev_device`` just after each
+    event.
 
     Holdings are ``(tensor, device)`` keys ``tensor * n_dev + device``; every step is
     a sort, a ``searchsorted`` or a ``reduceat`` so 10^6 operators take about a second.
@@ -614,9 +619,7 @@ def _peak_memory(
     by_dev = np.argsort(dev_sorted.astype(np.int32 if n_dev > 32767 else np.int16), kind="stable")
     order = order[by_dev]
     live = np.cumsum(delta[order])  # every device's events sum to zero, so blocks restart at 0
-    peak = np.zeros(n_dev, dtype=np.float64)
-    np.maximum.at(peak, dev_ev[order], live)
-    return param, param + np.maximum(peak, 0.0)
+    return param, dev_ev[order], time_ev[order], live
 
 
 def simulate(
@@ -697,7 +700,12 @@ def simulate(
         LINK_CLASS_NAMES[c]: float(tr_bytes[cls == c].sum()) for c in (LINK_INTRA_GROUP, LINK_INTER_GROUP)
     }
     if record_timeline:
-        param, peak = _peak_memory(graph, n_dev, p, start, end, makespan, tr_tensor, tr_dst, tr_start, tr_end)
+        param, ev_dev, _, live = _memory_sweep(
+            graph, n_dev, p, start, end, makespan, tr_tensor, tr_dst, tr_start, tr_end
+        )
+        peak = np.zeros(n_dev, dtype=np.float64)
+        np.maximum.at(peak, ev_dev, live)
+        peak += param
     else:
         pm_owners = np.repeat(np.arange(graph.n_ops, dtype=np.int64), np.diff(graph.input_ptr))
         pm = graph.tensor_kind[graph.input_tensors] == TENSOR_PARAMETER
@@ -795,3 +803,31 @@ def summarize(result: SimulationResult, inventory: Inventory) -> dict:
         "feasible": feasible,
         "over_memory_devices": over,
     }
+
+
+def memory_timeline(graph: Hypergraph, result: SimulationResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Memory in use on each device over the simulated step (the sweep behind ``peak_memory_bytes``).
+
+    Returns
+    -------
+    device : numpy.ndarray of int64
+    time_s : numpy.ndarray of float64
+    bytes_in_use : numpy.ndarray of float64
+        One entry per allocation or free, sorted by device then time: the bytes in
+        use on ``device`` (resident parameters included) from ``time_s`` until that
+        device's next entry. The maximum per device is ``result.peak_memory_bytes``.
+    """
+    n_dev = int(result.device_busy_s.shape[0])
+    param, ev_dev, ev_time, live = _memory_sweep(
+        graph,
+        n_dev,
+        result.op_device,
+        result.op_start_s,
+        result.op_end_s,
+        result.makespan_s,
+        result.transfer_tensor,
+        result.transfer_dst,
+        result.transfer_start_s,
+        result.transfer_end_s,
+    )
+    return ev_dev.astype(np.int64), ev_time, live + param[ev_dev]

@@ -21,7 +21,7 @@ import numpy as np
 
 from partitioners.graph import Hypergraph
 from partitioners.inventory import LINK_CLASS_NAMES, Inventory, link_class_ids
-from partitioners.simulate import SimulationResult
+from partitioners.simulate import SimulationResult, memory_timeline
 
 __all__ = ["to_chrome_trace"]
 
@@ -46,6 +46,7 @@ def to_chrome_trace(
     *,
     include_transfers: bool = True,
     window_s: tuple[float, float] | None = None,
+    memory_counters: bool = False,
 ) -> dict[str, Any]:
     """The simulated timeline as Chrome trace-event JSON.
 
@@ -62,6 +63,9 @@ def to_chrome_trace(
         Keep only operators and transfers that overlap ``[start, end]`` seconds: a
         10^6-operator step is ~10^6 events (hundreds of MB of JSON), more than a
         browser opens comfortably, so callers page through long steps.
+    memory_counters : bool
+        Add a counter track (``ph: "C"``) per device with the bytes in use over time
+        (:func:`partitioners.simulate.memory_timeline`), under the device's group.
 
     Returns
     -------
@@ -106,6 +110,24 @@ def to_chrome_trace(
                 "args": {"op": str(names[op]), "op_type": str(types[op]), "flops": flops[op]},
             }
         )
+
+    if memory_counters and graph.n_ops:
+        m_dev, m_time, m_bytes = memory_timeline(graph, result)
+        # one sample per (device, instant): the level after the instant's last event
+        last = np.append((m_dev[1:] != m_dev[:-1]) | (m_time[1:] != m_time[:-1]), True)
+        if window_s is not None:
+            last &= (m_time >= window_s[0]) & (m_time <= window_s[1])
+        for d, t, b in zip(m_dev[last].tolist(), (m_time[last] * _US_PER_S).tolist(), m_bytes[last].tolist()):
+            events.append(
+                {
+                    "name": f"{device_names[d]} memory",
+                    "cat": "memory",
+                    "ph": "C",
+                    "ts": t,
+                    "pid": device_group[d],
+                    "args": {"bytes": b},
+                }
+            )
 
     if include_transfers and result.transfer_tensor.size:
         links_pid = n_groups

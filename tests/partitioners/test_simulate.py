@@ -19,6 +19,7 @@ from partitioners.simulate import (
     connectivity_comm_bytes,
     critical_path_priority,
     estimate_makespan_s,
+    memory_timeline,
     prepare_simulation,
     remote_transfers,
     simulate,
@@ -444,3 +445,24 @@ def test_bandwidth_matrix_gives_each_device_pair_its_own_port():
     assert r.transfer_start_s.tolist() == [1.0, 1.0]
     assert r.transfer_end_s.tolist() == [2.0, 3.0]
     assert r.link_bytes_matrix(3).tolist() == [[0, GB, GB], [0, 0, 0], [0, 0, 0]]
+
+
+def test_memory_timeline_steps_through_the_hand_computed_chain():
+    g = graph_from_ops(
+        "memory",
+        [
+            ("a", "MatMul", 0, ["x", "w"], ["ta"]),
+            ("b", "Op", 0, ["ta"], ["tb"]),
+            ("c", "Op", 0, ["ta", "tb"], ["tc"]),
+        ],
+        {"x": 100, "w": 1000, "ta": 200, "tb": 300, "tc": 50},
+        parameters={"w"},
+    )
+    inv = _inventory([1])
+    r = simulate(g, inv, np.array([0, 0, 0]), op_times_s=_times([1, 1, 1], 1))
+    device, time_s, in_use = memory_timeline(g, r)
+    # same-time events collapse to the last one's level
+    last = {t: b for t, b in zip(time_s.tolist(), in_use.tolist())}
+    assert last == {0.0: 1300.0, 1.0: 1500.0, 2.0: 1550.0, 3.0: 1000.0}
+    assert set(device.tolist()) == {0}
+    assert in_use.max() == r.peak_memory_bytes[0]

@@ -81,3 +81,18 @@ def test_window_keeps_only_overlapping_events():
     # producer 0..1 ms, transfer 1..2 ms, consumer 2..4 ms: a 2.5..3 ms window sees the consumer
     events = to_chrome_trace(result, g, inv, window_s=(2.5e-3, 3e-3))["traceEvents"]
     assert [e["name"] for e in events if e["ph"] == "X"] == ["consumer"]
+
+
+def test_memory_counters_follow_bytes_in_use_per_device():
+    g, inv, result = _case()
+    events = to_chrome_trace(result, g, inv, memory_counters=True)["traceEvents"]
+    samples = [(e["name"], e["ts"], e["args"]["bytes"]) for e in events if e["ph"] == "C"]
+    # gpu0 holds "act" (1 MB) from 0 until its transfer ends at 2 ms; gpu1 receives it
+    # at 1 ms, writes "out" (8 B) at 2 ms and frees "act" when the consumer ends at 4 ms
+    assert samples == [
+        ("gpu0 memory", 0.0, 1e6),
+        ("gpu0 memory", 2000.0, 0.0),
+        ("gpu1 memory", 1000.0, 1e6),
+        ("gpu1 memory", 2000.0, 1e6 + 8),
+        ("gpu1 memory", 4000.0, 0.0),
+    ]

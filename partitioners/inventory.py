@@ -93,7 +93,6 @@ _LOCAL_LINK = LinkSpec(bandwidth_bytes_per_s=math.inf, latency_s=0.0)
 
 GB = 1e9
 TB = 1e12
-GiB = 2**30
 MiB = 2**20
 KiB = 2**10
 
@@ -216,14 +215,15 @@ _H100 = _device_spec(
 # A100 SXM4 80GB [A100]: bf16/fp16 dense 312 TFLOP/s, tf32 156, fp32 19.5, no fp8.
 # HBM2e 80 GB at 2.039 TB/s. L2 40 MB; 164 KB shared memory per SM x 108 SMs at
 # 128 B/clk/SM x 1.41 GHz = 19.5 TB/s (derived from the whitepaper). L2 bandwidth:
-# 2.3x V100's per the whitepaper; ~5.1 TB/s read bandwidth measured by Chips and
-# Cheese (2021).
+# 2.3x V100's per the whitepaper, with V100's measured at 2155 GB/s (Jia et al.,
+# "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking", 2018):
+# 4.96 TB/s.
 _A100 = _device_spec(
     "A100-SXM4-80GB",
     {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
     [
         ("HBM", 80 * GB, 2.039 * TB),
-        ("L2", 40 * MiB, 5.1 * TB),
+        ("L2", 40 * MiB, 4.96 * TB),
         ("SMEM", 108 * 164 * KiB, 19.5 * TB),
     ],
 )

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from partitioners.errors import Infeasible, InvalidInput
+from partitioners.errors import Infeasible, InputTooLarge, InvalidInput
 from partitioners.parallel3d_cost import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
@@ -70,6 +70,7 @@ __all__ = [
     "ParallelPlan",
     "REJECTION_REASONS",
     "plan_parallel_layout",
+    "plan_from_request",
     "evaluate_layouts",
     "enumerate_layouts",
     "rank_map",
@@ -77,7 +78,7 @@ __all__ = [
 
 _GIB = 1024.0**3
 _MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
-_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8, 12, 16)
+_VIRTUAL_STAGES = tuple(range(1, 17))  # kept where v divides the layers per stage
 _MAX_CP = 32
 _RECOMPUTE_CODE = {"none": RECOMPUTE_NONE, "selective": RECOMPUTE_SELECTIVE, "full": RECOMPUTE_FULL}
 
@@ -229,7 +230,7 @@ class ParallelPlan:
 
     def infeasible_error(self) -> Infeasible:
         """An :class:`Infeasible` a handler can raise (422) when nothing fits."""
-        return Infeasible("no layout can run: " + "; ".join(self.notes), field="model", code="no-layout-fits")
+        return Infeasible("; ".join(self.notes) or "no layout can run", field="model", code="no-layout-fits")
 
     def to_dict(self, rank_map_limit: int | None = 1024) -> dict[str, Any]:
         return {
@@ -412,7 +413,8 @@ def _best_per_mesh(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> np
     first = np.ones(order.size, dtype=bool)
     first[1:] = np.any(key[1:] != key[:-1], axis=1)
     best = order[first]
-    return best[np.argsort(step[best], kind="stable")]
+    # equal predictions (context parallelism can mirror data parallelism exactly): simpler first
+    return best[np.lexsort((lay.ep[best], lay.cp[best], step[best]))]
 
 
 # --------------------------------------------------------------------- public API
@@ -501,7 +503,7 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
         best_time = step[ranked[0]]
         in_band = step[ranked] <= best_time * (1.0 + cons.tie_tolerance)
         band = ranked[in_band]
-        band = band[np.lexsort((step[band], lay.pp[band]))]
+        band = band[np.lexsort((lay.cp[band], step[band], lay.pp[band]))]
         ordered = np.concatenate([band, ranked[~in_band]])[:top_k]
         for i in ordered:
             tie = bool(step[i] <= best_time * (1.0 + cons.tie_tolerance))
@@ -525,28 +527,80 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
 
 
 def _why_nothing_fits(model, cluster, training, lay, pred, bits, counts) -> list[str]:
-    notes = []
+    """Sentences saying why no layout can run and what would have to change."""
+    notes = [("no layout can run: " + ", ".join(f"{n} {name}" for name, n in counts.items() if n)
+              + f" (of {len(lay)} layouts searched)")]
     oom_bit = 1 << REJECTION_REASONS.index("out-of-memory")
+    in_memory_but_blocked = (bits & oom_bit) == 0
+    for j, name in enumerate(REJECTION_REASONS[:-1]):
+        blocked = in_memory_but_blocked & ((bits >> j & 1) == 1)
+        if not np.any(blocked):
+            continue
+        i = int(np.flatnonzero(blocked)[np.argmin(pred["step_time_s"][blocked])])
+        d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute")}
+        notes.append(f"tp={d['tp']} pp={d['pp']} cp={d['cp']} ep={d['ep']} would fit in memory, but "
+                     + _reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i])))
     structural_ok = (bits & ~oom_bit) == 0
     if np.any(structural_ok):
         i = int(np.flatnonzero(structural_ok)[np.argmin(pred["memory_bytes"][structural_ok])])
         params = parameter_counts(model).total
         notes.append(
-            f"every layout runs out of memory: the smallest footprint is "
-            f"{pred['memory_bytes'][i] / _GIB:.1f} GiB per GPU (tp={lay.tp[i]}, pp={lay.pp[i]}, "
-            f"ZeRO-{lay.zero[i]}, {RECOMPUTE_MODES[lay.recompute[i]]} recomputation) against "
-            f"{cluster.memory_bytes / _GIB:.1f} GiB; the {params / 1e9:.1f}B parameters alone need "
-            f"{16 * params / 1e12:.2f} TB of weights, gradients and Adam state over "
-            f"{cluster.num_gpus} GPUs holding {cluster.num_gpus * cluster.memory_bytes / 1e12:.2f} TB")
-    else:
-        blocking = [name for name, n in counts.items() if n and name != "out-of-memory"]
-        notes.append("no layout is well formed: " + ", ".join(blocking))
-        if counts.get("batch-not-divisible"):
-            notes.append(f"the global batch of {training.global_batch_sequences} sequences must be a multiple of "
-                         "dp x micro-batch; choose a batch or GPU count with common factors")
-        if counts.get("layers-not-divisible-by-pp") or counts.get("more-stages-than-layers"):
-            notes.append(f"{model.num_layers} layers: allow uneven pipeline stages or pick a pp that divides them")
+            f"the smallest footprint of a well-formed layout is {pred['memory_bytes'][i] / _GIB:.1f} GiB per GPU "
+            f"(tp={lay.tp[i]}, pp={lay.pp[i]}, ZeRO-{lay.zero[i]}, {RECOMPUTE_MODES[lay.recompute[i]]} "
+            f"recomputation) against {cluster.memory_bytes / _GIB:.1f} GiB; the {params / 1e9:.1f}B parameters "
+            f"alone need {16 * params / 1e12:.2f} TB of weights, gradients and Adam state, the "
+            f"{cluster.num_gpus} GPUs hold {cluster.num_gpus * cluster.memory_bytes / 1e12:.2f} TB")
+    if counts.get("batch-not-divisible"):
+        notes.append(f"the global batch of {training.global_batch_sequences} sequences must be a multiple of "
+                     "dp x micro-batch; a batch or GPU count with common factors opens more layouts")
+    if counts.get("layers-not-divisible-by-pp") or counts.get("more-stages-than-layers"):
+        notes.append(f"{model.num_layers} layers: allow uneven pipeline stages or choose a pp that divides them")
     return notes
+
+
+def plan_from_request(request: Mapping[str, Any], *, rank_map_limit: int | None = 1024) -> dict[str, Any]:
+    """Answer a whole ``POST /v1/parallel/plan`` body with a JSON-able dict.
+
+    The body holds ``model``, ``cluster``, ``training`` and optionally
+    ``constraints``, ``top_k`` and ``evaluate`` (a list of layouts to predict
+    instead of searching). A search answers ``{"mode": "search", ...}`` as
+    :meth:`ParallelPlan.to_dict` (with up to ``rank_map_limit`` ranks of the
+    top candidate's rank map); an evaluation ``{"mode": "evaluate",
+    "predictions": [...]}``, one per layout, in order.
+
+    Raises
+    ------
+    InvalidInput
+        Unknown or missing keys, or anything the parsers reject.
+    InputTooLarge
+        More than 256 layouts to evaluate.
+    """
+    if not isinstance(request, Mapping):
+        raise InvalidInput("the request must be an object", field="", code="not-an-object")
+    allowed = {"model", "cluster", "training", "constraints", "evaluate", "top_k"}
+    unknown = sorted(set(request) - allowed)
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {unknown}; allowed {sorted(allowed)}", field=unknown[0],
+                           code="unknown-field")
+    for key in ("model", "cluster", "training"):
+        if key not in request:
+            raise InvalidInput(f"{key} is required", field=key, code="missing-field")
+    if request.get("evaluate") is not None:
+        layouts = request["evaluate"]
+        if isinstance(layouts, (str, bytes, Mapping)) or not isinstance(layouts, Sequence):
+            raise InvalidInput("evaluate must be a list of layouts", field="evaluate", code="not-a-list")
+        if len(layouts) > 256:
+            raise InputTooLarge(f"evaluate holds {len(layouts)} layouts; at most 256 per request",
+                                field="evaluate", code="too-many-layouts")
+        predictions = evaluate_layouts(request["model"], request["cluster"], request["training"], layouts,
+                                       request.get("constraints"))
+        return {"mode": "evaluate", "predictions": [p.to_dict() for p in predictions]}
+    top_k = request.get("top_k", 10)
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise InvalidInput("top_k must be an integer", field="top_k", code="not-an-integer")
+    plan = plan_parallel_layout(request["model"], request["cluster"], request["training"],
+                                request.get("constraints"), top_k=top_k)
+    return {"mode": "search", **plan.to_dict(rank_map_limit)}
 
 
 def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str, Any] | ClusterSpec,

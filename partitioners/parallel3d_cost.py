@@ -86,6 +86,8 @@ _TILE = 128
 # communication buffers, PyTorch caching-allocator fragmentation. PyTorch reports
 # 1-3 GiB of such overhead on large-model runs (torch.cuda.memory_reserved vs allocated).
 _RESERVED_BYTES = 3.0 * 1024**3
+# Load of the busiest expert over the mean (see predict_layouts, MoE).
+_EXPERT_IMBALANCE = 1.2
 # Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.
 _ADAM_BYTES_PER_PARAM = 30.0
 
@@ -391,7 +393,11 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         moe = model.moe
         fe = moe.expert_ffn_hidden_size
         local_experts = moe.num_experts / ep
-        tokens_per_expert = np.maximum(tokens * moe.experts_per_token * ep / moe.num_experts, 1.0)
+        # the busiest expert sets the pace: dropless routing with an auxiliary balancing
+        # loss still leaves it ~20% above the mean (the 1.2-1.25 capacity factors budgeted
+        # by GShard, Lepikhin et al. 2021, and Switch, Fedus et al. 2022)
+        tokens_per_expert = np.maximum(_EXPERT_IMBALANCE * tokens * moe.experts_per_token * ep / moe.num_experts,
+                                       1.0)
         moe_mlp = local_experts * (gemm(tokens_per_expert, up * fe / tp, h) + gemm(tokens_per_expert, h, fe / tp))
         if moe.shared_experts:
             moe_mlp = moe_mlp + gemm(tokens, up * fe * moe.shared_experts / tp, h) \
@@ -446,7 +452,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     # expert parallel: dispatch + combine all-to-all per MoE layer forward, twice backward
     if model.moe is not None:
-        a2a_bytes = tokens * model.moe.experts_per_token * h * 2.0 / tp
+        a2a_bytes = _EXPERT_IMBALANCE * tokens * model.moe.experts_per_token * h * 2.0 / tp
         ep_intra = tp * cp * ep <= gpn
         a2a = np.where(
             ep_intra,
@@ -501,10 +507,15 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     # pipeline point-to-point: activation forward, its gradient backward, per model chunk;
     # Megatron's scatter-gather sends 1/t and all-gathers over NVLink (SC21 Sec. 4.1)
+    # (without sequence parallelism the receiver all-gathers the 1/t shards over NVLink).
+    # The pipeline is paced by its slowest boundary: once the stages of one pipeline
+    # do not all fit in one node, some boundary crosses the inter-node network.
     p2p_bytes = tokens * h * 2.0 / tp
     stage_ranks = tp * cp * ep
-    pp_inter = stage_ranks >= gpn
+    pp_inter = (stage_ranks >= gpn) | (stage_ranks * pp > gpn)
     p2p_one = np.where(pp_inter, _p2p_time(p2p_bytes, inter), _p2p_time(p2p_bytes, intra))
+    if not training.sequence_parallel:
+        p2p_one = p2p_one + _collective_time(lambda n, p: allgather_time_s(n, p, intra), p2p_bytes * tp, layouts.tp)
     p2p_per_mb = np.where(single, 0.0, 2.0 * v * p2p_one)
 
     per_mb = stage_time + p2p_per_mb

@@ -14,7 +14,7 @@ import pytest
 
 from partitioners.collectives import LinkSpec, allreduce_time_s
 from partitioners.errors import InvalidInput
-from partitioners.parallel3d import evaluate_layouts, plan_parallel_layout, rank_map
+from partitioners.parallel3d import evaluate_layouts, plan_from_request, plan_parallel_layout, rank_map
 from partitioners.parallel3d_cost import (
     _NVLINK_EFFICIENCY,
     RECOMPUTE_FULL,
@@ -253,8 +253,21 @@ def test_model_too_large_for_the_cluster_answers_infeasible_with_a_reason():
             "vocab_size": 51200}
     plan = plan_parallel_layout(huge, A100_NODE, {"global_batch_sequences": 8})
     assert not plan.feasible and plan.candidates == ()
-    assert "out of memory" in plan.notes[0]
+    assert plan.notes[0].startswith("no layout can run") and "out-of-memory" in plan.notes[0]
+    assert any("smallest footprint" in note for note in plan.notes)
     assert plan.infeasible_error().code == "no-layout-fits"
+
+
+def test_layer_count_no_allowed_pp_divides_answers_with_the_blocking_reason():
+    # 7 layers on 8 GPUs without ZeRO: tp <= 4 (4 heads) and pp in {2, 4, 8} would fit, but none
+    # divides 7; pp = 1 runs out of memory
+    model = {"num_layers": 7, "hidden_size": 16384, "num_attention_heads": 4, "seq_length": 2048,
+             "vocab_size": 51200}
+    plan = plan_parallel_layout(model, A100_NODE, {"global_batch_sequences": 8},
+                                {"allow_uneven_pp": False, "zero_stages": [0]})
+    assert not plan.feasible
+    assert plan.rejection_counts["layers-not-divisible-by-pp"] > 0
+    assert any("7 layers are not divisible by pp" in note for note in plan.notes)
 
 
 def test_faster_looking_rejected_layouts_are_reported_with_reasons():
@@ -330,3 +343,41 @@ def test_expert_parallel_rank_map_splits_dp_into_edp_times_ep():
     assert rm.mesh_dim_names == ("edp", "pp", "ep", "cp", "tp") and rm.mesh_shape == (2, 1, 4, 1, 2)
     dp, ep = rm.coords[:, 0], rm.coords[:, 4]
     assert np.array_equal(ep, dp % 4)
+
+
+# ---------------------------------------------------------------- request-level API and MoE
+
+
+def test_request_with_evaluate_predicts_the_given_layouts_in_order():
+    body = {"model": {**GPT_SMALL, "num_layers": 4}, "cluster": A100_NODE,
+            "training": {"global_batch_sequences": 64}, "evaluate": [{"tp": 2}, {"pp": 4}]}
+    answer = plan_from_request(body)
+    assert answer["mode"] == "evaluate"
+    assert [(p["tp"], p["pp"]) for p in answer["predictions"]] == [(2, 1), (1, 4)]
+    json.dumps(answer)
+
+
+def test_request_search_returns_ranked_candidates_and_a_truncated_rank_map():
+    body = {"model": {**GPT_SMALL, "num_layers": 4}, "cluster": {"preset": "dgx-h100", "nodes": 2},
+            "training": {"global_batch_sequences": 64}, "top_k": 3}
+    answer = plan_from_request(body, rank_map_limit=5)
+    times = [c["step_time_s"] for c in answer["candidates"]]
+    assert answer["mode"] == "search" and 1 <= len(times) <= 3
+    assert answer["rank_map"]["num_ranks"] == 16 and len(answer["rank_map"]["ranks"]) == 5
+    assert answer["rank_map"]["truncated"]
+
+
+def test_request_with_unknown_key_is_invalid_input():
+    with pytest.raises(InvalidInput) as err:
+        plan_from_request({"model": GPT_SMALL, "cluster": A100_NODE, "training": {"global_batch_sequences": 8},
+                           "optimiser": "sgd"})
+    assert err.value.field == "optimiser"
+
+
+def test_moe_layouts_use_expert_parallel_sizes_that_divide_experts_and_dp():
+    model = {**GPT_SMALL, "num_layers": 4, "moe": {"num_experts": 6, "experts_per_token": 2,
+                                                   "expert_ffn_hidden_size": 64}}
+    plan = plan_parallel_layout(model, A100_NODE, {"global_batch_sequences": 64}, top_k=50)
+    assert plan.feasible
+    assert all(6 % c.ep == 0 and c.dp % c.ep == 0 for c in plan.candidates)
+    assert {c.ep for c in plan.candidates} > {1}

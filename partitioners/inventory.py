@@ -200,9 +200,10 @@ def _device_spec(
 # 2:4 sparsity; dense is half): bf16/fp16 989.4 TFLOP/s, fp8 1978.9, tf32 494.7;
 # fp32 (non-tensor) 66.9. HBM3 80 GB at 3.35 TB/s. L2 50 MB (whitepaper). Shared
 # memory: up to 228 KB per SM x 132 SMs (whitepaper); its bandwidth is 128 B/clk/SM
-# at the 1.83 GHz boost clock x 132 SMs = 30.9 TB/s (derived from the whitepaper).
-# L2 bandwidth is not published; ~5.5 TB/s is the measured figure in Chips and
-# Cheese, "Nvidia's H100: Funny L2, and Tons of Bandwidth" (2023).
+# x 132 SMs at 1.83 GHz (the clock implied by 989.4 TFLOP/s = 132 SMs x 4 tensor
+# cores x 1024 FLOP/clk) = 30.9 TB/s. L2 bandwidth is not published; ~5.5 TB/s is
+# the figure measured on H100 PCIe in Chips and Cheese, "Nvidia's H100: Funny L2,
+# and Tons of Bandwidth" (2023), a lower bound for SXM.
 _H100 = _device_spec(
     "H100-SXM5-80GB",
     {"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12, "fp32": 66.9e12},
@@ -254,13 +255,12 @@ _ASCEND_910B = _device_spec(
     [("HBM", 64 * GB, 1.6 * TB)],
 )
 # L40S [L40S]: bf16/fp16 tensor 362.05 TFLOP/s with sparsity -> 181 dense; fp8
-# 733 sparse -> 366 dense; fp32 91.6 TFLOP/s; 48 GB GDDR6 at 864 GB/s; L2 96 MB
-# (Ada AD102, "NVIDIA Ada GPU Architecture" whitepaper, 2022; bandwidth unpublished,
-# assumed 2x DRAM, i.e. marked as an estimate).
+# 733 sparse -> 366 dense; fp32 91.6 TFLOP/s; 48 GB GDDR6 at 864 GB/s. Its L2
+# bandwidth is unpublished, so only the GDDR6 tier is modelled.
 _L40S = _device_spec(
     "L40S",
     {"bf16": 181e12, "fp16": 181e12, "fp8": 366e12, "fp32": 91.6e12},
-    [("GDDR6", 48 * GB, 864 * GB), ("L2", 96 * MiB, 1.728 * TB)],
+    [("GDDR6", 48 * GB, 864 * GB)],
 )
 
 
@@ -703,6 +703,10 @@ def device_index(inv: Inventory, device: int | str) -> int:
             return int(device)
         raise InvalidInput(f"device id {device} is out of range 0..{inv.n_devices - 1}", field="device")
     idx = inv._index.get(device) if isinstance(device, str) else None
+    if idx is None and isinstance(device, str) and not inv._index:
+        # an Inventory built by hand without the name index
+        hits = np.flatnonzero(inv.device_names == device)
+        idx = int(hits[0]) if hits.size else None
     if idx is None:
         raise InvalidInput(f"unknown device {device!r}", field="device")
     return idx

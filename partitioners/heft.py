@@ -179,10 +179,10 @@ def heft_schedule(
                 cset.add(min(mem, key=avail.__getitem__))
             cands = sorted(cset)
         new_params = [t for t in in_t[in_ptr[v] : in_ptr[v + 1]] if is_param[t]] if budget is not None else []
+        all_param = sum(t_bytes[t] for t in new_params) * param_scale if new_params else 0.0
         row = times[v]
         best_d = -1
         best_f = float("inf")
-        best_ready = 0.0
         fallback_d = -1
         fallback_f = float("inf")
         for d in cands:
@@ -199,14 +199,14 @@ def heft_schedule(
                     ready = r
             start = avail[d] if avail[d] > ready else ready
             f = start + row[d]
-            if budget is not None and new_params:
+            if new_params and param_used[d] + all_param > budget[d]:
                 extra = sum(t_bytes[t] for t in new_params if t not in params_on[d]) * param_scale
                 if param_used[d] + extra > budget[d]:
                     if f < fallback_f:
                         fallback_f, fallback_d = f, d
                     continue
             if f < best_f:
-                best_f, best_d, best_ready = f, d, ready
+                best_f, best_d = f, d
         if best_d < 0:
             best_d, best_f = fallback_d, fallback_f
         d = best_d

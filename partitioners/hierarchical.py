@@ -48,7 +48,7 @@ candidate order and device id. The same request gives the same plan.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -79,6 +79,8 @@ __all__ = [
 
 OBJECTIVES = ("makespan", "throughput", "communication")
 MODES = ("inference", "training")
+#: Above this many operators ``auto`` scores the one-device plan analytically.
+ANALYTIC_SINGLE_OPS = 6_000
 #: ``auto`` runs every applicable strategy; the others force one family.
 STRATEGIES = ("auto", "single", "heft", "metis", "pipeline", "hybrid")
 
@@ -245,6 +247,11 @@ class PlacementResult:
         Forward stage graph acyclic.
     devices_used : int
     objective_value : float
+        Objective of the final (level-3 re-timed) simulation.
+    chosen : Candidate
+        The winning candidate as scored before level 3 (main-memory bandwidth only),
+        the figure comparable with the other candidates.
+    notes : list of str
     """
 
     expanded: ExpandedGraph
@@ -262,6 +269,7 @@ class PlacementResult:
     acyclic: bool
     devices_used: int
     objective_value: float
+    chosen: Candidate
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -278,11 +286,13 @@ def simulation_budget(n_ops: int) -> int:
 
     No clocks in ``partitioners`` (determinism), so the planning-time targets
     (about 1 s at 10^4 operators, 5 s at 10^5, 60 s at 10^6 on two cores) become a
-    simulation count: the simulator costs a few microseconds per operator.
+    simulation count: one simulation costs a few microseconds per operator, and
+    HEFT plus the level-3 plan take about as long as two more.
     """
-    if n_ops <= 2000:
-        return 48
-    return int(max(5, min(48, round(30.0 * (1e4 / n_ops) ** 0.45))))
+    for limit, sims in ((1_000, 40), (3_000, 20), (6_000, 10), (15_000, 6), (60_000, 5)):
+        if n_ops <= limit:
+            return sims
+    return 4
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -370,6 +380,40 @@ class _Planner:
         if self.options.objective == "communication":
             return float(sim.comm_bytes)
         return float(sim.makespan_s)
+
+    def single_analytic(self, placement: np.ndarray, note: str) -> int:
+        """Score the one-device plan without simulating it.
+
+        One device with every input local never idles, so the makespan is the sum of
+        its operator times; memory is bounded below by its parameters plus the
+        largest operator's working set (the final plan is simulated and checked).
+        """
+        d = int(placement[0])
+        makespan = float(self.times[:, d].sum())
+        g = self.graph
+        params = float(g.tensor_bytes[g.tensor_kind == 2].sum())
+        working = float((g.op_input_bytes() - g.op_param_bytes + g.op_output_bytes()).max())
+        frac = (params + working) / max(float(self.budget[d]), 1.0)
+        if self.options.objective == "throughput":
+            obj = makespan / self.m
+        elif self.options.objective == "communication":
+            obj = 0.0
+        else:
+            obj = makespan
+        cand = Candidate(
+            strategy="single",
+            makespan_s=makespan,
+            feasible=frac <= 1.0,
+            comm_bytes=0.0,
+            devices_used=1,
+            peak_memory_fraction=frac,
+            acyclic=True,
+            objective_value=obj,
+            note=f"{note}; analytic (sum of operator times)",
+        )
+        self.candidates.append(cand)
+        self.evaluated.append((cand, placement, None, None))
+        return len(self.evaluated) - 1
 
     def best_index(self) -> int:
         return min(range(len(self.evaluated)), key=lambda i: self.key_of(self.evaluated[i][0], i))
@@ -588,7 +632,14 @@ def place(
     _run_candidates(planner)
     best = planner.best_index()
     best = refine_best(planner, best)
-    return _finish(planner, best)
+    analytic = planner.evaluated[best][3] is None
+    result = _finish(planner, best, raise_infeasible=not (options.allow_infeasible or analytic))
+    if result.feasible or not analytic:
+        return result
+    # the analytic one-device estimate was too optimistic about memory: take the next best
+    planner.candidates[best] = replace(planner.candidates[best], feasible=False, note="over memory when simulated")
+    planner.evaluated[best] = (planner.candidates[best], *planner.evaluated[best][1:])
+    return _finish(planner, planner.best_index(), raise_infeasible=not options.allow_infeasible)
 
 
 def _run_candidates(p: _Planner) -> None:
@@ -603,7 +654,10 @@ def _run_candidates(p: _Planner) -> None:
 
     if allowed("single"):
         placement, note = p.single()
-        p.evaluate("single", placement, note=note)
+        if p.n > ANALYTIC_SINGLE_OPS and want == "auto" and k_max > 1:
+            p.single_analytic(placement, note)
+        else:
+            p.evaluate("single", placement, note=note)
     if k_max == 1:
         return
     if allowed("hybrid") and p.m > 1:
@@ -627,7 +681,7 @@ def _run_candidates(p: _Planner) -> None:
     if allowed("heft") and p.sims_left > 0:
         placement, priority = p.heft(p.devices)
         p.evaluate("heft", placement, priority, note=f"{k_max} devices offered")
-        if want == "auto" and p.sims_left > 0:
+        if want == "auto" and p.sims_left > 0 and p.n <= 5_000:
             p.evaluate("heft/cp-priority", placement, None, note="simulator critical-path priority")
     if allowed("pipeline"):
         for k in sorted(sizes, reverse=True):
@@ -651,7 +705,7 @@ def refine_best(p: _Planner, best: int) -> int:
     if p.options.strategy != "auto" or p.sims_left <= 0 or p.devices.shape[0] <= 1:
         return best
     cand, placement, priority, sim = p.evaluated[best]
-    if cand.devices_used <= 1 and cand.feasible:
+    if sim is None or (cand.devices_used <= 1 and cand.feasible):
         return best
     name = f"{cand.strategy}+refine"
 
@@ -677,10 +731,12 @@ def refine_best(p: _Planner, best: int) -> int:
     return p.record(c, pl, priority, s) if p.key_of(c, -1) < p.key_of(cand, -1) else best
 
 
-def _finish(p: _Planner, best: int) -> PlacementResult:
+def _finish(p: _Planner, best: int, *, raise_infeasible: bool) -> PlacementResult:
     cand, placement, priority, sim = p.evaluated[best]
     g = p.graph
     inv = p.inventory
+    if sim is None:
+        sim = simulate(g, inv, placement, context=p.ctx, priority=priority, record_timeline=True)
     # level 3: tiers from the chosen schedule, re-timed with tier bandwidths
     plan0 = plan_memory_tiers(g, inv, sim, memory_budget_bytes=p.budget)
     times = tier_op_times_s(g, inv, placement, plan0, cost_model=p.cost_model)
@@ -707,7 +763,7 @@ def _finish(p: _Planner, best: int) -> PlacementResult:
     worst = int(np.argmax(over_used))
     feasible = bool(over_used[worst] <= 0) and plan.hbm_fits and (cand.acyclic or not p.options.pipeline)
     bytes_over = float(max(over_used[worst], 0.0))
-    if not feasible and not p.options.allow_infeasible:
+    if not feasible and raise_infeasible:
         name = inv.device_names[worst]
         if not (cand.acyclic or not p.options.pipeline):
             raise Infeasible("no acyclic stage assignment found for pipeline mode")
@@ -732,5 +788,6 @@ def _finish(p: _Planner, best: int) -> PlacementResult:
         acyclic=cand.acyclic,
         devices_used=int(used.shape[0]),
         objective_value=p._objective(final),
+        chosen=cand,
         notes=p.notes,
     )

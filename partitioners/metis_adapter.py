@@ -102,7 +102,13 @@ def quantise(values: np.ndarray, *, total_max: int = _TOTAL_MAX, resolution: int
     return np.maximum(np.rint(values * scale), 1).astype(np.int64)
 
 
-def metis_graph(graph: Hypergraph, vertex_cost: np.ndarray, *, clique_max_pins: int = CLIQUE_MAX_PINS) -> MetisGraph:
+def metis_graph(
+    graph: Hypergraph,
+    vertex_cost: np.ndarray,
+    *,
+    clique_max_pins: int = CLIQUE_MAX_PINS,
+    hypergraph: bool = True,
+) -> MetisGraph:
     """Expand the hypergraph's tensor nets into a weighted METIS graph.
 
     Parameters
@@ -112,12 +118,19 @@ def metis_graph(graph: Hypergraph, vertex_cost: np.ndarray, *, clique_max_pins: 
         What to balance (seconds on a reference device, say); quantised here.
     clique_max_pins : int
         Nets with up to this many distinct pins become cliques, larger ones stars.
+    hypergraph : bool
+        ``False`` gives the plain operator graph instead (one edge per producer ->
+        consumer pair, weighted by the tensor's bytes, so fan-out is over-counted):
+        the edge-cut baseline the benchmarks compare against.
 
     Returns
     -------
     MetisGraph
     """
     n = graph.n_ops
+    if not hypergraph:
+        src, dst, tensors = graph.op_edges()
+        return _symmetric(n, src, dst, graph.tensor_bytes[tensors], vertex_cost)
     counts = np.diff(graph.consumer_ptr)
     tensors = np.repeat(np.arange(graph.n_tensors, dtype=np.int64), counts)
     consumers = graph.consumer_ops
@@ -163,9 +176,11 @@ def metis_graph(graph: Hypergraph, vertex_cost: np.ndarray, *, clique_max_pins: 
         dst_parts.append(pin_op[a + offset])
         w_parts.append(weight_per_edge[pin_net[a]])
 
-    src = np.concatenate(src_parts)
-    dst = np.concatenate(dst_parts)
-    w = np.concatenate(w_parts)
+    return _symmetric(n, np.concatenate(src_parts), np.concatenate(dst_parts), np.concatenate(w_parts), vertex_cost)
+
+
+def _symmetric(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, vertex_cost: np.ndarray) -> MetisGraph:
+    """Symmetrise, drop self-loops, merge parallel edges and quantise."""
     not_loop = src != dst
     src, dst, w = src[not_loop], dst[not_loop], w[not_loop]
     # symmetrise and merge parallel edges

@@ -1,0 +1,215 @@
+"""Placement quality and planning time: hyperplace against baselines measured in the same run.
+
+Cases: the repository's ONNX fixtures (inference and training, 1 and 8 / 4
+micro-batches, plus pipeline-mode training) and synthetic layered DAGs of 10^4,
+10^5 and 10^6 operators, on 1x4, 1x8 and 2x8 H100 (DGX preset). For every case
+it prints the simulated makespan of hyperplace (``strategy="auto"``) and of the
+baselines on the same expanded graph and the same simulator:
+
+* ``one``: every operator on one device;
+* ``metis``: METIS k-way on the plain operator graph's edge cut, all devices, equal parts;
+* ``pipe``: contiguous pipeline split of a topological order, all devices, balanced by time;
+* ``heft``: HEFT list scheduling on all devices (simulated with its own priorities);
+
+then hyperplace's speedup over one device and over the best baseline, its peak
+memory against capacity, bytes moved, whether its stage graph is acyclic, level-3
+tier-capacity violations, and planning seconds (parsing included: ONNX bytes for
+the fixtures, graph JSON for the synthetic DAGs). A summary line checks the
+targets of issue 5.
+
+Run: ``.venv/bin/python -m bench.placement`` (about ten minutes on two cores);
+``--quick`` drops the 10^6 case and the 1x8 cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import time
+
+import numpy as np
+
+from bench.synthetic import synthetic_graph_json
+from partitioners.cost import link_time_tables
+from partitioners.graph import graph_from_json, op_levels
+from partitioners.heft import heft_schedule
+from partitioners.hierarchical import PlacementOptions, place
+from partitioners.inventory import inventory_from_json
+from partitioners.metis_adapter import metis_graph, metis_partition
+from partitioners.onnx_import import graph_from_onnx_bytes
+from partitioners.pipeline import hybrid_layout, quotient_is_acyclic, stage_of_origin
+from partitioners.simulate import prepare_simulation, simulate
+from partitioners.transforms import PHASE_FORWARD
+
+FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "onnx"
+MODELS = {
+    "resnet50": ("resnet50.onnx", {"batch": 32}),
+    "bert": ("bert_base.onnx", {"batch": 8, "sequence": 512}),
+    "gpt2": ("gpt2.onnx", {"batch": 8, "sequence": 512}),
+    "lstm": ("lstm_seq2seq.onnx", {"batch": 32, "source": 64, "target": 64}),
+}
+# (mode, micro_batches, pipeline)
+FIXTURE_RUNS = [("inference", 1, False), ("inference", 8, False), ("training", 1, False), ("training", 4, False), ("training", 4, True)]
+
+
+def baselines(expanded, inventory, ctx, devices, seed=0):
+    """Makespans (and infeasibility) of the four baselines on the placed graph."""
+    g = expanded.graph
+    times = ctx.op_times_s[:, ctx.device_profile]
+    budget = inventory.device_memory_bytes
+    out = {}
+
+    def run(name, placement, priority=None):
+        sim = simulate(g, inventory, placement, context=ctx, priority=priority, record_timeline=True)
+        used = np.unique(placement)
+        frac = float(np.max(sim.peak_memory_bytes[used] / budget[used]))
+        out[name] = (sim.makespan_s, frac <= 1.0)
+
+    total = times.sum(axis=0)
+    run("one", np.full(g.n_ops, int(np.argmin(total)), dtype=np.int64))
+    k = len(devices)
+    mg = metis_graph(g, times[:, devices[0]], hypergraph=False)
+    run("metis", devices[metis_partition(mg, k, seed=seed)])
+    n_origin = int(expanded.op_origin.max()) + 1
+    weight = np.bincount(expanded.op_origin, weights=times[:, devices[0]], minlength=n_origin)
+    fwd = np.flatnonzero(expanded.op_phase == PHASE_FORWARD)
+    lv = op_levels(g)
+    origin_level = np.zeros(n_origin, dtype=np.int64)
+    np.maximum.at(origin_level, expanded.op_origin[fwd], lv[fwd])
+    order = np.lexsort((np.arange(n_origin), origin_level))
+    stage, _ = stage_of_origin(expanded, order, weight, None, np.ones(k))
+    run("pipe", hybrid_layout(expanded, stage, [np.array([d]) for d in devices], times[:, devices[0]]))
+    lat, spb = link_time_tables(inventory)
+    h = heft_schedule(g, times, lat, spb, lv, devices=devices, device_group=inventory.device_group)
+    prio = np.empty(g.n_ops)
+    prio[h.order] = np.arange(g.n_ops, 0, -1)
+    run("heft", h.placement, prio)
+    return out
+
+
+def run_case(label, parse, inventory, options, parallel):
+    t0 = time.perf_counter()
+    graph = parse()
+    result = place(graph, inventory, options)
+    plan_s = time.perf_counter() - t0
+    ctx = prepare_simulation(result.graph, inventory)
+    base = baselines(result.expanded, inventory, ctx, np.arange(inventory.n_devices), seed=options.seed)
+    one = base["one"][0]
+    feasible_base = [v[0] for v in base.values() if v[1]]
+    best_base = min(feasible_base) if feasible_base else min(v[0] for v in base.values())
+    mk = result.makespan_s
+    mk_hbm = result.chosen.makespan_s
+    cap = inventory.device_memory_bytes
+    peak_frac = float(np.max(result.simulation.peak_memory_bytes / cap))
+    acyclic = quotient_is_acyclic(
+        result.graph,
+        result.placement,
+        (result.expanded.op_phase[result.graph.op_edges()[0]] == PHASE_FORWARD)
+        & (result.expanded.op_phase[result.graph.op_edges()[1]] == PHASE_FORWARD),
+    )
+    row = {
+        "case": label,
+        "ops": result.graph.n_ops,
+        "hyper_ms": mk * 1e3,
+        **{f"{k}_ms": v[0] * 1e3 for k, v in base.items()},
+        "x_one": one / mk,
+        "x_best": best_base / mk,
+        "x_best_hbm": best_base / mk_hbm,
+        "x_one_hbm": one / mk_hbm,
+        "hbm_ms": mk_hbm * 1e3,
+        "peak/cap": peak_frac,
+        "comm_GB": result.simulation.comm_bytes / 1e9,
+        "acyclic": acyclic,
+        "tier_viol": result.memory_plan.capacity_violations,
+        "plan_s": plan_s,
+        "strategy": result.strategy,
+        "feasible": result.feasible,
+        "any_base_feasible": bool(feasible_base),
+        "parallel": parallel,
+        "pipeline": options.pipeline,
+    }
+    print(
+        f"{label:<34} {row['ops']:>8} {row['hyper_ms']:>9.3f} {row['hbm_ms']:>9.3f} {row['one_ms']:>9.3f} {row['metis_ms']:>9.3f} "
+        f"{row['pipe_ms']:>9.3f} {row['heft_ms']:>9.3f} {row['x_one']:>6.2f} {row['x_best']:>6.2f} {row['x_best_hbm']:>6.2f} "
+        f"{row['peak/cap']:>6.2f}{'' if row['feasible'] else '!'} {row['comm_GB']:>8.2f} "
+        f"{'yes' if acyclic else 'no':>4} {row['tier_viol']:>3} {plan_s:>7.2f}  {result.strategy}",
+        flush=True,
+    )
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="skip 10^6 operators and the 1x8 cluster")
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--clusters", default="1x4,1x8,2x8")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--no-synthetic", action="store_true")
+    ap.add_argument("--no-fixtures", action="store_true")
+    args = ap.parse_args()
+    clusters = args.clusters.split(",")
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.quick:
+        clusters = [c for c in clusters if c != "1x8"]
+        sizes = [s for s in sizes if s < 1_000_000]
+    print(
+        f"{'case':<34} {'ops':>8} {'hyper_ms':>9} {'hbm_ms':>9} {'one_ms':>9} {'metis_ms':>9} {'pipe_ms':>9} {'heft_ms':>9} "
+        f"{'x_one':>6} {'x_best':>6} {'xb_hbm':>6} {'peak':>6} {'comm_GB':>8} {'acyc':>4} {'tv':>3} {'plan_s':>7}  strategy"
+    )
+    rows = []
+    for cl in clusters:
+        nodes, per = (int(x) for x in cl.split("x"))
+        inv_full = inventory_from_json({"preset": "dgx-h100", "nodes": nodes})
+        opts_devices = nodes * per
+        if not args.no_fixtures:
+            for model in args.models.split(","):
+                fname, dims = MODELS[model]
+                data = (FIXTURES / fname).read_bytes()
+                for mode, m, pipe in FIXTURE_RUNS:
+                    opts = PlacementOptions(
+                        mode=mode, micro_batches=m, pipeline=pipe, max_devices=opts_devices, allow_infeasible=True
+                    )
+                    label = f"{model}/{mode[:5]}/m{m}{'/pipe' if pipe else ''}/{cl}"
+                    inv = inv_full if opts_devices == inv_full.n_devices else _first(inv_full, opts_devices)
+                    rows.append(
+                        run_case(label, lambda d=data, dm=dims: graph_from_onnx_bytes(d, dims=dm), inv, opts, m > 1)
+                    )
+        if not args.no_synthetic:
+            inv = inv_full if opts_devices == inv_full.n_devices else _first(inv_full, opts_devices)
+            for n in sizes:
+                doc = synthetic_graph_json(n, seed=0)
+                opts = PlacementOptions(allow_infeasible=True)
+                rows.append(run_case(f"synthetic-{n}/{cl}", lambda d=doc: graph_from_json(d), inv, opts, True))
+    _summary(rows)
+
+
+def _first(inv, k):
+    from partitioners.inventory import without_devices
+
+    return without_devices(inv, inv.device_names[k:].tolist())
+
+
+def _summary(rows):
+    par = [r for r in rows if r["parallel"]]
+    geo = math.exp(sum(math.log(r["x_best"]) for r in par) / len(par)) if par else float("nan")
+    geo_hbm = math.exp(sum(math.log(r["x_best_hbm"]) for r in par) / len(par)) if par else float("nan")
+    worse_best = [r["case"] for r in rows if r["x_best_hbm"] < 0.999]
+    worse_one = [r["case"] for r in rows if r["x_one_hbm"] < 0.999]
+    infeasible = [r["case"] for r in rows if not r["feasible"] and r["any_base_feasible"]]
+    big = [r for r in rows if r["case"].startswith("synthetic-") and r["ops"] >= 100_000]
+    cyclic = [r["case"] for r in rows if r["pipeline"] and not r["acyclic"]]
+    print()
+    print(f"geomean speedup over best baseline where parallelism exists: {geo:.3f} with level-3 tiers, "
+          f"{geo_hbm:.3f} placement alone (target >= 1.15)")
+    print(f"worse than best baseline (placement alone): {len(worse_best)} {worse_best}")
+    print(f"worse than one device (placement alone): {len(worse_one)} {worse_one}")
+    print(f"infeasible where a baseline was feasible: {len(infeasible)} {infeasible}")
+    print(f"tier-capacity violations: {sum(r['tier_viol'] for r in rows)}")
+    print(f"pipeline-mode cyclic stage graphs: {len(cyclic)} {cyclic}")
+    for r in big:
+        print(f"{r['case']}: {r['x_one']:.2f}x over one device ({r['x_one_hbm']:.2f}x placement alone; target >= 3), planned in {r['plan_s']:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -78,8 +78,9 @@ __all__ = [
 
 # Bisection steps for the per-replica cap: 2**-32 of the hottest expert's load.
 _BISECTION_STEPS = 32
-# Swap refinement looks at this many of the lightest GPUs as partners of the hottest.
-_SWAP_PARTNERS = 8
+# Swap refinement: the hottest GPUs handled per iteration, and light partners for each.
+_HOT_PER_ITER = 4
+_SWAP_PARTNERS = 4
 # Iteration caps of the swap refinement (one swap per layer per iteration).
 _FRESH_SWAP_ITERS = 48
 _INCREMENTAL_SWAP_ITERS = 64
@@ -335,7 +336,7 @@ def _water_fill(load: np.ndarray, num_gpus: int, num_replicas: int) -> tuple[np.
     while (remaining > 0).any():
         eligible = counts < num_gpus
         key = np.where(eligible, load / counts, -1.0)
-        order = np.argsort(-key, axis=1, kind="stable")
+        order = np.argsort(-key, axis=1)
         rank = np.empty_like(order)
         rank[rows, order] = np.arange(experts)[None, :]
         give = (rank < remaining[:, None]) & eligible
@@ -446,8 +447,10 @@ class _State:
     """Mutable placement of every layer on the available GPUs (indices 0..A-1 here).
 
     ``slots[l, g, k]`` is the expert in slot ``k`` of available GPU ``g`` (``-1``
-    empty); ``present[l, g, e]`` says GPU ``g`` holds expert ``e`` (column ``E``,
-    reached by index -1, is a sentinel that stays False so empty slots need no mask).
+    empty). Whether a GPU holds an expert is answered by comparing against its
+    ``slots_per_gpu`` slots, which is cheaper than keeping a layers x GPUs x
+    experts table up to date. ``per_replica[l, E]`` (index -1) is 0 so empty
+    slots add nothing.
     """
 
     def __init__(self, load: np.ndarray, slots: np.ndarray) -> None:
@@ -455,12 +458,7 @@ class _State:
         self.slots = slots
         layers, gpus, _ = slots.shape
         experts = load.shape[1]
-        self.present = np.zeros((layers, gpus, experts + 1), dtype=bool)
-        rows = np.arange(layers)[:, None, None]
-        cols = np.arange(gpus)[None, :, None]
-        self.present[rows, cols, slots] = True
-        self.present[:, :, -1] = False
-        self.counts = self.present[:, :, :-1].sum(axis=1)
+        self.counts = _count_rows(np.where(slots >= 0, slots, experts).reshape(layers, -1), experts + 1)[:, :experts]
         self.per_replica = np.zeros((layers, experts + 1))
         self.gpu_load = np.zeros((layers, gpus))
         self.refresh(np.arange(layers))
@@ -470,6 +468,18 @@ class _State:
         counts = self.counts[layers]
         self.per_replica[layers, :-1] = np.where(counts > 0, self.load[layers] / np.maximum(counts, 1), 0.0)
         self.gpu_load[layers] = self.per_replica[layers[:, None, None], self.slots[layers]].sum(axis=2)
+
+
+def _holds(gpu_slots: np.ndarray, expert: np.ndarray) -> np.ndarray:
+    """``gpu_slots[..., S]`` contains ``expert[...]`` (an empty expert ``-1`` is never held)."""
+    return (gpu_slots == expert[..., None]).any(axis=-1) & (expert >= 0)
+
+
+def _count_rows(values: np.ndarray, width: int) -> np.ndarray:
+    """``out[l, v]`` = occurrences of ``v`` in row ``l`` (values in ``[0, width)``)."""
+    layers = values.shape[0]
+    flat = (np.arange(layers)[:, None] * width + values).ravel()
+    return np.bincount(flat, minlength=layers * width).reshape(layers, width)
 
 
 def _ratio(gpu_load: np.ndarray, total: np.ndarray) -> np.ndarray:
@@ -488,7 +498,7 @@ def _pack_rounds(load: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_
     n_fill = int(counts[0].sum())
     items = np.repeat(np.tile(np.arange(experts), layers), counts.ravel()).reshape(layers, n_fill)
     size = np.take_along_axis(load / counts, items, axis=1)
-    order = np.argsort(-size, axis=1, kind="stable")  # copies of one expert stay adjacent
+    order = np.argsort(-size, axis=1)
     items = np.take_along_axis(items, order, axis=1)
     size = np.take_along_axis(size, order, axis=1)
     if n_fill < per_gpu_total:
@@ -496,33 +506,30 @@ def _pack_rounds(load: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_
         items = np.concatenate([items, np.full((layers, pad), -1, dtype=np.int64)], axis=1)
         size = np.concatenate([size, np.zeros((layers, pad))], axis=1)
     slots = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
-    present = np.zeros((layers, num_gpus, experts + 1), dtype=bool)
     gpu_load = np.zeros((layers, num_gpus))
     rows = np.arange(layers)[:, None]
     failed = np.zeros(layers, dtype=bool)
     for k in range(slots_per_gpu):
         chunk = items[:, k * num_gpus : (k + 1) * num_gpus]
         chunk_size = size[:, k * num_gpus : (k + 1) * num_gpus]
-        target = np.argsort(gpu_load, axis=1, kind="stable")  # largest item to lightest GPU
-        conflict = present[rows, target, chunk]
+        target = np.argsort(gpu_load, axis=1)  # largest item to lightest GPU
+        conflict = _holds(slots[rows, target, :k], chunk)
         if conflict.any():
             for layer, j in np.argwhere(conflict):
-                if failed[layer] or not present[layer, target[layer, j], chunk[layer, j]]:
+                if failed[layer] or not _holds(slots[layer, target[layer, j], :k], chunk[layer, j]):
                     continue
-                failed[layer] = not _trade_target(present[layer], chunk[layer], target[layer], j)
+                failed[layer] = not _trade_target(slots[layer, :, :k], chunk[layer], target[layer], j)
         slots[rows, target, k] = chunk
-        present[rows, target, chunk] = True
-        present[:, :, -1] = False
         gpu_load[rows, target] += chunk_size
     for layer in np.flatnonzero(failed):
         slots[layer] = _pack_by_degree(counts[layer], num_gpus, slots_per_gpu)
     return slots
 
 
-def _trade_target(present: np.ndarray, chunk: np.ndarray, target: np.ndarray, j: int) -> bool:
+def _trade_target(filled: np.ndarray, chunk: np.ndarray, target: np.ndarray, j: int) -> bool:
     """Give item ``j`` the GPU of its nearest round-mate such that neither copy is duplicated."""
     expert, gpu = chunk[j], target[j]
-    ok = ~present[target, expert] & ~present[gpu, chunk] & (chunk != expert)
+    ok = ~_holds(filled[target], np.full(target.size, expert)) & ~_holds(filled[gpu][None, :], chunk) & (chunk != expert)
     ok[j] = False
     if not ok.any():
         return False
@@ -563,100 +570,102 @@ class _MoveContext:
 
 
 def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_iters: int, ctx: _MoveContext) -> None:
-    """Swap replicas between the hottest GPU and the lightest ones until each layer meets its goal.
+    """Swap replicas between the hottest GPUs and the lightest ones until each layer meets its goal.
 
-    One swap per layer per iteration, all layers at once. A swap of replica ``i``
-    on the hottest GPU ``m`` with replica ``j`` (or an empty slot) on GPU ``g`` is
-    allowed when it creates no duplicate and lowers ``max(load_m, load_g)`` below
-    ``load_m``; among those the lowest resulting maximum wins, with small
-    penalties for writing copies and for copies that would cross nodes.
+    Each iteration handles the ``t`` most loaded GPUs of every layer at once,
+    each paired with its own disjoint set of light partners (hot GPU ``i`` gets
+    the ``i``-th, ``i+t``-th, ... lightest), so the chosen swaps touch disjoint
+    GPUs and apply together. A swap of replica ``a`` on hot GPU ``m`` with
+    replica ``b`` (or an empty slot) on partner ``g`` is allowed when it creates no
+    duplicate and brings ``max(load_m, load_g)`` below ``load_m``; the lowest
+    resulting maximum wins, with small penalties for copies written and for
+    copies crossing nodes. Only GPUs above the goal move, and a layer stops when
+    its hottest GPU has no improving swap, so no copy moves without lowering the
+    layer's maximum.
     """
     gpus = state.slots.shape[1]
     if gpus < 2 or layers.size == 0:
         return
-    partners = min(_SWAP_PARTNERS, gpus - 1)
+    t = max(1, min(_HOT_PER_ITER, gpus // 2))
+    k = max(1, min(_SWAP_PARTNERS, (gpus - t) // t))
     mean_load = state.load.sum(axis=1) / gpus
     active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
     for _ in range(max_iters):
         if active.size == 0 or (ctx.budget is not None and ctx.budget <= 0):
             return
         n = active.size
-        ar = np.arange(n)
-        lay = active[:, None]
+        l3 = active[:, None, None]
         gl = state.gpu_load[active]
-        hot = gl.argmax(axis=1)
-        hot_load = gl[ar, hot]
-        part = np.argsort(gl, axis=1, kind="stable")[:, :partners]  # (n, K)
-        e_hot = state.slots[active, hot]  # (n, S)
-        p_hot = state.per_replica[lay, e_hot]
-        e_part = state.slots[lay, part]  # (n, K, S)
-        p_part = state.per_replica[active[:, None, None], e_part]
-        part_load = gl[ar[:, None], part]
-        delta = p_hot[:, :, None, None] - p_part[:, None, :, :]  # (n, S_hot, K, S_part)
-        new_hot = hot_load[:, None, None, None] - delta
-        new_part = part_load[:, None, :, None] + delta
+        order = np.argsort(gl, axis=1)
+        hot = order[:, ::-1][:, :t]  # (n, t) heaviest first
+        part = order[:, : t * k].reshape(n, k, t).transpose(0, 2, 1)  # (n, t, k), disjoint from hot
+        hot_load = np.take_along_axis(gl, hot, axis=1)
+        part_load = gl[np.arange(n)[:, None, None], part]
+        e_hot = state.slots[active[:, None], hot]  # (n, t, S)
+        p_hot = state.per_replica[l3, e_hot]
+        e_part = state.slots[active[:, None, None], part]  # (n, t, k, S)
+        p_part = state.per_replica[active[:, None, None, None], e_part]
+        delta = p_hot[:, :, :, None, None] - p_part[:, :, None, :, :]  # (n, t, S_hot, k, S_part)
+        new_hot = hot_load[:, :, None, None, None] - delta
+        new_part = part_load[:, :, None, :, None] + delta
         new_max = np.maximum(new_hot, new_part)
-        tiny = 1e-9 * np.maximum(mean_load[active], 1e-300)
-        valid = new_max < (hot_load - tiny)[:, None, None, None]
-        valid &= (e_hot >= 0)[:, :, None, None]
-        valid &= (part != hot[:, None])[:, None, :, None]
+        tiny = 1e-9 * np.maximum(mean_load[active], 1e-300)[:, None]
+        above = hot_load > goal_load[active][:, None]
+        valid = new_max < (hot_load - tiny)[:, :, None, None, None]
+        valid &= ((e_hot >= 0) & above[:, :, None])[:, :, :, None, None]
         # the partner's copy must not already be on the hot GPU, nor the hot copy on the partner
-        valid &= ~state.present[active[:, None, None], hot[:, None, None], e_part][:, None, :, :]
-        valid &= ~state.present[active[:, None, None], part[:, None, :], e_hot[:, :, None]][:, :, :, None]
-        penalty = np.zeros_like(new_max)
+        valid &= ~_holds(e_hot[:, :, None, None, :], e_part)[:, :, None, :, :]  # (n, t, k, S_part)
+        valid &= ~_holds(e_part[:, :, None, :, :], e_hot[:, :, :, None])[..., None]  # (n, t, S_hot, k)
+        penalty = 0.0
         writes = None
         if ctx.original is not None:
+            has = ctx.original_node_has
             node_hot = ctx.node_of_gpu[hot]
             node_part = ctx.node_of_gpu[part]
-            has = ctx.original_node_has
-            hot_to_part_local = has[active[:, None, None], node_part[:, None, :], e_hot[:, :, None]]  # (n, S, K)
-            part_to_hot_local = has[active[:, None, None], node_hot[:, None, None], e_part] | (e_part < 0)  # (n, K, S)
+            hot_to_part = has[active[:, None, None, None], node_part[:, :, None, :], e_hot[:, :, :, None]]  # (n,t,S,k)
+            part_to_hot = has[active[:, None, None, None], node_hot[:, :, None, None], e_part] | (e_part < 0)  # (n,t,k,S)
             if ctx.node_local:
-                valid &= hot_to_part_local[:, :, :, None] & part_to_hot_local[:, None, :, :]
-            cross = (~hot_to_part_local).astype(np.float64)[:, :, :, None] + (~part_to_hot_local).astype(np.float64)[:, None, :, :]
-            orig_hot = ctx.original[active, hot]  # (n, S)
-            orig_part = ctx.original[lay, part]  # (n, K, S)
-            old_w = (e_hot != orig_hot)[:, :, None, None].astype(np.int64) + ((e_part != orig_part) & (e_part >= 0))[:, None, :, :]
-            new_w = ((e_part[:, None, :, :] != orig_hot[:, :, None, None]) & (e_part >= 0)[:, None, :, :]).astype(np.int64)
-            new_w += e_hot[:, :, None, None] != orig_part[:, None, :, :]
+                valid &= hot_to_part[..., None] & part_to_hot[:, :, None, :, :]
+            cross = (~hot_to_part)[..., None].astype(np.float64) + (~part_to_hot)[:, :, None, :, :]
+            orig_hot = ctx.original[active[:, None], hot]  # (n, t, S)
+            orig_part = ctx.original[active[:, None, None], part]  # (n, t, k, S)
+            old_w = (e_hot != orig_hot)[:, :, :, None, None].astype(np.int64)
+            old_w = old_w + ((e_part != orig_part) & (e_part >= 0))[:, :, None, :, :]
+            new_w = (e_part[:, :, None, :, :] != orig_hot[:, :, :, None, None]) & (e_part >= 0)[:, :, None, :, :]
+            new_w = new_w.astype(np.int64) + (e_hot[:, :, :, None, None] != orig_part[:, :, None, :, :])
             writes = new_w - old_w
             if ctx.budget is not None:
                 valid &= writes <= ctx.budget
-            penalty = (_CROSS_NODE_PENALTY * cross + _WRITE_PENALTY * writes) * mean_load[active][:, None, None, None]
-        score = np.where(valid, new_max + penalty, np.inf).reshape(n, -1)
-        best = score.argmin(axis=1)
-        ok = np.isfinite(score[ar, best])
+            penalty = (_CROSS_NODE_PENALTY * cross + _WRITE_PENALTY * writes) * mean_load[active][:, None, None, None, None]
+        score = np.where(valid, new_max + penalty, np.inf).reshape(n, t, -1)
+        best = score.argmin(axis=2)  # (n, t)
+        ok = np.isfinite(np.take_along_axis(score, best[:, :, None], axis=2)[:, :, 0])
         if ctx.budget is not None and writes is not None:
-            w_best = writes.reshape(n, -1)[ar, best]
-            gain = hot_load - new_max.reshape(n, -1)[ar, best]
-            spend = np.where(ok, np.maximum(w_best, 0), 0)
+            w_best = np.take_along_axis(writes.reshape(n, t, -1), best[:, :, None], axis=2)[:, :, 0]
+            gain = hot_load - np.take_along_axis(new_max.reshape(n, t, -1), best[:, :, None], axis=2)[:, :, 0]
+            spend = np.where(ok, np.maximum(w_best, 0), 0).ravel()
             if spend.sum() > ctx.budget:
-                order = np.argsort(-np.where(ok, gain / np.maximum(spend, 1), -np.inf), kind="stable")
-                within = np.cumsum(spend[order]) <= ctx.budget
-                keep = np.zeros(n, dtype=bool)
-                keep[order[within]] = True
-                ok &= keep
+                rank = np.argsort(-np.where(ok.ravel(), gain.ravel() / np.maximum(spend, 1), -np.inf), kind="stable")
+                keep = np.zeros(n * t, dtype=bool)
+                keep[rank[np.cumsum(spend[rank]) <= ctx.budget]] = True
+                ok &= keep.reshape(n, t)
             ctx.budget -= int(np.where(ok, w_best, 0).sum())
         if not ok.any():
             return
-        i_hot, k_part, j_part = np.unravel_index(best, new_max.shape[1:])
-        sel = np.flatnonzero(ok)
-        lay_sel = active[sel]
-        g_hot, g_part = hot[sel], part[sel, k_part[sel]]
-        i_sel, j_sel = i_hot[sel], j_part[sel]
+        i_hot, k_part, j_part = np.unravel_index(best, new_max.shape[2:])
+        rows, cols = np.nonzero(ok)
+        lay_sel = active[rows]
+        g_hot = hot[rows, cols]
+        g_part = part[rows, cols, k_part[rows, cols]]
+        i_sel, j_sel = i_hot[rows, cols], j_part[rows, cols]
         a = state.slots[lay_sel, g_hot, i_sel].copy()
         b = state.slots[lay_sel, g_part, j_sel].copy()
         state.slots[lay_sel, g_hot, i_sel] = b
         state.slots[lay_sel, g_part, j_sel] = a
-        state.present[lay_sel, g_hot, a] = False
-        state.present[lay_sel, g_part, b] = False
-        state.present[lay_sel, g_hot, b] = True
-        state.present[lay_sel, g_part, a] = True
-        state.present[lay_sel, :, -1] = False
         d = state.per_replica[lay_sel, a] - state.per_replica[lay_sel, b]
         state.gpu_load[lay_sel, g_hot] -= d
         state.gpu_load[lay_sel, g_part] += d
-        still = ok & (state.gpu_load[active].max(axis=1) > goal_load[active])
+        still = ok[:, 0] & (state.gpu_load[active].max(axis=1) > goal_load[active])
         active = active[still]
 
 
@@ -706,19 +715,26 @@ def _adjust_counts(state: _State, layers: np.ndarray, cap: np.ndarray, ctx: _Mov
         if not go.any():
             break
         if ctx.budget is not None:
-            rank = np.lexsort((-priority[layers], ~mandatory[:, step]))
-            rank = rank[go[rank]]
-            allowed = rank[: max(ctx.budget, 0)]
-            go = np.zeros_like(go)
-            go[allowed] = True
+            # lost experts always go (the caller checked the budget covers them all);
+            # the rest share what the lost experts still to come leave over
+            spare = ctx.budget - int(mandatory[:, step:].sum())
+            optional = np.flatnonzero(go & ~mandatory[:, step])
+            optional = optional[np.argsort(-priority[layers[optional]], kind="stable")][: max(spare, 0)]
+            go = go & mandatory[:, step]
+            go[optional] = True
             if not go.any():
-                break
+                continue
         rows = np.flatnonzero(go)
         lay = layers[rows]
         bb = b[rows]
         flat = state.slots[lay].reshape(rows.size, -1)  # (n, A*S)
-        ok = surplus[rows[:, None], flat] > 0
-        ok &= ~state.present[lay[:, None], slot_gpu[None, :], bb[:, None]]
+        counts_pad = np.concatenate([state.counts[lay], np.zeros((rows.size, 1), dtype=np.int64)], axis=1)
+        donor = np.take_along_axis(counts_pad, np.where(flat >= 0, flat, counts_pad.shape[1] - 1), axis=1) >= 2
+        # a lost expert may take any copy of an expert that has another one (one always exists
+        # since experts <= slots); other gainers only take copies above their expert's need
+        spare_copy = surplus[rows[:, None], flat] > 0
+        ok = np.where(mandatory[rows, step][:, None], donor | (flat < 0), spare_copy)
+        ok &= ~np.repeat(_holds(state.slots[lay], bb[:, None]), slots_per_gpu, axis=1)
         ok &= flat != bb[:, None]
         cross = np.zeros(ok.shape)
         if ctx.original_node_has is not None:
@@ -729,7 +745,9 @@ def _adjust_counts(state: _State, layers: np.ndarray, cap: np.ndarray, ctx: _Mov
             cross = (~has_node & has_any[:, None]).astype(np.float64)
         new_pr = load[rows, bb] / (state.counts[lay, bb] + 1)
         result = state.gpu_load[lay[:, None], slot_gpu[None, :]] - state.per_replica[lay[:, None], flat] + new_pr[:, None]
-        score = np.where(ok, result + _CROSS_NODE_PENALTY * cross * mean_load[lay][:, None], np.inf)
+        # a copy its expert needs is taken only when no spare one will do
+        penalty = (_CROSS_NODE_PENALTY * cross + 1e6 * ~spare_copy) * mean_load[lay][:, None]
+        score = np.where(ok, result + penalty, np.inf)
         pick = score.argmin(axis=1)
         found = np.isfinite(score[np.arange(rows.size), pick])
         rows, lay, bb, pick = rows[found], lay[found], bb[found], pick[found]
@@ -738,9 +756,6 @@ def _adjust_counts(state: _State, layers: np.ndarray, cap: np.ndarray, ctx: _Mov
         g, k = pick // slots_per_gpu, pick % slots_per_gpu
         a = state.slots[lay, g, k].copy()
         state.slots[lay, g, k] = bb
-        state.present[lay, g, a] = False
-        state.present[lay, g, bb] = True
-        state.present[lay, :, -1] = False
         surplus[rows, a] -= a >= 0
         np.subtract.at(state.counts, (lay[a >= 0], a[a >= 0]), 1)
         np.add.at(state.counts, (lay, bb), 1)
@@ -752,7 +767,39 @@ def _adjust_counts(state: _State, layers: np.ndarray, cap: np.ndarray, ctx: _Mov
 # ----------------------------------------------------------------------------- relabelling
 
 
-def _relabel(fresh: np.ndarray, current: np.ndarray, current_present: np.ndarray) -> np.ndarray:
+def _hosts(slots: np.ndarray, experts: int) -> np.ndarray:
+    """``hosts[l, e]``: the GPUs holding expert ``e`` in layer ``l``, ascending, ``-1`` padded.
+
+    Row ``experts`` (reached by index -1) is all ``-1``, so empty slots look up nothing.
+    """
+    layers, gpus, slots_per_gpu = slots.shape
+    flat = slots.reshape(layers, -1)
+    width_slots = flat.shape[1]
+    key = np.where(flat >= 0, flat, experts)
+    order = np.argsort(key * width_slots + np.arange(width_slots), axis=1)  # unique keys: stable order
+    sorted_expert = np.take_along_axis(key, order, axis=1)
+    counts = _count_rows(key, experts + 1)
+    counts[:, experts] = 0
+    width = max(1, int(counts.max()))
+    start = np.zeros((layers, experts + 2), dtype=np.int64)
+    start[:, 1:] = np.cumsum(counts, axis=1)
+    rank = np.arange(width_slots)[None, :] - np.take_along_axis(start, sorted_expert, axis=1)
+    hosts = np.full((layers, experts + 1, width), -1, dtype=np.int64)
+    lay, pos = np.nonzero(sorted_expert < experts)
+    hosts[lay, sorted_expert[lay, pos], rank[lay, pos]] = order[lay, pos] // slots_per_gpu
+    return hosts
+
+
+def _node_has(hosts: np.ndarray, node_of_gpu: np.ndarray, num_nodes: int) -> np.ndarray:
+    """``has[l, n, e]``: some GPU of node ``n`` holds expert ``e`` (column ``E`` stays False)."""
+    layers, width_e, _ = hosts.shape
+    has = np.zeros((layers, num_nodes, width_e), dtype=bool)
+    lay, expert, pos = np.nonzero(hosts >= 0)
+    has[lay, node_of_gpu[hosts[lay, expert, pos]], expert] = True
+    return has
+
+
+def _relabel(fresh: np.ndarray, current: np.ndarray, experts: int) -> np.ndarray:
     """Map each GPU of a fresh plan to the physical GPU already holding most of its experts.
 
     Greedy maximum-overlap matching (bins in decreasing best overlap take their
@@ -762,30 +809,13 @@ def _relabel(fresh: np.ndarray, current: np.ndarray, current_present: np.ndarray
     pairs with one ``bincount``: sparse, unlike a dense layers x GPUs x experts product.
     """
     layers, gpus, slots_per_gpu = fresh.shape
-    experts = current_present.shape[2] - 1
-    # current GPUs of each expert: sort current slots by expert
-    cur_flat = current.reshape(layers, -1)
-    cur_gpu = np.repeat(np.arange(gpus), slots_per_gpu)
-    key = np.where(cur_flat >= 0, cur_flat, experts)
-    order = np.argsort(key, axis=1, kind="stable")
-    sorted_expert = np.take_along_axis(key, order, axis=1)
-    counts = _count_rows(key, experts + 1)
-    width = max(1, int(counts[:, :experts].max()))
-    start = np.zeros((layers, experts + 2), dtype=np.int64)
-    start[:, 1:] = np.cumsum(counts, axis=1)
-    rank = np.arange(cur_flat.shape[1])[None, :] - np.take_along_axis(start, sorted_expert, axis=1)
-    gpus_of = np.full((layers, experts + 1, width), -1, dtype=np.int64)
-    held = sorted_expert < experts
-    lay, pos = np.nonzero(held)
-    gpus_of[lay, sorted_expert[lay, pos], rank[lay, pos]] = cur_gpu[order[lay, pos]]
-    # pairs (layer, bin, gpu) for every fresh copy and every current GPU of its expert
-    hosts = gpus_of[np.arange(layers)[:, None, None], fresh]  # (L, A, S, width); fresh -1 -> sentinel row
+    hosts = _hosts(current, experts)[np.arange(layers)[:, None, None], fresh]  # (L, A, S, width)
     bins = np.broadcast_to(np.arange(gpus)[None, :, None, None], hosts.shape)
     lays = np.broadcast_to(np.arange(layers)[:, None, None, None], hosts.shape)
     ok = hosts >= 0
     index = (lays[ok] * gpus + bins[ok]) * gpus + hosts[ok]
     overlap = np.bincount(index, minlength=layers * gpus * gpus).reshape(layers, gpus, gpus).astype(np.float64)
-    order = np.argsort(-overlap.max(axis=2), axis=1, kind="stable")
+    order = np.argsort(-overlap.max(axis=2), axis=1)
     used = np.zeros((layers, gpus), dtype=bool)
     gpu_of_bin = np.empty((layers, gpus), dtype=np.int64)
     lay = np.arange(layers)
@@ -797,36 +827,22 @@ def _relabel(fresh: np.ndarray, current: np.ndarray, current_present: np.ndarray
         used[lay, choice] = True
     placed = np.empty_like(fresh)
     placed[lay[:, None], gpu_of_bin] = fresh
-    return _align_slots(placed, current, current_present)
+    return _align_slots(placed, current)
 
 
-def _count_rows(values: np.ndarray, width: int) -> np.ndarray:
-    """``out[l, v]`` = occurrences of ``v`` in row ``l`` (values in ``[0, width)``)."""
-    layers = values.shape[0]
-    flat = (np.arange(layers)[:, None] * width + values).ravel()
-    return np.bincount(flat, minlength=layers * width).reshape(layers, width)
-
-
-def _align_slots(target: np.ndarray, current: np.ndarray, current_present: np.ndarray) -> np.ndarray:
+def _align_slots(target: np.ndarray, current: np.ndarray) -> np.ndarray:
     """Same expert sets per GPU as ``target``, with experts already in ``current`` left in their slot."""
-    layers, gpus, slots_per_gpu = target.shape
-    experts = current_present.shape[2] - 1
-    rows = np.arange(layers)[:, None, None]
-    cols = np.arange(gpus)[None, :, None]
-    target_present = np.zeros((layers, gpus, experts + 1), dtype=bool)
-    target_present[rows, cols, target] = True
-    target_present[:, :, -1] = False
-    keep = target_present[rows, cols, current]  # current copy stays
-    new = (target >= 0) & ~current_present[rows, cols, target]  # target copy not there yet
+    slots_per_gpu = target.shape[2]
+    keep = _holds(target[:, :, None, :], current)  # current copy stays
+    new = ~_holds(current[:, :, None, :], target) & (target >= 0)  # target copy not there yet
     free_pos = np.argsort(keep, axis=2, kind="stable")  # non-kept slots first
     new_first = np.argsort(~new, axis=2, kind="stable")
-    incoming = np.take_along_axis(target, new_first, axis=2)
-    incoming = np.where(np.take_along_axis(new, new_first, axis=2), incoming, -1)
+    incoming = np.where(np.take_along_axis(new, new_first, axis=2), np.take_along_axis(target, new_first, axis=2), -1)
     out = np.where(keep, current, -1)
     n_free = (~keep).sum(axis=2, keepdims=True)
     rank = np.arange(slots_per_gpu)[None, None, :]
-    values = np.where(rank < n_free, incoming, -1)
-    np.put_along_axis(out, free_pos, np.where(rank < n_free, values, np.take_along_axis(out, free_pos, axis=2)), axis=2)
+    values = np.where(rank < n_free, incoming, np.take_along_axis(out, free_pos, axis=2))
+    np.put_along_axis(out, free_pos, values, axis=2)
     return out
 
 
@@ -897,14 +913,6 @@ def _dedupe(slots: np.ndarray) -> np.ndarray:
                 out[layer, gpu, k] = -1
             seen.add(expert)
     return out
-
-
-def _node_has(present: np.ndarray, node_of_gpu: np.ndarray, num_nodes: int) -> np.ndarray:
-    layers, _, width = present.shape
-    has = np.zeros((layers, num_nodes, width), dtype=bool)
-    for node in range(num_nodes):
-        has[:, node] = present[:, node_of_gpu == node].any(axis=1)
-    return has
 
 
 def rebalance(
@@ -1016,14 +1024,10 @@ def rebalance(
     all_layers = np.arange(layers)
     node_of_gpu = available // gpus_per_node
 
-    # fresh plan: rounds of LPT, then swaps towards the bound
-    fresh = _State(array, _pack_rounds(array, counts, num_avail, slots_per_gpu))
     mean = total / num_avail
-    _swap_refine(fresh, all_layers, bound * (1.0 + _FRESH_TOLERANCE) * mean, _FRESH_SWAP_ITERS, _MoveContext(node_of_gpu))
-    fresh_ratio = _ratio(fresh.gpu_load, total)
 
     if current is None:
-        final = fresh.slots
+        final = _fresh_plan(array, counts, bound, all_layers, slots_per_gpu, node_of_gpu)[0]
         action = np.full(layers, "replanned", dtype="<U9")
         before = None
         original = np.full((layers, num_avail, slots_per_gpu), -1, dtype=np.int64)
@@ -1034,81 +1038,106 @@ def rebalance(
         before_ratio = _ratio(state.gpu_load, total)
         before = BalanceStats.of(before_ratio)
         lost = (state.counts == 0).any(axis=1)
-        ctx = _MoveContext(
-            node_of_gpu,
-            original=original,
-            original_node_has=_node_has(state.present, node_of_gpu, num_nodes),
-            node_local=bool(node_local),
-            budget=None if max_replicas_moved is None else int(max_replicas_moved),
-        )
         n_lost = int((state.counts == 0).sum())
-        if ctx.budget is not None and n_lost > ctx.budget:
+        if max_replicas_moved is not None and n_lost > max_replicas_moved:
             raise Infeasible(
-                f"{n_lost} expert copies lost every replica (unavailable GPUs or empty slots) and must be re-created,"
-                f" but max_replicas_moved={ctx.budget}",
+                f"{n_lost} experts lost every copy (unavailable GPUs or empty slots) and must be re-created,"
+                f" but max_replicas_moved={max_replicas_moved}",
                 field="max_replicas_moved",
                 code="cap-below-lost-experts",
             )
-        excess = before_ratio - fresh_ratio
         threshold = np.full(layers, float(min_improvement))
         if ignore_sampling_noise and num_avail > 1:
             safe_mean = np.where(mean > 0, mean, 1.0)
             threshold += np.where(mean > 0, np.sqrt(2.0 * np.log(num_avail) / safe_mean), 0.0)
-        active = np.flatnonzero(lost | (excess > threshold))
-        if active.size:
-            # per-replica cap: the fresh plan's largest per-replica load, plus slack for noise
-            fresh_cap = np.where(counts > 0, array / counts, 0.0).max(axis=1) * (1.0 + _COUNT_SLACK)
-            _adjust_counts(state, active, fresh_cap, ctx, priority=excess)
-            goal = (fresh_ratio + 0.5 * threshold) * mean
-            _swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
+        # a fresh plan cannot beat the bound, so layers within threshold of it are kept without one
+        candidates = np.flatnonzero(lost | (before_ratio - bound > threshold))
         final = original.copy()
         action = np.full(layers, "kept", dtype="<U9")
+        if candidates.size:
+            fresh_slots, fresh_ratio = _fresh_plan(array, counts, bound, candidates, slots_per_gpu, node_of_gpu)
+            excess = before_ratio[candidates] - fresh_ratio
+            pick = lost[candidates] | (excess > threshold[candidates])
+            active, fresh_slots, fresh_ratio = candidates[pick], fresh_slots[pick], fresh_ratio[pick]
+        else:
+            active = candidates
         if active.size:
+            ctx = _MoveContext(
+                node_of_gpu,
+                original=original,
+                original_node_has=_node_has(_hosts(original, experts), node_of_gpu, num_nodes),
+                node_local=bool(node_local),
+                budget=None if max_replicas_moved is None else int(max_replicas_moved),
+            )
+            priority = np.zeros(layers)
+            priority[active] = before_ratio[active] - fresh_ratio
+            # per-replica cap: the fresh plan's largest per-replica load, plus slack for noise
+            fresh_cap = np.where(counts > 0, array / counts, 0.0).max(axis=1) * (1.0 + _COUNT_SLACK)
+            _adjust_counts(state, active, fresh_cap, ctx, priority=priority)
+            goal = np.zeros(layers)
+            goal[active] = (fresh_ratio + 0.5 * threshold[active]) * mean[active]
+            _swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
+
             inc = state.slots[active]
             inc_ratio = _ratio(state.gpu_load[active], total[active])
             inc_writes = ((inc != original[active]) & (inc >= 0)).sum(axis=(1, 2))
-            relabelled = _relabel(fresh.slots[active], original[active], _present_of(original[active], experts))
-            fr_writes = ((relabelled != original[active]) & (relabelled >= 0)).sum(axis=(1, 2))
-            fr_ratio = fresh_ratio[active]
-            fr_allowed = np.ones(active.size, dtype=bool)
-            if node_local:
-                fr_allowed = _cross_writes(relabelled, original[active], ctx.original_node_has[active], node_of_gpu) == 0
-            inc_ok = inc_ratio <= fresh_ratio[active] + threshold[active]
-            want_fresh = fr_allowed & ((~inc_ok) | ((fr_writes < inc_writes) & (fr_ratio <= inc_ratio)))
-            spent = int(inc_writes.sum())
+            # fall back to the (relabelled) fresh plan where repairs fell short or wrote more
+            inc_ok = inc_ratio <= fresh_ratio + threshold[active]
+            consider = np.flatnonzero(~inc_ok | (inc_writes > 0.5 * num_avail * slots_per_gpu))
+            chosen, chosen_ratio = inc.copy(), inc_ratio.copy()
             use_fresh = np.zeros(active.size, dtype=bool)
-            for idx in np.argsort(-(inc_ratio - fr_ratio), kind="stable"):
-                if not want_fresh[idx]:
-                    continue
-                extra = int(fr_writes[idx] - inc_writes[idx])
-                if max_replicas_moved is None or spent + extra <= max_replicas_moved:
-                    use_fresh[idx] = True
-                    spent += extra
-            chosen = np.where(use_fresh[:, None, None], relabelled, inc)
-            chosen_ratio = np.where(use_fresh, fr_ratio, inc_ratio)
+            if consider.size:
+                relabelled = _relabel(fresh_slots[consider], original[active[consider]], experts)
+                fr_writes = ((relabelled != original[active[consider]]) & (relabelled >= 0)).sum(axis=(1, 2))
+                fr_ratio = fresh_ratio[consider]
+                allowed = np.ones(consider.size, dtype=bool)
+                if node_local:
+                    allowed = _cross_writes(relabelled, original[active[consider]], ctx.original_node_has[active[consider]], node_of_gpu) == 0
+                want = allowed & (~inc_ok[consider] | ((fr_writes < inc_writes[consider]) & (fr_ratio <= inc_ratio[consider])))
+                spent = int(inc_writes.sum())
+                for idx in np.argsort(-(inc_ratio[consider] - fr_ratio), kind="stable"):
+                    extra = int(fr_writes[idx] - inc_writes[consider[idx]])
+                    if want[idx] and (max_replicas_moved is None or spent + extra <= max_replicas_moved):
+                        use_fresh[consider[idx]] = True
+                        chosen[consider[idx]] = relabelled[idx]
+                        chosen_ratio[consider[idx]] = fr_ratio[idx]
+                        spent += extra
             worth = lost[active] | (before_ratio[active] - chosen_ratio > min_improvement)
             final[active[worth]] = chosen[worth]
             action[active[worth]] = np.where(use_fresh[worth], "replanned", "moved")
         changed = action != "kept"
         if not changed.any():
-            reason = f"kept the current placement: no layer would improve max/mean by more than {min_improvement:g}"
+            reason = (
+                "kept the current placement: no layer's max/mean would improve by more than"
+                f" {min_improvement:g}{' plus sampling noise' if ignore_sampling_noise else ''}"
+            )
         else:
             reason = (
-                f"{int(changed.sum())} of {layers} layers changed (the others are within {min_improvement:g}"
-                f" of a fresh plan's max/mean)"
+                f"{int(changed.sum())} of {layers} layers changed ({int((action == 'replanned').sum())} replanned);"
+                f" the others are within {min_improvement:g}{' plus sampling noise' if ignore_sampling_noise else ''}"
+                " of a fresh plan's max/mean"
             )
 
     return _result(array, final, original, available, num_gpus, gpus_per_node, slots_per_gpu, int(expert_bytes),
                    bound, before, action, reason, current is not None)
 
 
-def _present_of(slots: np.ndarray, experts: int) -> np.ndarray:
-    """``present[l, g, e]``: GPU ``g`` holds expert ``e`` (column ``E`` is an always-False sentinel)."""
-    layers, gpus, _ = slots.shape
-    present = np.zeros((layers, gpus, experts + 1), dtype=bool)
-    present[np.arange(layers)[:, None, None], np.arange(gpus)[None, :, None], slots] = True
-    present[:, :, -1] = False
-    return present
+def _fresh_plan(
+    load: np.ndarray,
+    counts: np.ndarray,
+    bound: np.ndarray,
+    layers: np.ndarray,
+    slots_per_gpu: int,
+    node_of_gpu: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fresh placement of ``layers``: rounds of LPT, then swaps towards the bound; slots and max/mean."""
+    sub = load[layers]
+    gpus = node_of_gpu.size
+    state = _State(sub, _pack_rounds(sub, counts[layers], gpus, slots_per_gpu))
+    total = sub.sum(axis=1)
+    goal = bound[layers] * (1.0 + _FRESH_TOLERANCE) * total / gpus
+    _swap_refine(state, np.arange(layers.size), goal, _FRESH_SWAP_ITERS, _MoveContext(node_of_gpu))
+    return state.slots, _ratio(state.gpu_load, total)
 
 
 def _cross_writes(target: np.ndarray, original: np.ndarray, node_has: np.ndarray, node_of_gpu: np.ndarray) -> np.ndarray:
@@ -1146,7 +1175,7 @@ def _result(
     # logical_to_physical: slots of each expert, ascending
     width = max(1, int(counts.max()))
     key = np.where(physical >= 0, physical, experts)
-    order = np.argsort(key, axis=1, kind="stable")
+    order = np.argsort(key * physical.shape[1] + np.arange(physical.shape[1]), axis=1)  # unique keys: slots ascending
     sorted_expert = np.take_along_axis(key, order, axis=1)
     start = np.zeros((layers, experts + 1), dtype=np.int64)
     start[:, 1:] = np.cumsum(counts, axis=1)
@@ -1161,13 +1190,13 @@ def _result(
     lay, gpu_a, slot = np.nonzero(write)
     expert = final[lay, gpu_a, slot]
     if had_current and lay.size:
-        old_present = _present_of(original, experts)
         node_of = available // gpus_per_node
-        candidates = old_present[lay[:, None], np.arange(available.size)[None, :], expert[:, None]]  # (n, A)
-        same_node = node_of[None, :] == node_of[gpu_a][:, None]
-        score = candidates.astype(np.int64) * (1 + same_node)
-        src_a = score.argmax(axis=1)
-        has_src = candidates.any(axis=1)
+        candidates = _hosts(original, experts)[lay, expert]  # (n, width) GPUs holding it before
+        held = candidates >= 0
+        same_node = held & (node_of[candidates] == node_of[gpu_a][:, None])
+        pick = (held.astype(np.int64) + same_node).argmax(axis=1)
+        src_a = candidates[np.arange(lay.size), pick]
+        has_src = held.any(axis=1)
         source = np.where(has_src, available[src_a], -1)
         cross = has_src & (node_of[src_a] != node_of[gpu_a])
     else:

@@ -466,3 +466,60 @@ def test_memory_timeline_steps_through_the_hand_computed_chain():
     assert last == {0.0: 1300.0, 1.0: 1500.0, 2.0: 1550.0, 3.0: 1000.0}
     assert set(device.tolist()) == {0}
     assert in_use.max() == r.peak_memory_bytes[0]
+
+
+def _brute_force_peak(g, r, n_dev):
+    """Peak bytes per device straight from the lifetime rules, checked at every event time."""
+    holdings = {}  # (tensor, device) -> [alloc, free]
+
+    def hold(t, d, a, f):
+        cur = holdings.get((t, d))
+        holdings[(t, d)] = [a, f] if cur is None else [min(cur[0], a), max(cur[1], f)]
+
+    arrivals = {(int(t), int(d)): (s, e) for t, d, s, e in zip(r.transfer_tensor, r.transfer_dst,
+                                                              r.transfer_start_s, r.transfer_end_s)}
+    params = [set() for _ in range(n_dev)]
+    for op in range(g.n_ops):
+        d = int(r.op_device[op])
+        for t in g.inputs_of(op).tolist():
+            if g.tensor_kind[t] == 2:
+                params[d].add(t)
+                continue
+            prod = int(g.tensor_producer[t])
+            if prod < 0:
+                alloc = 0.0
+            elif int(r.op_device[prod]) == d:
+                alloc = r.op_start_s[prod]
+            else:
+                alloc = arrivals[(t, d)][0]
+            hold(t, d, alloc, r.op_end_s[op])
+        for t in g.outputs_of(op).tolist():
+            free = r.op_end_s[op] if g.consumers_of(t).size else r.makespan_s
+            hold(t, d, r.op_start_s[op], free)
+    for t, s, e in zip(r.transfer_tensor.tolist(), r.transfer_src.tolist(), r.transfer_end_s.tolist()):
+        hold(t, s, holdings[(t, s)][0], e)
+    peak = np.zeros(n_dev)
+    times = sorted({v for a, f in holdings.values() for v in (a, f)} | {0.0})
+    for d in range(n_dev):
+        for x in times:
+            # live on [alloc, free): an instant's frees happen before its allocations
+            live = sum(g.tensor_bytes[t] for (t, dd), (a, f) in holdings.items() if dd == d and a <= x < f)
+            peak[d] = max(peak[d], live)
+        peak[d] += sum(g.tensor_bytes[t] for t in params[d])
+    return peak
+
+
+@settings(max_examples=60, deadline=None)
+@given(_random_dag(), st.integers(0, 3))
+def test_peak_memory_matches_the_lifetime_rules_checked_by_brute_force(case, n_params):
+    g, placement, durations = case
+    # add parameters read by the first operators
+    ops = [(str(g.op_names[i]), "Op", 0, [str(g.tensor_names[t]) for t in g.inputs_of(i)]
+            + ([f"w{i}"] if i < n_params else []), [str(g.tensor_names[t]) for t in g.outputs_of(i)])
+           for i in range(g.n_ops)]
+    sizes = {str(n): float(b) + 1.0 for n, b in zip(g.tensor_names, g.tensor_bytes)}
+    sizes.update({f"w{i}": 1000.0 * (i + 1) for i in range(min(n_params, g.n_ops))})
+    g = graph_from_ops("with-params", ops, sizes, parameters={f"w{i}" for i in range(n_params)})
+    inv = _inventory([2, 1], latency_s=0.25)
+    r = simulate(g, inv, placement, op_times_s=_times(list(durations), 3))
+    assert r.peak_memory_bytes.tolist() == pytest.approx(_brute_force_peak(g, r, 3).tolist())

@@ -82,10 +82,19 @@ _HBM_EFFICIENCY = 0.8
 _FLASH_OVER_GEMM = 0.8
 # GEMM output tile of cuBLAS/CUTLASS kernels used for the wave-quantisation estimate.
 _TILE = 128
+# Per-dimension half-saturation size of a GEMM: with d / (d + 200) per dimension a square
+# GEMM reaches ~57% of the ceiling at 1024, ~86% at 4096 and ~93% at 8192, the shape of
+# the throughput-versus-size curves in NVIDIA's "Matrix Multiplication Background User's
+# Guide" (A100, FP16) -- fitted to those curves, not measured here.
+_GEMM_HALF_DIM = 200.0
 # Fixed per-GPU reserve: CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces and
 # communication buffers, PyTorch caching-allocator fragmentation. PyTorch reports
 # 1-3 GiB of such overhead on large-model runs (torch.cuda.memory_reserved vs allocated).
 _RESERVED_BYTES = 3.0 * 1024**3
+# Activations are allocated and freed every micro-batch in blocks of many sizes; the
+# caching allocator's reserved-but-unusable share is 10-30% in LLM training
+# (Guo et al., "GMLake", ASPLOS 2024). Counted at the low end on activations.
+_ACTIVATION_FRAGMENTATION = 0.10
 # Load of the busiest expert over the mean (see predict_layouts, MoE).
 _EXPERT_IMBALANCE = 1.2
 # Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.
@@ -261,22 +270,29 @@ def _hier_allreduce_time(n_bytes: np.ndarray, local: np.ndarray, groups: np.ndar
 
 
 def _gemm_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: float, hbm: float, sms: int,
-                 bytes_per_element: float = 2.0) -> np.ndarray:
-    """Time of one ``(m x k) @ (k x n)`` product on one GPU.
+                 bytes_per_element: float = 2.0, batch: np.ndarray | float = 1.0) -> np.ndarray:
+    """Time of ``batch`` independent ``(m x k) @ (k x n)`` products in one kernel on one GPU.
 
-    Roofline of compute at ``eff * peak`` (the cuBLAS ceiling) against HBM traffic
+    Roofline of compute at ``eff * peak`` (the asymptotic cuBLAS ceiling, reduced for
+    small dimensions by a saturation factor per dimension) against HBM traffic
     of the three operands, with the compute side stretched by wave quantisation:
-    the output is cut into 128x128 tiles, one per SM at a time, and the last wave
+    the outputs are cut into 128x128 tiles, one per SM at a time, and the last wave
     runs partly empty (NVIDIA, "Matrix Multiplication Background User's Guide").
+    A batched or grouped GEMM (attention heads, local experts) spreads the tiles
+    of all its products over the SMs together.
     """
     m = np.maximum(m, 1.0)
     n = np.maximum(n, 1.0)
     k = np.maximum(k, 1.0)
-    tiles = np.ceil(m / _TILE) * np.ceil(n / _TILE)
+    batch = np.maximum(batch, 1.0)
+    tiles = np.ceil(m / _TILE) * np.ceil(n / _TILE) * batch
     waves = np.ceil(tiles / sms)
-    quantisation = (m * n) / (waves * sms * _TILE * _TILE)
-    compute = 2.0 * m * n * k / (peak * eff * np.minimum(quantisation, 1.0))
-    memory = bytes_per_element * (m * k + k * n + m * n) / hbm
+    quantisation = (m * n * batch) / (waves * sms * _TILE * _TILE)
+    # below a few thousand in any dimension, prologue/epilogue and K-loop start-up are not
+    # amortised: d / (d + d0) per dimension
+    saturation = (m / (m + _GEMM_HALF_DIM)) * (n / (n + _GEMM_HALF_DIM)) * (k / (k + _GEMM_HALF_DIM))
+    compute = 2.0 * m * n * k * batch / (peak * eff * saturation * np.minimum(quantisation, 1.0))
+    memory = bytes_per_element * (m * k + k * n + m * n) * batch / hbm
     return np.maximum(compute, memory)
 
 
@@ -383,9 +399,9 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     q_dense = q - q_moe
 
     # ---- per-layer forward time on one GPU, for one micro-batch
-    def gemm(mm, nn, kk, linear=True):
+    def gemm(mm, nn, kk, linear=True, batch=1.0):
         return _gemm_time_s(mm, nn, kk, peak_linear if linear else peak_bf16, eff, hbm, sms,
-                            linear_bytes if linear else 2.0)
+                            linear_bytes if linear else 2.0, batch)
 
     attn_proj = gemm(tokens, (h + 2 * hk) / tp, h) + gemm(tokens, h, h / tp)
     dense_mlp = gemm(tokens, up * model.ffn / tp, h) + gemm(tokens, h, model.ffn / tp)
@@ -398,7 +414,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         # by GShard, Lepikhin et al. 2021, and Switch, Fedus et al. 2022)
         tokens_per_expert = np.maximum(_EXPERT_IMBALANCE * tokens * moe.experts_per_token * ep / moe.num_experts,
                                        1.0)
-        moe_mlp = local_experts * (gemm(tokens_per_expert, up * fe / tp, h) + gemm(tokens_per_expert, h, fe / tp))
+        moe_mlp = gemm(tokens_per_expert, up * fe / tp, h, batch=local_experts) \
+            + gemm(tokens_per_expert, h, fe / tp, batch=local_experts)
         if moe.shared_experts:
             moe_mlp = moe_mlp + gemm(tokens, up * fe * moe.shared_experts / tp, h) \
                 + gemm(tokens, h, fe * moe.shared_experts / tp)
@@ -417,14 +434,14 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         # batched QK^T and attention x V over the full s x s matrix (masked after),
         # plus fused scale-mask-softmax and dropout streaming 9 bytes per score
         batch_heads = mbs * heads_local
-        per_head = gemm(tokens / mbs, float(s), float(model.head_dim), linear=False) \
-            + gemm(tokens / mbs, float(model.head_dim), float(s), linear=False)
+        batched = gemm(tokens / mbs, float(s), float(model.head_dim), linear=False, batch=batch_heads) \
+            + gemm(tokens / mbs, float(model.head_dim), float(s), linear=False, batch=batch_heads)
         score_bytes_fwd = 9.0 * tokens * heads_local * s
-        attn_core_fwd = batch_heads * per_head + score_bytes_fwd / hbm_eff
+        attn_core_fwd = batched + score_bytes_fwd / hbm_eff
         # backward: four batched GEMMs (dQ, dK, dV, dP) and softmax/dropout backward,
         # which stream about 1.5x the forward's bytes per score (read output, grad and
         # mask, write one grad)
-        attn_core_bwd = 2.0 * batch_heads * per_head + 1.5 * score_bytes_fwd / hbm_eff
+        attn_core_bwd = 2.0 * batched + 1.5 * score_bytes_fwd / hbm_eff
 
     rep_div = np.where(training.sequence_parallel, tp, 1.0)
     # LayerNorms (read + write), two bias-dropout-residual adds (read 2, write 1, mask 0.5)
@@ -567,6 +584,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     logits_act = 4.0 * tokens * vocab / tp
     act_last = layers_last * layer_act_avg + transient + logits_act
     act_first = np.where(single, act_first + logits_act, act_first)
+    act_first = act_first * (1.0 + _ACTIVATION_FRAGMENTATION)
+    act_last = act_last * (1.0 + _ACTIVATION_FRAGMENTATION)
 
     # ---- buffers: fixed reserve, ZeRO-3 prefetch of two layers, p2p and TP staging
     layer_params_gpu = (counts.attention_per_layer + counts.dense_mlp_per_layer) / tp

@@ -203,7 +203,9 @@ def test_small_per_gpu_matrices_run_further_below_peak_than_large_ones():
 
 
 def test_small_model_on_one_node_is_pure_data_parallel():
-    plan = plan_parallel_layout({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 64})
+    gpt2_small = {"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "seq_length": 1024,
+                  "vocab_size": 50257}
+    plan = plan_parallel_layout(gpt2_small, A100_NODE, {"global_batch_sequences": 256})
     best = plan.candidates[0]
     assert (best.dp, best.tp, best.pp) == (8, 1, 1)
 

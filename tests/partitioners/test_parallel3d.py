@@ -11,6 +11,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from partitioners.collectives import LinkSpec, allreduce_time_s
 from partitioners.errors import InvalidInput
@@ -385,3 +387,55 @@ def test_moe_layouts_use_expert_parallel_sizes_that_divide_experts_and_dp():
     assert plan.feasible
     assert all(6 % c.ep == 0 and c.dp % c.ep == 0 for c in plan.candidates)
     assert {c.ep for c in plan.candidates} > {1}
+
+
+# ---------------------------------------------------------------- invariants (hypothesis)
+
+
+@settings(max_examples=30, deadline=None)
+@given(nodes=st.integers(1, 6), gpn=st.sampled_from([4, 8]), tp_exp=st.integers(0, 3), pp=st.integers(1, 4),
+       cp=st.sampled_from([1, 2]))
+def test_rank_map_keeps_tensor_groups_in_a_node_for_any_mesh(nodes, gpn, tp_exp, pp, cp):
+    tp = 2**tp_exp
+    n = nodes * gpn
+    if tp > gpn or n % (tp * pp * cp):
+        return
+    cluster = {"gpus_per_node": gpn, "num_nodes": nodes, "peak_flops_per_s": {"bf16": 1e15}, "memory_bytes": 8e10,
+               "intra_node_bandwidth_bytes_per_s": 4e11, "inter_node_bandwidth_bytes_per_s": 5e10}
+    rm = rank_map(cluster, {"tp": tp, "pp": pp, "cp": cp})
+    assert len({tuple(c) for c in rm.coords}) == n
+    outer = rm.coords[:, [0, 1, 3]]  # (dp, pp, cp) identifies one tensor-parallel group
+    _, group = np.unique(outer, axis=0, return_inverse=True)
+    for g in range(group.max() + 1):
+        assert len(set(rm.node[group.reshape(-1) == g])) == 1
+
+
+@settings(max_examples=15, deadline=None)
+@given(layers=st.integers(2, 12), heads_exp=st.integers(2, 4), batch=st.sampled_from([8, 16, 24, 64]),
+       nodes=st.integers(1, 2))
+def test_every_ranked_layout_uses_all_gpus_splits_the_batch_and_fits(layers, heads_exp, batch, nodes):
+    heads = 2**heads_exp
+    model = {"num_layers": layers, "hidden_size": 64 * heads, "num_attention_heads": heads, "seq_length": 512,
+             "vocab_size": 1000}
+    plan = plan_parallel_layout(model, {"preset": "dgx-a100", "nodes": nodes}, {"global_batch_sequences": batch},
+                                top_k=20)
+    for c in plan.candidates:
+        assert c.dp * c.tp * c.pp * c.cp == 8 * nodes
+        assert batch % (c.dp * c.micro_batch_size) == 0
+        assert c.memory.total_bytes <= c.memory.capacity_bytes and not c.reasons
+    times = [c.step_time_s for c in plan.candidates if not c.tie_with_best]
+    assert times == sorted(times)
+
+
+@settings(max_examples=10, deadline=None)
+@given(memory_gib=st.sampled_from([16, 24, 40, 80]), layers=st.sampled_from([8, 12, 16]))
+def test_more_memory_per_gpu_never_slows_the_best_layout(memory_gib, layers):
+    model = {"num_layers": layers, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
+             "vocab_size": 32000}
+    base = {"gpu": "a100-80gb", "num_nodes": 1}
+    small = plan_parallel_layout(model, {**base, "memory_bytes": memory_gib * 2**30}, {"global_batch_sequences": 64},
+                                 {"tie_tolerance": 0.0}, with_rank_map=False)
+    large = plan_parallel_layout(model, {**base, "memory_bytes": 2 * memory_gib * 2**30},
+                                 {"global_batch_sequences": 64}, {"tie_tolerance": 0.0}, with_rank_map=False)
+    if small.feasible:
+        assert large.candidates[0].step_time_s <= small.candidates[0].step_time_s

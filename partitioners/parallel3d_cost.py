@@ -493,6 +493,13 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         n_coll = 4.0 + np.where(rc == RECOMPUTE_FULL, 2.0, 0.0)
         compute = fwd_compute + bwd_compute + recompute_compute
         tp_comm = n_coll * tp_ar
+        if training.overlap_tp_comm:
+            # pipelined all-gather/reduce-scatter under the neighbouring GEMMs (Transformer
+            # Engine userbuffers; Wang et al., "Overlap communication with dependent
+            # computation via decomposition", ASPLOS 2023): what the GEMMs cannot cover
+            # stays exposed, plus the first and last chunk of each collective (~1/8)
+            linear = 3.0 * gemm_f + np.where(rc == RECOMPUTE_FULL, gemm_f, 0.0)
+            tp_comm = np.maximum(tp_comm - linear, tp_comm / 8.0)
         ep_comm = n_coll * a2a if is_moe else np.zeros_like(compute)
         cp_comm = cp_fwd + cp_bwd + np.where(rc == RECOMPUTE_FULL, cp_fwd, 0.0)
         return compute, tp_comm, ep_comm, cp_comm

@@ -194,6 +194,8 @@ class TrainingSpec:
     flash_attention: bool = True
     sequence_parallel: bool = True
     overlap_grad_reduce: bool = True
+    # Tensor-parallel collectives pipelined under GEMMs (Megatron --tp-comm-overlap); opt-in.
+    overlap_tp_comm: bool = False
     # Megatron keeps fp32 "main_grad" buffers (4 B/param); DeepSpeed ZeRO keeps bf16 (2 B).
     grad_bytes_per_param: int = 4
 
@@ -416,6 +418,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             flash_attention=bool(data.get("flash_attention", True)),
             sequence_parallel=bool(data.get("sequence_parallel", True)),
             overlap_grad_reduce=bool(data.get("overlap_grad_reduce", True)),
+            overlap_tp_comm=bool(data.get("overlap_tp_comm", False)),
             grad_bytes_per_param=_positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):

@@ -188,6 +188,19 @@ def test_tensor_parallel_time_is_four_allreduces_per_layer_on_nvlink():
     assert float(pred["tp_comm_s"][0]) == pytest.approx(micro_batches * n_layers * per_layer)
 
 
+def test_overlapping_tp_communication_hides_it_under_the_gemms():
+    model = model_from_dict({"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 4096,
+                             "vocab_size": 32000})
+    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
+    plain = training_from_dict({"global_batch_sequences": 8})
+    overlapped = training_from_dict({"global_batch_sequences": 8, "overlap_tp_comm": True})
+    lay = layouts(dp=1, tp=8, mbs=1)
+    exposed = float(predict_layouts(model, cluster, overlapped, lay)["tp_comm_s"][0])
+    full = float(predict_layouts(model, cluster, plain, lay)["tp_comm_s"][0])
+    # with large GEMMs to hide under, only the first/last chunk of each collective shows
+    assert exposed == pytest.approx(full / 8)
+
+
 def test_small_per_gpu_matrices_run_further_below_peak_than_large_ones():
     cluster = cluster_from_dict(A100_NODE)
     training = training_from_dict({"global_batch_sequences": 8})

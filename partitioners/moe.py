@@ -81,6 +81,10 @@ _BISECTION_STEPS = 32
 # Swap refinement: the hottest GPUs handled per iteration, and light partners for each.
 _HOT_PER_ITER = 4
 _SWAP_PARTNERS = 4
+# A one-copy re-assignment checks the other hosts of the copy among this many of the hottest GPUs.
+_HOST_LOOKUP = 8
+# Gainers of new copies first look for a slot among this many of the lightest GPUs.
+_GAINER_GPUS = 16
 # Iteration caps of the swap refinement (one swap per layer per iteration).
 _FRESH_SWAP_ITERS = 48
 _INCREMENTAL_SWAP_ITERS = 64
@@ -90,6 +94,8 @@ _FRESH_TOLERANCE = 2e-3
 # more than this fraction above the fresh plan's largest per-replica load, so
 # sampling noise on the hot experts does not reshuffle replica counts.
 _COUNT_SLACK = 0.05
+# A repaired layer aims at the fresh plan's max/mean plus this fraction of the threshold.
+_GOAL_FRACTION = 0.5
 # Tie-breaking penalties, as fractions of the layer's mean GPU load: among swaps
 # of similar effect, prefer those that stay inside a node and write fewer copies.
 _CROSS_NODE_PENALTY = 2e-3
@@ -567,28 +573,42 @@ class _MoveContext:
     original_node_has: np.ndarray | None = None  # (L, nodes, E + 1) some original copy on that node
     node_local: bool = False
     budget: int | None = None  # copies that may still be written
+    count_cap: np.ndarray | None = None  # (L,) per-replica load an expert may reach by giving up a copy
 
 
 def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_iters: int, ctx: _MoveContext) -> None:
-    """Swap replicas between the hottest GPUs and the lightest ones until each layer meets its goal.
+    """Move load off the hottest GPUs by swaps (and, when repairing, by re-assigning a copy).
 
     Each iteration handles the ``t`` most loaded GPUs of every layer at once,
     each paired with its own disjoint set of light partners (hot GPU ``i`` gets
     the ``i``-th, ``i+t``-th, ... lightest), so the chosen swaps touch disjoint
     GPUs and apply together. A swap of replica ``a`` on hot GPU ``m`` with
     replica ``b`` (or an empty slot) on partner ``g`` is allowed when it creates no
-    duplicate and brings ``max(load_m, load_g)`` below ``load_m``; the lowest
-    resulting maximum wins, with small penalties for copies written and for
-    copies crossing nodes. Only GPUs above the goal move, and a layer stops when
-    its hottest GPU has no improving swap, so no copy moves without lowering the
-    layer's maximum.
+    duplicate and brings ``max(load_m, load_g)`` below ``load_m``.
+
+    When repairing a current placement (``ctx.original`` set) the hottest GPU may
+    also hand one of its copies to another expert: the slot of ``a`` (which keeps
+    other copies, and whose per-replica load stays under ``ctx.count_cap``) gets
+    a copy of the coldest expert ``c`` not on ``m``. That writes one copy instead
+    of a swap's two and spreads ``a``'s load over its other GPUs; it is allowed
+    when ``m`` and every other host of ``a`` end below ``load_m``. Moves are then
+    ranked by cost, not just by balance: a move that brings ``m`` to the goal
+    with the fewest copies written wins (a copy crossing nodes counts 1.5),
+    otherwise the one with the largest gain per copy. A fresh plan just takes
+    the lowest resulting maximum.
+
+    Only GPUs above the goal move, and a layer stops when its hottest GPU has no
+    improving move, so no copy moves without lowering the layer's maximum.
     """
     gpus = state.slots.shape[1]
     if gpus < 2 or layers.size == 0:
         return
     t = max(1, min(_HOT_PER_ITER, gpus // 2))
     k = max(1, min(_SWAP_PARTNERS, (gpus - t) // t))
-    mean_load = state.load.sum(axis=1) / gpus
+    slots_per_gpu = state.slots.shape[2]
+    experts = state.load.shape[1]
+    mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
+    repairing = ctx.original is not None
     active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
     for _ in range(max_iters):
         if active.size == 0 or (ctx.budget is not None and ctx.budget <= 0):
@@ -601,24 +621,27 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
         part = order[:, : t * k].reshape(n, k, t).transpose(0, 2, 1)  # (n, t, k), disjoint from hot
         hot_load = np.take_along_axis(gl, hot, axis=1)
         part_load = gl[np.arange(n)[:, None, None], part]
+        goal = goal_load[active][:, None]
+        mean = mean_load[active][:, None]
         e_hot = state.slots[active[:, None], hot]  # (n, t, S)
         p_hot = state.per_replica[l3, e_hot]
         e_part = state.slots[active[:, None, None], part]  # (n, t, k, S)
         p_part = state.per_replica[active[:, None, None, None], e_part]
         delta = p_hot[:, :, :, None, None] - p_part[:, :, None, :, :]  # (n, t, S_hot, k, S_part)
-        new_hot = hot_load[:, :, None, None, None] - delta
-        new_part = part_load[:, :, None, :, None] + delta
-        new_max = np.maximum(new_hot, new_part)
-        tiny = 1e-9 * np.maximum(mean_load[active], 1e-300)[:, None]
-        above = hot_load > goal_load[active][:, None]
+        new_max = np.maximum(hot_load[:, :, None, None, None] - delta, part_load[:, :, None, :, None] + delta)
+        tiny = 1e-9 * mean
+        above = hot_load > goal
         valid = new_max < (hot_load - tiny)[:, :, None, None, None]
         valid &= ((e_hot >= 0) & above[:, :, None])[:, :, :, None, None]
         # the partner's copy must not already be on the hot GPU, nor the hot copy on the partner
         valid &= ~_holds(e_hot[:, :, None, None, :], e_part)[:, :, None, :, :]  # (n, t, k, S_part)
         valid &= ~_holds(e_part[:, :, None, :, :], e_hot[:, :, :, None])[..., None]  # (n, t, S_hot, k)
-        penalty = 0.0
-        writes = None
-        if ctx.original is not None:
+        if not repairing:
+            key = np.where(valid, new_max, np.inf).reshape(n, t, -1)
+            best = key.argmin(axis=2)
+            ok = np.isfinite(np.take_along_axis(key, best[:, :, None], axis=2)[:, :, 0])
+            replace = np.zeros(n, dtype=bool)
+        else:
             has = ctx.original_node_has
             node_hot = ctx.node_of_gpu[hot]
             node_part = ctx.node_of_gpu[part]
@@ -626,7 +649,7 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
             part_to_hot = has[active[:, None, None, None], node_hot[:, :, None, None], e_part] | (e_part < 0)  # (n,t,k,S)
             if ctx.node_local:
                 valid &= hot_to_part[..., None] & part_to_hot[:, :, None, :, :]
-            cross = (~hot_to_part)[..., None].astype(np.float64) + (~part_to_hot)[:, :, None, :, :]
+            cross = (~hot_to_part)[..., None].astype(np.int64) + (~part_to_hot)[:, :, None, :, :]
             orig_hot = ctx.original[active[:, None], hot]  # (n, t, S)
             orig_part = ctx.original[active[:, None, None], part]  # (n, t, k, S)
             old_w = (e_hot != orig_hot)[:, :, :, None, None].astype(np.int64)
@@ -636,21 +659,39 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
             writes = new_w - old_w
             if ctx.budget is not None:
                 valid &= writes <= ctx.budget
-            penalty = (_CROSS_NODE_PENALTY * cross + _WRITE_PENALTY * writes) * mean_load[active][:, None, None, None, None]
-        score = np.where(valid, new_max + penalty, np.inf).reshape(n, t, -1)
-        best = score.argmin(axis=2)  # (n, t)
-        ok = np.isfinite(np.take_along_axis(score, best[:, :, None], axis=2)[:, :, 0])
-        if ctx.budget is not None and writes is not None:
+            key = _move_key(valid, new_max, hot_load[:, :, None, None, None], goal[:, :, None, None, None],
+                            mean[:, :, None, None, None], writes, cross)
+            key = key.reshape(n, t, -1)
+            best = key.argmin(axis=2)
+            best_key = np.take_along_axis(key, best[:, :, None], axis=2)[:, :, 0]
+            ok = np.isfinite(best_key)
             w_best = np.take_along_axis(writes.reshape(n, t, -1), best[:, :, None], axis=2)[:, :, 0]
-            gain = hot_load - np.take_along_axis(new_max.reshape(n, t, -1), best[:, :, None], axis=2)[:, :, 0]
-            spend = np.where(ok, np.maximum(w_best, 0), 0).ravel()
-            if spend.sum() > ctx.budget:
-                rank = np.argsort(-np.where(ok.ravel(), gain.ravel() / np.maximum(spend, 1), -np.inf), kind="stable")
-                keep = np.zeros(n * t, dtype=bool)
-                keep[rank[np.cumsum(spend[rank]) <= ctx.budget]] = True
-                ok &= keep.reshape(n, t)
-            ctx.budget -= int(np.where(ok, w_best, 0).sum())
-        if not ok.any():
+            # one-copy re-assignment on the hottest GPU of each layer
+            r_key, r_slot, r_expert, r_writes = _best_replace(state, active, hot[:, 0], hot_load[:, 0], goal[:, 0], mean[:, 0], ctx)
+            replace = np.isfinite(r_key) & (r_key < best_key[:, 0])
+            ok[replace] = False  # a re-assignment changes many GPUs: alone in its layer this round
+            w_best = np.where(ok, w_best, 0)
+            if ctx.budget is not None:
+                spend = np.concatenate([np.maximum(w_best, 0).ravel(), np.where(replace, np.maximum(r_writes, 0), 0)])
+                if spend.sum() > ctx.budget:
+                    gain_key = np.concatenate([np.where(ok, best_key, np.inf).ravel(), np.where(replace, r_key, np.inf)])
+                    rank = np.argsort(gain_key, kind="stable")
+                    keep = np.zeros(spend.size, dtype=bool)
+                    keep[rank[np.cumsum(spend[rank]) <= ctx.budget]] = True
+                    keep &= np.isfinite(gain_key)
+                    ok &= keep[: n * t].reshape(n, t)
+                    replace &= keep[n * t :]
+                ctx.budget -= int(np.where(ok, w_best, 0).sum() + np.where(replace, r_writes, 0).sum())
+            if replace.any():
+                rows = np.flatnonzero(replace)
+                lay_r = active[rows]
+                g_r = hot[rows, 0]
+                old = state.slots[lay_r, g_r, r_slot[rows]].copy()
+                state.slots[lay_r, g_r, r_slot[rows]] = r_expert[rows]
+                np.subtract.at(state.counts, (lay_r, old), 1)
+                np.add.at(state.counts, (lay_r, r_expert[rows]), 1)
+                state.refresh(lay_r)
+        if not ok.any() and not replace.any():
             return
         i_hot, k_part, j_part = np.unravel_index(best, new_max.shape[2:])
         rows, cols = np.nonzero(ok)
@@ -665,12 +706,87 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
         d = state.per_replica[lay_sel, a] - state.per_replica[lay_sel, b]
         state.gpu_load[lay_sel, g_hot] -= d
         state.gpu_load[lay_sel, g_part] += d
-        still = ok[:, 0] & (state.gpu_load[active].max(axis=1) > goal_load[active])
+        still = (ok[:, 0] | replace) & (state.gpu_load[active].max(axis=1) > goal_load[active])
         active = active[still]
 
 
-def _adjust_counts(state: _State, layers: np.ndarray, cap: np.ndarray, ctx: _MoveContext, priority: np.ndarray) -> None:
-    """Give extra copies to experts whose per-replica load exceeds ``cap`` (and one to lost experts).
+def _move_key(valid, new_max, hot_load, goal, mean, writes, cross) -> np.ndarray:
+    """Rank of a repair move, lower is better (``inf`` when not allowed).
+
+    Moves that bring the hot GPU to its goal rank first, by copies written (a
+    cross-node copy counts 1.5), then by the resulting maximum; the others by
+    gain per copy written.
+    """
+    cost = np.maximum(writes + 0.5 * cross, 0.25)
+    reach = new_max <= goal
+    reaching = cost + new_max / hot_load  # in [cost, cost + 1)
+    gain = (hot_load - new_max) / mean
+    not_reaching = 1e3 - gain / cost
+    return np.where(valid, np.where(reach, reaching, not_reaching), np.inf)
+
+
+def _best_replace(state: _State, active: np.ndarray, hot: np.ndarray, hot_load: np.ndarray, goal: np.ndarray,
+                  mean: np.ndarray, ctx: _MoveContext):
+    """Best one-copy re-assignment on GPU ``hot`` of each layer: (key, slot, new expert, writes)."""
+    n = active.size
+    gpus, slots_per_gpu = state.slots.shape[1:]
+    experts = state.load.shape[1]
+    slots = state.slots[active]  # (n, A, S)
+    e_hot = slots[np.arange(n), hot]  # (n, S)
+    counts = np.concatenate([state.counts[active], np.zeros((n, 1), dtype=np.int64)], axis=1)
+    load = np.concatenate([state.load[active], np.zeros((n, 1))], axis=1)
+    r_a = np.take_along_axis(counts, np.where(e_hot >= 0, e_hot, experts), axis=1)
+    w_a = np.take_along_axis(load, np.where(e_hot >= 0, e_hot, experts), axis=1)
+    p_a = state.per_replica[active[:, None], e_hot]
+    can_give = (e_hot >= 0) & (r_a >= 2)
+    if ctx.count_cap is not None:
+        can_give &= w_a / np.maximum(r_a - 1, 1) <= ctx.count_cap[active][:, None]
+    rise = w_a / np.maximum(r_a * (r_a - 1), 1)  # what each other host of a gains
+    # heaviest other host of a: looked up among the next hottest GPUs; past them, the
+    # load of the first GPU not looked at bounds it from above
+    gl = state.gpu_load[active]
+    look = min(_HOST_LOOKUP, gpus - 1)
+    others = np.where(np.arange(gpus)[None, :] == hot[:, None], -np.inf, gl)  # hot GPU sorts last
+    order = np.argsort(-others, axis=1)[:, : look + 1]
+    top = order[:, :look]
+    top_slots = slots[np.arange(n)[:, None], top]  # (n, look, S)
+    hosts = (top_slots[:, None, :, :] == e_hot[:, :, None, None]).any(axis=3)  # (n, S, look)
+    top_load = np.take_along_axis(gl, top, axis=1)
+    beyond_load = gl[np.arange(n), order[:, look]] if gpus - 1 > look else np.full(n, -np.inf)
+    host_max = np.maximum(np.where(hosts, top_load[:, None, :], -np.inf).max(axis=2), beyond_load[:, None]) + rise
+    # the expert to receive the slot: coldest next copy that the hot GPU does not hold
+    nxt = np.where(counts[:, :experts] < gpus, load[:, :experts] / (counts[:, :experts] + 1), np.inf)
+    cand = np.argsort(nxt, axis=1)[:, : slots_per_gpu + 1]  # one of these is not on the hot GPU
+    free = ~_holds(e_hot[:, None, :], cand) & np.isfinite(np.take_along_axis(nxt, cand, axis=1))
+    first = free.argmax(axis=1)
+    c = cand[np.arange(n), first]
+    c_ok = free[np.arange(n), first]
+    p_c = nxt[np.arange(n), c]
+    new_hot = hot_load[:, None] - p_a + np.where(c_ok, p_c, 0.0)[:, None]
+    new_max = np.maximum(new_hot, host_max)
+    valid = can_give & c_ok[:, None] & (new_max < hot_load[:, None] - 1e-9 * mean[:, None])
+    orig = ctx.original[active, hot]  # (n, S)
+    writes = (c[:, None] != orig).astype(np.int64) - (e_hot != orig)
+    has_local = ctx.original_node_has[active, ctx.node_of_gpu[hot], c]
+    has_any = ctx.original_node_has[active, :, c].any(axis=1)
+    cross = np.broadcast_to((~has_local & has_any)[:, None], valid.shape).astype(np.int64)
+    if ctx.node_local:
+        valid &= (has_local | ~has_any)[:, None]
+    if ctx.budget is not None:
+        valid &= writes <= ctx.budget
+    key = _move_key(valid, new_max, hot_load[:, None], goal[:, None], mean[:, None], writes, cross)
+    slot = key.argmin(axis=1)
+    rows = np.arange(n)
+    return key[rows, slot], slot, c, writes[rows, slot]
+
+
+def _adjust_counts(
+    state: _State, layers: np.ndarray, cap: np.ndarray, floor: np.ndarray, ctx: _MoveContext, priority: np.ndarray
+) -> None:
+    """Give extra copies to experts whose per-replica load exceeds ``cap`` or whose count is below ``floor``.
+
+    ``floor`` restores copies lost on unavailable GPUs, so a failure moves the
+    failed GPU's replicas elsewhere instead of piling their load on the survivors.
 
     Each new copy overwrites, on the GPU where the result is lightest, either an
     empty slot or a copy of an expert that keeps per-replica load <= ``cap``
@@ -686,6 +802,7 @@ def _adjust_counts(state: _State, layers: np.ndarray, cap: np.ndarray, ctx: _Mov
     safe_cap = np.where(cap[layers] > 0, cap[layers], 1.0)
     need = np.clip(np.ceil(load / safe_cap[:, None]), 1, gpus).astype(np.int64)
     need = np.where(load > 0, need, 1)
+    need = np.maximum(need, np.minimum(floor[layers], gpus))
     deficit = np.maximum(need - counts, 0)
     if not deficit.any():
         return
@@ -707,7 +824,6 @@ def _adjust_counts(state: _State, layers: np.ndarray, cap: np.ndarray, ctx: _Mov
         order = np.argsort(-key, kind="stable")
         gainers[row, : experts.size] = experts[order]
         mandatory[row, : experts.size] = lost[order]
-    slot_gpu = np.repeat(np.arange(gpus), slots_per_gpu)
     mean_load = state.load.sum(axis=1) / gpus
     for step in range(width):
         b = gainers[:, step]
@@ -727,33 +843,19 @@ def _adjust_counts(state: _State, layers: np.ndarray, cap: np.ndarray, ctx: _Mov
         rows = np.flatnonzero(go)
         lay = layers[rows]
         bb = b[rows]
-        flat = state.slots[lay].reshape(rows.size, -1)  # (n, A*S)
-        counts_pad = np.concatenate([state.counts[lay], np.zeros((rows.size, 1), dtype=np.int64)], axis=1)
-        donor = np.take_along_axis(counts_pad, np.where(flat >= 0, flat, counts_pad.shape[1] - 1), axis=1) >= 2
-        # a lost expert may take any copy of an expert that has another one (one always exists
-        # since experts <= slots); other gainers only take copies above their expert's need
-        spare_copy = surplus[rows[:, None], flat] > 0
-        ok = np.where(mandatory[rows, step][:, None], donor | (flat < 0), spare_copy)
-        ok &= ~np.repeat(_holds(state.slots[lay], bb[:, None]), slots_per_gpu, axis=1)
-        ok &= flat != bb[:, None]
-        cross = np.zeros(ok.shape)
-        if ctx.original_node_has is not None:
-            has_node = ctx.original_node_has[lay[:, None], ctx.node_of_gpu[slot_gpu][None, :], bb[:, None]]
-            has_any = ctx.original_node_has[lay, :, bb].any(axis=1)
-            if ctx.node_local:
-                ok &= has_node | ~has_any[:, None]
-            cross = (~has_node & has_any[:, None]).astype(np.float64)
-        new_pr = load[rows, bb] / (state.counts[lay, bb] + 1)
-        result = state.gpu_load[lay[:, None], slot_gpu[None, :]] - state.per_replica[lay[:, None], flat] + new_pr[:, None]
-        # a copy its expert needs is taken only when no spare one will do
-        penalty = (_CROSS_NODE_PENALTY * cross + 1e6 * ~spare_copy) * mean_load[lay][:, None]
-        score = np.where(ok, result + penalty, np.inf)
-        pick = score.argmin(axis=1)
-        found = np.isfinite(score[np.arange(rows.size), pick])
-        rows, lay, bb, pick = rows[found], lay[found], bb[found], pick[found]
+        mand = mandatory[rows, step]
+        # the lightest GPUs first; rows that find nothing there look at every GPU
+        near = min(_GAINER_GPUS, gpus)
+        light = np.argsort(state.gpu_load[lay], axis=1)[:, :near]
+        g, k = _gainer_slot(state, rows, lay, bb, mand, surplus, light, ctx, mean_load)
+        retry = np.flatnonzero(g < 0)
+        if retry.size and near < gpus:
+            everywhere = np.broadcast_to(np.arange(gpus), (retry.size, gpus))
+            g[retry], k[retry] = _gainer_slot(state, rows[retry], lay[retry], bb[retry], mand[retry], surplus, everywhere, ctx, mean_load)
+        found = g >= 0
+        rows, lay, bb, g, k = rows[found], lay[found], bb[found], g[found], k[found]
         if rows.size == 0:
             continue
-        g, k = pick // slots_per_gpu, pick % slots_per_gpu
         a = state.slots[lay, g, k].copy()
         state.slots[lay, g, k] = bb
         surplus[rows, a] -= a >= 0
@@ -762,6 +864,42 @@ def _adjust_counts(state: _State, layers: np.ndarray, cap: np.ndarray, ctx: _Mov
         state.refresh(lay)
         if ctx.budget is not None:
             ctx.budget -= rows.size
+
+
+def _gainer_slot(state: _State, rows, lay, bb, mand, surplus, gpus_to_try, ctx: _MoveContext, mean_load):
+    """Slot for a new copy of ``bb`` among ``gpus_to_try`` (per row): lightest result; (-1, -1) if none.
+
+    A lost expert may take any copy of an expert that has another one (one always
+    exists, since experts <= slots); other gainers only take copies above their
+    expert's need, or empty slots.
+    """
+    n, width = gpus_to_try.shape
+    slots_per_gpu = state.slots.shape[2]
+    cand = state.slots[lay[:, None], gpus_to_try]  # (n, width, S)
+    counts_pad = np.concatenate([state.counts[lay], np.zeros((n, 1), dtype=np.int64)], axis=1)
+    flat = cand.reshape(n, -1)
+    donor = np.take_along_axis(counts_pad, np.where(flat >= 0, flat, counts_pad.shape[1] - 1), axis=1) >= 2
+    spare_copy = surplus[rows[:, None], flat] > 0
+    ok = np.where(mand[:, None], donor | (flat < 0), spare_copy)
+    ok &= np.repeat(~_holds(cand, bb[:, None]), slots_per_gpu, axis=1)
+    cross = 0.0
+    if ctx.original_node_has is not None:
+        has_node = ctx.original_node_has[lay[:, None], ctx.node_of_gpu[gpus_to_try], bb[:, None]]  # (n, width)
+        has_any = ctx.original_node_has[lay, :, bb].any(axis=1)
+        if ctx.node_local:
+            ok &= np.repeat(has_node | ~has_any[:, None], slots_per_gpu, axis=1)
+        cross = np.repeat((~has_node & has_any[:, None]).astype(np.float64), slots_per_gpu, axis=1)
+    new_pr = state.load[lay, bb] / (state.counts[lay, bb] + 1)
+    gpu_load = np.repeat(state.gpu_load[lay[:, None], gpus_to_try], slots_per_gpu, axis=1)
+    result = gpu_load - state.per_replica[lay[:, None], flat] + new_pr[:, None]
+    # a copy its expert needs is taken only when no spare one will do
+    penalty = (_CROSS_NODE_PENALTY * cross + 1e6 * ~spare_copy) * mean_load[lay][:, None]
+    score = np.where(ok, result + penalty, np.inf)
+    pick = score.argmin(axis=1)
+    found = np.isfinite(score[np.arange(n), pick])
+    g = np.where(found, gpus_to_try[np.arange(n), pick // slots_per_gpu], -1)
+    k = np.where(found, pick % slots_per_gpu, -1)
+    return g, k
 
 
 # ----------------------------------------------------------------------------- relabelling
@@ -1069,13 +1207,17 @@ def rebalance(
                 node_local=bool(node_local),
                 budget=None if max_replicas_moved is None else int(max_replicas_moved),
             )
-            priority = np.zeros(layers)
-            priority[active] = before_ratio[active] - fresh_ratio
             # per-replica cap: the fresh plan's largest per-replica load, plus slack for noise
             fresh_cap = np.where(counts > 0, array / counts, 0.0).max(axis=1) * (1.0 + _COUNT_SLACK)
-            _adjust_counts(state, active, fresh_cap, ctx, priority=priority)
+            ctx.count_cap = fresh_cap
+            priority = np.zeros(layers)
+            priority[active] = before_ratio[active] - fresh_ratio
+            # copies lost on unavailable GPUs are restored elsewhere (as far as the water-filled counts allow)
+            prior = _State(array, _dedupe(current.reshape(layers, num_gpus, slots_per_gpu))).counts
+            floor = np.where(prior > state.counts, np.minimum(prior, counts), 0)
+            _adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
             goal = np.zeros(layers)
-            goal[active] = (fresh_ratio + 0.5 * threshold[active]) * mean[active]
+            goal[active] = (fresh_ratio + _GOAL_FRACTION * threshold[active]) * mean[active]
             _swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
 
             inc = state.slots[active]

@@ -80,6 +80,7 @@ _GIB = 1024.0**3
 _MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
 _VIRTUAL_STAGES = tuple(range(1, 17))  # kept where v divides the layers per stage
 _MAX_CP = 32
+_CHUNK = 100_000  # candidates costed per vectorised pass
 _RECOMPUTE_CODE = {"none": RECOMPUTE_NONE, "selective": RECOMPUTE_SELECTIVE, "full": RECOMPUTE_FULL}
 
 # Reasons a layout cannot run, in the order they are reported (bit positions).
@@ -444,7 +445,13 @@ def _search(model_spec, cluster_spec, training_spec, cons):
     lay = enumerate_layouts(model_spec, cluster_spec, training_spec, cons)
     if len(lay) == 0:
         return lay, {}, np.zeros(0, dtype=np.int64)
-    pred = predict_layouts(model_spec, cluster_spec, training_spec, lay)
+    if len(lay) <= _CHUNK:
+        pred = predict_layouts(model_spec, cluster_spec, training_spec, lay)
+    else:
+        # bounded working memory: ~100 float64 temporaries per candidate
+        parts = [predict_layouts(model_spec, cluster_spec, training_spec, lay.take(slice(i, i + _CHUNK)))
+                 for i in range(0, len(lay), _CHUNK)]
+        pred = {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
     bits = _reason_bits(model_spec, cluster_spec, training_spec, cons, lay, pred)
     return lay, pred, bits
 

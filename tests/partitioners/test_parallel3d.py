@@ -326,6 +326,15 @@ def test_plan_is_json_serialisable_and_deterministic():
     assert first == json.dumps(plan_parallel_layout(*args).to_dict(rank_map_limit=4))
 
 
+def test_costing_in_chunks_gives_the_same_plan(monkeypatch):
+    import partitioners.parallel3d as planner
+
+    args = ({**GPT_SMALL, "num_layers": 4}, {"preset": "dgx-a100", "nodes": 2}, {"global_batch_sequences": 64})
+    whole = plan_parallel_layout(*args).to_dict(rank_map_limit=0)
+    monkeypatch.setattr(planner, "_CHUNK", 7)
+    assert plan_parallel_layout(*args).to_dict(rank_map_limit=0) == whole
+
+
 def test_evaluate_keeps_the_fixed_fields_and_fills_the_rest():
     (pred,) = evaluate_layouts({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 64},
                                [{"tp": 2, "pp": 2, "zero_stage": 1}])

@@ -289,10 +289,10 @@ def simulation_budget(n_ops: int) -> int:
     simulation count: one simulation costs a few microseconds per operator, and
     HEFT plus the level-3 plan take about as long as two more.
     """
-    for limit, sims in ((1_000, 40), (3_000, 20), (6_000, 10), (15_000, 6), (60_000, 5)):
+    for limit, sims in ((1_000, 40), (3_000, 20), (6_000, 10), (15_000, 6), (60_000, 5), (300_000, 4)):
         if n_ops <= limit:
             return sims
-    return 4
+    return 3
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -355,6 +355,7 @@ class _Planner:
         self.budget_sims = simulation_budget(self.n)
         self.sims_spent = 0
         self._metis_graph: MetisGraph | None = None
+        self._origin_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.notes: list[str] = []
 
     # -- bookkeeping -----------------------------------------------------------------
@@ -530,6 +531,8 @@ class _Planner:
 
     def _origin_profile(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per origin operator: time on the reference device, memory estimate, topological order."""
+        if self._origin_cache is not None:
+            return self._origin_cache
         e = self.expanded
         n_origin = int(e.op_origin.max()) + 1
         ref = self.times[:, self.devices[0]]
@@ -548,16 +551,18 @@ class _Planner:
         if e.mode == "training":
             fwd = np.flatnonzero(e.op_phase == PHASE_FORWARD)
             out_b = g.op_output_bytes()
+            # saved activations of every micro-batch live until their gradient op
             mem += np.bincount(e.op_origin[fwd], weights=out_b[fwd], minlength=n_origin)
-            # parameter gradients (one accumulated copy)
-            steps = np.flatnonzero(e.op_phase == PHASE_OPTIMIZER)
-            mem += np.bincount(e.op_origin[steps], weights=g.op_flops[steps] * 0.0, minlength=n_origin)
+            # one accumulated gradient per parameter
+            fwd0 = fwd[e.op_micro_batch[fwd] == 0]
+            mem += np.bincount(e.op_origin[fwd0], weights=g.op_param_bytes[fwd0], minlength=n_origin)
         levels0 = self.levels[np.flatnonzero(e.op_phase == PHASE_FORWARD)]
         fwd_ops = np.flatnonzero(e.op_phase == PHASE_FORWARD)
         origin_level = np.zeros(n_origin, dtype=np.int64)
         np.maximum.at(origin_level, e.op_origin[fwd_ops], levels0)
         order = np.lexsort((np.arange(n_origin), origin_level))
-        return weight, mem, order
+        self._origin_cache = (weight, mem, order)
+        return self._origin_cache
 
     def hybrid(self, stages: int, replicas: int) -> tuple[np.ndarray, bool]:
         devs = self.devices[: stages * replicas]
@@ -702,7 +707,7 @@ def _run_candidates(p: _Planner) -> None:
 
 def refine_best(p: _Planner, best: int) -> int:
     """Spend the simulations left on refining the best candidate against the simulator."""
-    if p.options.strategy != "auto" or p.sims_left <= 0 or p.devices.shape[0] <= 1:
+    if p.options.strategy != "auto" or p.sims_left < 2 or p.devices.shape[0] <= 1:
         return best
     cand, placement, priority, sim = p.evaluated[best]
     if sim is None or (cand.devices_used <= 1 and cand.feasible):

@@ -125,7 +125,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries so clients see which problems a route may answer."""
     descriptions = {
-        400: "Bad request",
+        400: "Bad request (e.g. a body that is not UTF-8 JSON)",
         401: "Missing or invalid API key",
         403: "The key lacks the scope this route needs",
         404: "Not found (or owned by another tenant)",

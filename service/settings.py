@@ -41,6 +41,12 @@ class Settings(BaseSettings):
     sync_max_ops: int = Field(
         20_000, ge=0, description="Graphs up to this many operators are planned in the request; larger ones become jobs."
     )
+    max_plan_devices: int = Field(
+        2048, ge=1, description="Inventories with more devices are rejected (413): planning memory grows with devices squared."
+    )
+    moe_max_slots: int = Field(
+        4_194_304, ge=1, description="MoE requests over this many layers x physical slots are rejected (413)."
+    )
     job_lease_s: float = Field(30.0, gt=0, description="A running job whose lease is older is claimed again.")
     worker_poll_s: float = Field(0.5, gt=0)
     embedded_worker: bool | None = Field(

@@ -11,9 +11,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from partitioners.errors import InvalidInput
+from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.graph import Hypergraph, graph_from_json, graph_summary, graph_to_json, model_hash
-from partitioners.inventory import Inventory, inventory_from_json, inventory_hash, inventory_to_json
+from partitioners.inventory import PRESETS, Inventory, inventory_from_json, inventory_hash, inventory_to_json
 from partitioners.onnx_import import graph_from_onnx_bytes
 
 __all__ = ["IngestedGraph", "IngestedInventory", "ingest_json_graph", "ingest_onnx_graph", "ingest_inventory", "canonical_hash"]
@@ -59,6 +59,33 @@ def ingest_onnx_graph(data: bytes, *, dims: dict[str, int], max_ops: int) -> Ing
     return IngestedGraph(graph=graph, model_hash=model_hash(graph), source_format="onnx")
 
 
-def ingest_inventory(document: dict) -> IngestedInventory:
+def _declared_devices(document: dict) -> int:
+    """Devices an inventory document asks for, counted before anything is expanded."""
+    if not isinstance(document, dict):
+        return 0
+    preset = document.get("preset")
+    if isinstance(preset, str) and preset in PRESETS:
+        nodes = document.get("nodes", 1)
+        return PRESETS[preset]["devices_per_group"] * nodes if isinstance(nodes, int) else 0
+    groups = document.get("groups")
+    if not isinstance(groups, list):
+        return 0
+    return sum(len(g.get("devices") or []) if isinstance(g, dict) else 0 for g in groups)
+
+
+def ingest_inventory(document: dict, *, max_devices: int | None = None) -> IngestedInventory:
+    """Validate and hash an inventory; over ``max_devices`` devices is a 413 before it is built.
+
+    Planning cost grows with the square of the device count (link tables), so the
+    service bounds it (``HYPERPLACE_MAX_PLAN_DEVICES``) rather than run out of memory.
+    """
+    if max_devices is not None:
+        declared = _declared_devices(document)
+        if declared > max_devices:
+            raise InputTooLarge(
+                f"The inventory has {declared} devices; this service plans on at most {max_devices} "
+                "(HYPERPLACE_MAX_PLAN_DEVICES). Plan on a smaller slice of the cluster.",
+                field="inventory",
+            )
     inventory = inventory_from_json(document)
     return IngestedInventory(inventory=inventory, inventory_hash=inventory_hash(inventory))

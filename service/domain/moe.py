@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from partitioners.moe import BalanceStats, RebalanceResult, rebalance
-from service.errors import NotFound, UnprocessableInput
+from service.errors import NotFound, PayloadTooLarge, UnprocessableInput
 from service.schemas.moe import MoeRebalanceRequest
 from service.settings import Settings
 from service.storage.blobs import pack_json, unpack_json
@@ -79,6 +79,12 @@ def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceReq
     if model is None or cluster is None:
         missing = "model" if model is None else "cluster"
         raise UnprocessableInput(f"'{missing}' is required unless a known 'deployment' remembers it.")
+    slots = int(model["num_moe_layers"]) * cluster["num_nodes"] * cluster["gpus_per_node"] * cluster["slots_per_gpu"]
+    if slots > settings.moe_max_slots:
+        raise PayloadTooLarge(
+            f"num_moe_layers x num_nodes x gpus_per_node x slots_per_gpu = {slots} physical slots; this service "
+            f"answers at most {settings.moe_max_slots} (HYPERPLACE_MOE_MAX_SLOTS)."
+        )
     current = None
     if request.current_placement is not None:
         current = request.current_placement.physical_to_logical

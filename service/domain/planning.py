@@ -130,7 +130,7 @@ def submit_plan(
     parent_id: str | None = None,
     cost_model: CostModel | None = None,
 ) -> SubmitOutcome:
-    ingested_inventory = ingest_inventory(submission.inventory)
+    ingested_inventory = ingest_inventory(submission.inventory, max_devices=settings.max_plan_devices)
     ingested_graph = _ingest_graph(session, tenant_id, submission, settings)
     key = cache_key_for(ingested_graph.model_hash, ingested_inventory.inventory_hash, submission.options, submission.extra_cache_parts)
 

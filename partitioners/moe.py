@@ -95,7 +95,7 @@ _FRESH_TOLERANCE = 2e-3
 # sampling noise on the hot experts does not reshuffle replica counts.
 _COUNT_SLACK = 0.05
 # A repaired layer aims at the fresh plan's max/mean plus this fraction of the threshold.
-_GOAL_FRACTION = 0.5
+_GOAL_FRACTION = 0.25
 # Tie-breaking penalties, as fractions of the layer's mean GPU load: among swaps
 # of similar effect, prefer those that stay inside a node and write fewer copies.
 _CROSS_NODE_PENALTY = 2e-3
@@ -199,6 +199,9 @@ class RebalanceResult:
         ``(num_layers,)`` str: ``"kept"`` (current placement kept: it was within
         ``min_improvement`` of a fresh plan), ``"moved"`` (repaired by a few moves)
         or ``"replanned"`` (fresh plan, relabelled to keep copies in place).
+    layer_policy : numpy.ndarray
+        ``(num_layers,)`` str: for replanned layers ``"global"`` or
+        ``"hierarchical"`` (see ``num_expert_groups``), else ``""``.
     kept_current : bool
         True when nothing changes (every layer ``"kept"``).
     reason : str
@@ -213,6 +216,7 @@ class RebalanceResult:
     lower_bound: BalanceStats
     migrations: Migrations
     layer_action: np.ndarray
+    layer_policy: np.ndarray
     kept_current: bool
     reason: str
 
@@ -1065,6 +1069,7 @@ def rebalance(
     expert_bytes: int = 0,
     min_improvement: float = 0.01,
     node_local: bool = False,
+    num_expert_groups: int | None = None,
     ignore_sampling_noise: bool = True,
     num_moe_layers: int | None = None,
     num_logical_experts: int | None = None,
@@ -1098,6 +1103,14 @@ def rebalance(
     node_local : bool
         Write only copies whose source is on the destination's node (no
         cross-node traffic); experts that lost every copy are exempt.
+    num_expert_groups : int, optional
+        Expert groups of group-limited routing (DeepSeek-V3: 8). When given, fresh
+        plans also try EPLB's hierarchical policy (whole groups per node, replicas
+        inside nodes) and keep it for a layer only where its max/mean is within
+        ``min_improvement`` of the global plan's (with one group per node it
+        usually is not: node load is then group load). It needs the group count to
+        be a multiple of ``num_nodes`` and every GPU available; otherwise plans are
+        global. ``layer_policy`` says which one each replanned layer got.
     ignore_sampling_noise : bool
         Treat ``load`` as sampled token counts and add to ``min_improvement`` the
         max/mean gap that sampling alone explains: a GPU's count of ``mu`` tokens
@@ -1163,9 +1176,21 @@ def rebalance(
     node_of_gpu = available // gpus_per_node
 
     mean = total / num_avail
+    policy = np.full(layers, "", dtype="<U12")
+    hierarchy = None
+    if num_expert_groups is not None:
+        groups = _check_positive_int(num_expert_groups, "model.num_expert_groups")
+        if experts % groups:
+            raise InvalidInput(
+                f"num_expert_groups={groups} does not divide the {experts} logical experts",
+                field="model.num_expert_groups",
+                code="bad-groups",
+            )
+        if num_nodes > 1 and groups % num_nodes == 0 and num_avail == num_gpus and experts // num_nodes <= gpus_per_node * slots_per_gpu:
+            hierarchy = (num_nodes, gpus_per_node, groups)
 
     if current is None:
-        final = _fresh_plan(array, counts, bound, all_layers, slots_per_gpu, node_of_gpu)[0]
+        final, _, policy[:] = _fresh_plan(array, counts, bound, all_layers, slots_per_gpu, node_of_gpu, hierarchy, min_improvement)
         action = np.full(layers, "replanned", dtype="<U9")
         before = None
         original = np.full((layers, num_avail, slots_per_gpu), -1, dtype=np.int64)
@@ -1193,10 +1218,13 @@ def rebalance(
         final = original.copy()
         action = np.full(layers, "kept", dtype="<U9")
         if candidates.size:
-            fresh_slots, fresh_ratio = _fresh_plan(array, counts, bound, candidates, slots_per_gpu, node_of_gpu)
+            fresh_slots, fresh_ratio, fresh_policy = _fresh_plan(
+                array, counts, bound, candidates, slots_per_gpu, node_of_gpu, hierarchy, min_improvement
+            )
             excess = before_ratio[candidates] - fresh_ratio
             pick = lost[candidates] | (excess > threshold[candidates])
             active, fresh_slots, fresh_ratio = candidates[pick], fresh_slots[pick], fresh_ratio[pick]
+            fresh_policy = fresh_policy[pick]
         else:
             active = candidates
         if active.size:
@@ -1247,6 +1275,7 @@ def rebalance(
             worth = lost[active] | (before_ratio[active] - chosen_ratio > min_improvement)
             final[active[worth]] = chosen[worth]
             action[active[worth]] = np.where(use_fresh[worth], "replanned", "moved")
+            policy[active[worth & use_fresh]] = fresh_policy[worth & use_fresh]
         changed = action != "kept"
         if not changed.any():
             reason = (
@@ -1261,7 +1290,7 @@ def rebalance(
             )
 
     return _result(array, final, original, available, num_gpus, gpus_per_node, slots_per_gpu, int(expert_bytes),
-                   bound, before, action, reason, current is not None)
+                   bound, before, action, policy, reason, current is not None)
 
 
 def _fresh_plan(
@@ -1271,15 +1300,67 @@ def _fresh_plan(
     layers: np.ndarray,
     slots_per_gpu: int,
     node_of_gpu: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Fresh placement of ``layers``: rounds of LPT, then swaps towards the bound; slots and max/mean."""
+    hierarchy: tuple[int, int, int] | None = None,
+    min_improvement: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fresh placement of ``layers``: slots ``(n, A, S)``, max/mean ``(n,)`` and policy ``(n,)`` per layer.
+
+    Global policy: rounds of LPT, then swaps towards the bound. With
+    ``hierarchy = (num_nodes, gpus_per_node, num_expert_groups)`` the hierarchical
+    policy is tried too (:func:`_hierarchical_plan`) and kept for the layers where
+    its max/mean is within ``min_improvement`` of the global one.
+    """
     sub = load[layers]
     gpus = node_of_gpu.size
     state = _State(sub, _pack_rounds(sub, counts[layers], gpus, slots_per_gpu))
     total = sub.sum(axis=1)
     goal = bound[layers] * (1.0 + _FRESH_TOLERANCE) * total / gpus
     _swap_refine(state, np.arange(layers.size), goal, _FRESH_SWAP_ITERS, _MoveContext(node_of_gpu))
-    return state.slots, _ratio(state.gpu_load, total)
+    ratio = _ratio(state.gpu_load, total)
+    policy = np.full(layers.size, "global", dtype="<U12")
+    if hierarchy is None:
+        return state.slots, ratio, policy
+    h_slots, h_ratio = _hierarchical_plan(sub, *hierarchy, slots_per_gpu)
+    take = h_ratio <= ratio + min_improvement
+    slots = np.where(take[:, None, None], h_slots, state.slots)
+    policy[take] = "hierarchical"
+    return slots, np.where(take, h_ratio, ratio), policy
+
+
+def _hierarchical_plan(
+    load: np.ndarray, num_nodes: int, gpus_per_node: int, num_groups: int, slots_per_gpu: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """EPLB's hierarchical policy, vectorised: whole expert groups per node, then replicas inside nodes.
+
+    With group-limited routing (DeepSeek-V3 sends a token to experts of at most
+    a few groups) keeping each group inside one node keeps a token's all-to-all
+    inside those nodes. Groups go to nodes by LPT rounds on group load; each
+    node then water-fills replica counts over its own GPUs and packs them like
+    the global policy. Its balance is capped by how evenly whole groups split
+    over nodes (one group per node leaves node load = group load), which is why
+    the caller keeps it only where it is about as balanced as the global plan.
+    Needs every GPU available, ``num_groups`` divisible by ``num_nodes``.
+    """
+    layers, experts = load.shape
+    per_group = experts // num_groups
+    group_load = load.reshape(layers, num_groups, per_group).sum(axis=2)
+    groups_per_node = num_groups // num_nodes
+    node_groups = _pack_rounds(group_load, np.ones((layers, num_groups), dtype=np.int64), num_nodes, groups_per_node)
+    node_experts = (node_groups[..., None] * per_group + np.arange(per_group)).reshape(layers * num_nodes, -1)
+    local_load = np.take_along_axis(load, node_experts.reshape(layers, -1), axis=1).reshape(layers * num_nodes, -1)
+    local_experts = local_load.shape[1]
+    n_fill = min(gpus_per_node * slots_per_gpu, local_experts * gpus_per_node)
+    counts, cap_lower = _water_fill(local_load, gpus_per_node, n_fill)
+    state = _State(local_load, _pack_rounds(local_load, counts, gpus_per_node, slots_per_gpu))
+    local_total = local_load.sum(axis=1)
+    goal = np.maximum(cap_lower, local_total / gpus_per_node) * (1.0 + _FRESH_TOLERANCE)
+    _swap_refine(state, np.arange(state.slots.shape[0]), goal, _FRESH_SWAP_ITERS, _MoveContext(np.zeros(gpus_per_node, dtype=np.int64)))
+    local = state.slots  # (layers * nodes, gpus_per_node, S) local expert ids
+    padded = np.concatenate([node_experts, np.full((node_experts.shape[0], 1), -1, dtype=np.int64)], axis=1)
+    global_ids = np.take_along_axis(padded, np.where(local >= 0, local, local_experts).reshape(local.shape[0], -1), axis=1)
+    slots = global_ids.reshape(layers, num_nodes * gpus_per_node, slots_per_gpu)
+    gpu_load = state.gpu_load.reshape(layers, num_nodes * gpus_per_node)
+    return slots, _ratio(gpu_load, load.sum(axis=1))
 
 
 def _cross_writes(target: np.ndarray, original: np.ndarray, node_has: np.ndarray, node_of_gpu: np.ndarray) -> np.ndarray:
@@ -1304,6 +1385,7 @@ def _result(
     bound: np.ndarray,
     before: BalanceStats | None,
     action: np.ndarray,
+    policy: np.ndarray,
     reason: str,
     had_current: bool,
 ) -> RebalanceResult:
@@ -1363,6 +1445,7 @@ def _result(
         lower_bound=BalanceStats.of(bound),
         migrations=migrations,
         layer_action=action,
+        layer_policy=policy,
         kept_current=bool((action == "kept").all()) and had_current,
         reason=reason,
     )

@@ -97,6 +97,27 @@ def test_layer_without_load_counts_as_balanced():
     _assert_valid(result, 6, 3, 2)
 
 
+def test_hierarchical_policy_keeps_each_group_inside_one_node_when_that_costs_no_balance():
+    rng = np.random.default_rng(16)
+    load = np.round(rng.uniform(900, 1100, size=(2, 32)))  # groups about equally loaded
+    result = rebalance(load, num_nodes=2, gpus_per_node=4, slots_per_gpu=5, num_expert_groups=4)
+    assert result.layer_policy.tolist() == ["hierarchical", "hierarchical"]
+    node_of_slot = np.arange(40) // 20
+    for layer in range(2):
+        for group in range(4):
+            in_group = (result.physical_to_logical[layer] // 8 == group) & (result.physical_to_logical[layer] >= 0)
+            assert np.unique(node_of_slot[in_group]).size == 1
+    _assert_valid(result, 32, 8, 5)
+
+
+def test_one_skewed_group_per_node_falls_back_to_the_global_policy():
+    load = np.ones((1, 32))
+    load[0, :8] = 10.0  # group 0 is hot: a node holding it alone would carry most of the load
+    result = rebalance(load, num_nodes=4, gpus_per_node=2, slots_per_gpu=5, num_expert_groups=4)
+    assert result.layer_policy.tolist() == ["global"]
+    assert result.balance_after.worst < 1.05
+
+
 # ----------------------------------------------------------------------------- lower bound
 
 
@@ -301,6 +322,12 @@ def test_placement_of_the_wrong_shape_is_rejected():
     assert info.value.field == "current_placement.physical_to_logical"
 
 
+def test_expert_groups_must_divide_the_experts():
+    with pytest.raises(InvalidInput) as info:
+        rebalance(np.ones((1, 8)), num_nodes=1, gpus_per_node=2, slots_per_gpu=4, num_expert_groups=3)
+    assert info.value.field == "model.num_expert_groups"
+
+
 def test_unknown_unavailable_gpu_is_rejected():
     with pytest.raises(InvalidInput) as info:
         rebalance(np.ones((1, 4)), num_nodes=1, gpus_per_node=2, slots_per_gpu=4, unavailable_gpus=[2])
@@ -326,16 +353,18 @@ def _cases(draw):
         current = np.array(draw(st.lists(st.lists(st.integers(-1, experts - 1), min_size=gpus * slots, max_size=gpus * slots), min_size=layers, max_size=layers)))
     cap = draw(st.one_of(st.none(), st.integers(0, 40)))
     noise = draw(st.booleans())
+    groups = draw(st.one_of(st.none(), st.sampled_from([d for d in range(1, experts + 1) if experts % d == 0])))
     cluster = dict(num_nodes=nodes, gpus_per_node=per_node, slots_per_gpu=slots)
-    return load, cluster, down, current, cap, noise
+    return load, cluster, down, current, cap, noise, groups
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_cases())
 def test_every_placement_is_valid_and_never_beats_the_bound(case):
-    load, cluster, down, current, cap, noise = case
+    load, cluster, down, current, cap, noise, groups = case
+    options = dict(unavailable_gpus=down, max_replicas_moved=cap, ignore_sampling_noise=noise, num_expert_groups=groups)
     try:
-        result = rebalance(load, current_physical_to_logical=current, unavailable_gpus=down, max_replicas_moved=cap, ignore_sampling_noise=noise, **cluster)
+        result = rebalance(load, current_physical_to_logical=current, **options, **cluster)
     except Infeasible:
         assert cap is not None and current is not None
         return
@@ -344,7 +373,7 @@ def test_every_placement_is_valid_and_never_beats_the_bound(case):
     assert (result.balance_after.per_layer >= result.lower_bound.per_layer - 1e-9).all()
     if cap is not None and current is not None:  # a first placement loads, it moves nothing
         assert result.migrations.count <= cap
-    again = rebalance(load, current_physical_to_logical=current, unavailable_gpus=down, max_replicas_moved=cap, ignore_sampling_noise=noise, **cluster)
+    again = rebalance(load, current_physical_to_logical=current, **options, **cluster)
     assert (again.physical_to_logical == result.physical_to_logical).all()
 
 

@@ -569,12 +569,11 @@ def _memory_sweep(
     cm = ~pm
     ckeys = tens[cm] * n_dev + on[cm]
     cend = end[owners[cm]]
-    o = np.lexsort((cend, ckeys))
+    o = np.argsort(ckeys)
     ckeys = ckeys[o]
-    cend = cend[o]
-    last = np.flatnonzero(np.append(ckeys[1:] != ckeys[:-1], True)) if ckeys.size else np.zeros(0, np.int64)
-    keys = ckeys[last]  # sorted, unique
-    free = cend[last]
+    first = np.flatnonzero(np.r_[True, ckeys[1:] != ckeys[:-1]]) if ckeys.size else np.zeros(0, np.int64)
+    keys = ckeys[first]  # sorted, unique
+    free = np.maximum.reduceat(cend[o], first) if ckeys.size else np.zeros(0, np.float64)
     k_t = keys // n_dev
     k_d = keys % n_dev
     prod = graph.tensor_producer[k_t]
@@ -609,12 +608,21 @@ def _memory_sweep(
         np.maximum.at(extra_free, pos_in, tr_end[~in_keys])
     all_dev = np.concatenate([k_d, extra_keys % n_dev])
     all_bytes = tb[np.concatenate([k_t, extra_t])]
-    # sweep: frees listed before allocations so a stable sort by time frees first at
-    # equal times; then a stable sort by device keeps that order within each device
-    time_ev = np.concatenate([free, extra_free, alloc, extra_alloc])
+    # sweep: merge frees and allocations by time with frees first at equal times, then a
+    # stable sort by device keeps that order within each device
+    free_t = np.concatenate([free, extra_free])
+    alloc_t = np.concatenate([alloc, extra_alloc])
+    n_h = free_t.shape[0]
+    fo = np.argsort(free_t)
+    ao = np.argsort(alloc_t)
+    f_sorted = free_t[fo]
+    a_sorted = alloc_t[ao]
+    order = np.empty(2 * n_h, dtype=np.int64)
+    order[np.arange(n_h) + np.searchsorted(a_sorted, f_sorted, side="left")] = fo
+    order[np.arange(n_h) + np.searchsorted(f_sorted, a_sorted, side="right")] = n_h + ao
+    time_ev = np.concatenate([free_t, alloc_t])
     delta = np.concatenate([-all_bytes, all_bytes])
     dev_ev = np.concatenate([all_dev, all_dev])
-    order = np.argsort(time_ev, kind="stable")
     dev_sorted = dev_ev[order]
     by_dev = np.argsort(dev_sorted.astype(np.int32 if n_dev > 32767 else np.int16), kind="stable")
     order = order[by_dev]

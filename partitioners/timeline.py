@@ -1,0 +1,723 @@
+"""Measured timelines: parse Chrome traces and the simple JSON form, match them to a plan.
+
+Two input forms (``docs/feedback.md`` has examples):
+
+* **Chrome trace-event JSON** [1]_ as ``torch.profiler`` writes it
+  (``export_chrome_trace``) and as :mod:`partitioners.trace` exports a simulated
+  plan: complete events (``ph: "X"``) with ``ts``/``dur`` in microseconds. An
+  event's device comes from ``args.device``, from a device mapping keyed by
+  ``"pid:tid"``, ``"pid"``, thread name or process name, or from a thread/process
+  name that *is* a device name. ``ProfilerStep#N`` events (torch.profiler's step
+  annotations) split the trace into steps. Events with ``args.src`` and
+  ``args.dst`` are transfers. Python-stack, CUDA-runtime and profiler-overhead
+  categories are counted as *ignored*, never silently dropped.
+* **Simple JSON**: ``{"ops": [{"name", "device"?, "start_s", "duration_s",
+  "step"?}], "peak_memory_bytes"?: {device: bytes}, "transfers"?: [{"tensor",
+  "src", "dst", "duration_s", "step"?}]}``.
+
+Matching (:func:`match_timeline`) pairs events with the plan's operators:
+
+``name``
+    An event named like a plan operator (after an optional name mapping) is that
+    operator. Without step annotations, the k-th occurrence of an operator is step k.
+``order``
+    For profilers whose names differ from the graph's (``aten::addmm`` for an ONNX
+    ``Gemm``), names are first matched as above; the remaining *top-level* events
+    (not nested inside another event of the same thread) of each device and step
+    are aligned with the plan's remaining operators on that device, in topological
+    order, by operator class (:func:`partitioners.cost.op_class_of`, with PyTorch
+    ATen names normalised), using longest-matching-block alignment [2]_ so that an
+    operator the profiler does not show (an ONNX ``Shape``) or an event the graph
+    does not have (``aten::t``) costs one gap, not a misalignment.
+``auto``
+    ``name``, and ``order`` when names match nothing.
+
+Everything is plain Python over lists and numpy arrays: no I/O, no clocks.
+
+References
+----------
+.. [1] "Trace Event Format", Google (docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU).
+.. [2] J. W. Ratcliff, D. E. Metzener, "Pattern Matching: The Gestalt Approach",
+   Dr. Dobb's Journal, 1988 (the algorithm of Python's ``difflib.SequenceMatcher``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from partitioners.cost import OP_CLASS_NAMES, op_class_of
+from partitioners.errors import InputTooLarge, InvalidInput
+
+__all__ = [
+    "MATCH_RULES",
+    "TimelineEvents",
+    "TimelineMatch",
+    "parse_timeline",
+    "parse_chrome_trace",
+    "parse_simple_timeline",
+    "normalize_op_name",
+    "match_timeline",
+    "step_makespans_s",
+]
+
+MATCH_RULES = ("auto", "name", "order")
+_US = 1e-6
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+#: Chrome-trace categories that are not operators (Python stack, CUDA API calls, profiler bookkeeping).
+IGNORED_CATEGORIES = frozenset(
+    {"python_function", "cuda_runtime", "cuda_driver", "overhead", "trace", "ac2g", "flow", "python", "cpu_instant_event"}
+)
+#: ATen / PyTorch names whose normalised form :func:`op_class_of` would not know.
+_ALIASES = {
+    "maxpool1d": "maxpool",
+    "maxpool2d": "maxpool",
+    "maxpool3d": "maxpool",
+    "maxpool2dwithindices": "maxpool",
+    "adaptiveavgpool1d": "globalaveragepool",
+    "adaptiveavgpool2d": "globalaveragepool",
+    "adaptivemaxpool2d": "globalmaxpool",
+    "avgpool2d": "averagepool",
+    "avgpool1d": "averagepool",
+    "view": "reshape",
+    "unsafeview": "reshape",
+    "t": "transpose",
+    "permute": "transpose",
+    "cat": "concat",
+    "stack": "concat",
+    "contiguous": "copy",
+    "clone": "copy",
+    "to": "cast",
+    "todtype": "cast",
+    "select": "gather",
+    "indexselect": "gather",
+    "index": "gather",
+    "convolution": "conv",
+    "mkldnnconvolution": "conv",
+    "cudnnconvolution": "conv",
+    "nativelayernorm": "layernorm",
+    "nativebatchnorm": "batchnorm",
+    "softmaxbackward": "softmax",
+    "scaleddotproductflashattention": "attention",
+    "scaleddotproductefficientattention": "attention",
+    "flashattentionforward": "attention",
+    "addcmul": "mul",
+    "addcdiv": "div",
+    "rsqrt": "sqrt",
+    "mean": "reducemean",
+    "sum": "reducesum",
+    "amax": "reducemax",
+}
+
+
+@dataclass(frozen=True)
+class TimelineEvents:
+    """A measured timeline, normalised: one row per operator event.
+
+    Attributes
+    ----------
+    source_format : {"chrome", "simple"}
+    name : list of str
+        Event (operator) names as measured.
+    device : list of str or None
+        Device the event names, ``None`` when the trace does not say.
+    thread : list of str
+        Grouping key of the event's timeline row (``"pid:tid"``, or the device).
+    start_s, duration_s : numpy.ndarray of float64
+    step : numpy.ndarray of int64
+        Step index, ``-1`` when the timeline has no step annotations.
+    nested : numpy.ndarray of bool
+        Inside another event of the same thread (e.g. ``aten::addmm`` under
+        ``aten::linear``).
+    transfers : list of dict
+        ``{"tensor", "src", "dst", "start_s", "duration_s", "step"}`` per measured transfer.
+    peak_memory_bytes : dict
+        Measured peak memory per device, when the timeline reports it.
+    ignored : dict
+        Events left out and why (``{"python_function": 812, "metadata": 6}``).
+    """
+
+    source_format: str
+    name: list[str]
+    device: list[str | None]
+    thread: list[str]
+    start_s: np.ndarray
+    duration_s: np.ndarray
+    step: np.ndarray
+    nested: np.ndarray
+    transfers: list[dict] = field(default_factory=list)
+    peak_memory_bytes: dict[str, float] = field(default_factory=dict)
+    ignored: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def n_events(self) -> int:
+        return len(self.name)
+
+
+@dataclass(frozen=True)
+class TimelineMatch:
+    """Events paired with plan operators (one row per matched event).
+
+    Attributes
+    ----------
+    op : numpy.ndarray of int64
+        Plan operator index of each matched event.
+    device : numpy.ndarray of int64
+        Inventory device the operator ran on (the event's, or the plan's when the
+        event does not say).
+    step : numpy.ndarray of int64
+        Step index (>= 0; occurrence order when the timeline had no steps).
+    start_s, duration_s : numpy.ndarray of float64
+    transfer_tensor, transfer_src, transfer_dst, transfer_step : numpy.ndarray of int64
+    transfer_duration_s : numpy.ndarray of float64
+    matched_events : int
+        Operator and transfer events matched.
+    unmatched_events : int
+        Events that are neither matched nor nested inside a matched event.
+    nested_events : int
+        Events inside a matched event (their time is part of the parent's).
+    unmatched_names : list of (str, int)
+        The most frequent unmatched names, for the caller to add to the mapping.
+    ops_on_other_device : int
+        Matched events whose device differs from the plan's.
+    rule : str
+        The rule that produced the match (``name`` or ``order``).
+    """
+
+    op: np.ndarray
+    device: np.ndarray
+    step: np.ndarray
+    start_s: np.ndarray
+    duration_s: np.ndarray
+    transfer_tensor: np.ndarray
+    transfer_src: np.ndarray
+    transfer_dst: np.ndarray
+    transfer_step: np.ndarray
+    transfer_duration_s: np.ndarray
+    matched_events: int
+    unmatched_events: int
+    nested_events: int
+    unmatched_names: list[tuple[str, int]]
+    ops_on_other_device: int
+    rule: str
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def _finite(value: Any, where: str, *, minimum: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{where} must be a number", field=where)
+    out = float(value)
+    if not math.isfinite(out) or (minimum is not None and out < minimum):
+        bound = f" >= {minimum:g}" if minimum is not None else ""
+        raise InvalidInput(f"{where} must be a finite number{bound}", field=where)
+    return out
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise InvalidInput(f"{where} must be a string", field=where)
+    return str(value)
+
+
+def _nesting(thread: list[str], start_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
+    """Whether each event lies inside an earlier-starting, longer event of its thread."""
+    n = len(thread)
+    nested = np.zeros(n, dtype=bool)
+    if n == 0:
+        return nested
+    order = sorted(range(n), key=lambda i: (thread[i], start_s[i], -end_s[i], i))
+    stack: list[int] = []
+    current = None
+    for i in order:
+        if thread[i] != current:
+            stack, current = [], thread[i]
+        while stack and end_s[stack[-1]] < start_s[i] + 1e-12:
+            stack.pop()
+        if stack and end_s[i] <= end_s[stack[-1]] + 1e-12:
+            nested[i] = True
+        stack.append(i)
+    return nested
+
+
+def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> TimelineEvents:
+    """Normalise Chrome trace-event JSON (object with ``traceEvents``, or a bare array).
+
+    Parameters
+    ----------
+    document : dict or list
+    max_events : int
+        Upper bound on trace events.
+
+    Returns
+    -------
+    TimelineEvents
+
+    Raises
+    ------
+    InvalidInput
+        Not a trace, or a complete event without a name or with a bad ``ts``/``dur``.
+    InputTooLarge
+        More than ``max_events`` events.
+    """
+    if isinstance(document, dict):
+        events = document.get("traceEvents")
+        if not isinstance(events, list):
+            raise InvalidInput("a Chrome trace needs a 'traceEvents' array", field="timeline.traceEvents")
+    elif isinstance(document, list):
+        events = document
+    else:
+        raise InvalidInput("a Chrome trace is a JSON object with 'traceEvents' or a JSON array", field="timeline")
+    if len(events) > max_events:
+        raise InputTooLarge(f"the trace has {len(events)} events; at most {max_events} are accepted", field="timeline.traceEvents")
+    process_name: dict[str, str] = {}
+    thread_name: dict[str, str] = {}
+    ignored: Counter = Counter()
+    complete: list[tuple[int, dict]] = []
+    for i, ev in enumerate(events):
+        if not isinstance(ev, dict):
+            raise InvalidInput(f"trace event {i} is not an object", field=f"timeline.traceEvents[{i}]")
+        ph = ev.get("ph")
+        if ph == "M":
+            args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+            label = args.get("name")
+            if isinstance(label, str):
+                if ev.get("name") == "process_name":
+                    process_name[str(ev.get("pid"))] = label
+                elif ev.get("name") == "thread_name":
+                    thread_name[f"{ev.get('pid')}:{ev.get('tid')}"] = label
+            ignored["metadata"] += 1
+        elif ph == "X":
+            complete.append((i, ev))
+        else:
+            ignored[f"phase {ph}"] += 1
+
+    names: list[str] = []
+    devices: list[str | None] = []
+    threads: list[str] = []
+    starts: list[float] = []
+    durations: list[float] = []
+    step_windows: list[tuple[float, float, int]] = []
+    transfers: list[dict] = []
+    for i, ev in complete:
+        where = f"timeline.traceEvents[{i}]"
+        name = ev.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"complete event {i} has no name", field=f"{where}.name")
+        ts = _finite(ev.get("ts"), f"{where}.ts") * _US
+        dur = _finite(ev.get("dur", 0.0), f"{where}.dur", minimum=0.0) * _US
+        step_match = _STEP_RE.match(name)
+        if step_match:
+            step_windows.append((ts, ts + dur, int(step_match.group(1))))
+            continue
+        category = str(ev.get("cat", "")).lower()
+        if category in IGNORED_CATEGORIES:
+            ignored[category] += 1
+            continue
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        pid, tid = str(ev.get("pid", "")), str(ev.get("tid", ""))
+        key = f"{pid}:{tid}"
+        if "src" in args and "dst" in args:
+            transfers.append(
+                {
+                    "tensor": str(args.get("tensor", name)),
+                    "src": _text(args["src"], f"{where}.args.src"),
+                    "dst": _text(args["dst"], f"{where}.args.dst"),
+                    "start_s": ts,
+                    "duration_s": dur,
+                    "step": -1,
+                }
+            )
+            continue
+        device = args.get("device")
+        candidates = [str(device)] if isinstance(device, (str, int)) and not isinstance(device, bool) else []
+        candidates += [key, pid]
+        for label in (thread_name.get(key), process_name.get(pid)):
+            if label:
+                candidates.append(label)
+        names.append(name)
+        devices.append("\x00".join(candidates))  # resolved against the inventory in match_timeline
+        threads.append(key)
+        starts.append(ts)
+        durations.append(dur)
+
+    start_s = np.asarray(starts, dtype=np.float64)
+    duration_s = np.asarray(durations, dtype=np.float64)
+    step = np.full(len(names), -1, dtype=np.int64)
+    if step_windows:
+        step_windows.sort()
+        lo = np.array([w[0] for w in step_windows])
+        hi = np.array([w[1] for w in step_windows])
+        number = np.array([w[2] for w in step_windows], dtype=np.int64)
+        if names:
+            k = np.searchsorted(lo, start_s, side="right") - 1
+            inside = (k >= 0) & (start_s <= hi[np.clip(k, 0, None)] + 1e-12)
+            step[inside] = number[k[inside]]
+        for tr in transfers:
+            k = int(np.searchsorted(lo, tr["start_s"], side="right")) - 1
+            if k >= 0 and tr["start_s"] <= hi[k] + 1e-12:
+                tr["step"] = int(number[k])
+    return TimelineEvents(
+        source_format="chrome",
+        name=names,
+        device=devices,
+        thread=threads,
+        start_s=start_s,
+        duration_s=duration_s,
+        step=step,
+        nested=_nesting(threads, start_s, start_s + duration_s),
+        transfers=transfers,
+        ignored=dict(ignored),
+    )
+
+
+def parse_simple_timeline(document: Any, *, max_events: int = 2_000_000) -> TimelineEvents:
+    """Normalise the simple JSON form (module docstring).
+
+    Raises
+    ------
+    InvalidInput
+        Missing ``ops``, a negative or non-finite duration, a bad step.
+    InputTooLarge
+        More than ``max_events`` operator events.
+    """
+    if not isinstance(document, dict) or not isinstance(document.get("ops"), list):
+        raise InvalidInput("the simple timeline form is an object with an 'ops' array", field="timeline.ops")
+    ops = document["ops"]
+    if len(ops) > max_events:
+        raise InputTooLarge(f"the timeline has {len(ops)} operator events; at most {max_events} are accepted", field="timeline.ops")
+    names, devices, threads, starts, durations, steps = [], [], [], [], [], []
+    for i, op in enumerate(ops):
+        where = f"timeline.ops[{i}]"
+        if not isinstance(op, dict):
+            raise InvalidInput(f"{where} is not an object", field=where)
+        name = op.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"{where} needs a 'name'", field=f"{where}.name")
+        device = op.get("device")
+        if device is not None:
+            device = _text(device, f"{where}.device")
+        step = op.get("step", 0)
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InvalidInput(f"{where}.step must be a non-negative integer", field=f"{where}.step")
+        names.append(name)
+        devices.append(device)
+        threads.append(device or "")
+        starts.append(_finite(op.get("start_s", 0.0), f"{where}.start_s"))
+        durations.append(_finite(op.get("duration_s"), f"{where}.duration_s", minimum=0.0))
+        steps.append(step)
+    peak: dict[str, float] = {}
+    raw_peak = document.get("peak_memory_bytes", {}) or {}
+    if not isinstance(raw_peak, dict):
+        raise InvalidInput("peak_memory_bytes must map device names to bytes", field="timeline.peak_memory_bytes")
+    for dev, n_bytes in raw_peak.items():
+        peak[str(dev)] = _finite(n_bytes, f"timeline.peak_memory_bytes[{dev!r}]", minimum=0.0)
+    transfers = []
+    raw_transfers = document.get("transfers", []) or []
+    if not isinstance(raw_transfers, list):
+        raise InvalidInput("transfers must be an array", field="timeline.transfers")
+    for i, tr in enumerate(raw_transfers):
+        where = f"timeline.transfers[{i}]"
+        if not isinstance(tr, dict):
+            raise InvalidInput(f"{where} is not an object", field=where)
+        step = tr.get("step", 0)
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InvalidInput(f"{where}.step must be a non-negative integer", field=f"{where}.step")
+        transfers.append(
+            {
+                "tensor": _text(tr.get("tensor"), f"{where}.tensor"),
+                "src": _text(tr.get("src"), f"{where}.src"),
+                "dst": _text(tr.get("dst"), f"{where}.dst"),
+                "start_s": _finite(tr.get("start_s", 0.0), f"{where}.start_s"),
+                "duration_s": _finite(tr.get("duration_s"), f"{where}.duration_s", minimum=0.0),
+                "step": step,
+            }
+        )
+    start_s = np.asarray(starts, dtype=np.float64)
+    duration_s = np.asarray(durations, dtype=np.float64)
+    return TimelineEvents(
+        source_format="simple",
+        name=names,
+        device=devices,
+        thread=threads,
+        start_s=start_s,
+        duration_s=duration_s,
+        step=np.asarray(steps, dtype=np.int64),
+        nested=np.zeros(len(names), dtype=bool),
+        transfers=transfers,
+        peak_memory_bytes=peak,
+    )
+
+
+def parse_timeline(document: Any, source_format: str = "auto", *, max_events: int = 2_000_000) -> TimelineEvents:
+    """Parse either form; ``auto`` picks Chrome for ``traceEvents`` or an array, simple for ``ops``."""
+    if source_format == "auto":
+        if isinstance(document, list) or (isinstance(document, dict) and "traceEvents" in document):
+            source_format = "chrome"
+        elif isinstance(document, dict) and "ops" in document:
+            source_format = "simple"
+        else:
+            raise InvalidInput(
+                "cannot tell the timeline's format: send a Chrome trace ('traceEvents') or the simple form ('ops')",
+                field="timeline",
+            )
+    if source_format == "chrome":
+        return parse_chrome_trace(document, max_events=max_events)
+    if source_format == "simple":
+        return parse_simple_timeline(document, max_events=max_events)
+    raise InvalidInput("format must be one of auto, chrome, simple", field="format")
+
+
+# ----------------------------------------------------------------------------- matching
+
+
+def normalize_op_name(name: str) -> str:
+    """An event name as an operator type :func:`~partitioners.cost.op_class_of` knows.
+
+    ``"aten::max_pool2d"`` -> ``"maxpool"``, ``"aten::relu_"`` -> ``"relu"``,
+    ``"aten::linear"`` -> ``"linear"``; names without a namespace pass through.
+    """
+    base = name.rsplit("::", 1)[-1].strip().lower()
+    base = base.strip("_").replace("_", "")
+    return _ALIASES.get(base, base)
+
+
+def _resolve_device(raw: str | None, device_index: Mapping[str, int], device_mapping: Mapping[str, str]) -> int:
+    if raw is None:
+        return -1
+    for candidate in raw.split("\x00"):
+        target = device_mapping.get(candidate, candidate)
+        if target in device_index:
+            return device_index[target]
+    return -1
+
+
+def _align(event_keys: list[str], op_keys: list[str]) -> list[tuple[int, int]]:
+    """Pairs ``(event position, op position)`` of equal keys along the longest matching blocks."""
+    matcher = SequenceMatcher(None, event_keys, op_keys, autojunk=False)
+    pairs = []
+    for block in matcher.get_matching_blocks():
+        pairs += [(block.a + k, block.b + k) for k in range(block.size)]
+    return pairs
+
+
+def match_timeline(
+    events: TimelineEvents,
+    op_names: Sequence[str],
+    op_types: Sequence[str],
+    op_device: np.ndarray,
+    device_names: Sequence[str],
+    tensor_names: Sequence[str] = (),
+    *,
+    op_rank: np.ndarray | None = None,
+    op_mapping: Mapping[str, str] | None = None,
+    device_mapping: Mapping[str, str] | None = None,
+    rule: str = "auto",
+) -> TimelineMatch:
+    """Pair measured events with the plan's operators and transfers (module docstring).
+
+    Parameters
+    ----------
+    events : TimelineEvents
+    op_names, op_types : sequence of str, length n_ops
+        The placed graph's operator names and types.
+    op_device : numpy.ndarray of int64, shape (n_ops,)
+        The plan's device per operator.
+    device_names : sequence of str
+        The inventory's device names (ids are positions).
+    tensor_names : sequence of str
+        The placed graph's tensor names (for transfers).
+    op_rank : numpy.ndarray, optional
+        Position of each operator in the order the ``order`` rule aligns against
+        (a topological order); operator index order when omitted.
+    op_mapping : mapping, optional
+        Measured name -> plan operator name.
+    device_mapping : mapping, optional
+        ``"pid:tid"`` / ``"pid"`` / thread or process name / measured device name ->
+        inventory device name.
+    rule : {"auto", "name", "order"}
+
+    Returns
+    -------
+    TimelineMatch
+
+    Raises
+    ------
+    InvalidInput
+        Unknown rule, or a mapping onto an operator or device the plan does not have.
+    """
+    if rule not in MATCH_RULES:
+        raise InvalidInput(f"match must be one of {', '.join(MATCH_RULES)}", field="match")
+    op_mapping = dict(op_mapping or {})
+    device_mapping = dict(device_mapping or {})
+    op_index = {str(n): i for i, n in enumerate(op_names)}
+    dev_index = {str(n): i for i, n in enumerate(device_names)}
+    for measured, target in op_mapping.items():
+        if target not in op_index:
+            raise InvalidInput(
+                f"the mapping sends {measured!r} to {target!r}, which is not an operator of this plan",
+                field="mapping.ops",
+            )
+    for measured, target in device_mapping.items():
+        if target not in dev_index:
+            raise InvalidInput(
+                f"the device mapping sends {measured!r} to {target!r}, which is not a device of this plan's inventory",
+                field="mapping.devices",
+            )
+    op_device = np.asarray(op_device, dtype=np.int64)
+    n = events.n_events
+    ev_device = np.array([_resolve_device(d, dev_index, device_mapping) for d in events.device], dtype=np.int64)
+    ev_op = np.full(n, -1, dtype=np.int64)
+
+    # 1. names (and the mapping)
+    for i, name in enumerate(events.name):
+        target = op_mapping.get(name, name)
+        j = op_index.get(target)
+        if j is not None:
+            ev_op[i] = j
+    used_rule = "name"
+    if rule == "order" or (rule == "auto" and not (ev_op >= 0).any()):
+        used_rule = "order"
+        _match_by_order(events, ev_op, ev_device, op_types, op_device, op_rank)
+
+    # steps: annotated, or the occurrence index of each operator
+    step = events.step.copy()
+    matched = np.flatnonzero(ev_op >= 0)
+    if matched.size and (step[matched] < 0).all():
+        order = matched[np.lexsort((matched, events.start_s[matched], ev_op[matched]))]
+        seen: Counter = Counter()
+        for i in order.tolist():
+            step[i] = seen[ev_op[i]]
+            seen[ev_op[i]] += 1
+    step[step < 0] = 0
+    # one event per (operator, step): later duplicates count as unmatched
+    keep = np.zeros(n, dtype=bool)
+    first: set[tuple[int, int]] = set()
+    for i in matched[np.lexsort((matched, events.start_s[matched]))].tolist():
+        key = (int(ev_op[i]), int(step[i]))
+        if key not in first:
+            first.add(key)
+            keep[i] = True
+    rows = np.flatnonzero(keep)
+    device = np.where(ev_device[rows] >= 0, ev_device[rows], op_device[ev_op[rows]])
+    on_other = int((device != op_device[ev_op[rows]]).sum())
+
+    # events inside a matched event are part of its time, not unmatched
+    inside = _inside_matched(events, keep)
+    unmatched_mask = ~keep & ~inside
+    unmatched_names = Counter(events.name[i] for i in np.flatnonzero(unmatched_mask).tolist())
+
+    # transfers
+    t_index = {str(t): k for k, t in enumerate(tensor_names)}
+    tt, ts_, td, tstep, tdur = [], [], [], [], []
+    unmatched_transfers = 0
+    for tr in events.transfers:
+        k = t_index.get(op_mapping.get(tr["tensor"], tr["tensor"]))
+        s = dev_index.get(device_mapping.get(tr["src"], tr["src"]))
+        d = dev_index.get(device_mapping.get(tr["dst"], tr["dst"]))
+        if k is None or s is None or d is None or s == d:
+            unmatched_transfers += 1
+            unmatched_names[f"transfer {tr['tensor']}"] += 1
+            continue
+        tt.append(k)
+        ts_.append(s)
+        td.append(d)
+        tstep.append(max(int(tr["step"]), 0))
+        tdur.append(float(tr["duration_s"]))
+
+    return TimelineMatch(
+        op=ev_op[rows],
+        device=device.astype(np.int64),
+        step=step[rows],
+        start_s=events.start_s[rows],
+        duration_s=events.duration_s[rows],
+        transfer_tensor=np.asarray(tt, dtype=np.int64),
+        transfer_src=np.asarray(ts_, dtype=np.int64),
+        transfer_dst=np.asarray(td, dtype=np.int64),
+        transfer_step=np.asarray(tstep, dtype=np.int64),
+        transfer_duration_s=np.asarray(tdur, dtype=np.float64),
+        matched_events=int(rows.size) + len(tt),
+        unmatched_events=int(unmatched_mask.sum()) + unmatched_transfers,
+        nested_events=int(inside.sum()),
+        unmatched_names=unmatched_names.most_common(20),
+        ops_on_other_device=on_other,
+        rule=used_rule,
+    )
+
+
+def _inside_matched(events: TimelineEvents, keep: np.ndarray) -> np.ndarray:
+    """Unmatched events that lie within a matched event of the same thread."""
+    n = events.n_events
+    inside = np.zeros(n, dtype=bool)
+    if not events.nested.any() or not keep.any():
+        return inside
+    end = events.start_s + events.duration_s
+    by_thread: dict[str, list[int]] = {}
+    for i in np.flatnonzero(keep).tolist():
+        by_thread.setdefault(events.thread[i], []).append(i)
+    spans = {t: (np.array([events.start_s[i] for i in ids]), np.array([end[i] for i in ids])) for t, ids in by_thread.items()}
+    for i in np.flatnonzero(~keep & events.nested).tolist():
+        span = spans.get(events.thread[i])
+        if span is None:
+            continue
+        lo, hi = span
+        inside[i] = bool(((lo <= events.start_s[i] + 1e-12) & (hi + 1e-12 >= end[i])).any())
+    return inside
+
+
+def _match_by_order(
+    events: TimelineEvents,
+    ev_op: np.ndarray,
+    ev_device: np.ndarray,
+    op_types: Sequence[str],
+    op_device: np.ndarray,
+    op_rank: np.ndarray | None,
+) -> None:
+    """Align unmatched top-level events with unmatched operators by class, per device and step."""
+    n_ops = len(op_types)
+    rank = np.arange(n_ops) if op_rank is None else np.asarray(op_rank)
+    op_class = [OP_CLASS_NAMES[c] for c in op_class_of(list(op_types)).tolist()] if n_ops else []
+    ev_class = (
+        [OP_CLASS_NAMES[c] for c in op_class_of([normalize_op_name(nm) for nm in events.name]).tolist()]
+        if events.n_events
+        else []
+    )
+    taken_by_step: dict[int, set[int]] = {}
+    for i in np.flatnonzero(ev_op >= 0).tolist():
+        taken_by_step.setdefault(int(events.step[i]), set()).add(int(ev_op[i]))
+    candidates = np.flatnonzero((ev_op < 0) & ~events.nested)
+    groups: dict[tuple, list[int]] = {}
+    for i in candidates.tolist():
+        where = ("device", int(ev_device[i])) if ev_device[i] >= 0 else ("thread", events.thread[i])
+        groups.setdefault((int(events.step[i]), where), []).append(i)
+    by_rank = np.argsort(rank, kind="stable")
+    for (step, where), members in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        members.sort(key=lambda i: (events.start_s[i], i))
+        taken = taken_by_step.setdefault(step, set())
+        if where[0] == "device":
+            pool = [j for j in by_rank.tolist() if op_device[j] == where[1] and j not in taken]
+        else:  # a thread that names no device: align against every operator left
+            pool = [j for j in by_rank.tolist() if j not in taken]
+        pairs = _align([ev_class[i] for i in members], [op_class[j] for j in pool])
+        for a, b in pairs:
+            ev_op[members[a]] = pool[b]
+            taken.add(pool[b])
+
+
+def step_makespans_s(step: np.ndarray, start_s: np.ndarray, duration_s: np.ndarray) -> dict[int, float]:
+    """Measured makespan of each step: last end minus first start of its matched events."""
+    out: dict[int, float] = {}
+    if step.size == 0:
+        return out
+    end = start_s + duration_s
+    for s in np.unique(step).tolist():
+        mask = step == s
+        out[int(s)] = float(end[mask].max() - start_s[mask].min())
+    return out

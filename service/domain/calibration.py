@@ -1,0 +1,135 @@
+"""Calibration use case: fit a tenant's cost-model factors for one inventory from its stored timelines.
+
+Factors live in the ``calibrations`` table, one row per (tenant, inventory hash),
+with a version that increments on every refit. The JSON document is::
+
+    {"type_class":   [{"device_type", "op_class", "multiplier"}],
+     "device_class": [{"device", "op_class", "multiplier", "n_ops"}],
+     "device_slowdown": {device: factor},
+     "link_class": {link class: multiplier}, "n_transfers": {link class: n},
+     "n_observations": n}
+
+``cost_model_from_factors`` turns it back into a :class:`~partitioners.cost.CostModel`
+(the planning worker uses it for re-plans queued as jobs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from partitioners.calibration import CalibrationFit, fit_calibration
+from partitioners.cost import OP_CLASS_NAMES, CostModel
+from partitioners.inventory import LINK_CLASS_NAMES, Inventory
+from service.storage import feedback as feedback_repo
+from service.storage.blobs import unpack_json
+from service.storage.models import Calibration, utcnow
+
+__all__ = ["CALIBRATION_WINDOW", "cost_model_from_factors", "factors_document", "refit_calibration", "calibration_read"]
+
+#: Calibration fits the newest this-many timelines of an inventory.
+CALIBRATION_WINDOW = 50
+
+
+def cost_model_from_factors(factors: dict | None, inventory: Inventory, base: CostModel | None = None) -> CostModel:
+    """The cost model a factors document describes, restricted to ``inventory``'s devices and types."""
+    base = base or CostModel()
+    factors = factors or {}
+    names = {str(n) for n in inventory.device_names}
+    types = {str(t) for t in inventory.device_types}
+    table: dict[tuple[str, str], float] = {}
+    for entry in factors.get("type_class", []):
+        if entry.get("device_type") in types and entry.get("op_class") in OP_CLASS_NAMES:
+            table[(entry["device_type"], entry["op_class"])] = float(entry["multiplier"])
+    for entry in factors.get("device_class", []):
+        if entry.get("device") in names and entry.get("op_class") in OP_CLASS_NAMES:
+            table[(entry["device"], entry["op_class"])] = float(entry["multiplier"])
+    links = {k: float(v) for k, v in factors.get("link_class", {}).items() if k in LINK_CLASS_NAMES}
+    return CostModel(
+        dtype=base.dtype,
+        efficiency=base.efficiency,
+        memory_efficiency=base.memory_efficiency,
+        launch_overhead_s=base.launch_overhead_s,
+        device_class_multiplier={**base.device_class_multiplier, **table},
+        link_class_multiplier={**base.link_class_multiplier, **links},
+    )
+
+
+def factors_document(fit: CalibrationFit, n_observations: int) -> dict:
+    return {
+        "type_class": [
+            {"device_type": t, "op_class": c, "multiplier": round(m, 6)} for (t, c), m in sorted(fit.type_class.items())
+        ],
+        "device_class": [
+            {"device": d, "op_class": c, "multiplier": round(m, 6), "n_ops": fit.n_ops.get((d, c), 0)}
+            for (d, c), m in sorted(fit.device_class.items())
+        ],
+        "device_slowdown": {d: round(v, 6) for d, v in sorted(fit.device_slowdown.items())},
+        "link_class": {k: round(v, 6) for k, v in sorted(fit.link_class.items())},
+        "n_transfers": dict(sorted(fit.n_transfers.items())),
+        "n_observations": int(n_observations),
+    }
+
+
+def _observation_arrays(rows, inventory: Inventory):
+    """Concatenate the stored observations of several timelines into fit arrays."""
+    dev_index = {str(n): i for i, n in enumerate(inventory.device_names)}
+    keys: dict[tuple[str, str, str], int] = {}
+    op_key, op_dev, op_cls, roof, meas = [], [], [], [], []
+    t_key, t_cls, t_pred, t_meas = [], [], [], []
+    for row in rows:
+        doc = unpack_json(row.timeline)
+        obs = doc.get("observations", {})
+        for name, device, cls, r, d in zip(obs.get("op", []), obs.get("device", []), obs.get("op_class", []), obs.get("roofline_s", []), obs.get("duration_s", [])):
+            if device not in dev_index:
+                continue
+            op_key.append(keys.setdefault((row.plan_id, name, device), len(keys)))
+            op_dev.append(dev_index[device])
+            op_cls.append(cls)
+            roof.append(r)
+            meas.append(d)
+        tr = doc.get("transfers", {})
+        for tensor, src, dst, cls, p, d in zip(
+            tr.get("tensor", []), tr.get("src", []), tr.get("dst", []), tr.get("link_class", []), tr.get("predicted_s", []), tr.get("duration_s", [])
+        ):
+            t_key.append(keys.setdefault((row.plan_id, f"transfer:{tensor}:{src}", dst), len(keys)))
+            t_cls.append(cls)
+            t_pred.append(p)
+            t_meas.append(d)
+    as_i = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+    as_f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
+    return (as_i(op_key), as_i(op_dev), as_i(op_cls), as_f(roof), as_f(meas)), (as_i(t_key), as_i(t_cls), as_f(t_pred), as_f(t_meas))
+
+
+def refit_calibration(session: Session, tenant_id: str, inventory_hash: str, inventory: Inventory) -> Calibration | None:
+    """Fit factors from the newest :data:`CALIBRATION_WINDOW` timelines of this inventory and store them."""
+    rows = feedback_repo.recent_feedback_for_inventory(session, tenant_id, inventory_hash, limit=CALIBRATION_WINDOW)
+    if not rows:
+        return None
+    (key, dev, cls, roof, meas), (t_key, t_cls, t_pred, t_meas) = _observation_arrays(rows, inventory)
+    fit = fit_calibration(
+        inventory,
+        key,
+        dev,
+        cls,
+        roof,
+        meas,
+        launch_overhead_s=CostModel().launch_overhead_s,
+        transfer_key=t_key,
+        transfer_link_class=t_cls,
+        transfer_predicted_s=t_pred,
+        transfer_measured_s=t_meas,
+    )
+    return feedback_repo.save_calibration(session, tenant_id, inventory_hash, factors_document(fit, int(key.size)), len(rows), utcnow())
+
+
+def calibration_read(row: Calibration | None) -> dict | None:
+    if row is None:
+        return None
+    return {
+        "inventory_hash": row.inventory_hash,
+        "version": row.version,
+        "n_timelines": row.n_timelines,
+        "updated_at": row.updated_at.isoformat(),
+        "factors": row.factors,
+    }

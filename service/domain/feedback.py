@@ -1,0 +1,399 @@
+"""Runtime feedback use cases: store a measured timeline, report accuracy, re-plan.
+
+* ``submit_feedback``: parse the timeline (Chrome trace or simple JSON), match it to
+  the plan's placed operators, store it in full with the matched observations
+  (measured time next to the uncalibrated roofline time), then refit the tenant's
+  calibration for the plan's inventory from its newest timelines.
+* ``plan_accuracy``: prediction error of the model the plan was made with and of
+  the current calibration, against every stored timeline of the plan.
+* ``replan``: plan again with the calibration (and a load report: slow devices,
+  gone devices), optionally with minimal movement, stored as a child plan.
+
+Domain code only flushes; the request's session commits.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import structlog
+from sqlalchemy.orm import Session
+
+from partitioners.calibration import calibrated_cost_model, prediction_error
+from partitioners.cost import CostModel, op_class_of, op_times_by_profile_s, transfer_times_s
+from partitioners.errors import InvalidInput
+from partitioners.graph import Hypergraph, topological_order
+from partitioners.hierarchical import place
+from partitioners.inventory import Inventory, inventory_to_json, link_class_ids, without_devices
+from partitioners.replan import minimal_movement, placement_result
+from partitioners.simulate import simulate
+from partitioners.timeline import match_timeline, parse_timeline, step_makespans_s
+from partitioners.transforms import expand_graph
+from service.domain import plan_views
+from service.domain.calibration import CALIBRATION_WINDOW, calibration_read, cost_model_from_factors, refit_calibration
+from service.domain.plan_document import plan_document
+from service.domain.planning import PlanSubmission, SubmitOutcome, load_plan_inputs, placement_options, submit_plan
+from service.errors import Conflict, UnprocessableInput
+from service.schemas.feedback import FeedbackCreate, ReplanCreate
+from service.settings import Settings
+from service.storage import feedback as feedback_repo
+from service.storage.blobs import pack_json, unpack_json
+from service.storage.models import Feedback, utcnow
+
+__all__ = ["submit_feedback", "feedback_read", "plan_accuracy", "replan", "REPLAN_ROUTE"]
+
+log = structlog.get_logger("hyperplace.feedback")
+REPLAN_ROUTE = "POST /v1/plans/{plan_id}/replan"
+#: Timelines with more events than this are refused (the body limit usually answers first).
+MAX_TIMELINE_EVENTS = 2_000_000
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """A finished plan as plain data: the placed graph, its inventory and placement."""
+
+    plan_id: str
+    graph_id: str
+    model_hash: str
+    inventory_hash: str
+    options: dict
+    calibration: dict | None
+    summary: dict
+    graph: Hypergraph
+    inventory: Inventory
+    placement: np.ndarray
+    ops: dict[str, str]
+
+
+def _plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext:
+    plan = plan_views.finished_plan(session, tenant_id, plan_id)
+    original, inventory = load_plan_inputs(session, plan)
+    options = {k: v for k, v in plan.options.items() if not k.startswith("_")}
+    expanded = expand_graph(original, mode=options.get("mode", "inference"), micro_batches=options.get("micro_batches", 1))
+    ops = plan_views.plan_body(plan).get("ops") or {}
+    index = {str(n): i for i, n in enumerate(inventory.device_names)}
+    placement = np.array([index.get(ops.get(str(n)), -1) for n in expanded.graph.op_names], dtype=np.int64)
+    if (placement < 0).any():
+        raise Conflict(f"Plan {plan_id} does not place every operator of its graph; it cannot take feedback.")
+    return PlanContext(
+        plan_id=plan.id,
+        graph_id=plan.graph_id,
+        model_hash=plan.model_hash,
+        inventory_hash=plan.inventory_hash,
+        options=options,
+        calibration=plan.options.get("_calibration"),
+        summary=dict(plan.summary or {}),
+        graph=expanded.graph,
+        inventory=inventory,
+        placement=placement,
+        ops={str(k): str(v) for k, v in ops.items()},
+    )
+
+
+def _topological_rank(graph: Hypergraph) -> np.ndarray:
+    rank = np.empty(graph.n_ops, dtype=np.int64)
+    rank[topological_order(graph)] = np.arange(graph.n_ops)
+    return rank
+
+
+# ----------------------------------------------------------------------------- feedback
+
+
+def submit_feedback(session: Session, tenant_id: str, plan_id: str, request: FeedbackCreate) -> dict:
+    """Match, store and calibrate; the stored record with its match report and the new calibration."""
+    ctx = _plan_context(session, tenant_id, plan_id)
+    g, inv = ctx.graph, ctx.inventory
+    events = parse_timeline(request.timeline, request.format, max_events=MAX_TIMELINE_EVENTS)
+    match = match_timeline(
+        events,
+        g.op_names.tolist(),
+        g.op_types.tolist(),
+        ctx.placement,
+        inv.device_names.tolist(),
+        g.tensor_names.tolist(),
+        op_rank=_topological_rank(g),
+        op_mapping=request.mapping.ops,
+        device_mapping=request.mapping.devices,
+        rule=request.match,
+    )
+    if match.matched_events == 0:
+        common = ", ".join(f"{name!r} x{count}" for name, count in match.unmatched_names[:5]) or "none"
+        raise UnprocessableInput(
+            f"The timeline matches none of the plan's {g.n_ops} operators ({events.n_events} operator events; most frequent "
+            f"unmatched names: {common}). Name events after the plan's operators, send mapping.ops "
+            "{measured name: plan operator}, or use match='order' to align by operator class."
+        )
+    base = CostModel()
+    times, profile = op_times_by_profile_s(g, inv, base)
+    classes = op_class_of(g.op_types)
+    roofline = times[match.op, profile[match.device]] - base.launch_overhead_s
+    names = g.op_names
+    device_names = inv.device_names
+    t_bytes = g.tensor_bytes[match.transfer_tensor]
+    t_pred = transfer_times_s(t_bytes, match.transfer_src, match.transfer_dst, inv, base)
+    t_cls = link_class_ids(inv, match.transfer_src, match.transfer_dst)
+    step_spans = step_makespans_s(match.step, match.start_s, match.duration_s)
+    measured_makespan = float(np.median(list(step_spans.values()))) if step_spans else None
+    report = {
+        "rule": match.rule,
+        "matched_events": match.matched_events,
+        "unmatched_events": match.unmatched_events,
+        "nested_events": match.nested_events,
+        "ignored_events": dict(events.ignored),
+        "unmatched_names": [[n, c] for n, c in match.unmatched_names],
+        "ops_matched": int(np.unique(match.op).size),
+        "ops_total": int(g.n_ops),
+        "ops_on_other_device": match.ops_on_other_device,
+        "transfers_matched": int(match.transfer_tensor.size),
+        "steps": len(step_spans),
+        "step_makespans_s": {str(k): v for k, v in sorted(step_spans.items())},
+    }
+    document = {
+        "format": events.source_format,
+        "timeline": request.timeline,
+        "mapping": request.mapping.model_dump(),
+        "match": report,
+        "observations": {
+            "op": names[match.op].tolist(),
+            "device": device_names[match.device].tolist(),
+            "op_class": classes[match.op].astype(int).tolist(),
+            "step": match.step.tolist(),
+            "start_s": match.start_s.tolist(),
+            "duration_s": match.duration_s.tolist(),
+            "roofline_s": roofline.tolist(),
+        },
+        "transfers": {
+            "tensor": g.tensor_names[match.transfer_tensor].tolist(),
+            "src": device_names[match.transfer_src].tolist(),
+            "dst": device_names[match.transfer_dst].tolist(),
+            "step": match.transfer_step.tolist(),
+            "link_class": t_cls.astype(int).tolist(),
+            "predicted_s": t_pred.tolist(),
+            "duration_s": match.transfer_duration_s.tolist(),
+        },
+        "peak_memory_bytes": dict(events.peak_memory_bytes),
+    }
+    row = feedback_repo.insert_feedback(
+        session,
+        tenant_id,
+        Feedback(
+            plan_id=ctx.plan_id,
+            model_hash=ctx.model_hash,
+            inventory_hash=ctx.inventory_hash,
+            source_format=events.source_format,
+            step_index=request.step_index,
+            hardware_notes=request.hardware_notes,
+            measured_at=request.measured_at,
+            matched_events=match.matched_events,
+            unmatched_events=match.unmatched_events,
+            measured_makespan_s=measured_makespan,
+            timeline=pack_json(document),
+            created_at=utcnow(),
+        ),
+    )
+    calibration = refit_calibration(session, tenant_id, ctx.inventory_hash, inv)
+    log.info("feedback stored", plan_id=ctx.plan_id, feedback_id=row.id, matched=match.matched_events, unmatched=match.unmatched_events)
+    return feedback_read(row, match=report, calibration=calibration_read(calibration))
+
+
+def feedback_read(
+    row: Feedback, *, match: dict | None = None, calibration: dict | None = None, detail: bool = False, include_timeline: bool = False
+) -> dict:
+    """The API shape of a stored timeline; ``detail`` adds the match report, ``include_timeline`` the document."""
+    document = unpack_json(row.timeline) if (detail and match is None) or include_timeline else None
+    out = {
+        "id": row.id,
+        "plan_id": row.plan_id,
+        "model_hash": row.model_hash,
+        "inventory_hash": row.inventory_hash,
+        "source_format": row.source_format,
+        "step_index": row.step_index,
+        "hardware_notes": row.hardware_notes,
+        "measured_at": row.measured_at.isoformat() if row.measured_at else None,
+        "created_at": row.created_at.isoformat(),
+        "matched_events": row.matched_events,
+        "unmatched_events": row.unmatched_events,
+        "measured_makespan_s": row.measured_makespan_s,
+        "match": match if match is not None else (document or {}).get("match"),
+        "calibration": calibration,
+        "timeline": document["timeline"] if include_timeline and document is not None else None,
+        "links": {
+            "self": f"/v1/feedback/{row.id}",
+            "plan": f"/v1/plans/{row.plan_id}",
+            "accuracy": f"/v1/plans/{row.plan_id}/accuracy",
+            "replan": f"/v1/plans/{row.plan_id}/replan",
+        },
+    }
+    return out
+
+
+# ----------------------------------------------------------------------------- accuracy
+
+
+def _predicted(ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, float]:
+    times, profile = op_times_by_profile_s(ctx.graph, ctx.inventory, model)
+    makespan = simulate(ctx.graph, ctx.inventory, ctx.placement, cost_model=model, record_timeline=False).makespan_s
+    return times[op, profile[device]], float(makespan)
+
+
+def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:
+    """Prediction error before (the plan's model) and after (current calibration), against its timelines."""
+    ctx = _plan_context(session, tenant_id, plan_id)
+    rows = feedback_repo.list_feedback_for_plan(session, tenant_id, plan_id, limit=CALIBRATION_WINDOW)
+    if not rows:
+        raise Conflict(f"Plan {plan_id} has no feedback yet; POST a measured timeline to /v1/plans/{plan_id}/feedback first.")
+    op_index = {str(n): i for i, n in enumerate(ctx.graph.op_names)}
+    dev_index = {str(n): i for i, n in enumerate(ctx.inventory.device_names)}
+    samples: dict[tuple[int, int], list[float]] = {}
+    spans: list[float] = []
+    memory: dict[str, list[float]] = {}
+    for row in rows:
+        doc = unpack_json(row.timeline)
+        obs = doc.get("observations", {})
+        for name, device, duration in zip(obs.get("op", []), obs.get("device", []), obs.get("duration_s", [])):
+            if name in op_index and device in dev_index:
+                samples.setdefault((op_index[name], dev_index[device]), []).append(float(duration))
+        spans += [float(v) for v in doc.get("match", {}).get("step_makespans_s", {}).values()]
+        for device, n_bytes in doc.get("peak_memory_bytes", {}).items():
+            memory.setdefault(device, []).append(float(n_bytes))
+    keys = sorted(samples)
+    op = np.array([k[0] for k in keys], dtype=np.int64)
+    device = np.array([k[1] for k in keys], dtype=np.int64)
+    measured = np.array([float(np.median(samples[k])) for k in keys])
+    measured_makespan = float(np.median(spans)) if spans else 0.0
+    calibration = feedback_repo.get_calibration(session, tenant_id, ctx.inventory_hash)
+    before_model = cost_model_from_factors(ctx.calibration, ctx.inventory)
+    after_model = cost_model_from_factors(calibration.factors if calibration else ctx.calibration, ctx.inventory)
+    out = {"plan_id": ctx.plan_id, "n_timelines": len(rows), "n_steps": len(spans), "calibration": calibration_read(calibration)}
+    for label, model in (("before", before_model), ("after", after_model)):
+        predicted_ops, predicted_makespan = _predicted(ctx, model, op, device)
+        out[label] = prediction_error(predicted_ops, measured, predicted_makespan, measured_makespan)
+    predicted_peak = ctx.summary.get("peak_memory_bytes", {})
+    out["memory"] = [
+        {
+            "device": dev,
+            "measured_bytes": float(np.median(values)),
+            "predicted_bytes": predicted_peak.get(dev),
+            "rel_error": (abs(predicted_peak[dev] - float(np.median(values))) / float(np.median(values)))
+            if predicted_peak.get(dev) is not None and np.median(values) > 0
+            else None,
+        }
+        for dev, values in sorted(memory.items())
+    ]
+    return out
+
+
+# ----------------------------------------------------------------------------- replan
+
+
+def _factors_of(model: CostModel, inventory: Inventory) -> dict:
+    """A factors document (``service.domain.calibration``) for a cost model's multipliers."""
+    types = {str(t) for t in inventory.device_types}
+    doc = {"type_class": [], "device_class": [], "link_class": dict(model.link_class_multiplier)}
+    for (dev, cls), m in sorted(model.device_class_multiplier.items()):
+        if dev in types:
+            doc["type_class"].append({"device_type": dev, "op_class": cls, "multiplier": float(m)})
+        else:
+            doc["device_class"].append({"device": dev, "op_class": cls, "multiplier": float(m)})
+    return doc
+
+
+def replan(
+    session: Session,
+    tenant_id: str,
+    plan_id: str,
+    request: ReplanCreate,
+    settings: Settings,
+    *,
+    idempotency_key: str | None = None,
+) -> SubmitOutcome:
+    """A child plan of ``plan_id`` with the calibrated model and the load report applied."""
+    ctx = _plan_context(session, tenant_id, plan_id)
+    inv = ctx.inventory
+    known = {str(n) for n in inv.device_names}
+    report = request.load_report
+    for field, names in (("gone_devices", list(report.gone_devices)), ("slow_devices", list(report.slow_devices))):
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise InvalidInput(
+                f"load_report.{field} names devices this plan's inventory does not have: {', '.join(unknown[:10])}",
+                field=f"load_report.{field}",
+            )
+    gone = sorted(set(report.gone_devices))
+    slow = {k: float(v) for k, v in sorted(report.slow_devices.items()) if k not in gone}
+    calibration = feedback_repo.get_calibration(session, tenant_id, ctx.inventory_hash) if request.use_calibration else None
+    calibrated = cost_model_from_factors(calibration.factors if calibration else None, inv)
+    model = calibrated_cost_model(calibrated, device_slowdown=slow, inventory=inv)
+    new_inventory = without_devices(inv, gone) if gone else inv
+    parent_makespan = float(simulate(ctx.graph, inv, ctx.placement, cost_model=model, record_timeline=False).makespan_s)
+    calibration_version = calibration.version if calibration else None
+    replan_parts = {
+        "parent": ctx.plan_id,
+        "calibration_version": calibration_version,
+        "slow_devices": slow,
+        "gone_devices": gone,
+        "minimal_movement": request.minimal_movement,
+        "gain_tolerance_fraction": request.gain_tolerance_fraction if request.minimal_movement else None,
+    }
+
+    def compute(graph: Hypergraph, inventory: Inventory, options: dict, cost_model: CostModel | None):
+        started = time.perf_counter()
+        opts = placement_options(options)
+        result = place(graph, inventory, opts, cost_model=model)
+        g = result.graph
+        index = {str(n): i for i, n in enumerate(inventory.device_names)}
+        current = np.array([index.get(ctx.ops.get(str(n)), -1) for n in g.op_names], dtype=np.int64)
+        if request.minimal_movement:
+            movement = minimal_movement(
+                g,
+                inventory,
+                current,
+                result.placement,
+                cost_model=model,
+                tolerance_fraction=request.gain_tolerance_fraction,
+                memory_budget_bytes=result.memory_budget_bytes,
+            )
+            if (movement.placement != result.placement).any():
+                result = placement_result(graph, inventory, opts, movement.placement, cost_model=model)
+        kept = np.where(current < 0, result.placement, current)
+        kept_makespan = float(simulate(g, inventory, kept, cost_model=model, record_timeline=False).makespan_s)
+        new_makespan = float(simulate(g, inventory, result.placement, cost_model=model, record_timeline=False).makespan_s)
+        strategy, summary, body = plan_document(result, inventory)
+        summary["planning_s"] = round(time.perf_counter() - started, 4)
+        summary["replan"] = {
+            "parent_id": ctx.plan_id,
+            "calibration_version": calibration_version,
+            "parent_makespan_s": parent_makespan,
+            "kept_makespan_s": kept_makespan,
+            "makespan_s": new_makespan,
+            "gain_s": kept_makespan - new_makespan,
+            "gain_fraction": (kept_makespan - new_makespan) / kept_makespan if kept_makespan > 0 else 0.0,
+            "ops_moved": int((result.placement != current).sum()),
+            "ops_displaced": int((current < 0).sum()),
+            "ops_total": int(g.n_ops),
+            "minimal_movement": request.minimal_movement,
+            "slow_devices": slow,
+            "gone_devices": gone,
+        }
+        return strategy, summary, body
+
+    submission = PlanSubmission(
+        inventory=inventory_to_json(new_inventory),
+        options={**ctx.options, "_calibration": _factors_of(model, new_inventory)},
+        graph_id=ctx.graph_id,
+        extra_cache_parts={"replan": replan_parts},
+    )
+    return submit_plan(
+        session,
+        tenant_id,
+        submission,
+        settings,
+        idempotency_key=idempotency_key,
+        parent_id=ctx.plan_id,
+        cost_model=model,
+        route=REPLAN_ROUTE,
+        compute=compute,
+    )
+

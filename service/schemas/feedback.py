@@ -1,0 +1,157 @@
+"""Runtime feedback: measured timelines, calibration, accuracy and re-plans (shapes under /v1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from service.schemas.common import Name, RequestModel, Text
+from service.schemas.plans import PlanRead
+
+__all__ = [
+    "FeedbackMapping",
+    "FeedbackCreate",
+    "MatchReport",
+    "FeedbackRead",
+    "CalibrationRead",
+    "ErrorStats",
+    "AccuracyRead",
+    "LoadReport",
+    "ReplanCreate",
+    "ReplanSummary",
+    "ReplanRead",
+]
+
+MAX_MAPPING = 200_000
+
+
+class FeedbackMapping(RequestModel):
+    """Names in the timeline that differ from the plan's."""
+
+    ops: dict[Name, Name] = Field(
+        default_factory=dict, max_length=MAX_MAPPING, description="Measured operator (or tensor) name -> plan operator (or tensor) name."
+    )
+    devices: dict[Name, Name] = Field(
+        default_factory=dict,
+        max_length=4096,
+        description="'pid:tid', 'pid', thread name, process name or measured device name -> inventory device name.",
+    )
+
+
+class FeedbackCreate(RequestModel):
+    """A measured timeline of one run of a plan, with the run's metadata."""
+
+    format: Literal["auto", "chrome", "simple"] = Field(
+        "auto", description="chrome: trace-event JSON (torch.profiler export_chrome_trace); simple: {ops: [...]}; auto: by shape."
+    )
+    timeline: dict[str, Any] | list[Any] = Field(
+        description="The timeline document, stored in full (compressed). See docs/feedback.md for both forms."
+    )
+    mapping: FeedbackMapping = Field(default_factory=FeedbackMapping)
+    match: Literal["auto", "name", "order"] = Field(
+        "auto",
+        description="name: event names (after mapping) are plan operator names; order: names first, then the rest aligned "
+        "by operator class in topological order per device and step; auto: name, or order when names match nothing.",
+    )
+    measured_at: datetime | None = Field(None, description="When the run happened.")
+    hardware_notes: Text = Field("", description="Driver, clocks, anything that explains the numbers.")
+    step_index: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = Field(None, description="Training/inference step the run was.")
+
+
+class MatchReport(BaseModel):
+    rule: Literal["name", "order"]
+    matched_events: int
+    unmatched_events: int
+    nested_events: int
+    ignored_events: dict[str, int]
+    unmatched_names: list[tuple[str, int]]
+    ops_matched: int
+    ops_total: int
+    ops_on_other_device: int
+    transfers_matched: int
+    steps: int
+    step_makespans_s: dict[str, float]
+
+
+class CalibrationRead(BaseModel):
+    inventory_hash: str
+    version: int
+    n_timelines: int
+    updated_at: datetime
+    factors: dict[str, Any]
+
+
+class FeedbackRead(BaseModel):
+    id: str
+    plan_id: str
+    model_hash: str
+    inventory_hash: str
+    source_format: str
+    step_index: int | None = None
+    hardware_notes: str = ""
+    measured_at: datetime | None = None
+    created_at: datetime
+    matched_events: int
+    unmatched_events: int
+    measured_makespan_s: float | None = None
+    match: MatchReport | None = None
+    calibration: CalibrationRead | None = None
+    timeline: dict[str, Any] | list[Any] | None = None
+    links: dict[str, str] = Field(default_factory=dict)
+
+
+class ErrorStats(BaseModel):
+    op_median_rel_error: float | None
+    op_p90_rel_error: float | None
+    n_ops: int
+    makespan_rel_error: float | None
+    predicted_makespan_s: float
+    measured_makespan_s: float
+
+
+class AccuracyRead(BaseModel):
+    plan_id: str
+    n_timelines: int
+    n_steps: int
+    calibration: CalibrationRead | None
+    before: ErrorStats = Field(description="The cost model the plan was made with.")
+    after: ErrorStats = Field(description="The tenant's current calibration for this inventory.")
+    memory: list[dict[str, Any]] = Field(default_factory=list, description="Measured vs predicted peak memory per device.")
+
+
+class LoadReport(RequestModel):
+    slow_devices: dict[Name, Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]] = Field(
+        default_factory=dict, max_length=100_000, description="Device -> how many times slower than the model says (1.6 = 60% slower)."
+    )
+    gone_devices: list[Name] = Field(default_factory=list, max_length=100_000, description="Devices that are no longer available.")
+
+
+class ReplanCreate(RequestModel):
+    load_report: LoadReport = Field(default_factory=LoadReport)
+    use_calibration: bool = Field(True, description="Plan with the tenant's calibration for the parent's inventory.")
+    minimal_movement: bool = Field(False, description="Keep as many operators in place as the gain allows.")
+    gain_tolerance_fraction: float = Field(
+        0.1, ge=0.0, le=1.0, allow_inf_nan=False, description="Share of the predicted gain minimal movement may give up."
+    )
+
+
+class ReplanSummary(BaseModel):
+    parent_id: str
+    calibration_version: int | None
+    parent_makespan_s: float = Field(description="The parent's placement under the calibrated model (and load report).")
+    kept_makespan_s: float = Field(description="The parent's placement with only operators on gone devices moved.")
+    makespan_s: float = Field(description="The new placement under the same model.")
+    gain_s: float
+    gain_fraction: float
+    ops_moved: int
+    ops_displaced: int
+    ops_total: int
+    minimal_movement: bool
+    slow_devices: dict[str, float]
+    gone_devices: list[str]
+
+
+class ReplanRead(PlanRead):
+    replan: ReplanSummary | None = None

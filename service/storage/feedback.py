@@ -1,0 +1,108 @@
+"""Repository for measured timelines (``plan_feedback``) and calibrations. Every function takes the tenant."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.storage.models import Calibration, Feedback
+
+__all__ = [
+    "insert_feedback",
+    "get_feedback",
+    "list_feedback_for_plan",
+    "list_feedback_for_model",
+    "recent_feedback_for_inventory",
+    "get_calibration",
+    "save_calibration",
+]
+
+
+def insert_feedback(session: Session, tenant_id: str, row: Feedback) -> Feedback:
+    row.tenant_id = tenant_id
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_feedback(session: Session, tenant_id: str, feedback_id: str) -> Feedback | None:
+    return session.scalar(select(Feedback).where(Feedback.tenant_id == tenant_id, Feedback.id == feedback_id))
+
+
+def _page(stmt, limit: int, cursor: tuple[datetime, str] | None):
+    if cursor is not None:
+        created_at, row_id = cursor
+        stmt = stmt.where(or_(Feedback.created_at < created_at, and_(Feedback.created_at == created_at, Feedback.id < row_id)))
+    return stmt.order_by(Feedback.created_at.desc(), Feedback.id.desc()).limit(limit)
+
+
+def list_feedback_for_plan(
+    session: Session, tenant_id: str, plan_id: str, *, limit: int, cursor: tuple[datetime, str] | None = None
+) -> list[Feedback]:
+    """Newest first, keyset-paginated on ``(created_at, id)``."""
+    stmt = select(Feedback).where(Feedback.tenant_id == tenant_id, Feedback.plan_id == plan_id)
+    return list(session.scalars(_page(stmt, limit, cursor)))
+
+
+def list_feedback_for_model(
+    session: Session, tenant_id: str, model_hash: str, *, limit: int, cursor: tuple[datetime, str] | None = None
+) -> list[Feedback]:
+    """Newest first (index ix_plan_feedback_tenant_model_created)."""
+    stmt = select(Feedback).where(Feedback.tenant_id == tenant_id, Feedback.model_hash == model_hash)
+    return list(session.scalars(_page(stmt, limit, cursor)))
+
+
+def recent_feedback_for_inventory(session: Session, tenant_id: str, inventory_hash: str, *, limit: int) -> list[Feedback]:
+    """The newest ``limit`` timelines measured on one inventory (what calibration fits)."""
+    stmt = (
+        select(Feedback)
+        .where(Feedback.tenant_id == tenant_id, Feedback.inventory_hash == inventory_hash)
+        .order_by(Feedback.created_at.desc(), Feedback.id.desc())
+        .limit(limit)
+    )
+    return list(session.scalars(stmt))
+
+
+def get_calibration(session: Session, tenant_id: str, inventory_hash: str) -> Calibration | None:
+    return session.scalar(
+        select(Calibration).where(Calibration.tenant_id == tenant_id, Calibration.inventory_hash == inventory_hash)
+    )
+
+
+def save_calibration(
+    session: Session, tenant_id: str, inventory_hash: str, factors: dict, n_timelines: int, now: datetime
+) -> Calibration:
+    """Insert version 1 or bump the version of the tenant's calibration for this inventory.
+
+    Two concurrent first writers: the loser's insert fails inside its SAVEPOINT
+    and it updates the winner's row instead (the unique key is
+    ``(tenant_id, inventory_hash)``). Updates take a row lock on PostgreSQL so the
+    version increments once per write.
+    """
+    row = session.scalar(
+        select(Calibration)
+        .where(Calibration.tenant_id == tenant_id, Calibration.inventory_hash == inventory_hash)
+        .with_for_update()
+    )
+    if row is None:
+        row = Calibration(
+            tenant_id=tenant_id, inventory_hash=inventory_hash, factors=factors, n_timelines=n_timelines, version=1, updated_at=now
+        )
+        try:
+            with session.begin_nested():
+                session.add(row)
+                session.flush()
+            return row
+        except IntegrityError:
+            row = get_calibration(session, tenant_id, inventory_hash)
+            if row is None:
+                raise
+    row.factors = factors
+    row.n_timelines = n_timelines
+    row.version = row.version + 1
+    row.updated_at = now
+    session.flush()
+    return row

@@ -14,6 +14,7 @@ Flow of ``submit_plan``:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -129,29 +130,36 @@ def submit_plan(
     idempotency_key: str | None = None,
     parent_id: str | None = None,
     cost_model: CostModel | None = None,
+    route: str = ROUTE,
+    compute: Callable[[Hypergraph, Inventory, dict, CostModel | None], tuple[str, dict, dict]] | None = None,
 ) -> SubmitOutcome:
+    """Ingest, look up the cache, plan (now or as a job) and store; see the module docstring.
+
+    ``compute`` replaces :func:`compute_plan` and always runs now (re-plans, which
+    compare against their parent); ``route`` scopes the Idempotency-Key.
+    """
     ingested_inventory = ingest_inventory(submission.inventory, max_devices=settings.max_plan_devices)
     ingested_graph = _ingest_graph(session, tenant_id, submission, settings)
     key = cache_key_for(ingested_graph.model_hash, ingested_inventory.inventory_hash, submission.options, submission.extra_cache_parts)
 
-    earlier = check_idempotency_key(session, tenant_id, idempotency_key, ROUTE, key)
+    earlier = check_idempotency_key(session, tenant_id, idempotency_key, route, key)
     if earlier is not None:
         plan = plans_repo.get_plan(session, tenant_id, earlier.resource_id)
         if plan is not None:
             return SubmitOutcome(plan=plan, status_code=earlier.status_code, cached=earlier.status_code == 200)
     existing = plans_repo.get_plan_by_cache_key(session, tenant_id, key)
     if existing is not None:
-        remember_idempotency_key(session, tenant_id, idempotency_key, ROUTE, key, StoredAnswer(200, existing.id, None))
+        remember_idempotency_key(session, tenant_id, idempotency_key, route, key, StoredAnswer(200, existing.id, None))
         return SubmitOutcome(plan=existing, status_code=200, cached=True)
 
     n_ops = ingested_graph.graph.n_ops
-    run_now = n_ops <= settings.sync_max_ops
+    run_now = compute is not None or n_ops <= settings.sync_max_ops
     computed = None
     if run_now:
         # End the read transaction before the CPU-heavy part: on SQLite an open
         # transaction holds the database lock (BEGIN IMMEDIATE) for its whole length.
         session.rollback()
-        computed = compute_plan(ingested_graph.graph, ingested_inventory.inventory, submission.options, cost_model)
+        computed = (compute or compute_plan)(ingested_graph.graph, ingested_inventory.inventory, submission.options, cost_model)
 
     graph_row = plans_repo.get_or_create_graph(session, tenant_id, _graph_row(ingested_graph))
     inventory_row = plans_repo.get_or_create_inventory(session, tenant_id, _inventory_row(ingested_inventory))
@@ -180,7 +188,7 @@ def submit_plan(
     plan, created = plans_repo.insert_plan(session, tenant_id, plan, job)
     status_code = (202 if job is not None else 201) if created else 200
     answer = remember_idempotency_key(
-        session, tenant_id, idempotency_key, ROUTE, key, StoredAnswer(status_code, plan.id, f"/v1/plans/{plan.id}")
+        session, tenant_id, idempotency_key, route, key, StoredAnswer(status_code, plan.id, f"/v1/plans/{plan.id}")
     )
     if answer.resource_id != plan.id:
         plan = plans_repo.get_plan(session, tenant_id, answer.resource_id)

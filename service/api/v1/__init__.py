@@ -7,9 +7,11 @@ from service.api.problems import problem_responses
 router = APIRouter(prefix="/v1", responses=problem_responses(400, 401, 403, 422, 503))
 
 from service.api.v1 import moe, parallel, plans  # noqa: E402  (routers attach to the v1 router)
+from service.api.v1 import feedback  # noqa: E402
 
 router.include_router(plans.router)
 router.include_router(moe.router)
 router.include_router(parallel.router)
+router.include_router(feedback.router)
 
 __all__ = ["router"]

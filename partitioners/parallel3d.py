@@ -343,7 +343,7 @@ def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         nonlocal bits
         bits |= np.where(mask, 1 << REJECTION_REASONS.index(name), 0)
 
-    mark("tp-crosses-node", lay.tp > cluster.gpus_per_node)
+    mark("tp-crosses-node", (lay.tp > cluster.gpus_per_node) | (cluster.gpus_per_node % lay.tp != 0))
     mark("heads-not-divisible-by-tp", (model.num_attention_heads % lay.tp != 0) | (model.kv_heads % lay.tp != 0))
     q = np.ceil(model.num_layers / lay.pp)
     last = np.where(model.num_layers % lay.pp == 0, q, q - 1)
@@ -359,6 +359,9 @@ def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 def _reason_text(name: str, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, d: Mapping[str, Any],
                  memory_bytes: float) -> str:
     if name == "tp-crosses-node":
+        if d["tp"] <= cluster.gpus_per_node:
+            return (f"tp={d['tp']} does not divide the {cluster.gpus_per_node} GPUs of a node: some tensor-parallel "
+                    "groups would straddle two nodes and their per-layer all-reduces leave the NVLink domain")
         return (f"tp={d['tp']} spans {d['tp'] / cluster.gpus_per_node:g} nodes of {cluster.gpus_per_node} GPUs: "
                 "its per-layer all-reduces would leave the NVLink/NVSwitch domain")
     if name == "heads-not-divisible-by-tp":

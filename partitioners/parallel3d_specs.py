@@ -16,7 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from partitioners.errors import InvalidInput
+from partitioners.inventory import PRESETS as INVENTORY_PRESETS
+from partitioners.inventory import Inventory, inventory_from_json, preset_inventory
 
 __all__ = [
     "GPU_SPECS",
@@ -30,6 +34,7 @@ __all__ = [
     "RECOMPUTE_MODES",
     "model_from_dict",
     "cluster_from_dict",
+    "cluster_from_inventory",
     "training_from_dict",
     "constraints_from_dict",
 ]
@@ -330,17 +335,26 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
     """
     if isinstance(data, ClusterSpec):
         spec = data
+    elif isinstance(data, Inventory):
+        spec = cluster_from_inventory(data)
     else:
         if not isinstance(data, Mapping):
             raise InvalidInput("cluster must be an object", field="cluster", code="not-an-object")
+        if "groups" in data:
+            return cluster_from_inventory(inventory_from_json(data))
         allowed = {f.name for f in fields(ClusterSpec)} | {"preset", "gpu", "nodes"}
         _reject_unknown(data, allowed, "cluster")
         gpu_name = data.get("gpu")
         if "preset" in data:
             preset = str(data["preset"]).lower()
             if preset not in NODE_PRESETS:
-                raise InvalidInput(f"unknown cluster preset {data['preset']!r}; known: {sorted(NODE_PRESETS)}",
-                                   field="cluster.preset", code="unknown-preset")
+                if preset in INVENTORY_PRESETS:
+                    nodes = data.get("nodes", data.get("num_nodes", 1))
+                    return cluster_from_inventory(preset_inventory(preset, 1),
+                                                  num_nodes=_positive_int(nodes, "cluster.nodes"))
+                raise InvalidInput(
+                    f"unknown cluster preset {data['preset']!r}; known: {sorted(set(NODE_PRESETS) | set(INVENTORY_PRESETS))}",
+                    field="cluster.preset", code="unknown-preset")
             gpu_name = NODE_PRESETS[preset]
         base: dict[str, Any] = {}
         if gpu_name is not None:
@@ -398,6 +412,54 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
         raise InvalidInput("cluster.gemm_efficiency_max is a fraction of peak (<= 1)",
                            field="cluster.gemm_efficiency_max", code="out-of-range")
     return spec
+
+
+def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -> ClusterSpec:
+    """The planner's view of a shared :class:`~partitioners.inventory.Inventory`.
+
+    The 3D planner assumes identical nodes of identical GPUs (every data-parallel
+    replica must run at the same speed), so it takes one group's figures: devices
+    per group, the first device's peaks by dtype, main-memory capacity and
+    bandwidth, the intra-group link and the inter-group link. ``num_nodes``
+    replaces the group count (a one-node preset inventory scaled to 100,000 GPUs
+    stays a few numbers). SM count and GEMM ceiling come from :data:`GPU_SPECS`
+    when the device type names a GPU there, else defaults.
+
+    Raises
+    ------
+    InvalidInput
+        A heterogeneous inventory (mixed device types or group sizes).
+    """
+    types = set(inventory.device_types.tolist())
+    sizes = np.bincount(inventory.device_group, minlength=inventory.n_groups)
+    if len(types) != 1 or sizes.min() != sizes.max():
+        raise InvalidInput(
+            f"the 3D-parallel planner needs identical nodes of one GPU type; this inventory has device types "
+            f"{sorted(types)} and group sizes {sorted(set(sizes.tolist()))}", field="cluster.groups",
+            code="heterogeneous-cluster")
+    device_type = str(inventory.device_types[0])
+    key = device_type.lower()
+    known = next((spec for name, spec in (("a100", GPU_SPECS["a100-80gb"]), ("h100", GPU_SPECS["h100-sxm"]),
+                                          ("h200", GPU_SPECS["h200-sxm"]), ("b200", GPU_SPECS["b200"]))
+                  if name in key), None)
+    peaks = {dtype: float(values[0]) for dtype, values in inventory.device_peak_flops_by_dtype.items()
+             if math.isfinite(float(values[0])) and float(values[0]) > 0}
+    if inventory.default_dtype not in peaks:
+        peaks[inventory.default_dtype] = float(inventory.device_peak_flops[0])
+    return ClusterSpec(
+        gpus_per_node=int(sizes[0]),
+        num_nodes=int(num_nodes if num_nodes is not None else inventory.n_groups),
+        peak_flops_per_s=peaks,
+        memory_bytes=float(inventory.device_memory_bytes[0]),
+        intra_node_bandwidth_bytes_per_s=float(inventory.group_link_bandwidth_bytes_per_s[0]),
+        inter_node_bandwidth_bytes_per_s=float(inventory.inter_link.bandwidth_bytes_per_s),
+        hbm_bandwidth_bytes_per_s=float(inventory.device_memory_bandwidth_bytes_per_s[0]),
+        name=inventory.preset or inventory.name,
+        sm_count=known.sm_count if known else 108,
+        gemm_efficiency_max=known.gemm_efficiency_max if known else 0.8,
+        intra_node_latency_s=float(inventory.group_link_latency_s[0]),
+        inter_node_latency_s=float(inventory.inter_link.latency_s),
+    )
 
 
 def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:

@@ -246,6 +246,36 @@ def test_tp_crossing_a_node_is_rejected_with_reason():
     assert any("spans 2 nodes" in r for r in pred.reasons)
 
 
+def test_tp_that_does_not_divide_a_node_is_rejected_as_straddling_nodes():
+    cluster = {"gpus_per_node": 6, "num_nodes": 2, "peak_flops_per_s": {"bf16": 1e15}, "memory_bytes": 8e10,
+               "intra_node_bandwidth_bytes_per_s": 4e11, "inter_node_bandwidth_bytes_per_s": 5e10}
+    (pred,) = evaluate_layouts({**GPT_SMALL, "num_attention_heads": 4}, cluster, {"global_batch_sequences": 12},
+                               [{"tp": 4}])
+    assert any("does not divide the 6 GPUs of a node" in r for r in pred.reasons)
+
+
+def test_shared_inventory_json_and_its_presets_are_accepted_as_clusters():
+    from partitioners.inventory import inventory_to_json, preset_inventory
+
+    spec = cluster_from_dict(inventory_to_json(preset_inventory("dgx-h100", 2)))
+    assert (spec.gpus_per_node, spec.num_nodes, spec.peak_flops_per_s["bf16"]) == (8, 2, 989.4e12)
+    nvl72 = cluster_from_dict({"preset": "gb200-nvl72", "nodes": 3})
+    assert (nvl72.gpus_per_node, nvl72.num_nodes) == (72, 3)
+
+
+def test_mixed_gpu_inventory_is_invalid_input_for_the_planner():
+    from partitioners.inventory import inventory_to_json, preset_inventory
+
+    doc = inventory_to_json(preset_inventory("dgx-h100", 1))
+    other = inventory_to_json(preset_inventory("dgx-a100", 1))["groups"][0]
+    other = {**other, "name": "a100-node",
+             "devices": [{**dev, "name": "a100-" + dev["name"]} for dev in other["devices"]]}
+    doc["groups"] = doc["groups"] + [other]
+    with pytest.raises(InvalidInput) as err:
+        cluster_from_dict(doc)
+    assert err.value.code == "heterogeneous-cluster"
+
+
 def test_layers_not_divisible_by_pp_rejected_only_when_uneven_stages_are_disallowed():
     model = {**GPT_SMALL, "num_layers": 6}
     strict = evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 8}, [{"pp": 4}],

@@ -15,13 +15,15 @@ The model (what a reader needs to trust the numbers):
   semantics: three consumers on one remote device mean one transfer). A transfer
   from ``s`` to ``d`` takes ``alpha + bytes / bandwidth`` on the link
   :func:`partitioners.inventory.link_between` picks, scaled by the cost model's
-  link-class multiplier. Each device has one egress *port per link class* (its
-  NVLink/NVSwitch port and its NIC rail; with a bandwidth matrix, one port per
-  device pair) and a port carries one transfer at a time, first come first served,
-  so transfers leaving a device on the same fabric share its bandwidth by
-  serialising (the total time of a burst equals fair sharing's; only the order of
-  completions differs). Receive-side contention is not modelled. Compute and
-  communication overlap (copy engines are separate from the SMs).
+  link-class multiplier. Each device has an egress and an ingress *port per link
+  class* (its NVLink/NVSwitch port and its NIC rail; with a bandwidth matrix, one
+  port pair per device pair). A transfer holds its sender's egress port and its
+  receiver's ingress port for its whole duration, first come first served (in the
+  order the simulation issues them), so transfers leaving or entering a device on
+  the same fabric share its bandwidth by serialising: the total time of a burst
+  equals fair sharing's, only the order of completions differs, and a transfer
+  cannot use a port's idle gap that opens before an earlier-issued one ends.
+  Compute and communication overlap (copy engines are separate from the SMs).
 * **Memory.** Per device: parameters it reads (resident) plus live tensors. A
   tensor is live on its producer's device from the producer's start until its last
   local consumer has finished and every outgoing transfer of it has finished (graph
@@ -464,19 +466,25 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
                             key = d * n_dev + dc
                             info = pair_info.get(key)
                             if info is None:
+                                # ports: egress then ingress, per (device, link class);
+                                # with a bandwidth matrix, per device pair
                                 if p_lat is not None:
-                                    info = (float(p_lat[d, dc]), float(p_pb[d, dc]), key)
+                                    info = (float(p_lat[d, dc]), float(p_pb[d, dc]), key, n_dev * n_dev + key)
                                 elif grp[d] == grp[dc]:
-                                    info = (g_lat[grp[d]], g_pb[grp[d]], 2 * d)
+                                    info = (g_lat[grp[d]], g_pb[grp[d]], -2 * d - 1, -2 * dc - 2)
                                 else:
-                                    info = (i_lat, i_pb, 2 * d + 1)
+                                    info = (i_lat, i_pb, -2 * d - 1 - 2 * n_dev, -2 * dc - 2 - 2 * n_dev)
                                 pair_info[key] = info
                             s0 = port_free.get(info[2], 0.0)
+                            s1 = port_free.get(info[3], 0.0)
+                            if s1 > s0:
+                                s0 = s1
                             if s0 < t:
                                 s0 = t
                             nb = tbytes[ot]
                             a = s0 + info[0] + nb * info[1]
                             port_free[info[2]] = a
+                            port_free[info[3]] = a
                             arrivals[dc] = a
                             tr_t.append(ot)
                             tr_s.append(d)

@@ -523,3 +523,20 @@ def test_peak_memory_matches_the_lifetime_rules_checked_by_brute_force(case, n_p
     inv = _inventory([2, 1], latency_s=0.25)
     r = simulate(g, inv, placement, op_times_s=_times(list(durations), 3))
     assert r.peak_memory_bytes.tolist() == pytest.approx(_brute_force_peak(g, r, 3).tolist())
+
+
+def test_two_senders_into_one_receiver_serialise_on_its_ingress_port():
+    # d1 and d2 each produce 1 GB at t=1 for a consumer on d0: d0 takes them one at a time
+    g = graph_from_ops(
+        "incast",
+        [
+            ("a", "Op", 0, [], ["t1"]),
+            ("b", "Op", 0, [], ["t2"]),
+            ("c", "Op", 0, ["t1", "t2"], ["out"]),
+        ],
+        {"t1": GB, "t2": GB, "out": 1},
+    )
+    inv = _inventory([3])
+    r = simulate(g, inv, np.array([1, 2, 0]), op_times_s=_times([1, 1, 1], 3))
+    assert sorted(zip(r.transfer_start_s.tolist(), r.transfer_end_s.tolist())) == [(1.0, 2.0), (2.0, 3.0)]
+    assert r.makespan_s == 4.0

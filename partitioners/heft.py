@@ -23,6 +23,8 @@ References
 .. [1] H. Topcuoglu, S. Hariri, M.-Y. Wu, "Performance-Effective and
    Low-Complexity Task Scheduling for Heterogeneous Computing", IEEE TPDS 13(3),
    2002.
+.. [2] O. Sinnen, L. A. Sousa, "Communication Contention in Task Scheduling",
+   IEEE TPDS 16(6), 2005.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ def heft_schedule(
     device_group: np.ndarray | None = None,
     param_budget_bytes: np.ndarray | None = None,
     param_scale: float = 1.0,
+    contention: bool = False,
 ) -> HeftSchedule:
     """Place and order every operator with HEFT (non-insertion).
 
@@ -121,6 +124,12 @@ def heft_schedule(
         operator whose new parameters would pass it (unless no device can take it).
     param_scale : float
         Multiplier on parameter bytes when charging the budget.
+    contention : bool
+        Model link contention as the simulator does: every device has one egress
+        port per link class that carries one transfer at a time, so a transfer
+        waits for the port (the contention-aware list scheduling of Sinnen &
+        Sousa [2]_, in its non-insertion form). Classic HEFT assumes every transfer
+        starts when its producer finishes.
 
     Returns
     -------
@@ -168,6 +177,9 @@ def heft_schedule(
     avail = [0.0] * k
     arrival: dict[tuple[int, int], float] = {}
     all_devs = list(range(k))
+    # egress port of each (src, dst) pair: one per link class, as the simulator models
+    port_of = [[0 if groups[a] == groups[b] else 1 for b in range(k)] for a in range(k)]
+    port_free: dict[int, float] = {}
     for v in order.tolist():
         inputs = [(t, producer[t]) for t in in_t[in_ptr[v] : in_ptr[v + 1]] if is_act[t]]
         if full_scan:
@@ -194,7 +206,12 @@ def heft_schedule(
                 else:
                     r = arrival.get((t, d))
                     if r is None:
-                        r = finish[p] + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
+                        r = finish[p]
+                        if contention:
+                            pf = port_free.get(pd * 2 + port_of[pd][d], 0.0)
+                            if pf > r:
+                                r = pf
+                        r += lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
                 if r > ready:
                     ready = r
             start = avail[d] if avail[d] > ready else ready
@@ -216,7 +233,14 @@ def heft_schedule(
         for t, p in inputs:
             pd = dev_of[p]
             if pd != d and (t, d) not in arrival:
-                arrival[(t, d)] = finish[p] + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
+                begin = finish[p]
+                if contention:
+                    port = pd * 2 + port_of[pd][d]
+                    pf = port_free.get(port, 0.0)
+                    if pf > begin:
+                        begin = pf
+                    port_free[port] = begin + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
+                arrival[(t, d)] = begin + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
         if budget is not None:
             for t in new_params:
                 if t not in params_on[d]:

@@ -15,8 +15,10 @@ Candidates
 ----------
 ``single``
     Everything on the fastest device.
-``heft``
-    HEFT list scheduling (Topcuoglu et al. 2002, :mod:`partitioners.heft`).
+``heft``, ``heft-contention``
+    HEFT list scheduling (Topcuoglu et al. 2002, :mod:`partitioners.heft`); the
+    second also models link-port contention the way the simulator does (Sinnen &
+    Sousa 2005), which matters most across nodes.
 ``metis-k``
     Hypergraph-aware METIS (Karypis & Kumar 1998, :mod:`partitioners.metis_adapter`)
     on ``k`` devices with part weights proportional to device speed; across node
@@ -81,6 +83,8 @@ OBJECTIVES = ("makespan", "throughput", "communication")
 MODES = ("inference", "training")
 #: Above this many operators ``auto`` scores the one-device plan analytically.
 ANALYTIC_SINGLE_OPS = 6_000
+#: Above this many operators only the contention-aware HEFT runs (HEFT costs seconds there).
+CLASSIC_HEFT_MAX_OPS = 300_000
 #: ``auto`` runs every applicable strategy; the others force one family.
 STRATEGIES = ("auto", "single", "heft", "metis", "pipeline", "hybrid")
 
@@ -420,7 +424,13 @@ class _Planner:
         return min(range(len(self.evaluated)), key=lambda i: self.key_of(self.evaluated[i][0], i))
 
     def pipeline_repair(self, placement: np.ndarray) -> np.ndarray:
-        """Acyclic repair on forward edges; gradient and optimizer ops follow their forward twin."""
+        """Acyclic repair on forward edges; gradient and optimizer ops follow their forward twin.
+
+        A placement whose forward stage graph is already acyclic is kept as it is.
+        """
+        twin_placement = placement[self.twin]
+        if quotient_is_acyclic(self.graph, twin_placement, self.forward_edge_mask):
+            return twin_placement
         used = np.unique(placement)
         parts = np.searchsorted(used, placement)
         fwd = self.forward_edge_mask
@@ -483,8 +493,7 @@ class _Planner:
         d = int(self.devices[0])
         return np.full(self.n, d, dtype=np.int64), f"device {self.inventory.device_names[d]}"
 
-    def heft(self, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        train = self.expanded.mode == "training"
+    def heft(self, devices: np.ndarray, *, contention: bool = True) -> tuple[np.ndarray, np.ndarray]:
         sched = heft_schedule(
             self.graph,
             self.times,
@@ -493,7 +502,7 @@ class _Planner:
             devices=devices,
             device_group=self.inventory.device_group,
             param_budget_bytes=self.budget * 0.85,
-            param_scale=1.0 if not train else 1.0,
+            contention=contention,
         )
         priority = np.empty(self.n, dtype=np.float64)
         priority[sched.order] = np.arange(self.n, 0, -1, dtype=np.float64)
@@ -684,10 +693,11 @@ def _run_candidates(p: _Planner) -> None:
             placement, ok = p.hybrid(s, r)
             p.evaluate(f"hybrid-{s}x{r}", placement, note="" if ok else "stage memory estimate over budget")
     if allowed("heft") and p.sims_left > 0:
-        placement, priority = p.heft(p.devices)
-        p.evaluate("heft", placement, priority, note=f"{k_max} devices offered")
-        if want == "auto" and p.sims_left > 0 and p.n <= 5_000:
-            p.evaluate("heft/cp-priority", placement, None, note="simulator critical-path priority")
+        placement, priority = p.heft(p.devices, contention=True)
+        p.evaluate("heft-contention", placement, priority, note=f"{k_max} devices offered, link ports modelled")
+        if p.sims_left > 0 and p.n <= CLASSIC_HEFT_MAX_OPS:
+            placement, priority = p.heft(p.devices, contention=False)
+            p.evaluate("heft", placement, priority, note=f"{k_max} devices offered")
     if allowed("pipeline"):
         for k in sorted(sizes, reverse=True):
             if p.sims_left <= (2 if want == "auto" else 0):

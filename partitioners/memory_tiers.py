@@ -42,10 +42,12 @@ from partitioners.graph import TENSOR_ACTIVATION, TENSOR_PARAMETER, Hypergraph
 from partitioners.inventory import Inventory
 from partitioners.simulate import SimulationResult
 
-__all__ = ["ALIGNMENT_BYTES", "MemoryPlan", "tensor_lifetimes", "plan_memory_tiers", "tier_op_times_s"]
+__all__ = ["ALIGNMENT_BYTES", "UNPLACED", "MemoryPlan", "tensor_lifetimes", "plan_memory_tiers", "tier_op_times_s"]
 
 #: Every tensor's address range starts at a multiple of this (CUDA allocations align to 256 B).
 ALIGNMENT_BYTES = 256
+#: Tier of a holding that fits in no tier of its device (infeasible plans only).
+UNPLACED = -1
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,7 +60,7 @@ class MemoryPlan:
         One entry per (tensor, device) holding; a tensor read on three devices has
         three entries.
     tier : numpy.ndarray of int64, shape (n_entries,)
-        Column of ``inventory.tier_names``.
+        Column of ``inventory.tier_names``, or ``UNPLACED``.
     offset_bytes, size_bytes : numpy.ndarray of int64, shape (n_entries,)
         Address range ``[offset, offset + size)`` inside the tier (size aligned).
     alloc_s, free_s : numpy.ndarray of float64, shape (n_entries,)
@@ -67,7 +69,12 @@ class MemoryPlan:
         Highest address used per device and tier.
     capacity_bytes : numpy.ndarray, shape (n_devices, n_tiers)
     hbm_fits : bool
-        Every device's main-memory high-water mark is within its budget.
+        Every holding has an address and every device's main-memory high-water mark
+        is within its budget.
+    unplaced_bytes : numpy.ndarray of float64, shape (n_devices,)
+        Bytes of holdings that fit in no tier (tier ``UNPLACED``, offset -1): the
+        plan is infeasible on that device by at least this much. Nothing is ever
+        placed above a tier's capacity.
     """
 
     tensor: np.ndarray
@@ -80,6 +87,7 @@ class MemoryPlan:
     high_water_bytes: np.ndarray
     capacity_bytes: np.ndarray
     hbm_fits: bool
+    unplaced_bytes: np.ndarray
 
     @property
     def capacity_violations(self) -> int:
@@ -186,13 +194,6 @@ class _BestFit:
             self.high = self.top
         return off
 
-    def force(self, size: int) -> int:
-        """Allocate past the capacity (only to report an infeasible main memory)."""
-        off = self.top
-        self.top += size
-        self.high = max(self.high, self.top)
-        return off
-
     def free(self, off: int, size: int) -> None:
         end = off + size
         if end in self.free_size:
@@ -279,7 +280,9 @@ def plan_memory_tiers(
             sz = size_l[e]
             if sz:
                 off = main_alloc.alloc(sz)
-                offset_out[e] = off if off >= 0 else main_alloc.force(sz)
+                offset_out[e] = off
+                if off < 0:
+                    tier_out[e] = UNPLACED
         act = idx[~is_param[a:b]]
         ev_time = np.concatenate([free[act], alloc[act]])
         ev_type = np.concatenate([np.zeros(act.shape[0], np.int64), np.ones(act.shape[0], np.int64)])
@@ -306,17 +309,16 @@ def plan_memory_tiers(
                 if off >= 0:
                     choice = x
                     break
-            if choice < 0:
-                choice = main_t
-                off = main_alloc.force(sz)
             tier_out[e] = choice
             offset_out[e] = off
-            live[e] = True
+            if choice >= 0:
+                live[e] = True
         for x, al in allocators.items():
             high[dev, x] = al.high
     tier_out = np.asarray(tier_out, dtype=np.int64)
     offset_out = np.asarray(offset_out, dtype=np.int64)
     main_high = high[np.arange(n_dev), main]
+    unplaced = tier_out == UNPLACED
     return MemoryPlan(
         tensor=t,
         device=d,
@@ -327,7 +329,8 @@ def plan_memory_tiers(
         free_s=free,
         high_water_bytes=high,
         capacity_bytes=cap,
-        hbm_fits=bool(np.all(main_high <= budget + 0.5)),
+        hbm_fits=bool(np.all(main_high <= budget + 0.5)) and not unplaced.any(),
+        unplaced_bytes=np.bincount(d[unplaced], weights=graph.tensor_bytes[t[unplaced]], minlength=n_dev),
     )
 
 
@@ -372,6 +375,7 @@ def tier_op_times_s(
         pos = np.minimum(np.searchsorted(skeys, q), max(skeys.shape[0] - 1, 0))
         found = skeys[pos] == q if skeys.shape[0] else np.zeros(q.shape[0], dtype=bool)
         tier = np.where(found, plan.tier[order[pos]], inventory.device_main_tier[dev])
+        tier = np.where(tier >= 0, tier, inventory.device_main_tier[dev])
         b = graph.tensor_bytes[tensors]
         fast = b / np.maximum(bw[dev, tier], 1.0)
         slow = b / np.maximum(main_bw[dev], 1.0)

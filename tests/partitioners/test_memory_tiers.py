@@ -11,7 +11,7 @@ from bench.synthetic import synthetic_hypergraph
 from partitioners.cost import CostModel
 from partitioners.graph import TENSOR_PARAMETER, graph_from_ops
 from partitioners.inventory import inventory_from_json
-from partitioners.memory_tiers import ALIGNMENT_BYTES, plan_memory_tiers, tensor_lifetimes, tier_op_times_s
+from partitioners.memory_tiers import ALIGNMENT_BYTES, UNPLACED, plan_memory_tiers, tensor_lifetimes, tier_op_times_s
 from partitioners.simulate import simulate
 
 IDEAL = CostModel(efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0)
@@ -123,11 +123,23 @@ def test_tier_bandwidth_speeds_up_memory_bound_operators():
     assert times[0, 0] == pytest.approx(max(1e-6, 2 * KB / 1e10))
 
 
-def test_main_memory_overflow_is_reported():
-    g = chain([1 * KB, 1 * KB], weight_bytes=1e6)
-    sim = simulate(g, cluster(hbm_bytes=1e6), np.array([0]), cost_model=IDEAL)
-    plan = plan_memory_tiers(g, cluster(hbm_bytes=1e6), sim, memory_budget_bytes=np.array([1e6]))
+def test_what_fits_nowhere_is_reported_unplaced_never_above_capacity():
+    # the 1e6-byte weight fills main memory, so the 8 KB activation (too big for L2) has no room
+    g = chain([1 * KB, 8 * KB], weight_bytes=1e6 - 512)
+    inv = cluster(hbm_bytes=1e6)
+    sim = simulate(g, inv, np.array([0]), cost_model=IDEAL)
+    plan = plan_memory_tiers(g, inv, sim, memory_budget_bytes=np.array([1e6]))
     assert not plan.hbm_fits
+    assert tier_of(g, plan, "t1") == (UNPLACED, -1)
+    assert plan.unplaced_bytes.tolist() == [8 * KB]
+    assert plan.capacity_violations == 0
+
+
+def test_an_empty_tensor_takes_no_space():
+    g = chain([1 * KB, 0, 1 * KB])
+    _, plan = plan_for(g, cluster(), [0, 0])
+    t1 = int(np.flatnonzero(g.tensor_names == "t1")[0])
+    assert plan.size_bytes[plan.tensor == t1].tolist() == [0]
 
 
 @settings(max_examples=15, deadline=None)

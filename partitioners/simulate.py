@@ -20,9 +20,10 @@ The model (what a reader needs to trust the numbers):
   port pair per device pair). A transfer holds its sender's egress port and its
   receiver's ingress port for its whole duration, first come first served (in the
   order the simulation issues them), so transfers leaving or entering a device on
-  the same fabric share its bandwidth by serialising: the total time of a burst
-  equals fair sharing's, only the order of completions differs, and a transfer
-  cannot use a port's idle gap that opens before an earlier-issued one ends.
+  the same fabric share its bandwidth by serialising: a burst issued together
+  finishes when it would under fair sharing (up to the per-message latencies),
+  only the order of completions differs; a transfer never slips into a port's idle
+  gap ahead of an earlier-issued one.
   Compute and communication overlap (copy engines are separate from the SMs).
 * **Memory.** Per device: parameters it reads (resident) plus live tensors. A
   tensor is live on its producer's device from the producer's start until its last
@@ -148,7 +149,6 @@ class SimulationContext:
     cons_ptr: list
     cons_ops: list
     tensor_bytes: list
-    tensor_bytes_np: np.ndarray
     zero_pending: np.ndarray
     group_latency_s: list
     group_s_per_byte: list
@@ -242,7 +242,6 @@ def prepare_simulation(
         cons_ptr=graph.consumer_ptr.tolist(),
         cons_ops=graph.consumer_ops.tolist(),
         tensor_bytes=graph.tensor_bytes.tolist(),
-        tensor_bytes_np=graph.tensor_bytes,
         zero_pending=np.flatnonzero(pending == 0),
         group_latency_s=g_lat,
         group_s_per_byte=g_pb,

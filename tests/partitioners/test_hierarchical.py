@@ -215,3 +215,95 @@ def test_every_op_placed_once_deterministic_and_label_free(n, seed, m):
     assert renamed.makespan_s == pytest.approx(a.makespan_s)
     replay = simulate(a.graph, cluster(4), a.placement, cost_model=IDEAL, priority=a.priority)
     assert replay.makespan_s <= a.candidates[0].makespan_s + 1e-12  # never worse than one device
+
+
+# ------------------------------------------------------------------ strategy building blocks
+
+from partitioners.acyclic import acyclic_repair  # noqa: E402
+from partitioners.heft import heft_schedule  # noqa: E402
+from partitioners.metis_adapter import metis_graph, metis_partition, quantise, target_fractions  # noqa: E402
+from partitioners.pipeline import linear_partition  # noqa: E402
+
+
+def test_quantise_maps_to_positive_integers_keeping_the_largest():
+    q = quantise(np.array([0.0, 0.5, 1.0, -3.0]), resolution=100)
+    assert q.tolist() == [1, 50, 100, 1]
+
+
+def test_target_fractions_sum_to_exactly_one():
+    f = target_fractions(np.array([1.0, 1.0, 1.0]))
+    assert sum(f) == 1.0 and f[0] == pytest.approx(1 / 3)
+
+
+def test_a_tensor_read_twice_is_one_clique_net_not_two_edges():
+    # a -> t -> {b, c}: pins {a, b, c}, each clique edge carries bytes / (pins - 1)
+    g = graph_from_ops(
+        "fan", [("a", "X", 1.0, [], ["t"]), ("b", "X", 1.0, ["t"], []), ("c", "X", 1.0, ["t"], [])], {"t": 100.0}
+    )
+    mg = metis_graph(g, np.ones(3))
+    assert mg.adj_starts.tolist() == [0, 2, 4, 6]
+    assert mg.adjacent.tolist() == [1, 2, 0, 2, 0, 1]
+    assert len(set(mg.edge_weights.tolist())) == 1  # symmetric, all 50 bytes before scaling
+    edge = metis_graph(g, np.ones(3), hypergraph=False)
+    assert edge.adjacent.tolist() == [1, 2, 0, 0]
+
+
+def test_metis_cuts_two_heavy_clusters_at_the_light_edge():
+    ops = [("a", "X", 1.0, [], ["ta"]), ("b", "X", 1.0, ["ta"], ["tb"]), ("c", "X", 1.0, ["tb"], ["tc"])]
+    ops += [("d", "X", 1.0, ["tc"], ["td"]), ("e", "X", 1.0, ["td"], ["te"]), ("f", "X", 1.0, ["te"], [])]
+    sizes = {"ta": 1e6, "tb": 1e6, "tc": 1.0, "td": 1e6, "te": 1e6}
+    parts = metis_partition(metis_graph(graph_from_ops("two", ops, sizes), np.ones(6)), 2, seed=0)
+    assert len(set(parts[:3].tolist())) == 1 and len(set(parts[3:].tolist())) == 1
+    assert parts[0] != parts[3]
+
+
+def test_linear_partition_balances_time_by_speed():
+    stage, ok = linear_partition(np.ones(8), np.array([3.0, 1.0]))
+    assert stage.tolist() == [0, 0, 0, 0, 0, 0, 1, 1] and ok
+
+
+def test_linear_partition_respects_memory_before_balance():
+    stage, ok = linear_partition(np.ones(4), np.ones(2), np.array([5.0, 1.0, 1.0, 1.0]), np.array([5.0, 5.0]))
+    assert stage.tolist() == [0, 1, 1, 1] and ok
+
+
+def test_acyclic_repair_moves_operators_forward_until_no_edge_goes_back():
+    # chain 0 -> 1 -> 2 -> 3 with parts [0, 1, 0, 1]: stage graph 0 <-> 1 is a cycle
+    src, dst = np.array([0, 1, 2]), np.array([1, 2, 3])
+    stage, part_of_stage = acyclic_repair(4, src, dst, np.arange(4), np.array([0, 1, 0, 1]))
+    assert stage.tolist() == [0, 1, 1, 1]
+    assert part_of_stage.tolist() == [0, 1]
+
+
+def test_heft_keeps_a_chain_local_and_spreads_a_fork():
+    # fork: s -> {x, y}; x and y take 1 ms each, the transfer 1 us
+    g = graph_from_ops(
+        "fork",
+        [("s", "X", MS, [], ["t"]), ("x", "X", MS, ["t"], []), ("y", "X", MS, ["t"], [])],
+        {"t": 1e3},
+    )
+    times = np.full((3, 2), 1e-3)
+    lat = np.zeros((2, 2))
+    spb = np.array([[0.0, 1e-9], [1e-9, 0.0]])
+    h = heft_schedule(g, times, lat, spb, np.array([0, 1, 1]))
+    assert h.placement[0] == h.placement[1] or h.placement[0] == h.placement[2]
+    assert len(set(h.placement.tolist())) == 2
+    assert h.makespan_s == pytest.approx(2e-3 + 1e-6)
+
+
+def test_contention_aware_heft_sees_a_busy_port():
+    # s feeds four consumers; with one egress port the 2nd..4th remote copies wait
+    ops = [("s", "X", MS, [], ["t"])] + [(f"c{i}", "X", MS, ["t"], []) for i in range(4)]
+    g = graph_from_ops("fan4", ops, {"t": 1e6})
+    times = np.full((5, 4), 1e-3)
+    lat = np.zeros((4, 4))
+    spb = np.full((4, 4), 1e-9) - np.eye(4) * 1e-9  # 1 ms per copy
+    plain = heft_schedule(g, times, lat, spb, np.array([0, 1, 1, 1, 1]), device_group=np.zeros(4, dtype=np.int64))
+    aware = heft_schedule(
+        g, times, lat, spb, np.array([0, 1, 1, 1, 1]), device_group=np.zeros(4, dtype=np.int64), contention=True
+    )
+    # plain HEFT believes both remote copies arrive at 2 ms; with one port the second lands at 3 ms,
+    # so spreading to a third device no longer pays and the honest estimate is 4 ms
+    assert plain.makespan_s == pytest.approx(3e-3)
+    assert aware.makespan_s == pytest.approx(4e-3)
+    assert len(set(plain.placement.tolist())) == 3 and len(set(aware.placement.tolist())) == 2

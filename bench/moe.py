@@ -19,7 +19,11 @@ at a time: give a spare slot to the expert with the largest per-replica load,
 then put replicas, largest first, on the least-loaded GPU with a free slot that
 does not hold the expert yet), and the lower bound of :func:`partitioners.moe.lower_bound`.
 EPLB's ``rebalance_experts`` is timed as well when an ``eplb`` module is
-importable (it is not vendored here); otherwise that column says ``-``.
+importable (it is not vendored here: put DeepSeek's ``eplb.py`` on ``PYTHONPATH``
+and run with a Python that has torch, e.g. ``.venv-eplb/bin/python``); otherwise
+that column says ``-``. Every balance figure counts each slot as serving
+``load / copies``, so EPLB's occasional two copies of one expert on one GPU are
+charged as the runtime would charge them.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ import time
 
 import numpy as np
 
-from partitioners.moe import balance_stats, rebalance
+from partitioners.moe import rebalance
 
 TOKENS_PER_LAYER = 8 * 131072  # top-8 routing of 128k tokens per report window
+EXPERT_BYTES = 3 * 7168 * 2048  # DeepSeek-V3 routed expert: gate, up, down projections at 1 byte (FP8)
 GPUS_PER_NODE = 8
 
 
@@ -95,6 +100,30 @@ def greedy_lpt(load: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarra
     return out
 
 
+def slot_balance(load: np.ndarray, p2l: np.ndarray, num_gpus: int, down=()) -> tuple[float, float]:
+    """Mean and worst max/mean GPU load, with each slot serving ``load / copies`` (copies counted per slot).
+
+    Counting per slot (not per GPU) charges a plan that puts two copies of one
+    expert on one GPU (EPLB can) for exactly what the runtime would send there.
+    """
+    layers, experts = load.shape
+    p2l = p2l.reshape(layers, num_gpus, -1).copy()
+    p2l[:, list(down)] = -1
+    flat = p2l.reshape(layers, -1)
+    counts = np.stack([np.bincount(row[row >= 0], minlength=experts) for row in flat])
+    per_slot = np.concatenate([load / np.maximum(counts, 1), np.zeros((layers, 1))], axis=1)
+    gpu_load = np.take_along_axis(per_slot, np.where(flat >= 0, flat, experts), axis=1).reshape(p2l.shape).sum(axis=2)
+    ratio = gpu_load.max(axis=1) / (load.sum(axis=1) / (num_gpus - len(down)))
+    return float(ratio.mean()), float(ratio.max())
+
+
+def duplicate_layers(p2l: np.ndarray, num_gpus: int) -> int:
+    """Layers where some GPU holds two copies of one expert."""
+    per_gpu = np.sort(p2l.reshape(p2l.shape[0], num_gpus, -1), axis=2)
+    dup = (per_gpu[:, :, 1:] == per_gpu[:, :, :-1]) & (per_gpu[:, :, 1:] >= 0)
+    return int(dup.any(axis=(1, 2)).sum())
+
+
 def _eplb():
     try:
         return importlib.import_module("eplb")
@@ -102,24 +131,28 @@ def _eplb():
         return None
 
 
-def eplb_plan(module, load: np.ndarray, num_nodes: int, num_gpus: int, slots_per_gpu: int):
-    """EPLB's global policy (``num_groups=1``) as physical_to_logical, or None if unavailable."""
+def eplb_plan(module, load: np.ndarray, num_nodes: int, num_gpus: int, slots_per_gpu: int, groups: int) -> np.ndarray:
+    """EPLB's ``rebalance_experts`` as physical_to_logical (global policy when ``groups`` is 1)."""
     import torch  # present whenever eplb imports
 
-    phy2log, _, _ = module.rebalance_experts(
-        torch.from_numpy(load), num_gpus * slots_per_gpu, 1, num_nodes, num_gpus
-    )
+    phy2log, _, _ = module.rebalance_experts(torch.from_numpy(load), num_gpus * slots_per_gpu, groups, num_nodes, num_gpus)
     return phy2log.numpy()
 
 
 def _timed(fn, repeats: int):
-    times = []
+    """Result, median and p99 wall ms, median CPU ms (the machine is shared: CPU time shows the cost itself)."""
+    wall, cpu = [], []
     result = None
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return result, float(np.median(times)), float(np.percentile(times, 99))
+        wall.append((time.perf_counter() - start) * 1e3)
+        cpu.append((time.process_time() - start_cpu) * 1e3)
+    return result, float(np.median(wall)), float(np.percentile(wall, 99)), float(np.median(cpu))
+
+
+def _cell(pair: tuple[float, float]) -> str:
+    return f"{pair[0]:.3f}/{pair[1]:.3f}"
 
 
 def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repeats: int, seed: int, eplb) -> list[str]:
@@ -129,49 +162,59 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
     cluster = dict(num_nodes=num_nodes, gpus_per_node=GPUS_PER_NODE, slots_per_gpu=slots_per_gpu)
     pop = popularity(layers, experts, rng)
     first = sample(pop, rng)
-    base = rebalance(first, **cluster)
+    base = rebalance(first, **cluster).physical_to_logical
+    drifted = drift(pop, rng)
     scenarios = [
-        ("fresh", first, None, ()),
-        ("resampled", sample(pop, rng), base.physical_to_logical, ()),
-        ("drift", sample(drift(pop, rng), rng), base.physical_to_logical, ()),
-        ("gpu-failure", sample(pop, rng), base.physical_to_logical, (5,)),
+        ("fresh", first, None, (), None),
+        ("fresh, 8 groups", first, None, (), 8),
+        ("resampled", sample(pop, rng), base, (), None),
+        ("drift", sample(drifted, rng), base, (), None),
+        ("gpu-failure", sample(pop, rng), base, (5,), None),
     ]
     rows = []
     total_slots = layers * num_gpus * slots_per_gpu
-    for name, load, current, down in scenarios:
-        result, med, p99 = _timed(
-            lambda: rebalance(load, current_physical_to_logical=current, unavailable_gpus=down, expert_bytes=44_040_192, **cluster),
+    for name, load, current, down, groups in scenarios:
+        result, med, p99, cpu = _timed(
+            lambda: rebalance(load, current_physical_to_logical=current, unavailable_gpus=down, num_expert_groups=groups,
+                              expert_bytes=EXPERT_BYTES, **cluster),
             repeats,
         )
         avail = num_gpus - len(down)
-        load_for_lpt = load
         start = time.perf_counter()
-        lpt = greedy_lpt(load_for_lpt, avail, slots_per_gpu)
+        lpt = greedy_lpt(load, avail, slots_per_gpu)
         lpt_ms = (time.perf_counter() - start) * 1e3
-        if down:  # baseline placement on the surviving GPUs, mapped back to physical slots
+        if down:  # baseline on the surviving GPUs, mapped back to physical slots
             phys = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
             phys[:, np.setdiff1d(np.arange(num_gpus), down)] = lpt.reshape(layers, avail, slots_per_gpu)
             lpt = phys.reshape(layers, -1)
-        lpt_stats = balance_stats(load, lpt, unavailable_gpus=down, **cluster)
         eplb_cell = "-"
         if eplb is not None and not down:
             start = time.perf_counter()
-            plan = eplb_plan(eplb, load, num_nodes, num_gpus, slots_per_gpu)
+            plan = eplb_plan(eplb, load, num_nodes, num_gpus, slots_per_gpu, groups or 1)
             eplb_ms = (time.perf_counter() - start) * 1e3
-            es = balance_stats(load, plan, **cluster)
-            moved = "" if current is None else f" {100 * (plan != current).mean():.0f}%mv"
-            eplb_cell = f"{es.mean:.3f}/{es.worst:.3f} {eplb_ms:.0f}ms{moved}"
-        before = "-" if result.balance_before is None else f"{result.balance_before.mean:.3f}/{result.balance_before.worst:.3f}"
-        moved = 100.0 * result.migrations.count / total_slots
+            moved = "" if current is None else f" mv {100 * (plan != current).mean():.0f}%"
+            eplb_cell = f"{_cell(slot_balance(load, plan, num_gpus))} {eplb_ms:5.0f}ms{moved} dup {duplicate_layers(plan, num_gpus)}"
+        before = "-" if current is None else _cell(slot_balance(load, current, num_gpus, down))
+        after = _cell(slot_balance(load, result.physical_to_logical, num_gpus, down))
+        moved = "-" if current is None else f"{100.0 * result.migrations.count / total_slots:6.2f}"
+        label = name if spare_per_gpu == 1 else f"{name} +{spare_per_gpu}sp"
         rows.append(
-            f"{experts:>4}x{num_gpus:<4} {name:<12} {before:>11} "
-            f"{result.balance_after.mean:.3f}/{result.balance_after.worst:.3f} "
-            f"{lpt_stats.mean:.3f}/{lpt_stats.worst:.3f} "
-            f"{result.lower_bound.mean:.3f}/{result.lower_bound.worst:.3f} "
-            f"{moved:6.2f} {result.migrations.cross_node_count:>6} {result.migrations.from_storage_count:>6} "
-            f"{med:7.1f} {p99:7.1f} {lpt_ms:8.0f}  {eplb_cell}"
+            f"{experts:>4}x{num_gpus:<4} {label:<17} {before:>11} {after} {_cell(slot_balance(load, lpt, num_gpus, down))} "
+            f"{_cell((result.lower_bound.mean, result.lower_bound.worst))} "
+            f"{moved:>6} {result.migrations.cross_node_count:>5} {med:6.1f} {p99:6.1f} {cpu:6.1f} {lpt_ms:6.0f}  {eplb_cell}"
         )
+        if name == "resampled":
+            # noise check: is a plan fitted to this report better on the next one than the kept placement?
+            upcoming = sample(pop, rng)
+            fitted = rebalance(load, **cluster).physical_to_logical
+            noise_rows.append(
+                f"{experts}x{num_gpus}: next report, kept placement {_cell(slot_balance(upcoming, current, num_gpus))}"
+                f" vs fresh plan fitted to this report {_cell(slot_balance(upcoming, fitted, num_gpus))}"
+            )
     return rows
+
+
+noise_rows: list[str] = []
 
 
 def main() -> None:
@@ -186,14 +229,17 @@ def main() -> None:
         shapes, repeats = shapes[:1], 5
     eplb = _eplb()
     print(f"tokens per layer per report: {TOKENS_PER_LAYER}; repeats: {repeats}; EPLB: {'yes' if eplb else 'not importable, skipped'}")
-    print("balance = max/mean GPU load, mean/worst over layers; moved = % of all slots written")
+    print("balance = max/mean GPU load, mean/worst over layers; mv% = % of all slots written; xnode = copies read across nodes")
     print(
-        f"{'shape':<9} {'scenario':<12} {'before':>11} {'hyperplace':<11} {'greedy LPT':<11} {'lower bnd':<11} "
-        f"{'moved%':>6} {'xnode':>6} {'store':>6} {'med ms':>7} {'p99 ms':>7} {'LPT ms':>8}  EPLB"
+        f"{'shape':<9} {'scenario':<17} {'before':>11} {'hyperplace':<11} {'greedy LPT':<11} {'lower bnd':<11} "
+        f"{'mv%':>6} {'xnode':>5} {'med ms':>6} {'p99 ms':>6} {'cpu ms':>6} {'LPT ms':>6}  EPLB (balance, time, mv%, layers with 2 copies on a GPU)"
     )
     for layers, experts, gpus, spare in shapes:
         for row in run_shape(layers, experts, gpus, spare, repeats, args.seed, eplb):
-            print(row + ("" if spare == 1 else f"  (+{spare} spare/GPU)"))
+            print(row, flush=True)
+    print("sampling-noise check (why 'resampled' keeps the placement):")
+    for row in noise_rows:
+        print("  " + row)
 
 
 if __name__ == "__main__":

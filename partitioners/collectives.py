@@ -30,6 +30,8 @@ __all__ = [
     "reduce_scatter_time_s",
     "alltoall_time_s",
     "hierarchical_allreduce_time_s",
+    "hierarchical_allgather_time_s",
+    "hierarchical_alltoall_time_s",
 ]
 
 
@@ -111,3 +113,54 @@ def hierarchical_allreduce_time_s(
         + allreduce_time_s(shard_bytes, n_groups, inter_link, algorithm)
         + allgather_time_s(n_bytes, ranks_per_group, intra_link)
     )
+
+
+def hierarchical_allgather_time_s(
+    n_bytes_total: float,
+    ranks_per_group: int,
+    n_groups: int,
+    intra_link: LinkSpec,
+    inter_link: LinkSpec,
+) -> float:
+    """All-gather of ``n_bytes_total`` over ``n_groups`` groups of ``ranks_per_group`` ranks.
+
+    Rank ``i`` of every group first all-gathers across groups on its own rail (the
+    ``r`` rails run in parallel, each gathering ``n / r`` bytes), then every group
+    all-gathers the full ``n`` over its fast fabric [1]_. Reduce-scatter is the
+    mirror image (same cost).
+    """
+    if n_groups <= 1:
+        return allgather_time_s(n_bytes_total, ranks_per_group, intra_link)
+    r = max(ranks_per_group, 1)
+    return allgather_time_s(n_bytes_total / r, n_groups, inter_link) + allgather_time_s(
+        n_bytes_total, r, intra_link
+    )
+
+
+def hierarchical_alltoall_time_s(
+    n_bytes_per_rank: float,
+    ranks_per_group: int,
+    n_groups: int,
+    intra_link: LinkSpec,
+    inter_link: LinkSpec,
+) -> float:
+    """All-to-all across two topology levels, each rank holding ``n_bytes_per_rank``.
+
+    With ``p = r g`` ranks, a rank sends ``(r - 1) / p`` of its buffer to peers in its
+    group over the fast fabric and ``(p - r) / p`` to other groups over its NIC rail;
+    the two proceed concurrently (separate ports), so the time is the slower one,
+    each a pairwise exchange [1]_ with one latency per peer.
+    """
+    if n_groups <= 1:
+        return alltoall_time_s(n_bytes_per_rank, ranks_per_group, intra_link)
+    if n_bytes_per_rank <= 0:
+        return 0.0
+    r = max(ranks_per_group, 1)
+    p = r * n_groups
+    inside = (
+        (r - 1) * intra_link.latency_s + (r - 1) / p * n_bytes_per_rank / intra_link.bandwidth_bytes_per_s
+        if r > 1
+        else 0.0
+    )
+    outside = (p - r) * inter_link.latency_s + (p - r) / p * n_bytes_per_rank / inter_link.bandwidth_bytes_per_s
+    return max(inside, outside)

@@ -44,7 +44,9 @@ from partitioners.collectives import (
     allgather_time_s,
     allreduce_time_s,
     alltoall_time_s,
+    hierarchical_allgather_time_s,
     hierarchical_allreduce_time_s,
+    hierarchical_alltoall_time_s,
     p2p_time_s,
 )
 from partitioners.errors import InvalidInput
@@ -470,8 +472,8 @@ def collective_time_s(
     if kind == "allreduce":
         return hierarchical_allreduce_time_s(n_bytes, r, g, intra, inter, algorithm)
     if kind in ("allgather", "reduce_scatter"):
-        return allgather_time_s(n_bytes / r, g, inter) + allgather_time_s(n_bytes, r, intra)
-    # all-to-all: each rank sends (r-1)/p of its buffer inside its group, (p-r)/p out
+        return hierarchical_allgather_time_s(n_bytes, r, g, intra, inter)
+    # all-to-all over the actual rank count p (groups may be unevenly filled)
     inside = (r - 1) * intra.latency_s + (r - 1) / p * n_bytes / intra.bandwidth_bytes_per_s if r > 1 else 0.0
     outside = (p - r) * inter.latency_s + (p - r) / p * n_bytes / inter.bandwidth_bytes_per_s
     return max(inside, outside)

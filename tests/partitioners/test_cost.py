@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from partitioners.collectives import LinkSpec, allreduce_time_s, alltoall_time_s, hierarchical_allreduce_time_s
+from partitioners.collectives import (
+    LinkSpec,
+    allreduce_time_s,
+    alltoall_time_s,
+    hierarchical_allgather_time_s,
+    hierarchical_allreduce_time_s,
+    hierarchical_alltoall_time_s,
+)
 from partitioners.cost import (
     OP_CLASS_NAMES,
     CostModel,
@@ -185,3 +192,17 @@ def test_cost_model_json_errors_name_the_field():
     with pytest.raises(InvalidInput) as err:
         cost_model_from_json({"launch_overhead": 1e-6})
     assert err.value.field == "cost_model"
+
+
+def test_hierarchical_allgather_gathers_rail_shards_then_inside_groups():
+    intra, inter = LinkSpec(400.0, 0.0), LinkSpec(100.0, 0.0)
+    # 2 groups x 4 ranks, 800 B total: rails gather 200 B over 2 groups (1/2 x 200 / 100 = 1 s),
+    # then groups gather 800 B over 4 ranks (3/4 x 800 / 400 = 1.5 s)
+    assert hierarchical_allgather_time_s(800.0, 4, 2, intra, inter) == 2.5
+    assert hierarchical_allgather_time_s(800.0, 4, 1, intra, inter) == 1.5
+
+
+def test_hierarchical_alltoall_is_bound_by_the_slower_level():
+    intra, inter = LinkSpec(400.0, 0.0), LinkSpec(100.0, 0.0)
+    # p = 8: 3/8 of 800 B inside at 400 B/s = 0.75 s; 4/8 of 800 B out at 100 B/s = 4 s
+    assert hierarchical_alltoall_time_s(800.0, 4, 2, intra, inter) == 4.0

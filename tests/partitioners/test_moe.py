@@ -373,8 +373,26 @@ def test_every_placement_is_valid_and_never_beats_the_bound(case):
     assert (result.balance_after.per_layer >= result.lower_bound.per_layer - 1e-9).all()
     if cap is not None and current is not None:  # a first placement loads, it moves nothing
         assert result.migrations.count <= cap
+    if current is not None:  # the migrations are exactly the slots that change
+        applied = current.copy()
+        m = result.migrations
+        applied[m.layer, m.slot] = m.logical_expert
+        emptied = result.physical_to_logical == -1
+        applied[emptied] = -1
+        assert (applied == result.physical_to_logical).all()
     again = rebalance(load, current_physical_to_logical=current, **options, **cluster)
     assert (again.physical_to_logical == result.physical_to_logical).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_cases())
+def test_a_placement_made_for_a_load_is_kept_for_that_load(case):
+    load, cluster, down, _, _, noise, groups = case
+    made = rebalance(load, unavailable_gpus=down, num_expert_groups=groups, **cluster)
+    again = rebalance(load, current_physical_to_logical=made.physical_to_logical, unavailable_gpus=down,
+                      num_expert_groups=groups, ignore_sampling_noise=noise, **cluster)
+    assert again.kept_current
+    assert again.migrations.count == 0
 
 
 @settings(max_examples=60, deadline=None)

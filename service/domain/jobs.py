@@ -74,17 +74,22 @@ def extend_lease(session: Session, job_id: str, worker_id: str, lease_s: float, 
     return result.rowcount == 1
 
 
-def complete_job(session: Session, job: Job, worker_id: str, apply_result: Callable[[Plan], None]) -> bool:
-    """Mark the job done and write the plan result in one transaction, if the lease is still ours."""
-    now = utcnow()
+def _finish_if_leased(session: Session, job: Job, worker_id: str, status: str) -> bool:
+    """Compare-and-set the job to ``status`` if ``worker_id`` still holds its lease."""
     result = session.execute(
         update(Job)
         .where(Job.id == job.id, Job.lease_owner == worker_id, Job.status == "running")
-        .values(status="done", finished_at=now)
+        .values(status=status, finished_at=utcnow())
     )
-    if result.rowcount != 1:
+    return result.rowcount == 1
+
+
+def complete_job(session: Session, job: Job, worker_id: str, apply_result: Callable[[Plan], None]) -> bool:
+    """Mark the job done and write the plan result in one transaction, if the lease is still ours."""
+    if not _finish_if_leased(session, job, worker_id, "done"):
         log.warning("lost the lease before completing; discarding result", job_id=job.id)
         return False
+    now = utcnow()
     plan = session.get(Plan, job.plan_id)
     apply_result(plan)
     plan.updated_at = now
@@ -94,14 +99,10 @@ def complete_job(session: Session, job: Job, worker_id: str, apply_result: Calla
 
 
 def fail_job(session: Session, job: Job, worker_id: str, error: str) -> bool:
-    now = utcnow()
-    result = session.execute(
-        update(Job)
-        .where(Job.id == job.id, Job.lease_owner == worker_id, Job.status == "running")
-        .values(status="failed", finished_at=now)
-    )
-    if result.rowcount != 1:
+    """Mark the job and its plan failed with ``error``, if the lease is still ours."""
+    if not _finish_if_leased(session, job, worker_id, "failed"):
         return False
+    now = utcnow()
     session.execute(update(Plan).where(Plan.id == job.plan_id).values(status="failed", error=error[:2000], updated_at=now, finished_at=now))
     return True
 

@@ -56,12 +56,17 @@ def _insert_or_fetch(session: Session, row, fetch):
         return existing
 
 
-def get_or_create_graph(session: Session, tenant_id: str, row: Graph) -> Graph:
-    existing = get_graph_by_hash(session, tenant_id, row.model_hash)
+def _get_or_create(session: Session, row, find):
+    """The row ``find()`` returns, or ``row`` inserted (or the winner of a concurrent insert)."""
+    existing = find()
     if existing is not None:
         return existing
+    return _insert_or_fetch(session, row, find)
+
+
+def get_or_create_graph(session: Session, tenant_id: str, row: Graph) -> Graph:
     row.tenant_id = tenant_id
-    return _insert_or_fetch(session, row, lambda: get_graph_by_hash(session, tenant_id, row.model_hash))
+    return _get_or_create(session, row, lambda: get_graph_by_hash(session, tenant_id, row.model_hash))
 
 
 def _inventory_by_hash(session: Session, tenant_id: str, inventory_hash: str) -> InventoryRow | None:
@@ -71,11 +76,8 @@ def _inventory_by_hash(session: Session, tenant_id: str, inventory_hash: str) ->
 
 
 def get_or_create_inventory(session: Session, tenant_id: str, row: InventoryRow) -> InventoryRow:
-    existing = _inventory_by_hash(session, tenant_id, row.inventory_hash)
-    if existing is not None:
-        return existing
     row.tenant_id = tenant_id
-    return _insert_or_fetch(session, row, lambda: _inventory_by_hash(session, tenant_id, row.inventory_hash))
+    return _get_or_create(session, row, lambda: _inventory_by_hash(session, tenant_id, row.inventory_hash))
 
 
 def get_inventory(session: Session, tenant_id: str, inventory_id: str) -> InventoryRow | None:

@@ -9,9 +9,12 @@ one's step time and per-GPU memory with the vectorised analytic model of
 :mod:`partitioners.parallel3d_cost`, rejects those that cannot run (with the
 reason), ranks the rest, and lays the best one out on the physical GPUs.
 
-The public entry points take plain dicts (as the HTTP handler receives them) or
-the dataclasses of :mod:`partitioners.parallel3d_specs`, and return dataclasses
-with ``to_dict()`` for JSON. The rank map is returned as numpy arrays for the top
+Entry points: :func:`plan_from_request` (a whole ``POST /v1/parallel/plan`` body
+to a JSON-able dict: a search, or predictions of the layouts under ``"evaluate"``),
+:func:`plan_parallel_layout` (search), :func:`evaluate_layouts` (predict given
+layouts) and :func:`rank_map`. They take plain dicts (as the HTTP handler receives
+them) or the dataclasses of :mod:`partitioners.parallel3d_specs`, and return
+dataclasses with ``to_dict()`` for JSON. The rank map is returned as numpy arrays for the top
 candidate only (100,000 ranks is large); the caller chooses how much to serialise.
 
 Rank order follows Megatron-Core's ``RankGenerator`` convention with the order

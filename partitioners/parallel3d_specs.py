@@ -74,6 +74,9 @@ GPU_SPECS: dict[str, GPUSpec] = {
     # GEMM ceiling 0.92: 267.9 / 312 = 0.859 at 8192^3, over (8192 / 8392)^3 = 0.930.
     "a100-80gb": GPUSpec("a100-80gb", {"bf16": 312e12, "fp16": 312e12}, 80 * _GIB, 2.039e12,
                          300e9, 25e9, 8, 108, 0.92),
+    # A800 SXM4 80GB (export variant): A100 figures with NVLink cut to 400 GB/s bidirectional.
+    "a800-80gb": GPUSpec("a800-80gb", {"bf16": 312e12, "fp16": 312e12}, 80 * _GIB, 2.039e12,
+                         200e9, 25e9, 8, 108, 0.92),
     # Same datasheet, 40 GB HBM2 at 1,555 GB/s.
     "a100-40gb": GPUSpec("a100-40gb", {"bf16": 312e12, "fp16": 312e12}, 40 * _GIB, 1.555e12,
                          300e9, 25e9, 8, 108, 0.92),
@@ -83,6 +86,10 @@ GPU_SPECS: dict[str, GPUSpec] = {
     # GEMM ceiling 0.86: 792.1 / 989 = 0.801 at 8192^3, over 0.930.
     "h100-sxm": GPUSpec("h100-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 80 * _GIB,
                         3.35e12, 450e9, 50e9, 8, 132, 0.86),
+    # H800 SXM5 (export variant): H100 SXM compute and memory, NVLink cut to 400 GB/s
+    # bidirectional (NVIDIA H800 product brief; DeepSeek-V3 report, Sec. 3.1).
+    "h800-sxm": GPUSpec("h800-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 80 * _GIB,
+                        3.35e12, 200e9, 50e9, 8, 132, 0.86),
     # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
     "h200-sxm": GPUSpec("h200-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 141e9,
                         4.8e12, 450e9, 50e9, 8, 132, 0.86),
@@ -100,6 +107,8 @@ NODE_PRESETS: dict[str, str] = {
     "dgx-h100": "h100-sxm",
     "hgx-h100": "h100-sxm",
     "dgx-h200": "h200-sxm",
+    "hgx-h800": "h800-sxm",
+    "hgx-a800": "a800-80gb",
     "dgx-b200": "b200",
 }
 
@@ -439,7 +448,8 @@ def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -
             code="heterogeneous-cluster")
     device_type = str(inventory.device_types[0])
     key = device_type.lower()
-    known = next((spec for name, spec in (("a100", GPU_SPECS["a100-80gb"]), ("h100", GPU_SPECS["h100-sxm"]),
+    known = next((spec for name, spec in (("a100", GPU_SPECS["a100-80gb"]), ("a800", GPU_SPECS["a800-80gb"]),
+                                          ("h100", GPU_SPECS["h100-sxm"]), ("h800", GPU_SPECS["h800-sxm"]),
                                           ("h200", GPU_SPECS["h200-sxm"]), ("b200", GPU_SPECS["b200"]))
                   if name in key), None)
     peaks = {dtype: float(values[0]) for dtype, values in inventory.device_peak_flops_by_dtype.items()

@@ -932,13 +932,17 @@ def _hosts(slots: np.ndarray, experts: int) -> np.ndarray:
     return hosts
 
 
-def _node_has(hosts: np.ndarray, node_of_gpu: np.ndarray, num_nodes: int) -> np.ndarray:
-    """``has[l, n, e]``: some GPU of node ``n`` holds expert ``e`` (column ``E`` stays False)."""
-    layers, width_e, _ = hosts.shape
-    has = np.zeros((layers, num_nodes, width_e), dtype=bool)
-    lay, expert, pos = np.nonzero(hosts >= 0)
-    has[lay, node_of_gpu[hosts[lay, expert, pos]], expert] = True
-    return has
+def _gpu_in_node(slots: np.ndarray, node_of_gpu: np.ndarray, num_nodes: int, experts: int) -> np.ndarray:
+    """``out[l, n, e]``: the highest-numbered GPU of node ``n`` holding expert ``e`` (``-1``: none).
+
+    Column ``experts`` (index -1) stays ``-1``. One scatter-maximum over the slots,
+    so looking up "is there a copy on this node, and where" costs one gather.
+    """
+    layers, gpus, slots_per_gpu = slots.shape
+    out = np.full((layers, num_nodes, experts + 1), -1, dtype=np.int64)
+    lay, gpu, _ = np.nonzero(slots >= 0)
+    np.maximum.at(out, (lay, node_of_gpu[gpu], slots[lay, gpu, _]), gpu)
+    return out
 
 
 def _relabel(fresh: np.ndarray, current: np.ndarray, experts: int) -> np.ndarray:
@@ -1177,6 +1181,7 @@ def rebalance(
 
     mean = total / num_avail
     policy = np.full(layers, "", dtype="<U12")
+    original_node_gpu = None
     hierarchy = None
     if num_expert_groups is not None:
         groups = _check_positive_int(num_expert_groups, "model.num_expert_groups")
@@ -1228,10 +1233,11 @@ def rebalance(
         else:
             active = candidates
         if active.size:
+            original_node_gpu = _gpu_in_node(original, node_of_gpu, num_nodes, experts)
             ctx = _MoveContext(
                 node_of_gpu,
                 original=original,
-                original_node_has=_node_has(_hosts(original, experts), node_of_gpu, num_nodes),
+                original_node_has=original_node_gpu >= 0,
                 node_local=bool(node_local),
                 budget=None if max_replicas_moved is None else int(max_replicas_moved),
             )
@@ -1290,7 +1296,7 @@ def rebalance(
             )
 
     return _result(array, final, original, available, num_gpus, gpus_per_node, slots_per_gpu, int(expert_bytes),
-                   bound, before, action, policy, reason, current is not None)
+                   bound, before, action, policy, reason, current is not None, original_node_gpu)
 
 
 def _fresh_plan(
@@ -1388,6 +1394,7 @@ def _result(
     policy: np.ndarray,
     reason: str,
     had_current: bool,
+    original_node_gpu: np.ndarray | None,
 ) -> RebalanceResult:
     layers, experts = load.shape
     gpu_load, counts = _slot_loads(load, final)
@@ -1415,12 +1422,12 @@ def _result(
     expert = final[lay, gpu_a, slot]
     if had_current and lay.size:
         node_of = available // gpus_per_node
-        candidates = _hosts(original, experts)[lay, expert]  # (n, width) GPUs holding it before
-        held = candidates >= 0
-        same_node = held & (node_of[candidates] == node_of[gpu_a][:, None])
-        pick = (held.astype(np.int64) + same_node).argmax(axis=1)
-        src_a = candidates[np.arange(lay.size), pick]
-        has_src = held.any(axis=1)
+        if original_node_gpu is None:
+            original_node_gpu = _gpu_in_node(original, node_of, int(node_of.max()) + 1, experts)
+        by_node = original_node_gpu[lay, :, expert]  # (n, nodes): a GPU per node holding it before
+        local = by_node[np.arange(lay.size), node_of[gpu_a]]
+        src_a = np.where(local >= 0, local, by_node.max(axis=1))
+        has_src = src_a >= 0
         source = np.where(has_src, available[src_a], -1)
         cross = has_src & (node_of[src_a] != node_of[gpu_a])
     else:

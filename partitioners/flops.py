@@ -129,6 +129,8 @@ def _get(shapes: Sequence[Shape | None], i: int) -> Shape | None:
 
 
 def _matmul(a: Shape, b: Shape, out: Shape | None) -> float:
+    if len(a) < 1 or len(b) < 1:
+        raise ValueError("MatMul operands must have rank 1 or more")
     # numpy matmul semantics: 1-D operands are promoted then the added axis dropped,
     # so the contracted length is a[-1] and the output holds the result elements.
     k = a[-1]
@@ -158,6 +160,8 @@ def _conv(shapes: Sequence[Shape | None], out: Shape) -> float:
     # W is [C_out, C_in / group, k1, k2, ...]: every output element is a dot product
     # over C_in / group * prod(k) inputs.
     w = shapes[1]
+    if len(w) < 3:
+        raise ValueError("Conv weight must be [C_out, C_in / group, k...]")
     flops = 2.0 * _numel(out) * _numel(w[1:])
     if _known(_get(shapes, 2)):
         flops += _numel(out)
@@ -168,6 +172,8 @@ def _conv_transpose(shapes: Sequence[Shape | None], out: Shape | None) -> float:
     # W is [C_in, C_out / group, k...]: every input element scatters into
     # C_out / group * prod(k) outputs.
     x, w = shapes[0], shapes[1]
+    if len(w) < 3:
+        raise ValueError("ConvTranspose weight must be [C_in, C_out / group, k...]")
     flops = 2.0 * _numel(x) * _numel(w[1:])
     if _known(_get(shapes, 2)) and out is not None and _known(out):
         flops += _numel(out)

@@ -1,0 +1,629 @@
+"""ONNX model bytes -> :class:`~partitioners.graph.Hypergraph`.
+
+Compiler pipelines upload ONNX files, usually without their weights: the
+initializers keep their dims and dtype but point to external data that is not
+sent. Shapes are all placement needs (memory is bytes, time is FLOPs and bytes),
+so the importer never reads weight values and never resolves external-data paths
+(a server must not open files named by an upload; STYLE.md, convention 11).
+
+Pipeline: parse the protobuf from bytes, bind the caller's dynamic dimensions
+(``{"batch": 8, "sequence": 2048}``) on the graph inputs, run ONNX shape inference
+with data propagation on the in-memory model, then one pass over the nodes that
+records tensor sizes and FLOPs (:mod:`partitioners.flops`). Initializers become
+parameter tensors. Control-flow operators (``If``, ``Loop``, ``Scan``) keep their
+bodies opaque: one operator that reads everything its bodies read from the outer
+graph, with a warning, because their cost depends on run-time trip counts.
+
+References
+----------
+ONNX IR specification, https://onnx.ai/onnx/repo-docs/IR.html (graphs, external
+data, dimension parameters); ONNX shape inference,
+https://onnx.ai/onnx/repo-docs/ShapeInference.html.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import AttributeProto, TensorProto
+
+from partitioners.errors import InputTooLarge, InvalidInput
+from partitioners.flops import estimate_flops
+from partitioners.graph import Hypergraph, build_hypergraph, csr_from_lists, topological_order
+
+__all__ = ["MAX_DIM", "MAX_TENSOR_BYTES", "graph_from_onnx_bytes"]
+
+#: Largest value a dynamic dimension may be bound to (int32 range, what runtimes index with).
+MAX_DIM = 2**31 - 1
+#: Largest tensor the importer accepts: 1 PiB, far above any accelerator's memory, so
+#: only a mistake (a wrong dim binding) reaches it.
+MAX_TENSOR_BYTES = 2**50
+#: How deep control-flow bodies are walked to find the outer tensors they read.
+MAX_SUBGRAPH_DEPTH = 16
+
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+# Bits per element by TensorProto type name (ONNX IR spec, "Tensor Element Types");
+# looked up by name so types missing from an older onnx are skipped.
+_BITS_BY_TYPE_NAME = {
+    "FLOAT": 32, "UINT8": 8, "INT8": 8, "UINT16": 16, "INT16": 16, "INT32": 32, "INT64": 64,
+    "STRING": 64, "BOOL": 8, "FLOAT16": 16, "DOUBLE": 64, "UINT32": 32, "UINT64": 64,
+    "COMPLEX64": 64, "COMPLEX128": 128, "BFLOAT16": 16, "FLOAT8E4M3FN": 8, "FLOAT8E4M3FNUZ": 8,
+    "FLOAT8E5M2": 8, "FLOAT8E5M2FNUZ": 8, "FLOAT8E8M0": 8, "UINT4": 4, "INT4": 4,
+    "FLOAT4E2M1": 4, "UINT2": 2, "INT2": 2,
+}  # fmt: skip
+_BITS = {getattr(TensorProto, k): v for k, v in _BITS_BY_TYPE_NAME.items() if hasattr(TensorProto, k)}
+_DTYPE_NAMES = {
+    getattr(TensorProto, k): ("bool" if k == "BOOL" else k.lower()) for k in _BITS_BY_TYPE_NAME if hasattr(TensorProto, k)
+}
+_DTYPE_NAMES[TensorProto.FLOAT] = "float32"
+_DTYPE_NAMES[TensorProto.DOUBLE] = "float64"
+
+_SCALAR_ATTRS = (AttributeProto.INT, AttributeProto.INTS, AttributeProto.FLOAT, AttributeProto.STRING)
+
+
+def _parse(data: bytes) -> onnx.ModelProto:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInput(
+            f"the ONNX model must be bytes, got {type(data).__name__}", field="model", code="malformed-onnx"
+        )
+    try:
+        model = onnx.load_model_from_string(bytes(data))
+    except (DecodeError, ValueError, TypeError, RuntimeError) as exc:
+        raise InvalidInput(
+            f"the upload is not a readable ONNX model ({exc}); send the .onnx file as exported, "
+            "not truncated or re-encoded",
+            field="model",
+            code="malformed-onnx",
+        ) from exc
+    if not model.HasField("graph") or len(model.graph.node) == 0:
+        raise InvalidInput(
+            "the ONNX model has no graph with operators (empty file, or not an ONNX model)",
+            field="model",
+            code="malformed-onnx",
+        )
+    return model
+
+
+def _check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
+    if dims is None:
+        return {}
+    if not isinstance(dims, Mapping):
+        raise InvalidInput("dims must map dimension names to integers", field="dims", code="invalid-dims")
+    for key, value in dims.items():
+        if not isinstance(key, str) or type(value) is not int or not 1 <= value <= MAX_DIM:
+            raise InvalidInput(
+                f"dimension {key!r} must be bound to an integer between 1 and {MAX_DIM}, got {value!r}",
+                field=f"dims.{key}",
+                code="invalid-dims",
+            )
+    return dict(dims)
+
+
+def _bind_dims(graph: onnx.GraphProto, dims: dict[str, int], initializer_names: set[str]) -> None:
+    """Replace ``dim_param`` by the caller's values on graph inputs and outputs, in place.
+
+    Every symbolic dimension of a runtime input must be bound: without it no tensor
+    size downstream is known. Output dims the caller did not bind are cleared so that
+    shape inference fills them instead of keeping exporter-generated symbols.
+    """
+    unbound: dict[str, str] = {}
+    for value in graph.input:
+        if value.name in initializer_names or not value.type.HasField("tensor_type"):
+            continue
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param"):
+                if dim.dim_param in dims:
+                    dim.dim_value = dims[dim.dim_param]
+                else:
+                    unbound.setdefault(dim.dim_param, value.name)
+            elif not dim.HasField("dim_value"):
+                unbound.setdefault("?", value.name)
+    if unbound:
+        names = ", ".join(f"'{d}' (input '{t}')" for d, t in unbound.items() if d != "?")
+        anonymous = [t for d, t in unbound.items() if d == "?"]
+        if names:
+            detail = f"dynamic dimension {names} is not bound; pass dims={{{', '.join(repr(d) + ': ...' for d in unbound if d != '?')}}}"
+        else:
+            detail = f"input '{anonymous[0]}' has a dimension with neither a size nor a name; it cannot be bound"
+        raise InvalidInput(detail, field="dims", code="unbound-dim")
+    for value in graph.output:
+        if not value.type.HasField("tensor_type"):
+            continue
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param"):
+                if dim.dim_param in dims:
+                    dim.dim_value = dims[dim.dim_param]
+                else:
+                    dim.Clear()
+    # intermediate annotations from the exporter carry the old symbols: let inference redo them
+    del graph.value_info[:]
+
+
+def _infer(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:  # onnx raises several types (InferenceError, ValidationError, RuntimeError)
+        warnings.append(f"ONNX shape inference failed ({exc}); sizes come from declared shapes only")
+        return model
+
+
+#: Folded values larger than this are left to shape inference (a shape vector, a mask
+#: of a few thousand entries is what the folding is for).
+FOLD_MAX_ELEMENTS = 1 << 16
+#: Rounds of (shape inference, folding); each round unblocks at least one Shape chain.
+MAX_FOLD_ROUNDS = 8
+
+
+def _int_attr(node: onnx.NodeProto, name: str, default):
+    for attr in node.attribute:
+        if attr.name == name:
+            return onnx.helper.get_attribute_value(attr)
+    return default
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for attr in node.attribute:
+        if attr.name == "value" and attr.type == AttributeProto.TENSOR:
+            if attr.t.data_location == TensorProto.EXTERNAL:
+                return None
+            return onnx.numpy_helper.to_array(attr.t)
+        if attr.name in ("value_int", "value_float", "value_ints", "value_floats"):
+            dtype = np.int64 if "int" in attr.name else np.float32
+            return np.array(onnx.helper.get_attribute_value(attr), dtype=dtype)
+    return None
+
+
+def _axes(node: onnx.NodeProto, args: list, position: int) -> list[int] | None:
+    if len(args) > position and args[position] is not None:
+        return [int(a) for a in np.asarray(args[position]).reshape(-1)]
+    value = _int_attr(node, "axes", None)
+    return None if value is None else [int(a) for a in value]
+
+
+def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.ndarray] | None:
+    """Evaluate one shape-computation node with numpy, or None when it is not one.
+
+    Covers what exporters emit between ``Shape`` and ``Reshape``/``Expand``/``Range``
+    (ONNX operator semantics, opset 13+ input forms with the attribute forms as fallback).
+    """
+    op = node.op_type
+    a = args[0] if args else None
+    if op == "Shape":
+        shape = in_shapes[0]
+        if shape is None or any(d is None for d in shape):
+            return None
+        return [np.array(shape[_int_attr(node, "start", 0) : _int_attr(node, "end", None)], dtype=np.int64)]
+    if any(x is None for x in args[: {"Slice": 3, "Unsqueeze": 1, "Squeeze": 1, "Range": 3}.get(op, len(args))]):
+        return None
+    if op == "Size":
+        return [np.array(a.size, dtype=np.int64)]
+    if op == "Identity":
+        return [a]
+    if op == "Gather":
+        return [np.take(a, args[1].astype(np.int64), axis=_int_attr(node, "axis", 0))]
+    if op == "Unsqueeze":
+        out = a
+        axes = _axes(node, args, 1)
+        rank = a.ndim + len(axes)
+        for axis in sorted(x % rank for x in axes):
+            out = np.expand_dims(out, axis)
+        return [out]
+    if op == "Squeeze":
+        axes = _axes(node, args, 1)
+        return [np.squeeze(a) if axes is None else np.squeeze(a, axis=tuple(axes))]
+    if op == "Concat":
+        return [np.concatenate([np.atleast_1d(x) if x.ndim == 0 else x for x in args], axis=_int_attr(node, "axis", 0))]
+    if op == "Slice":
+        starts, ends = args[1].reshape(-1), args[2].reshape(-1)
+        axes = args[3].reshape(-1) if len(args) > 3 and args[3] is not None else np.arange(starts.size)
+        steps = args[4].reshape(-1) if len(args) > 4 and args[4] is not None else np.ones(starts.size, dtype=np.int64)
+        index = [slice(None)] * a.ndim
+        for start, end, axis, step in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
+            index[axis] = slice(start, end, step)
+        return [a[tuple(index)]]
+    if op == "Cast":
+        return [a.astype(onnx.helper.tensor_dtype_to_np_dtype(_int_attr(node, "to", TensorProto.INT64)))]
+    if op == "Range":
+        return [np.arange(a, args[1], args[2]).astype(np.result_type(a, args[1], args[2]))]
+    if op == "ConstantOfShape":
+        value = _int_attr(node, "value", None)
+        fill = onnx.numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
+        shape = tuple(int(d) for d in a.reshape(-1))
+        if math.prod(shape) > FOLD_MAX_ELEMENTS:
+            return None
+        return [np.full(shape, fill[0], dtype=fill.dtype)]
+    if op == "Expand":
+        shape = np.broadcast_shapes(a.shape, tuple(int(d) for d in args[1].reshape(-1)))
+        if math.prod(shape) > FOLD_MAX_ELEMENTS:
+            return None
+        return [np.broadcast_to(a, shape).copy()]
+    if op == "Reshape":
+        target = [int(d) for d in args[1].reshape(-1)]
+        if not _int_attr(node, "allowzero", 0):
+            target = [a.shape[i] if d == 0 else d for i, d in enumerate(target)]
+        return [a.reshape(target)]
+    if op == "Transpose":
+        return [np.transpose(a, _int_attr(node, "perm", None))]
+    if op == "Where":
+        return [np.where(a, args[1], args[2])]
+    if op in _FOLD_BINARY:
+        out = _FOLD_BINARY[op](a, args[1])
+        if op == "Div" and np.issubdtype(out.dtype, np.floating) and np.issubdtype(a.dtype, np.integer):
+            out = np.trunc(out).astype(a.dtype)  # integer Div truncates toward zero
+        return [np.asarray(out)]
+    if op in _FOLD_UNARY:
+        return [np.asarray(_FOLD_UNARY[op](a))]
+    if op in ("Min", "Max"):
+        return [np.asarray((np.minimum if op == "Min" else np.maximum).reduce(np.broadcast_arrays(*args)))]
+    return None
+
+
+_FOLD_BINARY = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.true_divide, "Mod": np.fmod,
+    "Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
+    "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or, "Pow": np.power,
+}  # fmt: skip
+_FOLD_UNARY = {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Floor": np.floor, "Ceil": np.ceil, "Sqrt": np.sqrt}
+
+
+def _shape_table(graph: onnx.GraphProto) -> dict[str, tuple | None]:
+    table = {t.name: tuple(int(d) for d in t.dims) for t in graph.initializer}
+    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+        if value.name not in table:
+            table[value.name] = _value_shape(value)[0]
+    return table
+
+
+def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
+    """Shape inference that also sees through ``Shape -> ... -> Reshape`` chains.
+
+    ONNX inference stops where a shape is *computed* (``Range``, ``Slice`` of a
+    ``Shape``, ``Expand`` to a computed shape), which exporters emit for every dynamic
+    axis. Once the dims are bound those computations are constants: each round infers,
+    evaluates every node whose inputs are now known values (:func:`_eval_node`), and
+    replaces it by ``Constant`` nodes in a working copy, until nothing changes. The
+    caller's model keeps its operators; only the shapes come from the copy.
+    """
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    values: dict[str, np.ndarray] = {}
+    for init in work.graph.initializer:
+        if init.data_location != TensorProto.EXTERNAL and math.prod(init.dims) <= FOLD_MAX_ELEMENTS:
+            try:
+                values[init.name] = onnx.numpy_helper.to_array(init)
+            except Exception:  # unusual encodings: leave the tensor to inference
+                continue
+    inferred = _infer(work, warnings)
+    for _ in range(MAX_FOLD_ROUNDS):
+        shapes = _shape_table(inferred.graph)
+        replaced = False
+        nodes = list(work.graph.node)
+        new_nodes: list[onnx.NodeProto] = []
+        for node in nodes:
+            if node.op_type == "Constant":
+                value = _constant_value(node)
+                if value is not None and node.output and value.size <= FOLD_MAX_ELEMENTS:
+                    values[node.output[0]] = value
+                new_nodes.append(node)
+                continue
+            if node.domain not in ("", "ai.onnx") or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+                new_nodes.append(node)
+                continue
+            args = [values.get(x) if x else None for x in node.input]
+            try:
+                outputs = _eval_node(node, args, [shapes.get(x) for x in node.input])
+            except Exception:  # anything numpy refuses is simply not folded
+                outputs = None
+            if outputs is None or len(outputs) != len([o for o in node.output if o]) or any(
+                o.size > FOLD_MAX_ELEMENTS for o in outputs
+            ):
+                new_nodes.append(node)
+                continue
+            for name, value in zip([o for o in node.output if o], outputs):
+                values[name] = value
+                new_nodes.append(
+                    onnx.helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(value, name))
+                )
+            replaced = True
+        if not replaced:
+            break
+        del work.graph.node[:]
+        work.graph.node.extend(new_nodes)
+        inferred = _infer(work, [])
+    return inferred
+
+
+def _value_shape(value: onnx.ValueInfoProto) -> tuple[tuple | None, int | None]:
+    if not value.type.HasField("tensor_type"):
+        return None, None
+    tensor_type = value.type.tensor_type
+    elem = tensor_type.elem_type or None
+    if not tensor_type.HasField("shape"):
+        return None, elem
+    shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+    return shape, elem
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    out = {}
+    for attr in node.attribute:
+        if attr.type in _SCALAR_ATTRS:
+            out[attr.name] = onnx.helper.get_attribute_value(attr)
+    return out
+
+
+def _outer_reads(node: onnx.NodeProto) -> tuple[list[str], int, bool]:
+    """Names a control-flow node's bodies read from enclosing scopes, its body node count,
+    and whether the walk stopped at :data:`MAX_SUBGRAPH_DEPTH`.
+
+    Iterative (explicit stack) so a deeply nested model cannot exhaust the Python stack.
+    A name counts as outer when no enclosing body defines it; the caller keeps the ones
+    the outer graph knows.
+    """
+    reads: list[str] = []
+    seen: set[str] = set()
+    n_nodes = 0
+    truncated = False
+    stack: list[tuple[onnx.GraphProto, frozenset[str], int]] = []
+    for attr in node.attribute:
+        for body in ([attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)):
+            stack.append((body, frozenset(), 1))
+    while stack:
+        body, defined_above, depth = stack.pop()
+        defined = set(defined_above)
+        defined.update(v.name for v in body.input)
+        defined.update(t.name for t in body.initializer)
+        for inner in body.node:
+            n_nodes += 1
+            for name in inner.input:
+                if name and name not in defined and name not in seen:
+                    seen.add(name)
+                    reads.append(name)
+            defined.update(o for o in inner.output if o)
+        for inner in body.node:
+            for attr in inner.attribute:
+                bodies = [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
+                if bodies and depth >= MAX_SUBGRAPH_DEPTH:
+                    truncated = True
+                    continue
+                frozen = frozenset(defined)
+                stack.extend((b, frozen, depth + 1) for b in bodies)
+        for value in body.output:
+            if value.name and value.name not in defined and value.name not in seen:
+                seen.add(value.name)
+                reads.append(value.name)
+    return reads, n_nodes, truncated
+
+
+def _op_names(nodes) -> list[str]:
+    """Node names made unique and non-empty (ONNX allows both empty and repeated names).
+
+    An unnamed node is called ``"<op_type>(<first output>)"``: output names are unique
+    in a valid graph, and the name does not depend on the node's position in the file,
+    which keeps :func:`partitioners.graph.model_hash` independent of node order.
+    """
+    names: list[str] = []
+    used: set[str] = set()
+    for i, node in enumerate(nodes):
+        first_output = next((o for o in node.output if o), None)
+        if node.name:
+            base = node.name
+        elif first_output is not None:
+            base = f"{node.op_type}({first_output})"
+        else:
+            base = f"{node.op_type}#{i}"
+        name = base
+        k = 1
+        while name in used:
+            name = f"{base}#{k}"
+            k += 1
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def graph_from_onnx_bytes(
+    data: bytes,
+    *,
+    dims: Mapping[str, int] | None = None,
+    max_ops: int | None = None,
+    name: str | None = None,
+) -> Hypergraph:
+    """Import an ONNX model, weights optional, as a hypergraph with sizes and FLOPs.
+
+    Parameters
+    ----------
+    data : bytes
+        The serialized ``ModelProto``. Initializers may hold their values or point to
+        external data that is absent; only their dims and dtype are read.
+    dims : mapping of str to int, optional
+        Values for the symbolic dimensions of the graph inputs
+        (``{"batch": 8, "sequence": 2048}``); every one must be bound.
+    max_ops : int, optional
+        Refuse graphs with more top-level operators, before building anything.
+    name : str, optional
+        Model name; defaults to the ONNX graph name.
+
+    Returns
+    -------
+    Hypergraph
+        Operators in file order; ``tensor_shapes``/``tensor_dtypes`` filled; one
+        ``warnings`` line per kind of estimate or simplification made.
+
+    Raises
+    ------
+    InvalidInput
+        ``malformed-onnx`` (not parseable, truncated, empty, no nodes),
+        ``unbound-dim`` (a symbolic input dimension missing from ``dims``),
+        ``invalid-dims``, ``unknown-tensor`` (a node reads a name nothing defines),
+        ``duplicate-producer``, ``absurd-size`` (a tensor over
+        :data:`MAX_TENSOR_BYTES`), ``cycle``.
+    InputTooLarge
+        ``too-many-ops`` when the graph has more than ``max_ops`` operators.
+    """
+    model = _parse(data)
+    n_nodes = len(model.graph.node)
+    if max_ops is not None and n_nodes > max_ops:
+        raise InputTooLarge(
+            f"the model has {n_nodes} operators, more than the limit of {max_ops}; "
+            "split it or use the job API with a higher limit",
+            field="model",
+            code="too-many-ops",
+        )
+    bound = _check_dims(dims)
+    warnings: list[str] = []
+    initializer_names = {t.name for t in model.graph.initializer} | {
+        t.values.name for t in model.graph.sparse_initializer
+    }
+    _bind_dims(model.graph, bound, initializer_names)
+    inferred = _infer_with_folding(model, warnings)
+    graph = inferred.graph
+
+    # tensor table: name -> (shape, elem_type, is_parameter), definitions first
+    shapes: dict[str, tuple | None] = {}
+    elems: dict[str, int | None] = {}
+    parameters: set[str] = set()
+    for init in graph.initializer:
+        shapes[init.name] = tuple(int(d) for d in init.dims)
+        elems[init.name] = init.data_type
+        parameters.add(init.name)
+    for sparse in graph.sparse_initializer:
+        shapes[sparse.values.name] = tuple(int(d) for d in sparse.dims)
+        elems[sparse.values.name] = sparse.values.data_type
+        parameters.add(sparse.values.name)
+    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+        if value.name in parameters:
+            continue
+        shape, elem = _value_shape(value)
+        if shape is not None or value.name not in shapes:
+            shapes[value.name] = shape
+            elems[value.name] = elem if elem is not None else elems.get(value.name)
+    runtime_inputs = [v.name for v in graph.input if v.name not in parameters]
+
+    op_names = _op_names(graph.node)
+    op_types: list[str] = []
+    op_inputs: list[list[str]] = []
+    op_outputs: list[list[str]] = []
+    op_flops = np.zeros(n_nodes, dtype=np.float64)
+    producer: dict[str, int] = {}
+    fallback_types: dict[str, int] = {}
+    shape_notes: dict[str, int] = {}
+    defined = set(parameters) | set(runtime_inputs)
+    for i, node in enumerate(graph.node):
+        op_type = node.op_type
+        outputs = [o for o in node.output if o]
+        for out in outputs:
+            if out in producer or out in parameters or out in runtime_inputs:
+                first = op_names[producer[out]] if out in producer else "a graph input or initializer"
+                raise InvalidInput(
+                    f"tensor '{out}' is written by operator '{op_names[i]}' and already by {first}; "
+                    "every tensor needs exactly one producer",
+                    field=f"graph.node[{i}].output",
+                    code="duplicate-producer",
+                )
+            producer[out] = i
+        inputs = [x for x in node.input if x]
+        if op_type in _CONTROL_FLOW or any(
+            a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute
+        ):
+            reads, body_nodes, truncated = _outer_reads(node)
+            known = defined | set(producer)
+            extra = [r for r in reads if r in known and r not in inputs]
+            inputs = inputs + extra
+            warnings.append(
+                f"operator '{op_names[i]}' ({op_type}) has {body_nodes} operators in its subgraphs: placed as "
+                "one opaque operator, FLOPs estimated from its outputs"
+                + (f"; subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH} were not inspected" if truncated else "")
+            )
+        for j, x in enumerate(inputs):
+            if x not in defined and x not in producer:
+                raise InvalidInput(
+                    f"operator '{op_names[i]}' ({op_type}) reads tensor '{x}', which no operator, graph input "
+                    "or initializer defines before it",
+                    field=f"graph.node[{i}].input",
+                    code="unknown-tensor",
+                )
+        in_shapes = [shapes.get(x) for x in inputs]
+        out_shapes = [shapes.get(x) for x in outputs]
+        if op_type in _CONTROL_FLOW:
+            estimate = estimate_flops("", [], out_shapes)
+        else:
+            estimate = estimate_flops(op_type, in_shapes, out_shapes, _attrs(node))
+            if estimate.note is not None:
+                if estimate.note.startswith("no FLOP formula"):
+                    fallback_types[op_type] = fallback_types.get(op_type, 0) + 1
+                else:
+                    shape_notes[op_type] = shape_notes.get(op_type, 0) + 1
+        op_flops[i] = estimate.flops
+        op_types.append(op_type)
+        op_inputs.append(inputs)
+        op_outputs.append(outputs)
+        defined.update(outputs)
+
+    for op_type, count in sorted(fallback_types.items()):
+        warnings.append(
+            f"no FLOP formula for operator type '{op_type}' ({count} operators): counted one FLOP per output element"
+        )
+    for op_type, count in sorted(shape_notes.items()):
+        warnings.append(
+            f"{count} '{op_type}' operators have incomplete shapes after inference: "
+            "FLOPs counted as one per known output element"
+        )
+
+    # tensors: graph inputs, then parameters that something reads, then operator outputs
+    used = {x for ins in op_inputs for x in ins}
+    unused_params = [p for p in parameters if p not in used]
+    tensor_names = list(runtime_inputs)
+    tensor_names += [t.name for t in graph.initializer if t.name in used]
+    tensor_names += [t.values.name for t in graph.sparse_initializer if t.values.name in used]
+    tensor_names += [o for outs in op_outputs for o in outs]
+    if unused_params:
+        warnings.append(f"{len(unused_params)} initializers are read by no operator and were left out")
+    index = {t: k for k, t in enumerate(tensor_names)}
+    tensor_shapes = [shapes.get(t) for t in tensor_names]
+    tensor_elems = [elems.get(t) for t in tensor_names]
+    tensor_bytes = np.zeros(len(tensor_names), dtype=np.float64)
+    unknown_size = 0
+    for k, (shape, elem) in enumerate(zip(tensor_shapes, tensor_elems)):
+        if shape is None or any(d is None for d in shape) or elem not in _BITS:
+            unknown_size += 1
+            continue
+        size = float(np.prod(shape, dtype=np.float64)) * _BITS[elem] / 8.0
+        if size > MAX_TENSOR_BYTES:
+            raise InvalidInput(
+                f"tensor '{tensor_names[k]}' would hold {size:.3g} bytes (shape {list(shape)}), over the "
+                f"{MAX_TENSOR_BYTES:.3g}-byte limit; check the dims bound for its inputs",
+                field="dims",
+                code="absurd-size",
+            )
+        tensor_bytes[k] = np.ceil(size)
+    if unknown_size:
+        warnings.append(
+            f"{unknown_size} tensors have no static shape or dtype after shape inference: counted as 0 bytes"
+        )
+
+    in_ptr, in_ids = csr_from_lists([[index[x] for x in ins] for ins in op_inputs])
+    out_ptr, out_ids = csr_from_lists([[index[x] for x in outs] for outs in op_outputs])
+    result = build_hypergraph(
+        name=name if name is not None else (graph.name or "onnx-model"),
+        op_names=np.array(op_names, dtype=object),
+        op_types=np.array(op_types, dtype=object),
+        op_flops=op_flops,
+        input_ptr=in_ptr,
+        input_tensors=in_ids,
+        output_ptr=out_ptr,
+        output_tensors=out_ids,
+        tensor_names=np.array(tensor_names, dtype=object),
+        tensor_bytes=tensor_bytes,
+        tensor_is_parameter=np.array([t in parameters for t in tensor_names], dtype=bool),
+        tensor_shapes=tensor_shapes,
+        tensor_dtypes=[_DTYPE_NAMES.get(e) if e else None for e in tensor_elems],
+        warnings=warnings,
+    )
+    topological_order(result)  # raises InvalidInput(code="cycle")
+    return result

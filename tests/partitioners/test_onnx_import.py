@@ -1,0 +1,376 @@
+"""ONNX import: bytes in, hypergraph with sizes and FLOPs out, weights never read."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, external_data_helper, helper
+
+from partitioners.errors import InputTooLarge, InvalidInput
+from partitioners.graph import TENSOR_INPUT, TENSOR_PARAMETER, graph_summary, model_hash
+from partitioners.onnx_import import graph_from_onnx_bytes
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "onnx"
+
+
+def _external_weight(name: str, dims: list[int]) -> TensorProto:
+    """A float initializer whose bytes live in a file that does not exist."""
+    tensor = helper.make_tensor(name, TensorProto.FLOAT, dims, np.zeros(dims, dtype=np.float32).tobytes(), raw=True)
+    external_data_helper.set_external_data(tensor, location="missing.bin", offset=0, length=len(tensor.raw_data))
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.ClearField("raw_data")
+    return tensor
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17) -> bytes:
+    graph = helper.make_graph(nodes, "tiny", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return model.SerializeToString()
+
+
+def _linear_relu(batch_dim="batch") -> bytes:
+    # x [batch, 4] @ W [4, 3] -> h [batch, 3] -> relu -> y
+    return _model(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["h"], name="fc"),
+            helper.make_node("Relu", ["h"], ["y"], name="act"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch_dim, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch_dim, 3])],
+        [_external_weight("W", [4, 3])],
+    )
+
+
+def test_weights_pointing_to_missing_external_data_are_parameters_sized_from_dims():
+    graph = graph_from_onnx_bytes(_linear_relu(), dims={"batch": 2})
+    w = graph.tensor_names.tolist().index("W")
+    assert graph.tensor_kind[w] == TENSOR_PARAMETER
+    assert graph.tensor_bytes[w] == 4 * 3 * 4
+    assert graph.tensor_shapes[w] == (4, 3)
+    assert graph.tensor_dtypes[w] == "float32"
+    assert graph.op_param_bytes.tolist() == [48.0, 0.0]
+
+
+def test_bound_dims_give_exact_sizes_and_flops():
+    graph = graph_from_onnx_bytes(_linear_relu(), dims={"batch": 8})
+    names = graph.tensor_names.tolist()
+    assert graph.tensor_kind[names.index("x")] == TENSOR_INPUT
+    assert graph.tensor_bytes[names.index("x")] == 8 * 4 * 4
+    assert graph.tensor_bytes[names.index("h")] == 8 * 3 * 4  # found by shape inference
+    # MatMul: 2 * (8*3 outputs) * 4; Relu: 24 outputs
+    assert graph.op_flops.tolist() == [2 * 24 * 4, 24]
+    assert graph.warnings == []
+
+
+def test_unbound_dynamic_dim_is_named():
+    with pytest.raises(InvalidInput, match="'batch'") as info:
+        graph_from_onnx_bytes(_linear_relu())
+    assert info.value.code == "unbound-dim"
+    assert info.value.field == "dims"
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, 2**40])
+def test_dim_values_must_be_positive_int32(value):
+    with pytest.raises(InvalidInput) as info:
+        graph_from_onnx_bytes(_linear_relu(), dims={"batch": value})
+    assert info.value.code == "invalid-dims"
+
+
+def test_empty_bytes_are_rejected_as_no_graph():
+    with pytest.raises(InvalidInput) as info:
+        graph_from_onnx_bytes(b"")
+    assert info.value.code == "malformed-onnx"
+
+
+def test_garbage_bytes_are_malformed():
+    with pytest.raises(InvalidInput) as info:
+        graph_from_onnx_bytes(b"\xff\xfe this is not protobuf \x00\x01" * 10)
+    assert info.value.code == "malformed-onnx"
+
+
+def test_truncated_file_is_malformed():
+    data = (FIXTURES / "resnet50.onnx").read_bytes()
+    with pytest.raises(InvalidInput) as info:
+        graph_from_onnx_bytes(data[: len(data) // 2], dims={"batch": 1})
+    assert info.value.code == "malformed-onnx"
+
+
+def test_graph_without_nodes_is_rejected():
+    data = _model([], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], [])
+    with pytest.raises(InvalidInput) as info:
+        graph_from_onnx_bytes(data)
+    assert info.value.code == "malformed-onnx"
+
+
+def test_operator_limit_is_checked_before_anything_else():
+    with pytest.raises(InputTooLarge) as info:
+        graph_from_onnx_bytes(_linear_relu(), max_ops=1)  # dims unbound: never reached
+    assert info.value.code == "too-many-ops"
+
+
+def test_reading_an_undefined_tensor_names_it():
+    data = _model(
+        [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    with pytest.raises(InvalidInput, match="'ghost'") as info:
+        graph_from_onnx_bytes(data)
+    assert info.value.code == "unknown-tensor"
+
+
+def test_two_writers_of_one_tensor_are_rejected():
+    data = _model(
+        [
+            helper.make_node("Relu", ["x"], ["y"], name="first"),
+            helper.make_node("Neg", ["x"], ["y"], name="second"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    with pytest.raises(InvalidInput, match="'second'") as info:
+        graph_from_onnx_bytes(data)
+    assert info.value.code == "duplicate-producer"
+
+
+def test_unknown_operator_type_is_kept_with_an_estimate_and_a_warning():
+    data = _model(
+        [helper.make_node("FancyOp", ["x"], ["y"], name="fancy", domain="example.custom")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
+    )
+    model = onnx.load_model_from_string(data)
+    model.opset_import.append(helper.make_opsetid("example.custom", 1))
+    graph = graph_from_onnx_bytes(model.SerializeToString())
+    assert graph.op_types.tolist() == ["FancyOp"]
+    assert graph.op_flops.tolist() == [15.0]  # one per output element
+    assert any("FancyOp" in w for w in graph.warnings)
+
+
+def test_constant_and_shape_ops_are_cheap_operators():
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [3, 2])
+    data = _model(
+        [
+            helper.make_node("Constant", [], ["s"], name="const", value=shape),
+            helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+    )
+    graph = graph_from_onnx_bytes(data)
+    assert graph.op_types.tolist() == ["Constant", "Reshape"]
+    assert graph.op_flops.tolist() == [0.0, 0.0]
+    assert graph.tensor_bytes[graph.tensor_names.tolist().index("s")] == 16
+
+
+def _if_node(name: str, cond: str, outer: str, out: str, depth: int) -> onnx.NodeProto:
+    """An If whose branches read ``outer`` from the enclosing graph, nested ``depth`` deep."""
+
+    def branch(tag: str, level: int) -> onnx.GraphProto:
+        result = f"{tag}{level}_out"
+        if level == 0 or tag == "else":  # only the then-branch nests: depth, not 2^depth
+            nodes = [helper.make_node("Relu", [outer], [result])]
+        else:
+            nodes = [_if_node(f"{name}_{tag}{level}", cond, outer, result, level - 1)]
+        return helper.make_graph(nodes, f"{tag}{level}", [], [helper.make_tensor_value_info(result, TensorProto.FLOAT, [4])])
+
+    return helper.make_node(
+        "If", [cond], [out], name=name, then_branch=branch("then", depth), else_branch=branch("else", depth)
+    )
+
+
+def test_control_flow_is_one_opaque_operator_reading_outer_tensors():
+    data = _model(
+        [
+            helper.make_node("Relu", ["x"], ["hidden"], name="pre"),
+            _if_node("branch", "cond", "hidden", "y", depth=0),
+        ],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    graph = graph_from_onnx_bytes(data)
+    assert graph.op_names.tolist() == ["pre", "branch"]
+    reads = sorted(graph.tensor_names[graph.inputs_of(1)].tolist())
+    assert reads == ["cond", "hidden"]  # the branch body's read of "hidden" is a dependency
+    assert any("'branch'" in w and "opaque" in w for w in graph.warnings)
+
+
+def _nested_if_model(depth: int) -> bytes:
+    """A model whose If nests ``depth`` levels, spliced as raw protobuf bytes.
+
+    The protobuf runtime refuses to *build* messages nested past its depth limit, so
+    each level wraps the serialized inner graph by hand (field 6 of AttributeProto is
+    the graph, field 5 of NodeProto the attribute, field 1 of GraphProto the node).
+    """
+
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            low, n = n & 0x7F, n >> 7
+            out.append(low | (0x80 if n else 0))
+            if not n:
+                return bytes(out)
+
+    def field(number: int, payload: bytes) -> bytes:
+        return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+    def out_info(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [4])
+
+    inner = helper.make_graph([helper.make_node("Relu", ["x"], ["y0"])], "leaf", [], [out_info("y0")]).SerializeToString()
+    leaf_else = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [out_info("e")])
+    for level in range(1, depth + 1):
+        node = helper.make_node("If", ["cond"], [f"y{level}"], name=f"if{level}")
+        node.attribute.append(helper.make_attribute("else_branch", leaf_else))
+        then = helper.make_attribute("then_branch", helper.make_graph([], "placeholder", [], []))
+        then.ClearField("g")
+        node_bytes = node.SerializeToString() + field(5, then.SerializeToString() + field(6, inner))
+        last = level == depth
+        wrapper = helper.make_graph(
+            [],
+            "top" if last else f"level{level}",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])]
+            if last
+            else [],
+            [out_info(f"y{level}")],
+        )
+        inner = wrapper.SerializeToString() + field(1, node_bytes)
+    model = helper.make_model(helper.make_graph([], "m", [], []), opset_imports=[helper.make_opsetid("", 17)])
+    model.ClearField("graph")
+    return model.SerializeToString() + field(7, inner)
+
+
+def test_nested_subgraphs_are_walked_to_a_bounded_depth_with_a_warning():
+    graph = graph_from_onnx_bytes(_nested_if_model(20))
+    assert graph.op_names.tolist() == ["if20"]
+    assert sorted(graph.tensor_names[graph.inputs_of(0)].tolist()) == ["cond", "x"]
+    assert any("deeper than 16" in w for w in graph.warnings)
+
+
+def test_nesting_past_the_protobuf_limit_is_malformed_not_a_crash():
+    with pytest.raises(InvalidInput) as info:
+        graph_from_onnx_bytes(_nested_if_model(400))
+    assert info.value.code == "malformed-onnx"
+
+
+def test_unnamed_nodes_get_names_that_do_not_depend_on_file_order():
+    def tiny(order):
+        nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"])]
+        return _model(
+            [nodes[i] for i in order],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])],
+        )
+
+    first, second = graph_from_onnx_bytes(tiny([0, 1])), graph_from_onnx_bytes(tiny([1, 0]))
+    assert sorted(first.op_names.tolist()) == ["Neg(b)", "Relu(a)"]
+    assert model_hash(first) == model_hash(second)
+
+
+def test_hash_ignores_weight_values_but_not_shapes():
+    def with_weight(dims, fill):
+        w = helper.make_tensor("W", TensorProto.FLOAT, dims, np.full(dims, fill, dtype=np.float32).flatten().tolist())
+        return _model(
+            [helper.make_node("MatMul", ["x", "W"], ["y"], name="fc")],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [w],
+        )
+
+    base = model_hash(graph_from_onnx_bytes(with_weight([4, 3], 0.5)))
+    assert model_hash(graph_from_onnx_bytes(with_weight([4, 3], -2.0))) == base
+    assert model_hash(graph_from_onnx_bytes(with_weight([4, 5], 0.5))) != base
+
+
+# --- exported fixtures (tests/fixtures/onnx/make_fixtures.py) -----------------------
+
+
+def _resnet50_flops(image: int = 224) -> float:
+    """Analytic ResNet-50 FLOPs: 2 per conv/fc MAC (He et al. 2016, table 1 geometry)."""
+    macs = 0
+    size = image // 2  # 7x7/2 stem
+    macs += size * size * 64 * 3 * 49
+    size //= 2  # 3x3/2 max pool
+    in_ch = 64
+    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+        for i in range(blocks):
+            s = stride if i == 0 else 1
+            out_size = size // s
+            macs += size * size * width * in_ch  # 1x1 reduce
+            macs += out_size * out_size * width * width * 9  # 3x3 (carries the stride)
+            macs += out_size * out_size * width * 4 * width  # 1x1 expand
+            if i == 0:
+                macs += out_size * out_size * width * 4 * in_ch  # projection shortcut
+            in_ch, size = width * 4, out_size
+    macs += 2048 * 1000  # classifier
+    return 2.0 * macs
+
+
+def _transformer_flops(layers: int, d_model: int, seq: int) -> float:
+    """Matrix products of a transformer stack, 2 FLOPs per MAC (Kaplan et al. 2020, table 1):
+    per layer and token 12 d^2 MACs of projections and MLP, plus 2 s d for Q K^T and P V."""
+    return 2.0 * layers * (12 * d_model**2 * seq + 2 * seq**2 * d_model)
+
+
+def test_resnet50_fixture_matches_the_analytic_flop_and_parameter_counts():
+    graph = graph_from_onnx_bytes((FIXTURES / "resnet50.onnx").read_bytes(), dims={"batch": 1})
+    summary = graph_summary(graph)
+    assert graph.n_ops == 122  # 53 Conv (BN folded in), 49 Relu, 16 Add, pools, Flatten, Gemm
+    assert (graph.op_types == "Conv").sum() == 53
+    assert summary["total_flops"] == pytest.approx(_resnet50_flops(), rel=0.05)  # ~8.2e9
+    # torch counts 25,557,032 parameters, including BN gamma and beta (2 x 26,560); the
+    # export folds each BN into a conv bias (1 x 26,560): 25,530,472 float32 values.
+    assert summary["parameter_bytes"] == 4 * 25_530_472
+    assert graph.warnings == []
+
+
+def test_resnet50_batch_scales_flops_linearly():
+    data = (FIXTURES / "resnet50.onnx").read_bytes()
+    one = graph_from_onnx_bytes(data, dims={"batch": 1}).op_flops.sum()
+    eight = graph_from_onnx_bytes(data, dims={"batch": 8}).op_flops.sum()
+    assert eight == pytest.approx(8 * one)
+
+
+# Parameter counts printed by make_fixtures.py (sum of p.numel() over the torch module);
+# every parameter is a float32 initializer in the export, so parameter bytes are 4x these.
+BERT_PARAMETERS = 108_891_648  # BertModel, bert-base-uncased geometry, no pooler
+GPT2_PARAMETERS = 124_439_808  # GPT2Model, gpt2 (small) geometry, no LM head
+
+
+def test_bert_base_fixture_matches_the_analytic_flop_and_parameter_counts():
+    graph = graph_from_onnx_bytes((FIXTURES / "bert_base.onnx").read_bytes(), dims={"batch": 1, "sequence": 128})
+    summary = graph_summary(graph)
+    assert graph.n_ops == 977  # exported node count, Constant and shape arithmetic included
+    assert (graph.op_types == "MatMul").sum() == 12 * 8  # Q, K, V, scores, context, out, 2 x MLP
+    assert summary["total_flops"] == pytest.approx(_transformer_flops(12, 768, 128), rel=0.05)  # ~22.4e9
+    assert summary["parameter_bytes"] == 4 * BERT_PARAMETERS
+    assert graph.warnings == []  # every shape resolved once batch and sequence are bound
+
+
+def test_gpt2_fixture_matches_the_analytic_flop_and_parameter_counts():
+    graph = graph_from_onnx_bytes((FIXTURES / "gpt2.onnx").read_bytes(), dims={"batch": 1, "sequence": 128})
+    summary = graph_summary(graph)
+    assert graph.n_ops == 2262
+    # GPT-2's Conv1D layers export as Gemm (QKV, out, 2 x MLP per layer), attention as MatMul
+    assert ((graph.op_types == "Gemm").sum(), (graph.op_types == "MatMul").sum()) == (48, 24)
+    assert summary["total_flops"] == pytest.approx(_transformer_flops(12, 768, 128), rel=0.05)
+    assert summary["parameter_bytes"] == 4 * GPT2_PARAMETERS
+    assert graph.warnings == []
+
+
+def test_lstm_seq2seq_fixture_counts_both_recurrences():
+    graph = graph_from_onnx_bytes(
+        (FIXTURES / "lstm_seq2seq.onnx").read_bytes(), dims={"batch": 1, "source": 20, "target": 16}
+    )
+    by_type = {t: graph.op_flops[graph.op_types == t].sum() for t in set(graph.op_types.tolist())}
+    # per step: 2 * 1024 * (128 + 256) gates + 2048 bias + 9 * 256 cell update = 790_784
+    assert by_type["LSTM"] == 790_784 * (20 + 16)
+    assert by_type["MatMul"] == 2 * 16 * 1000 * 256  # projection to the vocabulary
+    # torch: 1,175,528 parameters (embedding 128k, two LSTMs 2 x 395,264, linear 257k)
+    assert graph_summary(graph)["parameter_bytes"] == 4 * 1_175_528

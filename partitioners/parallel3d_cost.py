@@ -663,8 +663,6 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     n_gpus = dp * tp * pp * cp
     mflops = model_flops_per_step(model, batch)
     hflops = hardware_flops_per_step(model, batch, rc)
-    steps_scale = m * dp * mbs / batch  # >1 when the batch does not split evenly (rejected anyway)
-    mult = np.where(single, m, m + (pp - 1.0) / v)
 
     return {
         "step_time_s": step,
@@ -695,7 +693,5 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "num_micro_batches": m,
         "layers_per_stage": q,
         "last_stage_layers": last_layers,
-        "batch_scale": steps_scale,
-        "schedule_multiplier": mult,
         "stage_time_s": stage_time,
     }

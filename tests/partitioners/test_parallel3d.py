@@ -177,6 +177,21 @@ def test_predicted_bubble_fraction_uses_micro_batches_per_pipeline():
     assert float(pred["bubble_fraction"][0]) == pytest.approx(3 / 16)
 
 
+@pytest.mark.parametrize("lay", [
+    {"dp": 2, "tp": 2, "pp": 2, "mbs": 1, "v": 2, "zero": 1, "recompute": RECOMPUTE_FULL},
+    {"dp": 8, "zero": 0},
+    {"dp": 2, "tp": 4, "zero": 3, "recompute": RECOMPUTE_SELECTIVE},
+])
+def test_time_breakdown_accounts_for_the_whole_step(lay):
+    model = model_from_dict({**GPT_SMALL, "num_layers": 8})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 32})
+    pred = predict_layouts(model, cluster, training, layouts(**lay))
+    parts = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "bubble_s", "dp_comm_exposed_s",
+             "optimizer_s")
+    assert sum(float(pred[k][0]) for k in parts) == pytest.approx(float(pred["step_time_s"][0]))
+
+
 def test_tensor_parallel_time_is_four_allreduces_per_layer_on_nvlink():
     model = model_from_dict(GPT_SMALL)
     cluster = cluster_from_dict(A100_NODE)

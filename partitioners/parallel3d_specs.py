@@ -1,12 +1,18 @@
 """Inputs of the 3D-parallel planner: model shape, cluster, training settings, constraints.
 
-Plain frozen dataclasses, each with a ``from_dict`` that validates what a caller
-(or the HTTP handler) sends and raises :class:`partitioners.errors.InvalidInput`
-naming the field, so a bad request becomes a 422 that says what to fix.
+Plain frozen dataclasses, each with a ``*_from_dict`` parser that validates what
+a caller (or the HTTP handler) sends and raises
+:class:`partitioners.errors.InvalidInput` naming the field, so a bad request
+becomes a 422 that says what to fix.
 
-The GPU table below is a stop-gap until ``partitioners.inventory`` presets are
-wired in: every number is from a public spec sheet, named beside it. Cluster
-descriptions may instead give every figure explicitly.
+Clusters: the shared inventory JSON (``"groups": [...]``) and the presets of
+:mod:`partitioners.inventory` are accepted through :func:`cluster_from_inventory`
+(identical nodes only). The small GPU table below keeps what the planner needs
+beyond the inventory (SM count, GEMM ceiling) and its node presets win for
+``dgx-a100``/``dgx-h100``/... because the inventory caps presets at 4,096 nodes
+while this planner must answer for 100,000 GPUs; every number is from a public
+spec sheet or measurement, named beside it. Descriptions may instead give every
+figure explicitly.
 """
 
 from __future__ import annotations

@@ -102,6 +102,7 @@ def heft_schedule(
     device_group: np.ndarray | None = None,
     param_budget_bytes: np.ndarray | None = None,
     param_scale: float = 1.0,
+    op_static_bytes: np.ndarray | None = None,
     contention: bool = False,
 ) -> HeftSchedule:
     """Place and order every operator with HEFT (non-insertion).
@@ -124,6 +125,9 @@ def heft_schedule(
         operator whose new parameters would pass it (unless no device can take it).
     param_scale : float
         Multiplier on parameter bytes when charging the budget.
+    op_static_bytes : numpy.ndarray, shape (n_ops,), optional
+        Further bytes an operator pins on its device for the rest of the step
+        (activations saved for the backward pass), charged to the same budget.
     contention : bool
         Model link contention as the simulator does: every device has one egress
         port per link class that carries one transfer at a time, so a transfer
@@ -170,6 +174,7 @@ def heft_schedule(
         param_budget_bytes[devices].astype(float).tolist() if param_budget_bytes is not None else None
     )
     params_on: list[set[int]] = [set() for _ in range(k)]
+    static = op_static_bytes.astype(float).tolist() if op_static_bytes is not None and budget is not None else None
     param_used = [0.0] * k
 
     dev_of = [-1] * n
@@ -192,6 +197,8 @@ def heft_schedule(
             cands = sorted(cset)
         new_params = [t for t in in_t[in_ptr[v] : in_ptr[v + 1]] if is_param[t]] if budget is not None else []
         all_param = sum(t_bytes[t] for t in new_params) * param_scale if new_params else 0.0
+        pinned = static[v] if static is not None else 0.0
+        all_param += pinned
         row = times[v]
         best_d = -1
         best_f = float("inf")
@@ -216,8 +223,8 @@ def heft_schedule(
                     ready = r
             start = avail[d] if avail[d] > ready else ready
             f = start + row[d]
-            if new_params and param_used[d] + all_param > budget[d]:
-                extra = sum(t_bytes[t] for t in new_params if t not in params_on[d]) * param_scale
+            if budget is not None and param_used[d] + all_param > budget[d]:
+                extra = sum(t_bytes[t] for t in new_params if t not in params_on[d]) * param_scale + pinned
                 if param_used[d] + extra > budget[d]:
                     if f < fallback_f:
                         fallback_f, fallback_d = f, d
@@ -242,6 +249,7 @@ def heft_schedule(
                     port_free[port] = begin + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
                 arrival[(t, d)] = begin + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
         if budget is not None:
+            param_used[d] += pinned
             for t in new_params:
                 if t not in params_on[d]:
                     params_on[d].add(t)

@@ -85,6 +85,8 @@ MODES = ("inference", "training")
 ANALYTIC_SINGLE_OPS = 6_000
 #: Above this many operators only the contention-aware HEFT runs (HEFT costs seconds there).
 CLASSIC_HEFT_MAX_OPS = 300_000
+#: Simulations kept for refinement when ``auto`` chooses which extra candidates to score.
+REFINE_RESERVE = 2
 #: ``auto`` runs every applicable strategy; the others force one family.
 STRATEGIES = ("auto", "single", "heft", "metis", "pipeline", "hybrid")
 
@@ -386,19 +388,28 @@ class _Planner:
             return float(sim.comm_bytes)
         return float(sim.makespan_s)
 
-    def single_analytic(self, placement: np.ndarray, note: str) -> int:
-        """Score the one-device plan without simulating it.
+    def single_analytic(self, placement: np.ndarray, note: str) -> int | None:
+        """Score the one-device plan without simulating it, when memory is clear-cut.
 
         One device with every input local never idles, so the makespan is the sum of
-        its operator times; memory is bounded below by its parameters plus the
-        largest operator's working set (the final plan is simulated and checked).
+        its operator times. Memory lies between the parameters plus the largest
+        operator's working set and the parameters plus every tensor; when the budget
+        is outside that range feasibility is known, otherwise return ``None`` (the
+        caller simulates).
         """
         d = int(placement[0])
-        makespan = float(self.times[:, d].sum())
         g = self.graph
         params = float(g.tensor_bytes[g.tensor_kind == 2].sum())
         working = float((g.op_input_bytes() - g.op_param_bytes + g.op_output_bytes()).max())
-        frac = (params + working) / max(float(self.budget[d]), 1.0)
+        everything = float(g.tensor_bytes.sum())
+        budget = max(float(self.budget[d]), 1.0)
+        if params + working > budget:
+            feasible, frac = False, (params + working) / budget
+        elif everything <= budget:
+            feasible, frac = True, everything / budget
+        else:
+            return None
+        makespan = float(self.times[:, d].sum())
         if self.options.objective == "throughput":
             obj = makespan / self.m
         elif self.options.objective == "communication":
@@ -408,7 +419,7 @@ class _Planner:
         cand = Candidate(
             strategy="single",
             makespan_s=makespan,
-            feasible=frac <= 1.0,
+            feasible=feasible,
             comm_bytes=0.0,
             devices_used=1,
             peak_memory_fraction=frac,
@@ -493,7 +504,15 @@ class _Planner:
         d = int(self.devices[0])
         return np.full(self.n, d, dtype=np.int64), f"device {self.inventory.device_names[d]}"
 
-    def heft(self, devices: np.ndarray, *, contention: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def heft(
+        self, devices: np.ndarray, *, contention: bool = True, budget_scale: float = 0.85
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """HEFT over ``devices``; parameters and (in training) saved activations are
+        charged against ``budget_scale`` times each device's memory budget."""
+        e = self.expanded
+        static = None
+        if e.mode == "training":
+            static = np.where(e.op_phase == PHASE_FORWARD, self.graph.op_output_bytes(), 0.0)
         sched = heft_schedule(
             self.graph,
             self.times,
@@ -501,7 +520,8 @@ class _Planner:
             self.levels,
             devices=devices,
             device_group=self.inventory.device_group,
-            param_budget_bytes=self.budget * 0.85,
+            param_budget_bytes=self.budget * budget_scale,
+            op_static_bytes=static,
             contention=contention,
         )
         priority = np.empty(self.n, dtype=np.float64)
@@ -656,12 +676,34 @@ def place(
     return _finish(planner, planner.best_index(), raise_infeasible=not options.allow_infeasible)
 
 
+def _hybrid_shapes(m: int, k_max: int, low_memory: bool) -> list[tuple[int, int]]:
+    """``(stages, replicas)`` layouts worth trying, most promising first.
+
+    Replicas only help up to ``m`` (one micro-batch each). Without memory pressure,
+    layouts using the most devices come first (they use the parallelism); under
+    pressure, fewer replicas first (each replica holds its stage's weights again).
+    """
+    combos: set[tuple[int, int]] = set()
+    r = 1
+    while r <= min(m, k_max):
+        s_max = k_max // r
+        for s in {s_max, *[x for x in (1, 2, 4, 8) if x < s_max]}:
+            if r > 1:
+                combos.add((s, r))
+        r *= 2
+    if min(m, k_max) > 1:
+        combos.add((1, min(m, k_max)))
+    if low_memory:
+        return sorted(combos, key=lambda c: (c[1], -c[0]))
+    return sorted(combos, key=lambda c: (-(c[0] * c[1]), -c[1]))
+
+
 def _run_candidates(p: _Planner) -> None:
-    opt = p.options
-    want = opt.strategy
+    """Score the applicable candidates: one of each family always, more while the budget lasts."""
+    want = p.options.strategy
     k_max = int(p.devices.shape[0])
     group_sizes = [int(x) for x in np.unique(p.inventory.device_group[p.devices], return_counts=True)[1]]
-    sizes = _sizes(k_max, group_sizes)
+    sizes = sorted(_sizes(k_max, group_sizes), reverse=True)
 
     def allowed(family: str) -> bool:
         return want in ("auto", family)
@@ -669,50 +711,55 @@ def _run_candidates(p: _Planner) -> None:
     if allowed("single"):
         placement, note = p.single()
         if p.n > ANALYTIC_SINGLE_OPS and want == "auto" and k_max > 1:
-            p.single_analytic(placement, note)
+            if p.single_analytic(placement, note) is None:
+                p.evaluate("single", placement, note=note)
         else:
             p.evaluate("single", placement, note=note)
     if k_max == 1:
         return
-    if allowed("hybrid") and p.m > 1:
-        combos = []
-        r = 1
-        while r <= min(p.m, k_max):
-            s_max = k_max // r
-            for s in sorted({s_max, *[x for x in (1, 2, 4, 8) if x < s_max]}, reverse=True):
-                if r > 1 or s > 1:
-                    combos.append((s, r))
-            r *= 2
-        if min(p.m, k_max) not in [c[1] for c in combos]:
-            combos.append((1, min(p.m, k_max)))
-        # most devices first: those are the layouts that use the parallelism
-        combos.sort(key=lambda c: (-(c[0] * c[1]), -c[1]))
-        for s, r in combos:
-            if p.sims_left <= (3 if want == "auto" else 0):
-                break
-            placement, ok = p.hybrid(s, r)
-            p.evaluate(f"hybrid-{s}x{r}", placement, note="" if ok else "stage memory estimate over budget")
-    if allowed("heft") and p.sims_left > 0:
-        placement, priority = p.heft(p.devices, contention=True)
-        p.evaluate("heft-contention", placement, priority, note=f"{k_max} devices offered, link ports modelled")
-        if p.sims_left > 0 and p.n <= CLASSIC_HEFT_MAX_OPS:
-            placement, priority = p.heft(p.devices, contention=False)
-            p.evaluate("heft", placement, priority, note=f"{k_max} devices offered")
-    if allowed("pipeline"):
-        for k in sorted(sizes, reverse=True):
-            if p.sims_left <= (2 if want == "auto" else 0):
-                break
-            placement, ok = p.hybrid(k, 1)
-            p.evaluate(f"pipeline-{k}", placement, note="" if ok else "stage memory estimate over budget")
-            if want == "auto" and p.m == 1 and ok:
-                break
-    if allowed("metis"):
-        for k in sorted(sizes, reverse=True):
-            if p.sims_left <= (1 if want == "auto" else 0):
-                break
-            p.evaluate(f"metis-{k}", p.metis(p.devices[:k]))
-            if want == "auto" and k <= 2:
-                break
+    low_memory = bool(p.candidates) and not p.candidates[0].feasible
+
+    def hybrid(s: int, r: int):
+        placement, ok = p.hybrid(s, r)
+        return placement, None, "" if ok else "stage memory estimate over budget"
+
+    def heft(contention: bool):
+        placement, priority = p.heft(p.devices, contention=contention)
+        note = f"{k_max} devices offered" + (", link ports modelled" if contention else "")
+        return placement, priority, note
+
+    def metis(k: int):
+        return p.metis(p.devices[:k]), None, ""
+
+    fams: dict[str, list] = {"hybrid": [], "heft": [], "pipeline": [], "metis": []}
+    if p.m > 1:
+        fams["hybrid"] = [(f"hybrid-{s}x{r}", lambda s=s, r=r: hybrid(s, r)) for s, r in _hybrid_shapes(p.m, k_max, low_memory)]
+    fams["heft"] = [("heft-contention", lambda: heft(True))]
+    if p.n <= CLASSIC_HEFT_MAX_OPS or want == "heft":
+        fams["heft"].append(("heft", lambda: heft(False)))
+    fams["pipeline"] = [(f"pipeline-{k}", lambda k=k: hybrid(k, 1)) for k in sizes]
+    fams["metis"] = [(f"metis-{k}", lambda k=k: metis(k)) for k in sizes]
+    order = ["pipeline", "heft", "hybrid", "metis"] if low_memory else ["hybrid", "heft", "pipeline", "metis"]
+    families = [f for f in order if allowed(f) and fams[f]]
+    # essentials: the first of each family (and both HEFT variants), whatever the budget
+    essential = [c for f in families for c in fams[f][: 2 if f == "heft" else 1]]
+    extra = [c for f in families for c in fams[f][2 if f == "heft" else 1 :]]
+    reserve = REFINE_RESERVE if want == "auto" else 0
+    for name, build in essential:
+        placement, priority, note = build()
+        p.evaluate(name, placement, priority, note=note)
+    if allowed("heft") and not any(c.feasible for c in p.candidates):
+        # memory-bound: HEFT again with the budget it overran scaled down
+        over = [c for c in p.candidates if c.strategy == "heft-contention"]
+        if over and over[0].peak_memory_fraction > 1.0:
+            scale = 0.85 / over[0].peak_memory_fraction * 0.95
+            placement, priority = p.heft(p.devices, contention=True, budget_scale=scale)
+            p.evaluate("heft-contention/tight", placement, priority, note=f"memory budget x{scale:.2f}")
+    for name, build in extra:
+        if p.sims_left <= reserve:
+            break
+        placement, priority, note = build()
+        p.evaluate(name, placement, priority, note=note)
 
 
 def refine_best(p: _Planner, best: int) -> int:

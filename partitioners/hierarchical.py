@@ -85,6 +85,8 @@ MODES = ("inference", "training")
 ANALYTIC_SINGLE_OPS = 6_000
 #: Above this many operators only the contention-aware HEFT runs (HEFT costs seconds there).
 CLASSIC_HEFT_MAX_OPS = 300_000
+#: Above this many operators level 3 plans tiers but does not re-simulate with tier bandwidths.
+RETIME_MAX_OPS = 300_000
 #: Simulations kept for refinement when ``auto`` chooses which extra candidates to score.
 REFINE_RESERVE = 2
 #: ``auto`` runs every applicable strategy; the others force one family.
@@ -801,13 +803,22 @@ def _finish(p: _Planner, best: int, *, raise_infeasible: bool) -> PlacementResul
         sim = simulate(g, inv, placement, context=p.ctx, priority=priority, record_timeline=True)
     # level 3: tiers from the chosen schedule, re-timed with tier bandwidths
     plan0 = plan_memory_tiers(g, inv, sim, memory_budget_bytes=p.budget)
-    times = tier_op_times_s(g, inv, placement, plan0, cost_model=p.cost_model)
     # keep the chosen schedule's order: priority = earlier start runs first
     start_order = np.lexsort((np.arange(p.n), sim.op_start_s))
     final_priority = np.empty(p.n, dtype=np.float64)
     final_priority[start_order] = np.arange(p.n, 0, -1, dtype=np.float64)
-    final = simulate(g, inv, placement, op_times_s=times, priority=final_priority, cost_model=p.cost_model)
-    if final.makespan_s <= sim.makespan_s:
+    retime = p.n <= RETIME_MAX_OPS and bool((plan0.tier != inv.device_main_tier[plan0.device]).any() if plan0.tier.size else False)
+    if retime:
+        times = tier_op_times_s(g, inv, placement, plan0, cost_model=p.cost_model)
+        final = simulate(g, inv, placement, op_times_s=times, priority=final_priority, cost_model=p.cost_model)
+    else:
+        if p.n > RETIME_MAX_OPS:
+            p.notes.append(
+                f"level 3: tiers planned on the scored schedule; not re-timed with tier bandwidths above "
+                f"{RETIME_MAX_OPS} operators"
+            )
+        final = sim
+    if retime and final.makespan_s <= sim.makespan_s:
         plan = plan_memory_tiers(g, inv, final, memory_budget_bytes=p.budget, tiers=plan0)
     else:
         # a list-scheduling anomaly made the re-timed schedule slower: keep the scored one

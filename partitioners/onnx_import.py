@@ -104,7 +104,7 @@ def _check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
     return dict(dims)
 
 
-def _bind_dims(graph: onnx.GraphProto, dims: dict[str, int], initializer_names: set[str]) -> None:
+def _bind_dims(graph: onnx.GraphProto, dims: dict[str, int], initializer_names: set[str]) -> set[str]:
     """Replace ``dim_param`` by the caller's values on graph inputs and outputs, in place.
 
     Every symbolic dimension of a runtime input must be bound: without it no tensor
@@ -112,12 +112,14 @@ def _bind_dims(graph: onnx.GraphProto, dims: dict[str, int], initializer_names: 
     shape inference fills them instead of keeping exporter-generated symbols.
     """
     unbound: dict[str, str] = {}
+    used: set[str] = set()
     for value in graph.input:
         if value.name in initializer_names or not value.type.HasField("tensor_type"):
             continue
         for dim in value.type.tensor_type.shape.dim:
             if dim.HasField("dim_param"):
                 if dim.dim_param in dims:
+                    used.add(dim.dim_param)
                     dim.dim_value = dims[dim.dim_param]
                 else:
                     unbound.setdefault(dim.dim_param, value.name)
@@ -142,6 +144,25 @@ def _bind_dims(graph: onnx.GraphProto, dims: dict[str, int], initializer_names: 
                     dim.Clear()
     # intermediate annotations from the exporter carry the old symbols: let inference redo them
     del graph.value_info[:]
+    return used
+
+
+def _drop_large_values(model: onnx.ModelProto) -> None:
+    """Forget the values of initializers too large to be shape data, in place.
+
+    Only dims and dtype are ever read from weights; dropping inline values before the
+    working copies and shape inference keeps a full-weight upload from being copied
+    several times over. The tensor is marked external, as in a graph-only upload.
+    """
+    for init in model.graph.initializer:
+        if init.data_location == TensorProto.EXTERNAL or math.prod(init.dims) <= FOLD_MAX_ELEMENTS:
+            continue
+        for field_name in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
+            init.ClearField(field_name)
+        init.data_location = TensorProto.EXTERNAL
+        del init.external_data[:]
+        entry = init.external_data.add()
+        entry.key, entry.value = "location", "dropped-by-hyperplace"
 
 
 def _infer(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
@@ -480,9 +501,14 @@ def graph_from_onnx_bytes(
     initializer_names = {t.name for t in model.graph.initializer} | {
         t.values.name for t in model.graph.sparse_initializer
     }
-    _bind_dims(model.graph, bound, initializer_names)
-    inferred = _infer_with_folding(model, warnings)
-    graph = inferred.graph
+    used_dims = _bind_dims(model.graph, bound, initializer_names)
+    if set(bound) - used_dims:
+        warnings.append(
+            f"dims {sorted(set(bound) - used_dims)} name no dimension of the model's inputs and were ignored"
+        )
+    _drop_large_values(model)
+    inferred = _infer_with_folding(model, warnings).graph
+    graph = model.graph  # operators as uploaded; shapes and dtypes come from ``inferred``
 
     # tensor table: name -> (shape, elem_type, is_parameter), definitions first
     shapes: dict[str, tuple | None] = {}
@@ -496,7 +522,7 @@ def graph_from_onnx_bytes(
         shapes[sparse.values.name] = tuple(int(d) for d in sparse.dims)
         elems[sparse.values.name] = sparse.values.data_type
         parameters.add(sparse.values.name)
-    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+    for value in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
         if value.name in parameters:
             continue
         shape, elem = _value_shape(value)

@@ -65,6 +65,58 @@ def test_bound_dims_give_exact_sizes_and_flops():
     assert graph.warnings == []
 
 
+def test_shapes_computed_from_bound_dims_are_folded_so_downstream_flops_are_exact():
+    # Reshape to [batch, seq, 2, 4] with a target computed as Shape(x)[0:rank-1] ++ [2, 4]:
+    # plain ONNX inference cannot see through the computed Slice end, folding can.
+    def i64(name, values):
+        return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        i64("zero", [0]),
+        i64("one", [1]),
+        i64("tail", [2, 4]),
+        helper.make_node("Shape", ["s"], ["rank"], name="rank"),
+        helper.make_node("Sub", ["rank", "one"], ["end"], name="end"),
+        helper.make_node("Slice", ["s", "zero", "end"], ["lead"], name="lead"),
+        helper.make_node("Concat", ["lead", "tail"], ["target"], name="target", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+        helper.make_node("MatMul", ["r", "W"], ["y"], name="fc"),
+    ]
+    data = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_external_weight("W", [4, 3])],
+    )
+    graph = graph_from_onnx_bytes(data, dims={"batch": 2, "seq": 5})
+    assert graph.op_types.tolist()[-3:] == ["Concat", "Reshape", "MatMul"]  # operators kept as uploaded
+    assert graph.op_flops[-1] == 2 * (2 * 5 * 2 * 3) * 4  # [2,5,2,4] @ [4,3]
+    assert graph.tensor_shapes[graph.tensor_names.tolist().index("y")] == (2, 5, 2, 3)
+    assert graph.warnings == []
+
+
+def test_inline_weights_give_the_same_graph_as_missing_external_ones():
+    def linear(weight):
+        return _model(
+            [helper.make_node("MatMul", ["x", "W"], ["y"], name="fc")],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 300])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 300])],
+            [weight],
+        )
+
+    values = np.random.default_rng(0).standard_normal((300, 300)).astype(np.float32)
+    inline = graph_from_onnx_bytes(linear(onnx.numpy_helper.from_array(values, "W")))
+    external = graph_from_onnx_bytes(linear(_external_weight("W", [300, 300])))
+    assert inline.tensor_bytes.tolist() == external.tensor_bytes.tolist() == [1200.0, 360_000.0, 1200.0]
+    assert model_hash(inline) == model_hash(external)
+
+
+def test_dims_that_match_no_input_are_reported():
+    graph = graph_from_onnx_bytes(_linear_relu(), dims={"batch": 2, "sequense": 128})
+    assert any("sequense" in w for w in graph.warnings)
+
+
 def test_unbound_dynamic_dim_is_named():
     with pytest.raises(InvalidInput, match="'batch'") as info:
         graph_from_onnx_bytes(_linear_relu())

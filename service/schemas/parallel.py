@@ -54,7 +54,7 @@ class ClusterShape(RequestModel):
     gemm_efficiency_max: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
     name: Name | None = None
     inventory: InventoryDocument | PresetInventory | None = Field(
-        None, description="Or a hyperplace inventory (homogeneous GPUs): its figures fill the fields above."
+        None, description="Or a hyperplace inventory (identical nodes of one GPU type) instead of the fields above."
     )
 
 

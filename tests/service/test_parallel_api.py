@@ -54,7 +54,7 @@ def test_an_inventory_preset_gives_the_same_answer_as_the_planner_preset(client)
 def test_given_layouts_are_evaluated_instead_of_searched(client):
     response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 4, "dp": 2}, {"tp": 16, "pp": 4, "dp": 1}]))
     assert response.status_code == 200, response.text
-    evaluated = response.json()["evaluated"]
+    evaluated = response.json()["predictions"]
     assert evaluated[0]["tp"] == 8 and evaluated[0]["pp"] == 4
     assert evaluated[1]["reasons"]  # tp=16 crosses an 8-GPU node
 

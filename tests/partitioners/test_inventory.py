@@ -238,3 +238,13 @@ def test_with_device_speed_scales_every_dtype_of_the_named_device():
     assert slow.device_peak_flops[2] == inv.device_peak_flops[2]
     with pytest.raises(InvalidInput):
         with_device_speed(inv, {"node0/gpu3": 0})
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_round_trips_through_canonical_json(preset):
+    inv = preset_inventory(preset, 2)
+    again = inventory_from_json(inventory_to_json(inv))
+    assert inventory_hash(again) == inventory_hash(inv)
+    assert again.device_names.tolist() == inv.device_names.tolist()
+    assert np.array_equal(again.tier_capacity_bytes, inv.tier_capacity_bytes)
+    assert again.inter_link == inv.inter_link

@@ -18,11 +18,20 @@ ways that real clusters show:
 The two effects are fitted by alternating robust location estimates (Tukey's median
 polish [2]_, with Huber's M-estimator [1]_ in place of the median for efficiency);
 cells with enough operators of their own keep a shrunken residual (an interaction,
-e.g. attention on one odd device). Before the fit, every operator's repeated
+e.g. attention on one odd device). Operators weigh by their measured time: a
+factor that is right for the operators that take the time is right for the
+makespan, and a 2 us operator 50% off costs 1 us. Before the fit, every operator's repeated
 measurements (steps, timelines) collapse to their median, so a warm-up step that is
 3x slower is outvoted by the steady steps, and Huber weights keep what remains of
 such outliers from dominating a class. Link classes get one Huber location each of
 ``log(measured / predicted)`` transfer time.
+
+The fixed per-operator overhead is fitted too when enough operators are dominated
+by it (roofline under a fifth of the assumed overhead, at least
+:data:`MIN_OVERHEAD_OPS` of them): a CPU framework dispatch costs ~2-3 us where a
+CUDA launch costs ~5 us. An operator whose measured time is under twice the
+overhead says nothing about its roofline part and is left out of the multiplier fit
+(it would otherwise pull a whole class towards zero).
 
 All estimates are deterministic; nothing here reads clocks, files or global RNG
 (:func:`synthetic_durations_s` takes an explicit ``seed``).
@@ -50,7 +59,9 @@ from partitioners.inventory import LINK_CLASS_NAMES, Inventory
 __all__ = [
     "HUBER_K",
     "MIN_CELL_OPS",
+    "MIN_OVERHEAD_OPS",
     "CalibrationFit",
+    "weighted_median",
     "huber_location",
     "group_medians",
     "fit_calibration",
@@ -64,23 +75,39 @@ __all__ = [
 HUBER_K = 1.345
 #: A (device, class) cell needs this many operators before its own residual is trusted.
 MIN_CELL_OPS = 3
+#: Operators dominated by the fixed overhead needed before the overhead itself is fitted.
+MIN_OVERHEAD_OPS = 3
 #: Shrinkage of a cell residual: ``n / (n + CELL_PRIOR_OPS)``.
 CELL_PRIOR_OPS = 5.0
 #: Log-ratios are clipped to +-log(1000): a measurement 1000x off the model is an error, not a factor.
 _LOG_CLIP = float(np.log(1e3))
 
 
-def huber_location(values: np.ndarray, k: float = HUBER_K, max_iter: int = 50) -> float:
+def weighted_median(values: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """The lower weighted median: smallest value whose cumulative weight reaches half the total."""
+    x = np.asarray(values, dtype=np.float64)
+    if weights is None:
+        return float(np.median(x))
+    w = np.asarray(weights, dtype=np.float64)
+    order = np.argsort(x, kind="stable")
+    cum = np.cumsum(w[order])
+    return float(x[order][np.searchsorted(cum, 0.5 * cum[-1])])
+
+
+def huber_location(values: np.ndarray, weights: np.ndarray | None = None, k: float = HUBER_K, max_iter: int = 50) -> float:
     """Huber M-estimate of location with the MAD as fixed scale [1]_ [3]_.
 
-    Iteratively reweighted mean starting at the median; points further than
-    ``k`` scaled MADs from the estimate get weight ``k * scale / |r|``. With a
-    zero MAD (half the values equal) the median is returned.
+    Iteratively reweighted mean starting at the (weighted) median; points further
+    than ``k`` scaled MADs from the estimate get weight ``k * scale / |r|``, times
+    their prior weight. With a zero MAD (half the values equal) or fewer than three
+    values the median is returned.
 
     Parameters
     ----------
     values : numpy.ndarray
         Finite values (at least one).
+    weights : numpy.ndarray, optional
+        Positive prior weights (e.g. each operator's share of the measured time).
     k : float
     max_iter : int
 
@@ -91,13 +118,14 @@ def huber_location(values: np.ndarray, k: float = HUBER_K, max_iter: int = 50) -
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         raise InvalidInput("huber_location needs at least one value", field="values")
-    mu = float(np.median(x))
-    scale = 1.4826 * float(np.median(np.abs(x - mu)))
+    prior = np.ones_like(x) if weights is None else np.asarray(weights, dtype=np.float64)
+    mu = weighted_median(x, prior)
+    scale = 1.4826 * weighted_median(np.abs(x - mu), prior)
     if scale <= 0.0 or x.size < 3:
         return mu
     for _ in range(max_iter):
         r = np.abs(x - mu) / scale
-        w = np.where(r <= k, 1.0, k / np.maximum(r, 1e-300))
+        w = prior * np.where(r <= k, 1.0, k / np.maximum(r, 1e-300))
         new = float(np.sum(w * x) / np.sum(w))
         if abs(new - mu) <= 1e-10 * max(1.0, abs(mu)):
             return new
@@ -145,6 +173,8 @@ class CalibrationFit:
     n_ops : dict (device name, op class) -> int
         Distinct operators behind each measured cell.
     n_transfers : dict link class -> int
+    launch_overhead_s : float or None
+        Fitted fixed per-operator overhead; ``None`` = keep the model's.
     """
 
     type_class: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -153,6 +183,7 @@ class CalibrationFit:
     link_class: dict[str, float] = field(default_factory=dict)
     n_ops: dict[tuple[str, str], int] = field(default_factory=dict)
     n_transfers: dict[str, int] = field(default_factory=dict)
+    launch_overhead_s: float | None = None
 
     def multipliers(self) -> dict[tuple[str, str], float]:
         """``CostModel.device_class_multiplier``: type entries, then device entries (which win)."""
@@ -172,6 +203,7 @@ def fit_calibration(
     transfer_link_class: np.ndarray | None = None,
     transfer_predicted_s: np.ndarray | None = None,
     transfer_measured_s: np.ndarray | None = None,
+    fit_launch_overhead: bool = True,
     n_iter: int = 10,
 ) -> CalibrationFit:
     """Fit per-(device, class) and per-link-class multipliers from measurements (module docstring).
@@ -190,10 +222,14 @@ def fit_calibration(
         Uncalibrated ``max(compute, memory)`` time (no launch overhead, multiplier 1).
     measured_s : numpy.ndarray
     launch_overhead_s : float
-        Subtracted from measurements (the model adds it outside the multiplier).
+        The model's fixed per-operator overhead, subtracted from measurements (the
+        model adds it outside the multiplier); replaced by the fitted one when
+        ``fit_launch_overhead`` finds enough overhead-bound operators.
     transfer_key, transfer_link_class, transfer_predicted_s, transfer_measured_s : numpy.ndarray, optional
         Measured transfers: identity, :data:`~partitioners.inventory.LINK_CLASS_NAMES`
         index, uncalibrated predicted time, measured time.
+    fit_launch_overhead : bool
+        Estimate the overhead from operators whose roofline is under a fifth of it.
     n_iter : int
         Alternations of the two-way fit.
 
@@ -214,10 +250,22 @@ def fit_calibration(
     op_class = arrays[1].astype(np.int64)
     roofline = arrays[2].astype(np.float64)
     measured = arrays[3].astype(np.float64)
-    usable = (roofline > 0) & np.isfinite(roofline) & np.isfinite(measured) & (measured >= 0)
+    valid = np.isfinite(roofline) & (roofline >= 0) & np.isfinite(measured) & (measured > 0)
+    fitted_launch = None
+    if fit_launch_overhead:
+        overhead_bound = valid & (roofline < 0.2 * launch_overhead_s)
+        o_keys, o_med, _ = group_medians(op_key[overhead_bound], np.log(measured[overhead_bound]))
+        if o_keys.size >= MIN_OVERHEAD_OPS:
+            fitted_launch = float(np.exp(huber_location(o_med)))
+            launch_overhead_s = fitted_launch
+    # decided per operator (median over its repeats), not per measurement: a filter on
+    # single measurements would keep exactly the slow repeats of a tiny operator
+    m_keys, m_med, _ = group_medians(op_key[valid], measured[valid])
+    usable = valid & (roofline > 0) & np.isin(op_key, m_keys[m_med >= 2.0 * launch_overhead_s])
     y_obs = np.log(np.maximum(measured - launch_overhead_s, 1e-3 * roofline) / np.where(roofline > 0, roofline, 1.0))
     y_obs = np.clip(y_obs, -_LOG_CLIP, _LOG_CLIP)
     keys, y, _ = group_medians(op_key[usable], y_obs[usable])
+    _, weight, _ = group_medians(op_key[usable], measured[usable])  # each operator's typical time
     # device and class of each distinct key (one device and class per key by construction)
     order = np.argsort(op_key[usable], kind="stable")
     first = np.searchsorted(op_key[usable][order], keys)
@@ -226,10 +274,10 @@ def fit_calibration(
 
     names = [str(n) for n in inventory.device_names]
     types = [str(t) for t in inventory.device_types]
-    fit = CalibrationFit()
+    fit = CalibrationFit(launch_overhead_s=fitted_launch)
     for dtype in sorted({types[d] for d in dev.tolist()}):
         sel = np.array([types[d] == dtype for d in dev.tolist()], dtype=bool)
-        yd, dd, cc = y[sel], dev[sel], cls[sel]
+        yd, dd, cc, wd = y[sel], dev[sel], cls[sel], weight[sel]
         devices = np.unique(dd)
         classes = np.unique(cc)
         d_eff = {int(d): 0.0 for d in devices}
@@ -238,11 +286,11 @@ def fit_calibration(
             d_arr = np.array([d_eff[int(d)] for d in dd])
             for c in classes.tolist():
                 m = cc == c
-                c_eff[c] = huber_location(yd[m] - d_arr[m])
+                c_eff[c] = huber_location(yd[m] - d_arr[m], wd[m])
             c_arr = np.array([c_eff[int(c)] for c in cc])
             for d in devices.tolist():
                 m = dd == d
-                d_eff[d] = huber_location(yd[m] - c_arr[m])
+                d_eff[d] = huber_location(yd[m] - c_arr[m], wd[m])
         ref = _lower_median(np.array(list(d_eff.values())))
         d_eff = {d: v - ref for d, v in d_eff.items()}
         c_eff = {c: v + ref for c, v in c_eff.items()}
@@ -258,7 +306,7 @@ def fit_calibration(
                 count = int(m.sum())
                 cell = 0.0
                 if count >= MIN_CELL_OPS:
-                    cell = huber_location(resid[m]) * count / (count + CELL_PRIOR_OPS)
+                    cell = huber_location(resid[m], wd[m]) * count / (count + CELL_PRIOR_OPS)
                 value = d_eff[d] + c_eff.get(c, 0.0) + cell
                 fit.device_class[(names[d], OP_CLASS_NAMES[c])] = float(np.exp(value))
                 if count:
@@ -284,6 +332,7 @@ def calibrated_cost_model(
     multipliers: Mapping[tuple[str, str], float] | None = None,
     link_multipliers: Mapping[str, float] | None = None,
     *,
+    launch_overhead_s: float | None = None,
     device_slowdown: Mapping[str, float] | None = None,
     inventory: Inventory | None = None,
 ) -> CostModel:
@@ -306,6 +355,8 @@ def calibrated_cost_model(
     links = dict(base.link_class_multiplier)
     links.update(link_multipliers or {})
     model = replace(base, device_class_multiplier=table, link_class_multiplier=links)
+    if launch_overhead_s is not None:
+        model = replace(model, launch_overhead_s=float(launch_overhead_s))
     if not device_slowdown:
         return model
     if inventory is None:

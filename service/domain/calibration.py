@@ -7,7 +7,7 @@ with a version that increments on every refit. The JSON document is::
      "device_class": [{"device", "op_class", "multiplier", "n_ops"}],
      "device_slowdown": {device: factor},
      "link_class": {link class: multiplier}, "n_transfers": {link class: n},
-     "n_observations": n}
+     "launch_overhead_s": fitted per-operator overhead or null, "n_observations": n}
 
 ``cost_model_from_factors`` turns it back into a :class:`~partitioners.cost.CostModel`
 (the planning worker uses it for re-plans queued as jobs).
@@ -45,11 +45,12 @@ def cost_model_from_factors(factors: dict | None, inventory: Inventory, base: Co
         if entry.get("device") in names and entry.get("op_class") in OP_CLASS_NAMES:
             table[(entry["device"], entry["op_class"])] = float(entry["multiplier"])
     links = {k: float(v) for k, v in factors.get("link_class", {}).items() if k in LINK_CLASS_NAMES}
+    launch = factors.get("launch_overhead_s")
     return CostModel(
         dtype=base.dtype,
         efficiency=base.efficiency,
         memory_efficiency=base.memory_efficiency,
-        launch_overhead_s=base.launch_overhead_s,
+        launch_overhead_s=float(launch) if launch is not None else base.launch_overhead_s,
         device_class_multiplier={**base.device_class_multiplier, **table},
         link_class_multiplier={**base.link_class_multiplier, **links},
     )
@@ -67,6 +68,7 @@ def factors_document(fit: CalibrationFit, n_observations: int) -> dict:
         "device_slowdown": {d: round(v, 6) for d, v in sorted(fit.device_slowdown.items())},
         "link_class": {k: round(v, 6) for k, v in sorted(fit.link_class.items())},
         "n_transfers": dict(sorted(fit.n_transfers.items())),
+        "launch_overhead_s": fit.launch_overhead_s,
         "n_observations": int(n_observations),
     }
 

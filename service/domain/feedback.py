@@ -291,7 +291,12 @@ def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:
 def _factors_of(model: CostModel, inventory: Inventory) -> dict:
     """A factors document (``service.domain.calibration``) for a cost model's multipliers."""
     types = {str(t) for t in inventory.device_types}
-    doc = {"type_class": [], "device_class": [], "link_class": dict(model.link_class_multiplier)}
+    doc = {
+        "type_class": [],
+        "device_class": [],
+        "link_class": dict(model.link_class_multiplier),
+        "launch_overhead_s": model.launch_overhead_s,
+    }
     for (dev, cls), m in sorted(model.device_class_multiplier.items()):
         if dev in types:
             doc["type_class"].append({"device_type": dev, "op_class": cls, "multiplier": float(m)})

@@ -8,6 +8,9 @@ like a real profiler's output; the service only ever sees the timelines.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -332,3 +335,59 @@ def test_a_load_report_naming_an_unknown_device_is_422(client, planned):
     response = client.post(f"/v1/plans/{plan['id']}/replan", json={"load_report": {"gone_devices": ["node9/gpu9"]}})
     assert response.status_code == 422
     assert "node9/gpu9" in response.json()["detail"]
+
+
+# ----------------------------------------------------------------------------- the real torch.profiler fixture
+
+FEEDBACK_FIXTURES = Path(__file__).parents[1] / "fixtures" / "feedback"
+#: The recording machine as an inventory: one CPU core (the trace ran with one thread).
+CPU_INVENTORY = {
+    "name": "recording-host",
+    "groups": [
+        {
+            "name": "host",
+            "devices": [
+                {
+                    "name": "cpu0",
+                    "type": "x86-core",
+                    "peak_flops": 1e11,
+                    "memory_tiers": [{"name": "dram", "capacity_bytes": 1.6e10, "bandwidth_bytes_per_s": 2e10}],
+                }
+            ],
+            "link": {"bandwidth_bytes_per_s": 1e10, "latency_s": 1e-6},
+        }
+    ],
+}
+
+
+@pytest.fixture
+def cnn_plan(client) -> dict:
+    onnx_bytes = (FEEDBACK_FIXTURES / "small_cnn.onnx").read_bytes()
+    response = client.post(
+        "/v1/plans",
+        files={"model": ("small_cnn.onnx", onnx_bytes, "application/octet-stream")},
+        data={"inventory": json.dumps(CPU_INVENTORY), "options": json.dumps({"dims": {"batch": 8}})},
+    )
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_a_real_torch_profiler_trace_matches_every_onnx_operator_by_class_and_order(client, cnn_plan):
+    trace = json.loads((FEEDBACK_FIXTURES / "small_cnn.trace.json").read_text())
+    response = post_feedback(client, cnn_plan, trace, hardware_notes="CPU, 1 thread, torch 2.13.0")
+    assert response.status_code == 201, response.text
+    match = response.json()["match"]
+    assert match["rule"] == "order"
+    assert match["ops_matched"] == len(cnn_plan["ops"]) == 15
+    assert match["steps"] == 12 and match["matched_events"] == 12 * 15
+    assert match["unmatched_events"] == 0
+    assert match["nested_events"] > 0  # aten::addmm inside aten::linear and the like
+
+
+def test_a_real_trace_calibrates_the_operator_times_of_its_plan(client, cnn_plan):
+    trace = json.loads((FEEDBACK_FIXTURES / "small_cnn.trace.json").read_text())
+    post_feedback(client, cnn_plan, trace)
+    accuracy = client.get(f"/v1/plans/{cnn_plan['id']}/accuracy").json()
+    assert accuracy["after"]["op_median_rel_error"] < accuracy["before"]["op_median_rel_error"]
+    assert accuracy["after"]["op_p90_rel_error"] < accuracy["before"]["op_p90_rel_error"]
+    assert accuracy["calibration"]["factors"]["launch_overhead_s"] < CostModel().launch_overhead_s  # CPU dispatch < CUDA launch

@@ -49,13 +49,12 @@ candidate order and device id. The same request gives the same plan.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from partitioners.acyclic import acyclic_repair
-from partitioners.cost import CostModel
+from partitioners.cost import CostModel, link_time_tables
 from partitioners.errors import Infeasible, InvalidInput
 from partitioners.graph import Hypergraph, op_levels
 from partitioners.heft import heft_schedule
@@ -64,7 +63,13 @@ from partitioners.memory_tiers import MemoryPlan, plan_memory_tiers, tier_op_tim
 from partitioners.metis_adapter import MetisGraph, induced_subgraph, metis_graph, metis_partition
 from partitioners.pipeline import hybrid_layout, quotient_is_acyclic, stage_of_origin
 from partitioners.refine import refine_placement
-from partitioners.simulate import SimulationResult, critical_path_priority, prepare_simulation, simulate
+from partitioners.simulate import (
+    SimulationResult,
+    critical_path_priority,
+    prepare_simulation,
+    remote_transfers,
+    simulate,
+)
 from partitioners.transforms import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, ExpandedGraph, expand_graph
 
 __all__ = [
@@ -364,6 +369,7 @@ class _Planner:
         self.sims_spent = 0
         self._metis_graph: MetisGraph | None = None
         self._origin_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._links: tuple[np.ndarray, np.ndarray] | None = None
         self.notes: list[str] = []
 
     # -- bookkeeping -----------------------------------------------------------------
@@ -374,13 +380,12 @@ class _Planner:
         twin = np.arange(self.n, dtype=np.int64)
         if e.mode != "training":
             return twin
-        n_origin = int(e.op_origin[e.op_phase == PHASE_FORWARD].max()) + 1 if self.n else 0
-        block = 2 * n_origin
+        # block layout of expand_graph: [forward n | backward n] per micro-batch, steps last
+        n_origin = int(e.op_origin[e.op_phase == PHASE_FORWARD].max()) + 1
         bwd = np.flatnonzero(e.op_phase == PHASE_BACKWARD)
         twin[bwd] = bwd - n_origin
         steps = np.flatnonzero(e.op_phase == PHASE_OPTIMIZER)
         twin[steps] = e.op_origin[steps]  # the forward op of micro-batch 0 that reads the parameter
-        del block
         return twin
 
     def _objective(self, sim: SimulationResult) -> float:
@@ -531,9 +536,7 @@ class _Planner:
         return sched.placement, priority
 
     def _link_tables(self) -> tuple[np.ndarray, np.ndarray]:
-        from partitioners.cost import link_time_tables
-
-        if not hasattr(self, "_links"):
+        if self._links is None:
             self._links = link_time_tables(self.inventory, self.cost_model)
         return self._links
 
@@ -614,8 +617,6 @@ def _fmt_bytes(n: float) -> str:
 
 
 def _transfer_plan(graph: Hypergraph, inventory: Inventory, sim: SimulationResult) -> TransferPlan:
-    from partitioners.simulate import remote_transfers
-
     t, s, d = remote_transfers(graph, sim.op_device)
     return TransferPlan(
         tensor=t,

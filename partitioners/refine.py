@@ -13,8 +13,8 @@ improves. Proposals, most promising first:
   busy-time gap;
 * *micro-batch move*: every operator of one micro-batch on the critical device
   (the replica-per-device idea applied locally);
-* *level window*: a contiguous range of topological levels of the critical device,
-  which splits a depth slice that would otherwise run alone.
+* *interleave*: every other operator of the critical device in topological-level
+  order, which splits a depth slice that would otherwise run alone.
 
 A rejected proposal halves the step for that device pair; a pair rejected three
 times is not proposed again. The number of simulations is the caller's budget, so
@@ -110,11 +110,10 @@ def _proposals(
             ops = np.flatnonzero(on_hi & (op_micro_batch == mb))
             if t_lo[ops].sum() <= max(gap, 0.0):
                 out.append(("micro-batch", ops))
-    # level window: the deepest-started ops of the critical device whose start is latest
+    # interleave: alternate levels of the critical device
     ops_hi = np.flatnonzero(on_hi)
     if ops_hi.shape[0] > 1:
         by_level = ops_hi[np.lexsort((ops_hi, levels[ops_hi]))]
-        # alternate levels: take every other op in level order (splits depth slices across both)
         window = by_level[1::2]
         out.append(("interleave", take(window)))
     return [(name, ops) for name, ops in out if ops.shape[0]]

@@ -104,7 +104,9 @@ def _check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
     return dict(dims)
 
 
-def _bind_dims(graph: onnx.GraphProto, dims: dict[str, int], initializer_names: set[str]) -> set[str]:
+def _bind_dims(
+    graph: onnx.GraphProto, dims: dict[str, int], initializer_names: set[str], warnings: list[str]
+) -> set[str]:
     """Replace ``dim_param`` by the caller's values on graph inputs and outputs, in place.
 
     Every symbolic dimension of a runtime input must be bound: without it no tensor
@@ -125,14 +127,21 @@ def _bind_dims(graph: onnx.GraphProto, dims: dict[str, int], initializer_names: 
                     unbound.setdefault(dim.dim_param, value.name)
             elif not dim.HasField("dim_value"):
                 unbound.setdefault("?", value.name)
+    anonymous = unbound.pop("?", None)
     if unbound:
-        names = ", ".join(f"'{d}' (input '{t}')" for d, t in unbound.items() if d != "?")
-        anonymous = [t for d, t in unbound.items() if d == "?"]
-        if names:
-            detail = f"dynamic dimension {names} is not bound; pass dims={{{', '.join(repr(d) + ': ...' for d in unbound if d != '?')}}}"
-        else:
-            detail = f"input '{anonymous[0]}' has a dimension with neither a size nor a name; it cannot be bound"
-        raise InvalidInput(detail, field="dims", code="unbound-dim")
+        plural = len(unbound) > 1
+        listed = ", ".join(f"'{d}' (input '{t}')" for d, t in unbound.items())
+        raise InvalidInput(
+            f"dynamic dimension{'s' if plural else ''} {listed} {'are' if plural else 'is'} not bound; "
+            f"pass dims={{{', '.join(repr(d) + ': ...' for d in unbound)}}}",
+            field="dims",
+            code="unbound-dim",
+        )
+    if anonymous is not None:
+        warnings.append(
+            f"input '{anonymous}' has a dimension with neither a size nor a name: tensors computed "
+            "from it have unknown sizes"
+        )
     for value in graph.output:
         if not value.type.HasField("tensor_type"):
             continue
@@ -366,7 +375,7 @@ def _value_shape(value: onnx.ValueInfoProto) -> tuple[tuple | None, int | None]:
     elem = tensor_type.elem_type or None
     if not tensor_type.HasField("shape"):
         return None, elem
-    shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+    shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tensor_type.shape.dim)
     return shape, elem
 
 
@@ -501,7 +510,7 @@ def graph_from_onnx_bytes(
     initializer_names = {t.name for t in model.graph.initializer} | {
         t.values.name for t in model.graph.sparse_initializer
     }
-    used_dims = _bind_dims(model.graph, bound, initializer_names)
+    used_dims = _bind_dims(model.graph, bound, initializer_names, warnings)
     if set(bound) - used_dims:
         warnings.append(
             f"dims {sorted(set(bound) - used_dims)} name no dimension of the model's inputs and were ignored"
@@ -616,7 +625,7 @@ def graph_from_onnx_bytes(
     tensor_bytes = np.zeros(len(tensor_names), dtype=np.float64)
     unknown_size = 0
     for k, (shape, elem) in enumerate(zip(tensor_shapes, tensor_elems)):
-        if shape is None or any(d is None for d in shape) or elem not in _BITS:
+        if shape is None or any(d is None or d < 0 for d in shape) or elem not in _BITS:
             unknown_size += 1
             continue
         size = float(np.prod(shape, dtype=np.float64)) * _BITS[elem] / 8.0

@@ -124,11 +124,43 @@ def test_unbound_dynamic_dim_is_named():
     assert info.value.field == "dims"
 
 
+def test_every_unbound_dim_is_listed():
+    data = _model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(InvalidInput, match="'batch'.*'sequence'.*are not bound"):
+        graph_from_onnx_bytes(data, dims={})
+
+
+def test_negative_declared_dims_count_as_unknown_never_as_negative_bytes():
+    data = _model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    graph = graph_from_onnx_bytes(data)
+    assert graph.tensor_bytes.tolist() == [0.0, 0.0]
+    assert any("0 bytes" in w for w in graph.warnings)
+
+
 @pytest.mark.parametrize("value", [0, -1, 2.5, True, 2**40])
 def test_dim_values_must_be_positive_int32(value):
     with pytest.raises(InvalidInput) as info:
         graph_from_onnx_bytes(_linear_relu(), dims={"batch": value})
     assert info.value.code == "invalid-dims"
+
+
+def test_a_binding_that_makes_a_tensor_absurdly_large_is_rejected():
+    data = _model(
+        [helper.make_node("Relu", ["x"], ["y"], name="act")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4096, 4096])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(InvalidInput, match="'x'") as info:  # 2^31 * 2^24 * 4 bytes > 2^50
+        graph_from_onnx_bytes(data, dims={"batch": 2**31 - 1})
+    assert info.value.code == "absurd-size"
 
 
 def test_empty_bytes_are_rejected_as_no_graph():

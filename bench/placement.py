@@ -42,7 +42,7 @@ from partitioners.metis_adapter import metis_graph, metis_partition
 from partitioners.onnx_import import graph_from_onnx_bytes
 from partitioners.pipeline import hybrid_layout, quotient_is_acyclic, stage_of_origin
 from partitioners.simulate import prepare_simulation, simulate
-from partitioners.transforms import PHASE_FORWARD
+from partitioners.transforms import PHASE_BACKWARD, PHASE_FORWARD
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "onnx"
 MODELS = {
@@ -55,6 +55,17 @@ MODELS = {
 FIXTURE_RUNS = [("inference", 1, False), ("inference", 8, False), ("training", 1, False), ("training", 4, False), ("training", 4, True)]
 
 
+def phase_acyclic(expanded, placement):
+    """Stage graph acyclic on forward edges and on gradient edges (the pipeline condition)."""
+    g = expanded.graph
+    src, dst, _ = g.op_edges()
+    ok = True
+    for phase in (PHASE_FORWARD, PHASE_BACKWARD):
+        mask = (expanded.op_phase[src] == phase) & (expanded.op_phase[dst] == phase)
+        ok = ok and (not mask.any() or quotient_is_acyclic(g, placement, mask))
+    return ok
+
+
 def baselines(expanded, inventory, ctx, devices, seed=0, pipeline=False):
     """Makespans and validity of the four baselines on the placed graph.
 
@@ -62,8 +73,6 @@ def baselines(expanded, inventory, ctx, devices, seed=0, pipeline=False):
     forward stage graph is acyclic (a cyclic plan cannot run as a pipeline).
     """
     g = expanded.graph
-    src, dst, _ = g.op_edges()
-    fwd_edges = (expanded.op_phase[src] == PHASE_FORWARD) & (expanded.op_phase[dst] == PHASE_FORWARD)
     times = ctx.op_times_s[:, ctx.device_profile]
     budget = inventory.device_memory_bytes
     out = {}
@@ -72,7 +81,7 @@ def baselines(expanded, inventory, ctx, devices, seed=0, pipeline=False):
         sim = simulate(g, inventory, placement, context=ctx, priority=priority, record_timeline=True)
         used = np.unique(placement)
         frac = float(np.max(sim.peak_memory_bytes[used] / budget[used]))
-        valid = frac <= 1.0 and (not pipeline or quotient_is_acyclic(g, placement, fwd_edges))
+        valid = frac <= 1.0 and (not pipeline or phase_acyclic(expanded, placement))
         out[name] = (sim.makespan_s, valid)
 
     total = times.sum(axis=0)
@@ -113,12 +122,7 @@ def run_case(label, parse, inventory, options, parallel):
     mk_hbm = result.chosen.makespan_s
     cap = inventory.device_memory_bytes
     peak_frac = float(np.max(result.simulation.peak_memory_bytes / cap))
-    acyclic = quotient_is_acyclic(
-        result.graph,
-        result.placement,
-        (result.expanded.op_phase[result.graph.op_edges()[0]] == PHASE_FORWARD)
-        & (result.expanded.op_phase[result.graph.op_edges()[1]] == PHASE_FORWARD),
-    )
+    acyclic = phase_acyclic(result.expanded, result.placement)
     row = {
         "case": label,
         "ops": result.graph.n_ops,

@@ -130,8 +130,8 @@ def heft_schedule(
         (activations saved for the backward pass), charged to the same budget.
     contention : bool
         Model link contention as the simulator does: every device has one egress
-        port per link class that carries one transfer at a time, so a transfer
-        waits for the port (the contention-aware list scheduling of Sinnen &
+        and one ingress port per link class, each carrying one transfer at a time,
+        so a transfer waits for both ports (the contention-aware list scheduling of Sinnen &
         Sousa [2]_, in its non-insertion form). Classic HEFT assumes every transfer
         starts when its producer finishes.
 
@@ -184,7 +184,8 @@ def heft_schedule(
     all_devs = list(range(k))
     # egress port of each (src, dst) pair: one per link class, as the simulator models
     port_of = [[0 if groups[a] == groups[b] else 1 for b in range(k)] for a in range(k)]
-    port_free: dict[int, float] = {}
+    egress_free: dict[int, float] = {}
+    ingress_free: dict[int, float] = {}
     for v in order.tolist():
         inputs = [(t, producer[t]) for t in in_t[in_ptr[v] : in_ptr[v + 1]] if is_act[t]]
         if full_scan:
@@ -215,7 +216,11 @@ def heft_schedule(
                     if r is None:
                         r = finish[p]
                         if contention:
-                            pf = port_free.get(pd * 2 + port_of[pd][d], 0.0)
+                            cls = port_of[pd][d]
+                            pf = egress_free.get(pd * 2 + cls, 0.0)
+                            if pf > r:
+                                r = pf
+                            pf = ingress_free.get(d * 2 + cls, 0.0)
                             if pf > r:
                                 r = pf
                         r += lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
@@ -242,11 +247,10 @@ def heft_schedule(
             if pd != d and (t, d) not in arrival:
                 begin = finish[p]
                 if contention:
-                    port = pd * 2 + port_of[pd][d]
-                    pf = port_free.get(port, 0.0)
-                    if pf > begin:
-                        begin = pf
-                    port_free[port] = begin + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
+                    cls = port_of[pd][d]
+                    out_port, in_port = pd * 2 + cls, d * 2 + cls
+                    begin = max(begin, egress_free.get(out_port, 0.0), ingress_free.get(in_port, 0.0))
+                    egress_free[out_port] = ingress_free[in_port] = begin + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
                 arrival[(t, d)] = begin + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
         if budget is not None:
             param_used[d] += pinned

@@ -168,7 +168,8 @@ class Candidate:
     peak_memory_fraction : float
         Highest peak memory over budget across devices (``<= 1`` when feasible).
     acyclic : bool
-        Whether the forward stage graph is acyclic.
+        Whether the stage graph is acyclic in each phase (forward edges, and
+        gradient edges in training).
     objective_value : float
         The value the objective compares (makespan, period per micro-batch, or bytes).
     note : str
@@ -257,7 +258,7 @@ class PlacementResult:
     memory_budget_bytes : numpy.ndarray, shape (n_devices,)
         Main-memory budget per device after headroom.
     acyclic : bool
-        Forward stage graph acyclic.
+        Stage graph acyclic in each phase (see :class:`Candidate`).
     devices_used : int
     objective_value : float
         Objective of the final (level-3 re-timed) simulation.
@@ -362,6 +363,7 @@ class _Planner:
         self.edge_src, self.edge_dst = src, dst
         fwd = (phase[src] == PHASE_FORWARD) & (phase[dst] == PHASE_FORWARD)
         self.forward_edge_mask = fwd
+        self.backward_edge_mask = (phase[src] == PHASE_BACKWARD) & (phase[dst] == PHASE_BACKWARD)
         self.twin = self._forward_twins()
         self.candidates: list[Candidate] = []
         self.evaluated: list[tuple[Candidate, np.ndarray, np.ndarray | None, SimulationResult]] = []
@@ -441,14 +443,20 @@ class _Planner:
     def best_index(self) -> int:
         return min(range(len(self.evaluated)), key=lambda i: self.key_of(self.evaluated[i][0], i))
 
+    def stage_graph_acyclic(self, placement: np.ndarray) -> bool:
+        """Acyclic per phase: forward edges never return to an earlier stage, nor
+        gradient edges (which flow the other way by design, as in GPipe and 1F1B)."""
+        if not quotient_is_acyclic(self.graph, placement, self.forward_edge_mask):
+            return False
+        return not self.backward_edge_mask.any() or quotient_is_acyclic(self.graph, placement, self.backward_edge_mask)
+
     def pipeline_repair(self, placement: np.ndarray) -> np.ndarray:
         """Acyclic repair on forward edges; gradient and optimizer ops follow their forward twin.
 
-        A placement whose forward stage graph is already acyclic is kept as it is.
+        A placement whose stage graph is already acyclic in each phase is kept as it is.
         """
-        twin_placement = placement[self.twin]
-        if quotient_is_acyclic(self.graph, twin_placement, self.forward_edge_mask):
-            return twin_placement
+        if self.stage_graph_acyclic(placement):
+            return placement
         used = np.unique(placement)
         parts = np.searchsorted(used, placement)
         fwd = self.forward_edge_mask
@@ -470,7 +478,7 @@ class _Planner:
         peak = sim.peak_memory_bytes
         used = np.unique(placement)
         frac = float(np.max(peak[used] / np.maximum(self.budget[used], 1.0)))
-        acyclic = quotient_is_acyclic(self.graph, placement, self.forward_edge_mask)
+        acyclic = self.stage_graph_acyclic(placement)
         feasible = frac <= 1.0 and (acyclic or not self.options.pipeline)
         cand = Candidate(
             strategy=name,

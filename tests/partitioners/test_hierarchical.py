@@ -19,7 +19,7 @@ from partitioners.hierarchical import PlacementOptions, place
 from partitioners.inventory import inventory_from_json
 from partitioners.pipeline import quotient_is_acyclic
 from partitioners.simulate import remote_transfers, simulate
-from partitioners.transforms import PHASE_FORWARD
+from partitioners.transforms import PHASE_BACKWARD, PHASE_FORWARD
 
 IDEAL = CostModel(efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0)
 MS = 1e9  # FLOPs that take one millisecond on a 1 TFLOP/s device
@@ -142,8 +142,9 @@ def test_training_pipeline_is_acyclic_on_forward_edges_and_beats_one_device():
     r = place(g, cluster(4), opts, cost_model=IDEAL)
     single = next(c for c in r.candidates if c.strategy == "single")
     src, dst, _ = r.graph.op_edges()
-    fwd = (r.expanded.op_phase[src] == PHASE_FORWARD) & (r.expanded.op_phase[dst] == PHASE_FORWARD)
-    assert quotient_is_acyclic(r.graph, r.placement, fwd)
+    for phase in (PHASE_FORWARD, PHASE_BACKWARD):
+        same_phase = (r.expanded.op_phase[src] == phase) & (r.expanded.op_phase[dst] == phase)
+        assert quotient_is_acyclic(r.graph, r.placement, same_phase)
     assert r.makespan_s < single.makespan_s / 2
 
 

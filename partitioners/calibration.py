@@ -18,9 +18,10 @@ ways that real clusters show:
 The two effects are fitted by alternating robust location estimates (Tukey's median
 polish [2]_, with Huber's M-estimator [1]_ in place of the median for efficiency);
 cells with enough operators of their own keep a shrunken residual (an interaction,
-e.g. attention on one odd device). Operators weigh by their measured time: a
-factor that is right for the operators that take the time is right for the
-makespan, and a 2 us operator 50% off costs 1 us. Before the fit, every operator's repeated
+e.g. attention on one odd device). Operators weigh by their predicted (roofline)
+time: a factor that is right for the operators that take the time is right for
+the makespan, and a 2 us operator 50% off costs 1 us. (Predicted, not measured,
+time: an operator preempted in every step must not gain weight by being slow.) Before the fit, every operator's repeated
 measurements (steps, timelines) collapse to their median, so a warm-up step that is
 3x slower is outvoted by the steady steps, and Huber weights keep what remains of
 such outliers from dominating a class. Link classes get one Huber location each of
@@ -265,7 +266,7 @@ def fit_calibration(
     y_obs = np.log(np.maximum(measured - launch_overhead_s, 1e-3 * roofline) / np.where(roofline > 0, roofline, 1.0))
     y_obs = np.clip(y_obs, -_LOG_CLIP, _LOG_CLIP)
     keys, y, _ = group_medians(op_key[usable], y_obs[usable])
-    _, weight, _ = group_medians(op_key[usable], measured[usable])  # each operator's typical time
+    _, weight, _ = group_medians(op_key[usable], roofline[usable])  # each operator's predicted size
     # device and class of each distinct key (one device and class per key by construction)
     order = np.argsort(op_key[usable], kind="stable")
     first = np.searchsorted(op_key[usable][order], keys)

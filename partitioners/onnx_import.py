@@ -89,6 +89,34 @@ def _parse(data: bytes) -> onnx.ModelProto:
     return model
 
 
+def _check_names(graph: onnx.GraphProto) -> None:
+    """Reject names that are not valid UTF-8 text or that hold NUL.
+
+    ONNX strings are proto2 ``string`` fields, which the protobuf runtime does not
+    validate: invalid UTF-8 surfaces as ``bytes`` in Python. Such names cannot be
+    stored (PostgreSQL text rejects NUL) or shown, so the upload is malformed.
+    """
+    def bad(value: object) -> bool:
+        return type(value) is not str or "\x00" in value
+
+    for i, node in enumerate(graph.node):
+        for value in (node.name, node.op_type, node.domain, *node.input, *node.output):
+            if bad(value):
+                raise InvalidInput(
+                    f"operator {i} has a name, type or tensor name that is not valid UTF-8 text ({value!r})",
+                    field=f"graph.node[{i}]",
+                    code="malformed-onnx",
+                )
+    for kind, entries in (("initializer", graph.initializer), ("input", graph.input), ("output", graph.output)):
+        for i, entry in enumerate(entries):
+            if bad(entry.name):
+                raise InvalidInput(
+                    f"graph {kind} {i} has a name that is not valid UTF-8 text ({entry.name!r})",
+                    field=f"graph.{kind}[{i}]",
+                    code="malformed-onnx",
+                )
+
+
 def _check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
     if dims is None:
         return {}
@@ -201,7 +229,10 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
         if attr.name == "value" and attr.type == AttributeProto.TENSOR:
             if attr.t.data_location == TensorProto.EXTERNAL:
                 return None
-            return onnx.numpy_helper.to_array(attr.t)
+            try:
+                return onnx.numpy_helper.to_array(attr.t)
+            except (ValueError, TypeError):  # data that does not fill its dims: leave it to inference
+                return None
         if attr.name in ("value_int", "value_float", "value_ints", "value_floats"):
             dtype = np.int64 if "int" in attr.name else np.float32
             return np.array(onnx.helper.get_attribute_value(attr), dtype=dtype)
@@ -357,7 +388,7 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
             for name, value in zip([o for o in node.output if o], outputs):
                 values[name] = value
                 new_nodes.append(
-                    onnx.helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(value, name))
+                    onnx.helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(value))
                 )
             replaced = True
         if not replaced:
@@ -505,6 +536,7 @@ def graph_from_onnx_bytes(
             field="model",
             code="too-many-ops",
         )
+    _check_names(model.graph)
     bound = _check_dims(dims)
     warnings: list[str] = []
     initializer_names = {t.name for t in model.graph.initializer} | {

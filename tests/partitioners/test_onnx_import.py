@@ -7,6 +7,8 @@ import pathlib
 import numpy as np
 import onnx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, external_data_helper, helper
 
 from partitioners.errors import InputTooLarge, InvalidInput
@@ -458,3 +460,18 @@ def test_lstm_seq2seq_fixture_counts_both_recurrences():
     assert by_type["MatMul"] == 2 * 16 * 1000 * 256  # projection to the vocabulary
     # torch: 1,175,528 parameters (embedding 128k, two LSTMs 2 x 395,264, linear 257k)
     assert graph_summary(graph)["parameter_bytes"] == 4 * 1_175_528
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cut=st.integers(0, 10_000), flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=4))
+def test_corrupted_bytes_give_invalid_input_or_a_graph_never_another_error(cut, flips):
+    data = bytearray((FIXTURES / "lstm_seq2seq.onnx").read_bytes())
+    for position, mask in flips:
+        data[position % len(data)] ^= mask
+    data = bytes(data[: len(data) - cut % len(data)])
+    try:
+        graph = graph_from_onnx_bytes(data, dims={"batch": 1, "source": 4, "target": 3})
+    except InvalidInput:
+        return
+    assert graph.n_ops >= 1
+    assert (graph.tensor_bytes >= 0).all() and (graph.op_flops >= 0).all()

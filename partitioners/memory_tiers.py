@@ -89,6 +89,28 @@ class MemoryPlan:
     hbm_fits: bool
     unplaced_bytes: np.ndarray
 
+    def records(self, graph: Hypergraph, inventory: Inventory) -> list[dict]:
+        """One dict per holding, by name: ``{tensor, device, tier, offset_bytes, size_bytes}``.
+
+        ``tier`` is ``None`` for a holding that fits nowhere (infeasible plans).
+        For small and mid-size graphs (the service's JSON plan); large plans should
+        be stored as the arrays.
+        """
+        tiers = inventory.tier_names
+        return [
+            {
+                "tensor": str(graph.tensor_names[t]),
+                "device": str(inventory.device_names[d]),
+                "tier": tiers[k] if k >= 0 else None,
+                "offset_bytes": int(o),
+                "size_bytes": int(z),
+            }
+            for t, d, k, o, z in zip(
+                self.tensor.tolist(), self.device.tolist(), self.tier.tolist(),
+                self.offset_bytes.tolist(), self.size_bytes.tolist(),
+            )
+        ]
+
     @property
     def capacity_violations(self) -> int:
         """Number of (device, tier) pairs whose high-water mark passes the tier's capacity."""

@@ -308,3 +308,17 @@ def test_contention_aware_heft_sees_a_busy_port():
     assert plain.makespan_s == pytest.approx(3e-3)
     assert aware.makespan_s == pytest.approx(4e-3)
     assert len(set(plain.placement.tolist())) == 3 and len(set(aware.placement.tolist())) == 2
+
+
+def test_throughput_objective_is_the_busiest_device_per_micro_batch():
+    r = place(chain(4, tensor_bytes=1.0), cluster(4), PlacementOptions(objective="throughput", micro_batches=4), cost_model=IDEAL)
+    assert r.objective_value == pytest.approx(r.simulation.device_busy_s.max() / 4)
+    assert r.objective_value == pytest.approx(1e-3)  # 16 ms of work over 4 devices, 4 micro-batches
+
+
+def test_plan_records_name_tensors_devices_and_tiers():
+    r = place(two_chains(), cluster(4), cost_model=IDEAL)
+    recs = r.memory_plan.records(r.graph, cluster(4))
+    assert {x["tier"] for x in recs} == {"HBM"}
+    assert {x["tensor"] for x in recs} == set(r.graph.tensor_names.tolist())
+    assert r.transfers.grouped(r.graph, cluster(4)) == []  # two independent chains need no traffic

@@ -353,7 +353,7 @@ def estimate_flops(
             if not (_known(_get(input_shapes, 0)) and _known(_get(input_shapes, 1))):
                 return fallback("input shapes unknown")
             return FlopEstimate(_attention(op_type, input_shapes, attrs))
-    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
         return fallback(f"shapes or attributes do not fit the {op_type} formula ({exc!r})")
     return fallback(f"no FLOP formula for operator type '{op_type}'")
 

@@ -6,6 +6,8 @@ Every expected value is worked out by hand in the comment beside it.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from partitioners.flops import estimate_flops, estimate_op_flops, flop_formula_known
 
@@ -129,3 +131,33 @@ def test_pair_form_reports_whether_a_formula_applied():
 def test_formula_ops_with_malformed_shapes_fall_back_instead_of_raising(op_type):
     estimate = estimate_flops(op_type, [(3,), ()], [(3,)])
     assert estimate.note is not None
+
+
+def test_multi_head_attention_counts_scores_context_and_softmax():
+    # com.microsoft.MultiHeadAttention, projected inputs: query [1, 4, 8], key [1, 6, 8], 2 heads
+    # Q K^T and P V: 2 * (2 * 1*4*6*8) = 768; softmax 5 * 1*2*4*6 = 240
+    flops = estimate_flops("MultiHeadAttention", [(1, 4, 8), (1, 6, 8), (1, 6, 8)], [(1, 4, 8)], {"num_heads": 2}).flops
+    assert flops == 768 + 240
+
+
+def test_inference_batch_norm_is_a_scale_and_a_shift_per_element():
+    assert estimate_flops("BatchNormalization", [(2, 3, 4, 4), (3,), (3,), (3,), (3,)], [(2, 3, 4, 4)]).flops == 2 * 96
+
+
+_dims = st.one_of(st.none(), st.integers(0, 2**40))
+_shapes = st.one_of(st.none(), st.lists(_dims, max_size=5).map(tuple))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    op_type=st.sampled_from(
+        ["MatMul", "Gemm", "Conv", "ConvTranspose", "LSTM", "GRU", "RNN", "Einsum", "MaxPool", "Softmax",
+         "LayerNormalization", "ReduceSum", "Attention", "MultiHeadAttention", "Add", "Reshape", "Unknown"]
+    ),
+    inputs=st.lists(_shapes, max_size=4),
+    outputs=st.lists(_shapes, max_size=2),
+)
+def test_any_shapes_give_a_finite_non_negative_estimate_never_an_exception(op_type, inputs, outputs):
+    attrs = {"kernel_shape": [3, 3], "equation": "ij,jk->ik", "num_heads": 2}
+    flops, note = estimate_flops(op_type, inputs, outputs, attrs)
+    assert flops >= 0 and flops == flops and flops != float("inf")

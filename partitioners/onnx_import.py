@@ -332,6 +332,14 @@ _FOLD_BINARY = {
 _FOLD_UNARY = {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Floor": np.floor, "Ceil": np.ceil, "Sqrt": np.sqrt}
 
 
+_FOLDABLE = frozenset(
+    {"Shape", "Size", "Identity", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Range",
+     "ConstantOfShape", "Expand", "Reshape", "Transpose", "Where", "Min", "Max"}
+    | set(_FOLD_BINARY)
+    | set(_FOLD_UNARY)
+)  # fmt: skip
+
+
 def _shape_table(graph: onnx.GraphProto) -> dict[str, tuple | None]:
     table = {t.name: tuple(int(d) for d in t.dims) for t in graph.initializer}
     for value in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -372,7 +380,7 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
                     values[node.output[0]] = value
                 new_nodes.append(node)
                 continue
-            if node.domain not in ("", "ai.onnx") or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+            if node.op_type not in _FOLDABLE or node.domain not in ("", "ai.onnx") or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
                 new_nodes.append(node)
                 continue
             args = [values.get(x) if x else None for x in node.input]
@@ -660,7 +668,7 @@ def graph_from_onnx_bytes(
         if shape is None or any(d is None or d < 0 for d in shape) or elem not in _BITS:
             unknown_size += 1
             continue
-        size = float(np.prod(shape, dtype=np.float64)) * _BITS[elem] / 8.0
+        size = float(math.prod(shape)) * _BITS[elem] / 8.0
         if size > MAX_TENSOR_BYTES:
             raise InvalidInput(
                 f"tensor '{tensor_names[k]}' would hold {size:.3g} bytes (shape {list(shape)}), over the "

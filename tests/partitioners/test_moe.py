@@ -174,6 +174,15 @@ def test_sampling_noise_alone_moves_nothing():
     assert result.migrations.count == 0
 
 
+def test_loads_given_as_fractions_are_still_rebalanced_when_clearly_off():
+    load = _zipf_load(2, 32, seed=17)
+    current = _deployed(load, **CLUSTER)
+    drifted = load[:, ::-1] / load.sum(axis=1, keepdims=True)  # shares, not token counts
+    result = rebalance(drifted, current_physical_to_logical=current, **CLUSTER)
+    assert not result.kept_current
+    assert result.balance_after.worst < result.balance_before.worst - 0.1
+
+
 def test_a_cold_expert_turning_hot_gets_a_new_copy_not_a_reshuffle():
     load = _zipf_load(1, 32, seed=7)
     current = _deployed(load, **CLUSTER)

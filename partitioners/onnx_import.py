@@ -42,6 +42,8 @@ MAX_DIM = 2**31 - 1
 #: Largest tensor the importer accepts: 1 PiB, far above any accelerator's memory, so
 #: only a mistake (a wrong dim binding) reaches it.
 MAX_TENSOR_BYTES = 2**50
+#: Protocol buffers cap one serialized message at 2 GiB (protobuf encoding guide).
+_PROTOBUF_LIMIT_BYTES = 2**31
 #: How deep control-flow bodies are walked to find the outer tensors they read.
 MAX_SUBGRAPH_DEPTH = 16
 
@@ -70,6 +72,13 @@ def _parse(data: bytes) -> onnx.ModelProto:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidInput(
             f"the ONNX model must be bytes, got {type(data).__name__}", field="model", code="malformed-onnx"
+        )
+    if len(data) >= _PROTOBUF_LIMIT_BYTES:
+        raise InputTooLarge(
+            f"the ONNX file is {len(data)} bytes; protobuf cannot hold 2 GiB or more in one message, "
+            "so upload the graph without its weights (external data) -- shapes are all placement needs",
+            field="model",
+            code="too-large",
         )
     try:
         model = onnx.load_model_from_string(bytes(data))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, external_data_helper, helper
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.graph import TENSOR_INPUT, TENSOR_PARAMETER, graph_summary, model_hash
+from partitioners.graph import TENSOR_INPUT, TENSOR_PARAMETER, graph_from_json, graph_summary, graph_to_json, model_hash
 from partitioners.onnx_import import graph_from_onnx_bytes
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "onnx"
@@ -475,3 +475,14 @@ def test_corrupted_bytes_give_invalid_input_or_a_graph_never_another_error(cut, 
         return
     assert graph.n_ops >= 1
     assert (graph.tensor_bytes >= 0).all() and (graph.op_flops >= 0).all()
+
+
+@pytest.mark.parametrize(
+    ("fixture", "dims"),
+    [("resnet50", {"batch": 2}), ("lstm_seq2seq", {"batch": 1, "source": 5, "target": 4})],
+)
+def test_imported_graph_round_trips_through_canonical_json_with_the_same_hash(fixture, dims):
+    graph = graph_from_onnx_bytes((FIXTURES / f"{fixture}.onnx").read_bytes(), dims=dims)
+    again = graph_from_json(graph_to_json(graph))
+    assert model_hash(again) == model_hash(graph)
+    assert again.op_flops.sum() == graph.op_flops.sum()

@@ -263,7 +263,8 @@ def fit_calibration(
     # single measurements would keep exactly the slow repeats of a tiny operator
     m_keys, m_med, _ = group_medians(op_key[valid], measured[valid])
     usable = valid & (roofline > 0) & np.isin(op_key, m_keys[m_med >= 2.0 * launch_overhead_s])
-    y_obs = np.log(np.maximum(measured - launch_overhead_s, 1e-3 * roofline) / np.where(roofline > 0, roofline, 1.0))
+    safe_roofline = np.where(roofline > 0, roofline, 1.0)
+    y_obs = np.log(np.maximum(measured - launch_overhead_s, 1e-3 * safe_roofline) / safe_roofline)
     y_obs = np.clip(y_obs, -_LOG_CLIP, _LOG_CLIP)
     keys, y, _ = group_medians(op_key[usable], y_obs[usable])
     _, weight, _ = group_medians(op_key[usable], roofline[usable])  # each operator's predicted size

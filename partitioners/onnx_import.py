@@ -597,6 +597,8 @@ def graph_from_onnx_bytes(
     producer: dict[str, int] = {}
     fallback_types: dict[str, int] = {}
     shape_notes: dict[str, int] = {}
+    opaque: list[str] = []
+    deep_truncated = False
     defined = set(parameters) | set(runtime_inputs)
     for i, node in enumerate(graph.node):
         op_type = node.op_type
@@ -616,15 +618,10 @@ def graph_from_onnx_bytes(
             a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute
         ):
             reads, body_nodes, truncated = _outer_reads(node)
-            known = defined | set(producer)
-            extra = [r for r in reads if r in known and r not in inputs]
-            inputs = inputs + extra
-            warnings.append(
-                f"operator '{op_names[i]}' ({op_type}) has {body_nodes} operators in its subgraphs: placed as "
-                "one opaque operator, FLOPs estimated from its outputs"
-                + (f"; subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH} were not inspected" if truncated else "")
-            )
-        for j, x in enumerate(inputs):
+            inputs = inputs + [r for r in reads if (r in defined or r in producer) and r not in inputs]
+            opaque.append(f"'{op_names[i]}' ({op_type}, {body_nodes} operators inside)")
+            deep_truncated = deep_truncated or truncated
+        for x in inputs:
             if x not in defined and x not in producer:
                 raise InvalidInput(
                     f"operator '{op_names[i]}' ({op_type}) reads tensor '{x}', which no operator, graph input "
@@ -649,6 +646,12 @@ def graph_from_onnx_bytes(
         op_outputs.append(outputs)
         defined.update(outputs)
 
+    if opaque:
+        shown = ", ".join(opaque[:5]) + (f" and {len(opaque) - 5} more" if len(opaque) > 5 else "")
+        warnings.append(
+            f"control flow placed as opaque operators, FLOPs estimated from their outputs: {shown}"
+            + (f"; subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH} were not inspected" if deep_truncated else "")
+        )
     for op_type, count in sorted(fallback_types.items()):
         warnings.append(
             f"no FLOP formula for operator type '{op_type}' ({count} operators): counted one FLOP per output element"

@@ -32,6 +32,8 @@ from partitioners.simulate import simulate
 from partitioners.timeline import match_timeline, parse_timeline, step_makespans_s
 from partitioners.transforms import expand_graph
 from service.domain import plan_views
+from service.domain.idempotency import StoredAnswer, check_idempotency_key, remember_idempotency_key
+from service.domain.ingest import canonical_hash
 from service.domain.calibration import CALIBRATION_WINDOW, calibration_read, cost_model_from_factors, refit_calibration
 from service.domain.plan_document import plan_document
 from service.domain.planning import PlanSubmission, SubmitOutcome, load_plan_inputs, placement_options, submit_plan
@@ -46,6 +48,7 @@ __all__ = ["submit_feedback", "feedback_read", "plan_accuracy", "replan", "REPLA
 
 log = structlog.get_logger("hyperplace.feedback")
 REPLAN_ROUTE = "POST /v1/plans/{plan_id}/replan"
+FEEDBACK_ROUTE = "POST /v1/plans/{plan_id}/feedback"
 #: Timelines with more events than this are refused (the body limit usually answers first).
 MAX_TIMELINE_EVENTS = 2_000_000
 
@@ -101,8 +104,21 @@ def _topological_rank(graph: Hypergraph) -> np.ndarray:
 # ----------------------------------------------------------------------------- feedback
 
 
-def submit_feedback(session: Session, tenant_id: str, plan_id: str, request: FeedbackCreate) -> dict:
-    """Match, store and calibrate; the stored record with its match report and the new calibration."""
+def submit_feedback(
+    session: Session, tenant_id: str, plan_id: str, request: FeedbackCreate, *, idempotency_key: str | None = None
+) -> tuple[dict, int]:
+    """Match, store and calibrate: ``(record with match report and new calibration, status code)``.
+
+    A retried request with the same ``Idempotency-Key`` answers the stored record (200)
+    without storing the timeline twice.
+    """
+    fingerprint = canonical_hash({"plan": plan_id, "request": request.model_dump(mode="json")})
+    earlier = check_idempotency_key(session, tenant_id, idempotency_key, FEEDBACK_ROUTE, fingerprint)
+    if earlier is not None:
+        row = feedback_repo.get_feedback(session, tenant_id, earlier.resource_id)
+        if row is not None:
+            calibration = feedback_repo.get_calibration(session, tenant_id, row.inventory_hash)
+            return feedback_read(row, detail=True, calibration=calibration_read(calibration)), 200
     ctx = _plan_context(session, tenant_id, plan_id)
     g, inv = ctx.graph, ctx.inventory
     events = parse_timeline(request.timeline, request.format, max_events=MAX_TIMELINE_EVENTS)
@@ -175,6 +191,10 @@ def submit_feedback(session: Session, tenant_id: str, plan_id: str, request: Fee
         },
         "peak_memory_bytes": dict(events.peak_memory_bytes),
     }
+    try:
+        blob = pack_json(document)
+    except ValueError:
+        raise UnprocessableInput("The timeline holds NaN or infinity somewhere; JSON numbers must be finite.") from None
     row = feedback_repo.insert_feedback(
         session,
         tenant_id,
@@ -189,13 +209,18 @@ def submit_feedback(session: Session, tenant_id: str, plan_id: str, request: Fee
             matched_events=match.matched_events,
             unmatched_events=match.unmatched_events,
             measured_makespan_s=measured_makespan,
-            timeline=pack_json(document),
+            timeline=blob,
             created_at=utcnow(),
         ),
     )
+    answer = remember_idempotency_key(
+        session, tenant_id, idempotency_key, FEEDBACK_ROUTE, fingerprint, StoredAnswer(201, row.id, f"/v1/feedback/{row.id}")
+    )
+    if answer.resource_id != row.id:  # a concurrent retry stored first: this insert rolls back with the request
+        raise Conflict("A request with this Idempotency-Key is being processed; retry shortly.")
     calibration = refit_calibration(session, tenant_id, ctx.inventory_hash, inv)
     log.info("feedback stored", plan_id=ctx.plan_id, feedback_id=row.id, matched=match.matched_events, unmatched=match.unmatched_events)
-    return feedback_read(row, match=report, calibration=calibration_read(calibration))
+    return feedback_read(row, match=report, calibration=calibration_read(calibration)), 201
 
 
 def feedback_read(

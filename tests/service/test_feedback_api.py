@@ -216,6 +216,27 @@ def test_a_stored_timeline_reads_back_in_full(client, planned):
     assert stored["match"]["matched_events"] == created["matched_events"]
 
 
+def test_a_retry_with_the_same_idempotency_key_stores_the_timeline_once(client, planned):
+    plan, truth = planned("idempotent")
+    timeline = truth.simple_timeline(plan)
+    headers = {"Idempotency-Key": "run-42"}
+    first = client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": timeline}, headers=headers)
+    retry = client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": timeline}, headers=headers)
+    assert (first.status_code, retry.status_code) == (201, 200)
+    assert retry.json()["id"] == first.json()["id"]
+    assert len(client.get(f"/v1/plans/{plan['id']}/feedback").json()["items"]) == 1
+
+
+def test_a_timeline_holding_nan_is_422(client, planned):
+    plan, truth = planned("nan")
+    timeline = truth.simple_timeline(plan)
+    timeline["ops"][0]["note"] = float("nan")
+    body = json.dumps({"timeline": timeline})  # Python writes the non-standard NaN literal
+    response = client.post(f"/v1/plans/{plan['id']}/feedback", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422
+    assert "NaN" in response.json()["detail"]
+
+
 def test_another_tenant_cannot_post_or_read_feedback(client, other_client, planned):
     plan, truth = planned("tenancy")
     created = post_feedback(client, plan, truth.simple_timeline(plan)).json()

@@ -64,11 +64,13 @@ def _page(rows: list, limit: int) -> dict:
     status_code=201,
     response_model=FeedbackRead,
     summary="Store a measured timeline of a plan (Chrome trace or simple JSON) and recalibrate",
-    responses=problem_responses(404, 409, 413, 422),
+    responses={200: {"description": "A retry with the same Idempotency-Key: the stored record.", "model": FeedbackRead}, **problem_responses(404, 409, 413, 422)},
 )
-def create_feedback(plan_id: PlanId, body: FeedbackCreate, session: SessionDep, principal: Writer) -> JSONResponse:
-    document = submit_feedback(session, principal.tenant_id, plan_id, body)
-    return JSONResponse(document, status_code=201, headers={"Location": document["links"]["self"]})
+def create_feedback(
+    plan_id: PlanId, body: FeedbackCreate, session: SessionDep, principal: Writer, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    document, status_code = submit_feedback(session, principal.tenant_id, plan_id, body, idempotency_key=idempotency_key)
+    return JSONResponse(document, status_code=status_code, headers={"Location": document["links"]["self"]})
 
 
 @router.get("/plans/{plan_id}/feedback", response_model=Page[FeedbackRead], summary="Timelines of one plan, newest first", responses=problem_responses(404))

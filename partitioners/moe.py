@@ -111,6 +111,9 @@ _COUNT_SLACK = 0.05
 _NOISE_MARGIN_CAP = 0.05
 # A repaired layer aims at the fresh plan's max/mean plus this fraction of the threshold.
 _GOAL_FRACTION = 0.25
+# In ranking repair moves, a copy read from another node costs this much more than
+# one read inside the node (inter-node links are several times slower than NVLink).
+_CROSS_NODE_WRITE_COST = 0.5
 # Where a new copy lands: among slots of similar resulting load (this fraction of the
 # layer's mean GPU load), prefer one whose node already holds the expert.
 _CROSS_NODE_PENALTY = 2e-3
@@ -587,6 +590,7 @@ class _MoveContext:
     """What the move search needs beyond the state: original placement, nodes, budget."""
 
     node_of_gpu: np.ndarray  # (A,) node of each available GPU
+    node_gpus: np.ndarray | None = None  # (nodes, gpus_per_node) available GPUs of each node, -1 padded
     original: np.ndarray | None = None  # (L, A, S) slots before this call, -1 empty
     original_node_has: np.ndarray | None = None  # (L, nodes, E + 1) some original copy on that node
     node_local: bool = False
@@ -611,7 +615,7 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
     of a swap's two and spreads ``a``'s load over its other GPUs; it is allowed
     when ``m`` and every other host of ``a`` end below ``load_m``. Moves are then
     ranked by cost, not just by balance: a move that brings ``m`` to the goal
-    with the fewest copies written wins (a copy crossing nodes counts 1.5),
+    with the fewest copies written wins (a copy crossing nodes counts more),
     otherwise the one with the largest gain per copy. A fresh plan just takes
     the lowest resulting maximum.
 
@@ -637,6 +641,9 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
         order = np.argsort(gl, axis=1)
         hot = order[:, ::-1][:, :t]  # (n, t) heaviest first
         part = order[:, : t * k].reshape(n, k, t).transpose(0, 2, 1)  # (n, t, k), disjoint from hot
+        part_ok = None
+        if repairing and ctx.node_gpus is not None and ctx.node_gpus.shape[0] > 1:
+            part, part_ok = _add_node_partner(gl, hot, part, ctx)
         hot_load = np.take_along_axis(gl, hot, axis=1)
         part_load = gl[np.arange(n)[:, None, None], part]
         goal = goal_load[active][:, None]
@@ -651,6 +658,8 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
         above = hot_load > goal
         valid = new_max < (hot_load - tiny)[:, :, None, None, None]
         valid &= ((e_hot >= 0) & above[:, :, None])[:, :, :, None, None]
+        if part_ok is not None:
+            valid &= part_ok[:, :, None, :, None]
         # the partner's copy must not already be on the hot GPU, nor the hot copy on the partner
         valid &= ~_holds(e_hot[:, :, None, None, :], e_part)[:, :, None, :, :]  # (n, t, k, S_part)
         valid &= ~_holds(e_part[:, :, None, :, :], e_hot[:, :, :, None])[..., None]  # (n, t, S_hot, k)
@@ -728,16 +737,42 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
         active = active[still]
 
 
+def _add_node_partner(gl: np.ndarray, hot: np.ndarray, part: np.ndarray, ctx: _MoveContext):
+    """Append to each hot GPU's partners the lightest free GPU of its own node (moves that stay on NVLink).
+
+    Free means neither hot nor anyone's partner this round, so the partner sets
+    stay disjoint; of two hot GPUs on one node only the heavier gets one.
+    Returns partners ``(n, t, k + 1)`` and which of them may be used.
+    """
+    n, t, k = part.shape
+    rows = np.arange(n)
+    taken = np.zeros(gl.shape, dtype=bool)
+    taken[rows[:, None], hot] = True
+    taken[rows[:, None, None], part] = True
+    node_hot = ctx.node_of_gpu[hot]
+    members = ctx.node_gpus[node_hot]  # (n, t, gpus_per_node)
+    free = (members >= 0) & ~taken[rows[:, None, None], members]
+    member_load = np.where(free, gl[rows[:, None, None], members], np.inf)
+    pick = member_load.argmin(axis=2)
+    ok = np.isfinite(np.take_along_axis(member_load, pick[:, :, None], axis=2)[:, :, 0])
+    shares = (node_hot[:, :, None] == node_hot[:, None, :]) & np.tri(t, k=-1, dtype=bool)[None]
+    ok &= ~shares.any(axis=2)
+    extra = np.where(ok, np.take_along_axis(members, pick[:, :, None], axis=2)[:, :, 0], part[:, :, 0])
+    part = np.concatenate([part, extra[:, :, None]], axis=2)
+    usable = np.concatenate([np.ones((n, t, k), dtype=bool), ok[:, :, None]], axis=2)
+    return part, usable
+
+
 def _move_key(valid, new_max, hot_load, goal, mean, writes, cross) -> np.ndarray:
     """Rank of a repair move, lower is better (``inf`` when not allowed).
 
     Moves that bring the hot GPU to its goal rank first, by copies written (a
-    cross-node copy counts 1.5), then by the resulting maximum; the others by
+    cross-node copy counts ``1 + _CROSS_NODE_WRITE_COST``), then by the resulting maximum; the others by
     gain per copy written.
     """
-    cost = np.maximum(writes + 0.5 * cross, 0.25)
+    cost = np.maximum(writes + _CROSS_NODE_WRITE_COST * cross, 0.25)
     reach = new_max <= goal
-    reaching = cost + new_max / hot_load  # in [cost, cost + 1)
+    reaching = cost + new_max / np.where(hot_load > 0, hot_load, 1.0)  # in [cost, cost + 1)
     gain = (hot_load - new_max) / mean
     not_reaching = 1e3 - gain / cost
     return np.where(valid, np.where(reach, reaching, not_reaching), np.inf)
@@ -1249,8 +1284,11 @@ def rebalance(
             active = candidates
         if active.size:
             original_node_gpu = _gpu_in_node(original, node_of_gpu, num_nodes, experts)
+            node_gpus = np.full((num_nodes, gpus_per_node), -1, dtype=np.int64)
+            node_gpus[node_of_gpu, available % gpus_per_node] = np.arange(num_avail)
             ctx = _MoveContext(
                 node_of_gpu,
+                node_gpus=node_gpus,
                 original=original,
                 original_node_has=original_node_gpu >= 0,
                 node_local=bool(node_local),

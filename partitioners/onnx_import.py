@@ -349,14 +349,6 @@ _FOLDABLE = frozenset(
 )  # fmt: skip
 
 
-def _shape_table(graph: onnx.GraphProto) -> dict[str, tuple | None]:
-    table = {t.name: tuple(int(d) for d in t.dims) for t in graph.initializer}
-    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
-        if value.name not in table:
-            table[value.name] = _value_shape(value)[0]
-    return table
-
-
 def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
     """Shape inference that also sees through ``Shape -> ... -> Reshape`` chains.
 
@@ -364,13 +356,15 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
     ``Shape``, ``Expand`` to a computed shape), which exporters emit for every dynamic
     axis. Once the dims are bound those computations are constants: each round infers,
     evaluates every node whose inputs are now known values (:func:`_eval_node`), and
-    replaces it by ``Constant`` nodes in a working copy, until nothing changes. The
+    rewrites it as a ``Constant`` in a working copy, until nothing changes. The
     caller's model keeps its operators; only the shapes come from the copy.
     """
     work = onnx.ModelProto()
     work.CopyFrom(model)
     values: dict[str, np.ndarray] = {}
+    dims_of: dict[str, tuple] = {}
     for init in work.graph.initializer:
+        dims_of[init.name] = tuple(int(d) for d in init.dims)
         if init.data_location != TensorProto.EXTERNAL and math.prod(init.dims) <= FOLD_MAX_ELEMENTS:
             try:
                 values[init.name] = onnx.numpy_helper.to_array(init)
@@ -378,40 +372,48 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
                 continue
     inferred = _infer(work, warnings)
     for _ in range(MAX_FOLD_ROUNDS):
-        shapes = _shape_table(inferred.graph)
+        infos = {v.name: v for v in inferred.graph.value_info}
+        infos.update((v.name, v) for v in inferred.graph.input)
+
+        def shape_of(name: str) -> tuple | None:
+            if name in dims_of:
+                return dims_of[name]
+            return _value_shape(infos[name])[0] if name in infos else None
+
         replaced = False
-        nodes = list(work.graph.node)
-        new_nodes: list[onnx.NodeProto] = []
-        for node in nodes:
-            if node.op_type == "Constant":
-                value = _constant_value(node)
-                if value is not None and node.output and value.size <= FOLD_MAX_ELEMENTS:
-                    values[node.output[0]] = value
-                new_nodes.append(node)
+        for node in work.graph.node:
+            op_type = node.op_type
+            if op_type == "Constant":
+                if node.output and node.output[0] not in values:
+                    value = _constant_value(node)
+                    if value is not None and value.size <= FOLD_MAX_ELEMENTS:
+                        values[node.output[0]] = value
                 continue
-            if node.op_type not in _FOLDABLE or node.domain not in ("", "ai.onnx") or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
-                new_nodes.append(node)
+            if (
+                op_type not in _FOLDABLE
+                or node.domain not in ("", "ai.onnx")
+                or len(node.output) != 1
+                or not node.output[0]
+            ):
                 continue
             args = [values.get(x) if x else None for x in node.input]
             try:
-                outputs = _eval_node(node, args, [shapes.get(x) for x in node.input])
+                in_shapes = [shape_of(node.input[0])] if op_type == "Shape" else []
+                outputs = _eval_node(node, args, in_shapes)
             except Exception:  # anything numpy refuses is simply not folded
                 outputs = None
-            if outputs is None or len(outputs) != len([o for o in node.output if o]) or any(
-                o.size > FOLD_MAX_ELEMENTS for o in outputs
-            ):
-                new_nodes.append(node)
+            if outputs is None or len(outputs) != 1 or outputs[0].size > FOLD_MAX_ELEMENTS:
                 continue
-            for name, value in zip([o for o in node.output if o], outputs):
-                values[name] = value
-                new_nodes.append(
-                    onnx.helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(value))
-                )
+            # rewrite in place as a Constant: same output name, no inputs
+            values[node.output[0]] = outputs[0]
+            node.op_type = "Constant"
+            node.domain = ""
+            del node.input[:]
+            del node.attribute[:]
+            node.attribute.append(onnx.helper.make_attribute("value", onnx.numpy_helper.from_array(outputs[0])))
             replaced = True
         if not replaced:
             break
-        del work.graph.node[:]
-        work.graph.node.extend(new_nodes)
         inferred = _infer(work, [])
     return inferred
 

@@ -135,7 +135,9 @@ def eplb_plan(module, load: np.ndarray, num_nodes: int, num_gpus: int, slots_per
     """EPLB's ``rebalance_experts`` as physical_to_logical (global policy when ``groups`` is 1)."""
     import torch  # present whenever eplb imports
 
-    phy2log, _, _ = module.rebalance_experts(torch.from_numpy(load), num_gpus * slots_per_gpu, groups, num_nodes, num_gpus)
+    phy2log, _, _ = module.rebalance_experts(
+        torch.from_numpy(load), num_gpus * slots_per_gpu, groups, num_nodes, num_gpus
+    )
     return phy2log.numpy()
 
 
@@ -175,8 +177,14 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
     total_slots = layers * num_gpus * slots_per_gpu
     for name, load, current, down, groups in scenarios:
         result, med, p99, cpu = _timed(
-            lambda: rebalance(load, current_physical_to_logical=current, unavailable_gpus=down, num_expert_groups=groups,
-                              expert_bytes=EXPERT_BYTES, **cluster),
+            lambda: rebalance(
+                load,
+                current_physical_to_logical=current,
+                unavailable_gpus=down,
+                num_expert_groups=groups,
+                expert_bytes=EXPERT_BYTES,
+                **cluster,
+            ),
             repeats,
         )
         avail = num_gpus - len(down)
@@ -228,8 +236,12 @@ def main() -> None:
     if args.quick:
         shapes, repeats = shapes[:1], 5
     eplb = _eplb()
-    print(f"tokens per layer per report: {TOKENS_PER_LAYER}; repeats: {repeats}; EPLB: {'yes' if eplb else 'not importable, skipped'}")
-    print("balance = max/mean GPU load, mean/worst over layers; mv% = % of all slots written; xnode = copies read across nodes")
+    print(
+        f"tokens per layer per report: {TOKENS_PER_LAYER}; repeats: {repeats}; EPLB: {'yes' if eplb else 'not importable, skipped'}"
+    )
+    print(
+        "balance = max/mean GPU load, mean/worst over layers; mv% = % of all slots written; xnode = copies read across nodes"
+    )
     print(
         f"{'shape':<9} {'scenario':<17} {'before':>11} {'hyperplace':<11} {'greedy LPT':<11} {'lower bnd':<11} "
         f"{'mv%':>6} {'xnode':>5} {'med ms':>6} {'p99 ms':>6} {'cpu ms':>6} {'LPT ms':>6}  EPLB (balance, time, mv%, layers with 2 copies on a GPU)"

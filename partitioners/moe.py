@@ -250,7 +250,9 @@ def _check_load(load: object, num_moe_layers: int | None, num_logical_experts: i
     try:
         array = np.asarray(load, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"load must be a layers x experts matrix of numbers ({exc})", field="load", code="bad-load") from None
+        raise InvalidInput(
+            f"load must be a layers x experts matrix of numbers ({exc})", field="load", code="bad-load"
+        ) from None
     if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
         raise InvalidInput(
             f"load must be a non-empty layers x experts matrix, got shape {array.shape}", field="load", code="bad-shape"
@@ -269,9 +271,7 @@ def _check_load(load: object, num_moe_layers: int | None, num_logical_experts: i
     bad = ~np.isfinite(array)
     if bad.any():
         layer, expert = np.argwhere(bad)[0]
-        raise InvalidInput(
-            f"load[{layer}][{expert}] is not a finite number", field="load", code="non-finite-load"
-        )
+        raise InvalidInput(f"load[{layer}][{expert}] is not a finite number", field="load", code="non-finite-load")
     if (array < 0).any():
         layer, expert = np.argwhere(array < 0)[0]
         raise InvalidInput(
@@ -292,7 +292,8 @@ def _available_gpus(num_gpus: int, unavailable_gpus: Sequence[int]) -> np.ndarra
     down = np.asarray(list(unavailable_gpus), dtype=np.int64).reshape(-1)
     if down.size and (down.min() < 0 or down.max() >= num_gpus):
         raise InvalidInput(
-            f"unavailable GPU {int(down[(down < 0) | (down >= num_gpus)][0])} does not exist (GPUs are 0..{num_gpus - 1})",
+            f"unavailable GPU {int(down[(down < 0) | (down >= num_gpus)][0])} does not exist"
+            f" (GPUs are 0..{num_gpus - 1})",
             field="cluster.unavailable_gpus",
             code="unknown-gpu",
         )
@@ -308,22 +309,28 @@ def _check_current(current: object, shape: tuple[int, int], num_experts: int) ->
     try:
         array = np.asarray(current)
     except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{field} must be a layers x slots matrix of integers ({exc})", field=field, code="bad-placement") from None
+        raise InvalidInput(
+            f"{field} must be a layers x slots matrix of integers ({exc})", field=field, code="bad-placement"
+        ) from None
     if array.shape != shape:
         raise InvalidInput(
-            f"{field} must have shape (num_moe_layers, num_nodes * gpus_per_node * slots_per_gpu) = {shape}, got {array.shape}",
+            f"{field} must have shape (num_moe_layers, num_nodes * gpus_per_node * slots_per_gpu) = {shape},"
+            f" got {array.shape}",
             field=field,
             code="bad-shape",
         )
     if array.dtype.kind not in "iu":
         if array.dtype.kind != "f" or not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
-            raise InvalidInput(f"{field} must hold integer expert ids (-1 for an empty slot)", field=field, code="bad-placement")
+            raise InvalidInput(
+                f"{field} must hold integer expert ids (-1 for an empty slot)", field=field, code="bad-placement"
+            )
     array = array.astype(np.int64)
     bad = (array < -1) | (array >= num_experts)
     if bad.any():
         layer, slot = np.argwhere(bad)[0]
         raise InvalidInput(
-            f"{field}[{layer}][{slot}] = {array[layer, slot]} names no logical expert (experts are 0..{num_experts - 1}, -1 is empty)",
+            f"{field}[{layer}][{slot}] = {array[layer, slot]} names no logical expert"
+            f" (experts are 0..{num_experts - 1}, -1 is empty)",
             field=field,
             code="unknown-expert",
         )
@@ -411,7 +418,8 @@ def replica_counts(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np
 def _check_fits(num_experts: int, num_available_gpus: int, slots_per_gpu: int) -> None:
     if num_experts > num_available_gpus * slots_per_gpu:
         raise InvalidInput(
-            f"{num_experts} logical experts need at least {num_experts} slots but the {num_available_gpus} available GPUs"
+            f"{num_experts} logical experts need at least {num_experts} slots"
+            f" but the {num_available_gpus} available GPUs"
             f" x {slots_per_gpu} slots_per_gpu offer {num_available_gpus * slots_per_gpu}; add GPUs or slots",
             field="cluster.slots_per_gpu",
             code="not-enough-slots",
@@ -556,7 +564,9 @@ def _pack_rounds(load: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_
 def _trade_target(filled: np.ndarray, chunk: np.ndarray, target: np.ndarray, j: int) -> bool:
     """Give item ``j`` the GPU of its nearest round-mate such that neither copy is duplicated."""
     expert, gpu = chunk[j], target[j]
-    ok = ~_holds(filled[target], np.full(target.size, expert)) & ~_holds(filled[gpu][None, :], chunk) & (chunk != expert)
+    ok = (
+        ~_holds(filled[target], np.full(target.size, expert)) & ~_holds(filled[gpu][None, :], chunk) & (chunk != expert)
+    )
     ok[j] = False
     if not ok.any():
         return False
@@ -673,7 +683,9 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
             node_hot = ctx.node_of_gpu[hot]
             node_part = ctx.node_of_gpu[part]
             hot_to_part = has[active[:, None, None, None], node_part[:, :, None, :], e_hot[:, :, :, None]]  # (n,t,S,k)
-            part_to_hot = has[active[:, None, None, None], node_hot[:, :, None, None], e_part] | (e_part < 0)  # (n,t,k,S)
+            part_to_hot = has[active[:, None, None, None], node_hot[:, :, None, None], e_part] | (
+                e_part < 0
+            )  # (n,t,k,S)
             if ctx.node_local:
                 valid &= hot_to_part[..., None] & part_to_hot[:, :, None, :, :]
             cross = (~hot_to_part)[..., None].astype(np.int64) + (~part_to_hot)[:, :, None, :, :]
@@ -686,22 +698,33 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
             writes = new_w - old_w
             if ctx.budget is not None:
                 valid &= writes <= ctx.budget
-            key = _move_key(valid, new_max, hot_load[:, :, None, None, None], goal[:, :, None, None, None],
-                            mean[:, :, None, None, None], writes, cross)
+            key = _move_key(
+                valid,
+                new_max,
+                hot_load[:, :, None, None, None],
+                goal[:, :, None, None, None],
+                mean[:, :, None, None, None],
+                writes,
+                cross,
+            )
             key = key.reshape(n, t, -1)
             best = key.argmin(axis=2)
             best_key = np.take_along_axis(key, best[:, :, None], axis=2)[:, :, 0]
             ok = np.isfinite(best_key)
             w_best = np.take_along_axis(writes.reshape(n, t, -1), best[:, :, None], axis=2)[:, :, 0]
             # one-copy re-assignment on the hottest GPU of each layer
-            r_key, r_slot, r_expert, r_writes = _best_replace(state, active, hot[:, 0], hot_load[:, 0], goal[:, 0], mean[:, 0], ctx)
+            r_key, r_slot, r_expert, r_writes = _best_replace(
+                state, active, hot[:, 0], hot_load[:, 0], goal[:, 0], mean[:, 0], ctx
+            )
             replace = np.isfinite(r_key) & (r_key < best_key[:, 0])
             ok[replace] = False  # a re-assignment changes many GPUs: alone in its layer this round
             w_best = np.where(ok, w_best, 0)
             if ctx.budget is not None:
                 spend = np.concatenate([np.maximum(w_best, 0).ravel(), np.where(replace, np.maximum(r_writes, 0), 0)])
                 if spend.sum() > ctx.budget:
-                    gain_key = np.concatenate([np.where(ok, best_key, np.inf).ravel(), np.where(replace, r_key, np.inf)])
+                    gain_key = np.concatenate(
+                        [np.where(ok, best_key, np.inf).ravel(), np.where(replace, r_key, np.inf)]
+                    )
                     rank = np.argsort(gain_key, kind="stable")
                     keep = np.zeros(spend.size, dtype=bool)
                     keep[rank[np.cumsum(spend[rank]) <= ctx.budget]] = True
@@ -778,8 +801,15 @@ def _move_key(valid, new_max, hot_load, goal, mean, writes, cross) -> np.ndarray
     return np.where(valid, np.where(reach, reaching, not_reaching), np.inf)
 
 
-def _best_replace(state: _State, active: np.ndarray, hot: np.ndarray, hot_load: np.ndarray, goal: np.ndarray,
-                  mean: np.ndarray, ctx: _MoveContext):
+def _best_replace(
+    state: _State,
+    active: np.ndarray,
+    hot: np.ndarray,
+    hot_load: np.ndarray,
+    goal: np.ndarray,
+    mean: np.ndarray,
+    ctx: _MoveContext,
+):
     """Best one-copy re-assignment on GPU ``hot`` of each layer: (key, slot, new expert, writes)."""
     n = active.size
     gpus, slots_per_gpu = state.slots.shape[1:]
@@ -904,7 +934,9 @@ def _adjust_counts(
         retry = np.flatnonzero(g < 0)
         if retry.size and near < gpus:
             everywhere = np.broadcast_to(np.arange(gpus), (retry.size, gpus))
-            g[retry], k[retry] = _gainer_slot(state, rows[retry], lay[retry], bb[retry], mand[retry], surplus, everywhere, ctx, mean_load)
+            g[retry], k[retry] = _gainer_slot(
+                state, rows[retry], lay[retry], bb[retry], mand[retry], surplus, everywhere, ctx, mean_load
+            )
         found = g >= 0
         rows, lay, bb, g, k = rows[found], lay[found], bb[found], g[found], k[found]
         if rows.size == 0:
@@ -1084,7 +1116,9 @@ def balance_stats(
         Bad load, placement shape or expert id.
     """
     array = _check_load(load, None, None)
-    num_gpus = _check_positive_int(num_nodes, "cluster.num_nodes") * _check_positive_int(gpus_per_node, "cluster.gpus_per_node")
+    num_gpus = _check_positive_int(num_nodes, "cluster.num_nodes") * _check_positive_int(
+        gpus_per_node, "cluster.gpus_per_node"
+    )
     slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu")
     available = _available_gpus(num_gpus, unavailable_gpus)
     current = _check_current(physical_to_logical, (array.shape[0], num_gpus * slots_per_gpu), array.shape[1])
@@ -1137,7 +1171,8 @@ def rebalance(
     num_nodes, gpus_per_node, slots_per_gpu : int
         Cluster shape: GPU ``g`` is on node ``g // gpus_per_node``, physical slot
         ``s`` on GPU ``s // slots_per_gpu``.
-    current_physical_to_logical : array_like of int, shape (num_moe_layers, num_nodes * gpus_per_node * slots_per_gpu), optional
+    current_physical_to_logical : array_like of int, optional
+        Shape ``(num_moe_layers, num_nodes * gpus_per_node * slots_per_gpu)``.
         The placement in service (``-1``: empty slot). Without it the answer is a
         fresh plan and every copy is a migration from storage.
     unavailable_gpus : sequence of int
@@ -1211,7 +1246,9 @@ def rebalance(
     if isinstance(expert_bytes, bool) or int(expert_bytes) < 0:
         raise InvalidInput("expert_bytes must be >= 0", field="model.expert_bytes", code="bad-bytes")
     if not np.isfinite(min_improvement) or min_improvement < 0:
-        raise InvalidInput("min_improvement must be a finite number >= 0", field="min_improvement", code="bad-threshold")
+        raise InvalidInput(
+            "min_improvement must be a finite number >= 0", field="min_improvement", code="bad-threshold"
+        )
     layers, experts = array.shape
     num_gpus = num_nodes * gpus_per_node
     available = _available_gpus(num_gpus, unavailable_gpus)
@@ -1240,11 +1277,18 @@ def rebalance(
                 field="model.num_expert_groups",
                 code="bad-groups",
             )
-        if num_nodes > 1 and groups % num_nodes == 0 and num_avail == num_gpus and experts // num_nodes <= gpus_per_node * slots_per_gpu:
+        if (
+            num_nodes > 1
+            and groups % num_nodes == 0
+            and num_avail == num_gpus
+            and experts // num_nodes <= gpus_per_node * slots_per_gpu
+        ):
             hierarchy = (num_nodes, gpus_per_node, groups)
 
     if current is None:
-        final, _, policy[:] = _fresh_plan(array, counts, bound, all_layers, slots_per_gpu, node_of_gpu, hierarchy, min_improvement)
+        final, _, policy[:] = _fresh_plan(
+            array, counts, bound, all_layers, slots_per_gpu, node_of_gpu, hierarchy, min_improvement
+        )
         action = np.full(layers, "replanned", dtype="<U9")
         before = None
         original = np.full((layers, num_avail, slots_per_gpu), -1, dtype=np.int64)
@@ -1321,8 +1365,15 @@ def rebalance(
                 fr_ratio = fresh_ratio[consider]
                 allowed = np.ones(consider.size, dtype=bool)
                 if node_local:
-                    allowed = _cross_writes(relabelled, original[active[consider]], ctx.original_node_has[active[consider]], node_of_gpu) == 0
-                want = allowed & (~inc_ok[consider] | ((fr_writes < inc_writes[consider]) & (fr_ratio <= inc_ratio[consider])))
+                    allowed = (
+                        _cross_writes(
+                            relabelled, original[active[consider]], ctx.original_node_has[active[consider]], node_of_gpu
+                        )
+                        == 0
+                    )
+                want = allowed & (
+                    ~inc_ok[consider] | ((fr_writes < inc_writes[consider]) & (fr_ratio <= inc_ratio[consider]))
+                )
                 spent = int(inc_writes.sum())
                 for idx in np.argsort(-(inc_ratio[consider] - fr_ratio), kind="stable"):
                     extra = int(fr_writes[idx] - inc_writes[consider[idx]])
@@ -1348,8 +1399,23 @@ def rebalance(
                 " of a fresh plan's max/mean"
             )
 
-    return _result(array, final, original, available, num_gpus, gpus_per_node, slots_per_gpu, int(expert_bytes),
-                   bound, before, action, policy, reason, current is not None, original_node_gpu)
+    return _result(
+        array,
+        final,
+        original,
+        available,
+        num_gpus,
+        gpus_per_node,
+        slots_per_gpu,
+        int(expert_bytes),
+        bound,
+        before,
+        action,
+        policy,
+        reason,
+        current is not None,
+        original_node_gpu,
+    )
 
 
 def _fresh_plan(
@@ -1413,16 +1479,26 @@ def _hierarchical_plan(
     state = _State(local_load, _pack_rounds(local_load, counts, gpus_per_node, slots_per_gpu))
     local_total = local_load.sum(axis=1)
     goal = np.maximum(cap_lower, local_total / gpus_per_node) * (1.0 + _FRESH_TOLERANCE)
-    _swap_refine(state, np.arange(state.slots.shape[0]), goal, _FRESH_SWAP_ITERS, _MoveContext(np.zeros(gpus_per_node, dtype=np.int64)))
+    _swap_refine(
+        state,
+        np.arange(state.slots.shape[0]),
+        goal,
+        _FRESH_SWAP_ITERS,
+        _MoveContext(np.zeros(gpus_per_node, dtype=np.int64)),
+    )
     local = state.slots  # (layers * nodes, gpus_per_node, S) local expert ids
     padded = np.concatenate([node_experts, np.full((node_experts.shape[0], 1), -1, dtype=np.int64)], axis=1)
-    global_ids = np.take_along_axis(padded, np.where(local >= 0, local, local_experts).reshape(local.shape[0], -1), axis=1)
+    global_ids = np.take_along_axis(
+        padded, np.where(local >= 0, local, local_experts).reshape(local.shape[0], -1), axis=1
+    )
     slots = global_ids.reshape(layers, num_nodes * gpus_per_node, slots_per_gpu)
     gpu_load = state.gpu_load.reshape(layers, num_nodes * gpus_per_node)
     return slots, _ratio(gpu_load, load.sum(axis=1))
 
 
-def _cross_writes(target: np.ndarray, original: np.ndarray, node_has: np.ndarray, node_of_gpu: np.ndarray) -> np.ndarray:
+def _cross_writes(
+    target: np.ndarray, original: np.ndarray, node_has: np.ndarray, node_of_gpu: np.ndarray
+) -> np.ndarray:
     """Per layer, copies written whose expert has an original copy somewhere but not on the destination node."""
     layers, gpus, slots_per_gpu = target.shape
     rows = np.arange(layers)[:, None, None]

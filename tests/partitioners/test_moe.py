@@ -14,7 +14,7 @@ from partitioners.moe import balance_stats, lower_bound, rebalance, replica_coun
 def _zipf_load(layers: int, experts: int, seed: int, tokens: int = 1 << 22) -> np.ndarray:
     rng = np.random.default_rng(seed)
     ranks = np.argsort(rng.random((layers, experts)), axis=1) + 1.0
-    weight = ranks ** -0.7
+    weight = ranks**-0.7
     return np.round(tokens * weight / weight.sum(axis=1, keepdims=True))
 
 
@@ -327,7 +327,9 @@ def test_placement_naming_an_unknown_expert_is_rejected():
 
 def test_placement_of_the_wrong_shape_is_rejected():
     with pytest.raises(InvalidInput) as info:
-        rebalance(np.ones((1, 4)), num_nodes=1, gpus_per_node=2, slots_per_gpu=4, current_physical_to_logical=np.zeros((1, 7)))
+        rebalance(
+            np.ones((1, 4)), num_nodes=1, gpus_per_node=2, slots_per_gpu=4, current_physical_to_logical=np.zeros((1, 7))
+        )
     assert info.value.field == "current_placement.physical_to_logical"
 
 
@@ -356,10 +358,25 @@ def _cases(draw):
     avail = gpus - len(down)
     experts = draw(st.integers(1, avail * slots))
     layers = draw(st.integers(1, 3))
-    load = np.array(draw(st.lists(st.lists(st.integers(0, 10_000), min_size=experts, max_size=experts), min_size=layers, max_size=layers)), dtype=float)
+    load = np.array(
+        draw(
+            st.lists(
+                st.lists(st.integers(0, 10_000), min_size=experts, max_size=experts), min_size=layers, max_size=layers
+            )
+        ),
+        dtype=float,
+    )
     current = None
     if draw(st.booleans()):
-        current = np.array(draw(st.lists(st.lists(st.integers(-1, experts - 1), min_size=gpus * slots, max_size=gpus * slots), min_size=layers, max_size=layers)))
+        current = np.array(
+            draw(
+                st.lists(
+                    st.lists(st.integers(-1, experts - 1), min_size=gpus * slots, max_size=gpus * slots),
+                    min_size=layers,
+                    max_size=layers,
+                )
+            )
+        )
     cap = draw(st.one_of(st.none(), st.integers(0, 40)))
     noise = draw(st.booleans())
     groups = draw(st.one_of(st.none(), st.sampled_from([d for d in range(1, experts + 1) if experts % d == 0])))
@@ -398,8 +415,14 @@ def test_every_placement_is_valid_and_never_beats_the_bound(case):
 def test_a_placement_made_for_a_load_is_kept_for_that_load(case):
     load, cluster, down, _, _, noise, groups = case
     made = rebalance(load, unavailable_gpus=down, num_expert_groups=groups, **cluster)
-    again = rebalance(load, current_physical_to_logical=made.physical_to_logical, unavailable_gpus=down,
-                      num_expert_groups=groups, ignore_sampling_noise=noise, **cluster)
+    again = rebalance(
+        load,
+        current_physical_to_logical=made.physical_to_logical,
+        unavailable_gpus=down,
+        num_expert_groups=groups,
+        ignore_sampling_noise=noise,
+        **cluster,
+    )
     assert again.kept_current
     assert again.migrations.count == 0
 

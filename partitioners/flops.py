@@ -100,6 +100,21 @@ _SOFTMAXES = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
 
 _POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
 
+#: Quantized forms of the matrix operators: the arithmetic is the float operator's,
+#: the operands sit at other input positions (ONNX QLinearMatMul: a, a_scale,
+#: a_zero_point, b, ...; QLinearConv: x, x_scale, x_zero_point, w, w_scale,
+#: w_zero_point, y_scale, y_zero_point, B).
+_QUANTIZED_ALIASES = {
+    "QLinearMatMul": ("MatMul", (0, 3)),
+    "MatMulInteger": ("MatMul", (0, 1)),
+    "QLinearConv": ("Conv", (0, 3, 8)),
+    "ConvInteger": ("Conv", (0, 1)),
+}
+
+#: Per-element costs of small fixed pipelines: (de)quantisation is a scale and a
+#: zero-point shift (2); a rotary embedding is x * cos + rotate(x) * sin (3).
+_PER_ELEMENT = {"QuantizeLinear": 2, "DequantizeLinear": 2, "DynamicQuantizeLinear": 2, "RotaryEmbedding": 3}
+
 
 class FlopEstimate(NamedTuple):
     """FLOPs of one execution of an operator.
@@ -226,6 +241,18 @@ def _einsum(shapes: Sequence[Shape | None], attrs: Mapping, out: Shape | None) -
 
 
 def _attention(op: str, shapes: Sequence[Shape | None], attrs: Mapping) -> float:
+    if op == "GroupQueryAttention":
+        # com.microsoft.GroupQueryAttention with separate query [B, S, H * d] and key
+        # inputs; past_key [B, H_kv, P, d] (input 3) extends the attended length to P + S.
+        # Key/value heads are shared, so the FLOPs are those of H full heads.
+        q = shapes[0]
+        if not _known(_get(shapes, 1)):
+            raise KeyError("packed QKV input")
+        b, s, d = q
+        past = _get(shapes, 3)
+        length = s + (past[2] if _known(past) and len(past) == 4 else 0)
+        heads = int(attrs.get("num_heads", 1))
+        return 2 * (2.0 * b * s * length * d) + _SOFTMAX_FLOPS_PER_ELEMENT * b * heads * s * length
     if op == "Attention":
         # com.microsoft.Attention: input [B, S, D_in], weights [D_in, 3 * D]; computes
         # the QKV projection, Q K^T, softmax and the weighted sum of V.
@@ -256,7 +283,10 @@ def flop_formula_known(op_type: str) -> bool:
         or op_type in _POOLS
         or op_type
         in {"MatMul", "Gemm", "Conv", "ConvTranspose", "BatchNormalization", "LSTM", "GRU",
-            "RNN", "Einsum", "Attention", "MultiHeadAttention", "FusedMatMul"}
+            "RNN", "Einsum", "Attention", "MultiHeadAttention", "FusedMatMul", "MatMulNBits",
+            "GroupQueryAttention"}
+        or op_type in _QUANTIZED_ALIASES
+        or op_type in _PER_ELEMENT
     )  # fmt: skip
 
 
@@ -278,7 +308,7 @@ def estimate_flops(
         In the operator's input / output order; ``None`` for unknown or absent.
     attrs : mapping, optional
         Operator attributes the formulas read (``transA``, ``kernel_shape``,
-        ``equation``, ``num_heads``, ``layout``).
+        ``equation``, ``num_heads``, ``layout``, ``K`` of ``MatMulNBits``).
 
     Returns
     -------
@@ -296,7 +326,21 @@ def estimate_flops(
 
     if op_type in SHAPE_ONLY_OPS:
         return FlopEstimate(0.0)
+    if op_type in _QUANTIZED_ALIASES:
+        op_type, positions = _QUANTIZED_ALIASES[op_type]
+        input_shapes = [_get(input_shapes, i) for i in positions]
     try:
+        if op_type in _PER_ELEMENT:
+            x = _get(input_shapes, 0)
+            if not _known(x):
+                return fallback("input shape unknown")
+            return FlopEstimate(float(_PER_ELEMENT[op_type] * _numel(x)))
+        if op_type == "MatMulNBits":
+            # com.microsoft.MatMulNBits: A [..., K] times a block-quantized [K, N] weight;
+            # K and N are attributes because B is stored packed.
+            if not out_known:
+                return fallback("output shape unknown")
+            return FlopEstimate(2.0 * _numel(out) * int(attrs["K"]))
         if op_type in ELEMENTWISE_OPS:
             if not out_known:
                 return fallback("output shape unknown")
@@ -349,7 +393,7 @@ def estimate_flops(
             if not all(_known(s) for s in input_shapes):
                 return fallback("operand shapes unknown")
             return FlopEstimate(_einsum(input_shapes, attrs, out))
-        if op_type in ("Attention", "MultiHeadAttention"):
+        if op_type in ("Attention", "MultiHeadAttention", "GroupQueryAttention"):
             if not (_known(_get(input_shapes, 0)) and _known(_get(input_shapes, 1))):
                 return fallback("input shapes unknown")
             return FlopEstimate(_attention(op_type, input_shapes, attrs))

@@ -152,7 +152,8 @@ _shapes = st.one_of(st.none(), st.lists(_dims, max_size=5).map(tuple))
 @given(
     op_type=st.sampled_from(
         ["MatMul", "Gemm", "Conv", "ConvTranspose", "LSTM", "GRU", "RNN", "Einsum", "MaxPool", "Softmax",
-         "LayerNormalization", "ReduceSum", "Attention", "MultiHeadAttention", "Add", "Reshape", "Unknown"]
+         "LayerNormalization", "ReduceSum", "Attention", "MultiHeadAttention", "Add", "Reshape", "Unknown",
+         "QLinearMatMul", "QLinearConv", "MatMulNBits", "GroupQueryAttention", "DequantizeLinear"]
     ),
     inputs=st.lists(_shapes, max_size=4),
     outputs=st.lists(_shapes, max_size=2),
@@ -161,3 +162,34 @@ def test_any_shapes_give_a_finite_non_negative_estimate_never_an_exception(op_ty
     attrs = {"kernel_shape": [3, 3], "equation": "ij,jk->ik", "num_heads": 2}
     flops, note = estimate_flops(op_type, inputs, outputs, attrs)
     assert flops >= 0 and flops == flops and flops != float("inf")
+
+
+def test_quantized_matmul_counts_like_its_float_form():
+    # QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp): [4, 8] x [8, 2]
+    shapes = [(4, 8), (), (), (8, 2), (), (), (), ()]
+    assert estimate_flops("QLinearMatMul", shapes, [(4, 2)]) == (2 * 8 * 8, None)
+    assert estimate_flops("MatMulInteger", [(4, 8), (8, 2)], [(4, 2)]) == (2 * 8 * 8, None)
+
+
+def test_quantized_conv_uses_the_weight_at_input_three_and_the_bias_at_eight():
+    # W [8, 3, 3, 3], out [1, 8, 4, 4]: 2 * 128 * 27 MAC FLOPs + 128 bias adds
+    shapes = [(1, 3, 6, 6), (), (), (8, 3, 3, 3), (), (), (), (), (8,)]
+    assert estimate_flops("QLinearConv", shapes, [(1, 8, 4, 4)]).flops == 2 * 128 * 27 + 128
+
+
+def test_four_bit_matmul_reads_k_from_its_attributes():
+    # com.microsoft.MatMulNBits: A [1, 16, 4096] x packed B, K=4096, N=11008
+    flops = estimate_flops("MatMulNBits", [(1, 16, 4096), (11008, 128, 16)], [(1, 16, 11008)], {"K": 4096, "N": 11008})
+    assert flops.flops == 2 * 16 * 11008 * 4096
+
+
+def test_group_query_attention_attends_over_past_and_new_tokens():
+    # query [1, 2, 64] (4 heads of 16), key [1, 2, 32] (2 kv heads), past_key [1, 2, 6, 16]
+    # attended length 6 + 2 = 8: Q K^T and P V 2 * (2 * 1*2*8*64) = 4096; softmax 5 * 1*4*2*8 = 320
+    shapes = [(1, 2, 64), (1, 2, 32), (1, 2, 32), (1, 2, 6, 16), (1, 2, 6, 16)]
+    flops = estimate_flops("GroupQueryAttention", shapes, [(1, 2, 64)], {"num_heads": 4, "kv_num_heads": 2}).flops
+    assert flops == 4096 + 320
+
+
+def test_dequantize_is_two_flops_per_element():
+    assert estimate_flops("DequantizeLinear", [(3, 5), (), ()], [(3, 5)]) == (30.0, None)

@@ -207,7 +207,7 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
         moved = "-" if current is None else f"{100.0 * result.migrations.count / total_slots:6.2f}"
         label = name if spare_per_gpu == 1 else f"{name} +{spare_per_gpu}sp"
         rows.append(
-            f"{experts:>4}x{num_gpus:<4} {label:<17} {before:>11} {after} {_cell(slot_balance(load, lpt, num_gpus, down))} "
+            f"{experts:>4}x{num_gpus:<4} {label:<20} {before:>11} {after} {_cell(slot_balance(load, lpt, num_gpus, down))} "
             f"{_cell((result.lower_bound.mean, result.lower_bound.worst))} "
             f"{moved:>6} {result.migrations.cross_node_count:>5} {med:6.1f} {p99:6.1f} {cpu:6.1f} {lpt_ms:6.0f}  {eplb_cell}"
         )
@@ -243,7 +243,7 @@ def main() -> None:
         "balance = max/mean GPU load, mean/worst over layers; mv% = % of all slots written; xnode = copies read across nodes"
     )
     print(
-        f"{'shape':<9} {'scenario':<17} {'before':>11} {'hyperplace':<11} {'greedy LPT':<11} {'lower bnd':<11} "
+        f"{'shape':<9} {'scenario':<20} {'before':>11} {'hyperplace':<11} {'greedy LPT':<11} {'lower bnd':<11} "
         f"{'mv%':>6} {'xnode':>5} {'med ms':>6} {'p99 ms':>6} {'cpu ms':>6} {'LPT ms':>6}  EPLB (balance, time, mv%, layers with 2 copies on a GPU)"
     )
     for layers, experts, gpus, spare in shapes:

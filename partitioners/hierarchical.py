@@ -88,8 +88,9 @@ OBJECTIVES = ("makespan", "throughput", "communication")
 MODES = ("inference", "training")
 #: Above this many operators ``auto`` scores the one-device plan analytically.
 ANALYTIC_SINGLE_OPS = 6_000
-#: Above this many operators only the contention-aware HEFT runs (HEFT costs seconds there).
-CLASSIC_HEFT_MAX_OPS = 300_000
+#: Above this many operators only the contention-aware HEFT runs (each HEFT pass costs seconds;
+#: the classic one has not won a case in bench/placement.py).
+CLASSIC_HEFT_MAX_OPS = 60_000
 #: Above this many operators level 3 plans tiers but does not re-simulate with tier bandwidths.
 RETIME_MAX_OPS = 300_000
 #: Simulations kept for refinement when ``auto`` chooses which extra candidates to score.

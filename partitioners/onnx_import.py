@@ -60,7 +60,9 @@ _BITS_BY_TYPE_NAME = {
 }  # fmt: skip
 _BITS = {getattr(TensorProto, k): v for k, v in _BITS_BY_TYPE_NAME.items() if hasattr(TensorProto, k)}
 _DTYPE_NAMES = {
-    getattr(TensorProto, k): ("bool" if k == "BOOL" else k.lower()) for k in _BITS_BY_TYPE_NAME if hasattr(TensorProto, k)
+    getattr(TensorProto, k): ("bool" if k == "BOOL" else k.lower())
+    for k in _BITS_BY_TYPE_NAME
+    if hasattr(TensorProto, k)
 }
 _DTYPE_NAMES[TensorProto.FLOAT] = "float32"
 _DTYPE_NAMES[TensorProto.DOUBLE] = "float64"
@@ -193,6 +195,9 @@ def _bind_dims(
     return used
 
 
+_VALUE_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
+
+
 def _drop_large_values(model: onnx.ModelProto) -> None:
     """Forget the values of initializers too large to be shape data, in place.
 
@@ -203,7 +208,7 @@ def _drop_large_values(model: onnx.ModelProto) -> None:
     for init in model.graph.initializer:
         if init.data_location == TensorProto.EXTERNAL or math.prod(init.dims) <= FOLD_MAX_ELEMENTS:
             continue
-        for field_name in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
+        for field_name in _VALUE_FIELDS:
             init.ClearField(field_name)
         init.data_location = TensorProto.EXTERNAL
         del init.external_data[:]
@@ -338,7 +343,9 @@ _FOLD_BINARY = {
     "Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
     "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or, "Pow": np.power,
 }  # fmt: skip
-_FOLD_UNARY = {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Floor": np.floor, "Ceil": np.ceil, "Sqrt": np.sqrt}
+_FOLD_UNARY = {
+    "Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Floor": np.floor, "Ceil": np.ceil, "Sqrt": np.sqrt,
+}  # fmt: skip
 
 
 _FOLDABLE = frozenset(

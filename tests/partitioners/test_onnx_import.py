@@ -71,7 +71,8 @@ def test_shapes_computed_from_bound_dims_are_folded_so_downstream_flops_are_exac
     # Reshape to [batch, seq, 2, 4] with a target computed as Shape(x)[0:rank-1] ++ [2, 4]:
     # plain ONNX inference cannot see through the computed Slice end, folding can.
     def i64(name, values):
-        return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
+        tensor = helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+        return helper.make_node("Constant", [], [name], value=tensor)
 
     nodes = [
         helper.make_node("Shape", ["x"], ["s"], name="shape"),
@@ -261,7 +262,8 @@ def _if_node(name: str, cond: str, outer: str, out: str, depth: int) -> onnx.Nod
             nodes = [helper.make_node("Relu", [outer], [result])]
         else:
             nodes = [_if_node(f"{name}_{tag}{level}", cond, outer, result, level - 1)]
-        return helper.make_graph(nodes, f"{tag}{level}", [], [helper.make_tensor_value_info(result, TensorProto.FLOAT, [4])])
+        outputs = [helper.make_tensor_value_info(result, TensorProto.FLOAT, [4])]
+        return helper.make_graph(nodes, f"{tag}{level}", [], outputs)
 
     return helper.make_node(
         "If", [cond], [out], name=name, then_branch=branch("then", depth), else_branch=branch("else", depth)
@@ -309,7 +311,8 @@ def _nested_if_model(depth: int) -> bytes:
     def out_info(name: str) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, [4])
 
-    inner = helper.make_graph([helper.make_node("Relu", ["x"], ["y0"])], "leaf", [], [out_info("y0")]).SerializeToString()
+    leaf = helper.make_graph([helper.make_node("Relu", ["x"], ["y0"])], "leaf", [], [out_info("y0")])
+    inner = leaf.SerializeToString()
     leaf_else = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [out_info("e")])
     for level in range(1, depth + 1):
         node = helper.make_node("If", ["cond"], [f"y{level}"], name=f"if{level}")
@@ -321,7 +324,10 @@ def _nested_if_model(depth: int) -> bytes:
         wrapper = helper.make_graph(
             [],
             "top" if last else f"level{level}",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])]
+            [
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            ]
             if last
             else [],
             [out_info(f"y{level}")],
@@ -351,7 +357,7 @@ def test_unnamed_nodes_get_names_that_do_not_depend_on_file_order():
         return _model(
             [nodes[i] for i in order],
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-            [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info(t, TensorProto.FLOAT, [2]) for t in ("a", "b")],
         )
 
     first, second = graph_from_onnx_bytes(tiny([0, 1])), graph_from_onnx_bytes(tiny([1, 0]))

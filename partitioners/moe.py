@@ -242,6 +242,41 @@ class RebalanceResult:
         """Copies written over all physical slots of all layers."""
         return self.migrations.count / max(1, self.physical_to_logical.size)
 
+    def as_dict(self) -> dict:
+        """Plain lists and numbers (JSON-ready), migrations column-wise so large answers stay cheap."""
+
+        def stats(value: BalanceStats | None) -> dict | None:
+            if value is None:
+                return None
+            return {"per_layer": value.per_layer.tolist(), "mean": value.mean, "worst": value.worst}
+
+        m = self.migrations
+        return {
+            "physical_to_logical": self.physical_to_logical.tolist(),
+            "logical_to_physical": self.logical_to_physical.tolist(),
+            "logical_count": self.logical_count.tolist(),
+            "balance_before": stats(self.balance_before),
+            "balance_after": stats(self.balance_after),
+            "lower_bound": stats(self.lower_bound),
+            "migrations": {
+                "count": m.count,
+                "cross_node_count": m.cross_node_count,
+                "from_storage_count": m.from_storage_count,
+                "total_bytes": m.total_bytes,
+                "slots_moved_fraction": self.slots_moved_fraction,
+                "layer": m.layer.tolist(),
+                "gpu": m.gpu.tolist(),
+                "slot": m.slot.tolist(),
+                "logical_expert": m.logical_expert.tolist(),
+                "source_gpu": m.source_gpu.tolist(),
+                "cross_node": m.cross_node.tolist(),
+            },
+            "layer_action": self.layer_action.tolist(),
+            "layer_policy": self.layer_policy.tolist(),
+            "kept_current": self.kept_current,
+            "reason": self.reason,
+        }
+
 
 # ----------------------------------------------------------------------------- validation
 

@@ -288,6 +288,20 @@ def test_balance_before_is_the_current_placement_under_the_new_load():
     assert result.balance_after.mean < result.balance_before.mean
 
 
+def test_result_as_dict_is_plain_json():
+    import json
+
+    load = _zipf_load(2, 32, seed=18)
+    current = _deployed(load, **CLUSTER)
+    result = rebalance(load[:, ::-1].copy(), current_physical_to_logical=current, expert_bytes=5, **CLUSTER)
+    answer = json.loads(json.dumps(result.as_dict()))
+    assert answer["physical_to_logical"] == result.physical_to_logical.tolist()
+    assert answer["migrations"]["count"] == len(answer["migrations"]["slot"]) == result.migrations.count
+    assert answer["migrations"]["total_bytes"] == 5 * result.migrations.count
+    assert answer["balance_before"]["worst"] == result.balance_before.worst
+    assert answer["layer_action"] == result.layer_action.tolist()
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

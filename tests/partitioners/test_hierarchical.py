@@ -25,9 +25,10 @@ IDEAL = CostModel(efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_
 MS = 1e9  # FLOPs that take one millisecond on a 1 TFLOP/s device
 
 
-def cluster(n_devices=4, groups=1, hbm_bytes=1e9, names=None):
+def cluster(n_devices=4, groups=1, hbm_bytes=1e9, names=None, peaks=None):
     per = n_devices // groups
     names = names or [f"d{i}" for i in range(n_devices)]
+    peaks = peaks or [1e12] * n_devices
     return inventory_from_json(
         {
             "name": "test",
@@ -38,7 +39,7 @@ def cluster(n_devices=4, groups=1, hbm_bytes=1e9, names=None):
                         {
                             "name": names[gi * per + i],
                             "type": "T",
-                            "peak_flops": 1e12,
+                            "peak_flops": peaks[gi * per + i],
                             "memory_tiers": [
                                 {"name": "HBM", "capacity_bytes": hbm_bytes, "bandwidth_bytes_per_s": 1e15}
                             ],
@@ -81,6 +82,17 @@ def test_a_chain_stays_on_one_device():
     r = place(chain(), cluster(4), cost_model=IDEAL)
     assert r.devices_used == 1
     assert r.makespan_s == pytest.approx(4e-3)
+
+
+def test_a_chain_goes_to_the_fastest_device():
+    r = place(chain(), cluster(3, peaks=[1e12, 2e12, 1e12]), cost_model=IDEAL)
+    assert set(r.placement.tolist()) == {1}
+    assert r.makespan_s == pytest.approx(2e-3)
+
+
+def test_an_empty_graph_is_rejected():
+    with pytest.raises(InvalidInput):
+        place(graph_from_ops("empty", [], {}), cluster(2), cost_model=IDEAL)
 
 
 def test_independent_chains_use_two_devices():

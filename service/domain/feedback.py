@@ -32,9 +32,9 @@ from partitioners.simulate import simulate
 from partitioners.timeline import match_timeline, parse_timeline, step_makespans_s
 from partitioners.transforms import expand_graph
 from service.domain import plan_views
+from service.domain.calibration import CALIBRATION_WINDOW, calibration_read, cost_model_from_factors, refit_calibration
 from service.domain.idempotency import StoredAnswer, check_idempotency_key, remember_idempotency_key
 from service.domain.ingest import canonical_hash
-from service.domain.calibration import CALIBRATION_WINDOW, calibration_read, cost_model_from_factors, refit_calibration
 from service.domain.plan_document import plan_document
 from service.domain.planning import PlanSubmission, SubmitOutcome, load_plan_inputs, placement_options, submit_plan
 from service.errors import Conflict, UnprocessableInput
@@ -44,7 +44,7 @@ from service.storage import feedback as feedback_repo
 from service.storage.blobs import pack_json, unpack_json
 from service.storage.models import Feedback, utcnow
 
-__all__ = ["submit_feedback", "feedback_read", "plan_accuracy", "replan", "REPLAN_ROUTE"]
+__all__ = ["submit_feedback", "feedback_read", "plan_accuracy", "replan", "REPLAN_ROUTE", "FEEDBACK_ROUTE"]
 
 log = structlog.get_logger("hyperplace.feedback")
 REPLAN_ROUTE = "POST /v1/plans/{plan_id}/replan"

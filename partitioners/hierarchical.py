@@ -93,6 +93,8 @@ ANALYTIC_SINGLE_OPS = 6_000
 CLASSIC_HEFT_MAX_OPS = 60_000
 #: Above this many operators level 3 plans tiers but does not re-simulate with tier bandwidths.
 RETIME_MAX_OPS = 300_000
+#: When no plan fits, memory overshoots within this fraction of the smallest count as equal.
+INFEASIBLE_TOLERANCE = 0.05
 #: Simulations kept for refinement when ``auto`` chooses which extra candidates to score.
 REFINE_RESERVE = 2
 #: ``auto`` runs every applicable strategy; the others force one family.
@@ -501,10 +503,25 @@ class _Planner:
         return cand, placement, sim
 
     def key_of(self, cand: Candidate, tiebreak: int) -> tuple:
-        """Sort key: feasible first, then least over budget, objective, makespan, fewer devices."""
+        """Sort key: feasible first, then least over budget, objective, makespan, fewer devices.
+
+        Among infeasible plans, overshoots within ``INFEASIBLE_TOLERANCE`` of the
+        smallest seen count as equal, so the least-infeasible answer is also a fast one.
+        """
         pipeline_bad = self.options.pipeline and not cand.acyclic
         over = 0.0 if cand.feasible else cand.peak_memory_fraction + (1e9 if pipeline_bad else 0.0)
+        if not cand.feasible and over <= self.least_over * (1.0 + INFEASIBLE_TOLERANCE):
+            over = self.least_over
         return (not cand.feasible, over, cand.objective_value, cand.makespan_s, cand.devices_used, tiebreak)
+
+    @property
+    def least_over(self) -> float:
+        overs = [
+            c.peak_memory_fraction
+            for c, *_ in self.evaluated
+            if not c.feasible and (c.acyclic or not self.options.pipeline)
+        ]
+        return min(overs) if overs else float("inf")
 
     def record(self, cand: Candidate, placement: np.ndarray, priority: np.ndarray | None, sim: SimulationResult) -> int:
         self.candidates.append(cand)

@@ -76,7 +76,9 @@ CPU_INVENTORY = {
 
 def _check(response, status=(200, 201)):
     if response.status_code not in status:
-        raise SystemExit(f"{response.request.method} {response.request.url.path}: {response.status_code} {response.text[:500]}")
+        raise SystemExit(
+            f"{response.request.method} {response.request.url.path}: {response.status_code} {response.text[:500]}"
+        )
     return response.json()
 
 
@@ -103,7 +105,13 @@ def _timeline(graph, inventory, placement, truth: CostModel, seed: int) -> dict:
         run = simulate(graph, inventory, placement, op_times_s=noisy)
         start, end, dev = run.op_start_s.tolist(), run.op_end_s.tolist(), run.op_device.tolist()
         ops += [
-            {"name": names[i], "device": str(device_names[dev[i]]), "start_s": start[i], "duration_s": end[i] - start[i], "step": step}
+            {
+                "name": names[i],
+                "device": str(device_names[dev[i]]),
+                "start_s": start[i],
+                "duration_s": end[i] - start[i],
+                "step": step,
+            }
             for i in range(graph.n_ops)
         ]
     return {"ops": ops}
@@ -111,6 +119,10 @@ def _timeline(graph, inventory, placement, truth: CostModel, seed: int) -> dict:
 
 def _pct(x) -> str:
     return "   -  " if x is None else f"{100 * x:5.1f}%"
+
+
+def _arrow(before: dict, after: dict, key: str) -> str:
+    return f"{_pct(before[key])} -> {_pct(after[key])}"
 
 
 def run_model(client: TestClient, name: str, seed: int) -> dict:
@@ -121,7 +133,10 @@ def run_model(client: TestClient, name: str, seed: int) -> dict:
         client.post(
             "/v1/plans",
             files={"model": (fname, data, "application/octet-stream")},
-            data={"inventory": json.dumps({"preset": "dgx-h100", "nodes": 1}), "options": json.dumps({"dims": dims, "micro_batches": MICRO_BATCHES})},
+            data={
+                "inventory": json.dumps({"preset": "dgx-h100", "nodes": 1}),
+                "options": json.dumps({"dims": dims, "micro_batches": MICRO_BATCHES}),
+            },
         )
     )
     graph = expand_graph(graph_from_onnx_bytes(data, dims=dims), mode="inference", micro_batches=MICRO_BATCHES).graph
@@ -134,11 +149,16 @@ def run_model(client: TestClient, name: str, seed: int) -> dict:
     _check(client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": timeline}))
     accuracy = _check(client.get(f"/v1/plans/{plan['id']}/accuracy"))
     full = _check(client.post(f"/v1/plans/{plan['id']}/replan", json={}))
-    minimal = _check(client.post(f"/v1/plans/{plan['id']}/replan", json={"minimal_movement": True, "gain_tolerance_fraction": 0.1}))
+    minimal = _check(
+        client.post(f"/v1/plans/{plan['id']}/replan", json={"minimal_movement": True, "gain_tolerance_fraction": 0.1})
+    )
     true_parent = simulate(graph, inventory, placement, cost_model=truth).makespan_s
 
     def true_gain(child: dict) -> float:
-        return 1.0 - simulate(graph, inventory, _placement(child, graph, inventory), cost_model=truth).makespan_s / true_parent
+        return (
+            1.0
+            - simulate(graph, inventory, _placement(child, graph, inventory), cost_model=truth).makespan_s / true_parent
+        )
 
     def on_slow(p: dict) -> int:
         return sum(1 for d in p["ops"].values() if d == slow_device)
@@ -172,7 +192,14 @@ def run_real_trace(client: TestClient) -> dict:
     trace = json.loads((FEEDBACK / "small_cnn.trace.json").read_text())
     feedback = _check(client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": trace}))
     accuracy = _check(client.get(f"/v1/plans/{plan['id']}/accuracy"))
-    return {"model": "small_cnn (torch.profiler, CPU)", "ops": len(plan["ops"]), "devices": 1, "before": accuracy["before"], "after": accuracy["after"], "match": feedback["match"]}
+    return {
+        "model": "small_cnn (torch.profiler, CPU)",
+        "ops": len(plan["ops"]),
+        "devices": 1,
+        "before": accuracy["before"],
+        "after": accuracy["after"],
+        "match": feedback["match"],
+    }
 
 
 def main() -> None:
@@ -182,39 +209,58 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(
-            database_url=f"sqlite:///{tmp}/bench.sqlite3", auth="disabled", embedded_worker=False, auto_migrate=True,
-            log_level="WARNING", sync_max_ops=10**7, max_body_bytes=512 * 1024 * 1024,
+            database_url=f"sqlite:///{tmp}/bench.sqlite3",
+            auth="disabled",
+            embedded_worker=False,
+            auto_migrate=True,
+            log_level="WARNING",
+            sync_max_ops=10**7,
+            max_body_bytes=512 * 1024 * 1024,
         )
         with TestClient(create_app(settings)) as client:
             rows = [run_model(client, name, args.seed) for name in args.models.split(",") if name]
             real = run_real_trace(client)
 
-    print(f"hidden truth: {SLOW_DEVICE} {SLOWDOWN}x slower, attention {ATTENTION}x slower; noise {NOISE_SIGMA:.0%}, "
-          f"{STEPS} steps, step 0 {WARMUP_FACTOR}x (warm-up); dgx-h100 x1, inference, {MICRO_BATCHES} micro-batches")
+    print(
+        f"hidden truth: {SLOW_DEVICE} {SLOWDOWN}x slower, attention {ATTENTION}x slower; noise {NOISE_SIGMA:.0%}, "
+        f"{STEPS} steps, step 0 {WARMUP_FACTOR}x (warm-up); dgx-h100 x1, inference, {MICRO_BATCHES} micro-batches"
+    )
     print()
-    head = (f"{'model':10s} {'ops':>6s} {'dev':>3s} | {'makespan err':>15s} | {'op median err':>15s} | {'op p90 err':>15s} | "
-            f"{'replan gain pred/true':>21s} {'moved':>6s} | {'minimal: true gain':>18s} {'moved':>6s} | {'on slow dev':>11s} | {'s':>5s}")
+    head = (
+        f"{'model':10s} {'ops':>6s} {'dev':>3s} | {'makespan err':>15s} | {'op median err':>15s} | "
+        f"{'op p90 err':>15s} | {'replan gain pred/true':>21s} {'moved':>6s} | {'minimal: true gain':>18s} "
+        f"{'moved':>6s} | {'on slow dev':>11s} | {'s':>5s}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         b, a = r["before"], r["after"]
         print(
-            f"{r['model']:10s} {r['ops']:6d} {r['devices']:3d} | {_pct(b['makespan_rel_error'])} -> {_pct(a['makespan_rel_error'])} | "
-            f"{_pct(b['op_median_rel_error'])} -> {_pct(a['op_median_rel_error'])} | {_pct(b['op_p90_rel_error'])} -> {_pct(a['op_p90_rel_error'])} | "
-            f"{_pct(r['pred_gain']):>10s} / {_pct(r['true_gain']):>8s} {r['moved']:6d} | {_pct(r['min_true_gain']):>18s} {r['min_moved']:6d} | "
+            f"{r['model']:10s} {r['ops']:6d} {r['devices']:3d} | {_arrow(b, a, 'makespan_rel_error')} | "
+            f"{_arrow(b, a, 'op_median_rel_error')} | {_arrow(b, a, 'op_p90_rel_error')} | "
+            f"{_pct(r['pred_gain']):>10s} / {_pct(r['true_gain']):>8s} {r['moved']:6d} | "
+            f"{_pct(r['min_true_gain']):>18s} {r['min_moved']:6d} | "
             f"{r['slow_before']:4d} -> {r['slow_after']:3d} | {r['seconds']:5.1f}"
         )
     b, a, m = real["before"], real["after"], real["match"]
     print()
-    print(f"real trace: {real['model']}: {m['matched_events']} events matched by '{m['rule']}' to {m['ops_matched']}/{m['ops_total']} ONNX "
-          f"operators over {m['steps']} steps, {m['unmatched_events']} unmatched, {m['nested_events']} nested")
-    print(f"  makespan err {_pct(b['makespan_rel_error'])} -> {_pct(a['makespan_rel_error'])} | op median err {_pct(b['op_median_rel_error'])} -> "
-          f"{_pct(a['op_median_rel_error'])} | op p90 err {_pct(b['op_p90_rel_error'])} -> {_pct(a['op_p90_rel_error'])} "
-          f"(measured step {1e3 * b['measured_makespan_s']:.2f} ms; predicted {1e3 * b['predicted_makespan_s']:.2f} -> {1e3 * a['predicted_makespan_s']:.2f} ms)")
+    print(
+        f"real trace: {real['model']}: {m['matched_events']} events matched by '{m['rule']}' to "
+        f"{m['ops_matched']}/{m['ops_total']} ONNX operators over {m['steps']} steps, "
+        f"{m['unmatched_events']} unmatched, {m['nested_events']} nested"
+    )
+    print(
+        f"  makespan err {_arrow(b, a, 'makespan_rel_error')} | op median err {_arrow(b, a, 'op_median_rel_error')} | "
+        f"op p90 err {_arrow(b, a, 'op_p90_rel_error')} (measured step {1e3 * b['measured_makespan_s']:.2f} ms; "
+        f"predicted {1e3 * b['predicted_makespan_s']:.2f} -> {1e3 * a['predicted_makespan_s']:.2f} ms)"
+    )
     worst = max(r["after"]["makespan_rel_error"] for r in rows) if rows else 0.0
+    faster = all(r["true_gain"] > 0 for r in rows)
     print()
-    print(f"targets: makespan error after one feedback round < 5% on every fixture: {'yes' if worst < 0.05 else 'NO'} (worst {_pct(worst).strip()}); "
-          f"re-plan faster under the truth on every fixture: {'yes' if all(r['true_gain'] > 0 for r in rows) else 'NO'}")
+    print(
+        f"targets: makespan error after one feedback round < 5% on every fixture: {'yes' if worst < 0.05 else 'NO'} "
+        f"(worst {_pct(worst).strip()}); re-plan faster under the truth on every fixture: {'yes' if faster else 'NO'}"
+    )
 
 
 if __name__ == "__main__":

@@ -95,7 +95,9 @@ def weighted_median(values: np.ndarray, weights: np.ndarray | None = None) -> fl
     return float(x[order][np.searchsorted(cum, 0.5 * cum[-1])])
 
 
-def huber_location(values: np.ndarray, weights: np.ndarray | None = None, k: float = HUBER_K, max_iter: int = 50) -> float:
+def huber_location(
+    values: np.ndarray, weights: np.ndarray | None = None, k: float = HUBER_K, max_iter: int = 50
+) -> float:
     """Huber M-estimate of location with the MAD as fixed scale [1]_ [3]_.
 
     Iteratively reweighted mean starting at the (weighted) median; points further

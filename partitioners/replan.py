@@ -182,7 +182,9 @@ def minimal_movement(
     ctx = prepare_simulation(graph, inventory, cost_model=cm)
     kept_first_s = float(simulate(graph, inventory, np.where(displaced, proposed, current), context=ctx).makespan_s)
     original_s = float(simulate(graph, inventory, proposed, context=ctx).makespan_s)
-    allowed_s = max(original_s + tolerance_fraction * max(kept_first_s - original_s, 0.0), original_s * (1 + RELABEL_SLACK))
+    allowed_s = max(
+        original_s + tolerance_fraction * max(kept_first_s - original_s, 0.0), original_s * (1 + RELABEL_SLACK)
+    )
     relabeled = _relabel(proposed, current, _interchangeable(inventory, cm))
     if (relabeled != current).sum() < (proposed != current).sum():
         if float(simulate(graph, inventory, relabeled, context=ctx).makespan_s) <= allowed_s:
@@ -250,7 +252,15 @@ def minimal_movement(
     )
 
 
-def placement_result(graph: Hypergraph, inventory: Inventory, options, placement: np.ndarray, *, cost_model: CostModel | None = None, name: str = "minimal-movement"):
+def placement_result(
+    graph: Hypergraph,
+    inventory: Inventory,
+    options,
+    placement: np.ndarray,
+    *,
+    cost_model: CostModel | None = None,
+    name: str = "minimal-movement",
+):
     """A :class:`~partitioners.hierarchical.PlacementResult` for a given placement.
 
     Scores ``placement`` (of the expanded graph) as the only candidate and finishes
@@ -273,4 +283,3 @@ def placement_result(graph: Hypergraph, inventory: Inventory, options, placement
     if "raise_infeasible" in inspect.signature(hierarchical._finish).parameters:
         extra["raise_infeasible"] = not options.allow_infeasible
     return hierarchical._finish(planner, index, **extra)
-

@@ -72,7 +72,17 @@ _US = 1e-6
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 #: Chrome-trace categories that are not operators (Python stack, CUDA API calls, profiler bookkeeping).
 IGNORED_CATEGORIES = frozenset(
-    {"python_function", "cuda_runtime", "cuda_driver", "overhead", "trace", "ac2g", "flow", "python", "cpu_instant_event"}
+    {
+        "python_function",
+        "cuda_runtime",
+        "cuda_driver",
+        "overhead",
+        "trace",
+        "ac2g",
+        "flow",
+        "python",
+        "cpu_instant_event",
+    }
 )
 #: ATen / PyTorch names whose normalised form :func:`op_class_of` would not know.
 _ALIASES = {
@@ -276,7 +286,9 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
     else:
         raise InvalidInput("a Chrome trace is a JSON object with 'traceEvents' or a JSON array", field="timeline")
     if len(events) > max_events:
-        raise InputTooLarge(f"the trace has {len(events)} events; at most {max_events} are accepted", field="timeline.traceEvents")
+        raise InputTooLarge(
+            f"the trace has {len(events)} events; at most {max_events} are accepted", field="timeline.traceEvents"
+        )
     process_name: dict[str, str] = {}
     thread_name: dict[str, str] = {}
     ignored: Counter = Counter()
@@ -392,7 +404,9 @@ def parse_simple_timeline(document: Any, *, max_events: int = 2_000_000) -> Time
         raise InvalidInput("the simple timeline form is an object with an 'ops' array", field="timeline.ops")
     ops = document["ops"]
     if len(ops) > max_events:
-        raise InputTooLarge(f"the timeline has {len(ops)} operator events; at most {max_events} are accepted", field="timeline.ops")
+        raise InputTooLarge(
+            f"the timeline has {len(ops)} operator events; at most {max_events} are accepted", field="timeline.ops"
+        )
     names, devices, threads, starts, durations, steps = [], [], [], [], [], []
     for i, op in enumerate(ops):
         where = f"timeline.ops[{i}]"
@@ -662,7 +676,9 @@ def _inside_matched(events: TimelineEvents, keep: np.ndarray) -> np.ndarray:
     by_thread: dict[str, list[int]] = {}
     for i in np.flatnonzero(keep).tolist():
         by_thread.setdefault(events.thread[i], []).append(i)
-    spans = {t: (np.array([events.start_s[i] for i in ids]), np.array([end[i] for i in ids])) for t, ids in by_thread.items()}
+    spans = {
+        t: (np.array([events.start_s[i] for i in ids]), np.array([end[i] for i in ids])) for t, ids in by_thread.items()
+    }
     for i in np.flatnonzero(~keep & events.nested).tolist():
         span = spans.get(events.thread[i])
         if span is None:

@@ -82,7 +82,13 @@ def _observation_arrays(rows, inventory: Inventory):
     for row in rows:
         doc = unpack_json(row.timeline)
         obs = doc.get("observations", {})
-        for name, device, cls, r, d in zip(obs.get("op", []), obs.get("device", []), obs.get("op_class", []), obs.get("roofline_s", []), obs.get("duration_s", [])):
+        for name, device, cls, r, d in zip(
+            obs.get("op", []),
+            obs.get("device", []),
+            obs.get("op_class", []),
+            obs.get("roofline_s", []),
+            obs.get("duration_s", []),
+        ):
             if device not in dev_index:
                 continue
             op_key.append(keys.setdefault((row.plan_id, name, device), len(keys)))
@@ -92,7 +98,12 @@ def _observation_arrays(rows, inventory: Inventory):
             meas.append(d)
         tr = doc.get("transfers", {})
         for tensor, src, dst, cls, p, d in zip(
-            tr.get("tensor", []), tr.get("src", []), tr.get("dst", []), tr.get("link_class", []), tr.get("predicted_s", []), tr.get("duration_s", [])
+            tr.get("tensor", []),
+            tr.get("src", []),
+            tr.get("dst", []),
+            tr.get("link_class", []),
+            tr.get("predicted_s", []),
+            tr.get("duration_s", []),
         ):
             t_key.append(keys.setdefault((row.plan_id, f"transfer:{tensor}:{src}", dst), len(keys)))
             t_cls.append(cls)
@@ -100,10 +111,17 @@ def _observation_arrays(rows, inventory: Inventory):
             t_meas.append(d)
     as_i = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
     as_f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
-    return (as_i(op_key), as_i(op_dev), as_i(op_cls), as_f(roof), as_f(meas)), (as_i(t_key), as_i(t_cls), as_f(t_pred), as_f(t_meas))
+    return (as_i(op_key), as_i(op_dev), as_i(op_cls), as_f(roof), as_f(meas)), (
+        as_i(t_key),
+        as_i(t_cls),
+        as_f(t_pred),
+        as_f(t_meas),
+    )
 
 
-def refit_calibration(session: Session, tenant_id: str, inventory_hash: str, inventory: Inventory) -> Calibration | None:
+def refit_calibration(
+    session: Session, tenant_id: str, inventory_hash: str, inventory: Inventory
+) -> Calibration | None:
     """Fit factors from the newest :data:`CALIBRATION_WINDOW` timelines of this inventory and store them."""
     rows = feedback_repo.recent_feedback_for_inventory(session, tenant_id, inventory_hash, limit=CALIBRATION_WINDOW)
     if not rows:
@@ -122,7 +140,9 @@ def refit_calibration(session: Session, tenant_id: str, inventory_hash: str, inv
         transfer_predicted_s=t_pred,
         transfer_measured_s=t_meas,
     )
-    return feedback_repo.save_calibration(session, tenant_id, inventory_hash, factors_document(fit, int(key.size)), len(rows), utcnow())
+    return feedback_repo.save_calibration(
+        session, tenant_id, inventory_hash, factors_document(fit, int(key.size)), len(rows), utcnow()
+    )
 
 
 def calibration_read(row: Calibration | None) -> dict | None:

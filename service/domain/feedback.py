@@ -74,7 +74,9 @@ def _plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext
     plan = plan_views.finished_plan(session, tenant_id, plan_id)
     original, inventory = load_plan_inputs(session, plan)
     options = {k: v for k, v in plan.options.items() if not k.startswith("_")}
-    expanded = expand_graph(original, mode=options.get("mode", "inference"), micro_batches=options.get("micro_batches", 1))
+    expanded = expand_graph(
+        original, mode=options.get("mode", "inference"), micro_batches=options.get("micro_batches", 1)
+    )
     ops = plan_views.plan_body(plan).get("ops") or {}
     index = {str(n): i for i, n in enumerate(inventory.device_names)}
     placement = np.array([index.get(ops.get(str(n)), -1) for n in expanded.graph.op_names], dtype=np.int64)
@@ -137,8 +139,8 @@ def submit_feedback(
     if match.matched_events == 0:
         common = ", ".join(f"{name!r} x{count}" for name, count in match.unmatched_names[:5]) or "none"
         raise UnprocessableInput(
-            f"The timeline matches none of the plan's {g.n_ops} operators ({events.n_events} operator events; most frequent "
-            f"unmatched names: {common}). Name events after the plan's operators, send mapping.ops "
+            f"The timeline matches none of the plan's {g.n_ops} operators ({events.n_events} operator events; "
+            f"most frequent unmatched names: {common}). Name events after the plan's operators, send mapping.ops "
             "{measured name: plan operator}, or use match='order' to align by operator class."
         )
     base = CostModel()
@@ -214,17 +216,33 @@ def submit_feedback(
         ),
     )
     answer = remember_idempotency_key(
-        session, tenant_id, idempotency_key, FEEDBACK_ROUTE, fingerprint, StoredAnswer(201, row.id, f"/v1/feedback/{row.id}")
+        session,
+        tenant_id,
+        idempotency_key,
+        FEEDBACK_ROUTE,
+        fingerprint,
+        StoredAnswer(201, row.id, f"/v1/feedback/{row.id}"),
     )
     if answer.resource_id != row.id:  # a concurrent retry stored first: this insert rolls back with the request
         raise Conflict("A request with this Idempotency-Key is being processed; retry shortly.")
     calibration = refit_calibration(session, tenant_id, ctx.inventory_hash, inv)
-    log.info("feedback stored", plan_id=ctx.plan_id, feedback_id=row.id, matched=match.matched_events, unmatched=match.unmatched_events)
+    log.info(
+        "feedback stored",
+        plan_id=ctx.plan_id,
+        feedback_id=row.id,
+        matched=match.matched_events,
+        unmatched=match.unmatched_events,
+    )
     return feedback_read(row, match=report, calibration=calibration_read(calibration)), 201
 
 
 def feedback_read(
-    row: Feedback, *, match: dict | None = None, calibration: dict | None = None, detail: bool = False, include_timeline: bool = False
+    row: Feedback,
+    *,
+    match: dict | None = None,
+    calibration: dict | None = None,
+    detail: bool = False,
+    include_timeline: bool = False,
 ) -> dict:
     """The API shape of a stored timeline; ``detail`` adds the match report, ``include_timeline`` the document."""
     document = unpack_json(row.timeline) if (detail and match is None) or include_timeline else None
@@ -268,7 +286,9 @@ def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:
     ctx = _plan_context(session, tenant_id, plan_id)
     rows = feedback_repo.list_feedback_for_plan(session, tenant_id, plan_id, limit=CALIBRATION_WINDOW)
     if not rows:
-        raise Conflict(f"Plan {plan_id} has no feedback yet; POST a measured timeline to /v1/plans/{plan_id}/feedback first.")
+        raise Conflict(
+            f"Plan {plan_id} has no feedback yet; POST a measured timeline to /v1/plans/{plan_id}/feedback first."
+        )
     op_index = {str(n): i for i, n in enumerate(ctx.graph.op_names)}
     dev_index = {str(n): i for i, n in enumerate(ctx.inventory.device_names)}
     samples: dict[tuple[int, int], list[float]] = {}
@@ -291,7 +311,12 @@ def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:
     calibration = feedback_repo.get_calibration(session, tenant_id, ctx.inventory_hash)
     before_model = cost_model_from_factors(ctx.calibration, ctx.inventory)
     after_model = cost_model_from_factors(calibration.factors if calibration else ctx.calibration, ctx.inventory)
-    out = {"plan_id": ctx.plan_id, "n_timelines": len(rows), "n_steps": len(spans), "calibration": calibration_read(calibration)}
+    out = {
+        "plan_id": ctx.plan_id,
+        "n_timelines": len(rows),
+        "n_steps": len(spans),
+        "calibration": calibration_read(calibration),
+    }
     for label, model in (("before", before_model), ("after", after_model)):
         predicted_ops, predicted_makespan = _predicted(ctx, model, op, device)
         out[label] = prediction_error(predicted_ops, measured, predicted_makespan, measured_makespan)
@@ -353,7 +378,9 @@ def replan(
             )
     gone = sorted(set(report.gone_devices))
     slow = {k: float(v) for k, v in sorted(report.slow_devices.items()) if k not in gone}
-    calibration = feedback_repo.get_calibration(session, tenant_id, ctx.inventory_hash) if request.use_calibration else None
+    calibration = (
+        feedback_repo.get_calibration(session, tenant_id, ctx.inventory_hash) if request.use_calibration else None
+    )
     calibrated = cost_model_from_factors(calibration.factors if calibration else None, inv)
     model = calibrated_cost_model(calibrated, device_slowdown=slow, inventory=inv)
     new_inventory = without_devices(inv, gone) if gone else inv
@@ -389,7 +416,9 @@ def replan(
                 result = placement_result(graph, inventory, opts, movement.placement, cost_model=model)
         kept = np.where(current < 0, result.placement, current)
         kept_makespan = float(simulate(g, inventory, kept, cost_model=model, record_timeline=False).makespan_s)
-        new_makespan = float(simulate(g, inventory, result.placement, cost_model=model, record_timeline=False).makespan_s)
+        new_makespan = float(
+            simulate(g, inventory, result.placement, cost_model=model, record_timeline=False).makespan_s
+        )
         strategy, summary, body = plan_document(result, inventory)
         summary["planning_s"] = round(time.perf_counter() - started, 4)
         summary["replan"] = {
@@ -426,4 +455,3 @@ def replan(
         route=REPLAN_ROUTE,
         compute=compute,
     )
-

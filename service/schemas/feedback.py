@@ -31,7 +31,9 @@ class FeedbackMapping(RequestModel):
     """Names in the timeline that differ from the plan's."""
 
     ops: dict[Name, Name] = Field(
-        default_factory=dict, max_length=MAX_MAPPING, description="Measured operator (or tensor) name -> plan operator (or tensor) name."
+        default_factory=dict,
+        max_length=MAX_MAPPING,
+        description="Measured operator (or tensor) name -> plan operator (or tensor) name.",
     )
     devices: dict[Name, Name] = Field(
         default_factory=dict,
@@ -44,7 +46,9 @@ class FeedbackCreate(RequestModel):
     """A measured timeline of one run of a plan, with the run's metadata."""
 
     format: Literal["auto", "chrome", "simple"] = Field(
-        "auto", description="chrome: trace-event JSON (torch.profiler export_chrome_trace); simple: {ops: [...]}; auto: by shape."
+        "auto",
+        description="chrome: trace-event JSON (torch.profiler export_chrome_trace); simple: {ops: [...]}; "
+        "auto: by shape.",
     )
     timeline: dict[str, Any] | list[Any] = Field(
         description="The timeline document, stored in full (compressed). See docs/feedback.md for both forms."
@@ -52,12 +56,15 @@ class FeedbackCreate(RequestModel):
     mapping: FeedbackMapping = Field(default_factory=FeedbackMapping)
     match: Literal["auto", "name", "order"] = Field(
         "auto",
-        description="name: event names (after mapping) are plan operator names; order: names first, then the rest aligned "
-        "by operator class in topological order per device and step; auto: name, or order when names match nothing.",
+        description="name: event names (after mapping) are plan operator names; order: names first, then the rest "
+        "aligned by operator class in topological order per device and step; auto: name, or order when names match "
+        "nothing.",
     )
     measured_at: datetime | None = Field(None, description="When the run happened.")
     hardware_notes: Text = Field("", description="Driver, clocks, anything that explains the numbers.")
-    step_index: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = Field(None, description="Training/inference step the run was.")
+    step_index: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = Field(
+        None, description="Training/inference step the run was."
+    )
 
 
 class MatchReport(BaseModel):
@@ -118,14 +125,20 @@ class AccuracyRead(BaseModel):
     calibration: CalibrationRead | None
     before: ErrorStats = Field(description="The cost model the plan was made with.")
     after: ErrorStats = Field(description="The tenant's current calibration for this inventory.")
-    memory: list[dict[str, Any]] = Field(default_factory=list, description="Measured vs predicted peak memory per device.")
+    memory: list[dict[str, Any]] = Field(
+        default_factory=list, description="Measured vs predicted peak memory per device."
+    )
 
 
 class LoadReport(RequestModel):
     slow_devices: dict[Name, Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]] = Field(
-        default_factory=dict, max_length=100_000, description="Device -> how many times slower than the model says (1.6 = 60% slower)."
+        default_factory=dict,
+        max_length=100_000,
+        description="Device -> how many times slower than the model says (1.6 = 60% slower).",
     )
-    gone_devices: list[Name] = Field(default_factory=list, max_length=100_000, description="Devices that are no longer available.")
+    gone_devices: list[Name] = Field(
+        default_factory=list, max_length=100_000, description="Devices that are no longer available."
+    )
 
 
 class ReplanCreate(RequestModel):
@@ -133,7 +146,11 @@ class ReplanCreate(RequestModel):
     use_calibration: bool = Field(True, description="Plan with the tenant's calibration for the parent's inventory.")
     minimal_movement: bool = Field(False, description="Keep as many operators in place as the gain allows.")
     gain_tolerance_fraction: float = Field(
-        0.1, ge=0.0, le=1.0, allow_inf_nan=False, description="Share of the predicted gain minimal movement may give up."
+        0.1,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="Share of the predicted gain minimal movement may give up.",
     )
 
 

@@ -35,7 +35,9 @@ def get_feedback(session: Session, tenant_id: str, feedback_id: str) -> Feedback
 def _page(stmt, limit: int, cursor: tuple[datetime, str] | None):
     if cursor is not None:
         created_at, row_id = cursor
-        stmt = stmt.where(or_(Feedback.created_at < created_at, and_(Feedback.created_at == created_at, Feedback.id < row_id)))
+        stmt = stmt.where(
+            or_(Feedback.created_at < created_at, and_(Feedback.created_at == created_at, Feedback.id < row_id))
+        )
     return stmt.order_by(Feedback.created_at.desc(), Feedback.id.desc()).limit(limit)
 
 
@@ -55,7 +57,9 @@ def list_feedback_for_model(
     return list(session.scalars(_page(stmt, limit, cursor)))
 
 
-def recent_feedback_for_inventory(session: Session, tenant_id: str, inventory_hash: str, *, limit: int) -> list[Feedback]:
+def recent_feedback_for_inventory(
+    session: Session, tenant_id: str, inventory_hash: str, *, limit: int
+) -> list[Feedback]:
     """The newest ``limit`` timelines measured on one inventory (what calibration fits)."""
     stmt = (
         select(Feedback)
@@ -89,7 +93,12 @@ def save_calibration(
     )
     if row is None:
         row = Calibration(
-            tenant_id=tenant_id, inventory_hash=inventory_hash, factors=factors, n_timelines=n_timelines, version=1, updated_at=now
+            tenant_id=tenant_id,
+            inventory_hash=inventory_hash,
+            factors=factors,
+            n_timelines=n_timelines,
+            version=1,
+            updated_at=now,
         )
         try:
             with session.begin_nested():

@@ -24,7 +24,13 @@ from partitioners.inventory import preset_inventory
 from partitioners.onnx_import import graph_from_onnx_bytes
 from partitioners.replan import minimal_movement, placement_result
 from partitioners.simulate import simulate
-from partitioners.timeline import match_timeline, normalize_op_name, parse_chrome_trace, parse_simple_timeline, parse_timeline
+from partitioners.timeline import (
+    match_timeline,
+    normalize_op_name,
+    parse_chrome_trace,
+    parse_simple_timeline,
+    parse_timeline,
+)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "feedback"
 H100 = "H100-SXM5-80GB"
@@ -51,7 +57,14 @@ BIG_OPS = [
 ]
 
 
-def observe(truth: CostModel, devices: list[int], repeats: int = 1, warmup_factor: float = 1.0, ops=BIG_OPS, tensor_bytes=16 * MB):
+def observe(
+    truth: CostModel,
+    devices: list[int],
+    repeats: int = 1,
+    warmup_factor: float = 1.0,
+    ops=BIG_OPS,
+    tensor_bytes=16 * MB,
+):
     """Every operator measured on every listed device, ``repeats`` times (the first slower)."""
     graph = graph_from_json(chain_graph(ops, tensor_bytes))
     inventory = preset_inventory("dgx-h100", 1)
@@ -263,7 +276,10 @@ def test_aten_names_normalise_to_operator_types():
 def _events(rows, nested=None):
     """Chrome trace rows ``(name, ts_us, dur_us, thread)`` on pid 0."""
     return parse_chrome_trace(
-        [{"ph": "X", "name": n, "ts": ts, "dur": dur, "pid": 0, "tid": tid, "cat": "cpu_op"} for n, ts, dur, tid in rows]
+        [
+            {"ph": "X", "name": n, "ts": ts, "dur": dur, "pid": 0, "tid": tid, "cat": "cpu_op"}
+            for n, ts, dur, tid in rows
+        ]
     )
 
 
@@ -288,7 +304,9 @@ def test_the_device_comes_from_the_mapping_by_pid_and_tid():
 
 def test_the_order_rule_aligns_aten_events_with_onnx_operators_by_class_despite_gaps():
     # the profiler shows aten::empty (no graph counterpart); the graph has a Shape node the profiler does not show
-    events = _events([("aten::conv2d", 0, 10, 0), ("aten::empty", 10, 1, 0), ("aten::relu", 11, 2, 0), ("aten::linear", 13, 4, 0)])
+    events = _events(
+        [("aten::conv2d", 0, 10, 0), ("aten::empty", 10, 1, 0), ("aten::relu", 11, 2, 0), ("aten::linear", 13, 4, 0)]
+    )
     names = ["/conv/Conv", "/Relu", "/Shape", "/fc/Gemm"]
     match = match_timeline(events, names, ["Conv", "Relu", "Shape", "Gemm"], np.zeros(4, dtype=np.int64), ["cpu0"])
     assert match.rule == "order"

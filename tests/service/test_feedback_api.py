@@ -33,10 +33,20 @@ def branches_graph(name: str, n_branches: int = 4) -> dict:
     nodes, tensors, ends = [], [{"name": "x", "bytes": 16 * MB}], []
     for b in range(n_branches):
         previous = "x"
-        for k, (op, flops) in enumerate((("MatMul", 2e12), ("Attention", 2e12), ("MatMul", 2e12), ("LayerNormalization", 1e9))):
+        for k, (op, flops) in enumerate(
+            (("MatMul", 2e12), ("Attention", 2e12), ("MatMul", 2e12), ("LayerNormalization", 1e9))
+        ):
             out, weight = f"b{b}_y{k}", f"b{b}_w{k}"
             tensors += [{"name": out, "bytes": 16 * MB}, {"name": weight, "bytes": 32 * MB, "kind": "parameter"}]
-            nodes.append({"name": f"b{b}_{op.lower()}{k}", "op": op, "inputs": [previous, weight], "outputs": [out], "flops": flops})
+            nodes.append(
+                {
+                    "name": f"b{b}_{op.lower()}{k}",
+                    "op": op,
+                    "inputs": [previous, weight],
+                    "outputs": [out],
+                    "flops": flops,
+                }
+            )
             previous = out
         ends.append(previous)
     nodes.append({"name": "join", "op": "Concat", "inputs": ends, "outputs": ["y"], "flops": 0})
@@ -73,7 +83,9 @@ class Truth:
         times = op_times_s(self.graph, self.inventory, self.cost_model)
         placement = self.placement(plan)
         for step in range(STEPS):
-            noisy = times * np.exp(rng.normal(0.0, NOISE_SIGMA, size=times.shape)) * (WARMUP_FACTOR if step == 0 else 1.0)
+            noisy = (
+                times * np.exp(rng.normal(0.0, NOISE_SIGMA, size=times.shape)) * (WARMUP_FACTOR if step == 0 else 1.0)
+            )
             yield step, simulate(self.graph, self.inventory, placement, op_times_s=noisy)
 
     def simple_timeline(self, plan: dict, seed: int = 0) -> dict:
@@ -99,7 +111,17 @@ class Truth:
         for step, run in self.runs(plan, seed):
             trace = to_chrome_trace(run, self.graph, self.inventory)
             span_us = run.makespan_s * 1e6
-            events.append({"name": f"ProfilerStep#{step}", "ph": "X", "cat": "user_annotation", "ts": offset_us, "dur": span_us, "pid": 99, "tid": 0})
+            events.append(
+                {
+                    "name": f"ProfilerStep#{step}",
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "ts": offset_us,
+                    "dur": span_us,
+                    "pid": 99,
+                    "tid": 0,
+                }
+            )
             for event in trace["traceEvents"]:
                 if event["ph"] == "X":
                     event = dict(event, ts=event["ts"] + offset_us)
@@ -120,6 +142,7 @@ def busiest_device(plan: dict) -> str:
 @pytest.fixture
 def planned(client):
     """A fresh plan of the branches graph and the hidden truth about its busiest device."""
+
     def make(name: str) -> tuple[dict, Truth]:
         response = client.post("/v1/plans", json=plan_body(branches_graph(name)))
         assert response.status_code == 201, response.text
@@ -197,7 +220,14 @@ def test_a_mapping_onto_an_operator_the_plan_lacks_is_422(client, planned):
 
 def test_timelines_are_listed_per_plan_and_per_model_with_the_runs_metadata(client, planned):
     plan, truth = planned("listing")
-    first = post_feedback(client, plan, truth.simple_timeline(plan, seed=1), hardware_notes="driver 550, clocks locked", step_index=100, measured_at="2026-11-28T10:00:00Z").json()
+    first = post_feedback(
+        client,
+        plan,
+        truth.simple_timeline(plan, seed=1),
+        hardware_notes="driver 550, clocks locked",
+        step_index=100,
+        measured_at="2026-11-28T10:00:00Z",
+    ).json()
     second = post_feedback(client, plan, truth.simple_timeline(plan, seed=2), step_index=200).json()
     by_plan = client.get(f"/v1/plans/{plan['id']}/feedback").json()["items"]
     by_model = client.get(f"/v1/models/{plan['model_hash']}/feedback", params={"limit": 1}).json()
@@ -232,7 +262,9 @@ def test_a_timeline_holding_nan_is_422(client, planned):
     timeline = truth.simple_timeline(plan)
     timeline["ops"][0]["note"] = float("nan")
     body = json.dumps({"timeline": timeline})  # Python writes the non-standard NaN literal
-    response = client.post(f"/v1/plans/{plan['id']}/feedback", content=body, headers={"Content-Type": "application/json"})
+    response = client.post(
+        f"/v1/plans/{plan['id']}/feedback", content=body, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 422
     assert "NaN" in response.json()["detail"]
 
@@ -335,17 +367,23 @@ def test_a_gone_device_does_not_appear_in_the_replan(client, planned):
 
 def test_a_load_report_of_a_slow_device_moves_work_off_it_without_any_feedback(client, planned):
     plan, truth = planned("slow-report")
-    response = client.post(f"/v1/plans/{plan['id']}/replan", json={"load_report": {"slow_devices": {truth.slow_device: 3.0}}})
+    response = client.post(
+        f"/v1/plans/{plan['id']}/replan", json={"load_report": {"slow_devices": {truth.slow_device: 3.0}}}
+    )
     child = response.json()
     assert child["replan"]["calibration_version"] is None
-    assert sum(1 for d in child["ops"].values() if d == truth.slow_device) < sum(1 for d in plan["ops"].values() if d == truth.slow_device)
+    assert sum(1 for d in child["ops"].values() if d == truth.slow_device) < sum(
+        1 for d in plan["ops"].values() if d == truth.slow_device
+    )
 
 
 def test_minimal_movement_moves_fewer_operators_and_keeps_most_of_the_gain(client, planned):
     plan, truth = planned("minimal")
     post_feedback(client, plan, truth.simple_timeline(plan))
     full = client.post(f"/v1/plans/{plan['id']}/replan", json={}).json()["replan"]
-    minimal = client.post(f"/v1/plans/{plan['id']}/replan", json={"minimal_movement": True, "gain_tolerance_fraction": 0.2}).json()
+    minimal = client.post(
+        f"/v1/plans/{plan['id']}/replan", json={"minimal_movement": True, "gain_tolerance_fraction": 0.2}
+    ).json()
     assert minimal["replan"]["ops_moved"] < full["ops_moved"]
     assert minimal["replan"]["gain_s"] >= 0.8 * full["gain_s"]
     assert truth.makespan_s(minimal) < truth.makespan_s(plan)
@@ -411,4 +449,6 @@ def test_a_real_trace_calibrates_the_operator_times_of_its_plan(client, cnn_plan
     accuracy = client.get(f"/v1/plans/{cnn_plan['id']}/accuracy").json()
     assert accuracy["after"]["op_median_rel_error"] < accuracy["before"]["op_median_rel_error"]
     assert accuracy["after"]["op_p90_rel_error"] < accuracy["before"]["op_p90_rel_error"]
-    assert accuracy["calibration"]["factors"]["launch_overhead_s"] < CostModel().launch_overhead_s  # CPU dispatch < CUDA launch
+    assert (
+        accuracy["calibration"]["factors"]["launch_overhead_s"] < CostModel().launch_overhead_s
+    )  # CPU dispatch < CUDA launch

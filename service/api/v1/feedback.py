@@ -22,7 +22,14 @@ from service.domain.calibration import calibration_read
 from service.domain.feedback import feedback_read, plan_accuracy, replan, submit_feedback
 from service.errors import NotFound, UnprocessableInput
 from service.schemas.common import Page
-from service.schemas.feedback import AccuracyRead, CalibrationRead, FeedbackCreate, FeedbackRead, ReplanCreate, ReplanRead
+from service.schemas.feedback import (
+    AccuracyRead,
+    CalibrationRead,
+    FeedbackCreate,
+    FeedbackRead,
+    ReplanCreate,
+    ReplanRead,
+)
 from service.storage import feedback as feedback_repo
 from service.storage import plans as plans_repo
 
@@ -34,7 +41,9 @@ ModelHash = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]
 InventoryHash = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$", description="Inventory hash.")]
 IdempotencyKey = Annotated[
     str | None,
-    Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]+$", description="Makes a retried POST safe."),
+    Header(
+        alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]+$", description="Makes a retried POST safe."
+    ),
 ]
 Limit = Annotated[int, Query(ge=1, le=200)]
 Cursor = Annotated[str | None, Query(max_length=300, pattern=r"^[A-Za-z0-9_-]+$")]
@@ -48,7 +57,9 @@ def _position(cursor: str | None):
     try:
         return plans_repo.decode_cursor(cursor)
     except (ValueError, TypeError, UnicodeDecodeError):
-        raise UnprocessableInput("The cursor is not one this service issued; pass next_cursor from the previous page.") from None
+        raise UnprocessableInput(
+            "The cursor is not one this service issued; pass next_cursor from the previous page."
+        ) from None
 
 
 def _page(rows: list, limit: int) -> dict:
@@ -64,30 +75,61 @@ def _page(rows: list, limit: int) -> dict:
     status_code=201,
     response_model=FeedbackRead,
     summary="Store a measured timeline of a plan (Chrome trace or simple JSON) and recalibrate",
-    responses={200: {"description": "A retry with the same Idempotency-Key: the stored record.", "model": FeedbackRead}, **problem_responses(404, 409, 413, 422)},
+    responses={
+        200: {"description": "A retry with the same Idempotency-Key: the stored record.", "model": FeedbackRead},
+        **problem_responses(404, 409, 413, 422),
+    },
 )
 def create_feedback(
-    plan_id: PlanId, body: FeedbackCreate, session: SessionDep, principal: Writer, idempotency_key: IdempotencyKey = None
+    plan_id: PlanId,
+    body: FeedbackCreate,
+    session: SessionDep,
+    principal: Writer,
+    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
-    document, status_code = submit_feedback(session, principal.tenant_id, plan_id, body, idempotency_key=idempotency_key)
+    document, status_code = submit_feedback(
+        session, principal.tenant_id, plan_id, body, idempotency_key=idempotency_key
+    )
     return JSONResponse(document, status_code=status_code, headers={"Location": document["links"]["self"]})
 
 
-@router.get("/plans/{plan_id}/feedback", response_model=Page[FeedbackRead], summary="Timelines of one plan, newest first", responses=problem_responses(404))
-def list_plan_feedback(plan_id: PlanId, session: SessionDep, principal: Reader, limit: Limit = 50, cursor: Cursor = None) -> dict:
+@router.get(
+    "/plans/{plan_id}/feedback",
+    response_model=Page[FeedbackRead],
+    summary="Timelines of one plan, newest first",
+    responses=problem_responses(404),
+)
+def list_plan_feedback(
+    plan_id: PlanId, session: SessionDep, principal: Reader, limit: Limit = 50, cursor: Cursor = None
+) -> dict:
     if plans_repo.get_plan(session, principal.tenant_id, plan_id) is None:
         raise NotFound(f"No plan with id {plan_id}.")
-    rows = feedback_repo.list_feedback_for_plan(session, principal.tenant_id, plan_id, limit=limit + 1, cursor=_position(cursor))
+    rows = feedback_repo.list_feedback_for_plan(
+        session, principal.tenant_id, plan_id, limit=limit + 1, cursor=_position(cursor)
+    )
     return _page(rows, limit)
 
 
-@router.get("/models/{model_hash}/feedback", response_model=Page[FeedbackRead], summary="Timelines of every plan of one model, newest first")
-def list_model_feedback(model_hash: ModelHash, session: SessionDep, principal: Reader, limit: Limit = 50, cursor: Cursor = None) -> dict:
-    rows = feedback_repo.list_feedback_for_model(session, principal.tenant_id, model_hash, limit=limit + 1, cursor=_position(cursor))
+@router.get(
+    "/models/{model_hash}/feedback",
+    response_model=Page[FeedbackRead],
+    summary="Timelines of every plan of one model, newest first",
+)
+def list_model_feedback(
+    model_hash: ModelHash, session: SessionDep, principal: Reader, limit: Limit = 50, cursor: Cursor = None
+) -> dict:
+    rows = feedback_repo.list_feedback_for_model(
+        session, principal.tenant_id, model_hash, limit=limit + 1, cursor=_position(cursor)
+    )
     return _page(rows, limit)
 
 
-@router.get("/feedback/{feedback_id}", response_model=FeedbackRead, summary="One stored timeline (with the document itself on request)", responses=problem_responses(404))
+@router.get(
+    "/feedback/{feedback_id}",
+    response_model=FeedbackRead,
+    summary="One stored timeline (with the document itself on request)",
+    responses=problem_responses(404),
+)
 def read_feedback(
     feedback_id: FeedbackId,
     session: SessionDep,
@@ -100,12 +142,22 @@ def read_feedback(
     return feedback_read(row, detail=True, include_timeline=include_timeline)
 
 
-@router.get("/plans/{plan_id}/accuracy", response_model=AccuracyRead, summary="Prediction error before and after calibration", responses=problem_responses(404, 409))
+@router.get(
+    "/plans/{plan_id}/accuracy",
+    response_model=AccuracyRead,
+    summary="Prediction error before and after calibration",
+    responses=problem_responses(404, 409),
+)
 async def read_accuracy(plan_id: PlanId, session: SessionDep, principal: Reader) -> dict:
     return await run_in_threadpool(plan_accuracy, session, principal.tenant_id, plan_id)
 
 
-@router.get("/calibrations/{inventory_hash}", response_model=CalibrationRead, summary="The tenant's calibration for one inventory", responses=problem_responses(404))
+@router.get(
+    "/calibrations/{inventory_hash}",
+    response_model=CalibrationRead,
+    summary="The tenant's calibration for one inventory",
+    responses=problem_responses(404),
+)
 def read_calibration(inventory_hash: InventoryHash, session: SessionDep, principal: Reader) -> dict:
     row = feedback_repo.get_calibration(session, principal.tenant_id, inventory_hash)
     if row is None:
@@ -118,7 +170,10 @@ def read_calibration(inventory_hash: InventoryHash, session: SessionDep, princip
     status_code=201,
     response_model=ReplanRead,
     summary="Plan again with the calibrated model and an optional load report; a new plan linked to its parent",
-    responses={200: {"description": "The same re-plan was made before: the stored plan.", "model": ReplanRead}, **problem_responses(404, 409, 422)},
+    responses={
+        200: {"description": "The same re-plan was made before: the stored plan.", "model": ReplanRead},
+        **problem_responses(404, 409, 422),
+    },
 )
 async def create_replan(
     plan_id: PlanId,

@@ -42,23 +42,31 @@ KORTHIKANTI_SEARCH = {"zero_stages": [0], "recompute": ["none", "selective", "fu
 
 
 def gpt(layers: int, hidden: int, heads: int) -> dict:
-    """A GPT-3-style model as the two papers define it (4h MLP, MHA, sequence 2048, vocabulary 51,200)."""
+    """A GPT-3-style model as the two papers define it (4h MLP, MHA, sequence 2048, vocabulary 51,200).
+
+    Input and output embeddings are tied: SC21 eq. (2), ``P = 12lh^2(1 + 13/(12h) + (V+s)/(12lh))``,
+    counts the ``V h`` word embedding once (Megatron-LM's GPT shares it with the output layer).
+    """
     return {"num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads, "seq_length": 2048,
-            "vocab_size": 51200}
+            "vocab_size": 51200, "tie_embeddings": True}
 
 
-# (name, heads, hidden, layers, tp, pp, GPUs, global batch, achieved TFLOP/s per GPU)
+# (name, heads, hidden, layers, tp, pp, GPUs, global batch, achieved TFLOP/s per GPU,
+#  micro-batch, virtual stages). Micro-batch and interleaving depth are those of the
+# authors' script for the table, NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (MBS;
+# v = layers / pp / --num-layers-per-virtual-pipeline-stage; all with
+# --recompute-method uniform, i.e. full recomputation).
 _SC21_ROWS = [
-    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
-    ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138),
-    ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142),
-    ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135),
-    ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138),
-    ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140),
-    ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148),
-    ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155),
-    ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163),
-    ("1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163),
+    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, 16, 1),
+    ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, 16, 1),
+    ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, 16, 1),
+    ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, 8, 1),
+    ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138, 4, 1),
+    ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140, 2, 3),
+    ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148, 2, 2),
+    ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155, 1, 2),
+    ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 3),
+    ("1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1),
 ]
 
 SC21_TABLE1 = [
@@ -69,11 +77,12 @@ SC21_TABLE1 = [
         "cluster": {"preset": "dgx-a100", "nodes": gpus // 8},
         "training": {"global_batch_sequences": batch, "precision": "bf16", **SC21_SOFTWARE},
         "search": SC21_SEARCH,
-        "published": {"tp": tp, "pp": pp, "recompute": "full", "zero_stage": 0},
+        "published": {"tp": tp, "pp": pp, "micro_batch_size": mbs, "virtual_stages": v, "recompute": "full",
+                      "zero_stage": 0},
         "published_hfu": tflops * 1e12 / A100_PEAK_BF16_FLOPS,
         "published_mfu": None,
     }
-    for name, heads, hidden, layers, tp, pp, gpus, batch, tflops in _SC21_ROWS
+    for name, heads, hidden, layers, tp, pp, gpus, batch, tflops, mbs, v in _SC21_ROWS
 ]
 
 # (name, heads, hidden, layers, tp, pp, GPUs, global batch, micro-batch, MFU, HFU)

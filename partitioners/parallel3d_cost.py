@@ -67,6 +67,8 @@ __all__ = [
     "activation_bytes_per_layer",
     "predict_layouts",
     "pipeline_bubble_fraction",
+    "pipeline_time_s",
+    "embedding_time_s",
 ]
 
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
@@ -99,6 +101,19 @@ _ACTIVATION_FRAGMENTATION = 0.10
 _EXPERT_IMBALANCE = 1.2
 # Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.
 _ADAM_BYTES_PER_PARAM = 30.0
+# Megatron-LM follows every batched pipeline send/recv with a device-wide
+# ``torch.cuda.synchronize()`` ("to protect against race condition when using
+# batch_isend_irecv()", megatron/core/pipeline_parallel/p2p_communication.py,
+# ``batch_p2p_sync`` on by default; the 2021 code did the same). The stream queue is
+# drained, so the GPU idles until the host has dispatched the next kernel: one CUDA
+# launch (~5 us) plus PyTorch's eager dispatch of the first ops (~10 us each). An
+# order-of-magnitude figure per exchange, not fitted to any run.
+_P2P_SYNC_S = 20e-6
+# Embedding backward: a dense (V/t x h) gradient is zero-filled and scatter-added in
+# bf16 (write 2 + read 2 bytes per element) and accumulated into the fp32 main
+# gradient (read 4 + write 4): ~12 bytes per element per micro-batch on the first stage
+# (PyTorch ``embedding_dense_backward``; Megatron's ``main_grad`` accumulation).
+_EMBEDDING_GRAD_BYTES_PER_ELEMENT = 12.0
 
 
 @dataclass(frozen=True)
@@ -216,6 +231,45 @@ def pipeline_bubble_fraction(pp: np.ndarray | int, v: np.ndarray | int, m: np.nd
     return (np.asarray(pp) - 1) / (np.asarray(v) * np.asarray(m))
 
 
+def pipeline_time_s(first_s: np.ndarray | float, middle_s: np.ndarray | float, last_s: np.ndarray | float,
+                    pp: np.ndarray | int, v: np.ndarray | int, m: np.ndarray | int) -> np.ndarray:
+    """Time of ``m`` micro-batches through a 1F1B / interleaved pipeline of unequal stages.
+
+    Parameters
+    ----------
+    first_s, middle_s, last_s : array_like
+        Forward + backward time of one micro-batch on the first stage (which also
+        holds the input embedding), on each middle stage, and on the last stage
+        (output layer and loss), point-to-point exchanges included.
+    pp, v, m : array_like
+        Pipeline stages, virtual stages (model chunks) per rank, micro-batches.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``m * max(stage) + (p - 1) / v * mean(stage)``: the steady state runs at the
+        pace of the slowest stage, while fill and drain pass through every stage once,
+        so they cost the mean stage time (of which an interleaved schedule's chunks are
+        ``1/v``). With equal stages this is Narayanan et al.'s ``(m + (p-1)/v) t``
+        (SC21, Sec. 2.2); the pivot-stage form follows Fan et al., "DAPPLE: A
+        Pipelined Data Parallel Approach for Training Large Models", PPoPP 2021, Sec. 4.
+        One stage (``pp == 1``) is ``m * first_s``.
+
+    References
+    ----------
+    .. [1] D. Narayanan et al., SC21, Sec. 2.2 and 3.3.
+    .. [2] S. Fan et al., "DAPPLE", PPoPP 2021.
+    """
+    pp_f = np.asarray(pp, dtype=float)
+    first = np.asarray(first_s, dtype=float)
+    mid = np.asarray(middle_s, dtype=float)
+    last = np.asarray(last_s, dtype=float)
+    slowest = np.maximum(first, np.maximum(np.where(pp_f > 2, mid, first), last))
+    mean = (first + np.maximum(pp_f - 2.0, 0.0) * mid + last) / np.maximum(pp_f, 2.0)
+    multi = np.asarray(m, dtype=float) * slowest + (pp_f - 1.0) / np.asarray(v, dtype=float) * mean
+    return np.where(pp_f > 1, multi, np.asarray(m, dtype=float) * first)
+
+
 # --------------------------------------------------------------------- collectives
 
 
@@ -294,6 +348,42 @@ def _gemm_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: 
     compute = 2.0 * m * n * k * batch / (peak * eff * saturation * np.minimum(quantisation, 1.0))
     memory = bytes_per_element * (m * k + k * n + m * n) * batch / hbm
     return np.maximum(compute, memory)
+
+
+def embedding_time_s(tokens: np.ndarray | float, hidden_size: int, vocab_size: int, tp: np.ndarray | float,
+                     hbm_bytes_per_s: float) -> np.ndarray:
+    """Memory-bound time of the input embedding, forward and backward, for one micro-batch.
+
+    Megatron puts the word embedding on the first pipeline stage (Narayanan et al.,
+    SC21, Sec. 3; the output layer on the last) and splits it along the vocabulary
+    across the tensor group (Shoeybi et al., "Megatron-LM", 2019, Sec. 3). Forward: each
+    token's bf16 row is read and written (``4 h`` bytes per token). Backward: a dense
+    ``V/t x h`` gradient is zero-filled and scatter-added in bf16 and accumulated into
+    the fp32 main gradient, ``_EMBEDDING_GRAD_BYTES_PER_ELEMENT`` (12) bytes per element
+    (PyTorch ``embedding_dense_backward``) -- per micro-batch, however few tokens it has.
+    The tensor-parallel all-reduce of the looked-up rows is costed with the other
+    collectives.
+
+    Parameters
+    ----------
+    tokens : array_like
+        Local tokens of one micro-batch.
+    hidden_size, vocab_size : int
+        ``h`` and ``V``.
+    tp : array_like
+        Tensor-parallel size (the vocabulary shard is ``V/t``).
+    hbm_bytes_per_s : float
+        Achievable HBM bandwidth.
+
+    Returns
+    -------
+    numpy.ndarray
+        Seconds.
+    """
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    return (tokens * hidden_size * 4.0 + _EMBEDDING_GRAD_BYTES_PER_ELEMENT * vocab_size * hidden_size / tp) \
+        / hbm_bytes_per_s
 
 
 # --------------------------------------------------------------------- memory
@@ -516,16 +606,29 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     logit_gemm = gemm(tokens, vocab / tp, h)
     logit_time = 3.0 * logit_gemm + tokens * vocab / tp * 16.0 / hbm_eff
 
+    embed_compute = embedding_time_s(tokens, h, vocab, tp, hbm_eff)
+    # the partial rows of the vocabulary-parallel lookup are all-reduced across the
+    # tensor group (reduce-scatter with sequence parallelism: the same bytes)
+    embed_tp = np.where(tp_link_intra, ar_intra, ar_inter)
+
     mid = stage(q_dense, q_moe)
     last_moe = np.minimum(q_moe, last_layers)
     last = stage(last_layers - last_moe, last_moe)
     mid_total = mid[0] + mid[1] + mid[2] + mid[3]
+    first_total = mid_total + embed_compute + embed_tp
     last_total = last[0] + last[1] + last[2] + last[3] + logit_time
     single = pp == 1
-    stage_time = np.where(single, mid_total + logit_time, np.maximum(mid_total, last_total))
-    use_last = (~single) & (last_total > mid_total)
-    comp_stage = np.where(use_last, last[0] + logit_time, mid[0] + np.where(single, logit_time, 0.0))
-    tp_stage = np.where(use_last, last[1], mid[1])
+    # the slowest stage paces the steady state (Narayanan et al. SC21, Sec. 2.2: every
+    # stage runs one forward and one backward per micro-batch in lock-step)
+    stage_time = np.where(single, mid_total + logit_time + embed_compute + embed_tp,
+                          np.maximum(first_total, np.maximum(mid_total, last_total)))
+    use_last = (~single) & (last_total >= first_total) & (last_total > mid_total)
+    use_first = (~single) & (~use_last) & (first_total > mid_total)
+    comp_stage = np.select([single, use_last, use_first],
+                           [mid[0] + logit_time + embed_compute, last[0] + logit_time, mid[0] + embed_compute],
+                           default=mid[0])
+    tp_stage = np.select([single, use_last, use_first], [mid[1] + embed_tp, last[1], mid[1] + embed_tp],
+                         default=mid[1])
     ep_stage = np.where(use_last, last[2], mid[2])
     cp_stage = np.where(use_last, last[3], mid[3])
 
@@ -540,11 +643,13 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     p2p_one = np.where(pp_inter, _p2p_time(p2p_bytes, inter), _p2p_time(p2p_bytes, intra))
     if not training.sequence_parallel:
         p2p_one = p2p_one + _collective_time(lambda n, p: allgather_time_s(n, p, intra), p2p_bytes * tp, layouts.tp)
+    p2p_one = p2p_one + _P2P_SYNC_S
     p2p_per_mb = np.where(single, 0.0, 2.0 * v * p2p_one)
 
-    per_mb = stage_time + p2p_per_mb
-    pipeline_time = np.where(single, m * stage_time, (m + (pp - 1.0) / v) * per_mb)
-    bubble = np.where(single, 0.0, (pp - 1.0) / v * per_mb)
+    # unequal stages (embedding first, logits last): see pipeline_time_s
+    pipeline_time = pipeline_time_s(np.where(single, stage_time, first_total + p2p_per_mb), mid_total + p2p_per_mb,
+                                    last_total + p2p_per_mb, pp, v, m)
+    bubble = np.where(single, 0.0, pipeline_time - m * (stage_time + p2p_per_mb))
 
     # ---- parameters held per GPU on the first (embedding) and last (output) stage
     first_dense = q * counts.attention_per_layer + q_dense * counts.dense_mlp_per_layer \
@@ -655,6 +760,19 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     )
     dp_exposed = np.where(shard_dense * np.maximum(shard_expert, 1) > 1, dp_exposed, 0.0)
 
+    # tied input/output embeddings (GPT; SC21 eq. 2 counts V h once): with pp > 1 the
+    # last stage keeps a copy of the word embedding for the output layer and, after the
+    # pipeline flush, the first and last stages all-reduce its gradient (Megatron-LM
+    # ``_allreduce_word_embedding_grads`` in ``finalize_model_grads``), on the critical path
+    tied_bytes = gb * vocab * h / tp if model.tie_embeddings else 0.0
+    first_last_inter = stage_ranks * pp > gpn
+    two = np.full_like(tp, 2.0)
+    tied_ar = np.where(first_last_inter,
+                       _collective_time(lambda n, p: allreduce_time_s(n, p, inter), tied_bytes * np.ones_like(tp), two),
+                       _collective_time(lambda n, p: allreduce_time_s(n, p, intra), tied_bytes * np.ones_like(tp), two))
+    tied_ar = np.where(single, 0.0, tied_ar)
+    dp_exposed = dp_exposed + tied_ar
+
     shard_for_opt = np.where(zero >= 1, dense_params_gpu / shard_dense + expert_params_gpu / shard_expert,
                              stage_params_gpu)
     optimizer_time = shard_for_opt * _ADAM_BYTES_PER_PARAM / hbm_eff
@@ -682,7 +800,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "dp_comm_exposed_s": dp_exposed,
         "dp_comm_total_s": np.select([zero == 0, zero == 1, zero == 2],
                                      [ar_grads, rs_grads + ag_params, m * rs_grads + ag_params],
-                                     default=m * (2.0 * ag_params + rs_grads)),
+                                     default=m * (2.0 * ag_params + rs_grads)) + tied_ar,
         "optimizer_s": optimizer_time,
         "parameters_bytes": np.where(worst_last, w_last, w_first),
         "gradients_bytes": np.where(worst_last, g_last, g_first),

@@ -14,21 +14,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioners.collectives import LinkSpec, allreduce_time_s
+from partitioners.collectives import LinkSpec, allreduce_time_s, p2p_time_s
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d import evaluate_layouts, plan_from_request, plan_parallel_layout, rank_map
 from partitioners.parallel3d_cost import (
     _ACTIVATION_FRAGMENTATION,
     _NVLINK_EFFICIENCY,
+    _P2P_SYNC_S,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     LayoutArrays,
     activation_bytes_per_layer,
+    embedding_time_s,
     hardware_flops_per_step,
     model_flops_per_step,
     parameter_counts,
     pipeline_bubble_fraction,
+    pipeline_time_s,
     predict_layouts,
 )
 from partitioners.parallel3d_specs import (
@@ -192,15 +195,63 @@ def test_time_breakdown_accounts_for_the_whole_step(lay):
     assert sum(float(pred[k][0]) for k in parts) == pytest.approx(float(pred["step_time_s"][0]))
 
 
-def test_tensor_parallel_time_is_four_allreduces_per_layer_on_nvlink():
+def test_tensor_parallel_time_is_four_allreduces_per_layer_plus_the_embedding_on_nvlink():
     model = model_from_dict(GPT_SMALL)
     cluster = cluster_from_dict(A100_NODE)
     training = training_from_dict({"global_batch_sequences": 4})
     pred = predict_layouts(model, cluster, training, layouts(dp=2, tp=4, mbs=1))
     link = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
-    per_layer = 4 * allreduce_time_s(32 * 64 * 2, 4, link)  # 2 forward + 2 backward, bf16 activations
+    one = allreduce_time_s(32 * 64 * 2, 4, link)  # s x h bf16 activations of one micro-batch
     micro_batches, n_layers = 2, 2
-    assert float(pred["tp_comm_s"][0]) == pytest.approx(micro_batches * n_layers * per_layer)
+    # 2 forward + 2 backward per layer, and one forward for the vocabulary-parallel embedding rows
+    assert float(pred["tp_comm_s"][0]) == pytest.approx(micro_batches * (n_layers * 4 * one + one))
+
+
+def test_embedding_time_is_token_rows_plus_the_dense_vocabulary_gradient():
+    # 32 tokens x 64 x 4 bytes forward, 12 bytes x (100/2) x 64 for the gradient, at 1e12 B/s
+    expected = (32 * 64 * 4 + 12 * 50 * 64) / 1e12
+    assert float(embedding_time_s(32, 64, 100, 2, 1e12)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_pipeline_of_equal_stages_takes_m_plus_p_minus_1_over_v_stage_times():
+    # SC21 Sec. 2.2: (m + (p-1)/v) t
+    assert float(pipeline_time_s(2.0, 2.0, 2.0, 4, 2, 8)) == pytest.approx((8 + 3 / 2) * 2.0)
+    assert float(pipeline_time_s(2.0, 2.0, 2.0, 1, 1, 8)) == pytest.approx(16.0)
+
+
+def test_unequal_pipeline_runs_at_the_slowest_stage_and_fills_at_the_mean():
+    # first 1.1 s (embedding), two middle stages 1.0 s, last 1.5 s (logits); p = 4, v = 1, m = 8:
+    # steady state 8 x 1.5, fill and drain 3 x mean(1.1, 1.0, 1.0, 1.5) = 3 x 1.15
+    assert float(pipeline_time_s(1.1, 1.0, 1.5, 4, 1, 8)) == pytest.approx(8 * 1.5 + 3 * 1.15)
+    # two stages: no middle one
+    assert float(pipeline_time_s(1.2, 9.9, 1.0, 2, 1, 4)) == pytest.approx(4 * 1.2 + 1.1)
+
+
+def test_every_pipeline_exchange_pays_transfer_and_a_host_synchronisation():
+    model = model_from_dict({**GPT_SMALL, "num_layers": 4})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 4})
+    pred = predict_layouts(model, cluster, training, layouts(pp=2, v=2, mbs=1))
+    link = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
+    # 4 micro-batches x 2 directions x 2 chunks, s x h bf16 activations over NVLink, plus
+    # Megatron's torch.cuda.synchronize() after each batched send/recv
+    one = p2p_time_s(32 * 64 * 2, link) + _P2P_SYNC_S
+    assert float(pred["pp_comm_s"][0]) == pytest.approx(4 * 2 * 2 * one)
+
+
+def test_tied_embeddings_add_a_first_last_stage_gradient_allreduce_only_with_a_pipeline():
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 4})
+    link = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
+    dp_s = {}
+    for tied in (False, True):
+        model = model_from_dict({**GPT_SMALL, "tie_embeddings": tied})
+        dp_s[tied] = [float(predict_layouts(model, cluster, training, layouts(pp=pp, tp=2))["dp_comm_exposed_s"][0])
+                      for pp in (1, 2)]
+    # fp32 gradient of the V/t x h embedding shard, all-reduced between the two stages
+    expected = allreduce_time_s(4.0 * 100 * 64 / 2, 2, link)
+    assert dp_s[True][1] - dp_s[False][1] == pytest.approx(expected)
+    assert dp_s[True][0] == dp_s[False][0] == 0.0
 
 
 def test_overlapping_tp_communication_hides_it_under_the_gemms():
@@ -212,8 +263,9 @@ def test_overlapping_tp_communication_hides_it_under_the_gemms():
     lay = layouts(dp=1, tp=8, mbs=1)
     exposed = float(predict_layouts(model, cluster, overlapped, lay)["tp_comm_s"][0])
     full = float(predict_layouts(model, cluster, plain, lay)["tp_comm_s"][0])
-    # with large GEMMs to hide under, only the first/last chunk of each collective shows
-    assert exposed == pytest.approx(full / 8)
+    # with large GEMMs to hide under, only the first/last chunk (1/8) of each of the 4 x 4
+    # layer collectives shows; the embedding's all-reduce has no GEMM to hide under
+    assert exposed == pytest.approx(full * (4 * 4 / 8 + 1) / (4 * 4 + 1))
 
 
 def test_small_per_gpu_matrices_run_further_below_peak_than_large_ones():

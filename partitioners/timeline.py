@@ -9,7 +9,11 @@ Two input forms (``docs/feedback.md`` has examples):
   ``"pid:tid"``, ``"pid"``, thread name or process name, or from a thread/process
   name that *is* a device name. ``ProfilerStep#N`` events (torch.profiler's step
   annotations) split the trace into steps. Events with ``args.src`` and
-  ``args.dst`` are transfers. Python-stack, CUDA-runtime and profiler-overhead
+  ``args.dst`` are transfers. GPU kernels (``cat`` ``kernel``, ``gpu_memcpy``,
+  ``gpu_memset``) carry the ``External id`` of the CPU operator that launched them:
+  their busy time is attributed to that operator's outermost enclosing operator
+  (the device time of ``aten::linear`` is its ``addmm`` kernel's), on the kernel's
+  device; a kernel no CPU operator claims stays an event of its own. Python-stack, CUDA-runtime and profiler-overhead
   categories are counted as *ignored*, never silently dropped.
 * **Simple JSON**: ``{"ops": [{"name", "device"?, "start_s", "duration_s",
   "step"?}], "peak_memory_bytes"?: {device: bytes}, "transfers"?: [{"tensor",
@@ -84,6 +88,8 @@ IGNORED_CATEGORIES = frozenset(
         "cpu_instant_event",
     }
 )
+#: Chrome-trace categories of device-side work launched by a CPU operator (torch.profiler with CUDA).
+KERNEL_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 #: ATen / PyTorch names whose normalised form :func:`op_class_of` would not know.
 _ALIASES = {
     "maxpool1d": "maxpool",
@@ -135,16 +141,19 @@ class TimelineEvents:
     source_format : {"chrome", "simple"}
     name : list of str
         Event (operator) names as measured.
-    device : list of str or None
-        Device the event names, ``None`` when the trace does not say.
+    device : list of tuple of str
+        Labels that may name the event's device, most specific first (``args.device``,
+        ``"pid:tid"``, ``"pid"``, thread name, process name); resolved against the
+        inventory and the device mapping by :func:`match_timeline`. Empty when the
+        timeline does not say.
     thread : list of str
         Grouping key of the event's timeline row (``"pid:tid"``, or the device).
     start_s, duration_s : numpy.ndarray of float64
     step : numpy.ndarray of int64
         Step index, ``-1`` when the timeline has no step annotations.
-    nested : numpy.ndarray of bool
-        Inside another event of the same thread (e.g. ``aten::addmm`` under
-        ``aten::linear``).
+    parent : numpy.ndarray of int64
+        Index of the innermost event of the same thread that encloses this one
+        (``aten::addmm`` under ``aten::linear``), ``-1`` for a top-level event.
     transfers : list of dict
         ``{"tensor", "src", "dst", "start_s", "duration_s", "step"}`` per measured transfer.
     peak_memory_bytes : dict
@@ -155,12 +164,12 @@ class TimelineEvents:
 
     source_format: str
     name: list[str]
-    device: list[str | None]
+    device: list[tuple[str, ...]]
     thread: list[str]
     start_s: np.ndarray
     duration_s: np.ndarray
     step: np.ndarray
-    nested: np.ndarray
+    parent: np.ndarray
     transfers: list[dict] = field(default_factory=list)
     peak_memory_bytes: dict[str, float] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
@@ -168,6 +177,11 @@ class TimelineEvents:
     @property
     def n_events(self) -> int:
         return len(self.name)
+
+    @property
+    def nested(self) -> np.ndarray:
+        """Inside another event of the same thread."""
+        return self.parent >= 0
 
 
 @dataclass(frozen=True)
@@ -237,12 +251,10 @@ def _text(value: Any, where: str) -> str:
     return str(value)
 
 
-def _nesting(thread: list[str], start_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
-    """Whether each event lies inside an earlier-starting, longer event of its thread."""
+def _parents(thread: list[str], start_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
+    """Innermost enclosing event of the same thread (``-1`` when none): one sweep with a stack."""
     n = len(thread)
-    nested = np.zeros(n, dtype=bool)
-    if n == 0:
-        return nested
+    parent = np.full(n, -1, dtype=np.int64)
     order = sorted(range(n), key=lambda i: (thread[i], start_s[i], -end_s[i], i))
     stack: list[int] = []
     current = None
@@ -252,9 +264,49 @@ def _nesting(thread: list[str], start_s: np.ndarray, end_s: np.ndarray) -> np.nd
         while stack and end_s[stack[-1]] < start_s[i] + 1e-12:
             stack.pop()
         if stack and end_s[i] <= end_s[stack[-1]] + 1e-12:
-            nested[i] = True
+            parent[i] = stack[-1]
         stack.append(i)
-    return nested
+    return parent
+
+
+def _attribute_kernels(
+    kernels: list[tuple[Any, float, float, tuple[str, ...], str, str]],
+    external: list[Any],
+    parent: np.ndarray,
+    devices: list[tuple[str, ...]],
+    start_s: np.ndarray,
+    duration_s: np.ndarray,
+) -> tuple[int, list[tuple[Any, float, float, tuple[str, ...], str, str]]]:
+    """Give each outermost CPU operator the busy time, first start and device of its kernels.
+
+    ``kernels`` rows are ``(external id, start_s, duration_s, device labels, name,
+    thread)``. Returns how many were attributed and the rows no CPU operator claims.
+    ``devices``, ``start_s`` and ``duration_s`` are updated in place.
+    """
+    by_external: dict[Any, int] = {}
+    for i, ext in enumerate(external):
+        if ext is not None:
+            by_external.setdefault(ext, i)
+    busy: dict[int, float] = {}
+    first: dict[int, float] = {}
+    device: dict[int, tuple[str, ...]] = {}
+    unclaimed = []
+    for row in kernels:
+        ext, ts, dur, candidates = row[:4]
+        i = by_external.get(ext)
+        if i is None:
+            unclaimed.append(row)
+            continue
+        while parent[i] >= 0:
+            i = int(parent[i])
+        busy[i] = busy.get(i, 0.0) + dur
+        first[i] = min(first.get(i, ts), ts)
+        device.setdefault(i, candidates)
+    for i, total in busy.items():
+        start_s[i] = first[i]
+        duration_s[i] = total
+        devices[i] = device[i]
+    return len(kernels) - len(unclaimed), unclaimed
 
 
 def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> TimelineEvents:
@@ -312,7 +364,9 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
             ignored[f"phase {ph}"] += 1
 
     names: list[str] = []
-    devices: list[str | None] = []
+    devices: list[tuple[str, ...]] = []
+    external: list[Any] = []
+    kernels: list[tuple[Any, float, float, tuple[str, ...], str, str]] = []
     threads: list[str] = []
     starts: list[float] = []
     durations: list[float] = []
@@ -354,14 +408,22 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
         for label in (thread_name.get(key), process_name.get(pid)):
             if label:
                 candidates.append(label)
+        ext = args.get("External id")
+        ext = ext if isinstance(ext, (int, str)) and not isinstance(ext, bool) else None
+        if category in KERNEL_CATEGORIES and ext is not None:
+            kernels.append((ext, ts, dur, tuple(candidates), name, key))
+            continue
         names.append(name)
-        devices.append("\x00".join(candidates))  # resolved against the inventory in match_timeline
+        devices.append(tuple(candidates))
+        external.append(ext)
         threads.append(key)
         starts.append(ts)
         durations.append(dur)
 
     start_s = np.asarray(starts, dtype=np.float64)
     duration_s = np.asarray(durations, dtype=np.float64)
+    # nesting and steps from the CPU side; then device time from the kernels, if any
+    parent = _parents(threads, start_s, start_s + duration_s)
     step = np.full(len(names), -1, dtype=np.int64)
     if step_windows:
         step_windows.sort()
@@ -376,6 +438,18 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
             k = int(np.searchsorted(lo, tr["start_s"], side="right")) - 1
             if k >= 0 and tr["start_s"] <= hi[k] + 1e-12:
                 tr["step"] = int(number[k])
+    if kernels:
+        attributed, extra = _attribute_kernels(kernels, external, parent, devices, start_s, duration_s)
+        if attributed:
+            ignored["kernel attributed to its operator"] += attributed
+        if extra:  # unclaimed kernels stay events of their own, top-level on their stream
+            names += [k[4] for k in extra]
+            devices += [k[3] for k in extra]
+            threads += [k[5] for k in extra]
+            start_s = np.concatenate([start_s, [k[1] for k in extra]])
+            duration_s = np.concatenate([duration_s, [k[2] for k in extra]])
+            parent = np.concatenate([parent, np.full(len(extra), -1, dtype=np.int64)])
+            step = np.concatenate([step, np.full(len(extra), -1, dtype=np.int64)])
     return TimelineEvents(
         source_format="chrome",
         name=names,
@@ -384,7 +458,7 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
         start_s=start_s,
         duration_s=duration_s,
         step=step,
-        nested=_nesting(threads, start_s, start_s + duration_s),
+        parent=parent,
         transfers=transfers,
         ignored=dict(ignored),
     )
@@ -422,7 +496,7 @@ def parse_simple_timeline(document: Any, *, max_events: int = 2_000_000) -> Time
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise InvalidInput(f"{where}.step must be a non-negative integer", field=f"{where}.step")
         names.append(name)
-        devices.append(device)
+        devices.append((device,) if device is not None else ())
         threads.append(device or "")
         starts.append(_finite(op.get("start_s", 0.0), f"{where}.start_s"))
         durations.append(_finite(op.get("duration_s"), f"{where}.duration_s", minimum=0.0))
@@ -464,7 +538,7 @@ def parse_simple_timeline(document: Any, *, max_events: int = 2_000_000) -> Time
         start_s=start_s,
         duration_s=duration_s,
         step=np.asarray(steps, dtype=np.int64),
-        nested=np.zeros(len(names), dtype=bool),
+        parent=np.full(len(names), -1, dtype=np.int64),
         transfers=transfers,
         peak_memory_bytes=peak,
     )
@@ -503,10 +577,8 @@ def normalize_op_name(name: str) -> str:
     return _ALIASES.get(base, base)
 
 
-def _resolve_device(raw: str | None, device_index: Mapping[str, int], device_mapping: Mapping[str, str]) -> int:
-    if raw is None:
-        return -1
-    for candidate in raw.split("\x00"):
+def _resolve_device(labels: tuple[str, ...], device_index: Mapping[str, int], device_mapping: Mapping[str, str]) -> int:
+    for candidate in labels:
         target = device_mapping.get(candidate, candidate)
         if target in device_index:
             return device_index[target]
@@ -667,24 +739,16 @@ def match_timeline(
 
 
 def _inside_matched(events: TimelineEvents, keep: np.ndarray) -> np.ndarray:
-    """Unmatched events that lie within a matched event of the same thread."""
-    n = events.n_events
-    inside = np.zeros(n, dtype=bool)
-    if not events.nested.any() or not keep.any():
+    """Unmatched events with a matched event among their enclosing events."""
+    inside = np.zeros(events.n_events, dtype=bool)
+    if not keep.any():
         return inside
-    end = events.start_s + events.duration_s
-    by_thread: dict[str, list[int]] = {}
-    for i in np.flatnonzero(keep).tolist():
-        by_thread.setdefault(events.thread[i], []).append(i)
-    spans = {
-        t: (np.array([events.start_s[i] for i in ids]), np.array([end[i] for i in ids])) for t, ids in by_thread.items()
-    }
-    for i in np.flatnonzero(~keep & events.nested).tolist():
-        span = spans.get(events.thread[i])
-        if span is None:
-            continue
-        lo, hi = span
-        inside[i] = bool(((lo <= events.start_s[i] + 1e-12) & (hi + 1e-12 >= end[i])).any())
+    parent = events.parent
+    for i in np.flatnonzero(~keep & (parent >= 0)).tolist():
+        j = int(parent[i])
+        while j >= 0 and not keep[j]:
+            j = int(parent[j])
+        inside[i] = j >= 0
     return inside
 
 
@@ -717,9 +781,10 @@ def _match_by_order(
     for (step, where), members in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         members.sort(key=lambda i: (events.start_s[i], i))
         taken = taken_by_step.setdefault(step, set())
+        pool = []
         if where[0] == "device":
             pool = [j for j in by_rank.tolist() if op_device[j] == where[1] and j not in taken]
-        else:  # a thread that names no device: align against every operator left
+        if not pool:  # a thread that names no device, or a device the plan did not use: every operator left
             pool = [j for j in by_rank.tolist() if j not in taken]
         pairs = _align([ev_class[i] for i in members], [op_class[j] for j in pool])
         for a, b in pairs:

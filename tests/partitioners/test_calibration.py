@@ -314,6 +314,71 @@ def test_the_order_rule_aligns_aten_events_with_onnx_operators_by_class_despite_
     assert match.unmatched_names == [("aten::empty", 1)]
 
 
+def test_gpu_kernels_give_their_launching_operator_its_device_time_and_device():
+    # torch.profiler with CUDA: aten::linear -> aten::addmm launches a GEMM kernel on GPU 0 (pid 0, stream 7)
+    cpu, gpu = {"pid": 4242, "tid": 4242}, {"pid": 0, "tid": 7}
+    trace = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 0, "dur": 50, **cpu, "args": {"External id": 10}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 10, "dur": 30, **cpu, "args": {"External id": 12}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "ts": 20,
+            "dur": 5,
+            **cpu,
+            "args": {"External id": 12},
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "ts": 60, "dur": 10, **cpu, "args": {"External id": 13}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "sm90_gemm_bf16",
+            "ts": 100,
+            "dur": 30,
+            **gpu,
+            "args": {"External id": 12, "device": 0},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "elementwise_kernel",
+            "ts": 140,
+            "dur": 5,
+            **gpu,
+            "args": {"External id": 13, "device": 0},
+        },
+    ]
+    events = parse_chrome_trace(trace)
+    assert events.ignored["kernel attributed to its operator"] == 2
+    match = match_timeline(
+        events, ["fc", "act"], ["Gemm", "Relu"], np.array([1, 1]), ["d0", "d1"], device_mapping={"0": "d1"}
+    )
+    assert match.op.tolist() == [0, 1]
+    np.testing.assert_allclose(match.duration_s, [30e-6, 5e-6])
+    np.testing.assert_allclose(match.start_s, [100e-6, 140e-6])
+    assert match.device.tolist() == [1, 1] and match.ops_on_other_device == 0
+    assert (match.unmatched_events, match.nested_events) == (0, 1)
+
+
+def test_a_kernel_no_operator_launched_is_reported_unmatched():
+    trace = [
+        {"ph": "X", "cat": "cpu_op", "name": "a", "ts": 0, "dur": 10, "pid": 1, "tid": 1, "args": {"External id": 1}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "orphan",
+            "ts": 20,
+            "dur": 5,
+            "pid": 0,
+            "tid": 7,
+            "args": {"External id": 99},
+        },
+    ]
+    match = match_timeline(parse_chrome_trace(trace), ["a"], ["MatMul"], np.array([0]), ["d0"])
+    assert match.unmatched_names == [("orphan", 1)]
+
+
 def test_the_real_torch_profiler_trace_matches_every_onnx_node_in_every_step_in_order():
     graph = graph_from_onnx_bytes((FIXTURES / "small_cnn.onnx").read_bytes(), dims={"batch": 8})
     events = parse_timeline(json.loads((FIXTURES / "small_cnn.trace.json").read_text()))

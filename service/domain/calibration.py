@@ -22,7 +22,6 @@ from partitioners.calibration import CalibrationFit, fit_calibration
 from partitioners.cost import OP_CLASS_NAMES, CostModel
 from partitioners.inventory import LINK_CLASS_NAMES, Inventory
 from service.storage import feedback as feedback_repo
-from service.storage.blobs import unpack_json
 from service.storage.models import Calibration, utcnow
 
 __all__ = ["CALIBRATION_WINDOW", "cost_model_from_factors", "factors_document", "refit_calibration", "calibration_read"]
@@ -80,7 +79,7 @@ def _observation_arrays(rows, inventory: Inventory):
     op_key, op_dev, op_cls, roof, meas = [], [], [], [], []
     t_key, t_cls, t_pred, t_meas = [], [], [], []
     for row in rows:
-        doc = unpack_json(row.timeline)
+        doc = feedback_repo.unpack_derived(row.timeline)
         obs = doc.get("observations", {})
         for name, device, cls, r, d in zip(
             obs.get("op", []),

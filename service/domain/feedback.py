@@ -41,7 +41,6 @@ from service.errors import Conflict, UnprocessableInput
 from service.schemas.feedback import FeedbackCreate, ReplanCreate
 from service.settings import Settings
 from service.storage import feedback as feedback_repo
-from service.storage.blobs import pack_json, unpack_json
 from service.storage.models import Feedback, utcnow
 
 __all__ = ["submit_feedback", "feedback_read", "plan_accuracy", "replan", "REPLAN_ROUTE", "FEEDBACK_ROUTE"]
@@ -168,9 +167,8 @@ def submit_feedback(
         "steps": len(step_spans),
         "step_makespans_s": {str(k): v for k, v in sorted(step_spans.items())},
     }
-    document = {
+    derived = {
         "format": events.source_format,
-        "timeline": request.timeline,
         "mapping": request.mapping.model_dump(),
         "match": report,
         "observations": {
@@ -194,7 +192,7 @@ def submit_feedback(
         "peak_memory_bytes": dict(events.peak_memory_bytes),
     }
     try:
-        blob = pack_json(document)
+        blob = feedback_repo.pack_timeline(derived, request.timeline)
     except ValueError:
         raise UnprocessableInput("The timeline holds NaN or infinity somewhere; JSON numbers must be finite.") from None
     row = feedback_repo.insert_feedback(
@@ -245,7 +243,7 @@ def feedback_read(
     include_timeline: bool = False,
 ) -> dict:
     """The API shape of a stored timeline; ``detail`` adds the match report, ``include_timeline`` the document."""
-    document = unpack_json(row.timeline) if (detail and match is None) or include_timeline else None
+    derived = feedback_repo.unpack_derived(row.timeline) if detail and match is None else {}
     out = {
         "id": row.id,
         "plan_id": row.plan_id,
@@ -259,9 +257,9 @@ def feedback_read(
         "matched_events": row.matched_events,
         "unmatched_events": row.unmatched_events,
         "measured_makespan_s": row.measured_makespan_s,
-        "match": match if match is not None else (document or {}).get("match"),
+        "match": match if match is not None else derived.get("match"),
         "calibration": calibration,
-        "timeline": document["timeline"] if include_timeline and document is not None else None,
+        "timeline": feedback_repo.unpack_posted(row.timeline) if include_timeline else None,
         "links": {
             "self": f"/v1/feedback/{row.id}",
             "plan": f"/v1/plans/{row.plan_id}",
@@ -295,7 +293,7 @@ def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:
     spans: list[float] = []
     memory: dict[str, list[float]] = {}
     for row in rows:
-        doc = unpack_json(row.timeline)
+        doc = feedback_repo.unpack_derived(row.timeline)
         obs = doc.get("observations", {})
         for name, device, duration in zip(obs.get("op", []), obs.get("device", []), obs.get("duration_s", [])):
             if name in op_index and device in dev_index:

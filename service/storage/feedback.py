@@ -1,4 +1,10 @@
-"""Repository for measured timelines (``plan_feedback``) and calibrations. Every function takes the tenant."""
+"""Repository for measured timelines (``plan_feedback``) and calibrations. Every function takes the tenant.
+
+A timeline row's blob holds two zlib-compressed JSON documents one after the
+other: what the service derived (match report, matched observations) and the
+timeline as posted. Calibration reads only the first, so refitting from 50 stored
+100 MB torch traces never decompresses the traces themselves.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,13 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.storage.blobs import pack_json, unpack_json
 from service.storage.models import Calibration, Feedback
 
 __all__ = [
+    "pack_timeline",
+    "unpack_derived",
+    "unpack_posted",
     "insert_feedback",
     "get_feedback",
     "list_feedback_for_plan",
@@ -19,6 +29,33 @@ __all__ = [
     "get_calibration",
     "save_calibration",
 ]
+
+
+_MAGIC = b"HPFB1"
+_HEADER = len(_MAGIC) + 8
+
+
+def pack_timeline(derived: dict, posted) -> bytes:
+    """``derived`` and ``posted`` as one blob; ValueError when either holds NaN or infinity."""
+    head = pack_json(derived)
+    return _MAGIC + len(head).to_bytes(8, "big") + head + pack_json(posted)
+
+
+def _split(blob: bytes) -> tuple[bytes, bytes]:
+    if not blob.startswith(_MAGIC):
+        raise ValueError("not a timeline blob")
+    n = int.from_bytes(blob[len(_MAGIC) : _HEADER], "big")
+    return blob[_HEADER : _HEADER + n], blob[_HEADER + n :]
+
+
+def unpack_derived(blob: bytes) -> dict:
+    """The match report and observations (the first document only)."""
+    return unpack_json(_split(blob)[0])
+
+
+def unpack_posted(blob: bytes):
+    """The timeline document as it was posted."""
+    return unpack_json(_split(blob)[1])
 
 
 def insert_feedback(session: Session, tenant_id: str, row: Feedback) -> Feedback:

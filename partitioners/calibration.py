@@ -34,8 +34,7 @@ CUDA launch costs ~5 us. An operator whose measured time is under twice the
 overhead says nothing about its roofline part and is left out of the multiplier fit
 (it would otherwise pull a whole class towards zero).
 
-All estimates are deterministic; nothing here reads clocks, files or global RNG
-(:func:`synthetic_durations_s` takes an explicit ``seed``).
+All estimates are deterministic; nothing here reads clocks, files or global RNG.
 
 References
 ----------
@@ -69,7 +68,6 @@ __all__ = [
     "calibrated_cost_model",
     "relative_errors",
     "prediction_error",
-    "synthetic_durations_s",
 ]
 
 #: Huber's tuning constant: 95% efficiency at the normal distribution [1]_.
@@ -414,37 +412,3 @@ def prediction_error(
         "predicted_makespan_s": float(predicted_makespan_s),
         "measured_makespan_s": float(measured_makespan_s),
     }
-
-
-def synthetic_durations_s(
-    times_s: np.ndarray,
-    *,
-    steps: int,
-    noise_sigma: float,
-    warmup_factor: float = 1.0,
-    seed: int = 0,
-) -> np.ndarray:
-    """Noisy repeated measurements of known operator times, for tests and benchmarks.
-
-    Parameters
-    ----------
-    times_s : numpy.ndarray, shape (n_ops, ...)
-        The true times.
-    steps : int
-        Number of steps to draw.
-    noise_sigma : float
-        Standard deviation of the multiplicative log-normal noise.
-    warmup_factor : float
-        Step 0 is this much slower (allocator warm-up, autotuning, cold caches).
-    seed : int
-
-    Returns
-    -------
-    numpy.ndarray, shape (steps, *times_s.shape)
-    """
-    rng = np.random.default_rng(seed)
-    base = np.asarray(times_s, dtype=np.float64)
-    out = base[None, ...] * np.exp(rng.normal(0.0, noise_sigma, size=(steps, *base.shape)))
-    if steps:
-        out[0] *= warmup_factor
-    return out

@@ -61,14 +61,14 @@ def plan_body(graph: dict) -> dict:
 class Truth:
     """The hidden cluster: the simulator with a slow device and slow attention, plus noise."""
 
-    def __init__(self, graph_doc: dict, slow_device: str) -> None:
+    def __init__(self, graph_doc: dict, slow_device: str, nvlink_factor: float = 1.0) -> None:
         self.graph = graph_from_json(graph_doc)
         self.inventory = preset_inventory("dgx-h100", 1)
         self.slow_device = slow_device
         table = {("*", "attention"): ATTENTION}
         for cls in OP_CLASS_NAMES:
             table[(slow_device, cls)] = SLOWDOWN * (ATTENTION if cls == "attention" else 1.0)
-        self.cost_model = CostModel(device_class_multiplier=table)
+        self.cost_model = CostModel(device_class_multiplier=table, link_class_multiplier={"intra-group": nvlink_factor})
 
     def placement(self, plan: dict) -> np.ndarray:
         index = {str(n): i for i, n in enumerate(self.inventory.device_names)}
@@ -86,7 +86,7 @@ class Truth:
             noisy = (
                 times * np.exp(rng.normal(0.0, NOISE_SIGMA, size=times.shape)) * (WARMUP_FACTOR if step == 0 else 1.0)
             )
-            yield step, simulate(self.graph, self.inventory, placement, op_times_s=noisy)
+            yield step, simulate(self.graph, self.inventory, placement, op_times_s=noisy, cost_model=self.cost_model)
 
     def simple_timeline(self, plan: dict, seed: int = 0) -> dict:
         names = [str(n) for n in self.graph.op_names]
@@ -199,6 +199,14 @@ def test_a_chrome_trace_matches_operators_by_name_devices_by_thread_and_steps_by
     assert match["ops_on_other_device"] == 0
     assert match["transfers_matched"] > 0
     assert match["unmatched_events"] == 0
+
+
+def test_measured_transfers_calibrate_their_link_class(client, planned):
+    plan, truth = planned("links")
+    truth = Truth(branches_graph("links"), truth.slow_device, nvlink_factor=2.0)
+    body = post_feedback(client, plan, truth.chrome_trace(plan)).json()
+    assert body["match"]["transfers_matched"] > 0
+    assert body["calibration"]["factors"]["link_class"]["intra-group"] == pytest.approx(2.0, rel=0.05)
 
 
 def test_the_mapping_matches_operators_whose_measured_names_differ(client, planned):

@@ -689,7 +689,8 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
         part_ok = None
         if repairing and ctx.node_gpus is not None and ctx.node_gpus.shape[0] > 1:
             part, part_ok = _add_node_partner(gl, hot, part, ctx)
-        hot_load = np.take_along_axis(gl, hot, axis=1)
+        rows_n = np.arange(n)
+        hot_load = gl[rows_n[:, None], hot]
         part_load = gl[np.arange(n)[:, None, None], part]
         goal = goal_load[active][:, None]
         mean = mean_load[active][:, None]
@@ -711,7 +712,7 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
         if not repairing:
             key = np.where(valid, new_max, np.inf).reshape(n, t, -1)
             best = key.argmin(axis=2)
-            ok = np.isfinite(np.take_along_axis(key, best[:, :, None], axis=2)[:, :, 0])
+            ok = np.isfinite(key[rows_n[:, None], np.arange(t)[None, :], best])
             replace = np.zeros(n, dtype=bool)
         else:
             has = ctx.original_node_has
@@ -744,9 +745,10 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
             )
             key = key.reshape(n, t, -1)
             best = key.argmin(axis=2)
-            best_key = np.take_along_axis(key, best[:, :, None], axis=2)[:, :, 0]
+            pick_rows, pick_cols = rows_n[:, None], np.arange(t)[None, :]
+            best_key = key[pick_rows, pick_cols, best]
             ok = np.isfinite(best_key)
-            w_best = np.take_along_axis(writes.reshape(n, t, -1), best[:, :, None], axis=2)[:, :, 0]
+            w_best = writes.reshape(n, t, -1)[pick_rows, pick_cols, best]
             # one-copy re-assignment on the hottest GPU of each layer
             r_key, r_slot, r_expert, r_writes = _best_replace(
                 state, active, hot[:, 0], hot_load[:, 0], goal[:, 0], mean[:, 0], ctx
@@ -853,8 +855,9 @@ def _best_replace(
     e_hot = slots[np.arange(n), hot]  # (n, S)
     counts = np.concatenate([state.counts[active], np.zeros((n, 1), dtype=np.int64)], axis=1)
     load = np.concatenate([state.load[active], np.zeros((n, 1))], axis=1)
-    r_a = np.take_along_axis(counts, np.where(e_hot >= 0, e_hot, experts), axis=1)
-    w_a = np.take_along_axis(load, np.where(e_hot >= 0, e_hot, experts), axis=1)
+    e_safe = np.where(e_hot >= 0, e_hot, experts)
+    r_a = counts[np.arange(n)[:, None], e_safe]
+    w_a = load[np.arange(n)[:, None], e_safe]
     p_a = state.per_replica[active[:, None], e_hot]
     can_give = (e_hot >= 0) & (r_a >= 2)
     if ctx.count_cap is not None:
@@ -869,13 +872,21 @@ def _best_replace(
     top = order[:, :look]
     top_slots = slots[np.arange(n)[:, None], top]  # (n, look, S)
     hosts = (top_slots[:, None, :, :] == e_hot[:, :, None, None]).any(axis=3)  # (n, S, look)
-    top_load = np.take_along_axis(gl, top, axis=1)
+    top_load = gl[np.arange(n)[:, None], top]
     beyond_load = gl[np.arange(n), order[:, look]] if gpus - 1 > look else np.full(n, -np.inf)
     host_max = np.maximum(np.where(hosts, top_load[:, None, :], -np.inf).max(axis=2), beyond_load[:, None]) + rise
     # the expert to receive the slot: coldest next copy that the hot GPU does not hold
     nxt = np.where(counts[:, :experts] < gpus, load[:, :experts] / (counts[:, :experts] + 1), np.inf)
-    cand = np.argsort(nxt, axis=1)[:, : slots_per_gpu + 1]  # one of these is not on the hot GPU
-    free = ~_holds(e_hot[:, None, :], cand) & np.isfinite(np.take_along_axis(nxt, cand, axis=1))
+    few = min(slots_per_gpu + 1, experts)  # one of these is not on the hot GPU
+    cand = (
+        np.argpartition(nxt, few - 1, axis=1)[:, :few]
+        if few < experts
+        else np.broadcast_to(np.arange(experts), (n, experts))
+    )
+    cand_value = nxt[np.arange(n)[:, None], cand]
+    ranked = np.argsort(cand_value, axis=1)
+    cand = cand[np.arange(n)[:, None], ranked]
+    free = ~_holds(e_hot[:, None, :], cand) & np.isfinite(cand_value[np.arange(n)[:, None], ranked])
     first = free.argmax(axis=1)
     c = cand[np.arange(n), first]
     c_ok = free[np.arange(n), first]
@@ -998,7 +1009,7 @@ def _gainer_slot(state: _State, rows, lay, bb, mand, surplus, gpus_to_try, ctx: 
     cand = state.slots[lay[:, None], gpus_to_try]  # (n, width, S)
     counts_pad = np.concatenate([state.counts[lay], np.zeros((n, 1), dtype=np.int64)], axis=1)
     flat = cand.reshape(n, -1)
-    donor = np.take_along_axis(counts_pad, np.where(flat >= 0, flat, counts_pad.shape[1] - 1), axis=1) >= 2
+    donor = counts_pad[np.arange(n)[:, None], np.where(flat >= 0, flat, counts_pad.shape[1] - 1)] >= 2
     spare_copy = surplus[rows[:, None], flat] > 0
     ok = np.where(mand[:, None], donor | (flat < 0), spare_copy)
     ok &= np.repeat(~_holds(cand, bb[:, None]), slots_per_gpu, axis=1)

@@ -67,6 +67,7 @@ class PlanContext:
     inventory: Inventory
     placement: np.ndarray
     ops: dict[str, str]
+    n_source_ops: int
 
 
 def _plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext:
@@ -93,6 +94,7 @@ def _plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext
         inventory=inventory,
         placement=placement,
         ops={str(k): str(v) for k, v in ops.items()},
+        n_source_ops=int(original.n_ops),
     )
 
 
@@ -362,7 +364,12 @@ def replan(
     *,
     idempotency_key: str | None = None,
 ) -> SubmitOutcome:
-    """A child plan of ``plan_id`` with the calibrated model and the load report applied."""
+    """A child plan of ``plan_id`` with the calibrated model and the load report applied.
+
+    Planned now (201, with ``summary["replan"]``: gains and moves), or, for a graph
+    over ``settings.sync_max_ops`` without minimal movement, queued as a job (202)
+    that a worker plans with the same factors; a queued re-plan has no gain figures.
+    """
     ctx = _plan_context(session, tenant_id, plan_id)
     inv = ctx.inventory
     known = {str(n) for n in inv.device_names}
@@ -442,6 +449,11 @@ def replan(
         graph_id=ctx.graph_id,
         extra_cache_parts={"replan": replan_parts},
     )
+    # Like POST /v1/plans, a graph too large to plan within the request becomes a job;
+    # the worker plans it with the factors in options["_calibration"] (calibration and
+    # load report). Minimal movement and the gain figures need the parent at hand, so
+    # they always run now.
+    queue = ctx.n_source_ops > settings.sync_max_ops and not request.minimal_movement
     return submit_plan(
         session,
         tenant_id,
@@ -451,5 +463,5 @@ def replan(
         parent_id=ctx.plan_id,
         cost_model=model,
         route=REPLAN_ROUTE,
-        compute=compute,
+        compute=None if queue else compute,
     )

@@ -9,16 +9,21 @@ like a real profiler's output; the service only ever sees the timelines.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
 from partitioners.cost import OP_CLASS_NAMES, CostModel, op_times_s
 from partitioners.graph import graph_from_json
 from partitioners.inventory import preset_inventory
 from partitioners.simulate import simulate
 from partitioners.trace import to_chrome_trace
+from service.app import create_app
+from service.domain.jobs import new_worker_id, process_one
+from tests.conftest import TenantClient, make_settings, new_api_key
 
 MB = 1_000_000
 SLOWDOWN = 1.6
@@ -395,6 +400,44 @@ def test_minimal_movement_moves_fewer_operators_and_keeps_most_of_the_gain(clien
     assert minimal["replan"]["ops_moved"] < full["ops_moved"]
     assert minimal["replan"]["gain_s"] >= 0.8 * full["gain_s"]
     assert truth.makespan_s(minimal) < truth.makespan_s(plan)
+
+
+@pytest.fixture(scope="module")
+def job_settings(database_url):
+    return make_settings(database_url, sync_max_ops=0)
+
+
+@pytest.fixture
+def job_client(job_settings, session_factory):
+    tenant_id, key = new_api_key(session_factory, job_settings)
+    with TestClient(create_app(job_settings), raise_server_exceptions=False) as client:
+        yield TenantClient(client, tenant_id, key)
+
+
+def run_jobs_until_done(client, plan_id: str, session_factory, settings) -> dict:
+    """Work the job queue (other tests' jobs too) until the plan is done; bounded by attempts, not time."""
+    for _ in range(200):
+        plan = client.get(f"/v1/plans/{plan_id}").json()
+        if plan["status"] in ("done", "failed"):
+            return plan
+        if not process_one(session_factory, settings, new_worker_id()):
+            time.sleep(0.05)
+    raise AssertionError(f"plan {plan_id} never finished")
+
+
+def test_a_replan_of_a_graph_too_large_for_the_request_is_a_job_planned_with_the_calibration(
+    job_client, job_settings, session_factory
+):
+    queued = job_client.post("/v1/plans", json=plan_body(branches_graph("queued-replan")))
+    assert queued.status_code == 202
+    plan = run_jobs_until_done(job_client, queued.json()["id"], session_factory, job_settings)
+    truth = Truth(branches_graph("queued-replan"), busiest_device(plan))
+    assert post_feedback(job_client, plan, truth.simple_timeline(plan)).status_code == 201
+    response = job_client.post(f"/v1/plans/{plan['id']}/replan", json={})
+    assert response.status_code == 202 and response.json()["parent_id"] == plan["id"]
+    child = run_jobs_until_done(job_client, response.json()["id"], session_factory, job_settings)
+    assert child["status"] == "done"
+    assert truth.makespan_s(child) < truth.makespan_s(plan)
 
 
 def test_a_load_report_naming_an_unknown_device_is_422(client, planned):

@@ -394,15 +394,22 @@ def _cases(draw):
     cap = draw(st.one_of(st.none(), st.integers(0, 40)))
     noise = draw(st.booleans())
     groups = draw(st.one_of(st.none(), st.sampled_from([d for d in range(1, experts + 1) if experts % d == 0])))
+    node_local = draw(st.booleans())
     cluster = dict(num_nodes=nodes, gpus_per_node=per_node, slots_per_gpu=slots)
-    return load, cluster, down, current, cap, noise, groups
+    return load, cluster, down, current, cap, noise, groups, node_local
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_cases())
 def test_every_placement_is_valid_and_never_beats_the_bound(case):
-    load, cluster, down, current, cap, noise, groups = case
-    options = dict(unavailable_gpus=down, max_replicas_moved=cap, ignore_sampling_noise=noise, num_expert_groups=groups)
+    load, cluster, down, current, cap, noise, groups, node_local = case
+    options = dict(
+        unavailable_gpus=down,
+        max_replicas_moved=cap,
+        ignore_sampling_noise=noise,
+        num_expert_groups=groups,
+        node_local=node_local,
+    )
     try:
         result = rebalance(load, current_physical_to_logical=current, **options, **cluster)
     except Infeasible:
@@ -413,6 +420,8 @@ def test_every_placement_is_valid_and_never_beats_the_bound(case):
     assert (result.balance_after.per_layer >= result.lower_bound.per_layer - 1e-9).all()
     if cap is not None and current is not None:  # a first placement loads, it moves nothing
         assert result.migrations.count <= cap
+    if node_local:
+        assert result.migrations.cross_node_count == 0
     if current is not None:  # the migrations are exactly the slots that change
         applied = current.copy()
         m = result.migrations
@@ -427,7 +436,7 @@ def test_every_placement_is_valid_and_never_beats_the_bound(case):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_cases())
 def test_a_placement_made_for_a_load_is_kept_for_that_load(case):
-    load, cluster, down, _, _, noise, groups = case
+    load, cluster, down, _, _, noise, groups, _ = case
     made = rebalance(load, unavailable_gpus=down, num_expert_groups=groups, **cluster)
     again = rebalance(
         load,

@@ -545,6 +545,11 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     ar_intra = _collective_time(lambda n, p: allreduce_time_s(n, p, intra), act_bytes, layouts.tp)
     ar_inter = _collective_time(lambda n, p: allreduce_time_s(n, p, inter), act_bytes, layouts.tp)
     tp_ar = np.where(tp_link_intra, ar_intra, ar_inter)
+    if not training.sequence_parallel:
+        # a true all-reduce: NVLink SHARP speeds it up across a full NVSwitch node (NCCL
+        # picks NVLS for all-reduce only; sequence parallelism's all-gather and
+        # reduce-scatter run as rings) -- see GPUSpec.nvls_allreduce_speedup
+        tp_ar = np.where((layouts.tp == gpn) & (gpn >= 8), tp_ar / cluster.nvls_allreduce_speedup, tp_ar)
 
     # context parallel: ring exchange of K and V chunks, overlapped with attention
     kv_bytes = 2.0 * tokens * hk * 2.0 / tp
@@ -609,7 +614,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     embed_compute = embedding_time_s(tokens, h, vocab, tp, hbm_eff)
     # the partial rows of the vocabulary-parallel lookup are all-reduced across the
     # tensor group (reduce-scatter with sequence parallelism: the same bytes)
-    embed_tp = np.where(tp_link_intra, ar_intra, ar_inter)
+    embed_tp = tp_ar
 
     mid = stage(q_dense, q_moe)
     last_moe = np.minimum(q_moe, last_layers)

@@ -71,6 +71,16 @@ class GPUSpec:
     # GEMM lands on the "maximum achievable matmul FLOPS" measured by S. Bekman
     # (ml-engineering, compute/accelerator: A100 SXM 267.9 TFLOP/s, H100 SXM 792.1).
     gemm_efficiency_max: float
+    # All-reduce among all the GPUs of a node with NVLink SHARP (NVLS: the NVSwitch
+    # reduces in the switch; NCCL >= 2.17 picks it by default where the switch has it),
+    # as a speed-up over the ring on the same links. H100: NCCL's maintainer gives a
+    # peak all-reduce busBw of ~480 GB/s on 8 GPUs against ~370 GB/s for the ring and
+    # every other collective (S. Jeaugey, NVIDIA/nccl-tests#212, 2024; "a 30%
+    # improvement using NVLink SHARP", NVIDIA/nccl#1442): 480 / 370. Only all-reduce
+    # gains, and only across a full 8-GPU NVSwitch domain (with 2-4 GPUs NVLS measures
+    # as the ring, NVIDIA/nccl#1455). 1.0 where there is no NVLS (A100's NVSwitch gen 2)
+    # or no measurement at hand.
+    nvls_allreduce_speedup: float = 1.0
 
 
 GPU_SPECS: dict[str, GPUSpec] = {
@@ -91,14 +101,16 @@ GPU_SPECS: dict[str, GPUSpec] = {
     # 3.35 TB/s, NVLink 900 GB/s bidirectional, 132 SMs. DGX H100: 8x ConnectX-7 400 Gb/s.
     # GEMM ceiling 0.86: 792.1 / 989 = 0.801 at 8192^3, over 0.930.
     "h100-sxm": GPUSpec("h100-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 80 * _GIB,
-                        3.35e12, 450e9, 50e9, 8, 132, 0.86),
+                        3.35e12, 450e9, 50e9, 8, 132, 0.86, 480.0 / 370.0),
     # H800 SXM5 (export variant): H100 SXM compute and memory, NVLink cut to 400 GB/s
     # bidirectional (NVIDIA H800 product brief; DeepSeek-V3 report, Sec. 3.1).
     "h800-sxm": GPUSpec("h800-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 80 * _GIB,
                         3.35e12, 200e9, 50e9, 8, 132, 0.86),
     # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
+    # Same NVLink 4 / NVSwitch gen 3 as H100: all-reduce busBw ~475 GB/s measured on 8 H200
+    # (NVIDIA/nccl-tests#272), so the H100 NVLS figure.
     "h200-sxm": GPUSpec("h200-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 141e9,
-                        4.8e12, 450e9, 50e9, 8, 132, 0.86),
+                        4.8e12, 450e9, 50e9, 8, 132, 0.86, 480.0 / 370.0),
     # NVIDIA HGX B200 datasheet: per GPU BF16 dense 2.25 PFLOP/s, FP8 dense 4.5 PFLOP/s,
     # 180 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s bidirectional; DGX B200 8x 400 Gb/s NICs.
     # GEMM ceiling: no measurement at hand, assumed as H100's.
@@ -192,6 +204,8 @@ class ClusterSpec:
     # InfiniBand: a few microseconds each (nccl-tests small-message all-reduce times).
     intra_node_latency_s: float = 2e-6
     inter_node_latency_s: float = 5e-6
+    # NVLink SHARP all-reduce speed-up over the ring within a full node (see GPUSpec).
+    nvls_allreduce_speedup: float = 1.0
 
     @property
     def num_gpus(self) -> int:
@@ -387,6 +401,7 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
                 "inter_node_bandwidth_bytes_per_s": gpu.inter_node_bandwidth_bytes_per_s,
                 "sm_count": gpu.sm_count,
                 "gemm_efficiency_max": gpu.gemm_efficiency_max,
+                "nvls_allreduce_speedup": gpu.nvls_allreduce_speedup,
             }
         merged = {**base, **{k: v for k, v in data.items() if k not in ("preset", "gpu", "nodes")}}
         if "nodes" in data and "num_nodes" not in data:
@@ -422,7 +437,12 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
                                                  "cluster.intra_node_latency_s"),
             inter_node_latency_s=_positive_float(merged.get("inter_node_latency_s", 5e-6),
                                                  "cluster.inter_node_latency_s"),
+            nvls_allreduce_speedup=_positive_float(merged.get("nvls_allreduce_speedup", 1.0),
+                                                   "cluster.nvls_allreduce_speedup"),
         )
+    if spec.nvls_allreduce_speedup < 1:
+        raise InvalidInput("cluster.nvls_allreduce_speedup is a speed-up over the ring (>= 1)",
+                           field="cluster.nvls_allreduce_speedup", code="out-of-range")
     if spec.gemm_efficiency_max > 1:
         raise InvalidInput("cluster.gemm_efficiency_max is a fraction of peak (<= 1)",
                            field="cluster.gemm_efficiency_max", code="out-of-range")
@@ -475,6 +495,7 @@ def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -
         gemm_efficiency_max=known.gemm_efficiency_max if known else 0.8,
         intra_node_latency_s=float(inventory.group_link_latency_s[0]),
         inter_node_latency_s=float(inventory.inter_link.latency_s),
+        nvls_allreduce_speedup=known.nvls_allreduce_speedup if known else 1.0,
     )
 
 

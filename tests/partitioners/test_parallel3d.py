@@ -207,6 +207,24 @@ def test_tensor_parallel_time_is_four_allreduces_per_layer_plus_the_embedding_on
     assert float(pred["tp_comm_s"][0]) == pytest.approx(micro_batches * (n_layers * 4 * one + one))
 
 
+def test_nvlink_sharp_speeds_up_full_node_tensor_allreduces_but_not_sequence_parallel_rings():
+    model = model_from_dict({**GPT_SMALL, "num_attention_heads": 8})
+    h100 = cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
+    ring_only = cluster_from_dict({"preset": "dgx-h100", "nodes": 1, "nvls_allreduce_speedup": 1.0})
+    assert h100.nvls_allreduce_speedup == pytest.approx(480 / 370)  # busBw, NVIDIA/nccl-tests#212
+
+    def tp_s(cluster, sp, **lay):
+        training = training_from_dict({"global_batch_sequences": 4, "sequence_parallel": sp})
+        return float(predict_layouts(model, cluster, training, layouts(**lay))["tp_comm_s"][0])
+
+    # all-reduces across the 8 GPUs of a node run 480/370 times faster with NVLS ...
+    assert tp_s(h100, False, tp=8) * 480 / 370 == pytest.approx(tp_s(ring_only, False, tp=8))
+    # ... sequence parallelism's all-gather / reduce-scatter do not use it ...
+    assert tp_s(h100, True, tp=8) == pytest.approx(tp_s(ring_only, True, tp=8))
+    # ... and on four GPUs NVLS measures as the ring (NVIDIA/nccl#1455)
+    assert tp_s(h100, False, tp=4, dp=2) == pytest.approx(tp_s(ring_only, False, tp=4, dp=2))
+
+
 def test_embedding_time_is_token_rows_plus_the_dense_vocabulary_gradient():
     # 32 tokens x 64 x 4 bytes forward, 12 bytes x (100/2) x 64 for the gradient, at 1e12 B/s
     expected = (32 * 64 * 4 + 12 * 50 * 64) / 1e12

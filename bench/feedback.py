@@ -15,7 +15,8 @@ runs the whole loop through the HTTP service (in-process, SQLite in a temp dir):
    uncalibrated model the plan was made with: the baseline) and after calibration;
 4. ``POST /v1/plans/{id}/replan`` twice (full, and ``minimal_movement`` with a 10%
    tolerance): the gain the service predicts, the gain under the hidden truth
-   (both plans simulated with the true costs) and how many operators moved.
+   (both plans simulated with the true costs) and how many operators moved (a
+   predicted gain under the default ``min_gain_fraction`` of 2% keeps the parent).
 
 The last row is the real torch.profiler CPU trace (tests/fixtures/feedback/): no
 hidden truth there, so only the prediction errors (single device, no re-plan).
@@ -255,11 +256,14 @@ def main() -> None:
         f"predicted {1e3 * b['predicted_makespan_s']:.2f} -> {1e3 * a['predicted_makespan_s']:.2f} ms)"
     )
     worst = max(r["after"]["makespan_rel_error"] for r in rows) if rows else 0.0
-    faster = all(r["true_gain"] > 0 for r in rows)
+    never_slower = all(r["true_gain"] >= -1e-9 and r["min_true_gain"] >= -1e-9 for r in rows)
+    faster_when_moved = all(r["true_gain"] > 0 for r in rows if r["moved"])
     print()
     print(
         f"targets: makespan error after one feedback round < 5% on every fixture: {'yes' if worst < 0.05 else 'NO'} "
-        f"(worst {_pct(worst).strip()}); re-plan faster under the truth on every fixture: {'yes' if faster else 'NO'}"
+        f"(worst {_pct(worst).strip()}); re-plans never slower under the truth: {'yes' if never_slower else 'NO'}; "
+        f"faster wherever they moved operators: {'yes' if faster_when_moved else 'NO'} (a predicted gain under "
+        f"min_gain_fraction = 2% keeps the parent's placement)"
     )
 
 

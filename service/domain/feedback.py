@@ -398,6 +398,7 @@ def replan(
         "gone_devices": gone,
         "minimal_movement": request.minimal_movement,
         "gain_tolerance_fraction": request.gain_tolerance_fraction if request.minimal_movement else None,
+        "min_gain_fraction": request.min_gain_fraction,
     }
 
     def compute(graph: Hypergraph, inventory: Inventory, options: dict, cost_model: CostModel | None):
@@ -424,6 +425,14 @@ def replan(
         new_makespan = float(
             simulate(g, inventory, result.placement, cost_model=model, record_timeline=False).makespan_s
         )
+        kept_parent = False
+        if kept_makespan - new_makespan < request.min_gain_fraction * kept_makespan:
+            # not worth moving: a gain within the model's error may be a loss on the real cluster
+            try:
+                result = placement_result(graph, inventory, opts, kept, cost_model=model, name="kept")
+                new_makespan, kept_parent = kept_makespan, True
+            except InvalidInput:  # the kept placement no longer fits in memory: take the new plan
+                pass
         strategy, summary, body = plan_document(result, inventory)
         summary["planning_s"] = round(time.perf_counter() - started, 4)
         summary["replan"] = {
@@ -438,6 +447,7 @@ def replan(
             "ops_displaced": int((current < 0).sum()),
             "ops_total": int(g.n_ops),
             "minimal_movement": request.minimal_movement,
+            "kept_parent": kept_parent,
             "slow_devices": slow,
             "gone_devices": gone,
         }

@@ -152,6 +152,14 @@ class ReplanCreate(RequestModel):
         allow_inf_nan=False,
         description="Share of the predicted gain minimal movement may give up.",
     )
+    min_gain_fraction: float = Field(
+        0.02,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="Keep the parent's placement (moving only operators of gone devices) unless the new one is "
+        "predicted this much faster: a gain within the calibrated model's error may be a loss.",
+    )
 
 
 class ReplanSummary(BaseModel):
@@ -166,6 +174,7 @@ class ReplanSummary(BaseModel):
     ops_displaced: int
     ops_total: int
     minimal_movement: bool
+    kept_parent: bool = Field(False, description="The predicted gain was under min_gain_fraction: nothing moved.")
     slow_devices: dict[str, float]
     gone_devices: list[str]
 

@@ -440,6 +440,14 @@ def test_a_replan_of_a_graph_too_large_for_the_request_is_a_job_planned_with_the
     assert truth.makespan_s(child) < truth.makespan_s(plan)
 
 
+def test_a_replan_predicted_to_gain_less_than_the_threshold_keeps_the_parents_placement(client, planned):
+    plan, truth = planned("threshold")
+    post_feedback(client, plan, truth.simple_timeline(plan))
+    child = client.post(f"/v1/plans/{plan['id']}/replan", json={"min_gain_fraction": 0.99}).json()
+    assert child["replan"]["kept_parent"] is True
+    assert child["replan"]["ops_moved"] == 0 and child["ops"] == plan["ops"]
+
+
 def test_a_load_report_naming_an_unknown_device_is_422(client, planned):
     plan, _ = planned("unknown-device")
     response = client.post(f"/v1/plans/{plan['id']}/replan", json={"load_report": {"gone_devices": ["node9/gpu9"]}})

@@ -30,7 +30,7 @@ KORTHIKANTI22
 
 from __future__ import annotations
 
-__all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "gpt"]
+__all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "SC21_FIGURE17_MEMORY", "gpt"]
 
 # NVIDIA A100 datasheet: 312 TFLOP/s dense BF16/FP16.
 A100_PEAK_BF16_FLOPS = 312e12
@@ -52,22 +52,34 @@ def gpt(layers: int, hidden: int, heads: int) -> dict:
 
 
 # (name, heads, hidden, layers, tp, pp, GPUs, global batch, achieved TFLOP/s per GPU,
-#  micro-batch, virtual stages). Micro-batch and interleaving depth are those of the
-# authors' script for the table, NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (MBS;
-# v = layers / pp / --num-layers-per-virtual-pipeline-stage; all with
+#  micro-batch, virtual stages, DDP). Micro-batch, interleaving depth and data-parallel
+# implementation are those of the authors' script for the table,
+# NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (MBS; v = layers / pp /
+# --num-layers-per-virtual-pipeline-stage; DDP=torch or local; all with
 # --recompute-method uniform, i.e. full recomputation).
 _SC21_ROWS = [
-    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, 16, 1),
-    ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, 16, 1),
-    ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, 16, 1),
-    ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, 8, 1),
-    ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138, 4, 1),
-    ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140, 2, 3),
-    ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148, 2, 2),
-    ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155, 1, 2),
-    ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 3),
-    ("1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1),
+    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, 16, 1, "torch"),
+    ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, 16, 1, "torch"),
+    ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, 16, 1, "torch"),
+    ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, 8, 1, "torch"),
+    ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138, 4, 1, "local"),
+    ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140, 2, 3, "local"),
+    ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148, 2, 2, "local"),
+    ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155, 1, 2, "local"),
+    ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 3, "local"),
+    ("1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1, "local"),
 ]
+
+# PyTorch DistributedDataParallel all-reduces gradient buckets while the backward pass
+# runs (Li et al., "PyTorch Distributed", VLDB 2020), in the parameters' precision: the
+# Megatron-LM of the time allowed it only without fp32 gradient accumulation ("If we do
+# accumulation and all-reduces in fp32, we need to have local DDP", megatron/arguments.py),
+# i.e. with fp16 parameters and 2-byte gradients. Megatron's local DDP reduced its
+# contiguous gradient buffer after the backward pass (SC21_SOFTWARE).
+_DDP_SOFTWARE = {
+    "torch": {"overlap_grad_reduce": True, "grad_bytes_per_param": 2, "precision": "fp16"},
+    "local": {},
+}
 
 SC21_TABLE1 = [
     {
@@ -75,14 +87,14 @@ SC21_TABLE1 = [
         "name": f"GPT-{name}",
         "model": gpt(layers, hidden, heads),
         "cluster": {"preset": "dgx-a100", "nodes": gpus // 8},
-        "training": {"global_batch_sequences": batch, "precision": "bf16", **SC21_SOFTWARE},
+        "training": {"global_batch_sequences": batch, "precision": "bf16", **SC21_SOFTWARE, **_DDP_SOFTWARE[ddp]},
         "search": SC21_SEARCH,
         "published": {"tp": tp, "pp": pp, "micro_batch_size": mbs, "virtual_stages": v, "recompute": "full",
                       "zero_stage": 0},
         "published_hfu": tflops * 1e12 / A100_PEAK_BF16_FLOPS,
         "published_mfu": None,
     }
-    for name, heads, hidden, layers, tp, pp, gpus, batch, tflops, mbs, v in _SC21_ROWS
+    for name, heads, hidden, layers, tp, pp, gpus, batch, tflops, mbs, v, ddp in _SC21_ROWS
 ]
 
 # (name, heads, hidden, layers, tp, pp, GPUs, global batch, micro-batch, MFU, HFU)
@@ -118,4 +130,28 @@ KNOWN_OUT_OF_MEMORY = [
         "published": {**row["published"], "recompute": "none", "virtual_stages": 1},
     }
     for row in KORTHIKANTI22
+]
+
+
+# SC21 Sec. 5.6 / Figure 17: the 145.6B model on 128 GPUs, (t, p) = (8, 16), micro-batch 1,
+# non-interleaved 1F1B, without activation recomputation (NVIDIA/Megatron-LM
+# examples/sc21/run_figure_17.sh, ACTIVATION_RECOMPUTATION=NO). "Activation recomputation is
+# needed to support larger batch sizes" and recomputation's best throughput is "up to 2x
+# higher than the best throughput achieved without activation recomputation (for a smaller
+# batch size)". With 1F1B the first stage holds min(m, p) micro-batches, so memory stops
+# growing at batch 16: the curve without recomputation can only end below 16, i.e. batch 16
+# (16 micro-batches in flight) does not fit in 80 GB. Batch 8 is plotted without it (fits).
+SC21_FIGURE17_MEMORY = [
+    {
+        "source": "SC21 Sec. 5.6, Figure 17 (run_figure_17.sh)",
+        "name": f"GPT-145.6B (8,16) no recompute, batch {batch}",
+        "model": gpt(80, 12288, 96),
+        "cluster": {"preset": "dgx-a100", "nodes": 16},
+        "training": {"global_batch_sequences": batch, "precision": "bf16", **SC21_SOFTWARE},
+        "search": SC21_SEARCH,
+        "published": {"tp": 8, "pp": 16, "micro_batch_size": 1, "virtual_stages": 1, "recompute": "none",
+                      "zero_stage": 0},
+        "fits": fits,
+    }
+    for batch, fits in ((8, True), (16, False))
 ]

@@ -386,6 +386,20 @@ def embedding_time_s(tokens: np.ndarray | float, hidden_size: int, vocab_size: i
         / hbm_bytes_per_s
 
 
+def _gemm_backward_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: float, hbm: float,
+                          sms: int, bytes_per_element: float = 2.0, batch: np.ndarray | float = 1.0) -> np.ndarray:
+    """Backward of ``Y (m x n) = X (m x k) W (k x n)``: the two GEMMs at their own shapes.
+
+    ``dX = dY W^T`` is an ``(m x n)(n x k)`` product and ``dW = X^T dY`` a
+    ``(k x m)(m x n)`` one: twice the forward FLOPs (Narayanan et al., SC21, Appendix),
+    but the weight gradient's output is the weight shard and its reduction runs over
+    the tokens, so its tiles, waves and saturation differ from the forward's (a skinny
+    tensor-parallel shard with few tokens fills the SMs better backward than forward).
+    """
+    return _gemm_time_s(m, k, n, peak, eff, hbm, sms, bytes_per_element, batch) \
+        + _gemm_time_s(k, n, m, peak, eff, hbm, sms, bytes_per_element, batch)
+
+
 # --------------------------------------------------------------------- memory
 
 
@@ -493,8 +507,14 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         return _gemm_time_s(mm, nn, kk, peak_linear if linear else peak_bf16, eff, hbm, sms,
                             linear_bytes if linear else 2.0, batch)
 
+    def gemm_bwd(mm, nn, kk, linear=True, batch=1.0):
+        return _gemm_backward_time_s(mm, nn, kk, peak_linear if linear else peak_bf16, eff, hbm, sms,
+                                     linear_bytes if linear else 2.0, batch)
+
     attn_proj = gemm(tokens, (h + 2 * hk) / tp, h) + gemm(tokens, h, h / tp)
+    attn_proj_b = gemm_bwd(tokens, (h + 2 * hk) / tp, h) + gemm_bwd(tokens, h, h / tp)
     dense_mlp = gemm(tokens, up * model.ffn / tp, h) + gemm(tokens, h, model.ffn / tp)
+    dense_mlp_b = gemm_bwd(tokens, up * model.ffn / tp, h) + gemm_bwd(tokens, h, model.ffn / tp)
     if model.moe is not None:
         moe = model.moe
         fe = moe.expert_ffn_hidden_size
@@ -506,12 +526,18 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                                        1.0)
         moe_mlp = gemm(tokens_per_expert, up * fe / tp, h, batch=local_experts) \
             + gemm(tokens_per_expert, h, fe / tp, batch=local_experts)
+        moe_mlp_b = gemm_bwd(tokens_per_expert, up * fe / tp, h, batch=local_experts) \
+            + gemm_bwd(tokens_per_expert, h, fe / tp, batch=local_experts)
         if moe.shared_experts:
             moe_mlp = moe_mlp + gemm(tokens, up * fe * moe.shared_experts / tp, h) \
                 + gemm(tokens, h, fe * moe.shared_experts / tp)
+            moe_mlp_b = moe_mlp_b + gemm_bwd(tokens, up * fe * moe.shared_experts / tp, h) \
+                + gemm_bwd(tokens, h, fe * moe.shared_experts / tp)
         moe_mlp = moe_mlp + gemm(tokens, float(moe.num_experts), h, linear=False)
+        moe_mlp_b = moe_mlp_b + gemm_bwd(tokens, float(moe.num_experts), h, linear=False)
     else:
         moe_mlp = np.zeros_like(tokens)
+        moe_mlp_b = np.zeros_like(tokens)
 
     heads_local = a / tp
     if training.flash_attention:
@@ -576,11 +602,12 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         a2a = np.zeros_like(tokens)
         moe_elem = np.zeros_like(tokens)
 
-    def layer_time(mlp_gemm, is_moe: bool):
+    def layer_time(mlp_gemm, mlp_gemm_b, is_moe: bool):
         gemm_f = attn_proj + mlp_gemm
+        gemm_b = attn_proj_b + mlp_gemm_b
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
         fwd_compute = gemm_f + attn_core_fwd + elem
-        bwd_compute = 2.0 * gemm_f + attn_core_bwd + 2.0 * elem
+        bwd_compute = gemm_b + attn_core_bwd + 2.0 * elem
         recompute_compute = np.where(rc == RECOMPUTE_FULL, fwd_compute,
                                      np.where(rc == RECOMPUTE_SELECTIVE, np.where(training.flash_attention, 0.0,
                                                                                   attn_core_fwd), 0.0))
@@ -593,14 +620,14 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             # Engine userbuffers; Wang et al., "Overlap communication with dependent
             # computation via decomposition", ASPLOS 2023): what the GEMMs cannot cover
             # stays exposed, plus the first and last chunk of each collective (~1/8)
-            linear = 3.0 * gemm_f + np.where(rc == RECOMPUTE_FULL, gemm_f, 0.0)
+            linear = gemm_f + gemm_b + np.where(rc == RECOMPUTE_FULL, gemm_f, 0.0)
             tp_comm = np.maximum(tp_comm - linear, tp_comm / 8.0)
         ep_comm = n_coll * a2a if is_moe else np.zeros_like(compute)
         cp_comm = cp_fwd + cp_bwd + np.where(rc == RECOMPUTE_FULL, cp_fwd, 0.0)
         return compute, tp_comm, ep_comm, cp_comm
 
-    d_compute, d_tp, d_ep, d_cp = layer_time(dense_mlp, False)
-    m_compute, m_tp, m_ep, m_cp = layer_time(moe_mlp, True) if n_moe else (0.0, 0.0, 0.0, 0.0)
+    d_compute, d_tp, d_ep, d_cp = layer_time(dense_mlp, dense_mlp_b, False)
+    m_compute, m_tp, m_ep, m_cp = layer_time(moe_mlp, moe_mlp_b, True) if n_moe else (0.0, 0.0, 0.0, 0.0)
 
     def stage(n_dense, n_moe_layers):
         return (n_dense * d_compute + n_moe_layers * m_compute, n_dense * d_tp + n_moe_layers * m_tp,
@@ -608,8 +635,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     # output layer + vocab-parallel cross-entropy on the last stage (fp32 logits,
     # a few passes of 4 bytes per logit)
-    logit_gemm = gemm(tokens, vocab / tp, h)
-    logit_time = 3.0 * logit_gemm + tokens * vocab / tp * 16.0 / hbm_eff
+    logit_time = gemm(tokens, vocab / tp, h) + gemm_bwd(tokens, vocab / tp, h) + tokens * vocab / tp * 16.0 / hbm_eff
 
     embed_compute = embedding_time_s(tokens, h, vocab, tp, hbm_eff)
     # the partial rows of the vocabulary-parallel lookup are all-reduced across the

@@ -21,6 +21,8 @@ from partitioners.parallel3d_cost import (
     _ACTIVATION_FRAGMENTATION,
     _NVLINK_EFFICIENCY,
     _P2P_SYNC_S,
+    _gemm_backward_time_s,
+    _gemm_time_s,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
@@ -223,6 +225,16 @@ def test_nvlink_sharp_speeds_up_full_node_tensor_allreduces_but_not_sequence_par
     assert tp_s(h100, True, tp=8) == pytest.approx(tp_s(ring_only, True, tp=8))
     # ... and on four GPUs NVLS measures as the ring (NVIDIA/nccl#1455)
     assert tp_s(h100, False, tp=4, dp=2) == pytest.approx(tp_s(ring_only, False, tp=4, dp=2))
+
+
+def test_backward_gemms_use_their_own_shapes():
+    # (128 x 8192) @ (8192 x 128) on 108 SMs: the forward has one 128x128 output tile (one SM
+    # busy), dX (128 x 8192) and dW (8192 x 128) have 64 each; same FLOPs and saturation, so
+    # the backward takes 2 x 1/64 of the forward time (all three compute-bound)
+    args = (312e12, 0.92, 2.0e12, 108)
+    fwd = float(_gemm_time_s(np.float64(128), np.float64(128), np.float64(8192), *args))
+    bwd = float(_gemm_backward_time_s(np.float64(128), np.float64(128), np.float64(8192), *args))
+    assert bwd == pytest.approx(fwd * 2 / 64)
 
 
 def test_embedding_time_is_token_rows_plus_the_dense_vocabulary_gradient():

@@ -27,7 +27,16 @@ Published models this follows (and where it departs, why):
   "ZeRO", SC20, Section 3.1: ``(2 + 2 + K)`` with ``K = 12``), sharded over the
   data-parallel group by ZeRO stage 1 (optimizer), 2 (+ gradients), 3 (+ weights).
 * Pipeline bubble ``(p-1)/(v m)`` of 1F1B (``v = 1``) and interleaved schedules
-  (Narayanan et al. SC21, Section 2.2).
+  (Narayanan et al. SC21, Section 2.2), generalised to unequal stages
+  (:func:`pipeline_time_s`): the steady state runs at the slowest stage, fill and
+  drain at the mean one. The first stage also runs the vocabulary-parallel input
+  embedding (:func:`embedding_time_s` and its tensor-parallel all-reduce), the last
+  the output layer and loss; every send/recv of activations pays Megatron's host
+  synchronisation, ``2 v`` times per micro-batch; with tied embeddings the first and
+  last stages all-reduce the embedding gradient after the flush.
+* Backward GEMMs at their own shapes (``dX = dY W^T``, ``dW = X^T dY``), not as twice
+  the forward; tensor-parallel all-reduces across a full H100/H200 node use NVLink
+  SHARP (NCCL's NVLS), ~480/370 faster than the ring (NVIDIA/nccl-tests#212).
 * Collectives: the shared alpha-beta formulas of :mod:`partitioners.collectives`
   (ring all-reduce, reduce-scatter, all-gather, all-to-all, hierarchical
   all-reduce), evaluated as affine functions of the message size so one call per

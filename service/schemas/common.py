@@ -17,9 +17,9 @@ __all__ = ["Name", "Text", "FiniteFloat", "NonNegativeFloat", "PositiveFloat", "
 _NO_NUL = r"^[^\x00]*$"
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_NO_NUL)]
 Text = Annotated[str, StringConstraints(max_length=10_000, pattern=_NO_NUL)]
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
 Timestamp = datetime
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from service.schemas.common import Name, RequestModel
 
 __all__ = ["MoeModel", "MoeCluster", "MoePlacementIn", "MoeRebalanceRequest", "MoeRebalanceResponse", "MoeDeploymentRead"]
 
-Load = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False)]  # tokens; bounded so sums stay finite
+Load = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False, strict=True)]  # tokens; bounded so sums stay finite
 ExpertId = Annotated[int, Field(ge=-1, le=1_000_000)]
 
 

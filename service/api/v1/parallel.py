@@ -17,7 +17,7 @@ router = APIRouter(prefix="/parallel", tags=["parallel"])
 @router.post(
     "/plan",
     summary="Model shape + cluster + batch -> ranked 3D-parallel layouts with memory, MFU and the rank map",
-    responses=problem_responses(422),
+    responses=problem_responses(413, 422),
 )
 def plan(request: ParallelPlanRequest, principal: Annotated[Principal, Depends(require_scope("read"))]) -> dict:
     return parallel_plan(request)

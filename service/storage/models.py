@@ -25,6 +25,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    event,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -71,6 +72,20 @@ class Base(DeclarativeBase):
 
 def _tenant_fk() -> Mapped[str]:
     return mapped_column(String(36), ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False, index=True)
+
+
+@event.listens_for(Base, "load", propagate=True)
+@event.listens_for(Base, "refresh", propagate=True)
+def _times_are_utc(target, _context, _attrs=None) -> None:
+    """SQLite keeps no time zone: stored times are UTC, so say so on load (PostgreSQL already does).
+
+    Without this a plan read back on SQLite answers ``created_at`` without an offset,
+    which is not the RFC 3339 ``date-time`` its schema promises.
+    """
+    state = target.__dict__
+    for key, value in list(state.items()):
+        if isinstance(value, datetime) and value.tzinfo is None:
+            state[key] = value.replace(tzinfo=timezone.utc)
 
 
 class Tenant(Base):

@@ -95,6 +95,8 @@ CLASSIC_HEFT_MAX_OPS = 60_000
 RETIME_MAX_OPS = 300_000
 #: When no plan fits, memory overshoots within this fraction of the smallest count as equal.
 INFEASIBLE_TOLERANCE = 0.05
+#: Level 3 re-simulates only when faster tiers save at least this fraction of compute time.
+RETIME_MIN_GAIN = 0.01
 #: Simulations kept for refinement when ``auto`` chooses which extra candidates to score.
 REFINE_RESERVE = 2
 #: ``auto`` runs every applicable strategy; the others force one family.
@@ -840,9 +842,17 @@ def _finish(p: _Planner, best: int, *, raise_infeasible: bool) -> PlacementResul
     start_order = np.lexsort((np.arange(p.n), sim.op_start_s))
     final_priority = np.empty(p.n, dtype=np.float64)
     final_priority[start_order] = np.arange(p.n, 0, -1, dtype=np.float64)
-    retime = p.n <= RETIME_MAX_OPS and bool((plan0.tier != inv.device_main_tier[plan0.device]).any() if plan0.tier.size else False)
+    in_fast_tier = plan0.tier.size > 0 and bool((plan0.tier != inv.device_main_tier[plan0.device]).any())
+    retime = p.n <= RETIME_MAX_OPS and in_fast_tier
     if retime:
         times = tier_op_times_s(g, inv, placement, plan0, cost_model=p.cost_model)
+        ops = np.arange(p.n)
+        saved_s = float((p.times[ops, placement] - times[ops, placement]).sum())
+        # re-simulating (and re-planning offsets) only pays when the tiers save real time
+        retime = saved_s > RETIME_MIN_GAIN * float(sim.device_busy_s.sum())
+        if not retime:
+            p.notes.append("level 3: faster tiers save under 1% of compute time; schedule not re-timed")
+    if retime:
         final = simulate(g, inv, placement, op_times_s=times, priority=final_priority, cost_model=p.cost_model)
     else:
         if p.n > RETIME_MAX_OPS:

@@ -35,8 +35,15 @@ __all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF
 # NVIDIA A100 datasheet: 312 TFLOP/s dense BF16/FP16.
 A100_PEAK_BF16_FLOPS = 312e12
 
-SC21_SOFTWARE = {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False}
+# Megatron-LM of 2021: no flash attention, no sequence parallelism, tensor-parallel
+# all-reduces in line (the asynchronous input-gradient all-reduce came in 2022).
+SC21_SOFTWARE = {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
+                 "overlap_tp_backward": False}
 SC21_SEARCH = {"zero_stages": [0], "recompute": ["none", "full"]}
+# Megatron-LM as released with sequence parallelism: its column-parallel linears run the
+# backward reduce-scatter / all-gather asynchronously under their GEMMs
+# (LinearWithGradAccumulationAndAsyncCommunication), so overlap_tp_backward keeps its default
+# (True) -- an assumption: the paper does not say so for its runs.
 KORTHIKANTI_SOFTWARE = {"flash_attention": False, "sequence_parallel": True, "overlap_grad_reduce": False}
 KORTHIKANTI_SEARCH = {"zero_stages": [0], "recompute": ["none", "selective", "full"]}
 

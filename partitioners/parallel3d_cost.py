@@ -520,6 +520,10 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         return _gemm_backward_time_s(mm, nn, kk, peak_linear if linear else peak_bf16, eff, hbm, sms,
                                      linear_bytes if linear else 2.0, batch)
 
+    # the column-parallel linears' backward GEMMs (QKV, MLP up-projection): the window the
+    # asynchronous backward collectives run in (see layer_time)
+    qkv_dgrad, qkv_wgrad = gemm(tokens, h, (h + 2 * hk) / tp), gemm(h, (h + 2 * hk) / tp, tokens)
+    fc1_dgrad, fc1_wgrad = gemm(tokens, h, up * model.ffn / tp), gemm(h, up * model.ffn / tp, tokens)
     attn_proj = gemm(tokens, (h + 2 * hk) / tp, h) + gemm(tokens, h, h / tp)
     attn_proj_b = gemm_bwd(tokens, (h + 2 * hk) / tp, h) + gemm_bwd(tokens, h, h / tp)
     dense_mlp = gemm(tokens, up * model.ffn / tp, h) + gemm(tokens, h, model.ffn / tp)
@@ -544,9 +548,12 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                 + gemm_bwd(tokens, h, fe * moe.shared_experts / tp)
         moe_mlp = moe_mlp + gemm(tokens, float(moe.num_experts), h, linear=False)
         moe_mlp_b = moe_mlp_b + gemm_bwd(tokens, float(moe.num_experts), h, linear=False)
+        exp_dgrad = gemm(tokens_per_expert, h, up * fe / tp, batch=local_experts)
+        exp_wgrad = gemm(h, up * fe / tp, tokens_per_expert, batch=local_experts)
     else:
         moe_mlp = np.zeros_like(tokens)
         moe_mlp_b = np.zeros_like(tokens)
+        exp_dgrad = exp_wgrad = np.zeros_like(tokens)
 
     heads_local = a / tp
     if training.flash_attention:
@@ -611,6 +618,18 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         a2a = np.zeros_like(tokens)
         moe_elem = np.zeros_like(tokens)
 
+    def async_backward_tp(dgrad, wgrad):
+        """Exposed part of one column-parallel linear's asynchronous backward collectives.
+
+        Without sequence parallelism the input-gradient all-reduce runs under the
+        weight-gradient GEMM; with it, the input's all-gather under the input-gradient
+        GEMM and the input-gradient reduce-scatter under the weight-gradient GEMM (each
+        half the all-reduce's bytes).
+        """
+        if training.sequence_parallel:
+            return np.maximum(tp_ar / 2.0 - dgrad, 0.0) + np.maximum(tp_ar / 2.0 - wgrad, 0.0)
+        return np.maximum(tp_ar - wgrad, 0.0)
+
     def layer_time(mlp_gemm, mlp_gemm_b, is_moe: bool):
         gemm_f = attn_proj + mlp_gemm
         gemm_b = attn_proj_b + mlp_gemm_b
@@ -621,9 +640,22 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                                      np.where(rc == RECOMPUTE_SELECTIVE, np.where(training.flash_attention, 0.0,
                                                                                   attn_core_fwd), 0.0))
         # collectives per layer: 2 forward, 2 backward, 2 more when the forward is recomputed
+        # (all-reduce equivalents; all-gather + reduce-scatter with sequence parallelism)
         n_coll = 4.0 + np.where(rc == RECOMPUTE_FULL, 2.0, 0.0)
         compute = fwd_compute + bwd_compute + recompute_compute
         tp_comm = n_coll * tp_ar
+        if training.overlap_tp_backward and not training.overlap_tp_comm:
+            # Megatron's column-parallel linears (QKV, MLP up-projection) run their backward
+            # collectives asynchronously under their own GEMMs (Megatron-LM
+            # linear_with_grad_accumulation_and_async_allreduce: "the tensor parallel all
+            # reduce of the input gradients can be done asynchronously with the calculation
+            # of the weight gradients"); what stays in line is the forward's, the
+            # recomputed forward's and, with sequence parallelism, the all-gather of the
+            # output gradient in front of each row-parallel linear (one all-reduce's worth)
+            in_line = 2.0 + np.where(rc == RECOMPUTE_FULL, 2.0, 0.0) + (1.0 if training.sequence_parallel else 0.0)
+            up_dgrad, up_wgrad = (exp_dgrad, exp_wgrad) if is_moe else (fc1_dgrad, fc1_wgrad)
+            tp_comm = in_line * tp_ar + async_backward_tp(qkv_dgrad, qkv_wgrad) \
+                + async_backward_tp(up_dgrad, up_wgrad)
         if training.overlap_tp_comm:
             # pipelined all-gather/reduce-scatter under the neighbouring GEMMs (Transformer
             # Engine userbuffers; Wang et al., "Overlap communication with dependent

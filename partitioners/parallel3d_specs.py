@@ -230,6 +230,13 @@ class TrainingSpec:
     overlap_grad_reduce: bool = True
     # Tensor-parallel collectives pipelined under GEMMs (Megatron --tp-comm-overlap); opt-in.
     overlap_tp_comm: bool = False
+    # Backward tensor-parallel collectives of the column-parallel linears launched
+    # asynchronously under their GEMMs: the input-gradient all-reduce (reduce-scatter with
+    # sequence parallelism) under the weight-gradient GEMM, and with sequence parallelism
+    # the input's re-all-gather under the input-gradient GEMM (Megatron-LM
+    # ``linear_with_grad_accumulation_and_async_allreduce``, on by default since 2022,
+    # ``--no-async-tensor-model-parallel-allreduce`` turns it off). The 2021 code had not.
+    overlap_tp_backward: bool = True
     # Megatron keeps fp32 "main_grad" buffers (4 B/param); DeepSpeed ZeRO keeps bf16 (2 B).
     grad_bytes_per_param: int = 4
 
@@ -518,6 +525,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             sequence_parallel=bool(data.get("sequence_parallel", True)),
             overlap_grad_reduce=bool(data.get("overlap_grad_reduce", True)),
             overlap_tp_comm=bool(data.get("overlap_tp_comm", False)),
+            overlap_tp_backward=bool(data.get("overlap_tp_backward", True)),
             grad_bytes_per_param=_positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):

@@ -200,7 +200,8 @@ def test_time_breakdown_accounts_for_the_whole_step(lay):
 def test_tensor_parallel_time_is_four_allreduces_per_layer_plus_the_embedding_on_nvlink():
     model = model_from_dict(GPT_SMALL)
     cluster = cluster_from_dict(A100_NODE)
-    training = training_from_dict({"global_batch_sequences": 4})
+    # the 2021 code: every collective in line
+    training = training_from_dict({"global_batch_sequences": 4, "overlap_tp_backward": False})
     pred = predict_layouts(model, cluster, training, layouts(dp=2, tp=4, mbs=1))
     link = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
     one = allreduce_time_s(32 * 64 * 2, 4, link)  # s x h bf16 activations of one micro-batch
@@ -284,11 +285,30 @@ def test_tied_embeddings_add_a_first_last_stage_gradient_allreduce_only_with_a_p
     assert dp_s[True][0] == dp_s[False][0] == 0.0
 
 
+@pytest.mark.parametrize("sequence_parallel, in_line", [(False, 2), (True, 3)])
+def test_async_backward_collectives_hide_under_large_column_parallel_gemms(sequence_parallel, in_line):
+    # Megatron's column-parallel linears reduce their input gradient (and, with sequence
+    # parallelism, re-gather their input) asynchronously under their own GEMMs: with large
+    # GEMMs only the forward's two all-reduce equivalents stay in line, plus, with sequence
+    # parallelism, the output-gradient all-gathers of the two row-parallel linears (one more)
+    model = model_from_dict({"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 4096,
+                             "vocab_size": 32000})
+    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
+    lay = layouts(dp=1, tp=8, mbs=1)
+    t = {}
+    for overlap in (False, True):
+        training = training_from_dict({"global_batch_sequences": 8, "sequence_parallel": sequence_parallel,
+                                       "overlap_tp_backward": overlap})
+        t[overlap] = float(predict_layouts(model, cluster, training, lay)["tp_comm_s"][0])
+    # per micro-batch: 4 layers x (4 -> in_line) collectives, plus the embedding's one in both
+    assert t[True] == pytest.approx(t[False] * (4 * in_line + 1) / (4 * 4 + 1))
+
+
 def test_overlapping_tp_communication_hides_it_under_the_gemms():
     model = model_from_dict({"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 4096,
                              "vocab_size": 32000})
     cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
-    plain = training_from_dict({"global_batch_sequences": 8})
+    plain = training_from_dict({"global_batch_sequences": 8, "overlap_tp_backward": False})
     overlapped = training_from_dict({"global_batch_sequences": 8, "overlap_tp_comm": True})
     lay = layouts(dp=1, tp=8, mbs=1)
     exposed = float(predict_layouts(model, cluster, overlapped, lay)["tp_comm_s"][0])

@@ -52,7 +52,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, (str, int, float, bool)) or value is None:
-        return value if not isinstance(value, str) else value[:200]
+        return value if not isinstance(value, str) else value[:200].encode("utf-8", "replace").decode("utf-8")
     return None
 
 

@@ -47,15 +47,43 @@ def canonical_hash(document: object) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def _storable_text(graph: Hypergraph) -> Hypergraph:
+    """Reject names a database cannot store: NUL (PostgreSQL text and JSONB refuse it) or
+    unpaired surrogates (not encodable as UTF-8). One pass over the joined names."""
+    pieces = [graph.name, *graph.op_names.tolist(), *graph.op_types.tolist(), *graph.tensor_names.tolist(), *graph.warnings]
+    pieces += [d for d in (graph.tensor_dtypes or ()) if isinstance(d, str)]
+    pieces += [d for shape in (graph.tensor_shapes or ()) if shape for d in shape if isinstance(d, str)]
+    if graph.op_device_types is not None:
+        pieces += [t for types in graph.op_device_types.tolist() if types for t in types if isinstance(t, str)]
+    if _unstorable("\n".join(pieces)):
+        culprit = next(piece for piece in pieces if _unstorable(piece))
+        raise InvalidInput(
+            f"The name {culprit!r} holds a NUL character or an unpaired surrogate; names must be plain UTF-8 text.",
+            field="graph",
+            code="bad-name",
+        )
+    return graph
+
+
+def _unstorable(text: str) -> bool:
+    if "\x00" in text:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def ingest_json_graph(document: dict, *, max_ops: int) -> IngestedGraph:
-    graph = graph_from_json(document, max_ops=max_ops, max_tensors=4 * max_ops)
+    graph = _storable_text(graph_from_json(document, max_ops=max_ops, max_tensors=4 * max_ops))
     return IngestedGraph(graph=graph, model_hash=model_hash(graph), source_format="json")
 
 
 def ingest_onnx_graph(data: bytes, *, dims: dict[str, int], max_ops: int) -> IngestedGraph:
     if not data:
         raise InvalidInput("The ONNX part is empty; send the model file's bytes.", field="model", code="malformed-onnx")
-    graph = graph_from_onnx_bytes(data, dims=dims, max_ops=max_ops)
+    graph = _storable_text(graph_from_onnx_bytes(data, dims=dims, max_ops=max_ops))
     return IngestedGraph(graph=graph, model_hash=model_hash(graph), source_format="onnx")
 
 

@@ -10,13 +10,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 __all__ = ["Name", "Text", "FiniteFloat", "NonNegativeFloat", "PositiveFloat", "RequestModel", "Page", "Timestamp"]
 
 _NO_NUL = r"^[^\x00]*$"
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_NO_NUL)]
-Text = Annotated[str, StringConstraints(max_length=10_000, pattern=_NO_NUL)]
+
+
+def _utf8(value: str) -> str:
+    """JSON's \\ud800 escapes decode to unpaired surrogates that no database can store."""
+    value.encode("utf-8")  # UnicodeEncodeError is a ValueError: a 422 naming the field
+    return value
+
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_NO_NUL), AfterValidator(_utf8)]
+Text = Annotated[str, StringConstraints(max_length=10_000, pattern=_NO_NUL), AfterValidator(_utf8)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]

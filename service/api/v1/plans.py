@@ -48,6 +48,10 @@ _MULTIPART_SCHEMA = {
 }
 
 
+def _unreadable(exc: Exception) -> str:
+    return "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+
+
 def _json_part(value, part: str) -> dict:
     if value is None:
         return {}
@@ -56,6 +60,8 @@ def _json_part(value, part: str) -> dict:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UnprocessableInput(f"The '{part}' part is not valid JSON: {exc.msg} at position {exc.pos}.") from None
+    except (ValueError, RecursionError) as exc:  # integers of > 4300 digits, nesting past the recursion limit
+        raise UnprocessableInput(f"The '{part}' part is not JSON this service can read: {_unreadable(exc)}.") from None
     if not isinstance(document, dict):
         raise UnprocessableInput(f"The '{part}' part must be a JSON object.")
     return document
@@ -76,6 +82,8 @@ def _submission_from_json(body: bytes) -> PlanSubmission:
         document = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UnprocessableInput(f"The body is not valid JSON: {exc}.") from None
+    except (ValueError, RecursionError) as exc:  # integers of > 4300 digits, nesting past the recursion limit
+        raise UnprocessableInput(f"The body is not JSON this service can read: {_unreadable(exc)}.") from None
     if not isinstance(document, dict):
         raise UnprocessableInput("The body must be a JSON object with 'graph' (or 'graph_id'), 'inventory' and 'options'.")
     graph = document.get("graph")

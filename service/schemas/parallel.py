@@ -52,6 +52,9 @@ class ClusterShape(RequestModel):
     inter_node_latency_s: PositiveFloat | None = None
     sm_count: int | None = Field(None, ge=1, le=10_000)
     gemm_efficiency_max: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    nvls_allreduce_speedup: float | None = Field(
+        None, ge=1, le=10, allow_inf_nan=False, description="In-switch (NVLink SHARP) all-reduce speed-up over the ring."
+    )
     name: Name | None = None
     inventory: InventoryDocument | PresetInventory | None = Field(
         None, description="Or a hyperplace inventory (identical nodes of one GPU type) instead of the fields above."
@@ -65,6 +68,7 @@ class TrainingSettings(RequestModel):
     flash_attention: bool = True
     sequence_parallel: bool = True
     overlap_grad_reduce: bool = True
+    overlap_tp_backward: bool = Field(True, description="Backward tensor-parallel collectives overlap the GEMMs (Megatron async all-reduce).")
 
 
 class LayoutConstraints(RequestModel):

@@ -5,7 +5,7 @@ Run: ``.venv/bin/python -m bench.parallel3d`` (about half a minute on one core).
 Prints
 1. for every published row (Narayanan et al. SC21 Table 1, Korthikanti et al. 2022):
    the published (tp, pp), the planner's top three (tp, pp), whether the published
-   one is first / in the top three / tied with the first (within the 2% tolerance),
+   one is first / in the top three / tied with the first (within the tie tolerance, Constraints.tie_tolerance),
    how much slower the planner predicts the published (tp, pp) than its first choice,
    and the predicted utilisation of the published layout against the published one
    (SC21 reports hardware FLOPs including recomputation, so HFU is compared there;
@@ -29,6 +29,7 @@ from bench.published_runs import KNOWN_OUT_OF_MEMORY, KORTHIKANTI22, SC21_FIGURE
 from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_parallel_layout
 from partitioners.parallel3d_cost import predict_layouts
 from partitioners.parallel3d_specs import (
+    Constraints,
     cluster_from_dict,
     constraints_from_dict,
     model_from_dict,
@@ -85,7 +86,7 @@ def agreement_table() -> None:
     n = len(rows)
     errs = np.abs(np.array(errors))
     print(f"top-1 (tp,pp) agreement: {top1}/{n} = {top1 / n:.0%}   top-3: {top3}/{n} = {top3 / n:.0%}   "
-          f"top-1 or tied with it (2%): {tie1}/{n} = {tie1 / n:.0%}")
+          f"top-1 or tied with it ({Constraints().tie_tolerance:.0%}): {tie1}/{n} = {tie1 / n:.0%}")
     print(f"predicted step time of the best published (tp,pp) above the planner's first choice: median "
           f"{np.median(gaps):.1%}, max {np.max(gaps):.1%}")
     print(f"utilisation error of published layouts: mean |err| {errs.mean():.1%}, max |err| {errs.max():.1%}, "

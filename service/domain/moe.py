@@ -13,7 +13,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from partitioners.moe import BalanceStats, RebalanceResult, rebalance
+from partitioners.moe import rebalance
 from service.errors import NotFound, PayloadTooLarge, UnprocessableInput
 from service.schemas.moe import MoeRebalanceRequest
 from service.settings import Settings
@@ -21,12 +21,6 @@ from service.storage.blobs import pack_json, unpack_json
 from service.storage.models import MoeDeployment, MoePlacement, utcnow
 
 __all__ = ["rebalance_request", "deployment_read"]
-
-
-def _balance(stats: BalanceStats | None) -> dict | None:
-    if stats is None:
-        return None
-    return {"mean": stats.mean, "worst": stats.worst, "per_layer": stats.per_layer.tolist()}
 
 
 def _deployment(session: Session, tenant_id: str, name: str) -> MoeDeployment | None:
@@ -40,36 +34,6 @@ def _current_placement(session: Session, deployment: MoeDeployment) -> np.ndarra
         select(MoePlacement).where(MoePlacement.deployment_id == deployment.id, MoePlacement.version == deployment.current_version)
     )
     return None if row is None else np.asarray(unpack_json(row.placement), dtype=np.int64)
-
-
-def _response(result: RebalanceResult, compute_ms: float, expert_bytes: int) -> dict:
-    m = result.migrations
-    copies = [
-        {"layer": layer, "gpu": gpu, "slot": slot, "logical_expert": expert, "source_gpu": source, "cross_node": cross}
-        for layer, gpu, slot, expert, source, cross in zip(
-            m.layer.tolist(), m.gpu.tolist(), m.slot.tolist(), m.logical_expert.tolist(), m.source_gpu.tolist(), m.cross_node.tolist()
-        )
-    ]
-    return {
-        "physical_to_logical": result.physical_to_logical.tolist(),
-        "logical_to_physical": result.logical_to_physical.tolist(),
-        "logical_count": result.logical_count.tolist(),
-        "balance_before": _balance(result.balance_before),
-        "balance_after": _balance(result.balance_after),
-        "lower_bound": _balance(result.lower_bound),
-        "migrations": {
-            "count": m.count,
-            "cross_node": m.cross_node_count,
-            "from_storage": m.from_storage_count,
-            "bytes": m.count * expert_bytes,
-            "copies": copies,
-        },
-        "slots_moved_fraction": result.slots_moved_fraction,
-        "kept_current": bool(result.kept_current),
-        "reason": result.reason,
-        "layer_action": [str(a) for a in result.layer_action.tolist()],
-        "compute_ms": round(compute_ms, 3),
-    }
 
 
 def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceRequest, settings: Settings) -> dict:
@@ -104,11 +68,14 @@ def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceReq
         expert_bytes=model.get("expert_bytes", 0),
         min_improvement=min_improvement,
         node_local=request.node_local,
+        num_expert_groups=model.get("num_expert_groups"),
         num_moe_layers=model["num_moe_layers"],
         num_logical_experts=model["num_logical_experts"],
     )
     compute_ms = (time.perf_counter() - started) * 1000
-    response = _response(result, compute_ms, int(model.get("expert_bytes", 0)))
+    response = result.as_dict()
+    response["slots_moved_fraction"] = result.slots_moved_fraction
+    response["compute_ms"] = round(compute_ms, 3)
 
     if request.deployment:
         now = utcnow()

@@ -59,11 +59,19 @@ class BalanceRead(BaseModel):
 
 
 class MigrationsRead(BaseModel):
+    """Expert copies to write, column-wise: copy i writes ``logical_expert[i]`` of ``layer[i]`` into ``slot[i]`` on ``gpu[i]``."""
+
     count: int
-    cross_node: int
-    from_storage: int
-    bytes: int
-    copies: list[dict] = Field(description="layer, gpu, slot, logical_expert, source_gpu (-1: from storage), cross_node")
+    cross_node_count: int
+    from_storage_count: int
+    total_bytes: int
+    slots_moved_fraction: float
+    layer: list[int]
+    gpu: list[int]
+    slot: list[int]
+    logical_expert: list[int]
+    source_gpu: list[int] = Field(description="A GPU holding the expert now (same node preferred); -1: load from storage.")
+    cross_node: list[bool]
 
 
 class MoeRebalanceResponse(BaseModel):
@@ -78,6 +86,7 @@ class MoeRebalanceResponse(BaseModel):
     kept_current: bool
     reason: str
     layer_action: list[str]
+    layer_policy: list[str]
     compute_ms: float
     deployment: str | None = None
     version: int | None = None

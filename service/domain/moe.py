@@ -95,8 +95,8 @@ def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceReq
                 balance={"before": response["balance_before"] and {k: response["balance_before"][k] for k in ("mean", "worst")},
                          "after": {k: response["balance_after"][k] for k in ("mean", "worst")}},
                 slots_moved=result.migrations.count,
-                load=pack_json(np.asarray(request.load).tolist()),
-                placement=pack_json(response["physical_to_logical"]),
+                load=pack_json(request.load, level=1),  # the online path: speed over ratio
+                placement=pack_json(response["physical_to_logical"], level=1),
                 created_at=now,
             )
         )

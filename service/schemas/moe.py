@@ -76,7 +76,7 @@ class MigrationsRead(BaseModel):
 
 class MoeRebalanceResponse(BaseModel):
     physical_to_logical: list[list[int]]
-    logical_to_physical: list[list[list[int]]]
+    logical_to_physical: list[list[list[int]]] = Field(description="Per layer, per logical expert, its physical slots.")
     logical_count: list[list[int]]
     balance_before: BalanceRead | None
     balance_after: BalanceRead

@@ -13,8 +13,9 @@ from typing import Any
 __all__ = ["pack_json", "unpack_json"]
 
 
-def pack_json(document: Any) -> bytes:
-    return zlib.compress(json.dumps(document, separators=(",", ":"), allow_nan=False).encode(), 6)
+def pack_json(document: Any, *, level: int = 6) -> bytes:
+    """zlib-compressed compact JSON; ``level=1`` for latency-critical writes (3x faster, a little larger)."""
+    return zlib.compress(json.dumps(document, separators=(",", ":"), allow_nan=False).encode(), level)
 
 
 def unpack_json(blob: bytes) -> Any:

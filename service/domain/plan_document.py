@@ -68,13 +68,14 @@ def _candidates(result: PlacementResult) -> list[dict]:
 
 
 def _tensors(result: PlacementResult, inventory: Inventory) -> dict[str, list[dict]]:
-    graph = result.graph
-    plan = result.memory_plan
-    names = inventory.device_names
-    tiers = inventory.tier_names
+    """Tensor name -> one ``{device, tier, offset}`` per device holding it (tier None: fits nowhere)."""
+    graph, plan = result.graph, result.memory_plan
+    device_names, tiers = inventory.device_names, inventory.tier_names
     out: dict[str, list[dict]] = {}
     for tensor, device, tier, offset in zip(plan.tensor.tolist(), plan.device.tolist(), plan.tier.tolist(), plan.offset_bytes.tolist()):
-        out.setdefault(str(graph.tensor_names[tensor]), []).append({"device": str(names[device]), "tier": tiers[tier], "offset": int(offset)})
+        out.setdefault(str(graph.tensor_names[tensor]), []).append(
+            {"device": str(device_names[device]), "tier": tiers[tier] if tier >= 0 else None, "offset": int(offset)}
+        )
     return out
 
 
@@ -120,16 +121,7 @@ def plan_document(result: PlacementResult, inventory: Inventory) -> tuple[str, d
     body: dict = {
         "ops": dict(zip(graph.op_names.tolist(), device_names[result.placement].tolist())),
         "tensors": _tensors(result, inventory),
-        "transfers": [
-            {
-                "tensor": str(graph.tensor_names[record["tensor"]]),
-                "src": str(device_names[record["src"]]),
-                "dst": [str(device_names[d]) for d in record["dst"]],
-                "bytes": record["bytes"],
-                "link_class": record["link_class"],
-            }
-            for record in result.transfers.grouped()
-        ],
+        "transfers": result.transfers.grouped(graph, inventory),
         "candidates": _candidates(result),
         "notes": list(result.notes),
     }

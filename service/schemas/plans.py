@@ -140,7 +140,7 @@ class Transfer(BaseModel):
 
 class TensorPlacement(BaseModel):
     device: str
-    tier: str
+    tier: str | None = Field(description="Memory tier; null when the plan is infeasible and the tensor fits nowhere.")
     offset: int
 
 

@@ -46,7 +46,6 @@ from partitioners.collectives import (
     alltoall_time_s,
     hierarchical_allgather_time_s,
     hierarchical_allreduce_time_s,
-    hierarchical_alltoall_time_s,
     p2p_time_s,
 )
 from partitioners.errors import InvalidInput

@@ -81,6 +81,7 @@ __all__ = [
     "TransferPlan",
     "PlacementResult",
     "place",
+    "evaluate_placement",
     "simulation_budget",
 ]
 
@@ -733,6 +734,39 @@ def _hybrid_shapes(m: int, k_max: int, low_memory: bool) -> list[tuple[int, int]
     if low_memory:
         return sorted(combos, key=lambda c: (c[1], -c[0]))
     return sorted(combos, key=lambda c: (-(c[0] * c[1]), -c[1]))
+
+
+def evaluate_placement(
+    graph: Hypergraph,
+    inventory: Inventory,
+    placement: np.ndarray,
+    options: PlacementOptions | None = None,
+    *,
+    cost_model: CostModel | None = None,
+    name: str = "given",
+) -> PlacementResult:
+    """Finish a given placement the way :func:`place` finishes its winner.
+
+    ``placement`` assigns every operator of the *expanded* graph (training and
+    micro-batch expansion of ``graph`` per ``options``) to a device. It is scored as
+    the only candidate, then gets level-3 tiers, the final simulation, its
+    transfers and its feasibility verdict. Re-planning uses this to price "keep the
+    old placement" and minimal-movement variants with the same rules as new plans.
+
+    Raises
+    ------
+    InvalidInput
+        ``placement`` does not have one device per expanded operator.
+    Infeasible
+        The placement does not fit in memory (unless ``options.allow_infeasible``).
+    """
+    options = options or PlacementOptions()
+    planner = _Planner(graph, inventory, options, cost_model)
+    placement = np.asarray(placement, dtype=np.int64)
+    if placement.shape != (planner.n,):
+        raise InvalidInput("the placement needs one device per operator of the expanded graph", field="placement")
+    index = planner.evaluate(name, placement)
+    return _finish(planner, index, raise_infeasible=not options.allow_infeasible)
 
 
 def _run_candidates(p: _Planner) -> None:

@@ -691,8 +691,6 @@ def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_i
         return
     t = max(1, min(_HOT_PER_ITER, gpus // 2))
     k = max(1, min(_SWAP_PARTNERS, (gpus - t) // t))
-    slots_per_gpu = state.slots.shape[2]
-    experts = state.load.shape[1]
     mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
     repairing = ctx.original is not None
     active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
@@ -945,7 +943,6 @@ def _adjust_counts(
         return
     load = state.load[layers]
     gpus = state.slots.shape[1]
-    slots_per_gpu = state.slots.shape[2]
     counts = state.counts[layers]
     safe_cap = np.where(cap[layers] > 0, cap[layers], 1.0)
     need = np.clip(np.ceil(load / safe_cap[:, None]), 1, gpus).astype(np.int64)

@@ -30,7 +30,6 @@ References
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -272,14 +271,6 @@ def placement_result(
     Infeasible
         The placement does not fit in memory (unless ``options.allow_infeasible``).
     """
-    from partitioners import hierarchical
+    from partitioners.hierarchical import evaluate_placement
 
-    planner = hierarchical._Planner(graph, inventory, options, cost_model)
-    if np.asarray(placement).shape != (planner.n,):
-        raise InvalidInput("the placement needs one device per operator of the expanded graph", field="placement")
-    index = planner.evaluate(name, np.asarray(placement, dtype=np.int64))
-    # hierarchical has no public "finish this placement" entry yet; follow _finish's signature
-    extra = {}
-    if "raise_infeasible" in inspect.signature(hierarchical._finish).parameters:
-        extra["raise_infeasible"] = not options.allow_infeasible
-    return hierarchical._finish(planner, index, **extra)
+    return evaluate_placement(graph, inventory, placement, options, cost_model=cost_model, name=name)

@@ -192,7 +192,6 @@ def expand_graph(graph: Hypergraph, *, mode: str = "inference", micro_batches: i
     step_params = np.zeros(0, dtype=np.int64)
     pgrad_owner_b = np.zeros(0, dtype=np.int64)
     pgrad_local = np.zeros(0, dtype=np.int64)
-    pgrad_param = np.zeros(0, dtype=np.int64)
 
     if training:
         n_block_ops = 2 * n
@@ -229,7 +228,6 @@ def expand_graph(graph: Hypergraph, *, mode: str = "inference", micro_batches: i
         step_params = np.unique(gp_t)
         pgrad_owner_b = np.searchsorted(step_params, gp_t)
         pgrad_local = gp_local
-        pgrad_param = gp_t
 
     block = n_local + sum(x.shape[0] for x in new_local_bytes)
     t_in_owner = np.concatenate(tmpl_in_owner)

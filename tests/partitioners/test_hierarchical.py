@@ -193,8 +193,7 @@ def test_transfers_are_exactly_the_remote_tensors_with_their_link_class():
     t, s, d = remote_transfers(r.graph, r.placement)
     assert r.transfers.tensor.tolist() == t.tolist()
     assert r.transfers.dst.tolist() == d.tolist()
-    same_group = r.placement[0] // 2  # noqa: F841 (groups are d0,d1 | d2,d3)
-    expected_class = np.where(s // 2 == d // 2, 1, 2)
+    expected_class = np.where(s // 2 == d // 2, 1, 2)  # groups are d0,d1 | d2,d3
     assert r.transfers.link_class.tolist() == expected_class.tolist()
     for rec in r.transfers.grouped():
         assert rec["src"] not in rec["dst"]

@@ -23,7 +23,7 @@ from service.domain import plan_views
 from service.domain.planning import PlanSubmission, submit_plan
 from service.errors import NotFound, UnprocessableInput
 from service.schemas.common import Page
-from service.schemas.plans import GraphRead, PlanCreate, PlanOptions, PlanRead
+from service.schemas.plans import GraphRead, PlanCreate, PlanRead
 from service.storage import plans as plans_repo
 
 router = APIRouter(tags=["plans"])

@@ -53,7 +53,9 @@ bench: install-dev
 	$(BIN)/python -m bench.simulate
 	$(BIN)/python -m bench.placement
 	$(BIN)/python -m bench.moe
+	$(BIN)/python -m bench.moe_http
 	$(BIN)/python -m bench.parallel3d
+	$(BIN)/python -m bench.feedback
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache hyperplace.sqlite3*

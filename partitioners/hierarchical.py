@@ -49,6 +49,7 @@ candidate order and device id. The same request gives the same plan.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -668,6 +669,7 @@ def place(
     options: PlacementOptions | None = None,
     *,
     cost_model: CostModel | None = None,
+    on_progress: Callable[[float], None] | None = None,
 ) -> PlacementResult:
     """Place every operator of ``graph`` on a device of ``inventory`` and plan its memory.
 
@@ -679,6 +681,9 @@ def place(
     options : PlacementOptions, optional
     cost_model : CostModel, optional
         Operator and link costs (defaults to ``CostModel()``).
+    on_progress : callable, optional
+        Called with the fraction of the work done (0..1) after each scored
+        candidate, so a job runner can report progress; it must not raise.
 
     Returns
     -------
@@ -701,9 +706,11 @@ def place(
     """
     options = options or PlacementOptions()
     planner = _Planner(graph, inventory, options, cost_model)
-    _run_candidates(planner)
+    _run_candidates(planner, on_progress or (lambda fraction: None))
     best = planner.best_index()
     best = refine_best(planner, best)
+    if on_progress is not None:
+        on_progress(0.9)
     analytic = planner.evaluated[best][3] is None
     result = _finish(planner, best, raise_infeasible=not (options.allow_infeasible or analytic))
     if result.feasible or not analytic:
@@ -769,7 +776,7 @@ def evaluate_placement(
     return _finish(planner, index, raise_infeasible=not options.allow_infeasible)
 
 
-def _run_candidates(p: _Planner) -> None:
+def _run_candidates(p: _Planner, on_progress: Callable[[float], None]) -> None:
     """Score the applicable candidates: one of each family always, more while the budget lasts."""
     want = p.options.strategy
     k_max = int(p.devices.shape[0])
@@ -816,9 +823,11 @@ def _run_candidates(p: _Planner) -> None:
     essential = [c for f in families for c in fams[f][: 2 if f == "heft" else 1]]
     extra = [c for f in families for c in fams[f][2 if f == "heft" else 1 :]]
     reserve = REFINE_RESERVE if want == "auto" else 0
-    for name, build in essential:
+    n_planned = max(1, len(essential) + len(extra))
+    for done, (name, build) in enumerate(essential, start=1):
         placement, priority, note = build()
         p.evaluate(name, placement, priority, note=note)
+        on_progress(0.8 * done / n_planned)
     if allowed("heft") and not any(c.feasible for c in p.candidates):
         # memory-bound: HEFT again with the budget it overran scaled down
         over = [c for c in p.candidates if c.strategy == "heft-contention"]
@@ -826,11 +835,12 @@ def _run_candidates(p: _Planner) -> None:
             scale = 0.85 / over[0].peak_memory_fraction * 0.95
             placement, priority = p.heft(p.devices, contention=True, budget_scale=scale)
             p.evaluate("heft-contention/tight", placement, priority, note=f"memory budget x{scale:.2f}")
-    for name, build in extra:
+    for done, (name, build) in enumerate(extra, start=len(essential) + 1):
         if p.sims_left <= reserve:
             break
         placement, priority, note = build()
         p.evaluate(name, placement, priority, note=note)
+        on_progress(0.8 * done / n_planned)
 
 
 def refine_best(p: _Planner, best: int) -> int:

@@ -64,14 +64,20 @@ def claim_next_job(session: Session, worker_id: str, lease_s: float) -> Job | No
     return job
 
 
-def extend_lease(session: Session, job_id: str, worker_id: str, lease_s: float, progress: float | None = None) -> bool:
-    """Heartbeat: push the lease forward if this worker still holds it."""
+def extend_lease(
+    session: Session, job_id: str, worker_id: str, lease_s: float, *, plan_id: str | None = None, progress: float | None = None
+) -> bool:
+    """Heartbeat: push the lease forward (and record the plan's progress) if this worker still holds it."""
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.lease_owner == worker_id, Job.status == "running")
         .values(lease_expires_at=utcnow() + timedelta(seconds=lease_s))
     )
-    return result.rowcount == 1
+    if result.rowcount != 1:
+        return False
+    if plan_id is not None and progress is not None:
+        session.execute(update(Plan).where(Plan.id == plan_id, Plan.status == "running").values(progress=progress))
+    return True
 
 
 def _finish_if_leased(session: Session, job: Job, worker_id: str, status: str) -> bool:
@@ -120,12 +126,15 @@ def process_one(session_factory: sessionmaker[Session], settings: Settings, work
     log.info("job claimed", attempt=job.attempts)
 
     stop_heartbeat = threading.Event()
+    progress = {"fraction": 0.0}  # written by the planner's callback, read by the heartbeat
 
     def heartbeat() -> None:
-        while not stop_heartbeat.wait(settings.job_lease_s / 3):
+        while not stop_heartbeat.wait(min(settings.job_lease_s / 3, 2.0)):
             try:
                 with session_factory() as hb_session, hb_session.begin():
-                    if not extend_lease(hb_session, job.id, worker_id, settings.job_lease_s):
+                    if not extend_lease(
+                        hb_session, job.id, worker_id, settings.job_lease_s, plan_id=job.plan_id, progress=progress["fraction"]
+                    ):
                         return
             except Exception:  # database blip: the next beat tries again
                 log.warning("lease heartbeat failed", exc_info=True)
@@ -133,7 +142,7 @@ def process_one(session_factory: sessionmaker[Session], settings: Settings, work
     beat = threading.Thread(target=heartbeat, name=f"lease-{job.id[:8]}", daemon=True)
     beat.start()
     try:
-        run_planning_job(session_factory, job, worker_id)
+        run_planning_job(session_factory, job, worker_id, on_progress=lambda fraction: progress.update(fraction=fraction))
     finally:
         stop_heartbeat.set()
         beat.join(timeout=5)

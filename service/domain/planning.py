@@ -75,10 +75,16 @@ def placement_options(options: dict) -> PlacementOptions:
     )
 
 
-def compute_plan(graph: Hypergraph, inventory: Inventory, options: dict, cost_model: CostModel | None = None) -> tuple[str, dict, dict]:
+def compute_plan(
+    graph: Hypergraph,
+    inventory: Inventory,
+    options: dict,
+    cost_model: CostModel | None = None,
+    on_progress: Callable[[float], None] | None = None,
+) -> tuple[str, dict, dict]:
     """Place and describe: ``(strategy, summary, body)`` where body is the stored result document."""
     started = time.perf_counter()
-    result = place(graph, inventory, placement_options(options), cost_model=cost_model)
+    result = place(graph, inventory, placement_options(options), cost_model=cost_model, on_progress=on_progress)
     strategy, summary, body = plan_document(result, inventory)
     summary["planning_s"] = round(time.perf_counter() - started, 4)
     return strategy, summary, body
@@ -202,7 +208,9 @@ def load_plan_inputs(session: Session, plan: Plan) -> tuple[Hypergraph, Inventor
     return graph_from_json(unpack_json(graph_row.canonical)), inventory_from_json(unpack_json(inventory_row.body))
 
 
-def run_planning_job(session_factory: sessionmaker[Session], job: Job, worker_id: str) -> None:
+def run_planning_job(
+    session_factory: sessionmaker[Session], job: Job, worker_id: str, on_progress: Callable[[float], None] | None = None
+) -> None:
     """Worker side of a job: load inputs, plan with no transaction open, complete under the lease."""
     from service.domain.jobs import complete_job, fail_job
 
@@ -223,7 +231,7 @@ def run_planning_job(session_factory: sessionmaker[Session], job: Job, worker_id
 
         cost_model = cost_model_from_factors(calibration, inventory)
     try:
-        strategy, summary, body = compute_plan(graph, inventory, options, cost_model)
+        strategy, summary, body = compute_plan(graph, inventory, options, cost_model, on_progress)
     except Exception as exc:  # a planning failure is the job's outcome, not the worker's
         log.warning("planning failed", error=str(exc)[:500])
         with session_factory() as session, session.begin():

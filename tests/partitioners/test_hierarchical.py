@@ -333,3 +333,10 @@ def test_plan_records_name_tensors_devices_and_tiers():
     assert {x["tier"] for x in recs} == {"HBM"}
     assert {x["tensor"] for x in recs} == set(r.graph.tensor_names.tolist())
     assert r.transfers.grouped(r.graph, cluster(4)) == []  # two independent chains need no traffic
+
+
+def test_progress_is_reported_in_order_up_to_the_end():
+    seen: list[float] = []
+    place(synthetic_hypergraph(300, lanes=6, seed=4), cluster(4), cost_model=IDEAL, on_progress=seen.append)
+    assert seen and seen == sorted(seen)
+    assert 0.0 < seen[0] and seen[-1] >= 0.9 and max(seen) <= 1.0

@@ -145,3 +145,19 @@ def test_a_killed_workers_job_is_claimed_again_and_completes_once(job_client, se
         job = session.scalar(select(Job).where(Job.plan_id == plan_id))
         assert job.status == "done" and job.attempts == 2
         assert session.get(Plan, plan_id).finished_at is not None
+
+
+def test_the_heartbeat_records_progress_while_the_lease_is_held(job_client, session_factory):
+    from service.domain.jobs import extend_lease
+
+    plan_id = job_client.post("/v1/plans", json=plan_request(diamond_graph("progress"), seed=77)).json()["id"]
+    with session_factory() as session, session.begin():
+        job = claim_next_job(session, "progress-worker", 30)
+        while job is not None and job.plan_id != plan_id:
+            job = claim_next_job(session, "progress-worker", 30)
+        job_id = job.id
+    with session_factory() as session, session.begin():
+        assert extend_lease(session, job_id, "progress-worker", 30, plan_id=plan_id, progress=0.4)
+        assert not extend_lease(session, job_id, "someone-else", 30, plan_id=plan_id, progress=0.9)
+    plan = job_client.get(f"/v1/plans/{plan_id}").json()
+    assert plan["status"] == "running" and plan["progress"] == pytest.approx(0.4)

@@ -48,6 +48,12 @@ def route_template(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
     if not path:
+        # plain Starlette routes (/docs, /openapi.json) record only their endpoint
+        endpoint = scope.get("endpoint")
+        app = scope.get("app")
+        for candidate in getattr(app, "routes", ()) if endpoint is not None else ():
+            if getattr(candidate, "endpoint", None) is endpoint and getattr(candidate, "path", None):
+                return candidate.path
         return "unmatched"
     included = (scope.get("fastapi") or {}).get("included_router")
     prefix = getattr(getattr(included, "include_context", None), "prefix", "") or ""
@@ -89,12 +95,14 @@ class RequestContextMiddleware:
             self.metrics.requests.labels(method, template, str(status_holder["status"])).inc()
             self.metrics.latency.labels(method, template).observe(elapsed_s)
             if template not in ("/healthz", "/metrics"):
+                tenant = scope["state"].get("tenant_id")
                 log.info(
                     "request",
                     method=method,
                     route=template,
                     status=status_holder["status"],
                     duration_ms=round(elapsed_s * 1000, 2),
+                    **({"tenant": tenant} if tenant else {}),
                 )
 
 

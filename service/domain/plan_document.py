@@ -44,6 +44,9 @@ def _summary(result: PlacementResult, inventory: Inventory) -> dict:
         "feasible": bool(result.feasible),
         "devices_used": int(result.devices_used),
         "one_device_makespan_s": float(one_device[0]) if one_device else None,
+        # the chosen candidate as scored against the others (main memory only, before
+        # level 3 re-times it with tier bandwidths): compare one_device_makespan_s with this
+        "makespan_before_tiers_s": float(result.chosen.makespan_s),
         "infeasible_reason": None,
     }
     if not result.feasible and result.infeasible_device is not None:

@@ -154,7 +154,10 @@ class PlanSummary(BaseModel):
     imbalance: float
     feasible: bool
     devices_used: int
-    one_device_makespan_s: float | None = None
+    one_device_makespan_s: float | None = Field(None, description="The best one-device candidate, main memory only.")
+    makespan_before_tiers_s: float | None = Field(
+        None, description="The chosen placement scored like the candidates (main memory only), before level-3 tiers."
+    )
     infeasible_reason: str | None = None
 
 

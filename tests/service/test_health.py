@@ -49,3 +49,8 @@ def test_auto_migrate_brings_a_new_database_to_head(tmp_path):
     app = create_app(make_settings(f"sqlite:///{tmp_path / 'new.sqlite3'}", auto_migrate=True))
     with TestClient(app) as client:
         assert client.get("/readyz").json()["status"] == "ready"
+
+
+def test_docs_requests_are_labelled_by_their_path(base_client):
+    base_client.get("/openapi.json")
+    assert 'route="/openapi.json"' in base_client.get("/metrics").text

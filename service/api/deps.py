@@ -65,6 +65,9 @@ def _principal(request: Request, session: SessionDep, settings: SettingsDep) -> 
             raise Unauthorized("The API key is unknown or revoked.")
         principal = Principal(tenant_id=row.tenant_id, scopes=frozenset(row.scopes.split()), key_id=row.id)
     structlog.contextvars.bind_contextvars(tenant=principal.tenant_id)
+    # Sync dependencies run in the threadpool, whose context vars never reach the
+    # middleware's request log line: leave the tenant on the request scope too.
+    request.state.tenant_id = principal.tenant_id
     return principal
 
 

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from service.api.deps import Principal, SessionDep, SettingsDep, require_scope
+from service.api.deps import SessionDep, SettingsDep
+from service.api.params import Cursor, IdempotencyKey, Limit, ModelHash, PlanId, Reader, Writer, cursor_position
 from service.api.problems import problem_responses
 from service.domain import plan_views
 from service.domain.calibration import calibration_read
 from service.domain.feedback import feedback_read, plan_accuracy, replan, submit_feedback
-from service.errors import NotFound, UnprocessableInput
+from service.errors import NotFound
 from service.schemas.common import Page
 from service.schemas.feedback import (
     AccuracyRead,
@@ -35,31 +36,8 @@ from service.storage import plans as plans_repo
 
 router = APIRouter(tags=["feedback"])
 
-PlanId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$", description="Plan id.")]
 FeedbackId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$", description="Feedback id.")]
-ModelHash = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$", description="sha256 model hash.")]
 InventoryHash = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$", description="Inventory hash.")]
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]+$", description="Makes a retried POST safe."
-    ),
-]
-Limit = Annotated[int, Query(ge=1, le=200)]
-Cursor = Annotated[str | None, Query(max_length=300, pattern=r"^[A-Za-z0-9_-]+$")]
-Reader = Annotated[Principal, Depends(require_scope("read"))]
-Writer = Annotated[Principal, Depends(require_scope("write"))]
-
-
-def _position(cursor: str | None):
-    if not cursor:
-        return None
-    try:
-        return plans_repo.decode_cursor(cursor)
-    except (ValueError, TypeError, UnicodeDecodeError):
-        raise UnprocessableInput(
-            "The cursor is not one this service issued; pass next_cursor from the previous page."
-        ) from None
 
 
 def _page(rows: list, limit: int) -> dict:
@@ -105,7 +83,7 @@ def list_plan_feedback(
     if plans_repo.get_plan(session, principal.tenant_id, plan_id) is None:
         raise NotFound(f"No plan with id {plan_id}.")
     rows = feedback_repo.list_feedback_for_plan(
-        session, principal.tenant_id, plan_id, limit=limit + 1, cursor=_position(cursor)
+        session, principal.tenant_id, plan_id, limit=limit + 1, cursor=cursor_position(cursor)
     )
     return _page(rows, limit)
 
@@ -119,7 +97,7 @@ def list_model_feedback(
     model_hash: ModelHash, session: SessionDep, principal: Reader, limit: Limit = 50, cursor: Cursor = None
 ) -> dict:
     rows = feedback_repo.list_feedback_for_model(
-        session, principal.tenant_id, model_hash, limit=limit + 1, cursor=_position(cursor)
+        session, principal.tenant_id, model_hash, limit=limit + 1, cursor=cursor_position(cursor)
     )
     return _page(rows, limit)
 

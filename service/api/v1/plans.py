@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
-from service.api.deps import Principal, SessionDep, SettingsDep, require_scope
+from service.api.deps import SessionDep, SettingsDep
+from service.api.params import Cursor, IdempotencyKey, Limit, ModelHash, PlanId, Reader, Writer, cursor_position
 from service.api.problems import problem_responses
 from service.domain import plan_views
 from service.domain.planning import PlanSubmission, submit_plan
@@ -27,15 +28,6 @@ from service.schemas.plans import GraphRead, PlanCreate, PlanRead
 from service.storage import plans as plans_repo
 
 router = APIRouter(tags=["plans"])
-
-PlanId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$", description="Plan id.")]
-ModelHash = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$", description="sha256 model hash.")]
-IdempotencyKey = Annotated[
-    str | None,
-    Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]+$", description="Makes a retried POST safe."),
-]
-Reader = Annotated[Principal, Depends(require_scope("read"))]
-Writer = Annotated[Principal, Depends(require_scope("write"))]
 
 _MULTIPART_SCHEMA = {
     "type": "object",
@@ -187,17 +179,12 @@ def list_model_plans(
     model_hash: ModelHash,
     session: SessionDep,
     principal: Reader,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(max_length=300, pattern=r"^[A-Za-z0-9_-]+$")] = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
     inventory_hash: Annotated[str | None, Query(max_length=64, pattern=r"^[0-9a-f]+$")] = None,
     status: Annotated[Literal["queued", "running", "done", "failed"] | None, Query()] = None,
 ) -> dict:
-    position = None
-    if cursor:
-        try:
-            position = plans_repo.decode_cursor(cursor)
-        except (ValueError, TypeError, UnicodeDecodeError):
-            raise UnprocessableInput("The cursor is not one this service issued; pass next_cursor from the previous page.") from None
+    position = cursor_position(cursor)
     rows = plans_repo.list_plans_for_model(
         session, principal.tenant_id, model_hash, limit=limit + 1, cursor=position, inventory_hash=inventory_hash, status=status
     )

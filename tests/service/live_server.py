@@ -103,10 +103,19 @@ def start_server(database_url: str, log_path: Path, *, wait_ready: bool = True, 
             raise RuntimeError(f"server exited with {process.returncode}: {server.logs()[-2000:]}")
         return server.is_up()
 
+    def ready() -> bool:
+        response = httpx.get(f"{server.base_url}/readyz", timeout=10)
+        if response.status_code != 200:
+            raise RuntimeError(f"/readyz {response.status_code}: {response.text[:300]}")
+        return True
+
     try:
         wait_until(up, timeout_s=90)
         if wait_ready:
-            wait_until(lambda: httpx.get(f"{server.base_url}/readyz", timeout=10).status_code == 200, timeout_s=60)
+            wait_until(ready, timeout_s=60)
+    except AssertionError as exc:
+        server.stop()
+        raise AssertionError(f"{exc}\nserver log:\n{server.logs()[-3000:]}") from None
     except BaseException:
         server.stop()
         raise

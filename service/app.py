@@ -45,6 +45,26 @@ def ensure_migrated(engine, settings: Settings) -> None:
         )
 
 
+def _hoist_request_schema_defs(app: FastAPI) -> None:
+    """Request bodies declared by hand (``openapi_extra``, e.g. POST /v1/plans' JSON and
+    multipart forms) carry their models in a local ``$defs`` while their ``$ref``s point
+    at ``#/components/schemas/``: move those models there, or clients cannot resolve them."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            document = generate()
+            components = document.setdefault("components", {}).setdefault("schemas", {})
+            for operations in document.get("paths", {}).values():
+                for operation in operations.values():
+                    for content in operation.get("requestBody", {}).get("content", {}).values():
+                        for name, definition in content.get("schema", {}).pop("$defs", {}).items():
+                            components.setdefault(name, definition)
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     configure_logging(settings.log_level, settings.log_json)
@@ -90,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = HttpMetrics(CollectorRegistry())
 
     install_problem_handlers(app)
+    _hoist_request_schema_defs(app)
     # Added last runs first: the request id exists before the size check answers.
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)

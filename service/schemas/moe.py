@@ -30,7 +30,7 @@ class MoeCluster(RequestModel):
 
 
 class MoePlacementIn(RequestModel):
-    physical_to_logical: list[list[ExpertId]] = Field(
+    physical_to_logical: list[Annotated[list[ExpertId], Field(max_length=1 << 22)]] = Field(
         max_length=1024, description="Per layer, the logical expert in each physical slot (-1 empty)."
     )
 
@@ -44,7 +44,7 @@ class MoeRebalanceRequest(RequestModel):
 
     model: MoeModel | None = None
     cluster: MoeCluster | None = None
-    load: list[list[Load]] = Field(max_length=1024, description="Tokens per logical expert, a layers x experts matrix.")
+    load: list[Annotated[list[Load], Field(max_length=65_536)]] = Field(max_length=1024, description="Tokens per logical expert, a layers x experts matrix.")
     current_placement: MoePlacementIn | None = None
     max_replicas_moved: int | None = Field(None, ge=0, le=10**9, description="Hard cap on expert copies written by this call.")
     min_improvement: float | None = Field(None, ge=0, le=10, allow_inf_nan=False, description="Keep the placement unless max/mean improves by more.")

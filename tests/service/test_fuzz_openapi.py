@@ -176,3 +176,54 @@ def test_a_valid_moe_rebalance_and_its_deployment_match_the_schema(fuzz_app, fuz
     assert _call(fuzz_app, fuzz_key, "POST", "/v1/moe/rebalance", body=follow_up, media_type="application/json").status_code == 200
     read = _call(fuzz_app, fuzz_key, "GET", "/v1/moe/deployments/{name}", path_parameters={"name": "fuzz-deployment"})
     assert read.status_code == 200 and read.json()["current_version"] == 2
+
+
+# ----------------------------------------------------------------------------- the schema itself
+
+
+def _request_schemas(document: dict):
+    """(where, schema) of every parameter and request body of every operation."""
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            for parameter in operation.get("parameters", []):
+                yield f"{method.upper()} {path} {parameter['in']}:{parameter['name']}", parameter.get("schema", {})
+            for media_type, content in operation.get("requestBody", {}).get("content", {}).items():
+                yield f"{method.upper()} {path} {media_type}", content.get("schema", {})
+
+
+def _walk(document: dict, schema, where: str, seen: frozenset = frozenset()):
+    """Every sub-schema reachable from ``schema``, refs resolved against the document."""
+    if not isinstance(schema, dict):
+        return
+    if "$ref" in schema:
+        name = schema["$ref"].removeprefix("#/components/schemas/")
+        assert name in document.get("components", {}).get("schemas", {}), f"{where}: unresolvable $ref {schema['$ref']}"
+        if name not in seen:
+            yield from _walk(document, document["components"]["schemas"][name], f"{where}->{name}", seen | {name})
+        return
+    yield where, schema
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        for option in schema.get(keyword, []):
+            yield from _walk(document, option, where, seen)
+    for name, sub in schema.get("properties", {}).items():
+        yield from _walk(document, sub, f"{where}.{name}", seen)
+    for keyword, suffix in (("items", "[]"), ("additionalProperties", "{}"), ("propertyNames", "<key>")):
+        if isinstance(schema.get(keyword), dict):
+            yield from _walk(document, schema[keyword], where + suffix, seen)
+
+
+def test_every_request_integer_is_bounded_and_every_typed_list_has_a_maximum():
+    """Integers have both bounds; lists of typed items a maxItems (free-form documents, whose
+    items are unconstrained, are bounded by the body-size limit instead); refs resolve."""
+    unbounded = []
+    for where, root in _request_schemas(_DOCUMENT):
+        for place, schema in _walk(_DOCUMENT, root, where):
+            kind = schema.get("type")
+            if kind == "integer":
+                low = "minimum" in schema or "exclusiveMinimum" in schema
+                high = "maximum" in schema or "exclusiveMaximum" in schema
+                if not (low and high):
+                    unbounded.append(f"integer {place}")
+            if kind == "array" and schema.get("items") and "maxItems" not in schema:
+                unbounded.append(f"array {place}")
+    assert unbounded == []

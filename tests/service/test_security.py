@@ -28,7 +28,7 @@ from service.storage import plans as plans_repo
 from service.storage.models import ApiKey
 from tests.conftest import TenantClient, make_settings, new_api_key
 from tests.service.graphs import diamond_graph, plan_request
-from tests.service.live_server import start_server
+from tests.service.live_server import start_server, wait_until
 
 REPO = Path(__file__).parents[2]
 SCOPES = ("read", "write", "moe")
@@ -254,8 +254,9 @@ def test_a_request_id_is_answered_and_logged_with_the_request(logged_server, ses
         response = client.get("/v1/plans/no-such-plan", headers={"X-Request-ID": "trace-abc-123"})
     assert response.headers["x-request-id"] == "trace-abc-123"
     assert response.json()["instance"] == "urn:request:trace-abc-123"
-    logged = [line for line in _log_lines(logged_server) if line.get("request_id") == "trace-abc-123"]
-    assert logged and logged[-1]["status"] == 404 and logged[-1]["route"] == "/v1/plans/{plan_id}"
+    # The line is written once the response has gone out: wait for it.
+    logged = wait_until(lambda: [line for line in _log_lines(logged_server) if line.get("request_id") == "trace-abc-123"], timeout_s=30)
+    assert logged[-1]["status"] == 404 and logged[-1]["route"] == "/v1/plans/{plan_id}"
     assert logged[-1]["tenant"] == tenant_id
 
 
@@ -265,7 +266,7 @@ def test_a_request_without_an_id_gets_a_fresh_one_in_the_answer_and_the_log(logg
         response = client.get("/v1/plans/no-such-plan-either")
     request_id = response.headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{32}", request_id)
-    assert any(line.get("request_id") == request_id for line in _log_lines(logged_server))
+    wait_until(lambda: any(line.get("request_id") == request_id for line in _log_lines(logged_server)), timeout_s=30)
 
 
 def test_a_request_id_cannot_inject_log_lines(logged_server):
@@ -280,6 +281,7 @@ def test_keys_never_reach_the_logs(logged_server, session_factory, settings):
         client.post("/v1/plans", json=plan_request(diamond_graph("logged")))
         client.get("/v1/plans/x")
     with logged_server.client("hp_wrong_" + key[-20:]) as client:
-        client.get("/v1/plans/x")
+        client.get("/v1/plans/x", headers={"X-Request-ID": "last-of-the-key-test"})
+    wait_until(lambda: "last-of-the-key-test" in logged_server.logs(), timeout_s=30)
     logs = logged_server.logs()
     assert key not in logs and key[-20:] not in logs

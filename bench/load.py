@@ -232,7 +232,11 @@ def run(database_url: str, duration_s: float, clients: int, max_requests: int, w
 def _report(rec: Recorder, wall_s: float, clients: int, workers: int, database_url: str, rss_mb: float | None) -> None:
     errors = sum(len(v) for v in rec.errors.values())
     dialect = database_url.split(":", 1)[0]
-    print(f"hyperplace load test: {clients} clients, {workers} server worker(s), {dialect}, {wall_s:.1f} s wall")
+    load1, _, _ = os.getloadavg()
+    print(
+        f"hyperplace load test: {clients} clients, {workers} server worker(s), {dialect}, {wall_s:.1f} s wall, "
+        f"{os.cpu_count()} CPUs, 1-min load average {load1:.1f} at the end (the clients share the machine)"
+    )
     print(f"{'route':<28} {'requests':>9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7}")
     for route in sorted(rec.latency_s):
         samples = np.asarray(rec.latency_s[route]) * 1000

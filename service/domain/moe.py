@@ -23,8 +23,9 @@ from service.storage.models import MoeDeployment, MoePlacement, utcnow
 __all__ = ["rebalance_request", "deployment_read"]
 
 
-def _deployment(session: Session, tenant_id: str, name: str) -> MoeDeployment | None:
-    return session.scalar(select(MoeDeployment).where(MoeDeployment.tenant_id == tenant_id, MoeDeployment.name == name))
+def _deployment(session: Session, tenant_id: str, name: str, *, for_update: bool = False) -> MoeDeployment | None:
+    stmt = select(MoeDeployment).where(MoeDeployment.tenant_id == tenant_id, MoeDeployment.name == name)
+    return session.scalar(stmt.with_for_update() if for_update else stmt)
 
 
 def _current_placement(session: Session, deployment: MoeDeployment) -> np.ndarray | None:
@@ -37,7 +38,9 @@ def _current_placement(session: Session, deployment: MoeDeployment) -> np.ndarra
 
 
 def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceRequest, settings: Settings) -> dict:
-    deployment = _deployment(session, tenant_id, request.deployment) if request.deployment else None
+    # Reports for one deployment take turns (row lock on PostgreSQL; SQLite's BEGIN IMMEDIATE
+    # already serialises): each builds on the placement the previous one stored, none is a 409.
+    deployment = _deployment(session, tenant_id, request.deployment, for_update=True) if request.deployment else None
     model = request.model.model_dump() if request.model else (deployment.config.get("model") if deployment else None)
     cluster = request.cluster.model_dump() if request.cluster else (deployment.config.get("cluster") if deployment else None)
     if model is None or cluster is None:

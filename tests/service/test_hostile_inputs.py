@@ -41,11 +41,17 @@ def api(server, session_factory, settings):
         yield client
 
 
+#: The server's peak resident memory over the whole corpus stays under this: a few
+#: times its ~150 MiB working set, far under the ~0.7 GB of the largest hostile body.
+MEMORY_CEILING_BYTES = 768 * 1024 * 1024
+
+
 @pytest.fixture(autouse=True)
 def _server_survives(server):
     yield
     assert server.process.poll() is None, f"the server died: {server.logs()[-3000:]}"
     assert server.is_up()
+    assert peak_rss_bytes(server.pid) < MEMORY_CEILING_BYTES
 
 
 def _problem(response, status: int) -> dict:

@@ -74,15 +74,12 @@ def _owned_objects(client: TenantClient) -> dict[str, str]:
     return objects
 
 
-def _bodies(plan: dict | None = None) -> dict[str, dict]:
-    return {"feedback": {"timeline": {"ops": [{"name": "a", "start_s": 0.0, "duration_s": 1e-3}]}}, "replan": {}}
+#: Valid bodies for the POST routes under an object, so a 404 is about the object, not the body.
+BODIES_BY_SUFFIX = {"feedback": {"timeline": {"ops": [{"name": "a", "start_s": 0.0, "duration_s": 1e-3}]}}, "replan": {}}
 
 
 def _body_for(path: str) -> dict | None:
-    for suffix, body in _bodies().items():
-        if path.endswith(suffix):
-            return body
-    return None
+    return next((body for suffix, body in BODIES_BY_SUFFIX.items() if path.endswith(suffix)), None)
 
 
 @pytest.fixture

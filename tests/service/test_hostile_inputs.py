@@ -280,3 +280,67 @@ def test_a_chunked_body_just_under_the_limit_is_read(server, api):
     padded = document + b" " * (DEFAULT_BODY_LIMIT - len(document))
     status, response, _ = send_chunked(server.port, "/v1/plans", headers, (padded[i : i + (1 << 20)] for i in range(0, len(padded), 1 << 20)))
     assert status == 201, response[:500]
+
+
+# ----------------------------------------------------------------------------- numbers
+
+
+def _number_paths(document, path=()):
+    if isinstance(document, dict):
+        for key, value in document.items():
+            yield from _number_paths(value, (*path, key))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            yield from _number_paths(value, (*path, index))
+    elif isinstance(document, (int, float)) and not isinstance(document, bool):
+        yield path
+
+
+def _with(document, path, value):
+    document = json.loads(json.dumps(document))
+    target = document
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    return document
+
+
+def _valid_requests(api) -> dict[str, dict]:
+    plan = api.post("/v1/plans", json=plan_request(diamond_graph("finite-base"))).json()
+    ops = [{"name": name, "device": device, "start_s": i * 1e-3, "duration_s": 1e-3} for i, (name, device) in enumerate(sorted(plan["ops"].items()))]
+    explicit_inventory = {
+        "name": "c",
+        "groups": [
+            {
+                "name": "g",
+                "devices": [{"name": "d", "peak_flops": 1e14, "memory_tiers": [{"name": "hbm", "capacity_bytes": 8e10, "bandwidth_bytes_per_s": 3e12}]}],
+                "link": {"bandwidth_bytes_per_s": 1e11, "latency_s": 1e-6},
+            }
+        ],
+        "link": {"bandwidth_bytes_per_s": 1e10, "latency_s": 1e-5},
+    }
+    return {
+        "/v1/plans": plan_request(diamond_graph("finite"), micro_batches=2, memory_headroom_fraction=0.1),
+        "/v1/plans#inventory": {"graph": diamond_graph("finite-inventory"), "inventory": explicit_inventory},
+        "/v1/moe/rebalance": _moe(model={"num_moe_layers": 2, "num_logical_experts": 4, "expert_bytes": 1000}, min_improvement=0.1, max_replicas_moved=3),
+        "/v1/parallel/plan": {
+            "model": {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "ffn_hidden_size": 11008, "vocab_size": 32000, "seq_length": 4096},
+            "cluster": {"preset": "dgx-h100", "nodes": 2},
+            "training": {"global_batch_sequences": 256},
+        },
+        f"/v1/plans/{plan['id']}/feedback": {"timeline": {"ops": ops}},
+    }
+
+
+def test_nan_or_infinity_in_any_number_of_a_valid_request_is_4xx(api):
+    """Every number in every request body is checked finite: a NaN or an infinity (which
+    Python's JSON reader accepts) anywhere is a 4xx, never a 5xx or a stored NaN."""
+    requests = _valid_requests(api)
+    for route, body in requests.items():
+        url = route.split("#")[0]
+        assert api.post(url, json=body).status_code < 300, route  # the base request is valid
+        for path in list(_number_paths(body))[:40]:
+            for bad in ("NaN", "Infinity", "-Infinity"):
+                raw = json.dumps(_with(body, path, 1.5e-7)).replace("1.5e-07", bad, 1)
+                response = api.post(url, content=raw.encode(), headers={"Content-Type": "application/json"})
+                assert 400 <= response.status_code < 500, f"{route} {path} = {bad}: {response.status_code} {response.text[:200]}"

@@ -33,9 +33,12 @@ from tests.conftest import TenantClient, make_settings, new_api_key
 from tests.service.graphs import diamond_graph, plan_request
 from tests.service.live_server import wait_until
 
-pytestmark = pytest.mark.postgres_only
-
 PG_CTL = os.environ.get("HYPERPLACE_TEST_PG_CTL", "")
+
+pytestmark = [
+    pytest.mark.postgres_only,
+    pytest.mark.skipif(not PG_CTL, reason="needs HYPERPLACE_TEST_PG_CTL to stop and start the server (scripts/with-postgres.sh)"),
+]
 
 
 def _pg_ctl(*args: str) -> None:

@@ -37,6 +37,15 @@ def _current_placement(session: Session, deployment: MoeDeployment) -> np.ndarra
     return None if row is None else np.asarray(unpack_json(row.placement), dtype=np.int64)
 
 
+_SHAPE_FIELDS = {"model": ("num_moe_layers", "num_logical_experts"), "cluster": ("num_nodes", "gpus_per_node", "slots_per_gpu")}
+
+
+def _same_shape(config: dict, model: dict, cluster: dict) -> bool:
+    """Whether the stored placement fits the reported shape (failed GPUs may differ)."""
+    new = {"model": model, "cluster": cluster}
+    return all(config.get(part, {}).get(name) == new[part].get(name) for part, names in _SHAPE_FIELDS.items() for name in names)
+
+
 def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceRequest, settings: Settings) -> dict:
     # Reports for one deployment take turns (row lock on PostgreSQL; SQLite's BEGIN IMMEDIATE
     # already serialises): each builds on the placement the previous one stored, none is a 409.
@@ -55,7 +64,8 @@ def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceReq
     current = None
     if request.current_placement is not None:
         current = request.current_placement.physical_to_logical
-    elif deployment is not None:
+    elif deployment is not None and _same_shape(deployment.config, model, cluster):
+        # a changed model or cluster shape (more GPUs, other slot count) starts from a fresh plan
         current = _current_placement(session, deployment)
     min_improvement = settings.moe_min_improvement if request.min_improvement is None else request.min_improvement
 

@@ -98,3 +98,13 @@ def test_another_tenants_deployment_is_404(client, other_client):
     assert other_client.get("/v1/moe/deployments/private-moe").status_code == 404
     response = other_client.post("/v1/moe/rebalance", json={"load": _load(6), "deployment": "private-moe"})
     assert response.status_code == 422  # unknown to this tenant: model and cluster are required
+
+
+def test_a_deployment_that_grows_starts_from_a_fresh_plan(client):
+    client.post("/v1/moe/rebalance", json=_request(_load(7), deployment="growing"))
+    bigger = _request(_load(7), deployment="growing")
+    bigger["cluster"] = {"num_nodes": 4, "gpus_per_node": 4, "slots_per_gpu": SLOTS_PER_GPU}
+    response = client.post("/v1/moe/rebalance", json=bigger)
+    assert response.status_code == 200, response.text
+    assert len(response.json()["physical_to_logical"][0]) == 16 * SLOTS_PER_GPU
+    assert client.get("/v1/moe/deployments/growing").json()["current_version"] == 2

@@ -7,6 +7,7 @@ builds one from the environment.
 
 from __future__ import annotations
 
+import gc
 from contextlib import asynccontextmanager
 
 import structlog
@@ -65,6 +66,22 @@ def _hoist_request_schema_defs(app: FastAPI) -> None:
     app.openapi = openapi
 
 
+def tune_garbage_collector(gen0_threshold: int) -> None:
+    """Fewer, cheaper cyclic-GC passes: the request path allocates many short-lived lists.
+
+    The interpreter's default (a generation-0 pass every 700 net allocations, a full
+    pass every 100 of those) lands full collections inside MoE requests and tripled
+    their p99 (bench/moe_http.py: server-side p99 68 ms -> 27 ms with this). Almost
+    all garbage here is acyclic and freed by reference counting anyway.
+    ``gc.freeze`` moves what start-up built out of the collector's sight.
+    """
+    if gen0_threshold <= 0:
+        return
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(gen0_threshold, gen1, gen2)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     configure_logging(settings.log_level, settings.log_json)
@@ -73,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         ensure_migrated(engine, settings)
+        tune_garbage_collector(settings.gc_gen0_threshold)
         if settings.auth_enabled:
             if settings.api_key_secret == DEFAULT_API_KEY_SECRET and not settings.is_sqlite:
                 log.warning("HYPERPLACE_API_KEY_SECRET is the development default; set a secret in production")

@@ -47,6 +47,12 @@ class Settings(BaseSettings):
     moe_max_slots: int = Field(
         4_194_304, ge=1, description="MoE requests over this many layers x physical slots are rejected (413)."
     )
+    gc_gen0_threshold: int = Field(
+        50_000,
+        ge=0,
+        description="Python GC generation-0 threshold (0: interpreter default, 700). Higher means fewer full "
+        "collections in the middle of MoE requests: bench/moe_http.py p99.",
+    )
     job_lease_s: float = Field(30.0, gt=0, description="A running job whose lease is older is claimed again.")
     worker_poll_s: float = Field(0.5, gt=0)
     embedded_worker: bool | None = Field(

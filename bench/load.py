@@ -37,6 +37,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from bench.server import ServerFailed, running_server
+
 REPO = Path(__file__).parents[1]
 SECRET = "bench-load-secret"
 
@@ -153,16 +155,7 @@ def _peak_rss_mb(pid: int) -> float | None:
     return None
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run(database_url: str, duration_s: float, clients: int, max_requests: int, workers: int) -> int:
-    from bench.synthetic import synthetic_graph_json
     from service.storage.db import make_engine, make_session_factory
     from service.storage.migrate import upgrade_to_head
     from service.storage.tenants import get_or_create_tenant, issue_api_key
@@ -173,60 +166,38 @@ def run(database_url: str, duration_s: float, clients: int, max_requests: int, w
         api_key = issue_api_key(session, get_or_create_tenant(session, f"load-{os.getpid()}-{time.time_ns()}"), SECRET).api_key
     engine.dispose()
 
-    port = _free_port()
-    env = dict(
-        os.environ,
-        HYPERPLACE_DATABASE_URL=database_url,
-        HYPERPLACE_HOST="127.0.0.1",
-        HYPERPLACE_PORT=str(port),
-        HYPERPLACE_AUTH="required",
-        HYPERPLACE_API_KEY_SECRET=SECRET,
-        HYPERPLACE_LOG_LEVEL="WARNING",
-        HYPERPLACE_EMBEDDED_WORKER="false",
-    )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--workers", str(workers)], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if server.poll() is not None:
-                print(server.stderr.read().decode()[-2000:], file=sys.stderr)
-                return 2
-            try:
-                if httpx.get(f"{base_url}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                print("server did not become ready", file=sys.stderr)
-                return 2
-            time.sleep(0.2)
+        with running_server(database_url, workers=workers, auth="required", api_key_secret=SECRET, embedded_worker="false") as (
+            base_url,
+            server,
+        ):
+            rec, wall_s = _drive(base_url, api_key, duration_s, clients, max_requests)
+            _report(rec, wall_s, clients, workers, database_url, _peak_rss_mb(server.pid))
+    except ServerFailed as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 1 if sum(len(v) for v in rec.errors.values()) else 0
 
-        graphs = {"diamond": _diamond("load-diamond"), "synthetic": synthetic_graph_json(60, seed=7)}
-        rec = Recorder()
-        # Warm-up: one of each, not counted (imports, first connections, the MoE deployment).
-        warm = Recorder()
-        _client_loop(base_url, api_key, 10_000, time.monotonic() + 2.0, 20, warm, graphs)
-        started = time.monotonic()
-        threads = [
-            threading.Thread(target=_client_loop, args=(base_url, api_key, i, started + duration_s, max_requests, rec, graphs))
-            for i in range(clients)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        wall_s = time.monotonic() - started
-        _report(rec, wall_s, clients, workers, database_url, _peak_rss_mb(server.pid))
-        return 1 if sum(len(v) for v in rec.errors.values()) else 0
-    finally:
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+
+def _drive(base_url: str, api_key: str, duration_s: float, clients: int, max_requests: int) -> tuple[Recorder, float]:
+    """Warm up, then run the client threads until the deadline; ``(recorder, wall seconds)``."""
+    from bench.synthetic import synthetic_graph_json
+
+    graphs = {"diamond": _diamond("load-diamond"), "synthetic": synthetic_graph_json(60, seed=7)}
+    rec = Recorder()
+    # Warm-up: one of each, not counted (imports, first connections, the MoE deployment).
+    warm = Recorder()
+    _client_loop(base_url, api_key, 10_000, time.monotonic() + 2.0, 20, warm, graphs)
+    started = time.monotonic()
+    threads = [
+        threading.Thread(target=_client_loop, args=(base_url, api_key, i, started + duration_s, max_requests, rec, graphs))
+        for i in range(clients)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return rec, time.monotonic() - started
 
 
 def _report(rec: Recorder, wall_s: float, clients: int, workers: int, database_url: str, rss_mb: float | None) -> None:

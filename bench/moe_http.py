@@ -22,58 +22,20 @@ count and time.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import numpy as np
 
 from bench.moe import GPUS_PER_NODE, popularity, sample
+from bench.server import running_server
 from partitioners.moe import rebalance
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
-
-
-def start_server(workdir: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    env = dict(
-        os.environ,
-        HYPERPLACE_DATABASE_URL=f"sqlite:///{workdir}/bench.sqlite3",
-        HYPERPLACE_AUTH="disabled",
-        HYPERPLACE_AUTO_MIGRATE="true",
-        HYPERPLACE_PORT=str(port),
-        HYPERPLACE_LOG_LEVEL="WARNING",
-    )
-    process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], cwd=REPO, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                return process, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("the service did not become ready in 60 s")
 
 
 def _request(load: np.ndarray, num_gpus: int, slots_per_gpu: int, deployment: str | None = None, current=None) -> dict:
@@ -164,14 +126,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
-        process, base = start_server(workdir)
-        try:
+        database_url = f"sqlite:///{workdir}/bench.sqlite3"
+        with running_server(database_url, auth="disabled", auto_migrate="true") as (base, _process):
             print(latency(base, 58, 256, 64, args.calls, args.seed))
             print(latency(base, 58, 512, 128, args.calls, args.seed))
             print(load_test(base, args.clients, args.seconds, args.seed))
-        finally:
-            process.terminate()
-            process.wait(30)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,8 @@ RETIME_MIN_GAIN = 0.01
 REFINE_RESERVE = 2
 #: ``auto`` runs every applicable strategy; the others force one family.
 STRATEGIES = ("auto", "single", "heft", "metis", "pipeline", "hybrid")
+#: Graphs up to this many (expanded) operators also try flat edge-cut METIS.
+EDGE_CUT_MAX_OPS = 50_000
 
 
 @dataclass(frozen=True)
@@ -576,6 +578,15 @@ class _Planner:
             self._links = link_time_tables(self.inventory, self.cost_model)
         return self._links
 
+    def metis_edge_cut(self, devices: np.ndarray) -> np.ndarray:
+        """Flat METIS k-way on the plain operator graph's edge cut, speed-proportional parts.
+
+        The textbook baseline (it over-counts fan-out, see DESIGN.md); kept as a
+        candidate on small graphs so ``auto`` is never beaten by it.
+        """
+        mg = metis_graph(self.graph, self.times[:, self.devices[0]], hypergraph=False)
+        return devices[metis_partition(mg, len(devices), speeds=self.speed[devices], seed=self.options.seed)]
+
     def metis(self, devices: np.ndarray) -> np.ndarray:
         if self._metis_graph is None:
             self._metis_graph = metis_graph(self.graph, self.times[:, self.devices[0]])
@@ -817,11 +828,16 @@ def _run_candidates(p: _Planner, on_progress: Callable[[float], None]) -> None:
         fams["heft"].append(("heft", lambda: heft(False)))
     fams["pipeline"] = [(f"pipeline-{k}", lambda k=k: hybrid(k, 1)) for k in sizes]
     fams["metis"] = [(f"metis-{k}", lambda k=k: metis(k)) for k in sizes]
+    if p.n <= EDGE_CUT_MAX_OPS:
+        # the edge-cut baseline as one more essential candidate (cheap at this size)
+        fams["metis"].insert(1, (f"metis-edge-cut-{k_max}", lambda: (p.metis_edge_cut(p.devices), None, "plain edge cut")))
     order = ["pipeline", "heft", "hybrid", "metis"] if low_memory else ["hybrid", "heft", "pipeline", "metis"]
     families = [f for f in order if allowed(f) and fams[f]]
-    # essentials: the first of each family (and both HEFT variants), whatever the budget
-    essential = [c for f in families for c in fams[f][: 2 if f == "heft" else 1]]
-    extra = [c for f in families for c in fams[f][2 if f == "heft" else 1 :]]
+    # essentials, whatever the budget: the first of each family, both HEFT variants, and
+    # on small graphs the edge-cut METIS baseline
+    n_essential = {"heft": 2, "metis": 2 if p.n <= EDGE_CUT_MAX_OPS else 1}
+    essential = [c for f in families for c in fams[f][: n_essential.get(f, 1)]]
+    extra = [c for f in families for c in fams[f][n_essential.get(f, 1) :]]
     reserve = REFINE_RESERVE if want == "auto" else 0
     n_planned = max(1, len(essential) + len(extra))
     for done, (name, build) in enumerate(essential, start=1):

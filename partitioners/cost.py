@@ -351,10 +351,10 @@ def link_time_tables(
         )
         lat = np.where(same, inventory.group_link_latency_s[grp][:, None], inventory.inter_link.latency_s)
     mult = cm.link_multipliers()[np.where(same, LINK_INTRA_GROUP, LINK_INTER_GROUP)]
-    per_byte = mult / bw
-    lat = lat * mult
     eye = np.eye(n, dtype=bool)
-    per_byte[eye] = 0.0
+    # a bandwidth matrix may hold 0 on its diagonal (no link to itself): never divided by
+    per_byte = np.divide(mult, bw, out=np.zeros_like(mult, dtype=np.float64), where=~eye)
+    lat = lat * mult
     lat[eye] = 0.0
     return lat.astype(np.float64), per_byte.astype(np.float64)
 

@@ -56,23 +56,8 @@ MODELS = {
 MICRO_BATCHES = 8
 SLOW_DEVICE = "node0/gpu0"
 SLOWDOWN, ATTENTION, NOISE_SIGMA, WARMUP_FACTOR, STEPS = 1.6, 1.3, 0.05, 3.0, 4
-CPU_INVENTORY = {
-    "name": "recording-host",
-    "groups": [
-        {
-            "name": "host",
-            "devices": [
-                {
-                    "name": "cpu0",
-                    "type": "x86-core",
-                    "peak_flops": 1e11,
-                    "memory_tiers": [{"name": "dram", "capacity_bytes": 1.6e10, "bandwidth_bytes_per_s": 2e10}],
-                }
-            ],
-            "link": {"bandwidth_bytes_per_s": 1e10, "latency_s": 1e-6},
-        }
-    ],
-}
+#: The recording machine as an inventory (one CPU core; the trace ran with one thread).
+CPU_INVENTORY = json.loads((FEEDBACK / "recording_host.inventory.json").read_text())
 
 
 def _check(response, status=(200, 201)):

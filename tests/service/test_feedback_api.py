@@ -459,23 +459,7 @@ def test_a_load_report_naming_an_unknown_device_is_422(client, planned):
 
 FEEDBACK_FIXTURES = Path(__file__).parents[1] / "fixtures" / "feedback"
 #: The recording machine as an inventory: one CPU core (the trace ran with one thread).
-CPU_INVENTORY = {
-    "name": "recording-host",
-    "groups": [
-        {
-            "name": "host",
-            "devices": [
-                {
-                    "name": "cpu0",
-                    "type": "x86-core",
-                    "peak_flops": 1e11,
-                    "memory_tiers": [{"name": "dram", "capacity_bytes": 1.6e10, "bandwidth_bytes_per_s": 2e10}],
-                }
-            ],
-            "link": {"bandwidth_bytes_per_s": 1e10, "latency_s": 1e-6},
-        }
-    ],
-}
+CPU_INVENTORY = json.loads((FEEDBACK_FIXTURES / "recording_host.inventory.json").read_text())
 
 
 @pytest.fixture

@@ -45,29 +45,6 @@ SECRET = "bench-load-secret"
 __all__ = ["main"]
 
 
-def _diamond(name: str) -> dict:
-    mb = 1_000_000
-    return {
-        "name": name,
-        "nodes": [
-            {"name": "a", "op": "MatMul", "inputs": ["x", "wa"], "outputs": ["ya"], "flops": 4e9},
-            {"name": "b", "op": "MatMul", "inputs": ["ya", "wb"], "outputs": ["yb"], "flops": 8e9},
-            {"name": "c", "op": "MatMul", "inputs": ["ya", "wc"], "outputs": ["yc"], "flops": 8e9},
-            {"name": "d", "op": "Add", "inputs": ["yb", "yc"], "outputs": ["out"], "flops": 1e6},
-        ],
-        "tensors": [
-            {"name": "x", "bytes": 4 * mb},
-            {"name": "wa", "bytes": 8 * mb, "kind": "parameter"},
-            {"name": "wb", "bytes": 8 * mb, "kind": "parameter"},
-            {"name": "wc", "bytes": 8 * mb, "kind": "parameter"},
-            {"name": "ya", "bytes": 4 * mb},
-            {"name": "yb", "bytes": 4 * mb},
-            {"name": "yc", "bytes": 4 * mb},
-            {"name": "out", "bytes": 4 * mb},
-        ],
-    }
-
-
 class Recorder:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -181,9 +158,9 @@ def run(database_url: str, duration_s: float, clients: int, max_requests: int, w
 
 def _drive(base_url: str, api_key: str, duration_s: float, clients: int, max_requests: int) -> tuple[Recorder, float]:
     """Warm up, then run the client threads until the deadline; ``(recorder, wall seconds)``."""
-    from bench.synthetic import synthetic_graph_json
+    from bench.synthetic import diamond_graph_json, synthetic_graph_json
 
-    graphs = {"diamond": _diamond("load-diamond"), "synthetic": synthetic_graph_json(60, seed=7)}
+    graphs = {"diamond": diamond_graph_json("load-diamond"), "synthetic": synthetic_graph_json(60, seed=7)}
     rec = Recorder()
     # Warm-up: one of each, not counted (imports, first connections, the MoE deployment).
     warm = Recorder()

@@ -14,7 +14,7 @@ import numpy as np
 
 from partitioners.graph import Hypergraph, build_hypergraph
 
-__all__ = ["synthetic_hypergraph", "synthetic_graph_json"]
+__all__ = ["synthetic_hypergraph", "synthetic_graph_json", "diamond_graph_json"]
 
 
 def _layout(n_ops: int, lanes: int, seed: int):
@@ -108,3 +108,27 @@ def synthetic_graph_json(n_ops: int, *, lanes: int = 18, seed: int = 0) -> dict:
         for t in range(graph.n_tensors)
     ]
     return {"name": graph.name, "nodes": nodes, "tensors": tensors}
+
+
+def diamond_graph_json(name: str = "diamond", *, scale: float = 1.0) -> dict:
+    """x -> a -> (b, c) -> d: the smallest graph with a fork, a join and parameters (API tests, load test)."""
+    mb = 1_000_000
+    return {
+        "name": name,
+        "nodes": [
+            {"name": "a", "op": "MatMul", "inputs": ["x", "wa"], "outputs": ["ya"], "flops": 4e9 * scale},
+            {"name": "b", "op": "MatMul", "inputs": ["ya", "wb"], "outputs": ["yb"], "flops": 8e9 * scale},
+            {"name": "c", "op": "MatMul", "inputs": ["ya", "wc"], "outputs": ["yc"], "flops": 8e9 * scale},
+            {"name": "d", "op": "Add", "inputs": ["yb", "yc"], "outputs": ["out"], "flops": 1e6},
+        ],
+        "tensors": [
+            {"name": "x", "bytes": 4 * mb, "shape": [1024, 1024], "dtype": "float32"},
+            {"name": "wa", "bytes": 8 * mb, "kind": "parameter"},
+            {"name": "wb", "bytes": 8 * mb, "kind": "parameter"},
+            {"name": "wc", "bytes": 8 * mb, "kind": "parameter"},
+            {"name": "ya", "bytes": 4 * mb},
+            {"name": "yb", "bytes": 4 * mb},
+            {"name": "yc", "bytes": 4 * mb},
+            {"name": "out", "bytes": 4 * mb},
+        ],
+    }

@@ -38,7 +38,7 @@ A100_PEAK_BF16_FLOPS = 312e12
 # Megatron-LM of 2021: no flash attention, no sequence parallelism, tensor-parallel
 # all-reduces in line (the asynchronous input-gradient all-reduce came in 2022).
 SC21_SOFTWARE = {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
-                 "overlap_tp_backward": False}
+                 "overlap_tp_backward": False, "gradient_accumulation_fusion": False}
 SC21_SEARCH = {"zero_stages": [0], "recompute": ["none", "full"]}
 # Megatron-LM as released with sequence parallelism: its column-parallel linears run the
 # backward reduce-scatter / all-gather asynchronously under their GEMMs

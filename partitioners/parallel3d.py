@@ -332,7 +332,12 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     # v chunks of q/v layers on full stages (shorter stages get one shorter chunk, as
     # Megatron's --decoder-first/last-pipeline-num-layers allow)
     q = np.ceil(model.num_layers / pp)
-    v_ok = (v == 1) | ((pp > 1) & (q % v == 0) & (m >= pp))
+    # Megatron-LM's interleaved 1F1B schedule needs more than two stages ("pipeline-model-
+    # parallel size should be greater than 2 with interleaved schedule": with two, each rank's
+    # batched send and receive go to the same peer and can deadlock) and whole rounds of
+    # micro-batches ("number of microbatches is not divisible by pipeline-parallel size when
+    # using interleaved schedule"), megatron/arguments.py and schedules.py
+    v_ok = (v == 1) | ((pp > 2) & (q % v == 0) & (m % pp == 0))
     keep &= v_ok
     return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], mbs[keep], v[keep], zeros[i_z][keep],
                         rcs[i_rc][keep])
@@ -653,6 +658,11 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
             keep = lay.dp == int(layout["dp"])
             lay, pred, bits = lay.take(keep), {key: val[keep] for key, val in pred.items()}, bits[keep]
         if len(lay) == 0:
+            if layout.get("virtual_stages", 1) > 1:
+                raise InvalidInput(f"layout {dict(layout)}: an interleaved schedule (virtual_stages > 1) needs "
+                                   "pp > 2, virtual_stages dividing the layers per stage and a micro-batch "
+                                   "count that is a multiple of pp (Megatron-LM's interleaved 1F1B)",
+                                   field=f"evaluate[{k}].virtual_stages", code="interleaving-not-possible")
             raise InvalidInput(f"layout {dict(layout)} does not multiply out to the {cluster_spec.num_gpus} GPUs "
                                "(dp x tp x pp x cp must equal the GPU count, ep must divide dp and the experts)",
                                field=f"evaluate[{k}]", code="layout-does-not-match-cluster")

@@ -78,6 +78,7 @@ __all__ = [
     "pipeline_bubble_fraction",
     "pipeline_time_s",
     "embedding_time_s",
+    "gradient_accumulation_time_s",
 ]
 
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
@@ -395,6 +396,33 @@ def embedding_time_s(tokens: np.ndarray | float, hidden_size: int, vocab_size: i
         / hbm_bytes_per_s
 
 
+def gradient_accumulation_time_s(params_per_gpu: np.ndarray | float, grad_bytes_per_param: float,
+                                 hbm_bytes_per_s: float) -> np.ndarray:
+    """Memory-bound time of adding one micro-batch's weight gradients into the accumulator.
+
+    Without gradient-accumulation fusion each micro-batch's backward writes a fresh
+    16-bit gradient per parameter, and a second kernel adds it into the accumulation
+    buffer (PyTorch autograd's ``AccumulateGrad`` for bf16/fp16 ``.grad``; Megatron-LM's
+    ``main_grad.add_(grad)`` hook for fp32 main gradients, Narayanan et al. SC21, Sec. 4):
+    read the new gradient (2 bytes), read and write the accumulator (``grad_bytes``
+    each) -- 10 bytes per parameter and micro-batch with fp32 main gradients. Fused
+    accumulation (the weight-gradient GEMM's epilogue adds into the fp32 buffer,
+    Megatron-LM ``--gradient-accumulation-fusion``) hides this under the GEMM, so the
+    caller charges it only for unfused stacks. It is paid per micro-batch, so it
+    penalises many small micro-batches, which the pipeline bubble otherwise rewards.
+
+    Parameters
+    ----------
+    params_per_gpu : array_like
+        Parameters of the pipeline stage held by one GPU.
+    grad_bytes_per_param : float
+        Bytes of the accumulation buffer per parameter (4 for fp32 main gradients).
+    hbm_bytes_per_s : float
+        Achievable HBM bandwidth.
+    """
+    return np.asarray(params_per_gpu, dtype=float) * (2.0 + 2.0 * grad_bytes_per_param) / hbm_bytes_per_s
+
+
 def _gemm_backward_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: float, hbm: float,
                           sms: int, bytes_per_element: float = 2.0, batch: np.ndarray | float = 1.0) -> np.ndarray:
     """Backward of ``Y (m x n) = X (m x k) W (k x n)``: the two GEMMs at their own shapes.
@@ -689,16 +717,32 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     mid_total = mid[0] + mid[1] + mid[2] + mid[3]
     first_total = mid_total + embed_compute + embed_tp
     last_total = last[0] + last[1] + last[2] + last[3] + logit_time
+    if not training.gradient_accumulation_fusion:
+        def stage_params(n_dense, n_moe_layers, extra):
+            return ((n_dense + n_moe_layers) * counts.attention_per_layer + n_dense * counts.dense_mlp_per_layer
+                    + n_moe_layers * (counts.moe_shared_per_layer + counts.experts_per_layer / ep) + extra) / tp
+        accumulate = lambda n: gradient_accumulation_time_s(n, training.grad_bytes_per_param, hbm_eff)  # noqa: E731
+        out_extra = counts.output if counts.output else counts.embedding
+        mid_acc = accumulate(stage_params(q_dense, q_moe, 0.0))
+        first_acc = accumulate(stage_params(q_dense, q_moe, counts.embedding + np.where(pp == 1, counts.output, 0.0)))
+        last_acc = accumulate(stage_params(last_layers - np.minimum(q_moe, last_layers), np.minimum(q_moe, last_layers),
+                                           out_extra))
+        mid_total = mid_total + mid_acc
+        first_total = first_total + first_acc
+        last_total = last_total + last_acc
+    else:
+        mid_acc = first_acc = last_acc = np.zeros_like(tp)
     single = pp == 1
     # the slowest stage paces the steady state (Narayanan et al. SC21, Sec. 2.2: every
     # stage runs one forward and one backward per micro-batch in lock-step)
-    stage_time = np.where(single, mid_total + logit_time + embed_compute + embed_tp,
+    stage_time = np.where(single, mid_total - mid_acc + first_acc + logit_time + embed_compute + embed_tp,
                           np.maximum(first_total, np.maximum(mid_total, last_total)))
     use_last = (~single) & (last_total >= first_total) & (last_total > mid_total)
     use_first = (~single) & (~use_last) & (first_total > mid_total)
     comp_stage = np.select([single, use_last, use_first],
-                           [mid[0] + logit_time + embed_compute, last[0] + logit_time, mid[0] + embed_compute],
-                           default=mid[0])
+                           [mid[0] + logit_time + embed_compute + first_acc, last[0] + logit_time + last_acc,
+                            mid[0] + embed_compute + first_acc],
+                           default=mid[0] + mid_acc)
     tp_stage = np.select([single, use_last, use_first], [mid[1] + embed_tp, last[1], mid[1] + embed_tp],
                          default=mid[1])
     ep_stage = np.where(use_last, last[2], mid[2])

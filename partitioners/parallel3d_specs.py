@@ -239,6 +239,12 @@ class TrainingSpec:
     overlap_tp_backward: bool = True
     # Megatron keeps fp32 "main_grad" buffers (4 B/param); DeepSpeed ZeRO keeps bf16 (2 B).
     grad_bytes_per_param: int = 4
+    # Weight gradients accumulated inside the weight-gradient GEMM (Megatron-LM
+    # ``--gradient-accumulation-fusion``, cuBLAS/CUTLASS ``wgrad_gemm_accum_fp32``, default
+    # since 2022). Without it every micro-batch writes a separate gradient that a second
+    # kernel adds into the accumulation buffer: extra HBM traffic per parameter and
+    # micro-batch (see parallel3d_cost.gradient_accumulation_time_s).
+    gradient_accumulation_fusion: bool = True
 
 
 @dataclass(frozen=True)
@@ -530,6 +536,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             overlap_tp_comm=bool(data.get("overlap_tp_comm", False)),
             overlap_tp_backward=bool(data.get("overlap_tp_backward", True)),
             grad_bytes_per_param=_positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
+            gradient_accumulation_fusion=bool(data.get("gradient_accumulation_fusion", True)),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):
         raise InvalidInput(f"training.precision must be 'bf16' or 'fp8', got {spec.precision!r}",

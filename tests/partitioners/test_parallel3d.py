@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from partitioners.collectives import LinkSpec, allreduce_time_s, p2p_time_s
 from partitioners.errors import InvalidInput
-from partitioners.parallel3d import evaluate_layouts, plan_from_request, plan_parallel_layout, rank_map
+from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_from_request, plan_parallel_layout, rank_map
 from partitioners.parallel3d_cost import (
     _ACTIVATION_FRAGMENTATION,
     _NVLINK_EFFICIENCY,
@@ -29,6 +29,7 @@ from partitioners.parallel3d_cost import (
     LayoutArrays,
     activation_bytes_per_layer,
     embedding_time_s,
+    gradient_accumulation_time_s,
     hardware_flops_per_step,
     model_flops_per_step,
     parameter_counts,
@@ -38,6 +39,7 @@ from partitioners.parallel3d_cost import (
 )
 from partitioners.parallel3d_specs import (
     cluster_from_dict,
+    constraints_from_dict,
     model_from_dict,
     training_from_dict,
 )
@@ -270,6 +272,24 @@ def test_every_pipeline_exchange_pays_transfer_and_a_host_synchronisation():
     assert float(pred["pp_comm_s"][0]) == pytest.approx(4 * 2 * 2 * one)
 
 
+def test_unfused_gradient_accumulation_costs_ten_bytes_per_parameter_and_micro_batch():
+    # Megatron 2021: main_grad.add_(grad) reads the bf16 gradient and reads and writes the
+    # fp32 accumulator once per micro-batch; a fused wgrad GEMM does it in its epilogue
+    model = model_from_dict({**GPT_SMALL, "num_layers": 4})
+    cluster = cluster_from_dict(A100_NODE)
+    step_s = {}
+    for fused in (True, False):
+        training = training_from_dict({"global_batch_sequences": 8, "gradient_accumulation_fusion": fused})
+        step_s[fused] = [float(predict_layouts(model, cluster, training, layouts(mbs=mbs))["step_time_s"][0])
+                         for mbs in (1, 8)]
+    counts = parameter_counts(model)
+    one = float(gradient_accumulation_time_s(counts.total, 4, cluster.hbm_bandwidth_bytes_per_s * 0.8))
+    assert one == pytest.approx(counts.total * 10.0 / (cluster.hbm_bandwidth_bytes_per_s * 0.8))
+    # (the stage's parameters leave out only the final LayerNorm's h)
+    assert step_s[False][0] - step_s[True][0] == pytest.approx(8 * one, rel=1e-3)  # 8 micro-batches of 1
+    assert step_s[False][1] - step_s[True][1] == pytest.approx(1 * one, rel=1e-3)  # 1 micro-batch of 8
+
+
 def test_tied_embeddings_add_a_first_last_stage_gradient_allreduce_only_with_a_pipeline():
     cluster = cluster_from_dict(A100_NODE)
     training = training_from_dict({"global_batch_sequences": 4})
@@ -348,6 +368,26 @@ def test_ties_within_tolerance_are_flagged_and_rank_fewer_stages_first():
     ties = [c for c in plan.candidates if c.tie_with_best]
     assert len(ties) >= 2
     assert [c.pp for c in ties] == sorted(c.pp for c in ties)
+
+
+def test_interleaving_needs_more_than_two_stages_and_whole_rounds_of_micro_batches():
+    model = model_from_dict({**GPT_SMALL, "num_layers": 24})
+    cluster = cluster_from_dict({"preset": "dgx-a100", "nodes": 2})
+    training = training_from_dict({"global_batch_sequences": 24})
+    lay = enumerate_layouts(model, cluster, training, constraints_from_dict(None))
+    interleaved = lay.v > 1
+    assert np.any(interleaved)
+    assert np.all(lay.pp[interleaved] > 2)
+    micro_batches = np.ceil(24 / (lay.dp * lay.mbs))
+    assert np.all(micro_batches[interleaved] % lay.pp[interleaved] == 0)
+
+
+def test_evaluating_an_interleaved_two_stage_pipeline_is_invalid_input_naming_the_rule():
+    with pytest.raises(InvalidInput) as err:
+        evaluate_layouts({**GPT_SMALL, "num_layers": 8}, A100_NODE, {"global_batch_sequences": 8},
+                         [{"tp": 1, "pp": 2, "virtual_stages": 2}])
+    assert err.value.code == "interleaving-not-possible"
+    assert "pp > 2" in str(err.value)
 
 
 def test_heads_not_divisible_by_tp_is_rejected_with_reason():

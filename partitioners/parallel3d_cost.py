@@ -34,6 +34,10 @@ Published models this follows (and where it departs, why):
   the output layer and loss; every send/recv of activations pays Megatron's host
   synchronisation, ``2 v`` times per micro-batch; with tied embeddings the first and
   last stages all-reduce the embedding gradient after the flush.
+* Weight-gradient accumulation over micro-batches: free when fused into the
+  weight-gradient GEMM (today's Megatron-LM), otherwise a memory-bound pass over the
+  stage's parameters per micro-batch (:func:`gradient_accumulation_time_s`), which is
+  what makes many small micro-batches cost more than the bubble formula says.
 * Backward GEMMs at their own shapes (``dX = dY W^T``, ``dW = X^T dY``), not as twice
   the forward; tensor-parallel all-reduces across a full H100/H200 node use NVLink
   SHARP (NCCL's NVLS), ~480/370 faster than the ring (NVIDIA/nccl-tests#212).

@@ -76,3 +76,10 @@ def test_zero_gpus_and_unknown_presets_are_422(client):
     assert client.post("/v1/parallel/plan", json=_request(cluster={"preset": "dgx-h100", "nodes": 0})).status_code == 422
     response = client.post("/v1/parallel/plan", json=_request(cluster={"preset": "dgx-h900", "nodes": 1}))
     assert response.status_code == 422 and "dgx-h100" in response.json()["detail"]
+
+
+def test_an_interleaved_two_stage_layout_is_422_naming_the_rule(client):
+    response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 2, "virtual_stages": 2}]))
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert "pp > 2" in response.json()["detail"]

@@ -96,6 +96,9 @@ _HBM_EFFICIENCY = 0.8
 # FlashAttention-2 (Dao, 2023) reaches 70-73% of A100 peak forward and ~63% end to end;
 # FlashAttention-3 ~75% of H100 peak. Expressed relative to the GEMM ceiling of the GPU.
 _FLASH_OVER_GEMM = 0.8
+# Its backward kernel runs at a lower fraction of peak than its forward: up to 63% against
+# 73% on A100 (Dao, "FlashAttention-2", 2023, Sec. 4.1), i.e. 0.86 of the forward's rate.
+_FLASH_BACKWARD_OVER_FORWARD = 0.63 / 0.73
 # GEMM output tile of cuBLAS/CUTLASS kernels used for the wave-quantisation estimate.
 _TILE = 128
 # Per-dimension half-saturation size of a GEMM: with d / (d + 200) per dimension a square
@@ -589,10 +592,10 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     heads_local = a / tp
     if training.flash_attention:
-        # causal flash attention skips the masked half; backward is 2.5x forward
-        # (five matmuls against two, Dao 2023)
+        # causal flash attention skips the masked half; backward is 2.5x forward's FLOPs
+        # (five matmuls against two, Dao 2023), run at a lower fraction of peak
         attn_core_fwd = 2.0 * tokens * s * h / tp / (peak_bf16 * eff * _FLASH_OVER_GEMM)
-        attn_core_bwd = 2.5 * attn_core_fwd
+        attn_core_bwd = 2.5 * attn_core_fwd / _FLASH_BACKWARD_OVER_FORWARD
         score_bytes_fwd = np.zeros_like(tokens)
     else:
         # batched QK^T and attention x V over the full s x s matrix (masked after),

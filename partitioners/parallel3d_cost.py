@@ -718,31 +718,40 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     # tensor group (reduce-scatter with sequence parallelism: the same bytes)
     embed_tp = tp_ar
 
-    mid = stage(q_dense, q_moe)
-    last_moe = np.minimum(q_moe, last_layers)
-    last = stage(last_layers - last_moe, last_moe)
-    mid_total = mid[0] + mid[1] + mid[2] + mid[3]
-    first_total = mid_total + embed_compute + embed_tp
-    last_total = last[0] + last[1] + last[2] + last[3] + logit_time
-    if not training.gradient_accumulation_fusion:
-        def stage_params(n_dense, n_moe_layers, extra):
-            return ((n_dense + n_moe_layers) * counts.attention_per_layer + n_dense * counts.dense_mlp_per_layer
-                    + n_moe_layers * (counts.moe_shared_per_layer + counts.experts_per_layer / ep) + extra) / tp
-        accumulate = lambda n: gradient_accumulation_time_s(n, training.grad_bytes_per_param, hbm_eff)  # noqa: E731
-        out_extra = counts.output if counts.output else counts.embedding
-        mid_acc = accumulate(stage_params(q_dense, q_moe, 0.0))
-        first_acc = accumulate(stage_params(q_dense, q_moe, counts.embedding + np.where(pp == 1, counts.output, 0.0)))
-        last_acc = accumulate(stage_params(last_layers - np.minimum(q_moe, last_layers), np.minimum(q_moe, last_layers),
-                                           out_extra))
-        mid_total = mid_total + mid_acc
-        first_total = first_total + first_acc
-        last_total = last_total + last_acc
-    else:
-        mid_acc = first_acc = last_acc = np.zeros_like(tp)
     single = pp == 1
+    last_moe = np.minimum(q_moe, last_layers)
+
+    # ---- parameters held per GPU on a middle, the first (embedding) and the last (output) stage
+    mid_dense = (q * counts.attention_per_layer + q_dense * counts.dense_mlp_per_layer
+                 + q_moe * counts.moe_shared_per_layer) / tp
+    first_dense = mid_dense + counts.embedding / tp
+    first_expert = q_moe * counts.experts_per_layer / (ep * tp)
+    out_params = (counts.output if counts.output else counts.embedding)
+    last_dense = (last_layers * counts.attention_per_layer + (last_layers - last_moe) * counts.dense_mlp_per_layer
+                  + last_moe * counts.moe_shared_per_layer) / tp + out_params / tp
+    last_expert = last_moe * counts.experts_per_layer / (ep * tp)
+    # pp == 1: one stage holds embedding and output
+    first_dense = np.where(single, first_dense + counts.output / tp, first_dense)
+
+    # unfused weight-gradient accumulation: one pass over the stage's parameters per micro-batch
+    def accumulation_s(params_per_gpu: np.ndarray) -> np.ndarray:
+        if training.gradient_accumulation_fusion:
+            return np.zeros_like(params_per_gpu)
+        return gradient_accumulation_time_s(params_per_gpu, training.grad_bytes_per_param, hbm_eff)
+
+    mid_acc = accumulation_s(mid_dense + first_expert)
+    first_acc = accumulation_s(first_dense + first_expert)
+    last_acc = accumulation_s(last_dense + last_expert)
+
+    mid = stage(q_dense, q_moe)
+    last = stage(last_layers - last_moe, last_moe)
+    mid_layers = mid[0] + mid[1] + mid[2] + mid[3]
+    mid_total = mid_layers + mid_acc
+    first_total = mid_layers + embed_compute + embed_tp + first_acc
+    last_total = last[0] + last[1] + last[2] + last[3] + logit_time + last_acc
     # the slowest stage paces the steady state (Narayanan et al. SC21, Sec. 2.2: every
     # stage runs one forward and one backward per micro-batch in lock-step)
-    stage_time = np.where(single, mid_total - mid_acc + first_acc + logit_time + embed_compute + embed_tp,
+    stage_time = np.where(single, first_total + logit_time,
                           np.maximum(first_total, np.maximum(mid_total, last_total)))
     use_last = (~single) & (last_total >= first_total) & (last_total > mid_total)
     use_first = (~single) & (~use_last) & (first_total > mid_total)
@@ -773,18 +782,6 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     pipeline_time = pipeline_time_s(np.where(single, stage_time, first_total + p2p_per_mb), mid_total + p2p_per_mb,
                                     last_total + p2p_per_mb, pp, v, m)
     bubble = np.where(single, 0.0, pipeline_time - m * (stage_time + p2p_per_mb))
-
-    # ---- parameters held per GPU on the first (embedding) and last (output) stage
-    first_dense = q * counts.attention_per_layer + q_dense * counts.dense_mlp_per_layer \
-        + q_moe * counts.moe_shared_per_layer
-    first_dense = first_dense / tp + counts.embedding / tp
-    first_expert = q_moe * counts.experts_per_layer / (ep * tp)
-    out_params = (counts.output if counts.output else counts.embedding)
-    last_dense = (last_layers * counts.attention_per_layer + (last_layers - last_moe) * counts.dense_mlp_per_layer
-                  + last_moe * counts.moe_shared_per_layer) / tp + out_params / tp
-    last_expert = last_moe * counts.experts_per_layer / (ep * tp)
-    # pp == 1: one stage holds embedding and output
-    first_dense = np.where(single, first_dense + counts.output / tp, first_dense)
 
     shard_dense = dp * cp
     shard_expert = np.maximum(dp * cp / ep, 1.0)

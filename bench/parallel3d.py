@@ -1,6 +1,6 @@
 """Validate the 3D-parallel planner on published runs and time full searches.
 
-Run: ``.venv/bin/python -m bench.parallel3d`` (about half a minute on one core).
+Run: ``.venv/bin/python -m bench.parallel3d`` (a few seconds on one core).
 
 Prints
 1. for every published row (Narayanan et al. SC21 Table 1, Korthikanti et al. 2022):
@@ -86,7 +86,7 @@ def agreement_table() -> None:
     n = len(rows)
     errs = np.abs(np.array(errors))
     print(f"top-1 (tp,pp) agreement: {top1}/{n} = {top1 / n:.0%}   top-3: {top3}/{n} = {top3 / n:.0%}   "
-          f"top-1 or tied with it ({Constraints().tie_tolerance:.0%}): {tie1}/{n} = {tie1 / n:.0%}")
+          f"top-1 or tied with it ({Constraints().tie_tolerance:.1%}): {tie1}/{n} = {tie1 / n:.0%}")
     print(f"predicted step time of the best published (tp,pp) above the planner's first choice: median "
           f"{np.median(gaps):.1%}, max {np.max(gaps):.1%}")
     print(f"utilisation error of published layouts: mean |err| {errs.mean():.1%}, max |err| {errs.max():.1%}, "

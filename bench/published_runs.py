@@ -37,8 +37,12 @@ A100_PEAK_BF16_FLOPS = 312e12
 
 # Megatron-LM of 2021: no flash attention, no sequence parallelism, tensor-parallel
 # all-reduces in line (the asynchronous input-gradient all-reduce came in 2022).
+# Precision as the authors ran it: examples/sc21/CONFIG.sh passes ``--fp16 --loss-scale
+# 8192`` and not ``--accumulate-allreduce-grads-in-fp32``, which Megatron-LM turns on by
+# itself only for bf16; so gradients were accumulated and all-reduced in 2-byte fp16.
 SC21_SOFTWARE = {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
-                 "overlap_tp_backward": False, "gradient_accumulation_fusion": False}
+                 "overlap_tp_backward": False, "gradient_accumulation_fusion": False,
+                 "precision": "fp16", "grad_bytes_per_param": 2}
 SC21_SEARCH = {"zero_stages": [0], "recompute": ["none", "full"]}
 # Megatron-LM as released with sequence parallelism: its column-parallel linears run the
 # backward reduce-scatter / all-gather asynchronously under their GEMMs
@@ -78,13 +82,11 @@ _SC21_ROWS = [
 ]
 
 # PyTorch DistributedDataParallel all-reduces gradient buckets while the backward pass
-# runs (Li et al., "PyTorch Distributed", VLDB 2020), in the parameters' precision: the
-# Megatron-LM of the time allowed it only without fp32 gradient accumulation ("If we do
-# accumulation and all-reduces in fp32, we need to have local DDP", megatron/arguments.py),
-# i.e. with fp16 parameters and 2-byte gradients. Megatron's local DDP reduced its
-# contiguous gradient buffer after the backward pass (SC21_SOFTWARE).
+# runs (Li et al., "PyTorch Distributed", VLDB 2020), in the parameters' precision (fp16
+# here, see SC21_SOFTWARE). Megatron's local DDP reduced its contiguous gradient buffer
+# after the backward pass (SC21_SOFTWARE).
 _DDP_SOFTWARE = {
-    "torch": {"overlap_grad_reduce": True, "grad_bytes_per_param": 2, "precision": "fp16"},
+    "torch": {"overlap_grad_reduce": True},
     "local": {},
 }
 
@@ -94,7 +96,7 @@ SC21_TABLE1 = [
         "name": f"GPT-{name}",
         "model": gpt(layers, hidden, heads),
         "cluster": {"preset": "dgx-a100", "nodes": gpus // 8},
-        "training": {"global_batch_sequences": batch, "precision": "bf16", **SC21_SOFTWARE, **_DDP_SOFTWARE[ddp]},
+        "training": {"global_batch_sequences": batch, **SC21_SOFTWARE, **_DDP_SOFTWARE[ddp]},
         "search": SC21_SEARCH,
         "published": {"tp": tp, "pp": pp, "micro_batch_size": mbs, "virtual_stages": v, "recompute": "full",
                       "zero_stage": 0},
@@ -154,7 +156,7 @@ SC21_FIGURE17_MEMORY = [
         "name": f"GPT-145.6B (8,16) no recompute, batch {batch}",
         "model": gpt(80, 12288, 96),
         "cluster": {"preset": "dgx-a100", "nodes": 16},
-        "training": {"global_batch_sequences": batch, "precision": "bf16", **SC21_SOFTWARE},
+        "training": {"global_batch_sequences": batch, **SC21_SOFTWARE},
         "search": SC21_SEARCH,
         "published": {"tp": 8, "pp": 16, "micro_batch_size": 1, "virtual_stages": 1, "recompute": "none",
                       "zero_stage": 0},

@@ -73,6 +73,8 @@ __all__ = [
     "RECOMPUTE_NONE",
     "RECOMPUTE_SELECTIVE",
     "RECOMPUTE_FULL",
+    "ACTIVATION_FRAGMENTATION",
+    "ACTIVATION_FRAGMENTATION_HIGH",
     "ParameterCounts",
     "parameter_counts",
     "model_flops_per_step",
@@ -112,8 +114,10 @@ _GEMM_HALF_DIM = 200.0
 _RESERVED_BYTES = 3.0 * 1024**3
 # Activations are allocated and freed every micro-batch in blocks of many sizes; the
 # caching allocator's reserved-but-unusable share is 10-30% in LLM training
-# (Guo et al., "GMLake", ASPLOS 2024). Counted at the low end on activations.
-_ACTIVATION_FRAGMENTATION = 0.10
+# (Guo et al., "GMLake", ASPLOS 2024). Counted at the low end on activations; the
+# planner notes layouts that would not fit at the high end (parallel3d).
+ACTIVATION_FRAGMENTATION = 0.10
+ACTIVATION_FRAGMENTATION_HIGH = 0.30
 # Load of the busiest expert over the mean (see predict_layouts, MoE).
 _EXPERT_IMBALANCE = 1.2
 # Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.
@@ -816,8 +820,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     logits_act = 4.0 * tokens * vocab / tp
     act_last = layers_last * layer_act_avg + transient + logits_act
     act_first = np.where(single, act_first + logits_act, act_first)
-    act_first = act_first * (1.0 + _ACTIVATION_FRAGMENTATION)
-    act_last = act_last * (1.0 + _ACTIVATION_FRAGMENTATION)
+    act_first = act_first * (1.0 + ACTIVATION_FRAGMENTATION)
+    act_last = act_last * (1.0 + ACTIVATION_FRAGMENTATION)
 
     # ---- buffers: fixed reserve, ZeRO-3 prefetch of two layers, p2p and TP staging
     layer_params_gpu = (counts.attention_per_layer + counts.dense_mlp_per_layer) / tp

@@ -223,7 +223,7 @@ class TrainingSpec:
     """
 
     global_batch_sequences: int
-    precision: str = "bf16"  # "bf16" or "fp8"
+    precision: str = "bf16"  # "bf16", "fp16" (with loss scaling, same peak) or "fp8"
     optimizer: str = "adam"
     flash_attention: bool = True
     sequence_parallel: bool = True
@@ -262,10 +262,11 @@ class Constraints:
     recompute: tuple[str, ...] = RECOMPUTE_MODES
     allow_uneven_pp: bool = True
     # Layouts within this fraction of the best step time are reported as ties and
-    # ranked fewer pipeline stages first. 4%: the model's own error on published
-    # layouts (bench/parallel3d.py: mean |MFU/HFU error| 3.9% over SC21 and
-    # Korthikanti 2022), so a smaller gap is not evidence that one layout is faster.
-    tie_tolerance: float = 0.04
+    # ranked fewer pipeline stages first. 5.5%: the model's own error on published
+    # layouts (bench/parallel3d.py: mean |MFU/HFU error| 5.5% over SC21, as the authors
+    # ran it in fp16, and Korthikanti 2022), so a smaller gap is not evidence that one
+    # layout is faster.
+    tie_tolerance: float = 0.055
 
 
 # --------------------------------------------------------------------------- parsing
@@ -539,7 +540,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             gradient_accumulation_fusion=bool(data.get("gradient_accumulation_fusion", True)),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):
-        raise InvalidInput(f"training.precision must be 'bf16' or 'fp8', got {spec.precision!r}",
+        raise InvalidInput(f"training.precision must be 'bf16', 'fp16' or 'fp8', got {spec.precision!r}",
                            field="training.precision", code="unknown-precision")
     if spec.optimizer not in ("adam", "adamw"):
         raise InvalidInput(f"training.optimizer: only Adam is modelled, got {spec.optimizer!r}",

@@ -18,7 +18,8 @@ from partitioners.collectives import LinkSpec, allreduce_time_s, p2p_time_s
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_from_request, plan_parallel_layout, rank_map
 from partitioners.parallel3d_cost import (
-    _ACTIVATION_FRAGMENTATION,
+    ACTIVATION_FRAGMENTATION,
+    ACTIVATION_FRAGMENTATION_HIGH,
     _NVLINK_EFFICIENCY,
     _P2P_SYNC_S,
     _gemm_backward_time_s,
@@ -162,7 +163,7 @@ def test_first_pipeline_stage_keeps_p_micro_batches_of_activations():
                                                  np.array([RECOMPUTE_NONE]))[0])
     pred = predict_layouts(model, cluster, training, layouts(dp=1, pp=4))
     embedding_masks = 4 * 32 * 64  # one byte per element, p micro-batches in flight
-    expected = (8 * per_layer + embedding_masks) * (1 + _ACTIVATION_FRAGMENTATION)
+    expected = (8 * per_layer + embedding_masks) * (1 + ACTIVATION_FRAGMENTATION)
     assert float(pred["activations_bytes"][0]) == pytest.approx(expected)
 
 
@@ -452,6 +453,21 @@ def test_layout_known_to_run_out_of_memory_is_predicted_not_to_fit():
                                [{"tp": 8, "pp": 8, "micro_batch_size": 1, "recompute": "none", "zero_stage": 0,
                                  "virtual_stages": 1}])
     assert any(r.startswith("out of memory") for r in pred.reasons)
+
+
+def test_layout_that_fits_only_at_low_allocator_fragmentation_is_noted_as_tight():
+    model = {"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
+             "vocab_size": 32000}
+    layout = [{"tp": 1, "pp": 1, "micro_batch_size": 4, "recompute": "none", "zero_stage": 0}]
+    training = {"global_batch_sequences": 32, "flash_attention": False}
+    (roomy,) = evaluate_layouts(model, {"gpu": "a100-80gb", "num_nodes": 1}, training, layout)
+    activations_at_high_end = roomy.memory.activations_bytes * (
+        (1 + ACTIVATION_FRAGMENTATION_HIGH) / (1 + ACTIVATION_FRAGMENTATION) - 1)
+    capacity = roomy.memory.total_bytes + activations_at_high_end / 2
+    (tight,) = evaluate_layouts(model, {"gpu": "a100-80gb", "num_nodes": 1, "memory_bytes": capacity}, training,
+                                layout)
+    assert roomy.fits and not any(n.startswith("tight memory") for n in roomy.notes)
+    assert tight.fits and any(n.startswith("tight memory") for n in tight.notes)
 
 
 def test_model_too_large_for_the_cluster_answers_infeasible_with_a_reason():

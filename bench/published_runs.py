@@ -43,13 +43,16 @@ A100_PEAK_BF16_FLOPS = 312e12
 SC21_SOFTWARE = {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
                  "overlap_tp_backward": False, "gradient_accumulation_fusion": False,
                  "precision": "fp16", "grad_bytes_per_param": 2}
-SC21_SEARCH = {"zero_stages": [0], "recompute": ["none", "full"]}
+# Megatron-LM of 2021-2022 asserted that the layer count divides by the pipeline size
+# ("num_layers must be divisible by pipeline_model_parallel_size", ParallelTransformer in
+# megatron/model/transformer.py); uneven first/last stages came with Megatron-Core.
+SC21_SEARCH = {"zero_stages": [0], "recompute": ["none", "full"], "allow_uneven_pp": False}
 # Megatron-LM as released with sequence parallelism: its column-parallel linears run the
 # backward reduce-scatter / all-gather asynchronously under their GEMMs
 # (LinearWithGradAccumulationAndAsyncCommunication), so overlap_tp_backward keeps its default
 # (True) -- an assumption: the paper does not say so for its runs.
 KORTHIKANTI_SOFTWARE = {"flash_attention": False, "sequence_parallel": True, "overlap_grad_reduce": False}
-KORTHIKANTI_SEARCH = {"zero_stages": [0], "recompute": ["none", "selective", "full"]}
+KORTHIKANTI_SEARCH = {"zero_stages": [0], "recompute": ["none", "selective", "full"], "allow_uneven_pp": False}
 
 
 def gpt(layers: int, hidden: int, heads: int) -> dict:

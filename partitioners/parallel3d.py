@@ -511,7 +511,7 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
     -------
     ParallelPlan
         Candidates fastest first; layouts within ``constraints.tie_tolerance``
-        (5.5% by default) of the best are flagged ``tie_with_best`` and, among those, ones
+        (3% by default) of the best are flagged ``tie_with_best`` and, among those, ones
         with fewer pipeline stages come first: the gap is below the model's
         error, and fewer stages carry less unmodelled risk (stage imbalance,
         straggling stages, p2p jitter). ``rejected`` lists faster-looking

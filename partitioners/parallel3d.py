@@ -512,9 +512,10 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
     ParallelPlan
         Candidates fastest first; layouts within ``constraints.tie_tolerance``
         (3% by default) of the best are flagged ``tie_with_best`` and, among those, ones
-        with fewer pipeline stages come first: the gap is below the model's
-        error, and fewer stages carry less unmodelled risk (stage imbalance,
-        straggling stages, p2p jitter). ``rejected`` lists faster-looking
+        with fewer pipeline stages come first, then ones with more memory to spare:
+        the gap is below the model's error, and fewer stages carry less unmodelled
+        risk (stage imbalance, straggling stages, p2p jitter), as does headroom
+        against allocator fragmentation, counted at its low end. ``rejected`` lists faster-looking
         layouts that cannot run, with the reason. ``feasible`` is False when
         nothing fits; ``notes`` then says what would have to change.
 
@@ -544,14 +545,15 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
         best_time = step[ranked[0]]
         in_band = step[ranked] <= best_time * (1.0 + cons.tie_tolerance)
         band = ranked[in_band]
-        band = band[np.lexsort((lay.cp[band], step[band], lay.pp[band]))]
+        band = band[np.lexsort((step[band], pred["memory_bytes"][band], lay.pp[band]))]
         ordered = np.concatenate([band, ranked[~in_band]])[:top_k]
         for i in ordered:
             tie = bool(step[i] <= best_time * (1.0 + cons.tie_tolerance))
             note = ()
             if tie and band.size > 1:
                 note = (f"within {cons.tie_tolerance:.1%} of the fastest prediction "
-                        f"({best_time:.3f} s): a tie at the model's accuracy; ties rank fewer pipeline stages first",)
+                        f"({best_time:.3f} s): a tie at the model's accuracy; ties rank fewer pipeline stages, "
+                        "then more free memory, first",)
             candidates.append(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec, tie, note))
         threshold = step[ordered[0]]
     else:

@@ -99,43 +99,47 @@ _SUSTAINED_OVER_BURST_HOPPER = 755.0 / 834.0
 # B200 (1,000 W): same source, MSMF 1,429 against MAMF 1,745 TFLOP/s.
 _SUSTAINED_OVER_BURST_B200 = 1429.0 / 1745.0
 
+# Memory is what the CUDA driver hands a process (``cudaDeviceProp.totalGlobalMem``, the
+# "total capacity" PyTorch's out-of-memory message prints), a little under the HBM on the
+# datasheet: A100-SXM4-80GB 79.35 GiB, A100-40GB 39.59 GiB, H100 80GB HBM3 79.11 GiB
+# (vllm-project/vllm#27508), H200 139.80 GiB, B200 178.35 GiB, as those messages report.
 GPU_SPECS: dict[str, GPUSpec] = {
     # NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 dense 312 TFLOP/s, 80 GB HBM2e at
     # 2,039 GB/s (SXM), NVLink 600 GB/s (bidirectional), 108 SMs (A100 whitepaper).
     # DGX A100 user guide: 8x ConnectX-6 200 Gb/s HDR InfiniBand, one per GPU -> 25 GB/s.
     # GEMM ceiling: burst 0.92 (267.9 / 312 = 0.859 at 8192^3, over (8192 / 8392)^3 = 0.930),
     # times the sustained clock.
-    "a100-80gb": GPUSpec("a100-80gb", {"bf16": 312e12, "fp16": 312e12}, 80 * _GIB, 2.039e12,
+    "a100-80gb": GPUSpec("a100-80gb", {"bf16": 312e12, "fp16": 312e12}, 79.35 * _GIB, 2.039e12,
                          300e9, 25e9, 8, 108, 0.92 * _SUSTAINED_OVER_BURST_A100),
     # A800 SXM4 80GB (export variant): A100 figures with NVLink cut to 400 GB/s bidirectional.
-    "a800-80gb": GPUSpec("a800-80gb", {"bf16": 312e12, "fp16": 312e12}, 80 * _GIB, 2.039e12,
+    "a800-80gb": GPUSpec("a800-80gb", {"bf16": 312e12, "fp16": 312e12}, 79.35 * _GIB, 2.039e12,
                          200e9, 25e9, 8, 108, 0.92 * _SUSTAINED_OVER_BURST_A100),
     # Same datasheet, 40 GB HBM2 at 1,555 GB/s.
-    "a100-40gb": GPUSpec("a100-40gb", {"bf16": 312e12, "fp16": 312e12}, 40 * _GIB, 1.555e12,
+    "a100-40gb": GPUSpec("a100-40gb", {"bf16": 312e12, "fp16": 312e12}, 39.59 * _GIB, 1.555e12,
                          300e9, 25e9, 8, 108, 0.92 * _SUSTAINED_OVER_BURST_A100),
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16 dense 989 TFLOP/s, FP8 dense
     # 1,979 TFLOP/s (the sheet's 1,979/3,958 figures are with sparsity), 80 GB HBM3 at
     # 3.35 TB/s, NVLink 900 GB/s bidirectional, 132 SMs. DGX H100: 8x ConnectX-7 400 Gb/s.
     # GEMM ceiling: burst 0.86 (792.1 / 989 = 0.801 at 8192^3, over 0.930), times the
     # sustained clock.
-    "h100-sxm": GPUSpec("h100-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 80 * _GIB,
+    "h100-sxm": GPUSpec("h100-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 79.11 * _GIB,
                         3.35e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER,
                         480.0 / 370.0),
     # H800 SXM5 (export variant): H100 SXM compute and memory, NVLink cut to 400 GB/s
     # bidirectional (NVIDIA H800 product brief; DeepSeek-V3 report, Sec. 3.1).
-    "h800-sxm": GPUSpec("h800-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 80 * _GIB,
+    "h800-sxm": GPUSpec("h800-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 79.11 * _GIB,
                         3.35e12, 200e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER),
     # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
     # Same NVLink 4 / NVSwitch gen 3 as H100: all-reduce busBw ~475 GB/s measured on 8 H200
     # (NVIDIA/nccl-tests#272), so the H100 NVLS figure.
-    "h200-sxm": GPUSpec("h200-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 141e9,
+    "h200-sxm": GPUSpec("h200-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 139.80 * _GIB,
                         4.8e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER,
                         480.0 / 370.0),
     # NVIDIA HGX B200 datasheet: per GPU BF16 dense 2.25 PFLOP/s, FP8 dense 4.5 PFLOP/s,
     # 180 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s bidirectional; DGX B200 8x 400 Gb/s NICs.
     # GEMM ceiling: burst 0.834 (Bekman's B200 MAMF, 1,745 / 2,250 = 0.776, over 0.930 as
     # for the others), times the sustained clock.
-    "b200": GPUSpec("b200", {"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15}, 180e9, 8.0e12,
+    "b200": GPUSpec("b200", {"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15}, 178.35 * _GIB, 8.0e12,
                     900e9, 50e9, 8, 148, 0.834 * _SUSTAINED_OVER_BURST_B200),
 }
 

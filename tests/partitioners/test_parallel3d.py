@@ -371,6 +371,17 @@ def test_ties_within_tolerance_are_flagged_and_rank_fewer_stages_first():
     assert [c.pp for c in ties] == sorted(c.pp for c in ties)
 
 
+def test_ties_with_the_same_pipeline_depth_rank_more_free_memory_first():
+    gpt_1b = {"num_layers": 24, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
+              "vocab_size": 51200}
+    plan = plan_parallel_layout(gpt_1b, A100_NODE, {"global_batch_sequences": 64}, {"tie_tolerance": 0.2})
+    ties = [c for c in plan.candidates if c.tie_with_best]
+    for pp in {c.pp for c in ties}:
+        same_depth = [c.memory.total_bytes for c in ties if c.pp == pp]
+        assert same_depth == sorted(same_depth)
+    assert any(sum(c.pp == pp for c in ties) >= 2 for pp in {c.pp for c in ties})
+
+
 def test_interleaving_needs_more_than_two_stages_and_whole_rounds_of_micro_batches():
     model = model_from_dict({**GPT_SMALL, "num_layers": 24})
     cluster = cluster_from_dict({"preset": "dgx-a100", "nodes": 2})

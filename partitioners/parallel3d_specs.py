@@ -524,11 +524,15 @@ def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -
              if math.isfinite(float(values[0])) and float(values[0]) > 0}
     if inventory.default_dtype not in peaks:
         peaks[inventory.default_dtype] = float(inventory.device_peak_flops[0])
+    memory_bytes = float(inventory.device_memory_bytes[0])
+    if known is not None and known.memory_bytes <= memory_bytes <= 1.02 * known.memory_bytes:
+        # the datasheet HBM of a GPU we know: the driver exposes a little less (see GPU_SPECS)
+        memory_bytes = known.memory_bytes
     return ClusterSpec(
         gpus_per_node=int(sizes[0]),
         num_nodes=int(num_nodes if num_nodes is not None else inventory.n_groups),
         peak_flops_per_s=peaks,
-        memory_bytes=float(inventory.device_memory_bytes[0]),
+        memory_bytes=memory_bytes,
         intra_node_bandwidth_bytes_per_s=float(inventory.group_link_bandwidth_bytes_per_s[0]),
         inter_node_bandwidth_bytes_per_s=float(inventory.inter_link.bandwidth_bytes_per_s),
         hbm_bandwidth_bytes_per_s=float(inventory.device_memory_bandwidth_bytes_per_s[0]),

@@ -432,6 +432,14 @@ def test_shared_inventory_json_and_its_presets_are_accepted_as_clusters():
     assert (nvl72.gpus_per_node, nvl72.num_nodes) == (72, 3)
 
 
+def test_an_inventory_stating_datasheet_memory_plans_with_what_the_driver_exposes():
+    from partitioners.inventory import inventory_to_json, preset_inventory
+
+    from_inventory = cluster_from_dict(inventory_to_json(preset_inventory("dgx-h100", 1)))
+    from_preset = cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
+    assert from_inventory.memory_bytes == from_preset.memory_bytes < 80 * 2**30
+
+
 def test_mixed_gpu_inventory_is_invalid_input_for_the_planner():
     from partitioners.inventory import inventory_to_json, preset_inventory
 

@@ -287,7 +287,7 @@ class Constraints:
     recompute: tuple[str, ...] = RECOMPUTE_MODES
     allow_uneven_pp: bool = True
     # Layouts within this fraction of the best step time are reported as ties and
-    # ranked fewer pipeline stages first. 3%: the model's own error on published
+    # ranked fewer pipeline stages first, then more free memory first. 3%: the model's own error on published
     # layouts (bench/parallel3d.py: mean |MFU/HFU error| 2.9% over SC21, as the authors
     # ran it in fp16, and Korthikanti 2022), so a smaller gap is not evidence that one
     # layout is faster.

@@ -40,9 +40,13 @@ A100_PEAK_BF16_FLOPS = 312e12
 # Precision as the authors ran it: examples/sc21/CONFIG.sh passes ``--fp16 --loss-scale
 # 8192`` and not ``--accumulate-allreduce-grads-in-fp32``, which Megatron-LM turns on by
 # itself only for bf16; so gradients were accumulated and all-reduced in 2-byte fp16.
+# Its fp16 optimizer kept the fp32 copy of those gradients between steps, and its
+# 1F1B schedule kept every in-flight micro-batch's stage output until the backward
+# (TrainingSpec.fp32_grad_copy_kept, stage_outputs_kept).
 SC21_SOFTWARE = {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
                  "overlap_tp_backward": False, "gradient_accumulation_fusion": False,
-                 "precision": "fp16", "grad_bytes_per_param": 2}
+                 "precision": "fp16", "grad_bytes_per_param": 2, "fp32_grad_copy_kept": True,
+                 "stage_outputs_kept": True}
 # Megatron-LM of 2021-2022 asserted that the layer count divides by the pipeline size
 # ("num_layers must be divisible by pipeline_model_parallel_size", ParallelTransformer in
 # megatron/model/transformer.py); uneven first/last stages came with Megatron-Core.

@@ -797,6 +797,10 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         weights = np.where(z >= 3, (2.0 + fp8_cache) * (dense / shard_dense + expert / shard_expert),
                            (2.0 + fp8_cache) * (dense + expert))
         grads = np.where(z >= 2, gb * (dense / shard_dense + expert / shard_expert), gb * (dense + expert))
+        if training.fp32_grad_copy_kept and gb < 4.0:
+            # the optimizer's fp32 gradient copy lives with the master weights it feeds
+            grads = grads + np.where(z >= 1, 4.0 * (dense / shard_dense + expert / shard_expert),
+                                     4.0 * (dense + expert))
         optim = np.where(z >= 1, 12.0 * (dense / shard_dense + expert / shard_expert), 12.0 * (dense + expert))
         return weights, grads, optim
 
@@ -817,6 +821,10 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                                                              np.zeros_like(rc), moe_layer=n_moe > 0), 0.0)
     embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0)  # dropout mask
     act_first = layers_first * layer_act_avg + transient + embed_act
+    if training.stage_outputs_kept:
+        # each in-flight model chunk's output (the residual stream, 2 bytes per element)
+        act_first = act_first + np.where(single, 0.0, chunks_first * tokens * h * 2.0
+                                         / np.where(training.sequence_parallel, tp, 1.0))
     logits_act = 4.0 * tokens * vocab / tp
     act_last = layers_last * layer_act_avg + transient + logits_act
     act_first = np.where(single, act_first + logits_act, act_first)

@@ -270,6 +270,18 @@ class TrainingSpec:
     # kernel adds into the accumulation buffer: extra HBM traffic per parameter and
     # micro-batch (see parallel3d_cost.gradient_accumulation_time_s).
     gradient_accumulation_fusion: bool = True
+    # The fp16 optimizer of Megatron-LM before 2022 kept the fp32 copy of every gradient
+    # it made for the master weights (``main_param.grad = model_param.main_grad.float()``)
+    # from one step to the next: its ``zero_grad`` cleared only "float16_groups &
+    # fp32_from_fp32_groups". The later code also frees fp32_from_float16_groups "as a
+    # memory optimization" (megatron/optimizer/optimizer.py). With 2-byte gradient buffers
+    # that copy is 4 more bytes per parameter through the forward and backward passes;
+    # with fp32 buffers ``.float()`` returns the buffer itself and costs nothing.
+    fp32_grad_copy_kept: bool = False
+    # Megatron-LM before 2022 kept every in-flight micro-batch's pipeline-stage output
+    # until that micro-batch's backward; ``deallocate_output_tensor`` (schedules.py)
+    # later freed its data right after the send, as only its ``grad_fn`` is needed.
+    stage_outputs_kept: bool = False
 
 
 @dataclass(frozen=True)
@@ -567,6 +579,8 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             overlap_tp_backward=bool(data.get("overlap_tp_backward", True)),
             grad_bytes_per_param=_positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
             gradient_accumulation_fusion=bool(data.get("gradient_accumulation_fusion", True)),
+            fp32_grad_copy_kept=bool(data.get("fp32_grad_copy_kept", False)),
+            stage_outputs_kept=bool(data.get("stage_outputs_kept", False)),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):
         raise InvalidInput(f"training.precision must be 'bf16', 'fp16' or 'fp8', got {spec.precision!r}",

@@ -167,6 +167,36 @@ def test_first_pipeline_stage_keeps_p_micro_batches_of_activations():
     assert float(pred["activations_bytes"][0]) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(("grad_bytes", "extra_bytes_per_param"), [(2, 4), (4, 0)])
+def test_a_kept_fp32_gradient_copy_costs_four_bytes_per_parameter_only_over_16_bit_gradients(
+        grad_bytes, extra_bytes_per_param):
+    # Megatron-LM 2021: main_param.grad = main_grad.float() survives zero_grad; over an fp32
+    # buffer .float() is the buffer itself
+    model = model_from_dict(GPT_SMALL)
+    cluster = cluster_from_dict(A100_NODE)
+    grads = {}
+    for kept in (False, True):
+        training = training_from_dict({"global_batch_sequences": 8, "grad_bytes_per_param": grad_bytes,
+                                       "fp32_grad_copy_kept": kept})
+        grads[kept] = float(predict_layouts(model, cluster, training, layouts(dp=8))["gradients_bytes"][0])
+    assert grads[True] - grads[False] == pytest.approx(extra_bytes_per_param * parameter_counts(model).total,
+                                                       rel=1e-3)
+
+
+def test_kept_stage_outputs_add_one_residual_stream_per_micro_batch_in_flight():
+    # Megatron-LM before deallocate_output_tensor: each in-flight micro-batch's stage output
+    # (s x b x h, 2 bytes) stays until its backward; the first of 4 stages has 4 in flight
+    model = model_from_dict({**GPT_SMALL, "num_layers": 8, "vocab_size": 8})
+    cluster = cluster_from_dict(A100_NODE)
+    activations = {}
+    for kept in (False, True):
+        training = training_from_dict({"global_batch_sequences": 16, "flash_attention": False,
+                                       "sequence_parallel": False, "stage_outputs_kept": kept})
+        activations[kept] = float(predict_layouts(model, cluster, training, layouts(pp=4))["activations_bytes"][0])
+    assert activations[True] - activations[False] == pytest.approx(
+        4 * 32 * 64 * 2 * (1 + ACTIVATION_FRAGMENTATION))
+
+
 # ---------------------------------------------------------------- time
 
 

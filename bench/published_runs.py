@@ -90,10 +90,11 @@ _SC21_ROWS = [
 
 # PyTorch DistributedDataParallel all-reduces gradient buckets while the backward pass
 # runs (Li et al., "PyTorch Distributed", VLDB 2020), in the parameters' precision (fp16
-# here, see SC21_SOFTWARE). Megatron's local DDP reduced its contiguous gradient buffer
-# after the backward pass (SC21_SOFTWARE).
+# here, see SC21_SOFTWARE), into buckets that copy the gradients (no
+# gradient_as_bucket_view then). Megatron's local DDP reduced its contiguous gradient
+# buffer after the backward pass (SC21_SOFTWARE).
 _DDP_SOFTWARE = {
-    "torch": {"overlap_grad_reduce": True},
+    "torch": {"overlap_grad_reduce": True, "ddp_bucket_copy": True},
     "local": {},
 }
 

@@ -797,6 +797,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         weights = np.where(z >= 3, (2.0 + fp8_cache) * (dense / shard_dense + expert / shard_expert),
                            (2.0 + fp8_cache) * (dense + expert))
         grads = np.where(z >= 2, gb * (dense / shard_dense + expert / shard_expert), gb * (dense + expert))
+        if training.ddp_bucket_copy:
+            grads = grads + gb * (dense + expert)
         if training.fp32_grad_copy_kept and gb < 4.0:
             # the optimizer's fp32 gradient copy lives with the master weights it feeds
             grads = grads + np.where(z >= 1, 4.0 * (dense / shard_dense + expert / shard_expert),

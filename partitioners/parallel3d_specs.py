@@ -282,6 +282,12 @@ class TrainingSpec:
     # until that micro-batch's backward; ``deallocate_output_tensor`` (schedules.py)
     # later freed its data right after the send, as only its ``grad_fn`` is needed.
     stage_outputs_kept: bool = False
+    # PyTorch DistributedDataParallel copies every gradient into its all-reduce buckets
+    # unless ``gradient_as_bucket_view=True`` (off by default), which "can reduce peak
+    # memory usage, where the saved memory size will be equal to the total gradients
+    # size" (torch.nn.parallel.DistributedDataParallel docs): one more gradient's bytes
+    # per parameter. Megatron-LM's own DDP and ZeRO-style buffers need no copy.
+    ddp_bucket_copy: bool = False
 
 
 @dataclass(frozen=True)
@@ -581,6 +587,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             gradient_accumulation_fusion=bool(data.get("gradient_accumulation_fusion", True)),
             fp32_grad_copy_kept=bool(data.get("fp32_grad_copy_kept", False)),
             stage_outputs_kept=bool(data.get("stage_outputs_kept", False)),
+            ddp_bucket_copy=bool(data.get("ddp_bucket_copy", False)),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):
         raise InvalidInput(f"training.precision must be 'bf16', 'fp16' or 'fp8', got {spec.precision!r}",

@@ -183,6 +183,18 @@ def test_a_kept_fp32_gradient_copy_costs_four_bytes_per_parameter_only_over_16_b
                                                        rel=1e-3)
 
 
+def test_torch_ddp_bucket_copy_costs_one_more_gradient_per_parameter():
+    # DistributedDataParallel without gradient_as_bucket_view keeps gradients and buckets
+    model = model_from_dict(GPT_SMALL)
+    cluster = cluster_from_dict(A100_NODE)
+    grads = {}
+    for copy in (False, True):
+        training = training_from_dict({"global_batch_sequences": 8, "grad_bytes_per_param": 2,
+                                       "ddp_bucket_copy": copy})
+        grads[copy] = float(predict_layouts(model, cluster, training, layouts(dp=8))["gradients_bytes"][0])
+    assert grads[True] - grads[False] == pytest.approx(2 * parameter_counts(model).total, rel=1e-3)
+
+
 def test_kept_stage_outputs_add_one_residual_stream_per_micro_batch_in_flight():
     # Megatron-LM before deallocate_output_tensor: each in-flight micro-batch's stage output
     # (s x b x h, 2 bytes) stays until its backward; the first of 4 stages has 4 in flight

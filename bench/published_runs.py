@@ -63,10 +63,11 @@ def gpt(layers: int, hidden: int, heads: int) -> dict:
     """A GPT-3-style model as the two papers define it (4h MLP, MHA, sequence 2048, vocabulary 51,200).
 
     Input and output embeddings are tied: SC21 eq. (2), ``P = 12lh^2(1 + 13/(12h) + (V+s)/(12lh))``,
-    counts the ``V h`` word embedding once (Megatron-LM's GPT shares it with the output layer).
+    counts the ``V h`` word embedding once (Megatron-LM's GPT shares it with the output layer),
+    and the ``s h`` learned position table.
     """
     return {"num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads, "seq_length": 2048,
-            "vocab_size": 51200, "tie_embeddings": True}
+            "vocab_size": 51200, "tie_embeddings": True, "learned_position_embeddings": True}
 
 
 # (name, heads, hidden, layers, tp, pp, GPUs, global batch, achieved TFLOP/s per GPU,

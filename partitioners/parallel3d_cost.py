@@ -194,6 +194,7 @@ class ParameterCounts:
     output: float
     total: float
     active_per_token: float
+    position_embedding: float = 0.0  # learned s x h table, replicated across the tensor group
 
 
 def parameter_counts(model: ModelSpec) -> ParameterCounts:
@@ -213,10 +214,12 @@ def parameter_counts(model: ModelSpec) -> ParameterCounts:
     n_dense = model.num_layers - n_moe
     embedding = model.vocab_size * h
     output = 0.0 if model.tie_embeddings else model.vocab_size * h
-    total = model.num_layers * attention + n_dense * dense_mlp + n_moe * (experts + shared) + embedding + output + h
+    position = float(model.seq_length * h) if model.learned_position_embeddings else 0.0
+    total = model.num_layers * attention + n_dense * dense_mlp + n_moe * (experts + shared) + embedding + output + h \
+        + position
     active = model.num_layers * attention + n_dense * dense_mlp + n_moe * (active_moe + h * (
-        model.moe.num_experts if model.moe else 0)) + embedding + output
-    return ParameterCounts(attention, dense_mlp, experts, shared, embedding, output, total, active)
+        model.moe.num_experts if model.moe else 0)) + embedding + output + position
+    return ParameterCounts(attention, dense_mlp, experts, shared, embedding, output, total, active, position)
 
 
 def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
@@ -747,7 +750,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     # ---- parameters held per GPU on a middle, the first (embedding) and the last (output) stage
     mid_dense = (q * counts.attention_per_layer + q_dense * counts.dense_mlp_per_layer
                  + q_moe * counts.moe_shared_per_layer) / tp
-    first_dense = mid_dense + counts.embedding / tp
+    first_dense = mid_dense + counts.embedding / tp + counts.position_embedding
     first_expert = q_moe * counts.experts_per_layer / (ep * tp)
     out_params = (counts.output if counts.output else counts.embedding)
     last_dense = (last_layers * counts.attention_per_layer + (last_layers - last_moe) * counts.dense_mlp_per_layer

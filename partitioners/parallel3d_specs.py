@@ -184,6 +184,10 @@ class ModelSpec:
     ffn_hidden_size: int | None = None  # None = 4 * hidden_size
     gated_mlp: bool = False  # SwiGLU (Llama): three FFN matrices instead of two
     tie_embeddings: bool = False
+    # GPT-2/3 learn an s x h position table (SC21 eq. 2's ``s`` term); Megatron-LM keeps it
+    # on the first stage, whole on every tensor-parallel rank. Llama's rotary
+    # embeddings have no parameters.
+    learned_position_embeddings: bool = False
     moe: MoESpec | None = None
 
     @property
@@ -391,6 +395,7 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
                 data["ffn_hidden_size"], "model.ffn_hidden_size"),
             gated_mlp=bool(data.get("gated_mlp", False)),
             tie_embeddings=bool(data.get("tie_embeddings", False)),
+            learned_position_embeddings=bool(data.get("learned_position_embeddings", False)),
             moe=moe_spec,
         )
     if spec.hidden_size % spec.num_attention_heads:

@@ -32,6 +32,7 @@ class TransformerShape(RequestModel):
     seq_length: int = Field(ge=1, le=10**8)
     gated_mlp: bool = False
     tie_embeddings: bool = False
+    learned_position_embeddings: bool = Field(False, description="GPT-2/3-style learned position table (s x h).")
     moe: MoeBlock | None = None
 
 

@@ -155,6 +155,17 @@ def test_weights_gradients_optimizer_bytes_per_parameter_by_zero_stage(zero, byt
                                             rel=1e-3)
 
 
+def test_a_learned_position_table_sits_whole_on_every_tensor_rank_of_the_first_stage():
+    # GPT-2/3: s x h positions, replicated across the tensor group (SC21 eq. 2's s term)
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 8})
+    params = {}
+    for learned in (False, True):
+        model = model_from_dict({**GPT_SMALL, "learned_position_embeddings": learned})
+        params[learned] = float(predict_layouts(model, cluster, training, layouts(tp=2, pp=2))["parameters_bytes"][0])
+    assert params[True] - params[False] == pytest.approx(2.0 * 32 * 64)  # bf16 weights, not halved by tp=2
+
+
 def test_first_pipeline_stage_keeps_p_micro_batches_of_activations():
     # 1F1B: the first stage holds p micro-batches x L/p layers = L layers' worth (Korthikanti Sec. 4.2.3)
     model = model_from_dict({**GPT_SMALL, "num_layers": 8, "vocab_size": 8})

@@ -27,7 +27,12 @@ import numpy as np
 
 from bench.published_runs import KNOWN_OUT_OF_MEMORY, KORTHIKANTI22, SC21_FIGURE17_MEMORY, SC21_TABLE1
 from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_parallel_layout
-from partitioners.parallel3d_cost import ACTIVATION_FRAGMENTATION, ACTIVATION_FRAGMENTATION_HIGH, predict_layouts
+from partitioners.parallel3d_cost import (
+    ACTIVATION_FRAGMENTATION,
+    ACTIVATION_FRAGMENTATION_HIGH,
+    fragmentation_that_fills,
+    predict_layouts,
+)
 from partitioners.parallel3d_specs import (
     Constraints,
     cluster_from_dict,
@@ -106,8 +111,9 @@ def memory_table() -> None:
         tight = any(n.startswith("tight memory") for n in pred.notes)
         verdict = "OOM" if not fits else ("tight" if tight else "fits")
         if fits != expect_fit:
+            flip = fragmentation_that_fills(mem.total_bytes, mem.activations_bytes, mem.capacity_bytes)
             wrong.append(f"{row['name']}: {verdict} at {mem.total_bytes / GIB:.1f} GiB, flips at "
-                         f"{_fragmentation_to_flip(mem):.0%} allocator fragmentation of activations")
+                         f"{flip:.0%} allocator fragmentation of activations")
         print(f"{row['name'] + ' ' + pred.recompute:<44}{mem.parameters_bytes / GIB:>8.1f}"
               f"{mem.gradients_bytes / GIB:>8.1f}{mem.optimizer_state_bytes / GIB:>8.1f}"
               f"{mem.activations_bytes / GIB:>8.1f}{mem.buffers_bytes / GIB:>8.1f}{mem.total_bytes / GIB:>8.1f}  "
@@ -129,13 +135,6 @@ def memory_table() -> None:
         (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
         sc21_oom += not pred.fits
     print(f"SC21 Table 1 published layouts predicted not to fit: {sc21_oom}/{len(SC21_TABLE1)}")
-
-
-def _fragmentation_to_flip(mem) -> float:
-    """The allocator fragmentation of activations at which this layout's fit verdict flips."""
-    raw_activations = mem.activations_bytes / (1.0 + ACTIVATION_FRAGMENTATION)
-    other = mem.total_bytes - mem.activations_bytes
-    return (mem.capacity_bytes - other) / raw_activations - 1.0
 
 
 def _search_timing(name: str, model: dict, cluster: dict, training: dict) -> None:

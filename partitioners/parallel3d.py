@@ -48,6 +48,7 @@ from partitioners.errors import Infeasible, InputTooLarge, InvalidInput
 from partitioners.parallel3d_cost import (
     ACTIVATION_FRAGMENTATION,
     ACTIVATION_FRAGMENTATION_HIGH,
+    fragmentation_that_fills,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
@@ -430,10 +431,10 @@ def _tight_memory_note(total_bytes: float, activations_bytes: float, capacity_by
     such a layout would not fit. The prediction stands; the note tells the user the
     margin is inside the model's uncertainty.
     """
+    if fragmentation_that_fills(total_bytes, activations_bytes, capacity_bytes) >= ACTIVATION_FRAGMENTATION_HIGH:
+        return None
     worst_bytes = total_bytes + activations_bytes * (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION) \
         / (1.0 + ACTIVATION_FRAGMENTATION)
-    if worst_bytes <= capacity_bytes:
-        return None
     return (f"tight memory: {total_bytes / _GIB:.1f} of {capacity_bytes / _GIB:.1f} GiB fits with "
             f"{ACTIVATION_FRAGMENTATION:.0%} allocator fragmentation of activations but not with "
             f"{ACTIVATION_FRAGMENTATION_HIGH:.0%} ({worst_bytes / _GIB:.1f} GiB); measure peak memory before a long run")

@@ -75,6 +75,7 @@ __all__ = [
     "RECOMPUTE_FULL",
     "ACTIVATION_FRAGMENTATION",
     "ACTIVATION_FRAGMENTATION_HIGH",
+    "fragmentation_that_fills",
     "OVERLAP_COMPUTE_SLOWDOWN",
     "overlapped_time_s",
     "ParameterCounts",
@@ -120,6 +121,19 @@ _RESERVED_BYTES = 3.0 * 1024**3
 # planner notes layouts that would not fit at the high end (parallel3d).
 ACTIVATION_FRAGMENTATION = 0.10
 ACTIVATION_FRAGMENTATION_HIGH = 0.30
+
+
+def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capacity_bytes: float) -> float:
+    """Allocator fragmentation of activations at which a predicted footprint reaches capacity.
+
+    ``total_bytes`` and ``activations_bytes`` are predictions made at
+    ``ACTIVATION_FRAGMENTATION``; a layout whose answer lies below
+    ``ACTIVATION_FRAGMENTATION_HIGH`` fits only if the allocator wastes little.
+    """
+    raw_activations = activations_bytes / (1.0 + ACTIVATION_FRAGMENTATION)
+    if raw_activations <= 0.0:
+        return float("inf") if total_bytes <= capacity_bytes else float("-inf")
+    return (capacity_bytes - (total_bytes - activations_bytes)) / raw_activations - 1.0
 # Load of the busiest expert over the mean (see predict_layouts, MoE).
 _EXPERT_IMBALANCE = 1.2
 # Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.

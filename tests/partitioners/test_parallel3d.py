@@ -21,6 +21,7 @@ from partitioners.parallel3d_cost import (
     ACTIVATION_FRAGMENTATION,
     ACTIVATION_FRAGMENTATION_HIGH,
     OVERLAP_COMPUTE_SLOWDOWN,
+    fragmentation_that_fills,
     _NVLINK_EFFICIENCY,
     _P2P_SYNC_S,
     _gemm_backward_time_s,
@@ -540,6 +541,13 @@ def test_layout_known_to_run_out_of_memory_is_predicted_not_to_fit():
                                [{"tp": 8, "pp": 8, "micro_batch_size": 1, "recompute": "none", "zero_stage": 0,
                                  "virtual_stages": 1}])
     assert any(r.startswith("out of memory") for r in pred.reasons)
+
+
+def test_fragmentation_that_fills_is_where_activations_reach_capacity():
+    # 20 GiB of other state + 11 GiB of activations counted at 10% (10 GiB raw): 40 GiB fills at 100%
+    gib = 1024**3
+    assert fragmentation_that_fills(31 * gib, 11 * gib, 40 * gib) == pytest.approx(1.0)
+    assert fragmentation_that_fills(31 * gib, 11 * gib, 31 * gib) == pytest.approx(ACTIVATION_FRAGMENTATION)
 
 
 def test_layout_that_fits_only_at_low_allocator_fragmentation_is_noted_as_tight():

@@ -42,11 +42,13 @@ A100_PEAK_BF16_FLOPS = 312e12
 # itself only for bf16; so gradients were accumulated and all-reduced in 2-byte fp16.
 # Its fp16 optimizer kept the fp32 copy of those gradients between steps, and its
 # 1F1B schedule kept every in-flight micro-batch's stage output until the backward
-# (TrainingSpec.fp32_grad_copy_kept, stage_outputs_kept).
+# (TrainingSpec.fp32_grad_copy_kept, stage_outputs_kept). Megatron-LM's dropout defaults
+# (--hidden-dropout and --attention-dropout 0.1) were on, as in GPT-3; Korthikanti et al.
+# count the masks they keep.
 SC21_SOFTWARE = {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
                  "overlap_tp_backward": False, "gradient_accumulation_fusion": False,
                  "precision": "fp16", "grad_bytes_per_param": 2, "fp32_grad_copy_kept": True,
-                 "stage_outputs_kept": True}
+                 "stage_outputs_kept": True, "dropout": True}
 # Megatron-LM of 2021-2022 asserted that the layer count divides by the pipeline size
 # ("num_layers must be divisible by pipeline_model_parallel_size", ParallelTransformer in
 # megatron/model/transformer.py); uneven first/last stages came with Megatron-Core.
@@ -55,7 +57,8 @@ SC21_SEARCH = {"zero_stages": [0], "recompute": ["none", "full"], "allow_uneven_
 # backward reduce-scatter / all-gather asynchronously under their GEMMs
 # (LinearWithGradAccumulationAndAsyncCommunication), so overlap_tp_backward keeps its default
 # (True) -- an assumption: the paper does not say so for its runs.
-KORTHIKANTI_SOFTWARE = {"flash_attention": False, "sequence_parallel": True, "overlap_grad_reduce": False}
+KORTHIKANTI_SOFTWARE = {"flash_attention": False, "sequence_parallel": True, "overlap_grad_reduce": False,
+                        "dropout": True}
 KORTHIKANTI_SEARCH = {"zero_stages": [0], "recompute": ["none", "selective", "full"], "allow_uneven_pp": False}
 
 
@@ -131,7 +134,9 @@ KORTHIKANTI22 = [
         "cluster": {"preset": "dgx-a100", "nodes": gpus // 8},
         "training": {"global_batch_sequences": batch, "precision": "bf16", **KORTHIKANTI_SOFTWARE},
         "search": KORTHIKANTI_SEARCH,
-        "published": {"tp": tp, "pp": pp, "micro_batch_size": mbs, "recompute": "selective", "zero_stage": 0},
+        # the paper names no interleaving: Megatron-LM's default, plain 1F1B (v = 1)
+        "published": {"tp": tp, "pp": pp, "micro_batch_size": mbs, "virtual_stages": 1, "recompute": "selective",
+                      "zero_stage": 0},
         "published_hfu": hfu,
         "published_mfu": mfu,
     }

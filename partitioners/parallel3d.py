@@ -654,9 +654,10 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
 
     Each layout may fix any of ``dp``, ``tp``, ``pp``, ``cp``, ``ep``,
     ``virtual_stages``, ``micro_batch_size``, ``zero_stage``, ``recompute``; fields
-    left out are chosen as the search would, except ``virtual_stages``, which
-    defaults to 1 (frameworks interleave only when asked). A layout that cannot
-    run is still predicted, with ``reasons`` saying why.
+    left out are chosen as the search would (the prediction says what it chose:
+    an unstated interleaving depth is searched like recomputation or micro-batch
+    size, so ``virtual_stages: 1`` asks for plain 1F1B). A layout that cannot run
+    is still predicted, with ``reasons`` saying why.
     """
     model_spec, cluster_spec, training_spec, base = _parse(model, cluster, training, constraints)
     results = []
@@ -671,8 +672,7 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
         fixed: dict[str, Any] = {
             "tp": layout.get("tp", base.tp), "pp": layout.get("pp", base.pp), "cp": layout.get("cp", base.cp),
             "ep": layout.get("ep", base.ep), "micro_batch_size": layout.get("micro_batch_size", base.micro_batch_size),
-            # interleaving is opt-in in every framework: an unstated v is the default 1
-            "virtual_stages": layout.get("virtual_stages", base.virtual_stages or 1),
+            "virtual_stages": layout.get("virtual_stages", base.virtual_stages),
             "zero_stages": [layout["zero_stage"]] if "zero_stage" in layout else list(base.zero_stages),
             "recompute": [layout["recompute"]] if "recompute" in layout else list(base.recompute),
             "allow_uneven_pp": base.allow_uneven_pp, "max_pp": None,

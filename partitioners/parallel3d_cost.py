@@ -488,7 +488,8 @@ def _gemm_backward_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: flo
 
 
 def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
-                               recompute: np.ndarray, moe_layer: bool = False) -> np.ndarray:
+                               recompute: np.ndarray, moe_layer: bool = False,
+                               fp8_gemm_inputs: bool = False) -> np.ndarray:
     """Activation bytes one layer keeps for backward, per GPU, for ``tokens`` local tokens.
 
     Korthikanti et al. (2022) Table 2, term by term (per token, bytes):
@@ -500,28 +501,41 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     softmax output and dropout mask that flash attention never stores.
     Selective recomputation drops the score term; full recomputation keeps only
     the layer input ``2h`` (sequence-sharded under sequence parallelism).
+
+    Without dropout (``training.dropout`` off) there are no masks, and the
+    attention-times-V product reads the softmax output itself: ``8h`` replicated
+    and ``2as`` of scores. With FP8 linears (``fp8_gemm_inputs``) Transformer
+    Engine keeps the FP8 cast of each GEMM input for the weight-gradient GEMM
+    (``saved_inputmat`` in its Linear / LayerNormLinear / LayerNormMLP): one byte
+    per element for the two LayerNorm outputs and the MLP activation output; the
+    projection keeps an FP8 copy of the attention output beside the bf16 one that
+    flash attention's backward reads.
     """
     h, a, s = model.hidden_size, model.num_attention_heads, model.seq_length
     hk = model.kv_heads * model.head_dim
     up = 2 if model.gated_mlp else 1
     tp = np.asarray(tp, dtype=float)
     rep_div = np.where(training.sequence_parallel, tp, 1.0)
-    replicated = 10.0 * h
-    attn = 2.0 * h + 4.0 * hk + 2.0 * h
+    gemm_in = 1.0 if fp8_gemm_inputs else 2.0  # bytes per saved GEMM-input element
+    masks = 2.0 * h if training.dropout else 0.0
+    replicated = 4.0 * h + 2.0 * gemm_in * h + masks
     if training.flash_attention:
+        # Q, K, V and the bf16 output flash attention's backward reads (the projection's input)
+        attn = 2.0 * h + 4.0 * hk + 2.0 * h + (h if fp8_gemm_inputs else 0.0)
         scores_none = 4.0 * a  # fp32 log-sum-exp per head
         scores_selective = scores_none
     else:
-        scores_none = 5.0 * a * s
+        attn = 2.0 * h + 4.0 * hk + gemm_in * h
+        scores_none = (5.0 if training.dropout else 2.0) * a * s
         scores_selective = 0.0
     if moe_layer and model.moe is not None:
         moe = model.moe
-        routed = moe.experts_per_token * (2.0 * h + 2.0 * moe.expert_ffn_hidden_size * up
-                                          + 2.0 * moe.expert_ffn_hidden_size)
-        shared = moe.shared_experts * (2.0 * moe.expert_ffn_hidden_size * up + 2.0 * moe.expert_ffn_hidden_size)
+        routed = moe.experts_per_token * (gemm_in * h + 2.0 * moe.expert_ffn_hidden_size * up
+                                          + gemm_in * moe.expert_ffn_hidden_size)
+        shared = moe.shared_experts * (2.0 * moe.expert_ffn_hidden_size * up + gemm_in * moe.expert_ffn_hidden_size)
         mlp = routed + shared
     else:
-        mlp = 2.0 * model.ffn * up + 2.0 * model.ffn
+        mlp = 2.0 * model.ffn * up + gemm_in * model.ffn
     per_token = np.where(
         recompute == RECOMPUTE_FULL,
         2.0 * h / rep_div,
@@ -846,8 +860,11 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     w_last, g_last, o_last = state_bytes(last_dense, last_expert)
 
     # ---- activations on the first stage (most micro-batches in flight) and the last (logits)
-    dense_act = activation_bytes_per_layer(model, training, tokens, tp, rc, moe_layer=False)
-    moe_act = activation_bytes_per_layer(model, training, tokens, tp, rc, moe_layer=True) if n_moe else 0.0
+    fp8_inputs = linear_bytes == 1.0
+    dense_act = activation_bytes_per_layer(model, training, tokens, tp, rc, moe_layer=False,
+                                           fp8_gemm_inputs=fp8_inputs)
+    moe_act = activation_bytes_per_layer(model, training, tokens, tp, rc, moe_layer=True,
+                                         fp8_gemm_inputs=fp8_inputs) if n_moe else 0.0
     layer_act_avg = (q_dense * dense_act + q_moe * moe_act) / q
     chunks_first = np.where(v == 1, np.minimum(m, pp), np.minimum(m * v, 2.0 * (pp - 1.0) + (v - 1.0) * pp + 1.0))
     chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * pp + 1.0))
@@ -856,8 +873,11 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     full_rc = rc == RECOMPUTE_FULL
     # full recomputation rebuilds one layer's activations at a time during backward
     transient = np.where(full_rc, activation_bytes_per_layer(model, training, tokens, tp,
-                                                             np.zeros_like(rc), moe_layer=n_moe > 0), 0.0)
-    embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0)  # dropout mask
+                                                             np.zeros_like(rc), moe_layer=n_moe > 0,
+                                                             fp8_gemm_inputs=fp8_inputs), 0.0)
+    # the embedding output's dropout mask
+    embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
+        if training.dropout else np.zeros_like(tokens)
     act_first = layers_first * layer_act_avg + transient + embed_act
     if training.stage_outputs_kept:
         # each in-flight model chunk's output (the residual stream, 2 bytes per element)

@@ -292,6 +292,11 @@ class TrainingSpec:
     # size" (torch.nn.parallel.DistributedDataParallel docs): one more gradient's bytes
     # per parameter. Megatron-LM's own DDP and ZeRO-style buffers need no copy.
     ddp_bucket_copy: bool = False
+    # Dropout on the attention probabilities and on the two residual branches (GPT-2/3 and
+    # Megatron-LM's default, 0.1). Llama, Mistral, Nemotron-4, Falcon and most models trained
+    # since 2023 use none, and PyTorch's dropout at p = 0 returns its input without making
+    # a mask (aten ``_dropout_impl``), so the default is off: no masks are kept.
+    dropout: bool = False
 
 
 @dataclass(frozen=True)
@@ -593,6 +598,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             fp32_grad_copy_kept=bool(data.get("fp32_grad_copy_kept", False)),
             stage_outputs_kept=bool(data.get("stage_outputs_kept", False)),
             ddp_bucket_copy=bool(data.get("ddp_bucket_copy", False)),
+            dropout=bool(data.get("dropout", False)),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):
         raise InvalidInput(f"training.precision must be 'bf16', 'fp16' or 'fp8', got {spec.precision!r}",

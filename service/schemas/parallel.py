@@ -70,6 +70,8 @@ class TrainingSettings(RequestModel):
     sequence_parallel: bool = True
     overlap_grad_reduce: bool = True
     overlap_tp_backward: bool = Field(True, description="Backward tensor-parallel collectives overlap the GEMMs (Megatron async all-reduce).")
+    dropout: bool = Field(False, description="Attention and residual dropout on (GPT-2/3, Megatron's 0.1 default): "
+                          "its masks are kept for backward. Off for Llama-style models trained without dropout.")
 
 
 class LayoutConstraints(RequestModel):

@@ -128,7 +128,7 @@ def test_moe_flops_count_topk_and_shared_experts_not_all_experts():
 def test_activation_memory_per_layer_matches_korthikanti_table_2(tp, sequence_parallel, recompute, coefficient):
     model = model_from_dict(GPT_SMALL)
     training = training_from_dict({"global_batch_sequences": 1, "flash_attention": False,
-                                   "sequence_parallel": sequence_parallel})
+                                   "sequence_parallel": sequence_parallel, "dropout": True})
     s, b, h = 32, 3, 64
     got = activation_bytes_per_layer(model, training, np.array([s * b]), np.array([tp]), np.array([recompute]))
     assert float(got[0]) == pytest.approx(coefficient * s * b * h)
@@ -136,10 +136,36 @@ def test_activation_memory_per_layer_matches_korthikanti_table_2(tp, sequence_pa
 
 def test_flash_attention_never_stores_the_score_matrix():
     model = model_from_dict(GPT_SMALL)
-    training = training_from_dict({"global_batch_sequences": 1, "flash_attention": True, "sequence_parallel": True})
+    training = training_from_dict({"global_batch_sequences": 1, "flash_attention": True, "sequence_parallel": True,
+                                   "dropout": True})
     got = activation_bytes_per_layer(model, training, np.array([32]), np.array([1]), np.array([RECOMPUTE_NONE]))
     # 34 s h bytes plus the fp32 log-sum-exp per head (4 a bytes per token)
     assert float(got[0]) == pytest.approx(32 * (34 * 64 + 4 * 4))
+
+
+def test_without_dropout_no_masks_are_kept_and_attention_keeps_only_the_softmax_output():
+    # Korthikanti's 34sbh + 5as^2b less the two residual masks (2sbh), the attention mask
+    # (as^2b) and the dropout output (2as^2b): 32sbh + 2as^2b
+    model = model_from_dict(GPT_SMALL)
+    training = training_from_dict({"global_batch_sequences": 1, "flash_attention": False,
+                                   "sequence_parallel": False})
+    s, h, a = 32, 64, 4
+    got = activation_bytes_per_layer(model, training, np.array([s]), np.array([1]), np.array([RECOMPUTE_NONE]))
+    assert float(got[0]) == pytest.approx(s * (32 * h + 2 * a * s))
+
+
+def test_fp8_linears_keep_their_saved_gemm_inputs_in_one_byte():
+    # Transformer Engine saves the FP8 cast of each GEMM input: the two LayerNorm outputs
+    # (2h -> h each) and the MLP activation output (8h -> 4h for a 4h GeLU MLP); the
+    # projection adds an FP8 copy (h) of the attention output flash attention keeps in bf16
+    model = model_from_dict(GPT_SMALL)
+    training = training_from_dict({"global_batch_sequences": 1, "sequence_parallel": False})
+    s, h = 32, 64
+    kept = {}
+    for fp8 in (False, True):
+        kept[fp8] = float(activation_bytes_per_layer(model, training, np.array([s]), np.array([1]),
+                                                     np.array([RECOMPUTE_NONE]), fp8_gemm_inputs=fp8)[0])
+    assert kept[False] - kept[True] == pytest.approx(s * (h + h + 4 * h - h))
 
 
 @pytest.mark.parametrize(("zero", "bytes_per_param"), [
@@ -172,7 +198,7 @@ def test_first_pipeline_stage_keeps_p_micro_batches_of_activations():
     model = model_from_dict({**GPT_SMALL, "num_layers": 8, "vocab_size": 8})
     cluster = cluster_from_dict(A100_NODE)
     training = training_from_dict({"global_batch_sequences": 16, "flash_attention": False,
-                                   "sequence_parallel": False})
+                                   "sequence_parallel": False, "dropout": True})
     per_layer = float(activation_bytes_per_layer(model, training, np.array([32]), np.array([1]),
                                                  np.array([RECOMPUTE_NONE]))[0])
     pred = predict_layouts(model, cluster, training, layouts(dp=1, pp=4))
@@ -463,6 +489,21 @@ def test_interleaving_needs_more_than_two_stages_and_whole_rounds_of_micro_batch
     assert np.all(micro_batches[interleaved] % lay.pp[interleaved] == 0)
 
 
+def test_evaluate_searches_an_unstated_interleaving_depth_and_keeps_a_stated_one():
+    model = {"num_layers": 48, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
+             "vocab_size": 51200}
+    cluster = {"preset": "dgx-a100", "nodes": 4}
+    training = {"global_batch_sequences": 64}
+    fixed = {"tp": 8, "pp": 4, "micro_batch_size": 1, "recompute": "none", "zero_stage": 1}
+    (searched,) = evaluate_layouts(model, cluster, training, [fixed])
+    by_depth = {v: evaluate_layouts(model, cluster, training, [{**fixed, "virtual_stages": v}])[0]
+                for v in (1, 2, 3, 4, 6, 12)}
+    fastest = min(by_depth.values(), key=lambda p: p.step_time_s)
+    assert searched.virtual_stages == fastest.virtual_stages > 1
+    assert searched.step_time_s == pytest.approx(fastest.step_time_s)
+    assert by_depth[1].virtual_stages == 1
+
+
 def test_evaluating_an_interleaved_two_stage_pipeline_is_invalid_input_naming_the_rule():
     with pytest.raises(InvalidInput) as err:
         evaluate_layouts({**GPT_SMALL, "num_layers": 8}, A100_NODE, {"global_batch_sequences": 8},
@@ -537,7 +578,7 @@ def test_layout_known_to_run_out_of_memory_is_predicted_not_to_fit():
     gpt3 = {"num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96, "seq_length": 2048,
             "vocab_size": 51200}
     (pred,) = evaluate_layouts(gpt3, {"preset": "dgx-a100", "nodes": 8},
-                               {"global_batch_sequences": 64, "flash_attention": False},
+                               {"global_batch_sequences": 64, "flash_attention": False, "dropout": True},
                                [{"tp": 8, "pp": 8, "micro_batch_size": 1, "recompute": "none", "zero_stage": 0,
                                  "virtual_stages": 1}])
     assert any(r.startswith("out of memory") for r in pred.reasons)

@@ -83,3 +83,15 @@ def test_an_interleaved_two_stage_layout_is_422_naming_the_rule(client):
     assert response.status_code == 422
     assert response.headers["content-type"].startswith("application/problem+json")
     assert "pp > 2" in response.json()["detail"]
+
+
+def test_dropout_in_the_training_settings_keeps_its_masks_in_activation_memory(client):
+    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "none",
+               "zero_stage": 1}]
+    activations = {}
+    for dropout in (False, True):
+        training = {"global_batch_sequences": 1024, "dropout": dropout}
+        response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=layout))
+        assert response.status_code == 200, response.text
+        activations[dropout] = response.json()["predictions"][0]["memory_per_gpu"]["activations_bytes"]
+    assert activations[True] > activations[False]

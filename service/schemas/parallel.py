@@ -70,6 +70,11 @@ class TrainingSettings(RequestModel):
     sequence_parallel: bool = True
     overlap_grad_reduce: bool = True
     overlap_tp_backward: bool = Field(True, description="Backward tensor-parallel collectives overlap the GEMMs (Megatron async all-reduce).")
+    overlap_tp_comm: bool = Field(False, description="Tensor-parallel collectives pipelined under the GEMMs "
+                                  "(Megatron --tp-comm-overlap, Transformer Engine userbuffers).")
+    grad_bytes_per_param: Literal[2, 4] = Field(4, description="Gradient buffer bytes per parameter: 4 for fp32 "
+                                                "accumulation (Megatron's bf16 default), 2 with gradients "
+                                                "reduced in bf16 (grad_reduce_in_fp32 off, DeepSpeed).")
     dropout: bool = Field(False, description="Attention and residual dropout on (GPT-2/3, Megatron's 0.1 default): "
                           "its masks are kept for backward. Off for Llama-style models trained without dropout.")
 

@@ -95,3 +95,22 @@ def test_dropout_in_the_training_settings_keeps_its_masks_in_activation_memory(c
         assert response.status_code == 200, response.text
         activations[dropout] = response.json()["predictions"][0]["memory_per_gpu"]["activations_bytes"]
     assert activations[True] > activations[False]
+
+
+def test_gradients_reduced_in_bf16_halve_the_gradient_buffer(client):
+    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "none",
+               "zero_stage": 1}]
+    gradients = {}
+    for grad_bytes in (4, 2):
+        training = {"global_batch_sequences": 1024, "grad_bytes_per_param": grad_bytes}
+        response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=layout))
+        assert response.status_code == 200, response.text
+        gradients[grad_bytes] = response.json()["predictions"][0]["memory_per_gpu"]["gradients_bytes"]
+    assert gradients[2] == gradients[4] / 2
+
+
+def test_a_gradient_width_other_than_two_or_four_bytes_is_a_422(client):
+    training = {"global_batch_sequences": 1024, "grad_bytes_per_param": 3}
+    response = client.post("/v1/parallel/plan", json=_request(training=training))
+    assert response.status_code == 422
+    assert "grad_bytes_per_param" in response.text

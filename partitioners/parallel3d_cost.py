@@ -601,13 +601,17 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     q_dense = q - q_moe
 
     # ---- per-layer forward time on one GPU, for one micro-batch
+    # FP8 linears run against the FP8 ceiling where one was measured (GPUSpec)
+    eff_linear = cluster.fp8_gemm_efficiency_max if linear_bytes == 1.0 and cluster.fp8_gemm_efficiency_max \
+        else eff
+
     def gemm(mm, nn, kk, linear=True, batch=1.0):
-        return _gemm_time_s(mm, nn, kk, peak_linear if linear else peak_bf16, eff, hbm, sms,
-                            linear_bytes if linear else 2.0, batch)
+        return _gemm_time_s(mm, nn, kk, peak_linear if linear else peak_bf16, eff_linear if linear else eff, hbm,
+                            sms, linear_bytes if linear else 2.0, batch)
 
     def gemm_bwd(mm, nn, kk, linear=True, batch=1.0):
-        return _gemm_backward_time_s(mm, nn, kk, peak_linear if linear else peak_bf16, eff, hbm, sms,
-                                     linear_bytes if linear else 2.0, batch)
+        return _gemm_backward_time_s(mm, nn, kk, peak_linear if linear else peak_bf16,
+                                     eff_linear if linear else eff, hbm, sms, linear_bytes if linear else 2.0, batch)
 
     # the column-parallel linears' backward GEMMs (QKV, MLP up-projection): the window the
     # asynchronous backward collectives run in (see layer_time)

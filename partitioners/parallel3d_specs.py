@@ -84,6 +84,11 @@ class GPUSpec:
     # as the ring, NVIDIA/nccl#1455). 1.0 where there is no NVLS (A100's NVSwitch gen 2)
     # or no measurement at hand.
     nvls_allreduce_speedup: float = 1.0
+    # The same ceiling for FP8 GEMMs, where measured; None means as for 16-bit. FP8 runs
+    # further below its datasheet peak: Bekman's FP8 (float8_e4m3fn) MAMF on H100 SXM is
+    # 1,402.6 of 1,979 TFLOP/s (70.9%) against 794.5 of 989 (80.3%) for BF16 (ml-engineering,
+    # "Maximum Achievable Matmul FLOPS comparison table").
+    fp8_gemm_efficiency_max: float | None = None
 
 
 # Sustained over burst tensor throughput, i.e. what a GEMM keeps once the board sits at
@@ -98,6 +103,10 @@ _SUSTAINED_OVER_BURST_A100 = 1305.0 / 1410.0
 _SUSTAINED_OVER_BURST_HOPPER = 755.0 / 834.0
 # B200 (1,000 W): same source, MSMF 1,429 against MAMF 1,745 TFLOP/s.
 _SUSTAINED_OVER_BURST_B200 = 1429.0 / 1745.0
+# Hopper's FP8 GEMM ceiling at burst clock, by the same convention as the BF16 one (MAMF
+# over the 0.930 saturation of its best shape): H100 SXM FP8 MAMF 1,402.6 / 1,979 = 0.709
+# (S. Bekman, ml-engineering). H200 and H800 have the same SMs and clocks.
+_FP8_BURST_HOPPER = (1402.6 / 1979.0) / 0.930
 
 # Memory is what the CUDA driver hands a process (``cudaDeviceProp.totalGlobalMem``, the
 # "total capacity" PyTorch's out-of-memory message prints), a little under the HBM on the
@@ -121,20 +130,21 @@ GPU_SPECS: dict[str, GPUSpec] = {
     # 1,979 TFLOP/s (the sheet's 1,979/3,958 figures are with sparsity), 80 GB HBM3 at
     # 3.35 TB/s, NVLink 900 GB/s bidirectional, 132 SMs. DGX H100: 8x ConnectX-7 400 Gb/s.
     # GEMM ceiling: burst 0.86 (792.1 / 989 = 0.801 at 8192^3, over 0.930), times the
-    # sustained clock.
+    # sustained clock; FP8 burst 0.762 (1,402.6 / 1,979 = 0.709, over 0.930), times the same.
     "h100-sxm": GPUSpec("h100-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 79.11 * _GIB,
                         3.35e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER,
-                        480.0 / 370.0),
+                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER),
     # H800 SXM5 (export variant): H100 SXM compute and memory, NVLink cut to 400 GB/s
     # bidirectional (NVIDIA H800 product brief; DeepSeek-V3 report, Sec. 3.1).
     "h800-sxm": GPUSpec("h800-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 79.11 * _GIB,
-                        3.35e12, 200e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER),
+                        3.35e12, 200e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER,
+                        fp8_gemm_efficiency_max=_FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER),
     # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
     # Same NVLink 4 / NVSwitch gen 3 as H100: all-reduce busBw ~475 GB/s measured on 8 H200
     # (NVIDIA/nccl-tests#272), so the H100 NVLS figure.
     "h200-sxm": GPUSpec("h200-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 139.80 * _GIB,
                         4.8e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER,
-                        480.0 / 370.0),
+                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER),
     # NVIDIA HGX B200 datasheet: per GPU BF16 dense 2.25 PFLOP/s, FP8 dense 4.5 PFLOP/s,
     # 180 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s bidirectional; DGX B200 8x 400 Gb/s NICs.
     # GEMM ceiling: burst 0.834 (Bekman's B200 MAMF, 1,745 / 2,250 = 0.776, over 0.930 as
@@ -235,6 +245,8 @@ class ClusterSpec:
     inter_node_latency_s: float = 5e-6
     # NVLink SHARP all-reduce speed-up over the ring within a full node (see GPUSpec).
     nvls_allreduce_speedup: float = 1.0
+    # FP8 GEMM ceiling where it differs from the 16-bit one (see GPUSpec); None: the same.
+    fp8_gemm_efficiency_max: float | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -472,6 +484,7 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
                 "sm_count": gpu.sm_count,
                 "gemm_efficiency_max": gpu.gemm_efficiency_max,
                 "nvls_allreduce_speedup": gpu.nvls_allreduce_speedup,
+                "fp8_gemm_efficiency_max": gpu.fp8_gemm_efficiency_max,
             }
         merged = {**base, **{k: v for k, v in data.items() if k not in ("preset", "gpu", "nodes")}}
         if "nodes" in data and "num_nodes" not in data:
@@ -509,13 +522,16 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
                                                  "cluster.inter_node_latency_s"),
             nvls_allreduce_speedup=_positive_float(merged.get("nvls_allreduce_speedup", 1.0),
                                                    "cluster.nvls_allreduce_speedup"),
+            fp8_gemm_efficiency_max=None if merged.get("fp8_gemm_efficiency_max") is None else _positive_float(
+                merged["fp8_gemm_efficiency_max"], "cluster.fp8_gemm_efficiency_max"),
         )
     if spec.nvls_allreduce_speedup < 1:
         raise InvalidInput("cluster.nvls_allreduce_speedup is a speed-up over the ring (>= 1)",
                            field="cluster.nvls_allreduce_speedup", code="out-of-range")
-    if spec.gemm_efficiency_max > 1:
-        raise InvalidInput("cluster.gemm_efficiency_max is a fraction of peak (<= 1)",
-                           field="cluster.gemm_efficiency_max", code="out-of-range")
+    for name in ("gemm_efficiency_max", "fp8_gemm_efficiency_max"):
+        if (getattr(spec, name) or 0.0) > 1:
+            raise InvalidInput(f"cluster.{name} is a fraction of peak (<= 1)",
+                               field=f"cluster.{name}", code="out-of-range")
     return spec
 
 
@@ -570,6 +586,7 @@ def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -
         intra_node_latency_s=float(inventory.group_link_latency_s[0]),
         inter_node_latency_s=float(inventory.inter_link.latency_s),
         nvls_allreduce_speedup=known.nvls_allreduce_speedup if known else 1.0,
+        fp8_gemm_efficiency_max=known.fp8_gemm_efficiency_max if known else None,
     )
 
 

@@ -53,6 +53,9 @@ class ClusterShape(RequestModel):
     inter_node_latency_s: PositiveFloat | None = None
     sm_count: int | None = Field(None, ge=1, le=10_000)
     gemm_efficiency_max: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    fp8_gemm_efficiency_max: float | None = Field(
+        None, gt=0, le=1, allow_inf_nan=False, description="FP8 GEMM ceiling as a fraction of the FP8 peak, if not the 16-bit one."
+    )
     nvls_allreduce_speedup: float | None = Field(
         None, ge=1, le=10, allow_inf_nan=False, description="In-switch (NVLink SHARP) all-reduce speed-up over the ring."
     )

@@ -14,7 +14,10 @@ Prints
    tensor-parallel, no-recomputation baseline (which the paper shows above 80 GB), and of
    SC21 Figure 17's 145.6B (8,16) pipeline without recomputation (fits with 8
    micro-batches in flight, not with 16);
-3. wall time of a full search on 16,384 and 100,000 GPUs, next to the time a
+3. NVIDIA's Megatron-Bridge H100 FP8 benchmarks of Llama 3 70B and 3.1 405B as their
+   recipes ran them (no recomputation): predicted memory verdict and tokens/s per GPU
+   against the published figure;
+4. wall time of a full search on 16,384 and 100,000 GPUs, next to the time a
    one-candidate-at-a-time evaluation of the same search space would take
    (measured on a sample in the same run).
 """
@@ -25,7 +28,13 @@ import time
 
 import numpy as np
 
-from bench.published_runs import KNOWN_OUT_OF_MEMORY, KORTHIKANTI22, SC21_FIGURE17_MEMORY, SC21_TABLE1
+from bench.published_runs import (
+    KNOWN_OUT_OF_MEMORY,
+    KORTHIKANTI22,
+    MEGATRON_BRIDGE_H100,
+    SC21_FIGURE17_MEMORY,
+    SC21_TABLE1,
+)
 from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_parallel_layout
 from partitioners.parallel3d_cost import (
     ACTIVATION_FRAGMENTATION,
@@ -137,6 +146,27 @@ def memory_table() -> None:
     print(f"SC21 Table 1 published layouts predicted not to fit: {sc21_oom}/{len(SC21_TABLE1)}")
 
 
+def modern_stack_table() -> None:
+    print("\n== H100, today's stack: NVIDIA Megatron-Bridge FP8 benchmarks, layouts as their recipes ran them ==")
+    print(f"{'run':<32}{'GPUs':>6}  {'tp pp cp v':<12}{'memory GiB':>11}  {'verdict':<8}"
+          f"{'tokens/s/GPU pred':>18}{'pub':>7}{'err':>8}")
+    errs = []
+    for row in MEGATRON_BRIDGE_H100:
+        (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
+        lay = row["published"]
+        fits = not any(r.startswith("out of memory") for r in pred.reasons)
+        tight = any(n.startswith("tight memory") for n in pred.notes)
+        verdict = "OOM" if not fits else ("tight" if tight else "fits")
+        per_gpu = pred.tokens_per_s / (row["cluster"]["nodes"] * 8)
+        err = per_gpu / row["published_tokens_per_s_per_gpu"] - 1.0
+        errs.append(err)
+        shape = f"{lay['tp']} {lay['pp']} {lay['cp']} {lay['virtual_stages']}"
+        print(f"{row['name']:<32}{row['cluster']['nodes'] * 8:>6}  {shape:<12}{pred.memory.total_bytes / GIB:>11.1f}  "
+              f"{verdict:<8}{per_gpu:>18.0f}{row['published_tokens_per_s_per_gpu']:>7.0f}{err:>+8.1%}")
+    print(f"all ran without recomputation; throughput error: mean {np.mean(errs):+.1%}, "
+          f"max {np.max(np.abs(errs)):.1%} (not part of the published-run targets above)")
+
+
 def _search_timing(name: str, model: dict, cluster: dict, training: dict) -> None:
     t0 = time.perf_counter()
     plan = plan_parallel_layout(model, cluster, training)
@@ -176,6 +206,7 @@ def timing_table() -> None:
 def main() -> None:
     agreement_table()
     memory_table()
+    modern_stack_table()
     timing_table()
 
 

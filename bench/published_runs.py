@@ -26,11 +26,22 @@ KORTHIKANTI22
     selective recomputation. Memory: their Figure 1 shows the tensor-parallel
     baseline without recomputation above the 80 GB of an A100 for these models,
     and sequence parallelism + selective recomputation under it (the runs above).
+MEGATRON_BRIDGE_H100
+    NVIDIA NeMo Megatron-Bridge, "Performance Summary" (docs/performance-summary.md and
+    its archive, containers 25.11 and 26.02), DGX-H100 pre-training rows in FP8
+    (current scaling) with the layouts of the recipes that produced them
+    (scripts/performance/configs/llama: llama3_workload_base_configs.py,
+    llama31_workload_base_configs.py, llama3[1]_llm_pretrain.py): no recomputation, no
+    offloading, gradients reduced in bf16 (``grad_reduce_in_fp32 = False``) and
+    tensor-parallel communication overlap (Transformer Engine userbuffers). A benchmark of
+    today's stack, not a production run: it checks the memory model of that stack (these
+    layouts ran) and the H100 FP8 speed.
 """
 
 from __future__ import annotations
 
-__all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "SC21_FIGURE17_MEMORY", "gpt"]
+__all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "SC21_FIGURE17_MEMORY",
+           "MEGATRON_BRIDGE_H100", "gpt"]
 
 # NVIDIA A100 datasheet: 312 TFLOP/s dense BF16/FP16.
 A100_PEAK_BF16_FLOPS = 312e12
@@ -177,4 +188,36 @@ SC21_FIGURE17_MEMORY = [
         "fits": fits,
     }
     for batch, fits in ((8, True), (16, False))
+]
+
+
+# Llama 3 shapes (Meta's model cards: 70B 80 x 8192, 64 heads, 8 KV heads, FFN 28,672;
+# 405B 126 x 16,384, 128 heads, 8 KV heads, FFN 53,248; vocabulary 128,256; SwiGLU, no dropout).
+_LLAMA3_70B = {"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
+               "ffn_hidden_size": 28672, "gated_mlp": True, "seq_length": 8192, "vocab_size": 128256}
+_LLAMA31_405B = {"num_layers": 126, "hidden_size": 16384, "num_attention_heads": 128, "num_kv_heads": 8,
+                 "ffn_hidden_size": 53248, "gated_mlp": True, "seq_length": 8192, "vocab_size": 128256}
+_BRIDGE_SOFTWARE = {"precision": "fp8", "fp8_scaling": "current", "grad_bytes_per_param": 2, "overlap_tp_comm": True}
+
+# (name, model, GPUs, global batch, tp, pp, cp, virtual stages, container, tokens/s per GPU)
+_BRIDGE_ROWS = [
+    ("Llama3-70B", _LLAMA3_70B, 64, 128, 4, 8, 1, 5, "25.11", 1602),
+    ("Llama3-70B", _LLAMA3_70B, 64, 256, 4, 8, 1, 5, "26.02", 1621),
+    ("Llama3.1-405B", _LLAMA31_405B, 1024, 512, 8, 8, 2, 8, "25.11", 292),
+    ("Llama3.1-405B", _LLAMA31_405B, 1024, 1536, 8, 8, 2, 8, "26.02", 311),
+]
+
+MEGATRON_BRIDGE_H100 = [
+    {
+        "source": f"Megatron-Bridge performance summary, NeMo {container}, DGX-H100 FP8-CS",
+        "name": f"{name} FP8 batch {batch}",
+        "model": model,
+        "cluster": {"preset": "dgx-h100", "nodes": gpus // 8},
+        "training": {"global_batch_sequences": batch, **_BRIDGE_SOFTWARE},
+        "search": None,
+        "published": {"tp": tp, "pp": pp, "cp": cp, "virtual_stages": v, "micro_batch_size": 1,
+                      "recompute": "none", "zero_stage": 1},
+        "published_tokens_per_s_per_gpu": float(tokens_per_gpu),
+    }
+    for name, model, gpus, batch, tp, pp, cp, v, container, tokens_per_gpu in _BRIDGE_ROWS
 ]

@@ -83,6 +83,7 @@ __all__ = [
     "model_flops_per_step",
     "hardware_flops_per_step",
     "activation_bytes_per_layer",
+    "fp8_quantize_time_s",
     "predict_layouts",
     "pipeline_bubble_fraction",
     "pipeline_time_s",
@@ -545,6 +546,56 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     return per_token * tokens
 
 
+def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
+                        hbm_bytes_per_s: float, fp8: bool) -> tuple[dict[bool, np.ndarray], dict[bool, np.ndarray]]:
+    """Forward and backward time one layer spends quantizing GEMM operands to FP8, per micro-batch.
+
+    An FP8 GEMM needs FP8 operands: Transformer Engine casts every linear's input in
+    the forward pass and every output gradient in the backward pass, writing the FP8
+    tensor and its transpose (the weight-gradient GEMM reads the other layout; Hopper's
+    FP8 tensor cores take only the "TN" layout). That is a memory-bound pass reading
+    2 bytes and writing 1 + 1 per element. With delayed scaling (TE's default recipe)
+    the scale comes from past amaxes and the LayerNorm kernel writes its output in FP8
+    directly, so the two LayerNorm-fed inputs cost nothing extra; with current scaling
+    the amax of the tensor itself must be known first: one more 2-byte read pass, and
+    the LayerNorm output is quantized like any other tensor. Weights are cast once per
+    step (TE caches them across micro-batches), which is left out.
+
+    Returns ``({False: dense, True: MoE}, {False: dense, True: MoE})`` layer times; zeros
+    when the linears do not run in FP8.
+    """
+    zeros = np.zeros_like(np.asarray(tokens, dtype=float))
+    if not fp8:
+        return {False: zeros, True: zeros}, {False: zeros, True: zeros}
+    h = model.hidden_size
+    hk = model.kv_heads * model.head_dim
+    up = 2 if model.gated_mlp else 1
+    tp = np.asarray(tp, dtype=float)
+    rep_div = np.where(training.sequence_parallel, tp, 1.0)  # the sequence-sharded tensors
+    current = training.fp8_scaling == "current"
+    bytes_per_element = 6.0 if current else 4.0
+    ln_fed = h / rep_div if current else 0.0  # LayerNorm output feeding QKV / the MLP up-projection
+
+    def per_token(mlp_fwd, mlp_bwd):
+        # forward: QKV input, projection input (the local heads' output), MLP inputs;
+        # backward: the output gradients of QKV, projection and the MLP's two linears
+        fwd = ln_fed + h / tp + mlp_fwd
+        bwd = (h + 2.0 * hk) / tp + h / rep_div + mlp_bwd
+        return fwd * bytes_per_element, bwd * bytes_per_element
+
+    dense_fwd, dense_bwd = per_token(ln_fed + model.ffn / tp, up * model.ffn / tp + h / rep_div)
+    if model.moe is not None:
+        moe = model.moe
+        k, fe, shared = moe.experts_per_token, moe.expert_ffn_hidden_size, moe.shared_experts
+        # each routed copy of a token enters its expert whole (h) and leaves it whole
+        moe_fwd, moe_bwd = per_token(k * h + (k + shared) * fe / tp + (ln_fed if shared else 0.0),
+                                     (k + shared) * up * fe / tp + k * h + (h / rep_div if shared else 0.0))
+    else:
+        moe_fwd, moe_bwd = dense_fwd, dense_bwd
+    scale = tokens / hbm_bytes_per_s
+    return {False: dense_fwd * scale, True: moe_fwd * scale}, {False: dense_bwd * scale, True: moe_bwd * scale}
+
+
 # --------------------------------------------------------------------- prediction
 
 
@@ -672,6 +723,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     # LayerNorms (read + write), two bias-dropout-residual adds (read 2, write 1, mask 0.5)
     elementwise_fwd_bytes = tokens * (22.0 * h / rep_div + 2.0 * (up + 1) * model.ffn / tp)
     elementwise_fwd = elementwise_fwd_bytes / hbm_eff
+    quantize_fwd, quantize_bwd = fp8_quantize_time_s(model, training, tokens, tp, hbm_eff, fp8=linear_bytes == 1.0)
 
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter with sequence
     # parallelism, the same bytes) of the full activation per layer forward, 2 backward
@@ -727,8 +779,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         gemm_f = attn_proj + mlp_gemm
         gemm_b = attn_proj_b + mlp_gemm_b
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
-        fwd_compute = gemm_f + attn_core_fwd + elem
-        bwd_compute = gemm_b + attn_core_bwd + 2.0 * elem
+        fwd_compute = gemm_f + attn_core_fwd + elem + quantize_fwd[is_moe]
+        bwd_compute = gemm_b + attn_core_bwd + 2.0 * elem + quantize_bwd[is_moe]
         recompute_compute = np.where(rc == RECOMPUTE_FULL, fwd_compute,
                                      np.where(rc == RECOMPUTE_SELECTIVE, np.where(training.flash_attention, 0.0,
                                                                                   attn_core_fwd), 0.0))

@@ -309,6 +309,10 @@ class TrainingSpec:
     # since 2023 use none, and PyTorch's dropout at p = 0 returns its input without making
     # a mask (aten ``_dropout_impl``), so the default is off: no masks are kept.
     dropout: bool = False
+    # How FP8 scales are chosen (precision "fp8" only): "delayed" from the amax history of
+    # past steps (Transformer Engine's default DelayedScaling recipe), or "current" from the
+    # tensor itself (Float8CurrentScaling), which costs one more pass over every operand.
+    fp8_scaling: str = "delayed"
 
 
 @dataclass(frozen=True)
@@ -616,10 +620,14 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             stage_outputs_kept=bool(data.get("stage_outputs_kept", False)),
             ddp_bucket_copy=bool(data.get("ddp_bucket_copy", False)),
             dropout=bool(data.get("dropout", False)),
+            fp8_scaling=str(data.get("fp8_scaling", "delayed")).lower(),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):
         raise InvalidInput(f"training.precision must be 'bf16', 'fp16' or 'fp8', got {spec.precision!r}",
                            field="training.precision", code="unknown-precision")
+    if spec.fp8_scaling not in ("delayed", "current"):
+        raise InvalidInput(f"training.fp8_scaling must be 'delayed' or 'current', got {spec.fp8_scaling!r}",
+                           field="training.fp8_scaling", code="unknown-fp8-scaling")
     if spec.optimizer not in ("adam", "adamw"):
         raise InvalidInput(f"training.optimizer: only Adam is modelled, got {spec.optimizer!r}",
                            field="training.optimizer", code="unknown-optimizer")

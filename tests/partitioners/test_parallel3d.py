@@ -32,6 +32,7 @@ from partitioners.parallel3d_cost import (
     LayoutArrays,
     activation_bytes_per_layer,
     embedding_time_s,
+    fp8_quantize_time_s,
     gradient_accumulation_time_s,
     hardware_flops_per_step,
     model_flops_per_step,
@@ -427,6 +428,32 @@ def test_fp8_linears_run_against_the_measured_fp8_gemm_ceiling():
     assert measured > idealised
 
 
+def test_quantizing_to_fp8_costs_nothing_when_the_linears_run_in_16_bit():
+    model = model_from_dict(GPT_SMALL)
+    training = training_from_dict({"global_batch_sequences": 1})
+    fwd, bwd = fp8_quantize_time_s(model, training, np.array([32.0]), np.array([1.0]), 1e12, fp8=False)
+    assert float(fwd[False][0]) == 0.0 and float(bwd[False][0]) == 0.0
+
+
+@pytest.mark.parametrize(("scaling", "fwd_elements", "bwd_elements", "bytes_per_element"), [
+    # h = 64, 4h MLP, tp = 2 with sequence parallelism. Forward: projection input h/t and
+    # MLP activation 4h/t (LayerNorm writes FP8 itself under delayed scaling); backward:
+    # QKV 3h/t, projection h/t, up-projection 4h/t and down-projection h/t gradients.
+    ("delayed", 64 / 2 + 256 / 2, 3 * 64 / 2 + 64 / 2 + 256 / 2 + 64 / 2, 4),
+    # current scaling: the two LayerNorm outputs (h/t each) are quantized too, and every
+    # operand is read once more for its amax
+    ("current", 2 * 64 / 2 + 64 / 2 + 256 / 2, 3 * 64 / 2 + 64 / 2 + 256 / 2 + 64 / 2, 6),
+])
+def test_fp8_operands_are_cast_with_their_transpose_once_per_micro_batch(scaling, fwd_elements, bwd_elements,
+                                                                          bytes_per_element):
+    model = model_from_dict(GPT_SMALL)
+    training = training_from_dict({"global_batch_sequences": 1, "precision": "fp8", "fp8_scaling": scaling})
+    tokens, hbm = 32.0, 1e12
+    fwd, bwd = fp8_quantize_time_s(model, training, np.array([tokens]), np.array([2.0]), hbm, fp8=True)
+    assert float(fwd[False][0]) == pytest.approx(tokens * fwd_elements * bytes_per_element / hbm)
+    assert float(bwd[False][0]) == pytest.approx(tokens * bwd_elements * bytes_per_element / hbm)
+
+
 def test_overlapping_tp_communication_hides_it_under_the_gemms():
     model = model_from_dict({"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 4096,
                              "vocab_size": 32000})
@@ -817,3 +844,9 @@ def test_more_memory_per_gpu_never_slows_the_best_layout(memory_gib, layers):
                                  {"global_batch_sequences": 64}, {"tie_tolerance": 0.0}, with_rank_map=False)
     if small.feasible:
         assert large.candidates[0].step_time_s <= small.candidates[0].step_time_s
+
+
+def test_an_unknown_fp8_scaling_recipe_is_invalid_input_naming_the_field():
+    with pytest.raises(InvalidInput) as err:
+        training_from_dict({"global_batch_sequences": 8, "precision": "fp8", "fp8_scaling": "blockwise"})
+    assert err.value.field == "training.fp8_scaling"

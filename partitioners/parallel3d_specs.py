@@ -30,6 +30,7 @@ from partitioners.inventory import Inventory, inventory_from_json, preset_invent
 
 __all__ = [
     "GPU_SPECS",
+    "HOPPER_IN_TRAINING",
     "NODE_PRESETS",
     "GPUSpec",
     "MoESpec",
@@ -103,6 +104,17 @@ _SUSTAINED_OVER_BURST_A100 = 1305.0 / 1410.0
 _SUSTAINED_OVER_BURST_HOPPER = 755.0 / 834.0
 # B200 (1,000 W): same source, MSMF 1,429 against MAMF 1,745 TFLOP/s.
 _SUSTAINED_OVER_BURST_B200 = 1429.0 / 1745.0
+# What of that ceiling a Hopper GPU keeps inside a training run, relative to what an A100
+# keeps of its own (for the A100, MAMF times the sustained clock already reproduces the
+# SC21 and Korthikanti et al. runs within 7%). The same software training the same models
+# on both (MosaicML LLM Foundry's published MPT benchmarks, 1B-30B, sequence 2048-4096, 8
+# GPUs of each: scripts/train/benchmarking/README.md) ran 2.1-2.3x faster on H100 where the
+# microbenchmark ceilings predict 2.6-2.8x; 0.81 of the Hopper ceiling matches the median of
+# the seven pairs (fitted and printed by ``python -m bench.hopper_in_training``). Its cause is
+# not isolated (clock under the power cap of a whole busy node, kernels' distance from their
+# best shapes); it holds up on runs not used to fit it (NVIDIA's Megatron-Bridge H100
+# benchmarks, see bench.parallel3d).
+HOPPER_IN_TRAINING = 0.81
 # Hopper's FP8 GEMM ceiling at burst clock, by the same convention as the BF16 one (MAMF
 # over the 0.930 saturation of its best shape): H100 SXM FP8 MAMF 1,402.6 / 1,979 = 0.709
 # (S. Bekman, ml-engineering). H200 and H800 have the same SMs and clocks.
@@ -130,21 +142,22 @@ GPU_SPECS: dict[str, GPUSpec] = {
     # 1,979 TFLOP/s (the sheet's 1,979/3,958 figures are with sparsity), 80 GB HBM3 at
     # 3.35 TB/s, NVLink 900 GB/s bidirectional, 132 SMs. DGX H100: 8x ConnectX-7 400 Gb/s.
     # GEMM ceiling: burst 0.86 (792.1 / 989 = 0.801 at 8192^3, over 0.930), times the
-    # sustained clock; FP8 burst 0.762 (1,402.6 / 1,979 = 0.709, over 0.930), times the same.
+    # sustained clock; FP8 burst 0.762 (1,402.6 / 1,979 = 0.709, over 0.930), times the same;
+    # both times HOPPER_IN_TRAINING.
     "h100-sxm": GPUSpec("h100-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 79.11 * _GIB,
-                        3.35e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER,
-                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER),
+                        3.35e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
+                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING),
     # H800 SXM5 (export variant): H100 SXM compute and memory, NVLink cut to 400 GB/s
     # bidirectional (NVIDIA H800 product brief; DeepSeek-V3 report, Sec. 3.1).
     "h800-sxm": GPUSpec("h800-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 79.11 * _GIB,
-                        3.35e12, 200e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER,
-                        fp8_gemm_efficiency_max=_FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER),
+                        3.35e12, 200e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
+                        fp8_gemm_efficiency_max=_FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING),
     # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
     # Same NVLink 4 / NVSwitch gen 3 as H100: all-reduce busBw ~475 GB/s measured on 8 H200
     # (NVIDIA/nccl-tests#272), so the H100 NVLS figure.
     "h200-sxm": GPUSpec("h200-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 139.80 * _GIB,
-                        4.8e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER,
-                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER),
+                        4.8e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
+                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING),
     # NVIDIA HGX B200 datasheet: per GPU BF16 dense 2.25 PFLOP/s, FP8 dense 4.5 PFLOP/s,
     # 180 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s bidirectional; DGX B200 8x 400 Gb/s NICs.
     # GEMM ceiling: burst 0.834 (Bekman's B200 MAMF, 1,745 / 2,250 = 0.776, over 0.930 as

@@ -435,13 +435,16 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
         if readyq[d]:
             dispatch_pending[d] = True
             heap.append((0.0, 2, d))
-    # events: (time, kind, x); kind 0 = op x finished, 1 = op x ready, 2 = dispatch device x.
-    # At equal times finishes and arrivals are handled before a device picks its next op;
-    # when no other event shares the instant, idle devices pick right away (no event).
+    # events: (time, kind, x); kind 0 = op x finished, 1 = op x ready, 2 = dispatch device x,
+    # 3 = zero-duration op x finished. At equal times finishes and arrivals are handled
+    # before a device picks its next op; when no other event shares the instant, idle
+    # devices pick right away (no event). An op that takes no time finishes after every
+    # device has picked at that instant, so which device picks first (its number) cannot
+    # decide whose transfers take a shared port first.
     todo: list[int] = []
     while heap:
         t, kind, x = heappop(heap)
-        if kind == 0:
+        if kind == 0 or kind == 3:
             d = dev[x]
             busy[d] = False
             if readyq[d] and not dispatch_pending[d]:
@@ -519,7 +522,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
             start[op] = t
             e = t + dur_l[op]
             end[op] = e
-            heappush(heap, (e, 0, op))
+            heappush(heap, (e, 0 if e > t else 3, op))
             continue
         if todo:
             if heap and heap[0][0] <= t:
@@ -534,7 +537,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
                     start[op] = t
                     e = t + dur_l[op]
                     end[op] = e
-                    heappush(heap, (e, 0, op))
+                    heappush(heap, (e, 0 if e > t else 3, op))
             todo.clear()
     return start, end, (tr_t, tr_s, tr_d, tr_a, tr_b)
 

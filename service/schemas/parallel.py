@@ -75,7 +75,7 @@ class TrainingSettings(RequestModel):
     overlap_tp_backward: bool = Field(True, description="Backward tensor-parallel collectives overlap the GEMMs (Megatron async all-reduce).")
     overlap_tp_comm: bool = Field(False, description="Tensor-parallel collectives pipelined under the GEMMs "
                                   "(Megatron --tp-comm-overlap, Transformer Engine userbuffers).")
-    grad_bytes_per_param: Literal[2, 4] = Field(4, description="Gradient buffer bytes per parameter: 4 for fp32 "
+    grad_bytes_per_param: int = Field(4, ge=2, le=4, description="Gradient buffer bytes per parameter: 4 for fp32 "
                                                 "accumulation (Megatron's bf16 default), 2 with gradients "
                                                 "reduced in bf16 (grad_reduce_in_fp32 off, DeepSpeed).")
     fp8_scaling: Literal["delayed", "current"] = Field("delayed", description="FP8 scales from the amax history "

@@ -359,6 +359,22 @@ def test_relabelling_devices_of_one_group_changes_no_cost(case, perm):
     assert np.array_equal(b.op_start_s, a.op_start_s)
 
 
+def test_zero_time_producers_share_a_port_in_operator_order_whatever_their_devices_are_called():
+    # a0 and a1 take no time and both send 1e8 B to d2, whose ingress port serialises them;
+    # which transfer goes first must not depend on the producers' device numbers
+    g = graph_from_ops(
+        "zero",
+        [("a0", "Op", 0, [], ["t0"]), ("a1", "Op", 0, [], ["t1"]), ("b", "Op", 0, ["t0", "t1"], ["u"])],
+        {"t0": 1e8, "t1": 1e8, "u": 0.0},
+    )
+    inv = _inventory([3], latency_s=0.25)
+    times = _times([0.0, 0.0, 1.0], 3)
+    first = simulate(g, inv, np.array([0, 1, 2]), op_times_s=times)
+    swapped = simulate(g, inv, np.array([1, 0, 2]), op_times_s=times)
+    assert first.transfer_tensor.tolist() == swapped.transfer_tensor.tolist()
+    assert np.array_equal(first.transfer_end_s, swapped.transfer_end_s)
+
+
 def test_same_input_same_schedule():
     g = graph_from_ops(
         "ties",

@@ -56,6 +56,7 @@ from partitioners.parallel3d_cost import (
     model_flops_per_step,
     parameter_counts,
     predict_layouts,
+    stage_layer_split,
 )
 from partitioners.parallel3d_specs import (
     RECOMPUTE_MODES,
@@ -356,9 +357,8 @@ def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
     mark("tp-crosses-node", (lay.tp > cluster.gpus_per_node) | (cluster.gpus_per_node % lay.tp != 0))
     mark("heads-not-divisible-by-tp", (model.num_attention_heads % lay.tp != 0) | (model.kv_heads % lay.tp != 0))
-    q = np.ceil(model.num_layers / lay.pp)
-    last = np.where(model.num_layers % lay.pp == 0, q, q - 1)
-    mark("more-stages-than-layers", (lay.pp > model.num_layers) | (last < 1))
+    _, first, last = stage_layer_split(model.num_layers, lay.pp)
+    mark("more-stages-than-layers", (lay.pp > model.num_layers) | (first < 1) | (last < 1))
     if not constraints.allow_uneven_pp:
         mark("layers-not-divisible-by-pp", model.num_layers % lay.pp != 0)
     mark("batch-not-divisible", training.global_batch_sequences % (lay.dp * lay.mbs) != 0)
@@ -398,10 +398,10 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
     reasons = tuple(_reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i]))
                     for j, name in enumerate(REJECTION_REASONS) if bits[i] >> j & 1)
     extra = list(notes)
-    q, last = int(pred["layers_per_stage"][i]), int(pred["last_stage_layers"][i])
-    if d["pp"] > 1 and q != last:
-        extra.append(f"uneven stages: at most {q} layers per stage, {last} on the last "
-                     "(which also holds the output layer)")
+    q, first, last = (int(pred[k][i]) for k in ("layers_per_stage", "first_stage_layers", "last_stage_layers"))
+    if d["pp"] > 1 and (q != last or q != first):
+        extra.append(f"uneven stages: at most {q} layers per stage, {first} on the first (which also holds "
+                     f"the embedding) and {last} on the last (which also holds the output layer)")
     memory_note = _tight_memory_note(float(pred["memory_bytes"][i]), float(pred["activations_bytes"][i]),
                                      cluster.memory_bytes) if not reasons else None
     if memory_note:

@@ -83,6 +83,7 @@ __all__ = [
     "model_flops_per_step",
     "hardware_flops_per_step",
     "activation_bytes_per_layer",
+    "stage_layer_split",
     "fp8_quantize_time_s",
     "predict_layouts",
     "pipeline_bubble_fraction",
@@ -488,6 +489,27 @@ def _gemm_backward_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: flo
 # --------------------------------------------------------------------- memory
 
 
+def stage_layer_split(num_layers: int, pp: np.ndarray | int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Layers on the fullest, the first and the last pipeline stage: ``(q, first, last)``.
+
+    The fullest stages hold ``q = ceil(L / p)``; the ``p q - L`` layers short of that
+    are taken from the two ends first, one each: the first stage keeps the most
+    micro-batches' activations in flight and the embedding, the last computes the
+    logits. Llama 3's 405B run put 7 of its 126 layers on each end of 16 stages and 8
+    on the others ("we reduce one Transformer layer each from the first and the last
+    stages", Llama Team, "The Llama 3 Herd of Models", 2024, Sec. 3.3.2; Megatron-Core
+    sets it with ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``).
+    One short layer comes off the last stage; more than two also shorten middle stages,
+    which the pace (set by the fullest stage) does not see.
+    """
+    pp = np.asarray(pp, dtype=float)
+    q = np.ceil(num_layers / pp)
+    short = pp * q - num_layers
+    first = np.where((short >= 2) & (pp > 1), q - 1.0, q)
+    last = np.where((short >= 1) & (pp > 1), q - 1.0, q)
+    return q, first, last
+
+
 def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
                                recompute: np.ndarray, moe_layer: bool = False,
                                fp8_gemm_inputs: bool = False) -> np.ndarray:
@@ -644,9 +666,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     m = np.ceil(batch / (dp * mbs))  # micro-batches per step per pipeline
     tokens = mbs * s / cp  # local tokens of one micro-batch
 
-    # ---- stage split: ceil(L/p) layers on most stages, one fewer on the last when uneven
-    q = np.ceil(n_layers / pp)
-    last_layers = np.where(n_layers % layouts.pp == 0, q, q - 1)
+    # ---- stage split: ceil(L/p) layers on the middle stages, the remainder off both ends
+    q, first_layers, last_layers = stage_layer_split(n_layers, layouts.pp)
     moe_frac = n_moe / n_layers
     q_moe = np.ceil(q * moe_frac) if n_moe else np.zeros_like(q)
     q_dense = q - q_moe
@@ -830,12 +851,15 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     single = pp == 1
     last_moe = np.minimum(q_moe, last_layers)
+    first_moe = np.minimum(q_moe, first_layers)
 
     # ---- parameters held per GPU on a middle, the first (embedding) and the last (output) stage
     mid_dense = (q * counts.attention_per_layer + q_dense * counts.dense_mlp_per_layer
                  + q_moe * counts.moe_shared_per_layer) / tp
-    first_dense = mid_dense + counts.embedding / tp + counts.position_embedding
-    first_expert = q_moe * counts.experts_per_layer / (ep * tp)
+    mid_expert = q_moe * counts.experts_per_layer / (ep * tp)
+    first_dense = (first_layers * counts.attention_per_layer + (first_layers - first_moe) * counts.dense_mlp_per_layer
+                   + first_moe * counts.moe_shared_per_layer) / tp + counts.embedding / tp + counts.position_embedding
+    first_expert = first_moe * counts.experts_per_layer / (ep * tp)
     out_params = (counts.output if counts.output else counts.embedding)
     last_dense = (last_layers * counts.attention_per_layer + (last_layers - last_moe) * counts.dense_mlp_per_layer
                   + last_moe * counts.moe_shared_per_layer) / tp + out_params / tp
@@ -849,15 +873,15 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             return np.zeros_like(params_per_gpu)
         return gradient_accumulation_time_s(params_per_gpu, training.grad_bytes_per_param, hbm_eff)
 
-    mid_acc = accumulation_s(mid_dense + first_expert)
+    mid_acc = accumulation_s(mid_dense + mid_expert)
     first_acc = accumulation_s(first_dense + first_expert)
     last_acc = accumulation_s(last_dense + last_expert)
 
     mid = stage(q_dense, q_moe)
+    first = stage(first_layers - first_moe, first_moe)
     last = stage(last_layers - last_moe, last_moe)
-    mid_layers = mid[0] + mid[1] + mid[2] + mid[3]
-    mid_total = mid_layers + mid_acc
-    first_total = mid_layers + embed_compute + embed_tp + first_acc
+    mid_total = mid[0] + mid[1] + mid[2] + mid[3] + mid_acc
+    first_total = first[0] + first[1] + first[2] + first[3] + embed_compute + embed_tp + first_acc
     last_total = last[0] + last[1] + last[2] + last[3] + logit_time + last_acc
     # the slowest stage paces the steady state (Narayanan et al. SC21, Sec. 2.2: every
     # stage runs one forward and one backward per micro-batch in lock-step)
@@ -866,13 +890,13 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     use_last = (~single) & (last_total >= first_total) & (last_total > mid_total)
     use_first = (~single) & (~use_last) & (first_total > mid_total)
     comp_stage = np.select([single, use_last, use_first],
-                           [mid[0] + logit_time + embed_compute + first_acc, last[0] + logit_time + last_acc,
-                            mid[0] + embed_compute + first_acc],
+                           [first[0] + logit_time + embed_compute + first_acc, last[0] + logit_time + last_acc,
+                            first[0] + embed_compute + first_acc],
                            default=mid[0] + mid_acc)
-    tp_stage = np.select([single, use_last, use_first], [mid[1] + embed_tp, last[1], mid[1] + embed_tp],
+    tp_stage = np.select([single, use_last, use_first], [first[1] + embed_tp, last[1], first[1] + embed_tp],
                          default=mid[1])
-    ep_stage = np.where(use_last, last[2], mid[2])
-    cp_stage = np.where(use_last, last[3], mid[3])
+    ep_stage = np.select([single, use_last, use_first], [first[2], last[2], first[2]], default=mid[2])
+    cp_stage = np.select([single, use_last, use_first], [first[3], last[3], first[3]], default=mid[3])
 
     # pipeline point-to-point: activation forward, its gradient backward, per model chunk;
     # Megatron's scatter-gather sends 1/t and all-gathers over NVLink (SC21 Sec. 4.1)
@@ -924,7 +948,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     layer_act_avg = (q_dense * dense_act + q_moe * moe_act) / q
     chunks_first = np.where(v == 1, np.minimum(m, pp), np.minimum(m * v, 2.0 * (pp - 1.0) + (v - 1.0) * pp + 1.0))
     chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * pp + 1.0))
-    layers_first = chunks_first * q / v
+    layers_first = chunks_first * first_layers / v
     layers_last = np.where(single, layers_first, chunks_last * last_layers / v)
     full_rc = rc == RECOMPUTE_FULL
     # full recomputation rebuilds one layer's activations at a time during backward
@@ -1056,6 +1080,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "memory_bytes": np.maximum(total_first, np.where(single, 0.0, total_last)),
         "num_micro_batches": m,
         "layers_per_stage": q,
+        "first_stage_layers": first_layers,
         "last_stage_layers": last_layers,
         "stage_time_s": stage_time,
     }

@@ -41,6 +41,7 @@ from partitioners.parallel3d_cost import (
     pipeline_bubble_fraction,
     pipeline_time_s,
     predict_layouts,
+    stage_layer_split,
 )
 from partitioners.parallel3d_specs import (
     cluster_from_dict,
@@ -605,6 +606,18 @@ def test_mixed_gpu_inventory_is_invalid_input_for_the_planner():
     with pytest.raises(InvalidInput) as err:
         cluster_from_dict(doc)
     assert err.value.code == "heterogeneous-cluster"
+
+
+@pytest.mark.parametrize(("layers", "pp", "split"), [
+    (126, 16, (8, 7, 7)),   # Llama 3 405B: one layer fewer on each end (Llama 3 paper, Sec. 3.3.2)
+    (96, 8, (12, 12, 12)),  # even
+    (95, 8, (12, 12, 11)),  # one short: off the last stage
+    (96, 31, (4, 3, 3)),    # many short: the ends and some middle stages hold one fewer
+    (80, 1, (80, 80, 80)),
+])
+def test_uneven_pipeline_stages_take_the_shortfall_from_both_ends_first(layers, pp, split):
+    q, first, last = stage_layer_split(layers, np.array([pp]))
+    assert (float(q[0]), float(first[0]), float(last[0])) == split
 
 
 def test_layers_not_divisible_by_pp_rejected_only_when_uneven_stages_are_disallowed():

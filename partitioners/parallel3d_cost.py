@@ -830,6 +830,10 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             linear = gemm_f + gemm_b + np.where(rc == RECOMPUTE_FULL, gemm_f, 0.0)
             tp_comm = overlapped_time_s(tp_comm, linear, tp_comm / 8.0)
         ep_comm = n_coll * a2a if is_moe else np.zeros_like(compute)
+        if training.overlap_ep_comm and is_moe:
+            # dispatch/combine of one micro-batch run under another's computation of the
+            # same layer (a forward paired with a backward): what that cannot cover shows
+            ep_comm = overlapped_time_s(ep_comm, compute)
         cp_comm = cp_fwd + cp_bwd + np.where(rc == RECOMPUTE_FULL, cp_fwd, 0.0)
         return compute, tp_comm, ep_comm, cp_comm
 

@@ -317,6 +317,12 @@ class TrainingSpec:
     # size" (torch.nn.parallel.DistributedDataParallel docs): one more gradient's bytes
     # per parameter. Megatron-LM's own DDP and ZeRO-style buffers need no copy.
     ddp_bucket_copy: bool = False
+    # Expert-parallel all-to-all (dispatch and combine) hidden under the computation of
+    # another micro-batch, a forward chunk paired with a backward one: DeepSeek-V3's
+    # DualPipe ("overlap the computation and communication within a pair of individual
+    # forward and backward chunks", DeepSeek-AI, DeepSeek-V3 Technical Report, 2024,
+    # Sec. 3.2.1) and Megatron-Core's ``--overlap-moe-expert-parallel-comm``. Opt-in.
+    overlap_ep_comm: bool = False
     # Dropout on the attention probabilities and on the two residual branches (GPT-2/3 and
     # Megatron-LM's default, 0.1). Llama, Mistral, Nemotron-4, Falcon and most models trained
     # since 2023 use none, and PyTorch's dropout at p = 0 returns its input without making
@@ -632,6 +638,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             fp32_grad_copy_kept=bool(data.get("fp32_grad_copy_kept", False)),
             stage_outputs_kept=bool(data.get("stage_outputs_kept", False)),
             ddp_bucket_copy=bool(data.get("ddp_bucket_copy", False)),
+            overlap_ep_comm=bool(data.get("overlap_ep_comm", False)),
             dropout=bool(data.get("dropout", False)),
             fp8_scaling=str(data.get("fp8_scaling", "delayed")).lower(),
         )

@@ -78,6 +78,8 @@ class TrainingSettings(RequestModel):
     grad_bytes_per_param: int = Field(4, ge=2, le=4, description="Gradient buffer bytes per parameter: 4 for fp32 "
                                                 "accumulation (Megatron's bf16 default), 2 with gradients "
                                                 "reduced in bf16 (grad_reduce_in_fp32 off, DeepSpeed).")
+    overlap_ep_comm: bool = Field(False, description="Expert-parallel all-to-all hidden under another micro-batch's "
+                                  "computation (DeepSeek-V3 DualPipe, Megatron --overlap-moe-expert-parallel-comm).")
     fp8_scaling: Literal["delayed", "current"] = Field("delayed", description="FP8 scales from the amax history "
                                                       "(delayed) or from each tensor itself (current, one more pass).")
     dropout: bool = Field(False, description="Attention and residual dropout on (GPT-2/3, Megatron's 0.1 default): "

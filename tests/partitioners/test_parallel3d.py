@@ -807,6 +807,22 @@ def test_moe_layouts_use_expert_parallel_sizes_that_divide_experts_and_dp():
     assert {c.ep for c in plan.candidates} > {1}
 
 
+def test_overlapping_expert_all_to_all_hides_it_under_another_micro_batch_but_still_slows_it():
+    # 64 experts over ep=16 across two nodes: the all-to-all leaves NVLink
+    model = model_from_dict({"num_layers": 4, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096,
+                             "vocab_size": 32000, "moe": {"num_experts": 64, "experts_per_token": 8,
+                                                          "expert_ffn_hidden_size": 1408}})
+    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": 2})
+    lay = layouts(dp=16, ep=16, mbs=1)
+    exposed = {}
+    for overlap in (False, True):
+        training = training_from_dict({"global_batch_sequences": 16, "overlap_ep_comm": overlap})
+        exposed[overlap] = float(predict_layouts(model, cluster, training, lay)["ep_comm_s"][0])
+    assert 0.0 < exposed[True] < exposed[False]
+    # wholly hidden, what stays is the slowdown of the computation it ran under (Lee et al. 2025)
+    assert exposed[True] >= OVERLAP_COMPUTE_SLOWDOWN * exposed[False] - 1e-12
+
+
 # ---------------------------------------------------------------- invariants (hypothesis)
 
 

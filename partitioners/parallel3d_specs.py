@@ -161,7 +161,8 @@ GPU_SPECS: dict[str, GPUSpec] = {
     # NVIDIA HGX B200 datasheet: per GPU BF16 dense 2.25 PFLOP/s, FP8 dense 4.5 PFLOP/s,
     # 180 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s bidirectional; DGX B200 8x 400 Gb/s NICs.
     # GEMM ceiling: burst 0.834 (Bekman's B200 MAMF, 1,745 / 2,250 = 0.776, over 0.930 as
-    # for the others), times the sustained clock.
+    # for the others), times the sustained clock. No in-training factor like Hopper's: no
+    # same-software comparison with an A100 to fit one from.
     "b200": GPUSpec("b200", {"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15}, 178.35 * _GIB, 8.0e12,
                     900e9, 50e9, 8, 148, 0.834 * _SUSTAINED_OVER_BURST_B200),
 }

@@ -56,10 +56,7 @@ A100_PEAK_BF16_FLOPS = 312e12
 # (TrainingSpec.fp32_grad_copy_kept, stage_outputs_kept). Megatron-LM's dropout defaults
 # (--hidden-dropout and --attention-dropout 0.1) were on, as in GPT-3; Korthikanti et al.
 # count the masks they keep.
-SC21_SOFTWARE = {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
-                 "overlap_tp_backward": False, "gradient_accumulation_fusion": False,
-                 "precision": "fp16", "grad_bytes_per_param": 2, "fp32_grad_copy_kept": True,
-                 "stage_outputs_kept": True, "dropout": True}
+SC21_SOFTWARE = {"software": "megatron-lm-2021", "precision": "fp16", "grad_bytes_per_param": 2}
 # Megatron-LM of 2021-2022 asserted that the layer count divides by the pipeline size
 # ("num_layers must be divisible by pipeline_model_parallel_size", ParallelTransformer in
 # megatron/model/transformer.py); uneven first/last stages came with Megatron-Core.
@@ -68,8 +65,7 @@ SC21_SEARCH = {"zero_stages": [0], "recompute": ["none", "full"], "allow_uneven_
 # backward reduce-scatter / all-gather asynchronously under their GEMMs
 # (LinearWithGradAccumulationAndAsyncCommunication), so overlap_tp_backward keeps its default
 # (True) -- an assumption: the paper does not say so for its runs.
-KORTHIKANTI_SOFTWARE = {"flash_attention": False, "sequence_parallel": True, "overlap_grad_reduce": False,
-                        "dropout": True}
+KORTHIKANTI_SOFTWARE = {"software": "megatron-lm-2022"}
 KORTHIKANTI_SEARCH = {"zero_stages": [0], "recompute": ["none", "selective", "full"], "allow_uneven_pp": False}
 
 

@@ -31,6 +31,7 @@ from partitioners.inventory import Inventory, inventory_from_json, preset_invent
 __all__ = [
     "GPU_SPECS",
     "HOPPER_IN_TRAINING",
+    "SOFTWARE_PRESETS",
     "NODE_PRESETS",
     "GPUSpec",
     "MoESpec",
@@ -614,14 +615,46 @@ def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -
     )
 
 
+# Software generations, as the TrainingSpec fields each set: what the framework of the time
+# did by itself. ``training.software`` picks one; fields given next to it override it.
+SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
+    # Megatron-LM as its authors ran it for SC21 (Narayanan et al. 2021, examples/sc21): no
+    # flash attention (Dao et al., 2022) and no sequence parallelism (Korthikanti et al.,
+    # 2022); tensor-parallel collectives in line, gradients reduced after the backward pass,
+    # weight gradients accumulated by a separate kernel; the fp16 optimizer's fp32 gradient
+    # copy and every in-flight stage output kept (see the TrainingSpec fields); GPT's 0.1
+    # dropout. Megatron-DeepSpeed (BLOOM, MT-NLG) branched from this code.
+    "megatron-lm-2021": {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
+                         "overlap_tp_backward": False, "gradient_accumulation_fusion": False,
+                         "fp32_grad_copy_kept": True, "stage_outputs_kept": True, "dropout": True},
+    # Megatron-LM as released with sequence parallelism and selective recomputation
+    # (Korthikanti et al. 2022): asynchronous backward tensor-parallel collectives and
+    # gradient-accumulation fusion, still no flash attention, gradients reduced after the
+    # backward pass, dropout on.
+    "megatron-lm-2022": {"flash_attention": False, "sequence_parallel": True, "overlap_grad_reduce": False,
+                         "dropout": True},
+    # Megatron-Core with Transformer Engine: the TrainingSpec defaults.
+    "megatron-core": {},
+}
+
+
 def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
-    """Validate training settings; only Adam and bf16/fp8 are modelled (the issue's scope)."""
+    """Validate training settings; only Adam and bf16/fp8 are modelled (the issue's scope).
+
+    ``software`` names a :data:`SOFTWARE_PRESETS` entry whose fields apply unless given.
+    """
     if isinstance(data, TrainingSpec):
         spec = data
     else:
         if not isinstance(data, Mapping):
             raise InvalidInput("training must be an object", field="training", code="not-an-object")
-        _reject_unknown(data, {f.name for f in fields(TrainingSpec)}, "training")
+        _reject_unknown(data, {f.name for f in fields(TrainingSpec)} | {"software"}, "training")
+        if data.get("software") is not None:
+            name = str(data["software"]).lower()
+            if name not in SOFTWARE_PRESETS:
+                raise InvalidInput(f"training.software must be one of {sorted(SOFTWARE_PRESETS)}, got {name!r}",
+                                   field="training.software", code="unknown-software")
+            data = {**SOFTWARE_PRESETS[name], **{k: v for k, v in data.items() if k != "software"}}
         if "global_batch_sequences" not in data:
             raise InvalidInput("training.global_batch_sequences is required",
                                field="training.global_batch_sequences", code="missing-field")

@@ -66,24 +66,33 @@ class ClusterShape(RequestModel):
 
 
 class TrainingSettings(RequestModel):
+    """Batch, precision and the software stack; a flag left out takes ``software``'s value, else the default."""
+
     global_batch_sequences: int = Field(ge=1, le=10**8)
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     optimizer: Literal["adam"] = "adam"
-    flash_attention: bool = True
-    sequence_parallel: bool = True
-    overlap_grad_reduce: bool = True
-    overlap_tp_backward: bool = Field(True, description="Backward tensor-parallel collectives overlap the GEMMs (Megatron async all-reduce).")
-    overlap_tp_comm: bool = Field(False, description="Tensor-parallel collectives pipelined under the GEMMs "
-                                  "(Megatron --tp-comm-overlap, Transformer Engine userbuffers).")
-    grad_bytes_per_param: int = Field(4, ge=2, le=4, description="Gradient buffer bytes per parameter: 4 for fp32 "
-                                                "accumulation (Megatron's bf16 default), 2 with gradients "
-                                                "reduced in bf16 (grad_reduce_in_fp32 off, DeepSpeed).")
-    overlap_ep_comm: bool = Field(False, description="Expert-parallel all-to-all hidden under another micro-batch's "
-                                  "computation (DeepSeek-V3 DualPipe, Megatron --overlap-moe-expert-parallel-comm).")
-    fp8_scaling: Literal["delayed", "current"] = Field("delayed", description="FP8 scales from the amax history "
-                                                      "(delayed) or from each tensor itself (current, one more pass).")
-    dropout: bool = Field(False, description="Attention and residual dropout on (GPT-2/3, Megatron's 0.1 default): "
-                          "its masks are kept for backward. Off for Llama-style models trained without dropout.")
+    software: Literal["megatron-lm-2021", "megatron-lm-2022", "megatron-core"] | None = Field(
+        None, description="The framework generation whose behaviour the flags default to (default: megatron-core)."
+    )
+    flash_attention: bool | None = Field(None, description="Flash attention (default on).")
+    sequence_parallel: bool | None = Field(None, description="Sequence parallelism (default on).")
+    overlap_grad_reduce: bool | None = Field(None, description="Data-parallel reduction under the backward pass "
+                                             "(default on).")
+    overlap_tp_backward: bool | None = Field(None, description="Backward tensor-parallel collectives overlap the "
+                                             "GEMMs (Megatron async all-reduce; default on).")
+    overlap_tp_comm: bool | None = Field(None, description="Tensor-parallel collectives pipelined under the GEMMs "
+                                         "(Megatron --tp-comm-overlap, Transformer Engine userbuffers; default off).")
+    grad_bytes_per_param: int | None = Field(None, ge=2, le=4, description="Gradient buffer bytes per parameter: 4 "
+                                             "for fp32 accumulation (Megatron's bf16 default), 2 with gradients "
+                                             "reduced in bf16 (grad_reduce_in_fp32 off, DeepSpeed).")
+    overlap_ep_comm: bool | None = Field(None, description="Expert-parallel all-to-all hidden under another "
+                                         "micro-batch's computation (DeepSeek-V3 DualPipe, Megatron "
+                                         "--overlap-moe-expert-parallel-comm; default off).")
+    fp8_scaling: Literal["delayed", "current"] | None = Field(None, description="FP8 scales from the amax history "
+                                                              "(delayed, default) or from each tensor itself "
+                                                              "(current, one more pass).")
+    dropout: bool | None = Field(None, description="Attention and residual dropout (GPT-2/3, Megatron's 0.1): its "
+                                 "masks are kept for backward. Default off, as for Llama-style models.")
 
 
 class LayoutConstraints(RequestModel):

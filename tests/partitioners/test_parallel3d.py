@@ -879,3 +879,17 @@ def test_an_unknown_fp8_scaling_recipe_is_invalid_input_naming_the_field():
     with pytest.raises(InvalidInput) as err:
         training_from_dict({"global_batch_sequences": 8, "precision": "fp8", "fp8_scaling": "blockwise"})
     assert err.value.field == "training.fp8_scaling"
+
+
+def test_a_software_preset_sets_its_flags_and_fields_given_beside_it_win():
+    spec = training_from_dict({"global_batch_sequences": 8, "software": "megatron-lm-2021", "dropout": False})
+    assert not spec.flash_attention and not spec.sequence_parallel and spec.fp32_grad_copy_kept
+    assert spec.dropout is False  # given explicitly, so the preset's "on" does not apply
+    assert training_from_dict({"global_batch_sequences": 8, "software": "megatron-core"}) == \
+        training_from_dict({"global_batch_sequences": 8})
+
+
+def test_an_unknown_software_preset_is_invalid_input_listing_the_known_ones():
+    with pytest.raises(InvalidInput) as err:
+        training_from_dict({"global_batch_sequences": 8, "software": "deepspeed-0.3"})
+    assert err.value.field == "training.software" and "megatron-lm-2021" in str(err.value)

@@ -114,3 +114,19 @@ def test_a_gradient_width_other_than_two_or_four_bytes_is_a_422(client):
     response = client.post("/v1/parallel/plan", json=_request(training=training))
     assert response.status_code == 422
     assert "grad_bytes_per_param" in response.text
+
+
+def test_a_software_preset_changes_the_prediction_and_an_explicit_flag_overrides_it(client):
+    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "none",
+               "zero_stage": 1}]
+
+    def activations(training: dict) -> float:
+        response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=layout))
+        assert response.status_code == 200, response.text
+        return response.json()["predictions"][0]["memory_per_gpu"]["activations_bytes"]
+
+    today = activations({"global_batch_sequences": 1024})
+    old = activations({"global_batch_sequences": 1024, "software": "megatron-lm-2021"})
+    old_with_flash = activations({"global_batch_sequences": 1024, "software": "megatron-lm-2021",
+                                  "flash_attention": True, "sequence_parallel": True})
+    assert old > old_with_flash > today  # scores and unsharded tensors kept; masks and stage outputs still kept

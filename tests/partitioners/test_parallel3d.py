@@ -893,3 +893,12 @@ def test_an_unknown_software_preset_is_invalid_input_listing_the_known_ones():
     with pytest.raises(InvalidInput) as err:
         training_from_dict({"global_batch_sequences": 8, "software": "deepspeed-0.3"})
     assert err.value.field == "training.software" and "megatron-lm-2021" in str(err.value)
+
+
+def test_the_shipped_hopper_in_training_factor_is_what_its_benchmark_fits():
+    # the constant is fitted on LLM Foundry's same-software A100/H100 pairs (bench.hopper_in_training);
+    # a change to the cost model that moves the fit must re-fit the constant
+    from bench.hopper_in_training import fitted_factor
+    from partitioners.parallel3d_specs import HOPPER_IN_TRAINING
+
+    assert fitted_factor() == pytest.approx(HOPPER_IN_TRAINING, abs=0.01)

@@ -393,6 +393,18 @@ def critical_path_priority(
     return np.array(rank, dtype=np.float64)
 
 
+def _schedule_inputs(ctx: SimulationContext, graph: Hypergraph, inventory: Inventory, placement: np.ndarray,
+                     priority: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Checked placement, per-operator durations on it and list-scheduling priorities."""
+    p = _check_placement(graph, inventory, placement)
+    dur = _durations(ctx, p)
+    if priority is None:
+        prio = critical_path_priority(graph, inventory, p, dur, cost_model=ctx.cost_model, context=ctx)
+    else:
+        prio = _check_priority(graph, priority)
+    return p, dur, prio
+
+
 def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, prio: np.ndarray):
     """The list-scheduling event loop (see the module docstring). Returns lists."""
     inv = ctx.inventory
@@ -686,12 +698,7 @@ def simulate(
     """
     ctx = context or prepare_simulation(graph, inventory, cost_model=cost_model, op_times_s=op_times_s)
     n_dev = inventory.n_devices
-    p = _check_placement(graph, inventory, placement)
-    dur = _durations(ctx, p)
-    if priority is None:
-        prio = critical_path_priority(graph, inventory, p, dur, cost_model=ctx.cost_model, context=ctx)
-    else:
-        prio = _check_priority(graph, priority)
+    p, dur, prio = _schedule_inputs(ctx, graph, inventory, placement, priority)
     start_l, end_l, tr = _event_loop(ctx, p, dur, prio)
     start = np.array(start_l, dtype=np.float64)
     end = np.array(end_l, dtype=np.float64)
@@ -772,13 +779,7 @@ def estimate_makespan_s(
         As :func:`simulate`.
     """
     ctx = context or prepare_simulation(graph, inventory)
-    p = _check_placement(graph, inventory, placement)
-    dur = _durations(ctx, p)
-    if priority is None:
-        prio = critical_path_priority(graph, inventory, p, dur, cost_model=ctx.cost_model, context=ctx)
-    else:
-        prio = _check_priority(graph, priority)
-    _, end, _ = _event_loop(ctx, p, dur, prio)
+    _, end, _ = _event_loop(ctx, *_schedule_inputs(ctx, graph, inventory, placement, priority))
     return float(max(end)) if end else 0.0
 
 

@@ -215,9 +215,9 @@ class ParameterCounts:
 
 def parameter_counts(model: ModelSpec) -> ParameterCounts:
     """Count parameters of a GPT/Llama-style decoder (biases ignored, LayerNorm included)."""
-    h, hk = model.hidden_size, model.kv_heads * model.head_dim
+    h, hq, hk = model.hidden_size, model.query_width, model.kv_heads * model.head_size
     mats = 3 if model.gated_mlp else 2
-    attention = h * (h + 2 * hk) + h * h + 2 * h
+    attention = h * (hq + 2 * hk) + hq * h + 2 * h
     dense_mlp = mats * h * model.ffn
     experts = shared = 0.0
     active_moe = 0.0
@@ -243,13 +243,15 @@ def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
 
     Narayanan et al. SC21 count, per layer and token, ``24h^2`` for the four
     projections and the 4h MLP plus ``4sh`` for ``QK^T`` and attention over ``V``;
-    here the projections use the actual KV width (GQA) and FFN width, gated MLPs
-    have three matrices, and MoE layers count the top-k and shared experts plus the router.
+    here the projections use the actual query and KV widths (a head width apart from
+    h / a, GQA) and FFN width, gated MLPs have three matrices, and MoE layers count the
+    top-k and shared experts plus the router.
     """
-    h, s, hk = model.hidden_size, model.seq_length, model.kv_heads * model.head_dim
+    h, s = model.hidden_size, model.seq_length
+    hq, hk = model.query_width, model.kv_heads * model.head_size
     mats = 3 if model.gated_mlp else 2
-    attn_linear = 2 * h * (h + 2 * hk) + 2 * h * h
-    attn_scores = 4 * s * h
+    attn_linear = 2 * h * (hq + 2 * hk) + 2 * hq * h
+    attn_scores = 4 * s * hq
     dense_mlp = 2 * mats * h * model.ffn
     n_moe = model.num_moe_layers
     moe_mlp = 0.0
@@ -519,7 +521,7 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     LayerNorm inputs ``4h``, attention and MLP inputs ``2h + 2h``, dropout masks
     ``h + h`` -- the ``10h`` that tensor parallelism alone leaves replicated and
     sequence parallelism divides by ``t``; Q, K, V and the projection input
-    ``2h + 4h_kv + 2h``; the MLP's up-projection output and activation output
+    ``2h + 4h_kv + 2h`` (``h`` here the query width ``a * head_size``); the MLP's up-projection output and activation output
     (``8h + 8h`` for a 4h GeLU MLP); and the ``5as`` bytes of attention scores,
     softmax output and dropout mask that flash attention never stores.
     Selective recomputation drops the score term; full recomputation keeps only
@@ -535,7 +537,7 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     flash attention's backward reads.
     """
     h, a, s = model.hidden_size, model.num_attention_heads, model.seq_length
-    hk = model.kv_heads * model.head_dim
+    hq, hk = model.query_width, model.kv_heads * model.head_size
     up = 2 if model.gated_mlp else 1
     tp = np.asarray(tp, dtype=float)
     rep_div = np.where(training.sequence_parallel, tp, 1.0)
@@ -544,11 +546,11 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     replicated = 4.0 * h + 2.0 * gemm_in * h + masks
     if training.flash_attention:
         # Q, K, V and the bf16 output flash attention's backward reads (the projection's input)
-        attn = 2.0 * h + 4.0 * hk + 2.0 * h + (h if fp8_gemm_inputs else 0.0)
+        attn = 2.0 * hq + 4.0 * hk + 2.0 * hq + (hq if fp8_gemm_inputs else 0.0)
         scores_none = 4.0 * a  # fp32 log-sum-exp per head
         scores_selective = scores_none
     else:
-        attn = 2.0 * h + 4.0 * hk + gemm_in * h
+        attn = 2.0 * hq + 4.0 * hk + gemm_in * hq
         scores_none = (5.0 if training.dropout else 2.0) * a * s
         scores_selective = 0.0
     if moe_layer and model.moe is not None:
@@ -589,8 +591,7 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
     zeros = np.zeros_like(np.asarray(tokens, dtype=float))
     if not fp8:
         return {False: zeros, True: zeros}, {False: zeros, True: zeros}
-    h = model.hidden_size
-    hk = model.kv_heads * model.head_dim
+    h, hq, hk = model.hidden_size, model.query_width, model.kv_heads * model.head_size
     up = 2 if model.gated_mlp else 1
     tp = np.asarray(tp, dtype=float)
     rep_div = np.where(training.sequence_parallel, tp, 1.0)  # the sequence-sharded tensors
@@ -601,8 +602,8 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
     def per_token(mlp_fwd, mlp_bwd):
         # forward: QKV input, projection input (the local heads' output), MLP inputs;
         # backward: the output gradients of QKV, projection and the MLP's two linears
-        fwd = ln_fed + h / tp + mlp_fwd
-        bwd = (h + 2.0 * hk) / tp + h / rep_div + mlp_bwd
+        fwd = ln_fed + hq / tp + mlp_fwd
+        bwd = (hq + 2.0 * hk) / tp + h / rep_div + mlp_bwd
         return fwd * bytes_per_element, bwd * bytes_per_element
 
     dense_fwd, dense_bwd = per_token(ln_fed + model.ffn / tp, up * model.ffn / tp + h / rep_div)
@@ -645,7 +646,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     rc = layouts.recompute
 
     h, a, s, vocab = model.hidden_size, model.num_attention_heads, model.seq_length, model.vocab_size
-    hk = model.kv_heads * model.head_dim
+    hq, hk = model.query_width, model.kv_heads * model.head_size
     up = 2 if model.gated_mlp else 1
     n_layers = model.num_layers
     n_moe = model.num_moe_layers
@@ -687,10 +688,10 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     # the column-parallel linears' backward GEMMs (QKV, MLP up-projection): the window the
     # asynchronous backward collectives run in (see layer_time)
-    qkv_dgrad, qkv_wgrad = gemm(tokens, h, (h + 2 * hk) / tp), gemm(h, (h + 2 * hk) / tp, tokens)
+    qkv_dgrad, qkv_wgrad = gemm(tokens, h, (hq + 2 * hk) / tp), gemm(h, (hq + 2 * hk) / tp, tokens)
     fc1_dgrad, fc1_wgrad = gemm(tokens, h, up * model.ffn / tp), gemm(h, up * model.ffn / tp, tokens)
-    attn_proj = gemm(tokens, (h + 2 * hk) / tp, h) + gemm(tokens, h, h / tp)
-    attn_proj_b = gemm_bwd(tokens, (h + 2 * hk) / tp, h) + gemm_bwd(tokens, h, h / tp)
+    attn_proj = gemm(tokens, (hq + 2 * hk) / tp, h) + gemm(tokens, h, hq / tp)
+    attn_proj_b = gemm_bwd(tokens, (hq + 2 * hk) / tp, h) + gemm_bwd(tokens, h, hq / tp)
     dense_mlp = gemm(tokens, up * model.ffn / tp, h) + gemm(tokens, h, model.ffn / tp)
     dense_mlp_b = gemm_bwd(tokens, up * model.ffn / tp, h) + gemm_bwd(tokens, h, model.ffn / tp)
     if model.moe is not None:
@@ -724,15 +725,15 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     if training.flash_attention:
         # causal flash attention skips the masked half; backward is 2.5x forward's FLOPs
         # (five matmuls against two, Dao 2023), run at a lower fraction of peak
-        attn_core_fwd = 2.0 * tokens * s * h / tp / (peak_bf16 * eff * _FLASH_OVER_GEMM)
+        attn_core_fwd = 2.0 * tokens * s * hq / tp / (peak_bf16 * eff * _FLASH_OVER_GEMM)
         attn_core_bwd = 2.5 * attn_core_fwd / _FLASH_BACKWARD_OVER_FORWARD
         score_bytes_fwd = np.zeros_like(tokens)
     else:
         # batched QK^T and attention x V over the full s x s matrix (masked after),
         # plus fused scale-mask-softmax and dropout streaming 9 bytes per score
         batch_heads = mbs * heads_local
-        batched = gemm(tokens / mbs, float(s), float(model.head_dim), linear=False, batch=batch_heads) \
-            + gemm(tokens / mbs, float(model.head_dim), float(s), linear=False, batch=batch_heads)
+        batched = gemm(tokens / mbs, float(s), float(model.head_size), linear=False, batch=batch_heads) \
+            + gemm(tokens / mbs, float(model.head_size), float(s), linear=False, batch=batch_heads)
         score_bytes_fwd = 9.0 * tokens * heads_local * s
         attn_core_fwd = batched + score_bytes_fwd / hbm_eff
         # backward: four batched GEMMs (dQ, dK, dV, dP) and softmax/dropout backward,

@@ -214,6 +214,10 @@ class ModelSpec:
     # embeddings have no parameters.
     learned_position_embeddings: bool = False
     moe: MoESpec | None = None
+    # Width of one attention head (Megatron-LM's ``--kv-channels``, Hugging Face's
+    # ``head_dim``). None = hidden_size / num_attention_heads; Qwen3 and Gemma set it
+    # apart, so their query and projection widths differ from the hidden size.
+    head_dim: int | None = None
 
     @property
     def kv_heads(self) -> int:
@@ -224,8 +228,13 @@ class ModelSpec:
         return self.ffn_hidden_size or 4 * self.hidden_size
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def query_width(self) -> int:
+        """Width of Q and of the attention output: ``num_attention_heads * head_size``."""
+        return self.num_attention_heads * self.head_size
 
     @property
     def num_moe_layers(self) -> int:
@@ -393,8 +402,9 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
     ------
     InvalidInput
         When a size is not a positive integer, the hidden size is not a multiple of
-        the head count, the KV heads do not divide the query heads, or the MoE
-        block is inconsistent (top-k above the expert count, a layer index out of range).
+        the head count (and no ``head_dim`` is given), the KV heads do not divide
+        the query heads, or the MoE block is inconsistent (top-k above the expert
+        count, a layer index out of range).
     """
     if isinstance(data, ModelSpec):
         spec = data
@@ -439,8 +449,9 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             tie_embeddings=bool(data.get("tie_embeddings", False)),
             learned_position_embeddings=bool(data.get("learned_position_embeddings", False)),
             moe=moe_spec,
+            head_dim=None if data.get("head_dim") is None else _positive_int(data["head_dim"], "model.head_dim"),
         )
-    if spec.hidden_size % spec.num_attention_heads:
+    if spec.head_dim is None and spec.hidden_size % spec.num_attention_heads:
         raise InvalidInput(
             f"hidden_size {spec.hidden_size} is not a multiple of num_attention_heads {spec.num_attention_heads}",
             field="model.hidden_size", code="heads-do-not-divide-hidden")

@@ -27,6 +27,8 @@ class TransformerShape(RequestModel):
     hidden_size: int = Field(ge=1, le=10**6)
     num_attention_heads: int = Field(ge=1, le=100_000)
     num_kv_heads: int | None = Field(None, ge=1, le=100_000)
+    head_dim: int | None = Field(None, ge=1, le=100_000,
+                                 description="Width of one attention head; default hidden_size / heads.")
     ffn_hidden_size: int | None = Field(None, ge=1, le=10**7)
     vocab_size: int = Field(ge=1, le=10**8)
     seq_length: int = Field(ge=1, le=10**8)

@@ -103,6 +103,52 @@ def test_gqa_and_swiglu_change_attention_and_mlp_parameter_counts():
     assert counts.dense_mlp_per_layer == 3 * h * f
 
 
+def test_a_head_width_apart_from_hidden_over_heads_counts_qwen3_32b_as_published():
+    # Qwen3-32B (model card: 32.8B parameters, 31.2B without embeddings): 64 layers,
+    # hidden 5120, 64 query heads and 8 KV heads of width 128, SwiGLU FFN 25,600
+    qwen3 = model_from_dict({"num_layers": 64, "hidden_size": 5120, "num_attention_heads": 64,
+                             "num_kv_heads": 8, "head_dim": 128, "ffn_hidden_size": 25600,
+                             "gated_mlp": True, "vocab_size": 151936, "seq_length": 4096})
+    counts = parameter_counts(qwen3)
+    assert counts.total == pytest.approx(32.8e9, rel=0.01)
+    assert counts.total - counts.embedding - counts.output == pytest.approx(31.2e9, rel=0.01)
+
+
+def test_a_wider_query_raises_attention_flops_and_activations_but_not_the_mlp():
+    narrow = model_from_dict(GPT_SMALL)  # 4 heads of width 16
+    wide = model_from_dict({**GPT_SMALL, "head_dim": 32})
+    h, hq, s, l, b = 64, 128, GPT_SMALL["seq_length"], GPT_SMALL["num_layers"], 8
+    # per layer and token: QKV and projection 2h(3hq) + 2hq h against 8h^2, scores 4s hq against 4sh
+    extra_per_token = l * (2 * h * 3 * hq + 2 * hq * h - 8 * h * h + 4 * s * (hq - h))
+    assert model_flops_per_step(wide, b) - model_flops_per_step(narrow, b) == pytest.approx(
+        3 * extra_per_token * b * s)
+
+    def selective_extra(model):
+        return float(hardware_flops_per_step(model, b, RECOMPUTE_SELECTIVE)) - model_flops_per_step(model, b)
+    assert selective_extra(wide) == pytest.approx(2 * selective_extra(narrow))
+    # flash attention keeps Q, K, V and the output: 2hq + 2·2hk + 2hq bytes a token, with
+    # hk = hq here (multi-head attention), i.e. 8 bytes for every unit of width added
+    training = training_from_dict({"global_batch_sequences": 8})
+    tokens, tp, none = np.array([s * 1.0]), np.array([1.0]), np.array([RECOMPUTE_NONE])
+    added = activation_bytes_per_layer(wide, training, tokens, tp, none) \
+        - activation_bytes_per_layer(narrow, training, tokens, tp, none)
+    assert added[0] == pytest.approx(8 * (hq - h) * s)
+
+
+def test_a_stated_head_width_equal_to_hidden_over_heads_changes_nothing():
+    plain = plan_parallel_layout(GPT_SMALL, {"preset": "dgx-a100", "nodes": 1}, {"global_batch_sequences": 16},
+                                 None, with_rank_map=False)
+    stated = plan_parallel_layout({**GPT_SMALL, "head_dim": 16}, {"preset": "dgx-a100", "nodes": 1},
+                                  {"global_batch_sequences": 16}, None, with_rank_map=False)
+    assert [c.step_time_s for c in stated.candidates] == [c.step_time_s for c in plain.candidates]
+
+
+def test_a_stated_head_width_lifts_the_hidden_over_heads_divisibility_rule():
+    with pytest.raises(InvalidInput, match="not a multiple of num_attention_heads"):
+        model_from_dict({**GPT_SMALL, "num_attention_heads": 3})
+    assert model_from_dict({**GPT_SMALL, "num_attention_heads": 3, "head_dim": 16}).query_width == 48
+
+
 def test_moe_flops_count_topk_and_shared_experts_not_all_experts():
     dense = model_from_dict({**GPT_SMALL, "ffn_hidden_size": 32})
     moe = model_from_dict({**GPT_SMALL, "moe": {"num_experts": 8, "experts_per_token": 2,

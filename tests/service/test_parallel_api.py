@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from partitioners.parallel3d_specs import Constraints
 
 LLAMA_70B = {
@@ -130,3 +132,13 @@ def test_a_software_preset_changes_the_prediction_and_an_explicit_flag_overrides
     old_with_flash = activations({"global_batch_sequences": 1024, "software": "megatron-lm-2021",
                                   "flash_attention": True, "sequence_parallel": True})
     assert old > old_with_flash > today  # scores and unsharded tensors kept; masks and stage outputs still kept
+
+
+def test_a_stated_head_dim_counts_qwen3_32b_parameters_as_published(client):
+    # Qwen3-32B's model card: 32.8B parameters; its 64 heads are 128 wide, not 5120 / 64
+    qwen3 = {"num_layers": 64, "hidden_size": 5120, "num_attention_heads": 64, "num_kv_heads": 8,
+             "head_dim": 128, "ffn_hidden_size": 25600, "gated_mlp": True, "vocab_size": 151936,
+             "seq_length": 4096}
+    response = client.post("/v1/parallel/plan", json=_request(model=qwen3))
+    assert response.status_code == 200, response.text
+    assert response.json()["model_parameters"] == pytest.approx(32.8e9, rel=0.01)

@@ -39,7 +39,6 @@ from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_pa
 from partitioners.parallel3d_cost import (
     ACTIVATION_FRAGMENTATION,
     ACTIVATION_FRAGMENTATION_HIGH,
-    fragmentation_that_fills,
     predict_layouts,
 )
 from partitioners.parallel3d_specs import (
@@ -120,7 +119,7 @@ def memory_table() -> None:
         tight = any(n.startswith("tight memory") for n in pred.notes)
         verdict = "OOM" if not fits else ("tight" if tight else "fits")
         if fits != expect_fit:
-            flip = fragmentation_that_fills(mem.total_bytes, mem.activations_bytes, mem.capacity_bytes)
+            flip = mem.fragmentation_that_fills
             wrong.append(f"{row['name']}: {verdict} at {mem.total_bytes / GIB:.1f} GiB, flips at "
                          f"{flip:.0%} allocator fragmentation of activations")
         print(f"{row['name'] + ' ' + pred.recompute:<44}{mem.parameters_bytes / GIB:>8.1f}"

@@ -709,6 +709,20 @@ def test_layout_that_fits_only_at_low_allocator_fragmentation_is_noted_as_tight(
     assert tight.fits and any(n.startswith("tight memory") for n in tight.notes)
 
 
+def test_each_layout_reports_the_allocator_fragmentation_at_which_it_stops_fitting():
+    model = {"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
+             "vocab_size": 32000}
+    layout = [{"tp": 1, "pp": 1, "micro_batch_size": 4, "recompute": "none", "zero_stage": 0}]
+    (pred,) = evaluate_layouts(model, {"gpu": "a100-80gb", "num_nodes": 1}, {"global_batch_sequences": 32}, layout)
+    memory = pred.memory
+    fills_at = memory.to_dict()["fragmentation_that_fills"]
+    # the same activations, counted at that waste instead of the predicted 10%, are exactly capacity
+    raw_activations = memory.activations_bytes / (1 + ACTIVATION_FRAGMENTATION)
+    assert memory.total_bytes - memory.activations_bytes + raw_activations * (1 + fills_at) == pytest.approx(
+        memory.capacity_bytes)
+    assert fills_at > ACTIVATION_FRAGMENTATION  # it fits as predicted
+
+
 def test_model_too_large_for_the_cluster_answers_infeasible_with_a_reason():
     huge = {"num_layers": 48, "hidden_size": 16384, "num_attention_heads": 128, "seq_length": 2048,
             "vocab_size": 51200}

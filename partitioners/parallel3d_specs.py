@@ -42,6 +42,7 @@ __all__ = [
     "RECOMPUTE_MODES",
     "model_from_dict",
     "cluster_from_dict",
+    "gpu_spec_by_name",
     "cluster_from_inventory",
     "training_from_dict",
     "constraints_from_dict",
@@ -471,6 +472,23 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
     return spec
 
 
+def gpu_spec_by_name(name: str) -> GPUSpec:
+    """The :data:`GPU_SPECS` entry a name means: its key, or the one key it begins (``"h100"``).
+
+    A name that begins more than one key (``"a100"``: 40 or 80 GB) is refused with
+    the candidates rather than guessed.
+    """
+    key = name.strip().lower()
+    if key in GPU_SPECS:
+        return GPU_SPECS[key]
+    matches = sorted(spec_name for spec_name in GPU_SPECS if spec_name.startswith(key)) if key else []
+    if len(matches) == 1:
+        return GPU_SPECS[matches[0]]
+    if matches:
+        raise InvalidInput(f"gpu {name!r} is ambiguous: one of {matches}", field="cluster.gpu", code="ambiguous-gpu")
+    raise InvalidInput(f"unknown gpu {name!r}; known: {sorted(GPU_SPECS)}", field="cluster.gpu", code="unknown-gpu")
+
+
 def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
     """Validate a cluster description into a :class:`ClusterSpec`.
 
@@ -505,10 +523,7 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
             gpu_name = NODE_PRESETS[preset]
         base: dict[str, Any] = {}
         if gpu_name is not None:
-            gpu = GPU_SPECS.get(str(gpu_name).lower())
-            if gpu is None:
-                raise InvalidInput(f"unknown gpu {gpu_name!r}; known: {sorted(GPU_SPECS)}", field="cluster.gpu",
-                                   code="unknown-gpu")
+            gpu = gpu_spec_by_name(str(gpu_name))
             base = {
                 "name": data.get("preset", gpu.name),
                 "gpus_per_node": gpu.gpus_per_node,

@@ -624,6 +624,15 @@ def test_tp_that_does_not_divide_a_node_is_rejected_as_straddling_nodes():
     assert any("does not divide the 6 GPUs of a node" in r for r in pred.reasons)
 
 
+def test_a_gpu_name_that_begins_exactly_one_known_gpu_means_that_gpu():
+    assert cluster_from_dict({"gpu": "H100", "num_nodes": 2}) == cluster_from_dict({"gpu": "h100-sxm", "num_nodes": 2})
+
+
+def test_a_gpu_name_that_begins_several_known_gpus_is_refused_with_the_candidates():
+    with pytest.raises(InvalidInput, match=r"ambiguous: one of \['a100-40gb', 'a100-80gb'\]"):
+        cluster_from_dict({"gpu": "a100", "num_nodes": 2})
+
+
 def test_shared_inventory_json_and_its_presets_are_accepted_as_clusters():
     from partitioners.inventory import inventory_to_json, preset_inventory
 

@@ -415,8 +415,12 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
     if d["pp"] > 1 and (q != last or q != first):
         extra.append(f"uneven stages: at most {q} layers per stage, {first} on the first (which also holds "
                      f"the embedding) and {last} on the last (which also holds the output layer)")
-    memory_note = _tight_memory_note(float(pred["memory_bytes"][i]), float(pred["activations_bytes"][i]),
-                                     cluster.memory_bytes) if not reasons else None
+    memory = MemoryBreakdown(
+        parameters_bytes=float(pred["parameters_bytes"][i]), gradients_bytes=float(pred["gradients_bytes"][i]),
+        optimizer_state_bytes=float(pred["optimizer_state_bytes"][i]),
+        activations_bytes=float(pred["activations_bytes"][i]), buffers_bytes=float(pred["buffers_bytes"][i]),
+        total_bytes=float(pred["memory_bytes"][i]), capacity_bytes=float(cluster.memory_bytes))
+    memory_note = _tight_memory_note(memory) if not reasons else None
     if memory_note:
         extra.append(memory_note)
     breakdown = {k: float(pred[k][i]) for k in ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
@@ -426,17 +430,12 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
         micro_batch_size=d["mbs"], num_micro_batches=int(pred["num_micro_batches"][i]), zero_stage=d["zero"],
         recompute=RECOMPUTE_MODES[d["recompute"]], step_time_s=float(pred["step_time_s"][i]),
         tokens_per_s=float(pred["tokens_per_s"][i]), mfu=float(pred["mfu"][i]), hfu=float(pred["hfu"][i]),
-        bubble_fraction=float(pred["bubble_fraction"][i]), time_breakdown_s=breakdown,
-        memory=MemoryBreakdown(
-            parameters_bytes=float(pred["parameters_bytes"][i]), gradients_bytes=float(pred["gradients_bytes"][i]),
-            optimizer_state_bytes=float(pred["optimizer_state_bytes"][i]),
-            activations_bytes=float(pred["activations_bytes"][i]), buffers_bytes=float(pred["buffers_bytes"][i]),
-            total_bytes=float(pred["memory_bytes"][i]), capacity_bytes=float(cluster.memory_bytes)),
+        bubble_fraction=float(pred["bubble_fraction"][i]), time_breakdown_s=breakdown, memory=memory,
         reasons=reasons, notes=tuple(extra), tie_with_best=tie,
     )
 
 
-def _tight_memory_note(total_bytes: float, activations_bytes: float, capacity_bytes: float) -> str | None:
+def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
     """Say so when a layout fits only if the allocator wastes little.
 
     Activations are counted with 10% caching-allocator fragmentation, the low end of
@@ -444,9 +443,11 @@ def _tight_memory_note(total_bytes: float, activations_bytes: float, capacity_by
     such a layout would not fit. The prediction stands; the note tells the user the
     margin is inside the model's uncertainty.
     """
-    if fragmentation_that_fills(total_bytes, activations_bytes, capacity_bytes) >= ACTIVATION_FRAGMENTATION_HIGH:
+    fills_at = memory.fragmentation_that_fills
+    if fills_at is None or fills_at >= ACTIVATION_FRAGMENTATION_HIGH:
         return None
-    worst_bytes = total_bytes + activations_bytes * (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION) \
+    total_bytes, capacity_bytes = memory.total_bytes, memory.capacity_bytes
+    worst_bytes = total_bytes + memory.activations_bytes * (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION) \
         / (1.0 + ACTIVATION_FRAGMENTATION)
     return (f"tight memory: {total_bytes / _GIB:.1f} of {capacity_bytes / _GIB:.1f} GiB fits with "
             f"{ACTIVATION_FRAGMENTATION:.0%} allocator fragmentation of activations but not with "

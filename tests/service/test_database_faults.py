@@ -30,7 +30,7 @@ from service.domain import planning
 from service.storage.db import make_engine
 from service.storage.models import Calibration, Feedback, IdempotencyKey, Job, Plan
 from tests.conftest import TenantClient, make_settings, new_api_key
-from tests.service.graphs import diamond_graph, plan_request
+from tests.service.graphs import diamond_graph, measured_timeline, plan_request
 from tests.service.live_server import wait_until
 
 PG_CTL = os.environ.get("HYPERPLACE_TEST_PG_CTL", "")
@@ -198,14 +198,6 @@ def test_a_crash_among_concurrent_submissions_leaves_no_half_written_plan_or_job
         assert plan.status == "queued" and plan.id in jobs, plan.id  # plan and job: both or neither
 
 
-def _timeline(plan: dict) -> dict:
-    ops, start_s = [], 0.0
-    for name, device in sorted(plan["ops"].items()):
-        ops.append({"name": name, "device": device, "start_s": start_s, "duration_s": 1e-3})
-        start_s += 1e-3
-    return {"ops": ops}
-
-
 def test_a_crash_between_storing_feedback_and_refitting_the_calibration_leaves_neither(
     fault_client, session_factory, database_url, monkeypatch
 ):
@@ -219,13 +211,13 @@ def test_a_crash_between_storing_feedback_and_refitting_the_calibration_leaves_n
 
     monkeypatch.setattr(feedback_domain, "refit_calibration", crash_then_refit)
     with database_restarted_after(database_url):
-        response = fault_client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": _timeline(plan)})
+        response = fault_client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": measured_timeline(plan)})
     assert response.status_code == 503, response.text
     tenant = fault_client.tenant_id
     assert _count(session_factory, Feedback, Feedback.tenant_id == tenant) == 0
     assert _count(session_factory, Calibration, Calibration.tenant_id == tenant) == 0
 
     monkeypatch.setattr(feedback_domain, "refit_calibration", real_refit)
-    assert fault_client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": _timeline(plan)}).status_code == 201
+    assert fault_client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": measured_timeline(plan)}).status_code == 201
     assert _count(session_factory, Feedback, Feedback.tenant_id == tenant) == 1
     assert _count(session_factory, Calibration, Calibration.tenant_id == tenant) == 1

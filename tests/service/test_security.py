@@ -27,7 +27,7 @@ from service.app import create_app
 from service.storage import plans as plans_repo
 from service.storage.models import ApiKey
 from tests.conftest import TenantClient, make_settings, new_api_key
-from tests.service.graphs import diamond_graph, plan_request
+from tests.service.graphs import diamond_graph, measured_timeline, plan_request
 from tests.service.live_server import start_server, wait_until
 
 REPO = Path(__file__).parents[2]
@@ -47,15 +47,6 @@ def _operations(app) -> list[tuple[str, str, list[str]]]:
     return out
 
 
-def _timeline(plan: dict) -> dict:
-    """A measured timeline matching the plan's operators (what a profiler would send)."""
-    ops, start_s = [], 0.0
-    for name, device in sorted(plan["ops"].items()):
-        ops.append({"name": name, "device": device, "start_s": start_s, "duration_s": 1e-3})
-        start_s += 1e-3
-    return {"ops": ops}
-
-
 def _owned_objects(client: TenantClient) -> dict[str, str]:
     """One object of every kind a path parameter can name, owned by ``client``'s tenant."""
     plan = client.post("/v1/plans", json=plan_request(diamond_graph(f"private-{uuid.uuid4().hex[:8]}"))).json()
@@ -68,7 +59,7 @@ def _owned_objects(client: TenantClient) -> dict[str, str]:
     }
     assert client.post("/v1/moe/rebalance", json=moe).status_code == 200
     objects = {"plan_id": plan["id"], "model_hash": plan["model_hash"], "name": deployment, "inventory_hash": plan["inventory_hash"]}
-    feedback = client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": _timeline(plan)})
+    feedback = client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": measured_timeline(plan)})
     if feedback.status_code == 201:
         objects["feedback_id"] = feedback.json()["id"]
     return objects

@@ -53,6 +53,7 @@ Published models this follows (and where it departs, why):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,11 +63,11 @@ from partitioners.collectives import (
     LinkSpec,
     allgather_time_s,
     allreduce_time_s,
-    alltoall_time_s,
     hierarchical_allreduce_time_s,
+    hierarchical_alltoall_time_s,
     p2p_time_s,
 )
-from partitioners.parallel3d_specs import ClusterSpec, ModelSpec, TrainingSpec
+from partitioners.parallel3d_specs import AttentionProjection, ClusterSpec, ModelSpec, TrainingSpec
 
 __all__ = [
     "LayoutArrays",
@@ -90,6 +91,11 @@ __all__ = [
     "pipeline_time_s",
     "embedding_time_s",
     "gradient_accumulation_time_s",
+    "expert_group_placement",
+    "expert_alltoall_time_s",
+    "expected_distinct",
+    "deduplicated_dispatch_time_s",
+    "mla_up_projections",
 ]
 
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
@@ -211,13 +217,25 @@ class ParameterCounts:
     total: float
     active_per_token: float
     position_embedding: float = 0.0  # learned s x h table, replicated across the tensor group
+    # the part of attention_per_layer every tensor-parallel rank holds whole (MLA's
+    # down-projections and latent norms)
+    attention_replicated_per_layer: float = 0.0
+
+    def attention_per_gpu(self, tp: np.ndarray | float) -> np.ndarray:
+        """Attention parameters of one layer on one tensor-parallel rank."""
+        tp = np.asarray(tp, dtype=float)
+        return (self.attention_per_layer - self.attention_replicated_per_layer) / tp \
+            + self.attention_replicated_per_layer
 
 
 def parameter_counts(model: ModelSpec) -> ParameterCounts:
     """Count parameters of a GPT/Llama-style decoder (biases ignored, LayerNorm included)."""
-    h, hq, hk = model.hidden_size, model.query_width, model.kv_heads * model.head_size
+    h = model.hidden_size
     mats = 3 if model.gated_mlp else 2
-    attention = h * (hq + 2 * hk) + hq * h + 2 * h
+    latent_norms = (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank if model.mla is not None else 0
+    attention = sum(p.in_width * p.out_width for p in model.attention_projections) + 2 * h + latent_norms
+    attention_replicated = sum(p.in_width * p.out_width for p in model.attention_projections
+                               if p.split == "replicated") + latent_norms
     dense_mlp = mats * h * model.ffn
     experts = shared = 0.0
     active_moe = 0.0
@@ -235,7 +253,8 @@ def parameter_counts(model: ModelSpec) -> ParameterCounts:
         + position
     active = model.num_layers * attention + n_dense * dense_mlp + n_moe * (active_moe + h * (
         model.moe.num_experts if model.moe else 0)) + embedding + output + position
-    return ParameterCounts(attention, dense_mlp, experts, shared, embedding, output, total, active, position)
+    return ParameterCounts(attention, dense_mlp, experts, shared, embedding, output, total, active, position,
+                           attention_replicated)
 
 
 def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
@@ -248,10 +267,10 @@ def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
     top-k and shared experts plus the router.
     """
     h, s = model.hidden_size, model.seq_length
-    hq, hk = model.query_width, model.kv_heads * model.head_size
     mats = 3 if model.gated_mlp else 2
-    attn_linear = 2 * h * (hq + 2 * hk) + 2 * hq * h
-    attn_scores = 4 * s * hq
+    attn_linear = 2 * sum(p.in_width * p.out_width for p in model.attention_projections)
+    # QK^T over the query-key width, attention x V over the value width
+    attn_scores = 2 * s * (model.query_width + model.context_width)
     dense_mlp = 2 * mats * h * model.ffn
     n_moe = model.num_moe_layers
     moe_mlp = 0.0
@@ -274,16 +293,30 @@ def model_flops_per_step(model: ModelSpec, global_batch_sequences: int) -> float
     return 3.0 * (layers + logits) * global_batch_sequences * model.seq_length
 
 
+def mla_up_projections(model: ModelSpec) -> tuple[AttentionProjection, ...]:
+    """MLA's up-projections from a latent (none without MLA): what selective recomputation redoes.
+
+    DeepSeek-V3 recomputes them in the backward pass instead of keeping the per-head
+    queries, keys and values they produce ("Recomputation of RMSNorm and MLA
+    Up-Projection", DeepSeek-V3 Technical Report, Sec. 3.2.3; Megatron-Core's
+    ``--recompute-modules mla_up_proj``).
+    """
+    return tuple(p for p in model.attention_projections
+                 if model.mla is not None and p.split == "column" and p.in_width != model.hidden_size)
+
+
 def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: np.ndarray | int) -> np.ndarray:
     """FLOPs actually executed: model FLOPs plus recomputation.
 
     Full recomputation repeats every layer's forward (SC21's 96 = 4 x 24); selective
-    recomputation repeats only the attention-score part (Korthikanti et al. 2022, Sec. 5).
+    recomputation repeats only the attention-score part (Korthikanti et al. 2022, Sec. 5)
+    and, under MLA, the up-projections (:func:`mla_up_projections`).
     """
     layers, scores, _ = _forward_flops_per_token(model)
+    selective = scores + model.num_layers * 2 * sum(p.in_width * p.out_width for p in mla_up_projections(model))
     tokens = global_batch_sequences * model.seq_length
     rc = np.asarray(recompute)
-    extra = np.where(rc == RECOMPUTE_FULL, layers, np.where(rc == RECOMPUTE_SELECTIVE, scores, 0.0)) * tokens
+    extra = np.where(rc == RECOMPUTE_FULL, layers, np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)) * tokens
     return model_flops_per_step(model, global_batch_sequences) + extra
 
 
@@ -350,6 +383,73 @@ def _affine(fn: Callable[[float, int], float], n_ranks: np.ndarray) -> tuple[np.
 def _collective_time(fn: Callable[[float, int], float], n_bytes: np.ndarray, n_ranks: np.ndarray) -> np.ndarray:
     intercept, slope = _affine(fn, n_ranks)
     return np.where((n_bytes > 0) & (n_ranks > 1), intercept + slope * n_bytes, 0.0)
+
+
+def expert_group_placement(stride: np.ndarray, ep: np.ndarray, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+    """Members of one expert-parallel group per node, and the nodes the group spans.
+
+    With the ``tp-cp-ep-pp-dp`` rank order, members of one expert group sit
+    ``stride = tp cp`` ranks apart, so ``gpus_per_node / stride`` of them share a node.
+    """
+    ep = np.asarray(ep, dtype=np.int64)
+    stride = np.asarray(stride, dtype=np.int64)
+    local = np.clip(gpus_per_node // np.maximum(stride, 1), 1, ep)
+    local = np.where(ep % local == 0, local, 1)
+    return local, ep // local
+
+
+def expert_alltoall_time_s(n_bytes: np.ndarray, stride: np.ndarray, ep: np.ndarray, gpus_per_node: int,
+                           intra: LinkSpec, inter: LinkSpec) -> np.ndarray:
+    """One expert-parallel all-to-all of ``n_bytes`` per rank, placed as the rank map places it.
+
+    The members sharing a node exchange their share over NVLink while the rest leaves
+    through the NICs at the same time
+    (:func:`~partitioners.collectives.hierarchical_alltoall_time_s`): an expert group
+    spanning two nodes sends half of its bytes, not all of them, over the slower network.
+    """
+    local, groups = expert_group_placement(stride, ep, gpus_per_node)
+    keys = np.stack([np.asarray(n_bytes, dtype=float) * np.ones(local.shape), local.astype(float),
+                     groups.astype(float)], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    times = np.array([hierarchical_alltoall_time_s(n, int(r), int(g), intra, inter) for n, r, g in uniq])
+    return np.where(local * groups > 1, times[inverse.reshape(-1)], 0.0)
+
+
+def expected_distinct(n_bins: np.ndarray | float, n_draws: np.ndarray | float) -> np.ndarray:
+    """Expected number of distinct bins hit by ``n_draws`` uniform draws: ``b (1 - (1 - 1/b)^k)``."""
+    n_bins = np.maximum(np.asarray(n_bins, dtype=float), 1.0)
+    return n_bins * (1.0 - (1.0 - 1.0 / n_bins) ** np.asarray(n_draws, dtype=float))
+
+
+def deduplicated_dispatch_time_s(token_bytes: np.ndarray, experts_per_token: int, max_nodes_per_token: int | None,
+                                 stride: np.ndarray, ep: np.ndarray, gpus_per_node: int, intra: LinkSpec,
+                                 inter: LinkSpec) -> np.ndarray:
+    """One node-deduplicated expert dispatch (or its mirror, the combine) of ``token_bytes`` per rank.
+
+    DeepSeek-V3's dispatch (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, Sec. 3.2.2;
+    its DeepEP kernels) sends a token over InfiniBand once per destination node, to the
+    GPU of the same in-node index, which forwards it over NVLink to the GPUs holding its
+    experts; the combine returns the partial sums the same way. Node-limited routing
+    (Sec. 2.1.2) caps the nodes a token reaches at ``max_nodes_per_token``. With the
+    ``k`` experts spread uniformly over the ``M`` allowed nodes a token reaches
+    ``M (1 - (1 - 1/M)^k)`` nodes, ``(n - 1) / n`` of them remote when the group spans
+    ``n`` nodes; in each it reaches ``r (1 - (1 - 1/r)^(k / nodes))`` of the ``r`` GPUs
+    there, all but one of them over NVLink. The network and NVLink legs are pipelined,
+    so the slower one sets the time.
+    """
+    local, groups = expert_group_placement(stride, ep, gpus_per_node)
+    local_f, groups_f = local.astype(float), groups.astype(float)
+    allowed = groups_f if max_nodes_per_token is None else np.minimum(groups_f, float(max_nodes_per_token))
+    nodes = expected_distinct(allowed, experts_per_token)
+    remote_nodes = nodes * (groups_f - 1.0) / groups_f
+    gpus_per_reached_node = expected_distinct(local_f, experts_per_token / nodes)
+    forwarded = nodes * gpus_per_reached_node * (local_f - 1.0) / local_f
+    token_bytes = np.asarray(token_bytes, dtype=float)
+    network = np.where(groups > 1, (groups_f - 1.0) * inter.latency_s
+                       + token_bytes * remote_nodes / inter.bandwidth_bytes_per_s, 0.0)
+    nvlink = np.where(local > 1, (local_f - 1.0) * intra.latency_s
+                      + token_bytes * forwarded / intra.bandwidth_bytes_per_s, 0.0)
+    return np.where(local * groups > 1, np.maximum(network, nvlink), 0.0)
 
 
 def _p2p_time(n_bytes: np.ndarray, link: LinkSpec) -> np.ndarray:
@@ -521,7 +621,9 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     LayerNorm inputs ``4h``, attention and MLP inputs ``2h + 2h``, dropout masks
     ``h + h`` -- the ``10h`` that tensor parallelism alone leaves replicated and
     sequence parallelism divides by ``t``; Q, K, V and the projection input
-    ``2h + 4h_kv + 2h`` (``h`` here the query width ``a * head_size``); the MLP's up-projection output and activation output
+    ``2h + 4h_kv + 2h`` (``h`` here the query width, ``h_kv`` the key width; MLA's
+    per-head keys and values, and its latents, see ``ModelSpec``); the MLP's
+    up-projection output and activation output
     (``8h + 8h`` for a 4h GeLU MLP); and the ``5as`` bytes of attention scores,
     softmax output and dropout mask that flash attention never stores.
     Selective recomputation drops the score term; full recomputation keeps only
@@ -537,22 +639,29 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     flash attention's backward reads.
     """
     h, a, s = model.hidden_size, model.num_attention_heads, model.seq_length
-    hq, hk = model.query_width, model.kv_heads * model.head_size
+    q_width, kv_width, ctx = model.query_width, model.key_width + model.value_width, model.context_width
     up = 2 if model.gated_mlp else 1
     tp = np.asarray(tp, dtype=float)
     rep_div = np.where(training.sequence_parallel, tp, 1.0)
     gemm_in = 1.0 if fp8_gemm_inputs else 2.0  # bytes per saved GEMM-input element
     masks = 2.0 * h if training.dropout else 0.0
-    replicated = 4.0 * h + 2.0 * gemm_in * h + masks
+    # MLA: each down-projected latent is kept before its RMSNorm (2 bytes) and after it,
+    # as the input of its up-projection
+    replicated = 4.0 * h + 2.0 * gemm_in * h + masks + (2.0 + gemm_in) * model.latent_width
+    # the per-head queries, keys and values selective recomputation rebuilds from MLA's
+    # latents instead of keeping them (mla_up_projections)
+    rebuilt = 0.0
+    if model.mla is not None:
+        rebuilt = 2.0 * kv_width + (2.0 * q_width if model.mla.q_lora_rank else 0.0)
     if training.flash_attention:
         # Q, K, V and the bf16 output flash attention's backward reads (the projection's input)
-        attn = 2.0 * hq + 4.0 * hk + 2.0 * hq + (hq if fp8_gemm_inputs else 0.0)
+        attn = 2.0 * q_width + 2.0 * kv_width + 2.0 * ctx + (ctx if fp8_gemm_inputs else 0.0)
         scores_none = 4.0 * a  # fp32 log-sum-exp per head
-        scores_selective = scores_none
+        scores_selective = scores_none - rebuilt
     else:
-        attn = 2.0 * hq + 4.0 * hk + gemm_in * hq
+        attn = 2.0 * q_width + 2.0 * kv_width + gemm_in * ctx
         scores_none = (5.0 if training.dropout else 2.0) * a * s
-        scores_selective = 0.0
+        scores_selective = -rebuilt
     if moe_layer and model.moe is not None:
         moe = model.moe
         routed = moe.experts_per_token * (gemm_in * h + 2.0 * moe.expert_ffn_hidden_size * up
@@ -591,19 +700,26 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
     zeros = np.zeros_like(np.asarray(tokens, dtype=float))
     if not fp8:
         return {False: zeros, True: zeros}, {False: zeros, True: zeros}
-    h, hq, hk = model.hidden_size, model.query_width, model.kv_heads * model.head_size
+    h = model.hidden_size
     up = 2 if model.gated_mlp else 1
     tp = np.asarray(tp, dtype=float)
     rep_div = np.where(training.sequence_parallel, tp, 1.0)  # the sequence-sharded tensors
     current = training.fp8_scaling == "current"
     bytes_per_element = 6.0 if current else 4.0
     ln_fed = h / rep_div if current else 0.0  # LayerNorm output feeding QKV / the MLP up-projection
+    # attention linears: inputs other than the LayerNorm output (MLA's latents, the heads'
+    # output entering the row-parallel projection) and every output gradient
+    shard = {"column": tp, "row": 1.0, "replicated": 1.0}
+    attn_inputs = sum(p.in_width / (tp if p.split == "row" else 1.0)
+                      for p in model.attention_projections if p.in_width != h or p.split == "row")
+    attn_output_grads = sum(h / rep_div if p.split == "row" else p.out_width / shard[p.split]
+                            for p in model.attention_projections)
 
     def per_token(mlp_fwd, mlp_bwd):
         # forward: QKV input, projection input (the local heads' output), MLP inputs;
         # backward: the output gradients of QKV, projection and the MLP's two linears
-        fwd = ln_fed + hq / tp + mlp_fwd
-        bwd = (hq + 2.0 * hk) / tp + h / rep_div + mlp_bwd
+        fwd = ln_fed + attn_inputs + mlp_fwd
+        bwd = attn_output_grads + mlp_bwd
         return fwd * bytes_per_element, bwd * bytes_per_element
 
     dense_fwd, dense_bwd = per_token(ln_fed + model.ffn / tp, up * model.ffn / tp + h / rep_div)
@@ -646,7 +762,6 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     rc = layouts.recompute
 
     h, a, s, vocab = model.hidden_size, model.num_attention_heads, model.seq_length, model.vocab_size
-    hq, hk = model.query_width, model.kv_heads * model.head_size
     up = 2 if model.gated_mlp else 1
     n_layers = model.num_layers
     n_moe = model.num_moe_layers
@@ -688,10 +803,18 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     # the column-parallel linears' backward GEMMs (QKV, MLP up-projection): the window the
     # asynchronous backward collectives run in (see layer_time)
-    qkv_dgrad, qkv_wgrad = gemm(tokens, h, (hq + 2 * hk) / tp), gemm(h, (hq + 2 * hk) / tp, tokens)
+    def projection_shape(p):
+        """(output, input) features of one attention linear on one tensor-parallel rank."""
+        return (p.out_width / tp if p.split == "column" else p.out_width,
+                p.in_width / tp if p.split == "row" else p.in_width)
+
+    column = [projection_shape(p) for p in model.attention_projections if p.split == "column"]
+    qkv_dgrad = sum(gemm(tokens, k_in, n_out) for n_out, k_in in column)
+    qkv_wgrad = sum(gemm(k_in, n_out, tokens) for n_out, k_in in column)
     fc1_dgrad, fc1_wgrad = gemm(tokens, h, up * model.ffn / tp), gemm(h, up * model.ffn / tp, tokens)
-    attn_proj = gemm(tokens, (hq + 2 * hk) / tp, h) + gemm(tokens, h, hq / tp)
-    attn_proj_b = gemm_bwd(tokens, (hq + 2 * hk) / tp, h) + gemm_bwd(tokens, h, hq / tp)
+    attn_proj = sum(gemm(tokens, *projection_shape(p)) for p in model.attention_projections)
+    mla_up_fwd = sum((gemm(tokens, *projection_shape(p)) for p in mla_up_projections(model)), np.zeros_like(tokens))
+    attn_proj_b = sum(gemm_bwd(tokens, *projection_shape(p)) for p in model.attention_projections)
     dense_mlp = gemm(tokens, up * model.ffn / tp, h) + gemm(tokens, h, model.ffn / tp)
     dense_mlp_b = gemm_bwd(tokens, up * model.ffn / tp, h) + gemm_bwd(tokens, h, model.ffn / tp)
     if model.moe is not None:
@@ -725,15 +848,16 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     if training.flash_attention:
         # causal flash attention skips the masked half; backward is 2.5x forward's FLOPs
         # (five matmuls against two, Dao 2023), run at a lower fraction of peak
-        attn_core_fwd = 2.0 * tokens * s * hq / tp / (peak_bf16 * eff * _FLASH_OVER_GEMM)
+        attn_core_fwd = tokens * s * (model.query_width + model.context_width) / tp \
+            / (peak_bf16 * eff * _FLASH_OVER_GEMM)
         attn_core_bwd = 2.5 * attn_core_fwd / _FLASH_BACKWARD_OVER_FORWARD
         score_bytes_fwd = np.zeros_like(tokens)
     else:
         # batched QK^T and attention x V over the full s x s matrix (masked after),
         # plus fused scale-mask-softmax and dropout streaming 9 bytes per score
         batch_heads = mbs * heads_local
-        batched = gemm(tokens / mbs, float(s), float(model.head_size), linear=False, batch=batch_heads) \
-            + gemm(tokens / mbs, float(model.head_size), float(s), linear=False, batch=batch_heads)
+        batched = gemm(tokens / mbs, float(s), float(model.query_width / a), linear=False, batch=batch_heads) \
+            + gemm(tokens / mbs, float(model.context_width / a), float(s), linear=False, batch=batch_heads)
         score_bytes_fwd = 9.0 * tokens * heads_local * s
         attn_core_fwd = batched + score_bytes_fwd / hbm_eff
         # backward: four batched GEMMs (dQ, dK, dV, dP) and softmax/dropout backward,
@@ -761,7 +885,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         tp_ar = np.where((layouts.tp == gpn) & (gpn >= 8), tp_ar / cluster.nvls_allreduce_speedup, tp_ar)
 
     # context parallel: ring exchange of K and V chunks, overlapped with attention
-    kv_bytes = 2.0 * tokens * hk * 2.0 / tp
+    kv_bytes = tokens * (model.key_width + model.value_width) * 2.0 / tp
     cp_intra = tp * cp <= gpn
     cp_ring = np.where(
         cp_intra,
@@ -773,13 +897,20 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     # expert parallel: dispatch + combine all-to-all per MoE layer forward, twice backward
     if model.moe is not None:
-        a2a_bytes = _EXPERT_IMBALANCE * tokens * model.moe.experts_per_token * h * 2.0 / tp
-        ep_intra = tp * cp * ep <= gpn
-        a2a = np.where(
-            ep_intra,
-            _collective_time(lambda n, p: alltoall_time_s(n, p, intra), a2a_bytes, layouts.ep),
-            _collective_time(lambda n, p: alltoall_time_s(n, p, inter), a2a_bytes, layouts.ep),
-        )
+        stride = layouts.tp * layouts.cp
+        if training.expert_dispatch == "node-deduplicated":
+            # FP8 runs dispatch the FP8 copy the expert GEMM quantizes anyway (1 byte and a
+            # 4-byte scale per 128 elements, DeepSeek-V3 Sec. 3.3.2); combines stay 16-bit
+            token_bytes = _EXPERT_IMBALANCE * tokens * h / tp
+            dispatch_bytes = 1.0 + 4.0 / 128.0 if linear_bytes == 1.0 else 2.0
+            one_way = functools.partial(deduplicated_dispatch_time_s, experts_per_token=model.moe.experts_per_token,
+                                        max_nodes_per_token=model.moe.max_nodes_per_token, stride=stride,
+                                        ep=layouts.ep, gpus_per_node=gpn, intra=intra, inter=inter)
+            # the mean of a dispatch and a combine: n_coll below counts them in pairs
+            a2a = 0.5 * (one_way(token_bytes * dispatch_bytes) + one_way(token_bytes * 2.0))
+        else:
+            a2a_bytes = _EXPERT_IMBALANCE * tokens * model.moe.experts_per_token * h * 2.0 / tp
+            a2a = expert_alltoall_time_s(a2a_bytes, stride, layouts.ep, gpn, intra, inter)
         moe_elem = tokens * 8.0 * model.moe.experts_per_token * h / tp / hbm_eff  # permute / unpermute
     else:
         a2a = np.zeros_like(tokens)
@@ -805,7 +936,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         bwd_compute = gemm_b + attn_core_bwd + 2.0 * elem + quantize_bwd[is_moe]
         recompute_compute = np.where(rc == RECOMPUTE_FULL, fwd_compute,
                                      np.where(rc == RECOMPUTE_SELECTIVE, np.where(training.flash_attention, 0.0,
-                                                                                  attn_core_fwd), 0.0))
+                                                                                  attn_core_fwd) + mla_up_fwd, 0.0))
         # collectives per layer: 2 forward, 2 backward, 2 more when the forward is recomputed
         # (all-reduce equivalents; all-gather + reduce-scatter with sequence parallelism)
         n_coll = 4.0 + np.where(rc == RECOMPUTE_FULL, 2.0, 0.0)
@@ -859,15 +990,16 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     first_moe = np.minimum(q_moe, first_layers)
 
     # ---- parameters held per GPU on a middle, the first (embedding) and the last (output) stage
-    mid_dense = (q * counts.attention_per_layer + q_dense * counts.dense_mlp_per_layer
-                 + q_moe * counts.moe_shared_per_layer) / tp
+    attn_gpu = counts.attention_per_gpu(tp)
+    mid_dense = q * attn_gpu + (q_dense * counts.dense_mlp_per_layer + q_moe * counts.moe_shared_per_layer) / tp
     mid_expert = q_moe * counts.experts_per_layer / (ep * tp)
-    first_dense = (first_layers * counts.attention_per_layer + (first_layers - first_moe) * counts.dense_mlp_per_layer
-                   + first_moe * counts.moe_shared_per_layer) / tp + counts.embedding / tp + counts.position_embedding
+    first_dense = first_layers * attn_gpu + ((first_layers - first_moe) * counts.dense_mlp_per_layer
+                                             + first_moe * counts.moe_shared_per_layer) / tp \
+        + counts.embedding / tp + counts.position_embedding
     first_expert = first_moe * counts.experts_per_layer / (ep * tp)
     out_params = (counts.output if counts.output else counts.embedding)
-    last_dense = (last_layers * counts.attention_per_layer + (last_layers - last_moe) * counts.dense_mlp_per_layer
-                  + last_moe * counts.moe_shared_per_layer) / tp + out_params / tp
+    last_dense = last_layers * attn_gpu + ((last_layers - last_moe) * counts.dense_mlp_per_layer
+                                           + last_moe * counts.moe_shared_per_layer) / tp + out_params / tp
     last_expert = last_moe * counts.experts_per_layer / (ep * tp)
     # pp == 1: one stage holds embedding and output
     first_dense = np.where(single, first_dense + counts.output / tp, first_dense)
@@ -975,7 +1107,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     act_last = act_last * (1.0 + ACTIVATION_FRAGMENTATION)
 
     # ---- buffers: fixed reserve, ZeRO-3 prefetch of two layers, p2p and TP staging
-    layer_params_gpu = (counts.attention_per_layer + counts.dense_mlp_per_layer) / tp
+    layer_params_gpu = attn_gpu + counts.dense_mlp_per_layer / tp
     buffers = _RESERVED_BYTES + np.where(zero >= 3, 2.0 * 2.0 * layer_params_gpu, 0.0) \
         + 2.0 * tokens * h * 2.0 + 2.0 * p2p_bytes
 

@@ -29,12 +29,15 @@ from partitioners.inventory import PRESETS as INVENTORY_PRESETS
 from partitioners.inventory import Inventory, inventory_from_json, preset_inventory
 
 __all__ = [
+    "EXPERT_DISPATCH_MODES",
     "GPU_SPECS",
     "HOPPER_IN_TRAINING",
     "SOFTWARE_PRESETS",
     "NODE_PRESETS",
     "GPUSpec",
     "MoESpec",
+    "MLASpec",
+    "AttentionProjection",
     "ModelSpec",
     "ClusterSpec",
     "TrainingSpec",
@@ -49,6 +52,7 @@ __all__ = [
 ]
 
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+EXPERT_DISPATCH_MODES: tuple[str, ...] = ("all-to-all", "node-deduplicated")
 _GIB = 1024**3
 
 
@@ -195,6 +199,45 @@ class MoESpec:
     expert_ffn_hidden_size: int
     shared_experts: int = 0
     moe_layers: tuple[int, ...] | None = None
+    # Node-limited routing: a token's experts lie on at most this many nodes (DeepSeek-V3
+    # routes to the top 4 of its 8 expert-parallel nodes, "DeepSeek-V3 Technical Report",
+    # Sec. 2.1.2; Hugging Face's ``topk_group`` when each group is a node). None: no limit.
+    # It saves network bytes only with ``TrainingSpec.expert_dispatch = "node-deduplicated"``.
+    max_nodes_per_token: int | None = None
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-AI, "DeepSeek-V2", 2024, Sec. 2.1).
+
+    Keys and values come from one shared latent of ``kv_lora_rank`` per token (plus a
+    ``qk_rope_head_dim``-wide rotary key shared by all heads), queries from a latent of
+    ``q_lora_rank`` (None: a full-rank query projection). Per head, queries and keys
+    are ``qk_nope_head_dim + qk_rope_head_dim`` wide and values ``v_head_dim``; in
+    training the up-projections materialise them per head (Megatron-Core's
+    MLASelfAttention). Field names are the Hugging Face config's; DeepSeek-V3 has
+    1536 / 512 / 128 / 64 / 128.
+    """
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class AttentionProjection:
+    """One linear of the attention block and how tensor parallelism splits it.
+
+    ``split`` is "column" (output features sharded, Megatron's ColumnParallelLinear),
+    "row" (input features sharded, RowParallelLinear) or "replicated" (whole on every
+    tensor-parallel rank, as MLA's down-projections are in Megatron-Core).
+    """
+
+    in_width: int
+    out_width: int
+    split: str
 
 
 @dataclass(frozen=True)
@@ -219,6 +262,7 @@ class ModelSpec:
     # ``head_dim``). None = hidden_size / num_attention_heads; Qwen3 and Gemma set it
     # apart, so their query and projection widths differ from the hidden size.
     head_dim: int | None = None
+    mla: MLASpec | None = None
 
     @property
     def kv_heads(self) -> int:
@@ -234,8 +278,50 @@ class ModelSpec:
 
     @property
     def query_width(self) -> int:
-        """Width of Q and of the attention output: ``num_attention_heads * head_size``."""
+        """Width of Q over all heads: ``num_attention_heads`` times the query-key head width."""
+        if self.mla is not None:
+            return self.num_attention_heads * (self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim)
         return self.num_attention_heads * self.head_size
+
+    @property
+    def key_width(self) -> int:
+        """Width of K per token: the KV heads (GQA) times the head width; every head's under MLA."""
+        return self.query_width if self.mla is not None else self.kv_heads * self.head_size
+
+    @property
+    def value_width(self) -> int:
+        """Width of V per token (under MLA, ``num_attention_heads * v_head_dim``)."""
+        return self.num_attention_heads * self.mla.v_head_dim if self.mla is not None else self.key_width
+
+    @property
+    def context_width(self) -> int:
+        """Width of the attention output that enters the output projection."""
+        return self.num_attention_heads * self.mla.v_head_dim if self.mla is not None else self.query_width
+
+    @property
+    def latent_width(self) -> int:
+        """Per-token width of MLA's down-projected latents (query, key-value, rotary key); 0 otherwise."""
+        if self.mla is None:
+            return 0
+        return (self.mla.q_lora_rank or 0) + self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+
+    @property
+    def attention_projections(self) -> tuple[AttentionProjection, ...]:
+        """The attention block's linears in forward order (fused QKV and output projection for MHA/GQA)."""
+        h = self.hidden_size
+        if self.mla is None:
+            return (AttentionProjection(h, self.query_width + 2 * self.key_width, "column"),
+                    AttentionProjection(self.query_width, h, "row"))
+        mla = self.mla
+        query = (AttentionProjection(h, mla.q_lora_rank, "replicated"),
+                 AttentionProjection(mla.q_lora_rank, self.query_width, "column")) if mla.q_lora_rank \
+            else (AttentionProjection(h, self.query_width, "column"),)
+        return query + (
+            AttentionProjection(h, mla.kv_lora_rank + mla.qk_rope_head_dim, "replicated"),
+            AttentionProjection(mla.kv_lora_rank, self.num_attention_heads * (mla.qk_nope_head_dim + mla.v_head_dim),
+                                "column"),
+            AttentionProjection(self.context_width, h, "row"),
+        )
 
     @property
     def num_moe_layers(self) -> int:
@@ -335,6 +421,12 @@ class TrainingSpec:
     # forward and backward chunks", DeepSeek-AI, DeepSeek-V3 Technical Report, 2024,
     # Sec. 3.2.1) and Megatron-Core's ``--overlap-moe-expert-parallel-comm``. Opt-in.
     overlap_ep_comm: bool = False
+    # How tokens reach their experts. "all-to-all": one message per (token, expert) pair,
+    # 16-bit (Megatron-Core's alltoall token dispatcher). "node-deduplicated": DeepSeek-V3's
+    # dispatch (its DeepEP kernels; Megatron-Core's flex dispatcher): once per destination
+    # node over the network, then NVLink to the experts, in FP8 when the run is FP8; see
+    # parallel3d_cost.deduplicated_dispatch_time_s.
+    expert_dispatch: str = "all-to-all"
     # Dropout on the attention probabilities and on the two residual branches (GPT-2/3 and
     # Megatron-LM's default, 0.1). Llama, Mistral, Nemotron-4, Falcon and most models trained
     # since 2023 use none, and PyTorch's dropout at p = 0 returns its input without making
@@ -435,6 +527,30 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
                                                  allow_zero=True),
                     moe_layers=None if layers is None else tuple(
                         _positive_int(x, "model.moe.moe_layers[]", allow_zero=True) for x in layers),
+                    max_nodes_per_token=None if moe.get("max_nodes_per_token") is None else _positive_int(
+                        moe["max_nodes_per_token"], "model.moe.max_nodes_per_token"),
+                )
+        mla = data.get("mla")
+        mla_spec = None
+        if mla is not None:
+            if isinstance(mla, MLASpec):
+                mla_spec = mla
+            else:
+                if not isinstance(mla, Mapping):
+                    raise InvalidInput("model.mla must be an object", field="model.mla", code="not-an-object")
+                _reject_unknown(mla, {f.name for f in fields(MLASpec)}, "model.mla")
+                for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                    if name not in mla:
+                        raise InvalidInput(f"model.mla.{name} is required", field=f"model.mla.{name}",
+                                           code="missing-field")
+                mla_spec = MLASpec(
+                    kv_lora_rank=_positive_int(mla["kv_lora_rank"], "model.mla.kv_lora_rank"),
+                    qk_nope_head_dim=_positive_int(mla["qk_nope_head_dim"], "model.mla.qk_nope_head_dim"),
+                    qk_rope_head_dim=_positive_int(mla["qk_rope_head_dim"], "model.mla.qk_rope_head_dim",
+                                                   allow_zero=True),
+                    v_head_dim=_positive_int(mla["v_head_dim"], "model.mla.v_head_dim"),
+                    q_lora_rank=None if mla.get("q_lora_rank") is None else _positive_int(
+                        mla["q_lora_rank"], "model.mla.q_lora_rank"),
                 )
         spec = ModelSpec(
             num_layers=_positive_int(data["num_layers"], "model.num_layers"),
@@ -451,8 +567,12 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             learned_position_embeddings=bool(data.get("learned_position_embeddings", False)),
             moe=moe_spec,
             head_dim=None if data.get("head_dim") is None else _positive_int(data["head_dim"], "model.head_dim"),
+            mla=mla_spec,
         )
-    if spec.head_dim is None and spec.hidden_size % spec.num_attention_heads:
+    if spec.mla is not None and (spec.head_dim is not None or spec.kv_heads != spec.num_attention_heads):
+        raise InvalidInput("model.mla sets the head widths and gives every head its own keys and values; "
+                           "leave head_dim and num_kv_heads out", field="model.mla", code="mla-with-head-fields")
+    if spec.head_dim is None and spec.mla is None and spec.hidden_size % spec.num_attention_heads:
         raise InvalidInput(
             f"hidden_size {spec.hidden_size} is not a multiple of num_attention_heads {spec.num_attention_heads}",
             field="model.hidden_size", code="heads-do-not-divide-hidden")
@@ -699,6 +819,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             stage_outputs_kept=bool(data.get("stage_outputs_kept", False)),
             ddp_bucket_copy=bool(data.get("ddp_bucket_copy", False)),
             overlap_ep_comm=bool(data.get("overlap_ep_comm", False)),
+            expert_dispatch=str(data.get("expert_dispatch", "all-to-all")).lower(),
             dropout=bool(data.get("dropout", False)),
             fp8_scaling=str(data.get("fp8_scaling", "delayed")).lower(),
         )
@@ -708,6 +829,10 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
     if spec.fp8_scaling not in ("delayed", "current"):
         raise InvalidInput(f"training.fp8_scaling must be 'delayed' or 'current', got {spec.fp8_scaling!r}",
                            field="training.fp8_scaling", code="unknown-fp8-scaling")
+    if spec.expert_dispatch not in EXPERT_DISPATCH_MODES:
+        raise InvalidInput(f"training.expert_dispatch must be one of {list(EXPERT_DISPATCH_MODES)}, "
+                           f"got {spec.expert_dispatch!r}", field="training.expert_dispatch",
+                           code="unknown-expert-dispatch")
     if spec.optimizer not in ("adam", "adamw"):
         raise InvalidInput(f"training.optimizer: only Adam is modelled, got {spec.optimizer!r}",
                            field="training.optimizer", code="unknown-optimizer")

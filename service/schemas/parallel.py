@@ -20,6 +20,18 @@ class MoeBlock(RequestModel):
     expert_ffn_hidden_size: int = Field(ge=1, le=10**6)
     shared_experts: int = Field(0, ge=0, le=1024)
     moe_layers: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(None, max_length=100_000)
+    max_nodes_per_token: int | None = Field(None, ge=1, le=100_000, description="Node-limited routing: a token's "
+                                            "experts lie on at most this many nodes (DeepSeek-V3: 4).")
+
+
+class MlaBlock(RequestModel):
+    """Multi-head latent attention (DeepSeek-V2/V3), named as in the Hugging Face config."""
+
+    kv_lora_rank: int = Field(ge=1, le=10**6)
+    qk_nope_head_dim: int = Field(ge=1, le=100_000)
+    qk_rope_head_dim: int = Field(ge=0, le=100_000)
+    v_head_dim: int = Field(ge=1, le=100_000)
+    q_lora_rank: int | None = Field(None, ge=1, le=10**6, description="None: a full-rank query projection.")
 
 
 class TransformerShape(RequestModel):
@@ -36,6 +48,7 @@ class TransformerShape(RequestModel):
     tie_embeddings: bool = False
     learned_position_embeddings: bool = Field(False, description="GPT-2/3-style learned position table (s x h).")
     moe: MoeBlock | None = None
+    mla: MlaBlock | None = None
 
 
 class ClusterShape(RequestModel):
@@ -90,6 +103,9 @@ class TrainingSettings(RequestModel):
     overlap_ep_comm: bool | None = Field(None, description="Expert-parallel all-to-all hidden under another "
                                          "micro-batch's computation (DeepSeek-V3 DualPipe, Megatron "
                                          "--overlap-moe-expert-parallel-comm; default off).")
+    expert_dispatch: Literal["all-to-all", "node-deduplicated"] | None = Field(
+        None, description="all-to-all: one 16-bit message per (token, expert) pair (default); node-deduplicated: "
+        "once per destination node over the network, then NVLink (DeepSeek-V3, DeepEP), FP8 in FP8 runs.")
     fp8_scaling: Literal["delayed", "current"] | None = Field(None, description="FP8 scales from the amax history "
                                                               "(delayed, default) or from each tensor itself "
                                                               "(current, one more pass).")

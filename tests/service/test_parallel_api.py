@@ -142,3 +142,34 @@ def test_a_stated_head_dim_counts_qwen3_32b_parameters_as_published(client):
     response = client.post("/v1/parallel/plan", json=_request(model=qwen3))
     assert response.status_code == 200, response.text
     assert response.json()["model_parameters"] == pytest.approx(32.8e9, rel=0.01)
+
+
+DEEPSEEK_V3 = {
+    "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
+    "gated_mlp": True, "seq_length": 4096, "vocab_size": 129280,
+    "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+            "v_head_dim": 128},
+    "moe": {"num_experts": 256, "experts_per_token": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
+            "moe_layers": list(range(3, 61)), "max_nodes_per_token": 4},
+}
+
+
+def test_deepseek_v3_with_latent_attention_and_deduplicated_dispatch_is_planned(client):
+    training = {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
+                "overlap_ep_comm": True}
+    request = _request(model=DEEPSEEK_V3, cluster={"preset": "hgx-h800", "nodes": 256}, training=training)
+    searched = client.post("/v1/parallel/plan", json=request)
+    assert searched.status_code == 200, searched.text
+    assert searched.json()["model_parameters"] == pytest.approx(671e9, rel=0.005)  # DeepSeek-V3: 671B
+    published = [{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": "selective"}]
+    evaluated = client.post("/v1/parallel/plan", json={**request, "evaluate": published})
+    assert evaluated.status_code == 200, evaluated.text
+    (prediction,) = evaluated.json()["predictions"]
+    assert prediction["fits"] and prediction["time_breakdown_s"]["ep_comm_s"] > 0
+
+
+def test_an_unknown_expert_dispatch_is_a_422_naming_the_field(client):
+    training = {"global_batch_sequences": 1024, "expert_dispatch": "broadcast"}
+    response = client.post("/v1/parallel/plan", json=_request(training=training))
+    assert response.status_code == 422
+    assert "expert_dispatch" in response.text

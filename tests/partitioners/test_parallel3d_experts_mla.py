@@ -1,0 +1,198 @@
+"""Specifications of the planner's expert dispatch and multi-head latent attention.
+
+Expected values are worked by hand from the DeepSeek-V2/V3 technical reports (MLA,
+node-limited routing, node-deduplicated dispatch) and the alpha-beta collectives
+of ``partitioners.collectives``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from partitioners.collectives import LinkSpec, hierarchical_alltoall_time_s
+from partitioners.errors import InvalidInput
+from partitioners.parallel3d import evaluate_layouts
+from partitioners.parallel3d_cost import (
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    LayoutArrays,
+    activation_bytes_per_layer,
+    deduplicated_dispatch_time_s,
+    expected_distinct,
+    expert_alltoall_time_s,
+    expert_group_placement,
+    hardware_flops_per_step,
+    model_flops_per_step,
+    parameter_counts,
+    predict_layouts,
+)
+from partitioners.parallel3d_specs import cluster_from_dict, model_from_dict, training_from_dict
+
+NVLINK = LinkSpec(bandwidth_bytes_per_s=400e9, latency_s=2e-6)
+IB = LinkSpec(bandwidth_bytes_per_s=50e9, latency_s=5e-6)
+
+# DeepSeek-V3 (Hugging Face config.json): 61 layers, the first 3 dense; MLA with query
+# rank 1536, key-value rank 512, 128 + 64 wide query-key heads, 128 wide values;
+# 256 routed experts of width 2048, 8 per token on at most 4 nodes, 1 shared expert.
+DEEPSEEK_V3 = {
+    "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
+    "gated_mlp": True, "seq_length": 4096, "vocab_size": 129280,
+    "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+            "v_head_dim": 128},
+    "moe": {"num_experts": 256, "experts_per_token": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
+            "moe_layers": list(range(3, 61)), "max_nodes_per_token": 4},
+}
+SMALL_MLA = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100,
+             "mla": {"q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+                     "v_head_dim": 8}}
+
+
+def layouts(**kw) -> LayoutArrays:
+    base = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "v": 1, "zero": 0, "recompute": RECOMPUTE_NONE}
+    base.update(kw)
+    return LayoutArrays(*(np.array([base[k]], dtype=np.int64) for k in
+                          ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute")))
+
+
+# ---------------------------------------------------------------- expert-parallel placement
+
+
+def test_expert_group_members_sharing_a_node_follow_the_tensor_and_context_stride():
+    local, groups = expert_group_placement(np.array([1, 2, 8, 1]), np.array([16, 16, 4, 4]), 8)
+    assert local.tolist() == [8, 4, 1, 4]
+    assert groups.tolist() == [2, 4, 4, 1]
+
+
+def test_an_expert_group_spanning_two_nodes_sends_half_its_all_to_all_over_the_network():
+    n_bytes = 64e6
+    spanning = expert_alltoall_time_s(np.array([n_bytes]), np.array([1]), np.array([16]), 8, NVLINK, IB)
+    assert spanning[0] == pytest.approx(hierarchical_alltoall_time_s(n_bytes, 8, 2, NVLINK, IB))
+    # 8 of 16 peers are remote: half the buffer crosses the network, not 15/16 of it
+    assert spanning[0] == pytest.approx(8 * IB.latency_s + n_bytes / 2 / IB.bandwidth_bytes_per_s)
+
+
+def test_an_expert_group_inside_one_node_exchanges_over_nvlink_only():
+    inside = expert_alltoall_time_s(np.array([64e6]), np.array([1]), np.array([8]), 8, NVLINK, IB)
+    assert inside[0] == pytest.approx(7 * NVLINK.latency_s + 7 / 8 * 64e6 / NVLINK.bandwidth_bytes_per_s)
+
+
+# ---------------------------------------------------------------- node-deduplicated dispatch
+
+
+def test_expected_distinct_nodes_of_eight_experts_on_four_nodes():
+    assert float(expected_distinct(4, 8)) == pytest.approx(4 * (1 - 0.75**8))
+    assert float(expected_distinct(1, 8)) == 1.0
+
+
+def test_node_limited_routing_caps_the_network_bytes_of_a_deduplicated_dispatch():
+    token_bytes = 10e6
+    args = dict(experts_per_token=8, stride=np.array([1]), ep=np.array([64]), gpus_per_node=8, intra=NVLINK, inter=IB)
+    limited = deduplicated_dispatch_time_s(np.array([token_bytes]), max_nodes_per_token=4, **args)[0]
+    unlimited = deduplicated_dispatch_time_s(np.array([token_bytes]), max_nodes_per_token=None, **args)[0]
+    # at most 4 of 8 nodes: 4 (1 - (3/4)^8) reached, 7/8 of them remote
+    remote = 4 * (1 - 0.75**8) * 7 / 8
+    assert limited == pytest.approx(7 * IB.latency_s + token_bytes * remote / IB.bandwidth_bytes_per_s)
+    assert unlimited == pytest.approx(7 * IB.latency_s + token_bytes * 8 * (1 - (7 / 8)**8) * 7 / 8
+                                      / IB.bandwidth_bytes_per_s)
+    assert limited < unlimited
+
+
+def test_deduplication_sends_fewer_network_bytes_than_one_message_per_expert():
+    tokens_bytes = 10e6  # one copy of the micro-batch's tokens
+    dedup = deduplicated_dispatch_time_s(np.array([tokens_bytes]), 8, 4, np.array([1]), np.array([64]), 8,
+                                         NVLINK, IB)[0]
+    per_expert = expert_alltoall_time_s(np.array([8 * tokens_bytes]), np.array([1]), np.array([64]), 8,
+                                        NVLINK, IB)[0]
+    # ~3.2 remote nodes per token (7 peers to reach) against 8 x 56/64 = 7 remote expert
+    # copies (56 peers)
+    remote = 4 * (1 - 0.75**8) * 7 / 8
+    assert dedup == pytest.approx(7 * IB.latency_s + tokens_bytes * remote / IB.bandwidth_bytes_per_s)
+    assert per_expert == pytest.approx(56 * IB.latency_s + tokens_bytes * 7 / IB.bandwidth_bytes_per_s)
+
+
+def test_the_planner_charges_deduplicated_fp8_dispatch_less_than_the_all_to_all():
+    cluster = cluster_from_dict({"preset": "hgx-h800", "nodes": 8})
+    model = model_from_dict(DEEPSEEK_V3)
+    lay = layouts(dp=64, ep=64, mbs=1)
+    ep_comm = {}
+    for dispatch in ("all-to-all", "node-deduplicated"):
+        training = training_from_dict({"global_batch_sequences": 64, "precision": "fp8", "expert_dispatch": dispatch})
+        ep_comm[dispatch] = float(predict_layouts(model, cluster, training, lay)["ep_comm_s"][0])
+    assert 0.0 < ep_comm["node-deduplicated"] < 0.5 * ep_comm["all-to-all"]
+
+
+def test_an_unknown_expert_dispatch_is_invalid_input():
+    with pytest.raises(InvalidInput) as err:
+        training_from_dict({"global_batch_sequences": 8, "expert_dispatch": "broadcast"})
+    assert err.value.field == "training.expert_dispatch"
+
+
+# ---------------------------------------------------------------- multi-head latent attention
+
+
+def test_deepseek_v3_counts_its_published_671b_parameters_37b_active():
+    counts = parameter_counts(model_from_dict(DEEPSEEK_V3))
+    # DeepSeek-V3 Technical Report: "671B total parameters with 37B activated for each
+    # token" (the multi-token-prediction module, 14B more, is not part of the count)
+    assert counts.total == pytest.approx(671e9, rel=0.005)
+    assert counts.active_per_token == pytest.approx(37e9, rel=0.03)
+
+
+def test_mla_attention_parameters_are_its_five_projections_and_two_latent_norms():
+    h, a, q_r, kv_r, nope, rope, v = 64, 4, 24, 16, 8, 4, 8
+    expected = (h * q_r + q_r * a * (nope + rope) + h * (kv_r + rope) + kv_r * a * (nope + v) + a * v * h
+                + q_r + kv_r + 2 * h)
+    counts = parameter_counts(model_from_dict(SMALL_MLA))
+    assert counts.attention_per_layer == expected
+    # the down-projections and latent norms are whole on every tensor-parallel rank
+    assert counts.attention_replicated_per_layer == h * q_r + h * (kv_r + rope) + q_r + kv_r
+    replicated = counts.attention_replicated_per_layer
+    assert float(counts.attention_per_gpu(4)) == pytest.approx((expected - replicated) / 4 + replicated)
+
+
+def test_mla_scores_run_over_the_query_key_width_and_the_value_width():
+    # per token and layer, QK^T costs 2 s a (nope + rope) and attention x V 2 s a v_head_dim;
+    # everything else is the same per token at any sequence length
+    long, short = (model_from_dict({**SMALL_MLA, "seq_length": s}) for s in (32, 1))
+    per_token_gap = model_flops_per_step(long, 1) / 32 - model_flops_per_step(short, 1) / 1
+    assert per_token_gap == pytest.approx(3 * 2 * 2 * (32 - 1) * (4 * (8 + 4) + 4 * 8))
+
+
+def test_selective_recomputation_under_mla_rebuilds_queries_keys_and_values_from_the_latents():
+    model = model_from_dict(SMALL_MLA)
+    training = training_from_dict({"global_batch_sequences": 1})
+    tokens, tp = np.array([32.0]), np.array([1.0])
+    kept = {rc: float(activation_bytes_per_layer(model, training, tokens, tp, np.array([rc]))[0])
+            for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)}
+    q, k, v = 4 * 12, 4 * 12, 4 * 8
+    assert kept[RECOMPUTE_NONE] - kept[RECOMPUTE_SELECTIVE] == pytest.approx(32 * 2 * (q + k + v))
+    # ... and executes the two up-projections once more, beside the attention scores
+    up_flops = 2 * (24 * 4 * 12 + 16 * 4 * (8 + 8)) * model.num_layers * 32
+    score_flops = 2 * 32 * (4 * 12 + 4 * 8) * model.num_layers * 32
+    hardware = hardware_flops_per_step(model, 1, np.array([RECOMPUTE_SELECTIVE, RECOMPUTE_NONE]))
+    assert hardware[0] - hardware[1] == pytest.approx(up_flops + score_flops)
+
+
+def test_mla_refuses_head_dim_and_grouped_kv_heads():
+    for extra in ({"head_dim": 16}, {"num_kv_heads": 2}):
+        with pytest.raises(InvalidInput) as err:
+            model_from_dict({**SMALL_MLA, **extra})
+        assert err.value.code == "mla-with-head-fields"
+
+
+def test_mla_needs_its_ranks_and_head_widths():
+    with pytest.raises(InvalidInput) as err:
+        model_from_dict({**SMALL_MLA, "mla": {"kv_lora_rank": 16}})
+    assert err.value.field == "model.mla.qk_nope_head_dim"
+
+
+def test_deepseek_v3_published_layout_fits_with_up_projection_recomputation():
+    # 2048 H800, tp 1, pp 16, ep 64 (DeepSeek-V3 Technical Report, Sec. 3.2)
+    training = {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
+                "overlap_ep_comm": True}
+    layouts_asked = [{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": rc} for rc in ("none", "selective")]
+    none, selective = evaluate_layouts(DEEPSEEK_V3, {"preset": "hgx-h800", "nodes": 256}, training, layouts_asked)
+    assert any(reason.startswith("out of memory") for reason in none.reasons)
+    assert not selective.reasons
+    assert selective.memory.activations_bytes < none.memory.activations_bytes

@@ -217,3 +217,34 @@ MEGATRON_BRIDGE_H100 = [
     }
     for name, model, gpus, batch, tp, pp, cp, v, container, tokens_per_gpu in _BRIDGE_ROWS
 ]
+
+
+# DeepSeek-V3 (DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437, 2024): shape
+# from its Hugging Face config.json (61 layers, the first 3 dense; MLA; 256 routed experts,
+# 8 per token on at most 4 nodes, 1 shared). Sec. 3.1-3.3: 2048 H800 GPUs, 16-way pipeline
+# (DualPipe, which overlaps the expert all-to-all with another micro-batch's computation),
+# 64-way expert parallelism over 8 nodes, ZeRO-1 data parallelism, no tensor parallelism;
+# node-deduplicated dispatch in FP8, FP8 GEMMs, RMSNorm and MLA up-projections recomputed;
+# batch 15,360 sequences of 4,096 tokens after its ramp. Table 1: 180K H800 GPU hours per
+# trillion tokens, i.e. 10^12 / (180,000 x 3,600) = 1,543 tokens/s per GPU, averaged over
+# the whole run (its batch ramp and anything else the GPU hours include). Its
+# multi-token-prediction module (one more layer and output head) is not modelled.
+_DEEPSEEK_V3 = {
+    "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
+    "gated_mlp": True, "seq_length": 4096, "vocab_size": 129280,
+    "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+            "v_head_dim": 128},
+    "moe": {"num_experts": 256, "experts_per_token": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
+            "moe_layers": list(range(3, 61)), "max_nodes_per_token": 4},
+}
+DEEPSEEK_V3_H800 = {
+    "source": "DeepSeek-V3 Technical Report, Sec. 3 and Table 1",
+    "name": "DeepSeek-V3 671B FP8",
+    "model": _DEEPSEEK_V3,
+    "cluster": {"preset": "hgx-h800", "nodes": 256},
+    "training": {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
+                 "overlap_ep_comm": True},
+    "search": None,
+    "published": {"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": "selective", "zero_stage": 1},
+    "published_tokens_per_s_per_gpu": 1e12 / (180_000 * 3600),
+}

@@ -229,7 +229,7 @@ MEGATRON_BRIDGE_H100 = [
 # trillion tokens, i.e. 10^12 / (180,000 x 3,600) = 1,543 tokens/s per GPU, averaged over
 # the whole run (its batch ramp and anything else the GPU hours include). Its
 # multi-token-prediction module (one more layer and output head) is not modelled.
-_DEEPSEEK_V3 = {
+DEEPSEEK_V3 = {
     "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
     "gated_mlp": True, "seq_length": 4096, "vocab_size": 129280,
     "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
@@ -240,7 +240,7 @@ _DEEPSEEK_V3 = {
 DEEPSEEK_V3_H800 = {
     "source": "DeepSeek-V3 Technical Report, Sec. 3 and Table 1",
     "name": "DeepSeek-V3 671B FP8",
-    "model": _DEEPSEEK_V3,
+    "model": DEEPSEEK_V3,
     "cluster": {"preset": "hgx-h800", "nodes": 256},
     "training": {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
                  "overlap_ep_comm": True},

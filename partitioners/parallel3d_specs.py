@@ -488,6 +488,44 @@ def _reject_unknown(data: Mapping[str, Any], allowed: set[str], where: str) -> N
                            field=f"{where}.{unknown[0]}", code="unknown-field")
 
 
+def _moe_from_dict(data: Mapping[str, Any] | MoESpec | None) -> MoESpec | None:
+    if data is None or isinstance(data, MoESpec):
+        return data
+    if not isinstance(data, Mapping):
+        raise InvalidInput("model.moe must be an object", field="model.moe", code="not-an-object")
+    _reject_unknown(data, {f.name for f in fields(MoESpec)}, "model.moe")
+    layers = data.get("moe_layers")
+    return MoESpec(
+        num_experts=_positive_int(data.get("num_experts"), "model.moe.num_experts"),
+        experts_per_token=_positive_int(data.get("experts_per_token"), "model.moe.experts_per_token"),
+        expert_ffn_hidden_size=_positive_int(data.get("expert_ffn_hidden_size"), "model.moe.expert_ffn_hidden_size"),
+        shared_experts=_positive_int(data.get("shared_experts", 0), "model.moe.shared_experts", allow_zero=True),
+        moe_layers=None if layers is None else tuple(
+            _positive_int(x, "model.moe.moe_layers[]", allow_zero=True) for x in layers),
+        max_nodes_per_token=None if data.get("max_nodes_per_token") is None else _positive_int(
+            data["max_nodes_per_token"], "model.moe.max_nodes_per_token"),
+    )
+
+
+def _mla_from_dict(data: Mapping[str, Any] | MLASpec | None) -> MLASpec | None:
+    if data is None or isinstance(data, MLASpec):
+        return data
+    if not isinstance(data, Mapping):
+        raise InvalidInput("model.mla must be an object", field="model.mla", code="not-an-object")
+    _reject_unknown(data, {f.name for f in fields(MLASpec)}, "model.mla")
+    for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if name not in data:
+            raise InvalidInput(f"model.mla.{name} is required", field=f"model.mla.{name}", code="missing-field")
+    return MLASpec(
+        kv_lora_rank=_positive_int(data["kv_lora_rank"], "model.mla.kv_lora_rank"),
+        qk_nope_head_dim=_positive_int(data["qk_nope_head_dim"], "model.mla.qk_nope_head_dim"),
+        qk_rope_head_dim=_positive_int(data["qk_rope_head_dim"], "model.mla.qk_rope_head_dim", allow_zero=True),
+        v_head_dim=_positive_int(data["v_head_dim"], "model.mla.v_head_dim"),
+        q_lora_rank=None if data.get("q_lora_rank") is None else _positive_int(data["q_lora_rank"],
+                                                                               "model.mla.q_lora_rank"),
+    )
+
+
 def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
     """Validate a model description (``dict`` as sent over HTTP) into a :class:`ModelSpec`.
 
@@ -510,48 +548,6 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
         for name in required:
             if name not in data:
                 raise InvalidInput(f"model.{name} is required", field=f"model.{name}", code="missing-field")
-        moe = data.get("moe")
-        moe_spec = None
-        if moe is not None:
-            if isinstance(moe, MoESpec):
-                moe_spec = moe
-            else:
-                _reject_unknown(moe, {f.name for f in fields(MoESpec)}, "model.moe")
-                layers = moe.get("moe_layers")
-                moe_spec = MoESpec(
-                    num_experts=_positive_int(moe.get("num_experts"), "model.moe.num_experts"),
-                    experts_per_token=_positive_int(moe.get("experts_per_token"), "model.moe.experts_per_token"),
-                    expert_ffn_hidden_size=_positive_int(moe.get("expert_ffn_hidden_size"),
-                                                         "model.moe.expert_ffn_hidden_size"),
-                    shared_experts=_positive_int(moe.get("shared_experts", 0), "model.moe.shared_experts",
-                                                 allow_zero=True),
-                    moe_layers=None if layers is None else tuple(
-                        _positive_int(x, "model.moe.moe_layers[]", allow_zero=True) for x in layers),
-                    max_nodes_per_token=None if moe.get("max_nodes_per_token") is None else _positive_int(
-                        moe["max_nodes_per_token"], "model.moe.max_nodes_per_token"),
-                )
-        mla = data.get("mla")
-        mla_spec = None
-        if mla is not None:
-            if isinstance(mla, MLASpec):
-                mla_spec = mla
-            else:
-                if not isinstance(mla, Mapping):
-                    raise InvalidInput("model.mla must be an object", field="model.mla", code="not-an-object")
-                _reject_unknown(mla, {f.name for f in fields(MLASpec)}, "model.mla")
-                for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-                    if name not in mla:
-                        raise InvalidInput(f"model.mla.{name} is required", field=f"model.mla.{name}",
-                                           code="missing-field")
-                mla_spec = MLASpec(
-                    kv_lora_rank=_positive_int(mla["kv_lora_rank"], "model.mla.kv_lora_rank"),
-                    qk_nope_head_dim=_positive_int(mla["qk_nope_head_dim"], "model.mla.qk_nope_head_dim"),
-                    qk_rope_head_dim=_positive_int(mla["qk_rope_head_dim"], "model.mla.qk_rope_head_dim",
-                                                   allow_zero=True),
-                    v_head_dim=_positive_int(mla["v_head_dim"], "model.mla.v_head_dim"),
-                    q_lora_rank=None if mla.get("q_lora_rank") is None else _positive_int(
-                        mla["q_lora_rank"], "model.mla.q_lora_rank"),
-                )
         spec = ModelSpec(
             num_layers=_positive_int(data["num_layers"], "model.num_layers"),
             hidden_size=_positive_int(data["hidden_size"], "model.hidden_size"),
@@ -565,9 +561,9 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             gated_mlp=bool(data.get("gated_mlp", False)),
             tie_embeddings=bool(data.get("tie_embeddings", False)),
             learned_position_embeddings=bool(data.get("learned_position_embeddings", False)),
-            moe=moe_spec,
+            moe=_moe_from_dict(data.get("moe")),
             head_dim=None if data.get("head_dim") is None else _positive_int(data["head_dim"], "model.head_dim"),
-            mla=mla_spec,
+            mla=_mla_from_dict(data.get("mla")),
         )
     if spec.mla is not None and (spec.head_dim is not None or spec.kv_heads != spec.num_attention_heads):
         raise InvalidInput("model.mla sets the head widths and gives every head its own keys and values; "

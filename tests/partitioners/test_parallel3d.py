@@ -29,7 +29,6 @@ from partitioners.parallel3d_cost import (
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
-    LayoutArrays,
     activation_bytes_per_layer,
     embedding_time_s,
     fp8_quantize_time_s,
@@ -49,16 +48,10 @@ from partitioners.parallel3d_specs import (
     model_from_dict,
     training_from_dict,
 )
+from tests.partitioners.parallel_layouts import layouts
 
 GPT_SMALL = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100}
 A100_NODE = {"preset": "dgx-a100", "nodes": 1}
-
-
-def layouts(**kw) -> LayoutArrays:
-    base = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "v": 1, "zero": 0, "recompute": RECOMPUTE_NONE}
-    base.update(kw)
-    return LayoutArrays(*(np.array([base[k]], dtype=np.int64) for k in
-                          ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute")))
 
 
 # ---------------------------------------------------------------- FLOPs and parameters

@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.published_runs import DEEPSEEK_V3
 from partitioners.collectives import LinkSpec, hierarchical_alltoall_time_s
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d import evaluate_layouts
 from partitioners.parallel3d_cost import (
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
-    LayoutArrays,
     activation_bytes_per_layer,
     deduplicated_dispatch_time_s,
     expected_distinct,
@@ -28,31 +28,14 @@ from partitioners.parallel3d_cost import (
     predict_layouts,
 )
 from partitioners.parallel3d_specs import cluster_from_dict, model_from_dict, training_from_dict
+from tests.partitioners.parallel_layouts import layouts
 
 NVLINK = LinkSpec(bandwidth_bytes_per_s=400e9, latency_s=2e-6)
 IB = LinkSpec(bandwidth_bytes_per_s=50e9, latency_s=5e-6)
 
-# DeepSeek-V3 (Hugging Face config.json): 61 layers, the first 3 dense; MLA with query
-# rank 1536, key-value rank 512, 128 + 64 wide query-key heads, 128 wide values;
-# 256 routed experts of width 2048, 8 per token on at most 4 nodes, 1 shared expert.
-DEEPSEEK_V3 = {
-    "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
-    "gated_mlp": True, "seq_length": 4096, "vocab_size": 129280,
-    "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-            "v_head_dim": 128},
-    "moe": {"num_experts": 256, "experts_per_token": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
-            "moe_layers": list(range(3, 61)), "max_nodes_per_token": 4},
-}
 SMALL_MLA = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100,
              "mla": {"q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
                      "v_head_dim": 8}}
-
-
-def layouts(**kw) -> LayoutArrays:
-    base = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "v": 1, "zero": 0, "recompute": RECOMPUTE_NONE}
-    base.update(kw)
-    return LayoutArrays(*(np.array([base[k]], dtype=np.int64) for k in
-                          ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute")))
 
 
 # ---------------------------------------------------------------- expert-parallel placement

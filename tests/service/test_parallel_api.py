@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.published_runs import DEEPSEEK_V3
 from partitioners.parallel3d_specs import Constraints
 
 LLAMA_70B = {
@@ -142,16 +143,6 @@ def test_a_stated_head_dim_counts_qwen3_32b_parameters_as_published(client):
     response = client.post("/v1/parallel/plan", json=_request(model=qwen3))
     assert response.status_code == 200, response.text
     assert response.json()["model_parameters"] == pytest.approx(32.8e9, rel=0.01)
-
-
-DEEPSEEK_V3 = {
-    "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
-    "gated_mlp": True, "seq_length": 4096, "vocab_size": 129280,
-    "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-            "v_head_dim": 128},
-    "moe": {"num_experts": 256, "experts_per_token": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
-            "moe_layers": list(range(3, 61)), "max_nodes_per_token": 4},
-}
 
 
 def test_deepseek_v3_with_latent_attention_and_deduplicated_dispatch_is_planned(client):

@@ -1,0 +1,15 @@
+"""Test helper: one candidate layout as the planner's parallel arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from partitioners.parallel3d_cost import RECOMPUTE_NONE, LayoutArrays
+
+
+def layouts(**kw) -> LayoutArrays:
+    """A single layout: dp = tp = pp = cp = ep = mbs = v = 1, ZeRO 0, no recomputation, unless given."""
+    base = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "v": 1, "zero": 0, "recompute": RECOMPUTE_NONE}
+    base.update(kw)
+    return LayoutArrays(*(np.array([base[k]], dtype=np.int64) for k in
+                          ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute")))

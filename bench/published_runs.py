@@ -220,8 +220,8 @@ MEGATRON_BRIDGE_H100 = [
 
 
 # DeepSeek-V3 (DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437, 2024): shape
-# from its Hugging Face config.json (61 layers, the first 3 dense; MLA; 256 routed experts,
-# 8 per token on at most 4 nodes, 1 shared). Sec. 3.1-3.3: 2048 H800 GPUs, 16-way pipeline
+# from its Hugging Face config.json (61 layers, the first 3 dense; MLA; 256 routed experts
+# in 8 groups, 8 per token from at most 4 groups, 1 shared). Sec. 3.1-3.3: 2048 H800 GPUs, 16-way pipeline
 # (DualPipe, which overlaps the expert all-to-all with another micro-batch's computation),
 # 64-way expert parallelism over 8 nodes, ZeRO-1 data parallelism, no tensor parallelism;
 # node-deduplicated dispatch in FP8, FP8 GEMMs, RMSNorm and MLA up-projections recomputed;
@@ -235,7 +235,7 @@ DEEPSEEK_V3 = {
     "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
             "v_head_dim": 128},
     "moe": {"num_experts": 256, "experts_per_token": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
-            "moe_layers": list(range(3, 61)), "max_nodes_per_token": 4},
+            "moe_layers": list(range(3, 61)), "num_groups": 8, "group_topk": 4},
 }
 DEEPSEEK_V3_H800 = {
     "source": "DeepSeek-V3 Technical Report, Sec. 3 and Table 1",

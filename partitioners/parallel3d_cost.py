@@ -94,6 +94,7 @@ __all__ = [
     "expert_group_placement",
     "expert_alltoall_time_s",
     "expected_distinct",
+    "nodes_within_reach",
     "deduplicated_dispatch_time_s",
     "mla_up_projections",
 ]
@@ -421,17 +422,32 @@ def expected_distinct(n_bins: np.ndarray | float, n_draws: np.ndarray | float) -
     return n_bins * (1.0 - (1.0 - 1.0 / n_bins) ** np.asarray(n_draws, dtype=float))
 
 
-def deduplicated_dispatch_time_s(token_bytes: np.ndarray, experts_per_token: int, max_nodes_per_token: int | None,
-                                 stride: np.ndarray, ep: np.ndarray, gpus_per_node: int, intra: LinkSpec,
-                                 inter: LinkSpec) -> np.ndarray:
+def nodes_within_reach(nodes: np.ndarray, num_groups: int | None, group_topk: int | None) -> np.ndarray:
+    """Nodes of an expert group that group-limited routing lets one token reach.
+
+    The ``num_groups`` groups of consecutive experts lie over the ``n`` nodes the expert
+    group spans: with at least as many nodes as groups each group covers ``n / num_groups``
+    nodes and a token's ``group_topk`` groups ``group_topk n / num_groups`` of them; with
+    fewer, several groups share a node and its groups land on ``n (1 - (1 - 1/n)^topk)``.
+    """
+    nodes = np.asarray(nodes, dtype=float)
+    if num_groups is None or group_topk is None:
+        return nodes
+    spread = np.where(nodes >= num_groups, group_topk * nodes / num_groups, expected_distinct(nodes, group_topk))
+    return np.minimum(spread, nodes)
+
+
+def deduplicated_dispatch_time_s(token_bytes: np.ndarray, experts_per_token: int, num_groups: int | None,
+                                 group_topk: int | None, stride: np.ndarray, ep: np.ndarray, gpus_per_node: int,
+                                 intra: LinkSpec, inter: LinkSpec) -> np.ndarray:
     """One node-deduplicated expert dispatch (or its mirror, the combine) of ``token_bytes`` per rank.
 
     DeepSeek-V3's dispatch (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, Sec. 3.2.2;
     its DeepEP kernels) sends a token over InfiniBand once per destination node, to the
     GPU of the same in-node index, which forwards it over NVLink to the GPUs holding its
-    experts; the combine returns the partial sums the same way. Node-limited routing
-    (Sec. 2.1.2) caps the nodes a token reaches at ``max_nodes_per_token``. With the
-    ``k`` experts spread uniformly over the ``M`` allowed nodes a token reaches
+    experts; the combine returns the partial sums the same way. Group-limited routing
+    (Sec. 2.1.2) caps the nodes a token can reach (:func:`nodes_within_reach`). With the
+    ``k`` experts spread uniformly over the ``M`` nodes within reach a token reaches
     ``M (1 - (1 - 1/M)^k)`` nodes, ``(n - 1) / n`` of them remote when the group spans
     ``n`` nodes; in each it reaches ``r (1 - (1 - 1/r)^(k / nodes))`` of the ``r`` GPUs
     there, all but one of them over NVLink. The network and NVLink legs are pipelined,
@@ -439,8 +455,7 @@ def deduplicated_dispatch_time_s(token_bytes: np.ndarray, experts_per_token: int
     """
     local, groups = expert_group_placement(stride, ep, gpus_per_node)
     local_f, groups_f = local.astype(float), groups.astype(float)
-    allowed = groups_f if max_nodes_per_token is None else np.minimum(groups_f, float(max_nodes_per_token))
-    nodes = expected_distinct(allowed, experts_per_token)
+    nodes = expected_distinct(nodes_within_reach(groups_f, num_groups, group_topk), experts_per_token)
     remote_nodes = nodes * (groups_f - 1.0) / groups_f
     gpus_per_reached_node = expected_distinct(local_f, experts_per_token / nodes)
     forwarded = nodes * gpus_per_reached_node * (local_f - 1.0) / local_f
@@ -904,7 +919,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             token_bytes = _EXPERT_IMBALANCE * tokens * h / tp
             dispatch_bytes = 1.0 + 4.0 / 128.0 if linear_bytes == 1.0 else 2.0
             one_way = functools.partial(deduplicated_dispatch_time_s, experts_per_token=model.moe.experts_per_token,
-                                        max_nodes_per_token=model.moe.max_nodes_per_token, stride=stride,
+                                        num_groups=model.moe.num_groups, group_topk=model.moe.group_topk,
+                                        stride=stride,
                                         ep=layouts.ep, gpus_per_node=gpn, intra=intra, inter=inter)
             # the mean of a dispatch and a combine: n_coll below counts them in pairs
             a2a = 0.5 * (one_way(token_bytes * dispatch_bytes) + one_way(token_bytes * 2.0))

@@ -199,11 +199,15 @@ class MoESpec:
     expert_ffn_hidden_size: int
     shared_experts: int = 0
     moe_layers: tuple[int, ...] | None = None
-    # Node-limited routing: a token's experts lie on at most this many nodes (DeepSeek-V3
-    # routes to the top 4 of its 8 expert-parallel nodes, "DeepSeek-V3 Technical Report",
-    # Sec. 2.1.2; Hugging Face's ``topk_group`` when each group is a node). None: no limit.
-    # It saves network bytes only with ``TrainingSpec.expert_dispatch = "node-deduplicated"``.
-    max_nodes_per_token: int | None = None
+    # Group-limited routing: the experts are split into ``num_groups`` consecutive groups
+    # and a token's experts come from its ``group_topk`` best groups (Megatron-Core's
+    # --moe-router-num-groups / --moe-router-group-topk, Hugging Face's n_group /
+    # topk_group). DeepSeek-V3 has 8 and 4: with its 8 expert-parallel nodes, one group a
+    # node, a token reaches at most 4 nodes ("node-limited routing", DeepSeek-V3 Technical
+    # Report, Sec. 2.1.2). None: no limit. It saves network bytes only with
+    # ``TrainingSpec.expert_dispatch = "node-deduplicated"``.
+    num_groups: int | None = None
+    group_topk: int | None = None
 
 
 @dataclass(frozen=True)
@@ -502,8 +506,10 @@ def _moe_from_dict(data: Mapping[str, Any] | MoESpec | None) -> MoESpec | None:
         shared_experts=_positive_int(data.get("shared_experts", 0), "model.moe.shared_experts", allow_zero=True),
         moe_layers=None if layers is None else tuple(
             _positive_int(x, "model.moe.moe_layers[]", allow_zero=True) for x in layers),
-        max_nodes_per_token=None if data.get("max_nodes_per_token") is None else _positive_int(
-            data["max_nodes_per_token"], "model.moe.max_nodes_per_token"),
+        num_groups=None if data.get("num_groups") is None else _positive_int(data["num_groups"],
+                                                                             "model.moe.num_groups"),
+        group_topk=None if data.get("group_topk") is None else _positive_int(data["group_topk"],
+                                                                             "model.moe.group_topk"),
     )
 
 
@@ -582,6 +588,14 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             raise InvalidInput(
                 f"experts_per_token {moe.experts_per_token} exceeds num_experts {moe.num_experts}",
                 field="model.moe.experts_per_token", code="topk-above-experts")
+        if (moe.num_groups is None) != (moe.group_topk is None):
+            raise InvalidInput("model.moe.num_groups and model.moe.group_topk come together",
+                               field="model.moe.group_topk" if moe.group_topk is None else "model.moe.num_groups",
+                               code="missing-field")
+        if moe.num_groups is not None and (moe.num_experts % moe.num_groups or moe.group_topk > moe.num_groups):
+            raise InvalidInput(f"num_groups {moe.num_groups} must divide num_experts {moe.num_experts} and "
+                               f"group_topk {moe.group_topk} must not exceed it", field="model.moe.num_groups",
+                               code="groups-do-not-divide-experts")
         if moe.moe_layers is not None and any(i >= spec.num_layers for i in moe.moe_layers):
             raise InvalidInput(f"moe_layers indexes a layer >= num_layers ({spec.num_layers})",
                                field="model.moe.moe_layers", code="layer-out-of-range")

@@ -20,8 +20,10 @@ class MoeBlock(RequestModel):
     expert_ffn_hidden_size: int = Field(ge=1, le=10**6)
     shared_experts: int = Field(0, ge=0, le=1024)
     moe_layers: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(None, max_length=100_000)
-    max_nodes_per_token: int | None = Field(None, ge=1, le=100_000, description="Node-limited routing: a token's "
-                                            "experts lie on at most this many nodes (DeepSeek-V3: 4).")
+    num_groups: int | None = Field(None, ge=1, le=65_536, description="Group-limited routing: expert groups "
+                                   "(DeepSeek-V3: 8; Megatron --moe-router-num-groups).")
+    group_topk: int | None = Field(None, ge=1, le=65_536, description="Groups a token's experts come from "
+                                   "(DeepSeek-V3: 4; Megatron --moe-router-group-topk).")
 
 
 class MlaBlock(RequestModel):

@@ -22,6 +22,7 @@ from partitioners.parallel3d_cost import (
     expected_distinct,
     expert_alltoall_time_s,
     expert_group_placement,
+    nodes_within_reach,
     hardware_flops_per_step,
     model_flops_per_step,
     parameter_counts,
@@ -68,11 +69,12 @@ def test_expected_distinct_nodes_of_eight_experts_on_four_nodes():
     assert float(expected_distinct(1, 8)) == 1.0
 
 
-def test_node_limited_routing_caps_the_network_bytes_of_a_deduplicated_dispatch():
+def test_group_limited_routing_with_a_group_a_node_caps_the_network_bytes_of_a_deduplicated_dispatch():
+    # DeepSeek-V3: 8 groups, 4 per token, ep 64 over 8 nodes -- one group a node
     token_bytes = 10e6
     args = dict(experts_per_token=8, stride=np.array([1]), ep=np.array([64]), gpus_per_node=8, intra=NVLINK, inter=IB)
-    limited = deduplicated_dispatch_time_s(np.array([token_bytes]), max_nodes_per_token=4, **args)[0]
-    unlimited = deduplicated_dispatch_time_s(np.array([token_bytes]), max_nodes_per_token=None, **args)[0]
+    limited = deduplicated_dispatch_time_s(np.array([token_bytes]), num_groups=8, group_topk=4, **args)[0]
+    unlimited = deduplicated_dispatch_time_s(np.array([token_bytes]), num_groups=None, group_topk=None, **args)[0]
     # at most 4 of 8 nodes: 4 (1 - (3/4)^8) reached, 7/8 of them remote
     remote = 4 * (1 - 0.75**8) * 7 / 8
     assert limited == pytest.approx(7 * IB.latency_s + token_bytes * remote / IB.bandwidth_bytes_per_s)
@@ -81,9 +83,26 @@ def test_node_limited_routing_caps_the_network_bytes_of_a_deduplicated_dispatch(
     assert limited < unlimited
 
 
+def test_a_wider_expert_group_lets_a_token_reach_more_nodes_through_the_same_groups():
+    # 8 groups over 32 nodes: each group covers 4 nodes, 4 groups 16 of them
+    assert nodes_within_reach(np.array([32.0]), 8, 4)[0] == 16.0
+    assert nodes_within_reach(np.array([8.0]), 8, 4)[0] == 4.0
+    # 8 groups on 2 nodes, four on each: 4 groups land on 2 (1 - (1/2)^4) nodes
+    assert nodes_within_reach(np.array([2.0]), 8, 4)[0] == pytest.approx(2 * (1 - 0.5**4))
+    assert nodes_within_reach(np.array([32.0]), None, None)[0] == 32.0
+
+
+def test_routing_groups_must_divide_the_experts_and_come_in_pairs():
+    moe = dict(DEEPSEEK_V3["moe"])
+    for bad, field in (({"num_groups": 7}, "model.moe.num_groups"), ({"group_topk": None}, "model.moe.group_topk")):
+        with pytest.raises(InvalidInput) as err:
+            model_from_dict({**DEEPSEEK_V3, "moe": {**moe, **bad}})
+        assert err.value.field == field
+
+
 def test_deduplication_sends_fewer_network_bytes_than_one_message_per_expert():
     tokens_bytes = 10e6  # one copy of the micro-batch's tokens
-    dedup = deduplicated_dispatch_time_s(np.array([tokens_bytes]), 8, 4, np.array([1]), np.array([64]), 8,
+    dedup = deduplicated_dispatch_time_s(np.array([tokens_bytes]), 8, 8, 4, np.array([1]), np.array([64]), 8,
                                          NVLINK, IB)[0]
     per_expert = expert_alltoall_time_s(np.array([8 * tokens_bytes]), np.array([1]), np.array([64]), 8,
                                         NVLINK, IB)[0]

@@ -920,8 +920,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             dispatch_bytes = 1.0 + 4.0 / 128.0 if linear_bytes == 1.0 else 2.0
             one_way = functools.partial(deduplicated_dispatch_time_s, experts_per_token=model.moe.experts_per_token,
                                         num_groups=model.moe.num_groups, group_topk=model.moe.group_topk,
-                                        stride=stride,
-                                        ep=layouts.ep, gpus_per_node=gpn, intra=intra, inter=inter)
+                                        stride=stride, ep=layouts.ep, gpus_per_node=gpn, intra=intra, inter=inter)
             # the mean of a dispatch and a combine: n_coll below counts them in pairs
             a2a = 0.5 * (one_way(token_bytes * dispatch_bytes) + one_way(token_bytes * 2.0))
         else:

@@ -58,6 +58,21 @@ def _times(durations: list[float], n_devices: int) -> np.ndarray:
     return np.repeat(np.array(durations, dtype=np.float64)[:, None], n_devices, axis=1)
 
 
+def _memory_chain():
+    """a reads input x (100) and weight w (1000), writes ta (200); b: ta -> tb (300);
+    c: ta, tb -> tc (50, a graph output)."""
+    return graph_from_ops(
+        "memory",
+        [
+            ("a", "MatMul", 0, ["x", "w"], ["ta"]),
+            ("b", "Op", 0, ["ta"], ["tb"]),
+            ("c", "Op", 0, ["ta", "tb"], ["tc"]),
+        ],
+        {"x": 100, "w": 1000, "ta": 200, "tb": 300, "tc": 50},
+        parameters={"w"},
+    )
+
+
 def test_chain_on_one_device_runs_back_to_back():
     g = graph_from_ops(
         "chain",
@@ -171,16 +186,7 @@ def test_peak_memory_of_a_chain_by_hand():
     # c: ta, tb -> tc (50, a graph output). One device, 1 s each:
     #   [0,1): x + ta = 300; [1,2): ta + tb = 500 (x freed when a ends);
     #   [2,3): ta + tb + tc = 550. Plus the resident weight: 1550.
-    g = graph_from_ops(
-        "memory",
-        [
-            ("a", "MatMul", 0, ["x", "w"], ["ta"]),
-            ("b", "Op", 0, ["ta"], ["tb"]),
-            ("c", "Op", 0, ["ta", "tb"], ["tc"]),
-        ],
-        {"x": 100, "w": 1000, "ta": 200, "tb": 300, "tc": 50},
-        parameters={"w"},
-    )
+    g = _memory_chain()
     inv = _inventory([1])
     r = simulate(g, inv, np.array([0, 0, 0]), op_times_s=_times([1, 1, 1], 1))
     assert r.param_memory_bytes.tolist() == [1000.0]
@@ -464,16 +470,7 @@ def test_bandwidth_matrix_gives_each_device_pair_its_own_port():
 
 
 def test_memory_timeline_steps_through_the_hand_computed_chain():
-    g = graph_from_ops(
-        "memory",
-        [
-            ("a", "MatMul", 0, ["x", "w"], ["ta"]),
-            ("b", "Op", 0, ["ta"], ["tb"]),
-            ("c", "Op", 0, ["ta", "tb"], ["tc"]),
-        ],
-        {"x": 100, "w": 1000, "ta": 200, "tb": 300, "tc": 50},
-        parameters={"w"},
-    )
+    g = _memory_chain()
     inv = _inventory([1])
     r = simulate(g, inv, np.array([0, 0, 0]), op_times_s=_times([1, 1, 1], 1))
     device, time_s, in_use = memory_timeline(g, r)

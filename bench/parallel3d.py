@@ -187,8 +187,10 @@ def mixture_of_experts_row() -> None:
     print(f"{row['name']:<24}{gpus:>6}  {str(pub) + ' ' + str(lay['ep']):<22}{str(pairs):<26}"
           f"{pred.memory.total_bytes / GIB:>11.1f}{per_gpu:>19.0f}{published:>7.0f}{per_gpu / published - 1.0:>+8.1%}"
           f"{'' if pred.fits else '  (predicted NOT to fit!)'}")
-    print(f"published (tp,pp) in the planner's top three: {'yes' if pub in pairs else 'no'}; "
-          f"the published figure averages the whole run (not part of the published-run targets above)")
+    first = bool(pairs) and pairs[0] == pub
+    print(f"published (tp,pp) the planner's first choice: {'yes' if first else 'no'}, in its top three: "
+          f"{'yes' if pub in pairs else 'no'}; the published figure averages the whole run (not part of the "
+          f"published-run targets above)")
 
 
 def _search_timing(name: str, model: dict, cluster: dict, training: dict) -> None:

@@ -164,3 +164,11 @@ def test_an_unknown_expert_dispatch_is_a_422_naming_the_field(client):
     response = client.post("/v1/parallel/plan", json=_request(training=training))
     assert response.status_code == 422
     assert "expert_dispatch" in response.text
+
+
+def test_latent_attention_beside_a_head_dim_is_a_422_naming_mla(client):
+    model = {**DEEPSEEK_V3, "head_dim": 128}
+    response = client.post("/v1/parallel/plan", json=_request(model=model, cluster={"preset": "hgx-h800",
+                                                                                    "nodes": 256}))
+    assert response.status_code == 422
+    assert "model.mla" in response.text

@@ -302,8 +302,7 @@ def mla_up_projections(model: ModelSpec) -> tuple[AttentionProjection, ...]:
     Up-Projection", DeepSeek-V3 Technical Report, Sec. 3.2.3; Megatron-Core's
     ``--recompute-modules mla_up_proj``).
     """
-    return tuple(p for p in model.attention_projections
-                 if model.mla is not None and p.split == "column" and p.in_width != model.hidden_size)
+    return tuple(p for p in model.attention_projections if p.reads == "latent")
 
 
 def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: np.ndarray | int) -> np.ndarray:
@@ -724,10 +723,9 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
     ln_fed = h / rep_div if current else 0.0  # LayerNorm output feeding QKV / the MLP up-projection
     # attention linears: inputs other than the LayerNorm output (MLA's latents, the heads'
     # output entering the row-parallel projection) and every output gradient
-    shard = {"column": tp, "row": 1.0, "replicated": 1.0}
     attn_inputs = sum(p.in_width / (tp if p.split == "row" else 1.0)
-                      for p in model.attention_projections if p.in_width != h or p.split == "row")
-    attn_output_grads = sum(h / rep_div if p.split == "row" else p.out_width / shard[p.split]
+                      for p in model.attention_projections if p.reads != "norm")
+    attn_output_grads = sum(h / rep_div if p.split == "row" else p.out_width / (tp if p.split == "column" else 1.0)
                             for p in model.attention_projections)
 
     def per_token(mlp_fwd, mlp_bwd):

@@ -236,12 +236,15 @@ class AttentionProjection:
 
     ``split`` is "column" (output features sharded, Megatron's ColumnParallelLinear),
     "row" (input features sharded, RowParallelLinear) or "replicated" (whole on every
-    tensor-parallel rank, as MLA's down-projections are in Megatron-Core).
+    tensor-parallel rank, as MLA's down-projections are in Megatron-Core). ``reads`` says
+    what its input is: "norm" (the LayerNorm output), "latent" (an MLA latent, after its
+    RMSNorm) or "heads" (the attention heads' output).
     """
 
     in_width: int
     out_width: int
     split: str
+    reads: str
 
 
 @dataclass(frozen=True)
@@ -314,17 +317,17 @@ class ModelSpec:
         """The attention block's linears in forward order (fused QKV and output projection for MHA/GQA)."""
         h = self.hidden_size
         if self.mla is None:
-            return (AttentionProjection(h, self.query_width + 2 * self.key_width, "column"),
-                    AttentionProjection(self.query_width, h, "row"))
+            return (AttentionProjection(h, self.query_width + 2 * self.key_width, "column", "norm"),
+                    AttentionProjection(self.query_width, h, "row", "heads"))
         mla = self.mla
-        query = (AttentionProjection(h, mla.q_lora_rank, "replicated"),
-                 AttentionProjection(mla.q_lora_rank, self.query_width, "column")) if mla.q_lora_rank \
-            else (AttentionProjection(h, self.query_width, "column"),)
+        query = (AttentionProjection(h, mla.q_lora_rank, "replicated", "norm"),
+                 AttentionProjection(mla.q_lora_rank, self.query_width, "column", "latent")) if mla.q_lora_rank \
+            else (AttentionProjection(h, self.query_width, "column", "norm"),)
         return query + (
-            AttentionProjection(h, mla.kv_lora_rank + mla.qk_rope_head_dim, "replicated"),
+            AttentionProjection(h, mla.kv_lora_rank + mla.qk_rope_head_dim, "replicated", "norm"),
             AttentionProjection(mla.kv_lora_rank, self.num_attention_heads * (mla.qk_nope_head_dim + mla.v_head_dim),
-                                "column"),
-            AttentionProjection(self.context_width, h, "row"),
+                                "column", "latent"),
+            AttentionProjection(self.context_width, h, "row", "heads"),
         )
 
     @property

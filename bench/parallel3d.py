@@ -10,18 +10,22 @@ Prints
    and the predicted utilisation of the published layout against the published one
    (SC21 reports hardware FLOPs including recomputation, so HFU is compared there;
    Korthikanti reports MFU);
-2. per-GPU memory of the Korthikanti layouts as published (fits) and of their
+2. SC21's controlled comparisons (Figures 11-16: pipeline weak scaling, interleaving,
+   tensor against pipeline, pipeline against data, tensor against data parallelism, micro-batch
+   size): the predicted TFLOP/s per GPU of every bar, and whether they reproduce the finding
+   the paper states for the figure;
+3. per-GPU memory of the Korthikanti layouts as published (fits) and of their
    tensor-parallel, no-recomputation baseline (which the paper shows above 80 GB), and of
    SC21 Figure 17's 145.6B (8,16) pipeline without recomputation (fits with 8
    micro-batches in flight, not with 16);
-3. NVIDIA's Megatron-Bridge H100 FP8 benchmarks of Llama 3 70B and 3.1 405B as their
+4. NVIDIA's Megatron-Bridge H100 FP8 benchmarks of Llama 3 70B and 3.1 405B as their
    recipes ran them (no recomputation): predicted memory verdict and tokens/s per GPU
    against the published figure;
-4. DeepSeek-V3's mixture-of-experts run on 2,048 H800 (multi-head latent attention,
+5. DeepSeek-V3's mixture-of-experts run on 2,048 H800 (multi-head latent attention,
    node-limited routing, node-deduplicated FP8 dispatch overlapped with computation):
    the planner's top three (tp, pp), predicted memory and tokens/s per GPU of the
    published layout against the report's GPU-hour figure;
-5. wall time of a full search on 16,384 and 100,000 GPUs, next to the time a
+6. wall time of a full search on 16,384 and 100,000 GPUs, next to the time a
    one-candidate-at-a-time evaluation of the same search space would take
    (measured on a sample in the same run).
 """
@@ -33,11 +37,15 @@ import time
 import numpy as np
 
 from bench.published_runs import (
+    A100_PEAK_BF16_FLOPS,
     DEEPSEEK_V3_H800,
     KNOWN_OUT_OF_MEMORY,
     KORTHIKANTI22,
     MEGATRON_BRIDGE_H100,
+    SC21_COMPARISONS,
     SC21_FIGURE17_MEMORY,
+    SC21_SEARCH,
+    SC21_SOFTWARE,
     SC21_TABLE1,
 )
 from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_parallel_layout
@@ -109,6 +117,71 @@ def agreement_table() -> None:
           f"{np.median(gaps):.1%}, max {np.max(gaps):.1%}")
     print(f"utilisation error of published layouts: mean |err| {errs.mean():.1%}, max |err| {errs.max():.1%}, "
           f"within 10%: {int(np.sum(errs <= 0.10))}/{n}")
+
+
+def predicted_tflops(comparison: dict, batch: int) -> list[float]:
+    """Predicted "achieved teraFLOP/s per GPU" (SC21's measure: recomputation counted) of each bar."""
+    values = []
+    for point in comparison["points"]:
+        (pred,) = evaluate_layouts(point["model"], point["cluster"], {"global_batch_sequences": batch, **SC21_SOFTWARE},
+                                   [point["layout"]], SC21_SEARCH)
+        values.append(pred.hfu * A100_PEAK_BF16_FLOPS / 1e12)
+    return values
+
+
+def finding_holds(comparison: dict, tflops_by_batch: dict[int, list[float]]) -> tuple[str, str]:
+    """Whether predictions reproduce the finding the paper states for one figure: "yes", "no", or
+    "tie" (a "peak" finding whose layout is predicted within the planner's tie tolerance of the
+    fastest, a gap below the model's accuracy), with what differs."""
+    labels = [point["label"] for point in comparison["points"]]
+    batches = sorted(tflops_by_batch)
+    finding = comparison["finding"]
+    if finding == "peak":
+        misses, behind = [], []
+        for batch in batches:
+            values = tflops_by_batch[batch]
+            best = int(np.argmax(values))
+            if labels[best] != comparison["expected"]:
+                behind.append(1.0 - values[labels.index(comparison["expected"])] / values[best])
+                misses.append(f"batch {batch}: {labels[best]} first, {comparison['expected']} {behind[-1]:.1%} behind")
+        if not misses:
+            return "yes", ""
+        tied = max(behind) <= Constraints().tie_tolerance
+        return ("tie" if tied else "no"), "; ".join(misses)
+    if finding == "decreasing":
+        misses = [f"batch {b}" for b in batches if not np.all(np.diff(tflops_by_batch[b]) < 0)]
+        return ("no", "not falling at " + ", ".join(misses)) if misses else ("yes", "")
+    if finding == "larger-batch-scales-better":
+        kept = [tflops_by_batch[b][-1] / tflops_by_batch[b][0] for b in batches]
+        falls = all(np.all(np.diff(tflops_by_batch[b]) <= 0) for b in batches)
+        ok = falls and kept[-1] > kept[0]
+        return ("yes", "") if ok else ("no", "kept " + ", ".join(f"{k:.0%}" for k in kept))
+    if finding == "gap-closing":
+        gaps = [tflops_by_batch[b][1] / tflops_by_batch[b][0] - 1.0 for b in batches]
+        ok = min(gaps) > 0 and bool(np.all(np.diff(gaps) <= 0))
+        return ("yes", "") if ok else ("no", "gaps " + ", ".join(f"{g:+.0%}" for g in gaps))
+    raise ValueError(f"unknown finding {finding!r}")
+
+
+def controlled_comparisons_table() -> None:
+    print("\n== SC21's controlled comparisons (Figures 11-16): predicted TFLOP/s per GPU against the findings ==")
+    verdicts = []
+    notes = []
+    for comparison in SC21_COMPARISONS:
+        print(f"{comparison['figure']} (Sec. {comparison['section']}), {comparison['what']}")
+        print(f"  paper: {comparison['claim']}")
+        tflops_by_batch = {batch: predicted_tflops(comparison, batch) for batch in comparison["batches"]}
+        for batch, values in tflops_by_batch.items():
+            bars = "  ".join(f"{point['label']} {value:.0f}" for point, value in zip(comparison["points"], values))
+            print(f"  batch {batch:<4} {bars}")
+        verdict, detail = finding_holds(comparison, tflops_by_batch)
+        verdicts.append(verdict)
+        print(f"  reproduced: {verdict}{' (' + detail + ')' if detail else ''}")
+        if detail:
+            notes.append(f"{comparison['figure']} {verdict}: {detail}")
+    print(f"findings reproduced: {verdicts.count('yes')}/{len(verdicts)}, tied within "
+          f"{Constraints().tie_tolerance:.1%}: {verdicts.count('tie')}, contradicted: {verdicts.count('no')}"
+          + "".join(f"\n  {line}" for line in notes))
 
 
 def memory_table() -> None:
@@ -231,6 +304,7 @@ def timing_table() -> None:
 
 def main() -> None:
     agreement_table()
+    controlled_comparisons_table()
     memory_table()
     modern_stack_table()
     mixture_of_experts_row()

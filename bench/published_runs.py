@@ -41,7 +41,7 @@ MEGATRON_BRIDGE_H100
 from __future__ import annotations
 
 __all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "SC21_FIGURE17_MEMORY",
-           "MEGATRON_BRIDGE_H100", "gpt"]
+           "SC21_COMPARISONS", "MEGATRON_BRIDGE_H100", "gpt"]
 
 # NVIDIA A100 datasheet: 312 TFLOP/s dense BF16/FP16.
 A100_PEAK_BF16_FLOPS = 312e12
@@ -184,6 +184,78 @@ SC21_FIGURE17_MEMORY = [
         "fits": fits,
     }
     for batch, fits in ((8, True), (16, False))
+]
+
+
+def _sc21_point(label: str, layers: int, hidden: int, heads: int, nodes: int, tp: int, pp: int,
+                micro_batch_size: int = 1, virtual_stages: int = 1) -> dict:
+    """One bar of an SC21 figure: a GPT shape on DGX A100 nodes, run as examples/sc21 ran it."""
+    return {"label": label, "model": gpt(layers, hidden, heads), "cluster": {"preset": "dgx-a100", "nodes": nodes},
+            "layout": {"tp": tp, "pp": pp, "micro_batch_size": micro_batch_size, "virtual_stages": virtual_stages,
+                       "recompute": "full", "zero_stage": 0}}
+
+
+# SC21's controlled comparisons (Sec. 5.3-5.5, Figures 11-16): one model on one cluster,
+# layouts that differ in a single choice, measured side by side in "achieved teraFLOP/s per
+# GPU" (recomputation counted). Shapes, layouts, batches and flags are those of the
+# authors' scripts (NVIDIA/Megatron-LM examples/sc21/run_figure_1[1-6].sh: micro-batch 1
+# unless varied, full recomputation, DDP=local). What is checked is the finding each
+# section states in its text (paraphrased here), not bar heights read off a plot:
+#   "peak": the named layout is the fastest at every batch;
+#   "decreasing": throughput falls from each layout to the next at every batch;
+#   "larger-batch-scales-better": from the first layout to the last, the larger batch loses less;
+#   "gap-closing": the second layout beats the first at every batch, by less as the batch grows.
+SC21_COMPARISONS = [
+    {
+        "figure": "Figure 11", "section": "5.3.1", "finding": "larger-batch-scales-better",
+        "what": "weak scaling of pipeline parallelism: 3 layers of the 20480-wide GPT per stage, tp 8, one node per stage",
+        "claim": "per-GPU throughput falls as the pipeline grows, and less at the larger batch, whose bubble is "
+                 "amortised over more micro-batches",
+        "batches": (8, 128),
+        "points": [_sc21_point(f"pp {pp}", 3 * pp, 20480, 128, pp, 8, pp) for pp in (1, 2, 4, 8)],
+    },
+    {
+        "figure": "Figure 12", "section": "5.3.2", "finding": "gap-closing",
+        "what": "GPT-175B, (t, p) = (8, 12) on 96 GPUs, 1F1B against the interleaved schedule (2 layers per model chunk)",
+        "claim": "the interleaved schedule is faster, and the gap closes as the batch grows (smaller bubble of "
+                 "the default schedule, more point-to-point traffic in the interleaved one)",
+        "batches": (12, 24, 36, 48, 60),
+        "points": [_sc21_point("1F1B", 96, 12288, 96, 12, 8, 12),
+                   _sc21_point("interleaved", 96, 12288, 96, 12, 8, 12, virtual_stages=4)],
+    },
+    {
+        "figure": "Figure 13", "section": "5.4.1", "finding": "peak", "expected": "(8, 8)",
+        "what": "GPT-162.2B (32 layers, hidden 20480) on 64 GPUs, t x p = 64",
+        "claim": "throughput peaks with tensor parallelism over the 8 GPUs of a node and pipeline parallelism "
+                 "across nodes: (t, p) = (8, 8)",
+        "batches": (32, 128),
+        "points": [_sc21_point(f"({64 // pp}, {pp})", 32, 20480, 128, 8, 64 // pp, pp) for pp in (2, 4, 8, 16, 32)],
+    },
+    {
+        "figure": "Figure 14", "section": "5.4.2", "finding": "decreasing",
+        "what": "GPT-5.9B (32 layers, hidden 3840) on 64 GPUs, tp 1, p x d = 64",
+        "claim": "throughput falls as the pipeline-parallel size grows at each batch size: pipelines are for "
+                 "models that do not fit, data parallelism for scale",
+        "batches": (32, 512),
+        "points": [_sc21_point(f"pp {pp}", 32, 3840, 32, 8, 1, pp) for pp in (2, 4, 8, 16, 32)],
+    },
+    {
+        "figure": "Figure 15", "section": "5.4.3", "finding": "decreasing",
+        "what": "GPT-5.9B on 64 GPUs, pp 1, t x d = 64",
+        "claim": "throughput falls as the tensor-parallel size grows: its all-reduces run every micro-batch, "
+                 "across nodes past 8, on ever smaller matrix multiplications",
+        "batches": (32, 128, 512),
+        "points": [_sc21_point(f"tp {tp}", 32, 3840, 32, 8, tp, 1) for tp in (2, 4, 8, 16, 32)],
+    },
+    {
+        "figure": "Figure 16", "section": "5.5", "finding": "peak", "expected": "micro-batch 2",
+        "what": "GPT-91B (32 layers, hidden 15360), (t, p) = (8, 8) on 64 GPUs, micro-batch 1-8",
+        "claim": "the best micro-batch size for this model is 2: larger ones use the GPU better but leave fewer "
+                 "micro-batches to fill the pipeline",
+        "batches": (128, 512),
+        "points": [_sc21_point(f"micro-batch {mbs}", 32, 15360, 128, 8, 8, 8, micro_batch_size=mbs)
+                   for mbs in (1, 2, 4, 8)],
+    },
 ]
 
 

@@ -13,7 +13,9 @@ Prints
 2. SC21's controlled comparisons (Figures 11-16: pipeline weak scaling, interleaving,
    tensor against pipeline, pipeline against data, tensor against data parallelism, micro-batch
    size): the predicted TFLOP/s per GPU of every bar, and whether they reproduce the finding
-   the paper states for the figure;
+   the paper states for the figure; and Korthikanti et al.'s 530B run on 2,240 GPUs with
+   sequence parallelism + selective recomputation against full recomputation (predicted
+   and published MFU of both, and the speed-up);
 3. per-GPU memory of the Korthikanti layouts as published (fits) and of their
    tensor-parallel, no-recomputation baseline (which the paper shows above 80 GB), and of
    SC21 Figure 17's 145.6B (8,16) pipeline without recomputation (fits with 8
@@ -41,6 +43,7 @@ from bench.published_runs import (
     DEEPSEEK_V3_H800,
     KNOWN_OUT_OF_MEMORY,
     KORTHIKANTI22,
+    KORTHIKANTI22_RECOMPUTE_COMPARISON,
     MEGATRON_BRIDGE_H100,
     SC21_COMPARISONS,
     SC21_FIGURE17_MEMORY,
@@ -184,6 +187,20 @@ def controlled_comparisons_table() -> None:
           + "".join(f"\n  {line}" for line in notes))
 
 
+def recompute_comparison() -> None:
+    comparison = KORTHIKANTI22_RECOMPUTE_COMPARISON
+    print(f"\n{comparison['source']}: {comparison['name']}, (t, p) = (8, 35), the two ways to fit it in memory")
+    steps = []
+    for case in comparison["cases"]:
+        (pred,) = evaluate_layouts(comparison["model"], comparison["cluster"], case["training"], [case["layout"]],
+                                   comparison["search"])
+        steps.append(pred.step_time_s)
+        print(f"  {case['label']:<46} MFU predicted {pred.mfu:.3f}  published {case['published_mfu']:.3f}  "
+              f"err {pred.mfu / case['published_mfu'] - 1.0:+.1%}")
+    published = comparison["cases"][0]["published_mfu"] / comparison["cases"][1]["published_mfu"] - 1.0
+    print(f"  faster than full recomputation: predicted {steps[1] / steps[0] - 1.0:+.1%}, published {published:+.1%}")
+
+
 def memory_table() -> None:
     print("\n== per-GPU memory (GiB) on A100-80GB: Korthikanti et al. 2022 layouts, SC21 Figure 17 pipeline ==")
     print(f"{'layout':<44}{'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>8}  "
@@ -305,6 +322,7 @@ def timing_table() -> None:
 def main() -> None:
     agreement_table()
     controlled_comparisons_table()
+    recompute_comparison()
     memory_table()
     modern_stack_table()
     mixture_of_experts_row()

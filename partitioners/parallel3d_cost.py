@@ -1048,16 +1048,18 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     ep_stage = np.select([single, use_last, use_first], [first[2], last[2], first[2]], default=mid[2])
     cp_stage = np.select([single, use_last, use_first], [first[3], last[3], first[3]], default=mid[3])
 
-    # pipeline point-to-point: activation forward, its gradient backward, per model chunk;
-    # Megatron's scatter-gather sends 1/t and all-gathers over NVLink (SC21 Sec. 4.1)
-    # (without sequence parallelism the receiver all-gathers the 1/t shards over NVLink).
+    # pipeline point-to-point: activation forward, its gradient backward, per model chunk.
+    # Each tensor rank sends 1/t of the activation: with sequence parallelism it holds only
+    # that; without it Megatron's scatter-gather sends 1/t and the receiver all-gathers the
+    # shards over NVLink (SC21 Sec. 4.1), or, with that turned off, every rank sends it whole.
     # The pipeline is paced by its slowest boundary: once the stages of one pipeline
     # do not all fit in one node, some boundary crosses the inter-node network.
-    p2p_bytes = tokens * h * 2.0 / tp
+    whole_activation = not training.sequence_parallel and not training.pipeline_scatter_gather
+    p2p_bytes = tokens * h * 2.0 / np.where(whole_activation, 1.0, tp)
     stage_ranks = tp * cp * ep
     pp_inter = (stage_ranks >= gpn) | (stage_ranks * pp > gpn)
     p2p_one = np.where(pp_inter, _p2p_time(p2p_bytes, inter), _p2p_time(p2p_bytes, intra))
-    if not training.sequence_parallel:
+    if not training.sequence_parallel and training.pipeline_scatter_gather:
         p2p_one = p2p_one + _collective_time(lambda n, p: allgather_time_s(n, p, intra), p2p_bytes * tp, layouts.tp)
     p2p_one = p2p_one + _P2P_SYNC_S
     p2p_per_mb = np.where(single, 0.0, 2.0 * v * p2p_one)

@@ -422,6 +422,13 @@ class TrainingSpec:
     # size" (torch.nn.parallel.DistributedDataParallel docs): one more gradient's bytes
     # per parameter. Megatron-LM's own DDP and ZeRO-style buffers need no copy.
     ddp_bucket_copy: bool = False
+    # Without sequence parallelism every tensor rank holds the whole activation a pipeline
+    # stage sends. Megatron-LM's scatter/gather sends each rank's 1/t of it across the
+    # stage boundary and all-gathers it over NVLink on the receiving node (Narayanan et al.,
+    # SC21, Sec. 4.1; on by default, ``--no-scatter-gather-tensors-in-pipeline`` turns it
+    # off, and then each rank sends the whole tensor). With sequence parallelism the
+    # activation is already split and this changes nothing.
+    pipeline_scatter_gather: bool = True
     # Expert-parallel all-to-all (dispatch and combine) hidden under the computation of
     # another micro-batch, a forward chunk paired with a backward one: DeepSeek-V3's
     # DualPipe ("overlap the computation and communication within a pair of individual
@@ -831,6 +838,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             fp32_grad_copy_kept=bool(data.get("fp32_grad_copy_kept", False)),
             stage_outputs_kept=bool(data.get("stage_outputs_kept", False)),
             ddp_bucket_copy=bool(data.get("ddp_bucket_copy", False)),
+            pipeline_scatter_gather=bool(data.get("pipeline_scatter_gather", True)),
             overlap_ep_comm=bool(data.get("overlap_ep_comm", False)),
             expert_dispatch=str(data.get("expert_dispatch", "all-to-all")).lower(),
             dropout=bool(data.get("dropout", False)),

@@ -111,6 +111,10 @@ class TrainingSettings(RequestModel):
     fp8_scaling: Literal["delayed", "current"] | None = Field(None, description="FP8 scales from the amax history "
                                                               "(delayed, default) or from each tensor itself "
                                                               "(current, one more pass).")
+    pipeline_scatter_gather: bool | None = Field(None, description="Without sequence parallelism, each tensor rank "
+                                                 "sends 1/t of a pipeline stage's output and the receiving node "
+                                                 "all-gathers it over NVLink (Megatron-LM's default, SC21 Sec. 4.1); "
+                                                 "off: every rank sends it whole.")
     dropout: bool | None = Field(None, description="Attention and residual dropout (GPT-2/3, Megatron's 0.1): its "
                                  "masks are kept for backward. Default off, as for Llama-style models.")
 

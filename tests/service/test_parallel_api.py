@@ -100,6 +100,19 @@ def test_dropout_in_the_training_settings_keeps_its_masks_in_activation_memory(c
     assert activations[True] > activations[False]
 
 
+def test_pipeline_sends_without_scatter_gather_take_longer_without_sequence_parallelism(client):
+    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "full",
+               "zero_stage": 1}]
+    pipeline_s = {}
+    for scatter_gather in (True, False):
+        training = {"global_batch_sequences": 1024, "sequence_parallel": False,
+                    "pipeline_scatter_gather": scatter_gather}
+        response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=layout))
+        assert response.status_code == 200, response.text
+        pipeline_s[scatter_gather] = response.json()["predictions"][0]["time_breakdown_s"]["pp_comm_s"]
+    assert pipeline_s[False] > pipeline_s[True]
+
+
 def test_gradients_reduced_in_bf16_halve_the_gradient_buffer(client):
     layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "none",
                "zero_stage": 1}]

@@ -502,12 +502,17 @@ def _reject_unknown(data: Mapping[str, Any], allowed: set[str], where: str) -> N
                            field=f"{where}.{unknown[0]}", code="unknown-field")
 
 
+def _check_block(data: Any, spec_type: type, where: str) -> None:
+    """A nested block (``model.moe``, ``model.mla``) must be an object naming only ``spec_type``'s fields."""
+    if not isinstance(data, Mapping):
+        raise InvalidInput(f"{where} must be an object", field=where, code="not-an-object")
+    _reject_unknown(data, {f.name for f in fields(spec_type)}, where)
+
+
 def _moe_from_dict(data: Mapping[str, Any] | MoESpec | None) -> MoESpec | None:
     if data is None or isinstance(data, MoESpec):
         return data
-    if not isinstance(data, Mapping):
-        raise InvalidInput("model.moe must be an object", field="model.moe", code="not-an-object")
-    _reject_unknown(data, {f.name for f in fields(MoESpec)}, "model.moe")
+    _check_block(data, MoESpec, "model.moe")
     layers = data.get("moe_layers")
     return MoESpec(
         num_experts=_positive_int(data.get("num_experts"), "model.moe.num_experts"),
@@ -526,9 +531,7 @@ def _moe_from_dict(data: Mapping[str, Any] | MoESpec | None) -> MoESpec | None:
 def _mla_from_dict(data: Mapping[str, Any] | MLASpec | None) -> MLASpec | None:
     if data is None or isinstance(data, MLASpec):
         return data
-    if not isinstance(data, Mapping):
-        raise InvalidInput("model.mla must be an object", field="model.mla", code="not-an-object")
-    _reject_unknown(data, {f.name for f in fields(MLASpec)}, "model.mla")
+    _check_block(data, MLASpec, "model.mla")
     for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         if name not in data:
             raise InvalidInput(f"model.mla.{name} is required", field=f"model.mla.{name}", code="missing-field")

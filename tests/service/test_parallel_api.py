@@ -88,40 +88,32 @@ def test_an_interleaved_two_stage_layout_is_422_naming_the_rule(client):
     assert "pp > 2" in response.json()["detail"]
 
 
-def test_dropout_in_the_training_settings_keeps_its_masks_in_activation_memory(client):
-    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "none",
+def _evaluate_one(client, recompute: str, **training) -> dict:
+    """The prediction for one fixed (8, 4) layout under the given training settings."""
+    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": recompute,
                "zero_stage": 1}]
-    activations = {}
-    for dropout in (False, True):
-        training = {"global_batch_sequences": 1024, "dropout": dropout}
-        response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=layout))
-        assert response.status_code == 200, response.text
-        activations[dropout] = response.json()["predictions"][0]["memory_per_gpu"]["activations_bytes"]
+    response = client.post("/v1/parallel/plan", json=_request(
+        training={"global_batch_sequences": 1024, **training}, evaluate=layout))
+    assert response.status_code == 200, response.text
+    return response.json()["predictions"][0]
+
+
+def test_dropout_in_the_training_settings_keeps_its_masks_in_activation_memory(client):
+    activations = {dropout: _evaluate_one(client, "none", dropout=dropout)["memory_per_gpu"]["activations_bytes"]
+                   for dropout in (False, True)}
     assert activations[True] > activations[False]
 
 
 def test_pipeline_sends_without_scatter_gather_take_longer_without_sequence_parallelism(client):
-    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "full",
-               "zero_stage": 1}]
-    pipeline_s = {}
-    for scatter_gather in (True, False):
-        training = {"global_batch_sequences": 1024, "sequence_parallel": False,
-                    "pipeline_scatter_gather": scatter_gather}
-        response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=layout))
-        assert response.status_code == 200, response.text
-        pipeline_s[scatter_gather] = response.json()["predictions"][0]["time_breakdown_s"]["pp_comm_s"]
+    pipeline_s = {flag: _evaluate_one(client, "full", sequence_parallel=False,
+                                      pipeline_scatter_gather=flag)["time_breakdown_s"]["pp_comm_s"]
+                  for flag in (True, False)}
     assert pipeline_s[False] > pipeline_s[True]
 
 
 def test_gradients_reduced_in_bf16_halve_the_gradient_buffer(client):
-    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "none",
-               "zero_stage": 1}]
-    gradients = {}
-    for grad_bytes in (4, 2):
-        training = {"global_batch_sequences": 1024, "grad_bytes_per_param": grad_bytes}
-        response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=layout))
-        assert response.status_code == 200, response.text
-        gradients[grad_bytes] = response.json()["predictions"][0]["memory_per_gpu"]["gradients_bytes"]
+    gradients = {width: _evaluate_one(client, "none", grad_bytes_per_param=width)["memory_per_gpu"]["gradients_bytes"]
+                 for width in (4, 2)}
     assert gradients[2] == gradients[4] / 2
 
 

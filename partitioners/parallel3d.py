@@ -39,7 +39,7 @@ References
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -136,7 +136,9 @@ class LayoutPrediction:
     """One layout and what the model predicts for it.
 
     ``mfu`` counts model FLOPs only (no recomputation) against the bf16 dense
-    peak; ``hfu`` adds recomputed FLOPs. ``reasons`` is empty for a layout that
+    peak; ``hfu`` adds recomputed FLOPs. ``recompute_num_layers`` is how many
+    layers of each model chunk full recomputation covers (Megatron-LM's
+    ``--recompute-num-layers``, block method), 0 without it. ``reasons`` is empty for a layout that
     can run; otherwise it says why not.
     """
 
@@ -150,6 +152,7 @@ class LayoutPrediction:
     num_micro_batches: int
     zero_stage: int
     recompute: str
+    recompute_num_layers: int
     step_time_s: float
     tokens_per_s: float
     mfu: float
@@ -177,6 +180,7 @@ class LayoutPrediction:
             "num_micro_batches": self.num_micro_batches,
             "zero_stage": self.zero_stage,
             "recompute": self.recompute,
+            "recompute_num_layers": self.recompute_num_layers,
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
             "mfu": self.mfu,
@@ -327,7 +331,7 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
                         continue
                     rows.append((dp, tp, pp, cp, ep))
     if not rows:
-        return LayoutArrays(*(np.zeros(0, dtype=np.int64) for _ in range(9)))
+        return LayoutArrays(*(np.zeros(0, dtype=np.int64) for _ in range(10)))
     mesh = np.array(rows, dtype=np.int64)
 
     mbss = np.array([constraints.micro_batch_size] if constraints.micro_batch_size else _MICRO_BATCH_SIZES)
@@ -356,8 +360,14 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     # using interleaved schedule"), megatron/arguments.py and schedules.py
     v_ok = (v == 1) | ((pp > 2) & (q % v == 0) & (m % pp == 0))
     keep &= v_ok
+    rc = rcs[i_rc]
+    # full recomputation starts out covering every layer of a model chunk (see _search)
+    chunk_layers = (q // v).astype(np.int64)
+    if constraints.recompute_num_layers is not None:
+        chunk_layers = np.minimum(chunk_layers, constraints.recompute_num_layers)
+    recompute_layers = np.where(rc == RECOMPUTE_FULL, chunk_layers, 0)
     return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], mbs[keep], v[keep], zeros[i_z][keep],
-                        rcs[i_rc][keep])
+                        rc[keep], recompute_layers[keep])
 
 
 def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, constraints: Constraints,
@@ -423,12 +433,19 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
     memory_note = _tight_memory_note(memory) if not reasons else None
     if memory_note:
         extra.append(memory_note)
+    chunk_layers = q // d["v"]
+    recompute_layers = int(lay.recompute_layers[i])
+    if d["recompute"] == RECOMPUTE_FULL and recompute_layers < chunk_layers:
+        extra.append(f"partial recomputation: the first {recompute_layers} of the {chunk_layers} layers of each "
+                     f"model chunk are recomputed, the rest keep their activations (Megatron-LM "
+                     f"--recompute-method block --recompute-num-layers {recompute_layers})")
     breakdown = {k: float(pred[k][i]) for k in ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
                                                 "bubble_s", "dp_comm_exposed_s", "dp_comm_total_s", "optimizer_s")}
     return LayoutPrediction(
         dp=d["dp"], tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], virtual_stages=d["v"],
         micro_batch_size=d["mbs"], num_micro_batches=int(pred["num_micro_batches"][i]), zero_stage=d["zero"],
-        recompute=RECOMPUTE_MODES[d["recompute"]], step_time_s=float(pred["step_time_s"][i]),
+        recompute=RECOMPUTE_MODES[d["recompute"]], recompute_num_layers=int(lay.recompute_layers[i]),
+        step_time_s=float(pred["step_time_s"][i]),
         tokens_per_s=float(pred["tokens_per_s"][i]), mfu=float(pred["mfu"][i]), hfu=float(pred["hfu"][i]),
         bubble_fraction=float(pred["bubble_fraction"][i]), time_breakdown_s=breakdown, memory=memory,
         reasons=reasons, notes=tuple(extra), tie_with_best=tie,
@@ -490,19 +507,70 @@ def _parse(model, cluster, training, constraints):
     return model_spec, cluster_spec, training_spec, cons
 
 
+def _predict(model_spec, cluster_spec, training_spec, lay):
+    if len(lay) <= _CHUNK:
+        return predict_layouts(model_spec, cluster_spec, training_spec, lay)
+    # bounded working memory: ~100 float64 temporaries per candidate
+    parts = [predict_layouts(model_spec, cluster_spec, training_spec, lay.take(slice(i, i + _CHUNK)))
+             for i in range(0, len(lay), _CHUNK)]
+    return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+
+
 def _search(model_spec, cluster_spec, training_spec, cons):
     lay = enumerate_layouts(model_spec, cluster_spec, training_spec, cons)
     if len(lay) == 0:
         return lay, {}, np.zeros(0, dtype=np.int64)
-    if len(lay) <= _CHUNK:
-        pred = predict_layouts(model_spec, cluster_spec, training_spec, lay)
-    else:
-        # bounded working memory: ~100 float64 temporaries per candidate
-        parts = [predict_layouts(model_spec, cluster_spec, training_spec, lay.take(slice(i, i + _CHUNK)))
-                 for i in range(0, len(lay), _CHUNK)]
-        pred = {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+    pred = _predict(model_spec, cluster_spec, training_spec, lay)
+    if training_spec.partial_recompute and cons.recompute_num_layers is None:
+        lay, pred = _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred)
     bits = _reason_bits(model_spec, cluster_spec, training_spec, cons, lay, pred)
     return lay, pred, bits
+
+
+def _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred):
+    """Cut full recomputation down to the fewest layers per model chunk that fit with headroom.
+
+    Recomputing a layer trades its kept activations for a repeated forward pass;
+    a layout that fits with k of its chunk's c layers recomputed runs faster than
+    with all c. Footprints are affine in k per pipeline stage, so the worst stage's
+    (a maximum of affine functions, hence convex) lies below the line between k = 0
+    and k = c: the k read off that line fits. "Headroom" means fitting at the high
+    end of allocator fragmentation (``ACTIVATION_FRAGMENTATION_HIGH``), as a
+    practitioner leaves room before a long run; where even all c layers cannot give
+    that, the fewest that fit at the low end, and where nothing fits, all c.
+    """
+    full = np.flatnonzero((lay.recompute == RECOMPUTE_FULL) & (lay.recompute_layers > 1))
+    if full.size == 0:
+        return lay, pred
+    sub = lay.take(full)
+    chunk_layers = sub.recompute_layers.astype(float)
+    at_none = _predict(model_spec, cluster_spec, training_spec,
+                       replace(sub, recompute_layers=np.zeros_like(sub.recompute_layers)))
+    capacity = float(cluster_spec.memory_bytes)
+    spread = (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION) / (1.0 + ACTIVATION_FRAGMENTATION)
+
+    def least_fraction(at_zero: np.ndarray, at_all: np.ndarray) -> np.ndarray:
+        """Smallest share of layers at which the line from ``at_zero`` to ``at_all`` is within capacity."""
+        drop = np.maximum(at_zero - at_all, 1e-9)
+        return np.where(at_all <= capacity, np.clip((at_zero - capacity) / drop, 0.0, 1.0), np.inf)
+
+    roomy = least_fraction(at_none["memory_bytes"] + spread * at_none["activations_bytes"],
+                           pred["memory_bytes"][full] + spread * pred["activations_bytes"][full])
+    tight = least_fraction(at_none["memory_bytes"], pred["memory_bytes"][full])
+    share = np.where(np.isfinite(roomy), roomy, np.where(np.isfinite(tight), tight, 1.0))
+    layers = np.clip(np.ceil(share * chunk_layers - 1e-9), 1.0, chunk_layers).astype(np.int64)
+    changed = layers < sub.recompute_layers
+    if not np.any(changed):
+        return lay, pred
+    where = full[changed]
+    recompute_layers = lay.recompute_layers.copy()
+    recompute_layers[where] = layers[changed]
+    lay = replace(lay, recompute_layers=recompute_layers)
+    again = _predict(model_spec, cluster_spec, training_spec, lay.take(where))
+    pred = {key: val.copy() for key, val in pred.items()}
+    for key, val in again.items():
+        pred[key][where] = val
+    return lay, pred
 
 
 def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str, Any] | ClusterSpec,
@@ -667,7 +735,8 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
     """Predict given layouts instead of searching (the request's ``"evaluate"``).
 
     Each layout may fix any of ``dp``, ``tp``, ``pp``, ``cp``, ``ep``,
-    ``virtual_stages``, ``micro_batch_size``, ``zero_stage``, ``recompute``; fields
+    ``virtual_stages``, ``micro_batch_size``, ``zero_stage``, ``recompute``,
+    ``recompute_num_layers`` (which implies full recomputation); fields
     left out are chosen as the search would (the prediction says what it chose:
     an unstated interleaving depth is searched like recomputation or micro-batch
     size, so ``virtual_stages: 1`` asks for plain 1F1B). A layout that cannot run
@@ -675,7 +744,8 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
     """
     model_spec, cluster_spec, training_spec, base = _parse(model, cluster, training, constraints)
     results = []
-    allowed = {"dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute"}
+    allowed = {"dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute",
+               "recompute_num_layers"}
     for k, layout in enumerate(layouts):
         if not isinstance(layout, Mapping):
             raise InvalidInput("each layout must be an object", field=f"evaluate[{k}]", code="not-an-object")
@@ -689,8 +759,11 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
             "virtual_stages": layout.get("virtual_stages", base.virtual_stages),
             "zero_stages": [layout["zero_stage"]] if "zero_stage" in layout else list(base.zero_stages),
             "recompute": [layout["recompute"]] if "recompute" in layout else list(base.recompute),
+            "recompute_num_layers": layout.get("recompute_num_layers", base.recompute_num_layers),
             "allow_uneven_pp": base.allow_uneven_pp, "max_pp": None,
         }
+        if "recompute_num_layers" in layout and "recompute" not in layout:
+            fixed["recompute"] = ["full"]
         cons = constraints_from_dict({key: val for key, val in fixed.items() if val is not None})
         _, _, _, cons = _parse(model_spec, cluster_spec, training_spec, cons)
         lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)

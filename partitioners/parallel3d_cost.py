@@ -184,7 +184,11 @@ class LayoutArrays:
     """Candidate layouts as parallel int64 arrays, one entry per candidate.
 
     ``recompute`` holds ``RECOMPUTE_NONE``/``SELECTIVE``/``FULL``; ``v`` is the
-    number of virtual pipeline stages (model chunks) per rank.
+    number of virtual pipeline stages (model chunks) per rank. Under full
+    recomputation ``recompute_layers`` is how many layers of each model chunk are
+    recomputed (Megatron-LM's ``--recompute-method block --recompute-num-layers``):
+    all of them (``q / v``) or fewer, the others keeping their activations; it is
+    0 otherwise.
     """
 
     dp: np.ndarray
@@ -196,6 +200,7 @@ class LayoutArrays:
     v: np.ndarray
     zero: np.ndarray
     recompute: np.ndarray
+    recompute_layers: np.ndarray
 
     def __len__(self) -> int:
         return int(self.dp.shape[0])
@@ -305,18 +310,21 @@ def mla_up_projections(model: ModelSpec) -> tuple[AttentionProjection, ...]:
     return tuple(p for p in model.attention_projections if p.reads == "latent")
 
 
-def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: np.ndarray | int) -> np.ndarray:
+def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: np.ndarray | int,
+                            full_fraction: np.ndarray | float = 1.0) -> np.ndarray:
     """FLOPs actually executed: model FLOPs plus recomputation.
 
-    Full recomputation repeats every layer's forward (SC21's 96 = 4 x 24); selective
-    recomputation repeats only the attention-score part (Korthikanti et al. 2022, Sec. 5)
-    and, under MLA, the up-projections (:func:`mla_up_projections`).
+    Full recomputation repeats every layer's forward (SC21's 96 = 4 x 24), or the
+    ``full_fraction`` of the layers it covers; selective recomputation repeats only
+    the attention-score part (Korthikanti et al. 2022, Sec. 5) and, under MLA, the
+    up-projections (:func:`mla_up_projections`).
     """
     layers, scores, _ = _forward_flops_per_token(model)
     selective = scores + model.num_layers * 2 * sum(p.in_width * p.out_width for p in mla_up_projections(model))
     tokens = global_batch_sequences * model.seq_length
     rc = np.asarray(recompute)
-    extra = np.where(rc == RECOMPUTE_FULL, layers, np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)) * tokens
+    extra = np.where(rc == RECOMPUTE_FULL, layers * np.asarray(full_fraction, dtype=float),
+                     np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)) * tokens
     return model_flops_per_step(model, global_batch_sequences) + extra
 
 
@@ -797,6 +805,10 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     # ---- stage split: ceil(L/p) layers on the middle stages, the remainder off both ends
     q, first_layers, last_layers = stage_layer_split(n_layers, layouts.pp)
+    # share of the layers whose forward full recomputation repeats: the first
+    # recompute_layers of each q/v-layer model chunk (shorter end stages are taken to
+    # recompute the same share)
+    full_frac = np.where(rc == RECOMPUTE_FULL, np.clip(layouts.recompute_layers / (q / v), 0.0, 1.0), 0.0)
     moe_frac = n_moe / n_layers
     q_moe = np.ceil(q * moe_frac) if n_moe else np.zeros_like(q)
     q_dense = q - q_moe
@@ -947,12 +959,11 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
         fwd_compute = gemm_f + attn_core_fwd + elem + quantize_fwd[is_moe]
         bwd_compute = gemm_b + attn_core_bwd + 2.0 * elem + quantize_bwd[is_moe]
-        recompute_compute = np.where(rc == RECOMPUTE_FULL, fwd_compute,
-                                     np.where(rc == RECOMPUTE_SELECTIVE, np.where(training.flash_attention, 0.0,
-                                                                                  attn_core_fwd) + mla_up_fwd, 0.0))
+        recompute_compute = full_frac * fwd_compute + np.where(
+            rc == RECOMPUTE_SELECTIVE, np.where(training.flash_attention, 0.0, attn_core_fwd) + mla_up_fwd, 0.0)
         # collectives per layer: 2 forward, 2 backward, 2 more when the forward is recomputed
         # (all-reduce equivalents; all-gather + reduce-scatter with sequence parallelism)
-        n_coll = 4.0 + np.where(rc == RECOMPUTE_FULL, 2.0, 0.0)
+        n_coll = 4.0 + 2.0 * full_frac
         compute = fwd_compute + bwd_compute + recompute_compute
         tp_comm = n_coll * tp_ar
         if training.overlap_tp_backward and not training.overlap_tp_comm:
@@ -963,7 +974,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             # of the weight gradients"); what stays in line is the forward's, the
             # recomputed forward's and, with sequence parallelism, the all-gather of the
             # output gradient in front of each row-parallel linear (one all-reduce's worth)
-            in_line = 2.0 + np.where(rc == RECOMPUTE_FULL, 2.0, 0.0) + (1.0 if training.sequence_parallel else 0.0)
+            in_line = 2.0 + 2.0 * full_frac + (1.0 if training.sequence_parallel else 0.0)
             up_dgrad, up_wgrad = (exp_dgrad, exp_wgrad) if is_moe else (fc1_dgrad, fc1_wgrad)
             tp_comm = in_line * tp_ar + async_backward_tp(qkv_dgrad, qkv_wgrad) \
                 + async_backward_tp(up_dgrad, up_wgrad)
@@ -972,14 +983,14 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             # Engine userbuffers; Wang et al., "Overlap communication with dependent
             # computation via decomposition", ASPLOS 2023): what the GEMMs cannot cover
             # stays exposed, plus the first and last chunk of each collective (~1/8)
-            linear = gemm_f + gemm_b + np.where(rc == RECOMPUTE_FULL, gemm_f, 0.0)
+            linear = gemm_f + gemm_b + full_frac * gemm_f
             tp_comm = overlapped_time_s(tp_comm, linear, tp_comm / 8.0)
         ep_comm = n_coll * a2a if is_moe else np.zeros_like(compute)
         if training.overlap_ep_comm and is_moe:
             # dispatch/combine of one micro-batch run under another's computation of the
             # same layer (a forward paired with a backward): what that cannot cover shows
             ep_comm = overlapped_time_s(ep_comm, compute)
-        cp_comm = cp_fwd + cp_bwd + np.where(rc == RECOMPUTE_FULL, cp_fwd, 0.0)
+        cp_comm = cp_fwd + cp_bwd + full_frac * cp_fwd
         return compute, tp_comm, ep_comm, cp_comm
 
     d_compute, d_tp, d_ep, d_cp = layer_time(dense_mlp, dense_mlp_b, False)
@@ -1098,6 +1109,15 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     moe_act = activation_bytes_per_layer(model, training, tokens, tp, rc, moe_layer=True,
                                          fp8_gemm_inputs=fp8_inputs) if n_moe else 0.0
     layer_act_avg = (q_dense * dense_act + q_moe * moe_act) / q
+    # layers left out of a partial full recomputation keep everything
+    kept_dense = activation_bytes_per_layer(model, training, tokens, tp, np.zeros_like(rc), moe_layer=False,
+                                            fp8_gemm_inputs=fp8_inputs)
+    kept_moe = activation_bytes_per_layer(model, training, tokens, tp, np.zeros_like(rc), moe_layer=True,
+                                          fp8_gemm_inputs=fp8_inputs) if n_moe else 0.0
+    layer_act_avg = np.where(rc == RECOMPUTE_FULL,
+                             full_frac * layer_act_avg + (1.0 - full_frac) * (q_dense * kept_dense
+                                                                              + q_moe * kept_moe) / q,
+                             layer_act_avg)
     chunks_first = np.where(v == 1, np.minimum(m, pp), np.minimum(m * v, 2.0 * (pp - 1.0) + (v - 1.0) * pp + 1.0))
     chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * pp + 1.0))
     layers_first = chunks_first * first_layers / v
@@ -1202,7 +1222,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     step = pipeline_time + dp_exposed + optimizer_time
     n_gpus = dp * tp * pp * cp
     mflops = model_flops_per_step(model, batch)
-    hflops = hardware_flops_per_step(model, batch, rc)
+    hflops = hardware_flops_per_step(model, batch, rc, full_frac)
 
     return {
         "step_time_s": step,

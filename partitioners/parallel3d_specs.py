@@ -446,6 +446,14 @@ class TrainingSpec:
     # since 2023 use none, and PyTorch's dropout at p = 0 returns its input without making
     # a mask (aten ``_dropout_impl``), so the default is off: no masks are kept.
     dropout: bool = False
+    # Full recomputation may cover only the first k layers of each model chunk, the others
+    # keeping all their activations (Megatron-LM ``--recompute-granularity full
+    # --recompute-method block --recompute-num-layers k``, per virtual pipeline stage when
+    # interleaved; NeMo's "partial transformer layer recomputation ... when recomputing a
+    # few transformer layers help to reduce enough GPU memory for model to fit", NeMo
+    # activation-recomputation docs). The planner then recomputes the fewest layers that
+    # fit with headroom. The 2021 code recomputed every layer (``--checkpoint-activations``).
+    partial_recompute: bool = True
     # How FP8 scales are chosen (precision "fp8" only): "delayed" from the amax history of
     # past steps (Transformer Engine's default DelayedScaling recipe), or "current" from the
     # tensor itself (Float8CurrentScaling), which costs one more pass over every operand.
@@ -465,6 +473,10 @@ class Constraints:
     virtual_stages: int | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = RECOMPUTE_MODES
+    # Layers of each model chunk that full recomputation covers (Megatron-LM's
+    # ``--recompute-num-layers`` with the block method); None lets the planner choose the
+    # fewest that fit (all of them when ``training.partial_recompute`` is off).
+    recompute_num_layers: int | None = None
     allow_uneven_pp: bool = True
     # Layouts within this fraction of the best step time are reported as ties and
     # ranked fewer pipeline stages first, then more free memory first. 3%: the model's own error on published
@@ -795,7 +807,8 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
     # dropout. Megatron-DeepSpeed (BLOOM, MT-NLG) branched from this code.
     "megatron-lm-2021": {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
                          "overlap_tp_backward": False, "gradient_accumulation_fusion": False,
-                         "fp32_grad_copy_kept": True, "stage_outputs_kept": True, "dropout": True},
+                         "fp32_grad_copy_kept": True, "stage_outputs_kept": True, "dropout": True,
+                         "partial_recompute": False},
     # Megatron-LM as released with sequence parallelism and selective recomputation
     # (Korthikanti et al. 2022): asynchronous backward tensor-parallel collectives and
     # gradient-accumulation fusion, still no flash attention, gradients reduced after the
@@ -846,6 +859,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             expert_dispatch=str(data.get("expert_dispatch", "all-to-all")).lower(),
             dropout=bool(data.get("dropout", False)),
             fp8_scaling=str(data.get("fp8_scaling", "delayed")).lower(),
+            partial_recompute=bool(data.get("partial_recompute", True)),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):
         raise InvalidInput(f"training.precision must be 'bf16', 'fp16' or 'fp8', got {spec.precision!r}",
@@ -877,7 +891,7 @@ def constraints_from_dict(data: Mapping[str, Any] | Constraints | None) -> Const
             raise InvalidInput("constraints must be an object", field="constraints", code="not-an-object")
         _reject_unknown(data, {f.name for f in fields(Constraints)}, "constraints")
         kwargs: dict[str, Any] = {}
-        for name in ("tp", "pp", "max_pp", "cp", "ep", "micro_batch_size", "virtual_stages"):
+        for name in ("tp", "pp", "max_pp", "cp", "ep", "micro_batch_size", "virtual_stages", "recompute_num_layers"):
             if data.get(name) is not None:
                 kwargs[name] = _positive_int(data[name], f"constraints.{name}")
         if "zero_stages" in data:

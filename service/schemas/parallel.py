@@ -117,6 +117,9 @@ class TrainingSettings(RequestModel):
                                                  "off: every rank sends it whole.")
     dropout: bool | None = Field(None, description="Attention and residual dropout (GPT-2/3, Megatron's 0.1): its "
                                  "masks are kept for backward. Default off, as for Llama-style models.")
+    partial_recompute: bool | None = Field(None, description="Full recomputation may cover only some layers of each "
+                                           "model chunk (Megatron --recompute-method block); the planner then "
+                                           "recomputes the fewest that fit (default on; off in megatron-lm-2021).")
 
 
 class LayoutConstraints(RequestModel):
@@ -129,6 +132,9 @@ class LayoutConstraints(RequestModel):
     virtual_stages: Count | None = None
     zero_stages: list[Annotated[int, Field(ge=0, le=3)]] | None = Field(None, min_length=1, max_length=4)
     recompute: list[Literal["none", "selective", "full"]] | None = Field(None, min_length=1, max_length=3)
+    recompute_num_layers: Count | None = Field(None, description="Layers of each model chunk full recomputation "
+                                               "covers (Megatron --recompute-num-layers); default: the fewest "
+                                               "that fit.")
     allow_uneven_pp: bool | None = None
     tie_tolerance: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
 
@@ -143,6 +149,8 @@ class Layout(RequestModel):
     micro_batch_size: Count | None = None
     zero_stage: int | None = Field(None, ge=0, le=3)
     recompute: Literal["none", "selective", "full"] | None = None
+    recompute_num_layers: Count | None = Field(None, description="Layers of each model chunk recomputed (implies "
+                                               "full recomputation).")
 
 
 class ParallelPlanRequest(RequestModel):

@@ -8,8 +8,13 @@ from partitioners.parallel3d_cost import RECOMPUTE_NONE, LayoutArrays
 
 
 def layouts(**kw) -> LayoutArrays:
-    """A single layout: dp = tp = pp = cp = ep = mbs = v = 1, ZeRO 0, no recomputation, unless given."""
-    base = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "v": 1, "zero": 0, "recompute": RECOMPUTE_NONE}
+    """A single layout: dp = tp = pp = cp = ep = mbs = v = 1, ZeRO 0, no recomputation, unless given.
+
+    Full recomputation covers every layer unless ``recompute_layers`` says how many per
+    model chunk (any large number means all of them).
+    """
+    base = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "v": 1, "zero": 0, "recompute": RECOMPUTE_NONE,
+            "recompute_layers": 1_000_000}
     base.update(kw)
     return LayoutArrays(*(np.array([base[k]], dtype=np.int64) for k in
-                          ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute")))
+                          ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute", "recompute_layers")))

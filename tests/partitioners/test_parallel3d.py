@@ -290,6 +290,77 @@ def test_kept_stage_outputs_add_one_residual_stream_per_micro_batch_in_flight():
         4 * 32 * 64 * 2 * (1 + ACTIVATION_FRAGMENTATION))
 
 
+def test_partial_recomputation_keeps_the_activations_of_the_layers_it_does_not_recompute():
+    # 8 layers on one stage, the first 2 recomputed: 2 layer inputs + 6 whole layers, plus the
+    # one layer rebuilt at a time during backward
+    model = model_from_dict({**GPT_SMALL, "num_layers": 8})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 8})
+    tokens, tp = np.array([32]), np.array([1])
+    whole = float(activation_bytes_per_layer(model, training, tokens, tp, np.array([RECOMPUTE_NONE]))[0])
+    layer_input = float(activation_bytes_per_layer(model, training, tokens, tp, np.array([RECOMPUTE_FULL]))[0])
+    none = float(predict_layouts(model, cluster, training, layouts(dp=8))["activations_bytes"][0])
+    partial = float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=RECOMPUTE_FULL,
+                                                                      recompute_layers=2))["activations_bytes"][0])
+    assert partial - none == pytest.approx((2 * (layer_input - whole) + whole) * (1 + ACTIVATION_FRAGMENTATION))
+
+
+def test_partial_recomputation_repeats_the_forward_of_only_the_layers_it_covers():
+    model = model_from_dict({**GPT_SMALL, "num_layers": 8})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 8})
+    compute = {k: float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=RECOMPUTE_FULL,
+                                                                          recompute_layers=k))["compute_s"][0])
+               for k in (0, 2, 8)}
+    assert compute[2] - compute[0] == pytest.approx(0.25 * (compute[8] - compute[0]))
+    hardware = hardware_flops_per_step(model, 8, RECOMPUTE_FULL, 0.25) - model_flops_per_step(model, 8)
+    assert float(hardware) == pytest.approx(0.25 * float(hardware_flops_per_step(model, 8, RECOMPUTE_FULL)
+                                                         - model_flops_per_step(model, 8)))
+
+
+_PARTIAL_MODEL = {"num_layers": 16, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096,
+                  "vocab_size": 32000}
+_PARTIAL_LAYOUT = {"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 2, "zero_stage": 1}
+# 40 GiB: the layout needs ~46 GiB without recomputation and ~31 GiB recomputing every layer
+_PARTIAL_CLUSTER = {"gpu": "a100-80gb", "num_nodes": 1, "memory_bytes": 40 * 2**30}
+
+
+def test_full_recomputation_covers_the_fewest_layers_that_fit_with_room_for_allocator_waste():
+    training = {"global_batch_sequences": 64}
+    (chosen,) = evaluate_layouts(_PARTIAL_MODEL, _PARTIAL_CLUSTER, training, [{**_PARTIAL_LAYOUT, "recompute": "full"}])
+    k = chosen.recompute_num_layers
+    (one_fewer,) = evaluate_layouts(_PARTIAL_MODEL, _PARTIAL_CLUSTER, training,
+                                    [{**_PARTIAL_LAYOUT, "recompute_num_layers": k - 1}])
+    (every_layer,) = evaluate_layouts(_PARTIAL_MODEL, _PARTIAL_CLUSTER, training,
+                                      [{**_PARTIAL_LAYOUT, "recompute_num_layers": 16}])
+    assert 1 < k < 16 and chosen.fits
+    assert not any(n.startswith("tight memory") for n in chosen.notes)
+    assert any(n.startswith("partial recomputation: the first") for n in chosen.notes)
+    assert not one_fewer.fits or any(n.startswith("tight memory") for n in one_fewer.notes)
+    assert chosen.step_time_s < every_layer.step_time_s
+
+
+def test_the_2021_software_recomputes_every_layer():
+    training = {"global_batch_sequences": 64, "software": "megatron-lm-2021"}
+    (pred,) = evaluate_layouts({**_PARTIAL_MODEL, "seq_length": 1024}, _PARTIAL_CLUSTER, training,
+                               [{**_PARTIAL_LAYOUT, "recompute": "full"}])
+    assert pred.recompute_num_layers == 16
+
+
+def test_a_stated_recompute_layer_count_implies_full_recomputation_and_is_kept():
+    (pred,) = evaluate_layouts(_PARTIAL_MODEL, _PARTIAL_CLUSTER, {"global_batch_sequences": 64},
+                               [{**_PARTIAL_LAYOUT, "recompute_num_layers": 12}])
+    assert (pred.recompute, pred.recompute_num_layers) == ("full", 12)
+    assert pred.to_dict()["recompute_num_layers"] == 12
+
+
+def test_a_recompute_layer_count_of_zero_is_invalid_input():
+    with pytest.raises(InvalidInput) as err:
+        plan_parallel_layout(_PARTIAL_MODEL, _PARTIAL_CLUSTER, {"global_batch_sequences": 64},
+                             {"recompute_num_layers": 0})
+    assert err.value.field == "constraints.recompute_num_layers"
+
+
 # ---------------------------------------------------------------- time
 
 

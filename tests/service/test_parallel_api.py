@@ -111,6 +111,23 @@ def test_pipeline_sends_without_scatter_gather_take_longer_without_sequence_para
     assert pipeline_s[False] > pipeline_s[True]
 
 
+def test_a_layout_may_state_how_many_layers_full_recomputation_covers(client):
+    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute_num_layers": 3,
+               "zero_stage": 1}]
+    response = client.post("/v1/parallel/plan", json=_request(training={"global_batch_sequences": 1024},
+                                                               evaluate=layout))
+    assert response.status_code == 200, response.text
+    prediction = response.json()["predictions"][0]
+    assert (prediction["recompute"], prediction["recompute_num_layers"]) == ("full", 3)
+
+
+def test_a_recompute_layer_count_below_one_is_a_422_naming_it(client):
+    response = client.post("/v1/parallel/plan", json=_request(training={"global_batch_sequences": 1024},
+                                                               constraints={"recompute_num_layers": 0}))
+    assert response.status_code == 422
+    assert "recompute_num_layers" in response.text
+
+
 def test_gradients_reduced_in_bf16_halve_the_gradient_buffer(client):
     gradients = {width: _evaluate_one(client, "none", grad_bytes_per_param=width)["memory_per_gpu"]["gradients_bytes"]
                  for width in (4, 2)}

@@ -736,7 +736,8 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
 
     Each layout may fix any of ``dp``, ``tp``, ``pp``, ``cp``, ``ep``,
     ``virtual_stages``, ``micro_batch_size``, ``zero_stage``, ``recompute``,
-    ``recompute_num_layers`` (which implies full recomputation); fields
+    ``recompute_num_layers`` (which implies full recomputation; ``recompute: "full"``
+    without it means every layer, as published runs report full recomputation); fields
     left out are chosen as the search would (the prediction says what it chose:
     an unstated interleaving depth is searched like recomputation or micro-batch
     size, so ``virtual_stages: 1`` asks for plain 1F1B). A layout that cannot run
@@ -764,6 +765,9 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
         }
         if "recompute_num_layers" in layout and "recompute" not in layout:
             fixed["recompute"] = ["full"]
+        elif layout.get("recompute") == "full" and "recompute_num_layers" not in layout:
+            # a layout stated as full recomputation (as the papers report theirs) recomputes every layer
+            fixed["recompute_num_layers"] = model_spec.num_layers
         cons = constraints_from_dict({key: val for key, val in fixed.items() if val is not None})
         _, _, _, cons = _parse(model_spec, cluster_spec, training_spec, cons)
         lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)

@@ -327,8 +327,9 @@ _PARTIAL_CLUSTER = {"gpu": "a100-80gb", "num_nodes": 1, "memory_bytes": 40 * 2**
 
 def test_full_recomputation_covers_the_fewest_layers_that_fit_with_room_for_allocator_waste():
     training = {"global_batch_sequences": 64}
-    (chosen,) = evaluate_layouts(_PARTIAL_MODEL, _PARTIAL_CLUSTER, training, [{**_PARTIAL_LAYOUT, "recompute": "full"}])
+    (chosen,) = evaluate_layouts(_PARTIAL_MODEL, _PARTIAL_CLUSTER, training, [_PARTIAL_LAYOUT])
     k = chosen.recompute_num_layers
+    assert chosen.recompute == "full"
     (one_fewer,) = evaluate_layouts(_PARTIAL_MODEL, _PARTIAL_CLUSTER, training,
                                     [{**_PARTIAL_LAYOUT, "recompute_num_layers": k - 1}])
     (every_layer,) = evaluate_layouts(_PARTIAL_MODEL, _PARTIAL_CLUSTER, training,
@@ -342,9 +343,17 @@ def test_full_recomputation_covers_the_fewest_layers_that_fit_with_room_for_allo
 
 def test_the_2021_software_recomputes_every_layer():
     training = {"global_batch_sequences": 64, "software": "megatron-lm-2021"}
-    (pred,) = evaluate_layouts({**_PARTIAL_MODEL, "seq_length": 1024}, _PARTIAL_CLUSTER, training,
+    plan = plan_parallel_layout({**_PARTIAL_MODEL, "seq_length": 1024}, _PARTIAL_CLUSTER, training,
+                                {"tp": 1, "pp": 1, "micro_batch_size": 2, "zero_stages": [1], "recompute": ["full"]})
+    assert plan.candidates[0].recompute_num_layers == 16
+
+
+def test_a_layout_stated_as_full_recomputation_recomputes_every_layer():
+    # published runs that say "full activation recomputation" recomputed all of them
+    (pred,) = evaluate_layouts(_PARTIAL_MODEL, _PARTIAL_CLUSTER, {"global_batch_sequences": 64},
                                [{**_PARTIAL_LAYOUT, "recompute": "full"}])
     assert pred.recompute_num_layers == 16
+    assert not any(n.startswith("partial recomputation") for n in pred.notes)
 
 
 def test_a_stated_recompute_layer_count_implies_full_recomputation_and_is_kept():

@@ -136,7 +136,10 @@ class LayoutPrediction:
     """One layout and what the model predicts for it.
 
     ``mfu`` counts model FLOPs only (no recomputation) against the bf16 dense
-    peak; ``hfu`` adds recomputed FLOPs. ``recompute_num_layers`` is how many
+    peak, attention over the whole ``s x s`` matrix (SC21, Megatron-LM);
+    ``mfu_causal`` the same over the causal half (Megatron-Bridge's count, see
+    ``model_flops_per_step``): compare a published MFU with the one of its
+    convention. ``hfu`` adds recomputed FLOPs. ``recompute_num_layers`` is how many
     layers of each model chunk full recomputation covers (Megatron-LM's
     ``--recompute-num-layers``, block method), 0 without it. ``reasons`` is empty for a layout that
     can run; otherwise it says why not.
@@ -156,6 +159,7 @@ class LayoutPrediction:
     step_time_s: float
     tokens_per_s: float
     mfu: float
+    mfu_causal: float
     hfu: float
     bubble_fraction: float
     time_breakdown_s: Mapping[str, float]
@@ -184,7 +188,9 @@ class LayoutPrediction:
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
             "mfu": self.mfu,
-            "mfu_note": "model FLOPs only (Narayanan et al. SC21 count, no recomputation) / bf16 dense peak",
+            "mfu_causal": self.mfu_causal,
+            "mfu_note": "model FLOPs only (Narayanan et al. SC21 count, no recomputation) / bf16 dense peak; "
+                        "mfu_causal counts attention over the causal half only (Megatron-Bridge's Model TFLOP/s)",
             "hfu": self.hfu,
             "bubble_fraction": self.bubble_fraction,
             "time_breakdown_s": dict(self.time_breakdown_s),
@@ -446,7 +452,8 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
         micro_batch_size=d["mbs"], num_micro_batches=int(pred["num_micro_batches"][i]), zero_stage=d["zero"],
         recompute=RECOMPUTE_MODES[d["recompute"]], recompute_num_layers=int(lay.recompute_layers[i]),
         step_time_s=float(pred["step_time_s"][i]),
-        tokens_per_s=float(pred["tokens_per_s"][i]), mfu=float(pred["mfu"][i]), hfu=float(pred["hfu"][i]),
+        tokens_per_s=float(pred["tokens_per_s"][i]), mfu=float(pred["mfu"][i]),
+        mfu_causal=float(pred["mfu_causal"][i]), hfu=float(pred["hfu"][i]),
         bubble_fraction=float(pred["bubble_fraction"][i]), time_breakdown_s=breakdown, memory=memory,
         reasons=reasons, notes=tuple(extra), tie_with_best=tie,
     )

@@ -288,14 +288,22 @@ def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
     return layers, model.num_layers * attn_scores, 2 * h * model.vocab_size
 
 
-def model_flops_per_step(model: ModelSpec, global_batch_sequences: int) -> float:
+def model_flops_per_step(model: ModelSpec, global_batch_sequences: int, causal: bool = False) -> float:
     """Model FLOPs of one step: 3x forward (forward + 2x backward), no recomputation.
 
     For a GPT with 4h MLP and MHA this is exactly Narayanan et al. (SC21) eq. (3)
     with 72 instead of 96: ``72 B s l h^2 (1 + s/(6h) + V/(12 l h))`` (the form
-    Korthikanti et al. 2022 use for MFU).
+    Korthikanti et al. 2022 use for MFU, and Megatron-LM's
+    ``num_floating_point_operations``). It counts ``QK^T`` and attention over ``V``
+    for the whole ``s x s`` matrix. ``causal`` counts only the half a causal mask
+    leaves, as NVIDIA's Megatron-Bridge flop formulas do for the "Model TFLOP/s"
+    of its performance tables (``causal_self_attn = True``): the two conventions
+    differ by the attention share, a few per cent at 8K tokens and tens of per cent
+    at 128K.
     """
-    layers, _, logits = _forward_flops_per_token(model)
+    layers, scores, logits = _forward_flops_per_token(model)
+    if causal:
+        layers = layers - 0.5 * scores
     return 3.0 * (layers + logits) * global_batch_sequences * model.seq_length
 
 
@@ -1222,12 +1230,14 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     step = pipeline_time + dp_exposed + optimizer_time
     n_gpus = dp * tp * pp * cp
     mflops = model_flops_per_step(model, batch)
+    mflops_causal = model_flops_per_step(model, batch, causal=True)
     hflops = hardware_flops_per_step(model, batch, rc, full_frac)
 
     return {
         "step_time_s": step,
         "tokens_per_s": batch * s / step,
         "mfu": mflops / (n_gpus * peak_bf16 * step),
+        "mfu_causal": mflops_causal / (n_gpus * peak_bf16 * step),
         "hfu": hflops / (n_gpus * peak_bf16 * step),
         "model_flops_per_step": np.full_like(step, mflops),
         "hardware_flops_per_step": hflops * np.ones_like(step),

@@ -64,6 +64,30 @@ def test_model_flops_equal_narayanan_formula_for_gpt():
     assert model_flops_per_step(model_from_dict(GPT_SMALL), b) == pytest.approx(expected, rel=1e-12)
 
 
+_LLAMA3_70B_8K = {"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
+                  "ffn_hidden_size": 28672, "gated_mlp": True, "seq_length": 8192, "vocab_size": 128256}
+
+
+@pytest.mark.parametrize(("causal", "tokens_per_s_per_gpu", "published_tflops"), [
+    # Megatron-Bridge performance summary, NeMo 25.11, DGX-H100 FP8-CS: 1602 tokens/s, 719 TFLOP/s
+    (True, 1602, 719),
+    # Megatron-LM examples/llama README (core_r0.12.0), H100 FP8: 1621 tokens/s, 780 TFLOP/s
+    (False, 1621, 780),
+])
+def test_model_flops_of_either_attention_convention_reproduce_the_published_model_tflops(
+        causal, tokens_per_s_per_gpu, published_tflops):
+    model = model_from_dict(_LLAMA3_70B_8K)
+    per_token = model_flops_per_step(model, 1, causal=causal) / model.seq_length
+    assert per_token * tokens_per_s_per_gpu / 1e12 == pytest.approx(published_tflops, rel=0.005)
+
+
+def test_the_causal_count_halves_only_the_attention_score_flops():
+    b, s, l, h = 3, 32, 2, 64
+    model = model_from_dict(GPT_SMALL)
+    full, causal = model_flops_per_step(model, b), model_flops_per_step(model, b, causal=True)
+    assert full - causal == pytest.approx(0.5 * 3 * 4 * s * h * l * b * s)
+
+
 def test_full_recomputation_flops_equal_narayanan_96_formula():
     # SC21 eq. (3) as printed: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) -- logits are not recomputed
     b, s, l, h, v = 3, 32, 2, 64, 100

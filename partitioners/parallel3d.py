@@ -141,8 +141,8 @@ class LayoutPrediction:
     ``model_flops_per_step``): compare a published MFU with the one of its
     convention. ``hfu`` adds recomputed FLOPs. ``recompute_num_layers`` is how many
     layers of each model chunk full recomputation covers (Megatron-LM's
-    ``--recompute-num-layers``, block method), 0 without it. ``reasons`` is empty for a layout that
-    can run; otherwise it says why not.
+    ``--recompute-num-layers``, block method), 0 without it. ``reasons`` is empty
+    for a layout that can run; otherwise it says why not.
     """
 
     dp: int
@@ -450,7 +450,7 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
     return LayoutPrediction(
         dp=d["dp"], tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], virtual_stages=d["v"],
         micro_batch_size=d["mbs"], num_micro_batches=int(pred["num_micro_batches"][i]), zero_stage=d["zero"],
-        recompute=RECOMPUTE_MODES[d["recompute"]], recompute_num_layers=int(lay.recompute_layers[i]),
+        recompute=RECOMPUTE_MODES[d["recompute"]], recompute_num_layers=recompute_layers,
         step_time_s=float(pred["step_time_s"][i]),
         tokens_per_s=float(pred["tokens_per_s"][i]), mfu=float(pred["mfu"][i]),
         mfu_causal=float(pred["mfu_causal"][i]), hfu=float(pred["hfu"][i]),

@@ -85,6 +85,7 @@ __all__ = [
     "hardware_flops_per_step",
     "activation_bytes_per_layer",
     "stage_layer_split",
+    "balanced_end_layers",
     "fp8_quantize_time_s",
     "predict_layouts",
     "pipeline_bubble_fraction",
@@ -642,6 +643,40 @@ def stage_layer_split(num_layers: int, pp: np.ndarray | int) -> tuple[np.ndarray
     return q, first, last
 
 
+def balanced_end_layers(q: np.ndarray, short: np.ndarray, pp: np.ndarray, first_extra_layers: np.ndarray,
+                        last_extra_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Layers on the first and last pipeline stage when the ``short`` layers a pipeline of
+    ``q``-layer stages leaves over come off the stages that need them most.
+
+    The first stage also embeds the tokens and the last computes the logits: in units
+    of one middle-stage layer's time, ``first_extra_layers`` and ``last_extra_layers``.
+    One layer at a time goes to whichever end is the slower (the first on a tie: it
+    also keeps the most micro-batches' activations), for as long as an end is slower
+    than a ``q``-layer middle stage; layers left over shorten middle stages, which does
+    not change the pace. With two stages every short layer comes off an end. Each end
+    keeps at least one layer. This is the balance Megatron-Core sets by hand with
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` (or
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``)
+    and Llama 3's 405B run chose ("we reduce one Transformer layer each from the first
+    and the last stages", Llama Team, 2024, Sec. 3.3.2). With a cheap output layer it
+    reduces to :func:`stage_layer_split`'s one layer off each end.
+    """
+    q = np.asarray(q, dtype=float)
+    pp = np.asarray(pp, dtype=float)
+    first, last = q.copy(), q.copy()
+    remaining = np.where(pp > 1, np.asarray(short, dtype=float), 0.0)
+    for _ in range(int(remaining.max(initial=0.0))):
+        first_s = first + first_extra_layers
+        last_s = last + last_extra_layers
+        slower_end = (np.maximum(first_s, last_s) > q) | (pp == 2)
+        to_last = (remaining > 0) & slower_end & (last_s > first_s) & (last > 1)
+        to_first = (remaining > 0) & slower_end & ~to_last & (first > 1)
+        last = last - to_last
+        first = first - to_first
+        remaining = np.where(remaining > 0, remaining - 1.0, 0.0)
+    return first, last
+
+
 def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
                                recompute: np.ndarray, moe_layer: bool = False,
                                fp8_gemm_inputs: bool = False) -> np.ndarray:
@@ -811,8 +846,9 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     m = np.ceil(batch / (dp * mbs))  # micro-batches per step per pipeline
     tokens = mbs * s / cp  # local tokens of one micro-batch
 
-    # ---- stage split: ceil(L/p) layers on the middle stages, the remainder off both ends
-    q, first_layers, last_layers = stage_layer_split(n_layers, layouts.pp)
+    # ---- stage split: ceil(L/p) layers on the middle stages, the remainder off the ends
+    # (which end: balanced_end_layers, below, once a layer's time is known)
+    q, _, _ = stage_layer_split(n_layers, layouts.pp)
     # share of the layers whose forward full recomputation repeats: the first
     # recompute_layers of each q/v-layer model chunk (shorter end stages are taken to
     # recompute the same share)
@@ -1009,8 +1045,13 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                 n_moe_layers * m_ep, n_dense * d_cp + n_moe_layers * m_cp)
 
     # output layer + vocab-parallel cross-entropy on the last stage (fp32 logits,
-    # a few passes of 4 bytes per logit)
-    logit_time = gemm(tokens, vocab / tp, h) + gemm_bwd(tokens, vocab / tp, h) + tokens * vocab / tp * 16.0 / hbm_eff
+    # a few passes of 4 bytes per logit). The output head stays in 16-bit in FP8 runs:
+    # DeepSeek-V3 keeps "the embedding module, the output head, MoE gating modules,
+    # normalization operators, and attention operators" in BF16/FP32 (DeepSeek-V3
+    # Technical Report, Sec. 3.3.1), and Megatron-Core's output layer is its own
+    # ColumnParallelLinear, outside Transformer Engine's FP8 autocast.
+    logit_time = gemm(tokens, vocab / tp, h, linear=False) + gemm_bwd(tokens, vocab / tp, h, linear=False) \
+        + tokens * vocab / tp * 16.0 / hbm_eff
 
     embed_compute = embedding_time_s(tokens, h, vocab, tp, hbm_eff)
     # the partial rows of the vocabulary-parallel lookup are all-reduced across the
@@ -1018,6 +1059,11 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     embed_tp = tp_ar
 
     single = pp == 1
+    # which end stages shed the layers a pipeline of q-layer stages leaves over
+    mid_probe = stage(q_dense, q_moe)
+    layer_s = (mid_probe[0] + mid_probe[1] + mid_probe[2] + mid_probe[3]) / q
+    first_layers, last_layers = balanced_end_layers(q, layouts.pp * q - n_layers, layouts.pp,
+                                                    (embed_compute + embed_tp) / layer_s, logit_time / layer_s)
     last_moe = np.minimum(q_moe, last_layers)
     first_moe = np.minimum(q_moe, first_layers)
 

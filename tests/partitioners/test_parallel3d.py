@@ -30,6 +30,7 @@ from partitioners.parallel3d_cost import (
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     activation_bytes_per_layer,
+    balanced_end_layers,
     embedding_time_s,
     fp8_quantize_time_s,
     gradient_accumulation_time_s,
@@ -770,6 +771,41 @@ def test_mixed_gpu_inventory_is_invalid_input_for_the_planner():
 def test_uneven_pipeline_stages_take_the_shortfall_from_both_ends_first(layers, pp, split):
     q, first, last = stage_layer_split(layers, np.array([pp]))
     assert (float(q[0]), float(first[0]), float(last[0])) == split
+
+
+@pytest.mark.parametrize(("q", "short", "pp", "extras", "ends"), [
+    (8, 2, 16, (0.05, 0.65), (7, 7)),  # Llama 3 405B: a cheap head, one layer off each end
+    (12, 1, 8, (0.05, 0.65), (12, 11)),  # one short: off the slower last stage
+    (4, 3, 16, (0.1, 2.5), (4, 1)),    # a head worth 2.5 layers takes the last stage down to one
+    (4, 3, 16, (0.1, 0.2), (3, 3)),    # ends no slower than a middle stage: the rest shorten middle stages
+    (5, 1, 2, (0.1, 0.0), (4, 5)),     # two stages: the short layer comes off an end, here the first
+])
+def test_the_stage_that_also_embeds_or_computes_logits_sheds_the_short_layers(q, short, pp, extras, ends):
+    first, last = balanced_end_layers(np.array([q], dtype=float), np.array([short], dtype=float),
+                                      np.array([pp], dtype=float), np.array([extras[0]]), np.array([extras[1]]))
+    assert (float(first[0]), float(last[0])) == ends
+
+
+def test_an_expensive_output_layer_moves_layers_off_the_last_stage():
+    # a 256K vocabulary makes the logits cost several layers of this small model
+    model = model_from_dict({"num_layers": 13, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048,
+                             "vocab_size": 256000})
+    pred = predict_layouts(model, cluster_from_dict(A100_NODE), training_from_dict({"global_batch_sequences": 16}),
+                           layouts(pp=4))
+    assert (float(pred["first_stage_layers"][0]), float(pred["last_stage_layers"][0])) == (4.0, 1.0)
+
+
+def test_the_output_layer_runs_at_the_16_bit_rate_in_an_fp8_run():
+    # DeepSeek-V3 (Sec. 3.3.1) and Megatron-Core keep the output head out of FP8: what a
+    # larger vocabulary adds to the step is the same in an FP8 run as in a BF16 one
+    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
+    added = {}
+    for precision in ("bf16", "fp8"):
+        training = training_from_dict({"global_batch_sequences": 8, "precision": precision})
+        compute = [float(predict_layouts(model_from_dict({**GPT_SMALL, "vocab_size": vocab}), cluster, training,
+                                         layouts(dp=8))["compute_s"][0]) for vocab in (1000, 64000)]
+        added[precision] = compute[1] - compute[0]
+    assert added["fp8"] == pytest.approx(added["bf16"], rel=1e-9)
 
 
 def test_layers_not_divisible_by_pp_rejected_only_when_uneven_stages_are_disallowed():

@@ -36,6 +36,11 @@ MEGATRON_BRIDGE_H100
     tensor-parallel communication overlap (Transformer Engine userbuffers). A benchmark of
     today's stack, not a production run: it checks the memory model of that stack (these
     layouts ran) and the H100 FP8 speed.
+NEMO_2407_H100
+    NVIDIA NeMo 24.07 "Performance Benchmarks" (docs/source/performance/performance_summary.md),
+    DGX-H100 FP8 pre-training: GPT-3, Llama 2 and 3, Nemotron; layouts as published,
+    recomputation left to the planner (the table does not state it). Also a check of
+    today's stack, outside the targets.
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "SC21_FIGURE17_MEMORY",
-           "SC21_COMPARISONS", "KORTHIKANTI22_RECOMPUTE_COMPARISON", "MEGATRON_BRIDGE_H100", "gpt"]
+           "SC21_COMPARISONS", "KORTHIKANTI22_RECOMPUTE_COMPARISON", "MEGATRON_BRIDGE_H100", "NEMO_2407_H100",
+           "gpt"]
 
 # NVIDIA A100 datasheet: 312 TFLOP/s dense BF16/FP16.
 A100_PEAK_BF16_FLOPS = 312e12
@@ -332,6 +338,61 @@ MEGATRON_BRIDGE_H100 = [
         "published_tokens_per_s_per_gpu": float(tokens_per_gpu),
     }
     for name, model, gpus, batch, tp, pp, cp, v, container, tokens_per_gpu in _BRIDGE_ROWS
+]
+
+
+# NVIDIA NeMo 24.07 performance summary (NVIDIA/NeMo docs/source/performance/performance_summary.md,
+# "pre-training performance ... at FP8 precision", DGX-H100): layouts (TP, PP, CP, VP, micro-batch),
+# global batches and tokens/s per GPU of its pre-training table, which does not say whether a
+# run recomputed activations: the planner chooses. Gradients reduced in bf16 and tensor-parallel
+# overlap are assumed as in the Megatron-Bridge recipes above; FP8 with delayed scaling, the
+# Transformer Engine default of the time. Shapes: GPT-3 as NeMo's gpt3 configs (4h MLP, tied
+# embeddings, learned positions, the GPT-2 vocabulary padded to 50,304); Llama 2 and 3 as Meta's
+# model cards; Nemotron-8B as NeMo-Framework-Launcher's (32 x 4096, FFN 16,384, 32 heads, sequence
+# 4,096; squared-ReLU MLP, i.e. not gated) with the 256,000-token Nemotron vocabulary; Nemotron-4
+# 340B as its technical report (96 x 18,432, 96 heads, 8 KV heads, FFN 73,728). The table's
+# Nemotron-22B is left out: its shape is not published.
+def _nemo_gpt3(layers: int, hidden: int, heads: int) -> dict:
+    return {**gpt(layers, hidden, heads), "vocab_size": 50304}
+
+
+def _llama2(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int) -> dict:
+    return {"num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv_heads,
+            "ffn_hidden_size": ffn, "gated_mlp": True, "seq_length": 4096, "vocab_size": 32000}
+
+
+_NEMOTRON = {"seq_length": 4096, "vocab_size": 256000}
+_NEMO_2407_SOFTWARE = {"precision": "fp8", "grad_bytes_per_param": 2, "overlap_tp_comm": True}
+# (name, model, GPUs, global batch, micro-batch, tp, pp, cp, virtual stages, tokens/s per GPU)
+_NEMO_2407_ROWS = [
+    ("GPT3-5B", _nemo_gpt3(24, 4096, 32), 64, 2048, 4, 1, 1, 1, 1, 22521),
+    ("GPT3-20B", _nemo_gpt3(44, 6144, 48), 64, 256, 2, 2, 1, 1, 1, 5851),
+    ("GPT3-175B", _nemo_gpt3(96, 12288, 96), 128, 256, 1, 4, 8, 1, 6, 726),
+    ("GPT3-175B", _nemo_gpt3(96, 12288, 96), 512, 2048, 2, 4, 8, 1, 6, 782),
+    ("Llama2-7B", _llama2(32, 4096, 32, 32, 11008), 8, 128, 1, 1, 1, 1, 1, 16847),
+    ("Llama2-13B", _llama2(40, 5120, 40, 40, 13824), 16, 128, 1, 1, 4, 1, 10, 8646),
+    ("Llama2-70B", _llama2(80, 8192, 64, 8, 28672), 64, 128, 1, 4, 4, 1, 20, 1707),
+    ("Nemotron-8B", {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "ffn_hidden_size": 16384,
+                     **_NEMOTRON}, 64, 256, 4, 2, 1, 1, 1, 12701),
+    ("Nemotron-4-340B", {"num_layers": 96, "hidden_size": 18432, "num_attention_heads": 96, "num_kv_heads": 8,
+                         "ffn_hidden_size": 73728, **_NEMOTRON}, 128, 32, 1, 8, 8, 1, 12, 322),
+    ("Llama3-8B", {**_LLAMA3_70B, "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                   "ffn_hidden_size": 14336}, 8, 128, 1, 1, 1, 2, 1, 12036),
+    ("Llama3-70B", _LLAMA3_70B, 64, 128, 1, 4, 4, 2, 5, 1533),
+]
+
+NEMO_2407_H100 = [
+    {
+        "source": "NeMo 24.07 performance summary, DGX-H100 FP8",
+        "name": f"{name} FP8 batch {batch}",
+        "model": model,
+        "cluster": {"preset": "dgx-h100", "nodes": gpus // 8},
+        "training": {"global_batch_sequences": batch, **_NEMO_2407_SOFTWARE},
+        "search": None,
+        "published": {"tp": tp, "pp": pp, "cp": cp, "virtual_stages": v, "micro_batch_size": mbs, "zero_stage": 1},
+        "published_tokens_per_s_per_gpu": float(tokens_per_gpu),
+    }
+    for name, model, gpus, batch, mbs, tp, pp, cp, v, tokens_per_gpu in _NEMO_2407_ROWS
 ]
 
 

@@ -104,7 +104,13 @@ REJECTION_REASONS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Predicted peak bytes per GPU on the worst pipeline stage, by kind."""
+    """Predicted peak bytes per GPU, by kind, on the fuller of the first pipeline stage (the
+    most micro-batches in flight, and the embedding) and the last (the logits).
+
+    A middle stage is not checked: when the first stage is one layer short and there are
+    more stages than layers per stage, the second stage holds more activations
+    (``(p - 1) q`` layer-micro-batches against ``p (q - 1)``) under Megatron's schedules.
+    """
 
     parameters_bytes: float
     gradients_bytes: float

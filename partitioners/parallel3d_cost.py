@@ -811,8 +811,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     ``compute_s``, ``tp_comm_s``, ``cp_comm_s``, ``ep_comm_s``, ``pp_comm_s``,
     ``bubble_s``, ``dp_comm_exposed_s``, ``optimizer_s``, and memory components
     ``parameters_bytes``, ``gradients_bytes``, ``optimizer_state_bytes``,
-    ``activations_bytes``, ``buffers_bytes``, ``memory_bytes`` (the worst
-    pipeline stage), plus ``num_micro_batches`` and ``layers_per_stage``.
+    ``activations_bytes``, ``buffers_bytes``, ``memory_bytes`` (the fuller
+    of the first and the last pipeline stage; see parallel3d.MemoryBreakdown), plus ``num_micro_batches`` and ``layers_per_stage``.
     """
     f64 = np.float64
     dp = layouts.dp.astype(f64)

@@ -39,7 +39,7 @@ References
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -343,7 +343,7 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
                         continue
                     rows.append((dp, tp, pp, cp, ep))
     if not rows:
-        return LayoutArrays(*(np.zeros(0, dtype=np.int64) for _ in range(10)))
+        return LayoutArrays(*(np.zeros(0, dtype=np.int64) for _ in fields(LayoutArrays)))
     mesh = np.array(rows, dtype=np.int64)
 
     mbss = np.array([constraints.micro_batch_size] if constraints.micro_batch_size else _MICRO_BATCH_SIZES)
@@ -580,7 +580,6 @@ def _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred
     recompute_layers[where] = layers[changed]
     lay = replace(lay, recompute_layers=recompute_layers)
     again = _predict(model_spec, cluster_spec, training_spec, lay.take(where))
-    pred = {key: val.copy() for key, val in pred.items()}
     for key, val in again.items():
         pred[key][where] = val
     return lay, pred

@@ -812,7 +812,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     ``bubble_s``, ``dp_comm_exposed_s``, ``optimizer_s``, and memory components
     ``parameters_bytes``, ``gradients_bytes``, ``optimizer_state_bytes``,
     ``activations_bytes``, ``buffers_bytes``, ``memory_bytes`` (the fuller
-    of the first and the last pipeline stage; see parallel3d.MemoryBreakdown), plus ``num_micro_batches`` and ``layers_per_stage``.
+    of the first and the last pipeline stage; see parallel3d.MemoryBreakdown), plus
+    ``num_micro_batches`` and ``layers_per_stage``.
     """
     f64 = np.float64
     dp = layouts.dp.astype(f64)
@@ -1060,8 +1061,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     single = pp == 1
     # which end stages shed the layers a pipeline of q-layer stages leaves over
-    mid_probe = stage(q_dense, q_moe)
-    layer_s = (mid_probe[0] + mid_probe[1] + mid_probe[2] + mid_probe[3]) / q
+    mid = stage(q_dense, q_moe)
+    layer_s = (mid[0] + mid[1] + mid[2] + mid[3]) / q
     first_layers, last_layers = balanced_end_layers(q, layouts.pp * q - n_layers, layouts.pp,
                                                     (embed_compute + embed_tp) / layer_s, logit_time / layer_s)
     last_moe = np.minimum(q_moe, last_layers)
@@ -1092,7 +1093,6 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     first_acc = accumulation_s(first_dense + first_expert)
     last_acc = accumulation_s(last_dense + last_expert)
 
-    mid = stage(q_dense, q_moe)
     first = stage(first_layers - first_moe, first_moe)
     last = stage(last_layers - last_moe, last_moe)
     mid_total = mid[0] + mid[1] + mid[2] + mid[3] + mid_acc
@@ -1176,11 +1176,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * pp + 1.0))
     layers_first = chunks_first * first_layers / v
     layers_last = np.where(single, layers_first, chunks_last * last_layers / v)
-    full_rc = rc == RECOMPUTE_FULL
     # full recomputation rebuilds one layer's activations at a time during backward
-    transient = np.where(full_rc, activation_bytes_per_layer(model, training, tokens, tp,
-                                                             np.zeros_like(rc), moe_layer=n_moe > 0,
-                                                             fp8_gemm_inputs=fp8_inputs), 0.0)
+    transient = np.where(rc == RECOMPUTE_FULL, kept_moe if n_moe else kept_dense, 0.0)
     # the embedding output's dropout mask
     embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
         if training.dropout else np.zeros_like(tokens)

@@ -88,6 +88,8 @@ __all__ = [
     "balanced_end_layers",
     "fp8_quantize_time_s",
     "predict_layouts",
+    "model_state_bytes",
+    "stage_activation_bytes",
     "pipeline_bubble_fraction",
     "pipeline_time_s",
     "embedding_time_s",
@@ -802,6 +804,91 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
 # --------------------------------------------------------------------- prediction
 
 
+def model_state_bytes(dense_params: np.ndarray, expert_params: np.ndarray, zero: np.ndarray,
+                      shard_dense: np.ndarray, shard_expert: np.ndarray, training: TrainingSpec,
+                      fp8_weight_copy: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes of weights, gradients and optimizer state one GPU keeps for the parameters it holds.
+
+    Mixed-precision Adam keeps 16-bit weights, ``training.grad_bytes_per_param`` of
+    gradient and 12 bytes of fp32 master weight and two moments per parameter: the
+    16-18 bytes of Rajbhandari et al., "ZeRO" (SC20), Sec. 3.1. ZeRO stage 1 shards the
+    optimizer state over the data-parallel group, stage 2 the gradients as well and
+    stage 3 the weights; dense parameters are sharded over ``shard_dense`` ranks (data x
+    context parallel), expert parameters over their own, smaller ``shard_expert``. FP8
+    runs also keep Transformer Engine's FP8 copy of every weight (``fp8_weight_copy``).
+    The software flags add what older stacks held on top (see TrainingSpec).
+    """
+    grad_bytes = float(training.grad_bytes_per_param)
+    weight_bytes = 2.0 + (1.0 if fp8_weight_copy else 0.0)
+    whole = dense_params + expert_params
+    sharded = dense_params / shard_dense + expert_params / shard_expert
+    weights = np.where(zero >= 3, weight_bytes * sharded, weight_bytes * whole)
+    grads = np.where(zero >= 2, grad_bytes * sharded, grad_bytes * whole)
+    if training.ddp_bucket_copy:
+        grads = grads + grad_bytes * whole
+    if training.fp32_grad_copy_kept and grad_bytes < 4.0:
+        # the optimizer's fp32 gradient copy lives with the master weights it feeds
+        grads = grads + np.where(zero >= 1, 4.0 * sharded, 4.0 * whole)
+    optimizer_state = np.where(zero >= 1, 12.0 * sharded, 12.0 * whole)
+    return weights, grads, optimizer_state
+
+
+def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
+                           recompute: np.ndarray, full_fraction: np.ndarray, layers_per_stage: np.ndarray,
+                           dense_layers: np.ndarray, moe_layers: np.ndarray, first_layers: np.ndarray,
+                           last_layers: np.ndarray, pp: np.ndarray, v: np.ndarray, m: np.ndarray,
+                           fp8_gemm_inputs: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Peak activation bytes on the first and on the last pipeline stage, with allocator fragmentation.
+
+    The first stage holds the most micro-batches in flight: min(m, p) model chunks
+    under 1F1B and 2(p-1) + (v-1)p + 1 under the interleaved schedule (Narayanan et
+    al., SC21, Sec. 2.2; Megatron-LM's warm-up counts); the last holds one, or
+    (v-1)p + 1 chunks when interleaved, plus the fp32 logits. A middle stage holds
+    ``layers_per_stage`` layers of which ``dense_layers`` and ``moe_layers`` are of
+    each kind; ``first_layers`` and ``last_layers`` are what the end stages keep.
+    Per-layer bytes are Korthikanti et al.'s (activation_bytes_per_layer); under a
+    partial full recomputation the ``1 - full_fraction`` of layers it leaves out keep
+    all of theirs. Activations are counted with ``ACTIVATION_FRAGMENTATION``.
+    """
+    h, vocab = model.hidden_size, model.vocab_size
+    has_moe = model.num_moe_layers > 0
+    single = pp == 1
+    q, q_dense, q_moe = layers_per_stage, dense_layers, moe_layers
+    dense_act = activation_bytes_per_layer(model, training, tokens, tp, recompute, moe_layer=False,
+                                           fp8_gemm_inputs=fp8_gemm_inputs)
+    moe_act = activation_bytes_per_layer(model, training, tokens, tp, recompute, moe_layer=True,
+                                         fp8_gemm_inputs=fp8_gemm_inputs) if has_moe else 0.0
+    layer_act_avg = (q_dense * dense_act + q_moe * moe_act) / q
+    # layers left out of a partial full recomputation keep everything
+    no_recompute = np.zeros_like(recompute)
+    kept_dense = activation_bytes_per_layer(model, training, tokens, tp, no_recompute, moe_layer=False,
+                                            fp8_gemm_inputs=fp8_gemm_inputs)
+    kept_moe = activation_bytes_per_layer(model, training, tokens, tp, no_recompute, moe_layer=True,
+                                          fp8_gemm_inputs=fp8_gemm_inputs) if has_moe else 0.0
+    layer_act_avg = np.where(recompute == RECOMPUTE_FULL,
+                             full_fraction * layer_act_avg + (1.0 - full_fraction) * (q_dense * kept_dense
+                                                                                      + q_moe * kept_moe) / q,
+                             layer_act_avg)
+    chunks_first = np.where(v == 1, np.minimum(m, pp), np.minimum(m * v, 2.0 * (pp - 1.0) + (v - 1.0) * pp + 1.0))
+    chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * pp + 1.0))
+    layers_first = chunks_first * first_layers / v
+    layers_last = np.where(single, layers_first, chunks_last * last_layers / v)
+    # full recomputation rebuilds one layer's activations at a time during backward
+    transient = np.where(recompute == RECOMPUTE_FULL, kept_moe if has_moe else kept_dense, 0.0)
+    # the embedding output's dropout mask
+    embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
+        if training.dropout else np.zeros_like(tokens)
+    act_first = layers_first * layer_act_avg + transient + embed_act
+    if training.stage_outputs_kept:
+        # each in-flight model chunk's output (the residual stream, 2 bytes per element)
+        act_first = act_first + np.where(single, 0.0, chunks_first * tokens * h * 2.0
+                                         / np.where(training.sequence_parallel, tp, 1.0))
+    logits_act = 4.0 * tokens * vocab / tp
+    act_last = layers_last * layer_act_avg + transient + logits_act
+    act_first = np.where(single, act_first + logits_act, act_first)
+    return act_first * (1.0 + ACTIVATION_FRAGMENTATION), act_last * (1.0 + ACTIVATION_FRAGMENTATION)
+
+
 def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                     layouts: LayoutArrays) -> dict[str, np.ndarray]:
     """Predict time, throughput and per-GPU memory of every candidate layout.
@@ -1137,60 +1224,14 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     shard_dense = dp * cp
     shard_expert = np.maximum(dp * cp / ep, 1.0)
     gb = float(training.grad_bytes_per_param)
-    fp8_cache = 1.0 if linear_bytes == 1.0 else 0.0
+    fp8 = linear_bytes == 1.0
 
-    def state_bytes(dense, expert):
-        z = zero
-        weights = np.where(z >= 3, (2.0 + fp8_cache) * (dense / shard_dense + expert / shard_expert),
-                           (2.0 + fp8_cache) * (dense + expert))
-        grads = np.where(z >= 2, gb * (dense / shard_dense + expert / shard_expert), gb * (dense + expert))
-        if training.ddp_bucket_copy:
-            grads = grads + gb * (dense + expert)
-        if training.fp32_grad_copy_kept and gb < 4.0:
-            # the optimizer's fp32 gradient copy lives with the master weights it feeds
-            grads = grads + np.where(z >= 1, 4.0 * (dense / shard_dense + expert / shard_expert),
-                                     4.0 * (dense + expert))
-        optim = np.where(z >= 1, 12.0 * (dense / shard_dense + expert / shard_expert), 12.0 * (dense + expert))
-        return weights, grads, optim
-
-    w_first, g_first, o_first = state_bytes(first_dense, first_expert)
-    w_last, g_last, o_last = state_bytes(last_dense, last_expert)
-
-    # ---- activations on the first stage (most micro-batches in flight) and the last (logits)
-    fp8_inputs = linear_bytes == 1.0
-    dense_act = activation_bytes_per_layer(model, training, tokens, tp, rc, moe_layer=False,
-                                           fp8_gemm_inputs=fp8_inputs)
-    moe_act = activation_bytes_per_layer(model, training, tokens, tp, rc, moe_layer=True,
-                                         fp8_gemm_inputs=fp8_inputs) if n_moe else 0.0
-    layer_act_avg = (q_dense * dense_act + q_moe * moe_act) / q
-    # layers left out of a partial full recomputation keep everything
-    kept_dense = activation_bytes_per_layer(model, training, tokens, tp, np.zeros_like(rc), moe_layer=False,
-                                            fp8_gemm_inputs=fp8_inputs)
-    kept_moe = activation_bytes_per_layer(model, training, tokens, tp, np.zeros_like(rc), moe_layer=True,
-                                          fp8_gemm_inputs=fp8_inputs) if n_moe else 0.0
-    layer_act_avg = np.where(rc == RECOMPUTE_FULL,
-                             full_frac * layer_act_avg + (1.0 - full_frac) * (q_dense * kept_dense
-                                                                              + q_moe * kept_moe) / q,
-                             layer_act_avg)
-    chunks_first = np.where(v == 1, np.minimum(m, pp), np.minimum(m * v, 2.0 * (pp - 1.0) + (v - 1.0) * pp + 1.0))
-    chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * pp + 1.0))
-    layers_first = chunks_first * first_layers / v
-    layers_last = np.where(single, layers_first, chunks_last * last_layers / v)
-    # full recomputation rebuilds one layer's activations at a time during backward
-    transient = np.where(rc == RECOMPUTE_FULL, kept_moe if n_moe else kept_dense, 0.0)
-    # the embedding output's dropout mask
-    embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
-        if training.dropout else np.zeros_like(tokens)
-    act_first = layers_first * layer_act_avg + transient + embed_act
-    if training.stage_outputs_kept:
-        # each in-flight model chunk's output (the residual stream, 2 bytes per element)
-        act_first = act_first + np.where(single, 0.0, chunks_first * tokens * h * 2.0
-                                         / np.where(training.sequence_parallel, tp, 1.0))
-    logits_act = 4.0 * tokens * vocab / tp
-    act_last = layers_last * layer_act_avg + transient + logits_act
-    act_first = np.where(single, act_first + logits_act, act_first)
-    act_first = act_first * (1.0 + ACTIVATION_FRAGMENTATION)
-    act_last = act_last * (1.0 + ACTIVATION_FRAGMENTATION)
+    w_first, g_first, o_first = model_state_bytes(first_dense, first_expert, zero, shard_dense, shard_expert,
+                                                  training, fp8_weight_copy=fp8)
+    w_last, g_last, o_last = model_state_bytes(last_dense, last_expert, zero, shard_dense, shard_expert,
+                                               training, fp8_weight_copy=fp8)
+    act_first, act_last = stage_activation_bytes(model, training, tokens, tp, rc, full_frac, q, q_dense, q_moe,
+                                                 first_layers, last_layers, pp, v, m, fp8_gemm_inputs=fp8)
 
     # ---- buffers: fixed reserve, ZeRO-3 prefetch of two layers, p2p and TP staging
     layer_params_gpu = attn_gpu + counts.dense_mlp_per_layer / tp

@@ -35,6 +35,7 @@ from partitioners.parallel3d_cost import (
     fp8_quantize_time_s,
     gradient_accumulation_time_s,
     hardware_flops_per_step,
+    model_state_bytes,
     model_flops_per_step,
     overlapped_time_s,
     parameter_counts,
@@ -246,6 +247,22 @@ def test_weights_gradients_optimizer_bytes_per_parameter_by_zero_stage(zero, byt
     state = pred["parameters_bytes"] + pred["gradients_bytes"] + pred["optimizer_state_bytes"]
     assert float(state[0]) == pytest.approx(bytes_per_param * parameter_counts(model).total,
                                             rel=1e-3)
+
+
+def test_zero_shards_expert_state_only_over_the_ranks_that_hold_the_same_experts():
+    # dp x cp = 16 ranks share every dense parameter; with ep = 8 only 2 of them hold the same experts
+    training = training_from_dict({"global_batch_sequences": 8})
+    _, _, optimizer_state = model_state_bytes(np.array([1.6e9]), np.array([8e9]), np.array([1]), np.array([16.0]),
+                                              np.array([2.0]), training, fp8_weight_copy=False)
+    assert float(optimizer_state[0]) == pytest.approx(12 * (1.6e9 / 16 + 8e9 / 2))
+
+
+def test_fp8_runs_keep_a_one_byte_copy_of_every_weight_beside_the_16_bit_one():
+    training = training_from_dict({"global_batch_sequences": 8, "precision": "fp8"})
+    weights = {fp8: float(model_state_bytes(np.array([1e9]), np.array([0.0]), np.array([0]), np.array([8.0]),
+                                            np.array([1.0]), training, fp8_weight_copy=fp8)[0][0])
+               for fp8 in (False, True)}
+    assert weights == {False: 2e9, True: 3e9}
 
 
 def test_a_learned_position_table_sits_whole_on_every_tensor_rank_of_the_first_stage():

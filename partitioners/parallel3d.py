@@ -97,7 +97,6 @@ REJECTION_REASONS: tuple[str, ...] = (
     "more-stages-than-layers",
     "layers-not-divisible-by-pp",
     "batch-not-divisible",
-    "zero-with-pipeline",
     "out-of-memory",
 )
 
@@ -303,7 +302,8 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     divisible, out of memory, ...) are generated so the answer can say why they
     lost. Tensor-parallel sizes are powers of two up to two nodes (those beyond
     one node only to report them), pipeline sizes every divisor up to the layer
-    count, context-parallel sizes powers of two (flash attention only).
+    count, context-parallel sizes powers of two (flash attention only). ZeRO-2/3
+    with a pipeline are left out while ZeRO-1 is allowed: they hold the same bytes.
     """
     n_gpus = cluster.num_gpus
     gpn = cluster.gpus_per_node
@@ -372,13 +372,18 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     # using interleaved schedule"), megatron/arguments.py and schedules.py
     v_ok = (v == 1) | ((pp > 2) & (q % v == 0) & (m % pp == 0))
     keep &= v_ok
+    zero = zeros[i_z]
+    if 1 in constraints.zero_stages:
+        # under a pipeline ZeRO-2/3 hold ZeRO-1's bytes (parallel3d_cost.zero_stage_held), so
+        # they are searched only where ZeRO-1 is not allowed
+        keep &= ~((zero >= 2) & (pp > 1))
     rc = rcs[i_rc]
     # full recomputation starts out covering every layer of a model chunk (see _search)
     chunk_layers = (q // v).astype(np.int64)
     if constraints.recompute_num_layers is not None:
         chunk_layers = np.minimum(chunk_layers, constraints.recompute_num_layers)
     recompute_layers = np.where(rc == RECOMPUTE_FULL, chunk_layers, 0)
-    return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], mbs[keep], v[keep], zeros[i_z][keep],
+    return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], mbs[keep], v[keep], zero[keep],
                         rc[keep], recompute_layers[keep])
 
 
@@ -397,7 +402,6 @@ def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     if not constraints.allow_uneven_pp:
         mark("layers-not-divisible-by-pp", model.num_layers % lay.pp != 0)
     mark("batch-not-divisible", training.global_batch_sequences % (lay.dp * lay.mbs) != 0)
-    mark("zero-with-pipeline", (lay.zero >= 2) & (lay.pp > 1))
     mark("out-of-memory", pred["memory_bytes"] > cluster.memory_bytes)
     return bits
 
@@ -420,9 +424,6 @@ def _reason_text(name: str, model: ModelSpec, cluster: ClusterSpec, training: Tr
     if name == "batch-not-divisible":
         return (f"global batch {training.global_batch_sequences} is not a multiple of dp x micro-batch = "
                 f"{d['dp']} x {d['mbs']}")
-    if name == "zero-with-pipeline":
-        return (f"ZeRO-{d['zero']} shards gradients per micro-batch, which pipeline gradient accumulation "
-                f"defeats (DeepSpeed and Megatron refuse ZeRO-2/3 with pp={d['pp']})")
     return f"out of memory: needs {memory_bytes / _GIB:.1f} GiB per GPU, {cluster.memory_bytes / _GIB:.1f} GiB available"
 
 
@@ -445,6 +446,11 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
     memory_note = _tight_memory_note(memory) if not reasons else None
     if memory_note:
         extra.append(memory_note)
+    if d["zero"] >= 2 and d["pp"] > 1:
+        extra.append(f"ZeRO-{d['zero']} under a pipeline is deferred, as PyTorch FSDP runs it with "
+                     "torch.distributed.pipelining: weights and gradients stay whole across the micro-batches "
+                     "(ZeRO-1's memory) and are reduce-scattered once, after the last backward (DeepSpeed "
+                     "refuses ZeRO-2/3 with pipeline parallelism)")
     chunk_layers = q // d["v"]
     recompute_layers = int(lay.recompute_layers[i])
     if d["recompute"] == RECOMPUTE_FULL and recompute_layers < chunk_layers:

@@ -26,6 +26,9 @@ Published models this follows (and where it departs, why):
   12 B fp32 master weights and moments = 16-18 B/parameter (Rajbhandari et al.,
   "ZeRO", SC20, Section 3.1: ``(2 + 2 + K)`` with ``K = 12``), sharded over the
   data-parallel group by ZeRO stage 1 (optimizer), 2 (+ gradients), 3 (+ weights).
+  Under a pipeline, stages 2 and 3 are deferred (:func:`zero_stage_held`): PyTorch's
+  ``torch.distributed.pipelining`` keeps an FSDP stage's weights and gradients whole
+  across the micro-batches and reduce-scatters once, after the last backward.
 * Pipeline bubble ``(p-1)/(v m)`` of 1F1B (``v = 1``) and interleaved schedules
   (Narayanan et al. SC21, Section 2.2), generalised to unequal stages
   (:func:`pipeline_time_s`): the steady state runs at the slowest stage, fill and
@@ -89,6 +92,7 @@ __all__ = [
     "fp8_quantize_time_s",
     "predict_layouts",
     "model_state_bytes",
+    "zero_stage_held",
     "stage_activation_bytes",
     "pipeline_bubble_fraction",
     "pipeline_time_s",
@@ -804,6 +808,23 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
 # --------------------------------------------------------------------- prediction
 
 
+def zero_stage_held(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """The ZeRO stage whose sharding a GPU's memory actually sees between micro-batches.
+
+    Sharding gradients (stage 2) or weights (stage 3) per micro-batch would cost a
+    reduce-scatter, and a weight all-gather, for every micro-batch; a pipeline runs many.
+    DeepSpeed refuses ZeRO-2/3 with pipeline parallelism; PyTorch FSDP under
+    ``torch.distributed.pipelining`` runs it by deferring: ``set_requires_gradient_sync``
+    is off until the stage's last backward, so gradients accumulate whole, and torchtitan
+    keeps weights gathered after the forward "to avoid per-microbatch all-gathers"
+    (``fsdp_reshard_after_forward`` default with pp). Llama 3 405B trained so: FSDP with
+    pp = 16, fp32 gradient accumulation over micro-batches (Llama Team, "The Llama 3 Herd
+    of Models", 2024, Sec. 3.3.2). Between micro-batches such a stage holds ZeRO-1's
+    bytes: whole 16-bit weights and gradients, sharded fp32 master weights and moments.
+    """
+    return np.where((zero >= 2) & (pp > 1), np.minimum(zero, 1), zero)
+
+
 def model_state_bytes(dense_params: np.ndarray, expert_params: np.ndarray, zero: np.ndarray,
                       shard_dense: np.ndarray, shard_expert: np.ndarray, training: TrainingSpec,
                       fp8_weight_copy: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1226,16 +1247,18 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     gb = float(training.grad_bytes_per_param)
     fp8 = linear_bytes == 1.0
 
-    w_first, g_first, o_first = model_state_bytes(first_dense, first_expert, zero, shard_dense, shard_expert,
+    zero_held = zero_stage_held(zero, pp)
+    deferred = zero_held != zero
+    w_first, g_first, o_first = model_state_bytes(first_dense, first_expert, zero_held, shard_dense, shard_expert,
                                                   training, fp8_weight_copy=fp8)
-    w_last, g_last, o_last = model_state_bytes(last_dense, last_expert, zero, shard_dense, shard_expert,
+    w_last, g_last, o_last = model_state_bytes(last_dense, last_expert, zero_held, shard_dense, shard_expert,
                                                training, fp8_weight_copy=fp8)
     act_first, act_last = stage_activation_bytes(model, training, tokens, tp, rc, full_frac, q, q_dense, q_moe,
                                                  first_layers, last_layers, pp, v, m, fp8_gemm_inputs=fp8)
 
     # ---- buffers: fixed reserve, ZeRO-3 prefetch of two layers, p2p and TP staging
     layer_params_gpu = attn_gpu + counts.dense_mlp_per_layer / tp
-    buffers = _RESERVED_BYTES + np.where(zero >= 3, 2.0 * 2.0 * layer_params_gpu, 0.0) \
+    buffers = _RESERVED_BYTES + np.where(zero_held >= 3, 2.0 * 2.0 * layer_params_gpu, 0.0) \
         + 2.0 * tokens * h * 2.0 + 2.0 * p2p_bytes
 
     total_first = w_first + g_first + o_first + act_first + buffers
@@ -1283,9 +1306,12 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     def exposed(t_comm, window):
         return overlapped_time_s(t_comm, window, t_comm * tail) if overlap else t_comm
 
+    # deferred ZeRO-2/3 under a pipeline: one weight gather ahead of the first forward, one
+    # reduce-scatter issued after the stage's last backward, with no compute left to hide it
     dp_exposed = np.select(
-        [zero == 0, zero == 1, zero == 2],
+        [deferred, zero == 0, zero == 1, zero == 2],
         [
+            exposed(ag_params, fwd_window) + rs_grads,
             exposed(ar_grads, bwd_window),
             exposed(rs_grads, bwd_window) + exposed(ag_params, fwd_window),
             m * exposed(rs_grads, bwd_window) + exposed(ag_params, fwd_window),
@@ -1334,8 +1360,9 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "bubble_s": bubble,
         "pipeline_s": pipeline_time,
         "dp_comm_exposed_s": dp_exposed,
-        "dp_comm_total_s": np.select([zero == 0, zero == 1, zero == 2],
-                                     [ar_grads, rs_grads + ag_params, m * rs_grads + ag_params],
+        "dp_comm_total_s": np.select([deferred, zero == 0, zero == 1, zero == 2],
+                                     [rs_grads + ag_params, ar_grads, rs_grads + ag_params,
+                                      m * rs_grads + ag_params],
                                      default=m * (2.0 * ag_params + rs_grads)) + tied_ar,
         "optimizer_s": optimizer_time,
         "parameters_bytes": np.where(worst_last, w_last, w_first),

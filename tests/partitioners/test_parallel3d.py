@@ -265,6 +265,35 @@ def test_fp8_runs_keep_a_one_byte_copy_of_every_weight_beside_the_16_bit_one():
     assert weights == {False: 2e9, True: 3e9}
 
 
+@pytest.mark.parametrize("zero", [2, 3])
+def test_zero_2_and_3_under_a_pipeline_hold_zero_1_bytes_between_micro_batches(zero):
+    # torch.distributed.pipelining keeps an FSDP stage's weights and gradients whole until its last backward
+    model = model_from_dict({**GPT_SMALL, "num_layers": 4})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 16})
+    keys = ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "buffers_bytes", "memory_bytes")
+    held = {z: predict_layouts(model, cluster, training, layouts(dp=4, pp=2, zero=z)) for z in (1, zero)}
+    assert {k: float(held[zero][k][0]) for k in keys} == {k: float(held[1][k][0]) for k in keys}
+
+
+def test_deferred_zero_2_moves_zero_1_bytes_but_cannot_hide_its_reduce_scatter_behind_a_backward():
+    model = model_from_dict({**GPT_SMALL, "num_layers": 4})
+    cluster = cluster_from_dict({"preset": "dgx-a100", "nodes": 2})
+    training = training_from_dict({"global_batch_sequences": 16})
+    pred = {z: predict_layouts(model, cluster, training, layouts(dp=8, pp=2, zero=z)) for z in (1, 2)}
+    assert float(pred[2]["dp_comm_total_s"][0]) == pytest.approx(float(pred[1]["dp_comm_total_s"][0]))
+    assert float(pred[2]["dp_comm_exposed_s"][0]) > float(pred[1]["dp_comm_exposed_s"][0])
+
+
+def test_an_fsdp_layout_with_a_pipeline_is_predicted_and_says_its_sharding_is_deferred():
+    # Llama 3 405B trained with FSDP and pp = 16 (Llama Team 2024, Sec. 3.3.2)
+    model = {**GPT_SMALL, "num_layers": 4}
+    prediction, = evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 16},
+                                   [{"tp": 1, "pp": 2, "zero_stage": 3, "recompute": "none"}])
+    assert prediction.reasons == ()
+    assert any("deferred" in note for note in prediction.notes)
+
+
 def test_a_learned_position_table_sits_whole_on_every_tensor_rank_of_the_first_stage():
     # GPT-2/3: s x h positions, replicated across the tensor group (SC21 eq. 2's s term)
     cluster = cluster_from_dict(A100_NODE)

@@ -326,16 +326,19 @@ def mla_up_projections(model: ModelSpec) -> tuple[AttentionProjection, ...]:
 
 
 def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: np.ndarray | int,
-                            full_fraction: np.ndarray | float = 1.0) -> np.ndarray:
+                            full_fraction: np.ndarray | float = 1.0, flash_attention: bool = False) -> np.ndarray:
     """FLOPs actually executed: model FLOPs plus recomputation.
 
     Full recomputation repeats every layer's forward (SC21's 96 = 4 x 24), or the
     ``full_fraction`` of the layers it covers; selective recomputation repeats only
-    the attention-score part (Korthikanti et al. 2022, Sec. 5) and, under MLA, the
+    the attention-score part (Korthikanti et al. 2022, Sec. 5) -- unless
+    ``flash_attention`` stores no scores to drop, when the norm and activation outputs
+    it rebuilds instead are memory-bound passes, not FLOPs -- and, under MLA, the
     up-projections (:func:`mla_up_projections`).
     """
     layers, scores, _ = _forward_flops_per_token(model)
-    selective = scores + model.num_layers * 2 * sum(p.in_width * p.out_width for p in mla_up_projections(model))
+    selective = (0.0 if flash_attention else scores) \
+        + model.num_layers * 2 * sum(p.in_width * p.out_width for p in mla_up_projections(model))
     tokens = global_batch_sequences * model.seq_length
     rc = np.asarray(recompute)
     extra = np.where(rc == RECOMPUTE_FULL, layers * np.asarray(full_fraction, dtype=float),
@@ -700,6 +703,15 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     Selective recomputation drops the score term; full recomputation keeps only
     the layer input ``2h`` (sequence-sharded under sequence parallelism).
 
+    Flash attention leaves selective recomputation no score term to drop; it then
+    recomputes what is cheap to rebuild and costly to keep: the outputs of the
+    RMSNorm/LayerNorms (rebuilt from their kept inputs), MLA's up-projections and, in
+    MoE layers, the experts' activation output (rebuilt from the kept up-projection
+    output). That is DeepSeek-V3's "recompute all RMSNorm operations and MLA
+    up-projections" and "cache the inputs of the SwiGLU operator and recompute its
+    output" (DeepSeek-V3 Technical Report, Sec. 3.2.3 and 3.3.2), and Megatron-Core's
+    ``--recompute-granularity selective --recompute-modules layernorm mla_up_proj moe_act``.
+
     Without dropout (``training.dropout`` off) there are no masks, and the
     attention-times-V product reads the softmax output itself: ``8h`` replicated
     and ``2as`` of scores. With FP8 linears (``fp8_gemm_inputs``) Transformer
@@ -733,19 +745,26 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
         attn = 2.0 * q_width + 2.0 * kv_width + gemm_in * ctx
         scores_none = (5.0 if training.dropout else 2.0) * a * s
         scores_selective = -rebuilt
+    # rebuilt by selective recomputation under flash attention (see above): the two norm
+    # outputs and MLA's normed latents (replicated), the experts' activation output (split)
+    replicated_selective = replicated
     if moe_layer and model.moe is not None:
         moe = model.moe
-        routed = moe.experts_per_token * (gemm_in * h + 2.0 * moe.expert_ffn_hidden_size * up
-                                          + gemm_in * moe.expert_ffn_hidden_size)
-        shared = moe.shared_experts * (2.0 * moe.expert_ffn_hidden_size * up + gemm_in * moe.expert_ffn_hidden_size)
-        mlp = routed + shared
+        activation_out = gemm_in * moe.expert_ffn_hidden_size * (moe.experts_per_token + moe.shared_experts)
+        routed = moe.experts_per_token * (gemm_in * h + 2.0 * moe.expert_ffn_hidden_size * up)
+        shared = moe.shared_experts * 2.0 * moe.expert_ffn_hidden_size * up
+        mlp = routed + shared + activation_out
     else:
+        activation_out = 0.0
         mlp = 2.0 * model.ffn * up + gemm_in * model.ffn
+    if training.flash_attention:
+        replicated_selective = replicated - 2.0 * gemm_in * h - gemm_in * model.latent_width
+        scores_selective = scores_selective - activation_out
     per_token = np.where(
         recompute == RECOMPUTE_FULL,
         2.0 * h / rep_div,
-        replicated / rep_div + (attn + mlp + np.where(recompute == RECOMPUTE_SELECTIVE, scores_selective,
-                                                      scores_none)) / tp,
+        np.where(recompute == RECOMPUTE_SELECTIVE, replicated_selective, replicated) / rep_div
+        + (attn + mlp + np.where(recompute == RECOMPUTE_SELECTIVE, scores_selective, scores_none)) / tp,
     )
     return per_token * tokens
 
@@ -1047,6 +1066,15 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     # LayerNorms (read + write), two bias-dropout-residual adds (read 2, write 1, mask 0.5)
     elementwise_fwd_bytes = tokens * (22.0 * h / rep_div + 2.0 * (up + 1) * model.ffn / tp)
     elementwise_fwd = elementwise_fwd_bytes / hbm_eff
+    # selective recomputation under flash attention (activation_bytes_per_layer) rebuilds
+    # the norm outputs (read 2 + write 2 bytes per element) and, in MoE layers, the
+    # experts' activation output from the kept up-projection output
+    norm_rebuild = tokens * 8.0 * (h + model.latent_width) / rep_div / hbm_eff
+    if model.moe is not None:
+        act_rebuild = tokens * (model.moe.experts_per_token + model.moe.shared_experts) \
+            * (2.0 * up + linear_bytes) * model.moe.expert_ffn_hidden_size / tp / hbm_eff
+    else:
+        act_rebuild = np.zeros_like(tokens)
     quantize_fwd, quantize_bwd = fp8_quantize_time_s(model, training, tokens, tp, hbm_eff, fp8=linear_bytes == 1.0)
 
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter with sequence
@@ -1112,8 +1140,9 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
         fwd_compute = gemm_f + attn_core_fwd + elem + quantize_fwd[is_moe]
         bwd_compute = gemm_b + attn_core_bwd + 2.0 * elem + quantize_bwd[is_moe]
-        recompute_compute = full_frac * fwd_compute + np.where(
-            rc == RECOMPUTE_SELECTIVE, np.where(training.flash_attention, 0.0, attn_core_fwd) + mla_up_fwd, 0.0)
+        selective = mla_up_fwd + (norm_rebuild + (act_rebuild if is_moe else 0.0) if training.flash_attention
+                                  else attn_core_fwd)
+        recompute_compute = full_frac * fwd_compute + np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)
         # collectives per layer: 2 forward, 2 backward, 2 more when the forward is recomputed
         # (all-reduce equivalents; all-gather + reduce-scatter with sequence parallelism)
         n_coll = 4.0 + 2.0 * full_frac
@@ -1341,7 +1370,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     n_gpus = dp * tp * pp * cp
     mflops = model_flops_per_step(model, batch)
     mflops_causal = model_flops_per_step(model, batch, causal=True)
-    hflops = hardware_flops_per_step(model, batch, rc, full_frac)
+    hflops = hardware_flops_per_step(model, batch, rc, full_frac, flash_attention=training.flash_attention)
 
     return {
         "step_time_s": step,

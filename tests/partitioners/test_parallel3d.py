@@ -235,6 +235,45 @@ def test_fp8_linears_keep_their_saved_gemm_inputs_in_one_byte():
     assert kept[False] - kept[True] == pytest.approx(s * (h + h + 4 * h - h))
 
 
+def test_selective_recomputation_under_flash_attention_rebuilds_the_norm_outputs():
+    # no score matrix is stored to drop; the two norms' outputs (2 bytes per element,
+    # sequence-sharded) are rebuilt from their kept inputs instead
+    model = model_from_dict(GPT_SMALL)
+    training = training_from_dict({"global_batch_sequences": 1})
+    tokens, tp = np.array([32.0]), np.array([2.0])
+    kept = {rc: float(activation_bytes_per_layer(model, training, tokens, tp, np.array([rc]))[0])
+            for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)}
+    assert kept[RECOMPUTE_NONE] - kept[RECOMPUTE_SELECTIVE] == pytest.approx(32 * 2 * 2 * 64 / 2)
+
+
+def test_selective_recomputation_in_an_moe_layer_rebuilds_the_experts_activation_output():
+    model = model_from_dict({**GPT_SMALL, "gated_mlp": True,
+                             "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 16,
+                                     "shared_experts": 1}})
+    training = training_from_dict({"global_batch_sequences": 1})
+    tokens, tp = np.array([32.0]), np.array([1.0])
+
+    def dropped(moe_layer):
+        kept = {rc: float(activation_bytes_per_layer(model, training, tokens, tp, np.array([rc]),
+                                                     moe_layer=moe_layer)[0])
+                for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)}
+        return kept[RECOMPUTE_NONE] - kept[RECOMPUTE_SELECTIVE]
+
+    # two routed copies and one shared expert each keep a 16-wide, 2-byte activation output
+    assert dropped(True) - dropped(False) == pytest.approx(32 * (2 + 1) * 16 * 2)
+
+
+def test_selective_recomputation_under_flash_attention_costs_a_memory_bound_pass_not_flops():
+    model = model_from_dict(GPT_SMALL)
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 8})
+    pred = {rc: predict_layouts(model, cluster, training, layouts(dp=8, recompute=rc))
+            for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)}
+    assert float(pred[RECOMPUTE_SELECTIVE]["compute_s"][0]) > float(pred[RECOMPUTE_NONE]["compute_s"][0])
+    assert float(pred[RECOMPUTE_SELECTIVE]["hardware_flops_per_step"][0]) == \
+        float(pred[RECOMPUTE_NONE]["hardware_flops_per_step"][0])
+
+
 @pytest.mark.parametrize(("zero", "bytes_per_param"), [
     # bf16 weights 2 + fp32 grads 4 + fp32 Adam state 12, sharded over dp = 8 by stage
     (0, 2 + 4 + 12), (1, 2 + 4 + 12 / 8), (2, 2 + (4 + 12) / 8), (3, (2 + 4 + 12) / 8),

@@ -233,6 +233,9 @@ class ParameterCounts:
     # the part of attention_per_layer every tensor-parallel rank holds whole (MLA's
     # down-projections and latent norms)
     attention_replicated_per_layer: float = 0.0
+    # a multi-token-prediction module's 2h -> h projection and its two norms (its layer
+    # is counted as one more layer of the last layer's kind)
+    mtp_projection: float = 0.0
 
     def attention_per_gpu(self, tp: np.ndarray | float) -> np.ndarray:
         """Attention parameters of one layer on one tensor-parallel rank."""
@@ -262,12 +265,16 @@ def parameter_counts(model: ModelSpec) -> ParameterCounts:
     embedding = model.vocab_size * h
     output = 0.0 if model.tie_embeddings else model.vocab_size * h
     position = float(model.seq_length * h) if model.learned_position_embeddings else 0.0
+    router = h * model.moe.num_experts if model.moe else 0
+    projection = 2 * h * h + 2 * h
+    mtp_mlp, mtp_active_mlp = (experts + shared, active_moe + router) if model.mtp_layer_is_moe \
+        else (dense_mlp, dense_mlp)
     total = model.num_layers * attention + n_dense * dense_mlp + n_moe * (experts + shared) + embedding + output + h \
-        + position
-    active = model.num_layers * attention + n_dense * dense_mlp + n_moe * (active_moe + h * (
-        model.moe.num_experts if model.moe else 0)) + embedding + output + position
+        + position + model.mtp_layers * (attention + mtp_mlp + projection)
+    active = model.num_layers * attention + n_dense * dense_mlp + n_moe * (active_moe + router) + embedding \
+        + output + position + model.mtp_layers * (attention + mtp_active_mlp + projection)
     return ParameterCounts(attention, dense_mlp, experts, shared, embedding, output, total, active, position,
-                           attention_replicated)
+                           attention_replicated, projection)
 
 
 def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
@@ -277,7 +284,8 @@ def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
     projections and the 4h MLP plus ``4sh`` for ``QK^T`` and attention over ``V``;
     here the projections use the actual query and KV widths (a head width apart from
     h / a, GQA) and FFN width, gated MLPs have three matrices, and MoE layers count the
-    top-k and shared experts plus the router.
+    top-k and shared experts plus the router. Multi-token-prediction modules add a
+    layer, a ``2h -> h`` projection and a pass through the output head each.
     """
     h, s = model.hidden_size, model.seq_length
     mats = 3 if model.gated_mlp else 2
@@ -292,7 +300,10 @@ def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
         moe_mlp = 2 * mats * h * moe.expert_ffn_hidden_size * (moe.experts_per_token + moe.shared_experts) \
             + 2 * h * moe.num_experts
     layers = model.num_layers * (attn_linear + attn_scores) + (model.num_layers - n_moe) * dense_mlp + n_moe * moe_mlp
-    return layers, model.num_layers * attn_scores, 2 * h * model.vocab_size
+    # multi-token prediction: per module one more layer, its 2h -> h projection and logits
+    mtp = model.mtp_layers
+    layers += mtp * (attn_linear + attn_scores + (moe_mlp if model.mtp_layer_is_moe else dense_mlp) + 2 * 2 * h * h)
+    return layers, (model.num_layers + mtp) * attn_scores, (1 + mtp) * 2 * h * model.vocab_size
 
 
 def model_flops_per_step(model: ModelSpec, global_batch_sequences: int, causal: bool = False) -> float:
@@ -338,7 +349,7 @@ def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recom
     """
     layers, scores, _ = _forward_flops_per_token(model)
     selective = (0.0 if flash_attention else scores) \
-        + model.num_layers * 2 * sum(p.in_width * p.out_width for p in mla_up_projections(model))
+        + (model.num_layers + model.mtp_layers) * 2 * sum(p.in_width * p.out_width for p in mla_up_projections(model))
     tokens = global_batch_sequences * model.seq_length
     rc = np.asarray(recompute)
     extra = np.where(rc == RECOMPUTE_FULL, layers * np.asarray(full_fraction, dtype=float),
@@ -924,8 +935,12 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
         act_first = act_first + np.where(single, 0.0, chunks_first * tokens * h * 2.0
                                          / np.where(training.sequence_parallel, tp, 1.0))
     logits_act = 4.0 * tokens * vocab / tp
-    act_last = layers_last * layer_act_avg + transient + logits_act
-    act_first = np.where(single, act_first + logits_act, act_first)
+    # multi-token prediction: per module its layer, its normed 2h input and another set
+    # of logits, for the one micro-batch the last stage holds in its last model chunk
+    mtp_act = model.mtp_layers * ((moe_act if model.mtp_layer_is_moe else dense_act) + logits_act
+                                  + 2.0 * 2.0 * h * tokens / np.where(training.sequence_parallel, tp, 1.0))
+    act_last = layers_last * layer_act_avg + transient + logits_act + mtp_act
+    act_first = np.where(single, act_first + logits_act + mtp_act, act_first)
     return act_first * (1.0 + ACTIVATION_FRAGMENTATION), act_last * (1.0 + ACTIVATION_FRAGMENTATION)
 
 
@@ -1191,6 +1206,17 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     logit_time = gemm(tokens, vocab / tp, h, linear=False) + gemm_bwd(tokens, vocab / tp, h, linear=False) \
         + tokens * vocab / tp * 16.0 / hbm_eff
 
+    # multi-token prediction on the last stage: per module one more layer of the last
+    # layer's kind, its 2h -> h projection and one more pass through the output head
+    if model.mtp_layers:
+        mtp_layer = stage(0.0, 1.0) if model.mtp_layer_is_moe else stage(1.0, 0.0)
+        mtp_compute = model.mtp_layers * (mtp_layer[0] + gemm(tokens, h / tp, 2.0 * h)
+                                          + gemm_bwd(tokens, h / tp, 2.0 * h) + logit_time)
+        mtp_tp, mtp_ep, mtp_cp = (model.mtp_layers * part for part in mtp_layer[1:])
+    else:
+        mtp_compute = mtp_tp = mtp_ep = mtp_cp = np.zeros_like(tokens)
+    mtp_time = mtp_compute + mtp_tp + mtp_ep + mtp_cp
+
     embed_compute = embedding_time_s(tokens, h, vocab, tp, hbm_eff)
     # the partial rows of the vocabulary-parallel lookup are all-reduced across the
     # tensor group (reduce-scatter with sequence parallelism: the same bytes)
@@ -1201,7 +1227,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     mid = stage(q_dense, q_moe)
     layer_s = (mid[0] + mid[1] + mid[2] + mid[3]) / q
     first_layers, last_layers = balanced_end_layers(q, layouts.pp * q - n_layers, layouts.pp,
-                                                    (embed_compute + embed_tp) / layer_s, logit_time / layer_s)
+                                                    (embed_compute + embed_tp) / layer_s,
+                                                    (logit_time + mtp_time) / layer_s)
     last_moe = np.minimum(q_moe, last_layers)
     first_moe = np.minimum(q_moe, first_layers)
 
@@ -1217,8 +1244,16 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     last_dense = last_layers * attn_gpu + ((last_layers - last_moe) * counts.dense_mlp_per_layer
                                            + last_moe * counts.moe_shared_per_layer) / tp + out_params / tp
     last_expert = last_moe * counts.experts_per_layer / (ep * tp)
+    # multi-token prediction: its layers and projections, and (untied) a copy of the embedding
+    mtp_mlp = counts.moe_shared_per_layer if model.mtp_layer_is_moe else counts.dense_mlp_per_layer
+    mtp_dense = model.mtp_layers * (attn_gpu + (mtp_mlp + counts.mtp_projection) / tp)
+    mtp_expert = model.mtp_layers * (counts.experts_per_layer / (ep * tp) if model.mtp_layer_is_moe else 0.0)
+    embedding_copy = counts.embedding / tp if model.mtp_layers and counts.output else 0.0
+    last_dense = last_dense + mtp_dense + embedding_copy
+    last_expert = last_expert + mtp_expert
     # pp == 1: one stage holds embedding and output
-    first_dense = np.where(single, first_dense + counts.output / tp, first_dense)
+    first_dense = np.where(single, first_dense + counts.output / tp + mtp_dense, first_dense)
+    first_expert = np.where(single, first_expert + mtp_expert, first_expert)
 
     # unfused weight-gradient accumulation: one pass over the stage's parameters per micro-batch
     def accumulation_s(params_per_gpu: np.ndarray) -> np.ndarray:
@@ -1234,21 +1269,24 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     last = stage(last_layers - last_moe, last_moe)
     mid_total = mid[0] + mid[1] + mid[2] + mid[3] + mid_acc
     first_total = first[0] + first[1] + first[2] + first[3] + embed_compute + embed_tp + first_acc
-    last_total = last[0] + last[1] + last[2] + last[3] + logit_time + last_acc
+    last_total = last[0] + last[1] + last[2] + last[3] + logit_time + mtp_time + last_acc
     # the slowest stage paces the steady state (Narayanan et al. SC21, Sec. 2.2: every
     # stage runs one forward and one backward per micro-batch in lock-step)
-    stage_time = np.where(single, first_total + logit_time,
+    stage_time = np.where(single, first_total + logit_time + mtp_time,
                           np.maximum(first_total, np.maximum(mid_total, last_total)))
     use_last = (~single) & (last_total >= first_total) & (last_total > mid_total)
     use_first = (~single) & (~use_last) & (first_total > mid_total)
     comp_stage = np.select([single, use_last, use_first],
-                           [first[0] + logit_time + embed_compute + first_acc, last[0] + logit_time + last_acc,
+                           [first[0] + logit_time + mtp_compute + embed_compute + first_acc,
+                            last[0] + logit_time + mtp_compute + last_acc,
                             first[0] + embed_compute + first_acc],
                            default=mid[0] + mid_acc)
-    tp_stage = np.select([single, use_last, use_first], [first[1] + embed_tp, last[1], first[1] + embed_tp],
-                         default=mid[1])
-    ep_stage = np.select([single, use_last, use_first], [first[2], last[2], first[2]], default=mid[2])
-    cp_stage = np.select([single, use_last, use_first], [first[3], last[3], first[3]], default=mid[3])
+    tp_stage = np.select([single, use_last, use_first],
+                         [first[1] + embed_tp + mtp_tp, last[1] + mtp_tp, first[1] + embed_tp], default=mid[1])
+    ep_stage = np.select([single, use_last, use_first], [first[2] + mtp_ep, last[2] + mtp_ep, first[2]],
+                         default=mid[2])
+    cp_stage = np.select([single, use_last, use_first], [first[3] + mtp_cp, last[3] + mtp_cp, first[3]],
+                         default=mid[3])
 
     # pipeline point-to-point: activation forward, its gradient backward, per model chunk.
     # Each tensor rank sends 1/t of the activation: with sequence parallelism it holds only
@@ -1352,8 +1390,9 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     # tied input/output embeddings (GPT; SC21 eq. 2 counts V h once): with pp > 1 the
     # last stage keeps a copy of the word embedding for the output layer and, after the
     # pipeline flush, the first and last stages all-reduce its gradient (Megatron-LM
-    # ``_allreduce_word_embedding_grads`` in ``finalize_model_grads``), on the critical path
-    tied_bytes = gb * vocab * h / tp if model.tie_embeddings else 0.0
+    # ``_allreduce_word_embedding_grads`` in ``finalize_model_grads``), on the critical path;
+    # multi-token prediction keeps such a copy for the next tokens' embeddings
+    tied_bytes = gb * vocab * h / tp if model.tie_embeddings or model.mtp_layers else 0.0
     first_last_inter = stage_ranks * pp > gpn
     two = np.full_like(tp, 2.0)
     tied_ar = np.where(first_last_inter,

@@ -270,6 +270,20 @@ class ModelSpec:
     # apart, so their query and projection widths differ from the hidden size.
     head_dim: int | None = None
     mla: MLASpec | None = None
+    # Multi-token prediction depth (DeepSeek-V3: 1). Each module predicts one token
+    # further ahead: the final hidden state and the next token's embedding, normed and
+    # concatenated, are projected from 2h to h, run through one more transformer layer
+    # (of the last layer's kind) and the shared output head (DeepSeek-V3 Technical
+    # Report, Sec. 2.2). It runs on the last pipeline stage, which then also keeps a
+    # copy of the embedding, as Megatron-Core's MTP does.
+    mtp_layers: int = 0
+
+    @property
+    def mtp_layer_is_moe(self) -> bool:
+        """Whether the multi-token-prediction layers are MoE layers (as the model's last layer is)."""
+        if self.moe is None:
+            return False
+        return self.moe.moe_layers is None or self.num_layers - 1 in self.moe.moe_layers
 
     @property
     def kv_heads(self) -> int:
@@ -595,6 +609,7 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             moe=_moe_from_dict(data.get("moe")),
             head_dim=None if data.get("head_dim") is None else _positive_int(data["head_dim"], "model.head_dim"),
             mla=_mla_from_dict(data.get("mla")),
+            mtp_layers=_positive_int(data.get("mtp_layers", 0), "model.mtp_layers", allow_zero=True),
         )
     if spec.mla is not None and (spec.head_dim is not None or spec.kv_heads != spec.num_attention_heads):
         raise InvalidInput("model.mla sets the head widths and gives every head its own keys and values; "

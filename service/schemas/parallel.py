@@ -49,6 +49,8 @@ class TransformerShape(RequestModel):
     gated_mlp: bool = False
     tie_embeddings: bool = False
     learned_position_embeddings: bool = Field(False, description="GPT-2/3-style learned position table (s x h).")
+    mtp_layers: int = Field(0, ge=0, le=100, description="Multi-token prediction depth (DeepSeek-V3: 1), "
+                            "run on the last pipeline stage.")
     moe: MoeBlock | None = None
     mla: MlaBlock | None = None
 

@@ -15,6 +15,7 @@ from partitioners.collectives import LinkSpec, hierarchical_alltoall_time_s
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d import evaluate_layouts
 from partitioners.parallel3d_cost import (
+    ACTIVATION_FRAGMENTATION,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     activation_bytes_per_layer,
@@ -27,6 +28,7 @@ from partitioners.parallel3d_cost import (
     model_flops_per_step,
     parameter_counts,
     predict_layouts,
+    stage_activation_bytes,
 )
 from partitioners.parallel3d_specs import cluster_from_dict, model_from_dict, training_from_dict
 from tests.partitioners.parallel_layouts import layouts
@@ -199,3 +201,58 @@ def test_deepseek_v3_published_layout_fits_with_up_projection_recomputation():
     assert any(reason.startswith("out of memory") for reason in none.reasons)
     assert not selective.reasons
     assert selective.memory.activations_bytes < none.memory.activations_bytes
+
+
+# ---------------------------------------------------------------- multi-token prediction
+
+SMALL_MTP_MOE = {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100,
+                 "gated_mlp": True, "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 16,
+                                            "shared_experts": 1, "moe_layers": [1, 2, 3]}}
+
+
+def test_a_multi_token_prediction_module_adds_a_layer_of_the_last_kind_a_2h_projection_and_two_norms():
+    # DeepSeek-V3 Sec. 2.2: the embedding and the output head are shared with the main model
+    without, with_one = (parameter_counts(model_from_dict({**SMALL_MTP_MOE, "mtp_layers": d})) for d in (0, 1))
+    moe_layer = without.attention_per_layer + without.experts_per_layer + without.moe_shared_per_layer
+    assert with_one.total - without.total == pytest.approx(moe_layer + 2 * 64 * 64 + 2 * 64)
+
+
+def test_multi_token_prediction_flops_add_a_layer_its_projection_and_a_second_pass_through_the_output_head():
+    h, s, v = 64, 32, 100
+    plain = {**SMALL_MTP_MOE, "moe": None}
+    per_token = {d: model_flops_per_step(model_from_dict({**plain, "mtp_layers": d}), 1) / s for d in (0, 1)}
+    layer = 2 * (4 * h * h) + 2 * s * (h + h) + 2 * 3 * h * (4 * h)  # projections, scores, SwiGLU MLP
+    assert per_token[1] - per_token[0] == pytest.approx(3 * (layer + 2 * (2 * h) * h + 2 * h * v))
+
+
+def test_multi_token_prediction_runs_on_the_last_pipeline_stage():
+    cluster = cluster_from_dict({"preset": "dgx-a100", "nodes": 1})
+    training = training_from_dict({"global_batch_sequences": 8})
+    # seven dense layers on three stages of three: the two left over come off the ends, one
+    # each, until the module loads the last stage and both come off it
+    seven = {**SMALL_MTP_MOE, "num_layers": 7, "moe": None}
+    pred = {d: predict_layouts(model_from_dict({**seven, "mtp_layers": d}), cluster, training,
+                               layouts(dp=2, pp=3)) for d in (0, 1)}
+    assert [(pred[d]["first_stage_layers"][0], pred[d]["last_stage_layers"][0]) for d in (0, 1)] == [(2, 2), (3, 1)]
+    assert pred[1]["step_time_s"][0] > pred[0]["step_time_s"][0]
+
+
+def test_a_negative_multi_token_prediction_depth_is_invalid_input():
+    with pytest.raises(InvalidInput) as err:
+        model_from_dict({**SMALL_MTP_MOE, "mtp_layers": -1})
+    assert err.value.field == "model.mtp_layers"
+
+
+def test_the_last_stage_keeps_one_micro_batch_of_the_modules_layer_input_and_logits():
+    training = training_from_dict({"global_batch_sequences": 8, "sequence_parallel": False})
+    tokens, tp, rc = np.array([32.0]), np.array([1.0]), np.array([RECOMPUTE_NONE])
+    one = np.array([1.0])
+    last = {}
+    for d in (0, 1):
+        model = model_from_dict({**SMALL_MTP_MOE, "moe": None, "mtp_layers": d})
+        _, last[d] = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 2 * one, 0 * one,
+                                            2 * one, 2 * one, 2 * one, one, 4 * one)
+    layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
+    logits = 4 * 32 * 100  # fp32
+    normed_input = 2 * 2 * 64 * 32  # the concatenated 2h input of the projection, bf16
+    assert last[1][0] - last[0][0] == pytest.approx((layer + logits + normed_input) * (1 + ACTIVATION_FRAGMENTATION))

@@ -181,6 +181,16 @@ def test_deepseek_v3_with_latent_attention_and_deduplicated_dispatch_is_planned(
     assert prediction["fits"] and prediction["time_breakdown_s"]["ep_comm_s"] > 0
 
 
+def test_deepseek_v3_with_its_multi_token_prediction_module_counts_the_published_14b_less_shared_copies(client):
+    # DeepSeek-V3's Hugging Face weights: 671B main model + 14B MTP module, whose files
+    # repeat the embedding and output head (129,280 x 7,168 each) that the module shares
+    request = _request(model={**DEEPSEEK_V3, "mtp_layers": 1}, cluster={"preset": "hgx-h800", "nodes": 256},
+                       training={"global_batch_sequences": 15360, "precision": "fp8"}, top_k=1)
+    response = client.post("/v1/parallel/plan", json=request)
+    assert response.status_code == 200, response.text
+    assert response.json()["model_parameters"] == pytest.approx(671e9 + 14e9 - 2 * 129280 * 7168, rel=0.005)
+
+
 def test_an_unknown_expert_dispatch_is_a_422_naming_the_field(client):
     training = {"global_batch_sequences": 1024, "expert_dispatch": "broadcast"}
     response = client.post("/v1/parallel/plan", json=_request(training=training))

@@ -850,7 +850,7 @@ def zero_stage_held(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
     (``fsdp_reshard_after_forward`` default with pp). Llama 3 405B trained so: FSDP with
     pp = 16, fp32 gradient accumulation over micro-batches (Llama Team, "The Llama 3 Herd
     of Models", 2024, Sec. 3.3.2). Between micro-batches such a stage holds ZeRO-1's
-    bytes: whole 16-bit weights and gradients, sharded fp32 master weights and moments.
+    bytes: whole 16-bit weights, whole gradients, sharded fp32 master weights and moments.
     """
     return np.where((zero >= 2) & (pp > 1), np.minimum(zero, 1), zero)
 

@@ -857,7 +857,8 @@ def zero_stage_held(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
 
 def model_state_bytes(dense_params: np.ndarray, expert_params: np.ndarray, zero: np.ndarray,
                       shard_dense: np.ndarray, shard_expert: np.ndarray, training: TrainingSpec,
-                      fp8_weight_copy: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      fp8_linears: bool, unquantized_params: np.ndarray | float = 0.0
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bytes of weights, gradients and optimizer state one GPU keeps for the parameters it holds.
 
     Mixed-precision Adam keeps 16-bit weights, ``training.grad_bytes_per_param`` of
@@ -866,14 +867,17 @@ def model_state_bytes(dense_params: np.ndarray, expert_params: np.ndarray, zero:
     optimizer state over the data-parallel group, stage 2 the gradients as well and
     stage 3 the weights; dense parameters are sharded over ``shard_dense`` ranks (data x
     context parallel), expert parameters over their own, smaller ``shard_expert``. FP8
-    runs also keep Transformer Engine's FP8 copy of every weight (``fp8_weight_copy``).
+    runs (``fp8_linears``) hold each linear weight as FP8 data and its FP8 transpose,
+    beside its 16-bit copy unless ``training.fp8_params``; the ``unquantized_params``
+    among the dense ones (embedding, output layer, position table) stay 16-bit.
     The software flags add what older stacks held on top (see TrainingSpec).
     """
     grad_bytes = float(training.grad_bytes_per_param)
-    weight_bytes = 2.0 + (1.0 if fp8_weight_copy else 0.0)
+    linear_bytes = (2.0 if training.fp8_params else 4.0) if fp8_linears else 2.0
     whole = dense_params + expert_params
     sharded = dense_params / shard_dense + expert_params / shard_expert
-    weights = np.where(zero >= 3, weight_bytes * sharded, weight_bytes * whole)
+    weights = np.where(zero >= 3, linear_bytes * sharded + (2.0 - linear_bytes) * unquantized_params / shard_dense,
+                       linear_bytes * whole + (2.0 - linear_bytes) * unquantized_params)
     grads = np.where(zero >= 2, grad_bytes * sharded, grad_bytes * whole)
     if training.ddp_bucket_copy:
         grads = grads + grad_bytes * whole
@@ -1316,10 +1320,14 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     zero_held = zero_stage_held(zero, pp)
     deferred = zero_held != zero
+    # embedding, output layer and position table stay 16-bit in FP8 runs
+    first_unquantized = counts.embedding / tp + counts.position_embedding \
+        + np.where(single, counts.output / tp, 0.0)
+    last_unquantized = out_params / tp + embedding_copy
     w_first, g_first, o_first = model_state_bytes(first_dense, first_expert, zero_held, shard_dense, shard_expert,
-                                                  training, fp8_weight_copy=fp8)
+                                                  training, fp8, first_unquantized)
     w_last, g_last, o_last = model_state_bytes(last_dense, last_expert, zero_held, shard_dense, shard_expert,
-                                               training, fp8_weight_copy=fp8)
+                                               training, fp8, last_unquantized)
     act_first, act_last = stage_activation_bytes(model, training, tokens, tp, rc, full_frac, q, q_dense, q_moe,
                                                  first_layers, last_layers, pp, v, m, fp8_gemm_inputs=fp8)
 
@@ -1359,10 +1367,12 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     # reduce-scatter and all-gather are each half a ring all-reduce (Rabenseifner)
     rs_grads = 0.5 * dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu, buckets_dense, buckets_expert,
                                   ring)
+    # weights are gathered in 16 bits, or in FP8 where they are kept in FP8 (fp8_params)
+    gathered = 1.0 if fp8 and training.fp8_params else 2.0
     ag_params = 0.5 * np.where(
         zero >= 3,
-        dp_allreduce(2.0 * dense_params_gpu, 2.0 * expert_params_gpu, per_layer, per_layer, ring),
-        dp_allreduce(2.0 * dense_params_gpu, 2.0 * expert_params_gpu, buckets_dense, buckets_expert, ring))
+        dp_allreduce(gathered * dense_params_gpu, gathered * expert_params_gpu, per_layer, per_layer, ring),
+        dp_allreduce(gathered * dense_params_gpu, gathered * expert_params_gpu, buckets_dense, buckets_expert, ring))
 
     # the last micro-batch's backward on a stage is the window the gradient reduction can hide in
     bwd_window = (comp_stage + tp_stage + ep_stage + cp_stage) * (2.0 / 3.0)

@@ -468,6 +468,14 @@ class TrainingSpec:
     # activation-recomputation docs). The planner then recomputes the fewest layers that
     # fit with headroom. The 2021 code recomputed every layer (``--checkpoint-activations``).
     partial_recompute: bool = True
+    # FP8 runs keep each linear weight in FP8 only, gathered in FP8 by the distributed
+    # optimizer from its fp32 master copy (Transformer Engine ``fp8_model_init``;
+    # Megatron-Core ``--fp8-param-gather``, set by NeMo's FP8 precision recipes,
+    # ``fp8_param_gather=True``, and NVIDIA's FP8 benchmark configs, ``fp8_params: true``).
+    # Off: a 16-bit weight plus Transformer Engine's FP8 cast of it. Hopper's FP8 GEMMs
+    # read only the "TN" layout, so the backward's transposed weight is a second FP8 copy
+    # either way (Transformer Engine, "Handling transposes").
+    fp8_params: bool = True
     # How FP8 scales are chosen (precision "fp8" only): "delayed" from the amax history of
     # past steps (Transformer Engine's default DelayedScaling recipe), or "current" from the
     # tensor itself (Float8CurrentScaling), which costs one more pass over every operand.
@@ -875,6 +883,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             dropout=bool(data.get("dropout", False)),
             fp8_scaling=str(data.get("fp8_scaling", "delayed")).lower(),
             partial_recompute=bool(data.get("partial_recompute", True)),
+            fp8_params=bool(data.get("fp8_params", True)),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):
         raise InvalidInput(f"training.precision must be 'bf16', 'fp16' or 'fp8', got {spec.precision!r}",

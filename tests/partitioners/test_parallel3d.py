@@ -292,16 +292,41 @@ def test_zero_shards_expert_state_only_over_the_ranks_that_hold_the_same_experts
     # dp x cp = 16 ranks share every dense parameter; with ep = 8 only 2 of them hold the same experts
     training = training_from_dict({"global_batch_sequences": 8})
     _, _, optimizer_state = model_state_bytes(np.array([1.6e9]), np.array([8e9]), np.array([1]), np.array([16.0]),
-                                              np.array([2.0]), training, fp8_weight_copy=False)
+                                              np.array([2.0]), training, fp8_linears=False)
     assert float(optimizer_state[0]) == pytest.approx(12 * (1.6e9 / 16 + 8e9 / 2))
 
 
-def test_fp8_runs_keep_a_one_byte_copy_of_every_weight_beside_the_16_bit_one():
-    training = training_from_dict({"global_batch_sequences": 8, "precision": "fp8"})
-    weights = {fp8: float(model_state_bytes(np.array([1e9]), np.array([0.0]), np.array([0]), np.array([8.0]),
-                                            np.array([1.0]), training, fp8_weight_copy=fp8)[0][0])
-               for fp8 in (False, True)}
-    assert weights == {False: 2e9, True: 3e9}
+@pytest.mark.parametrize(("fp8_params", "bytes_per_linear_weight"), [
+    (True, 1 + 1),  # FP8 data and its FP8 transpose (Hopper's FP8 GEMMs read only "TN")
+    (False, 2 + 1 + 1),  # beside the 16-bit weight they are cast from
+])
+def test_fp8_runs_hold_linear_weights_in_fp8_and_transposed_and_the_embedding_in_16_bits(
+        fp8_params, bytes_per_linear_weight):
+    training = training_from_dict({"global_batch_sequences": 8, "precision": "fp8", "fp8_params": fp8_params})
+    linear, embedding = 1e9, 0.25e9
+    weights = float(model_state_bytes(np.array([linear + embedding]), np.array([0.0]), np.array([0]),
+                                      np.array([8.0]), np.array([1.0]), training, fp8_linears=True,
+                                      unquantized_params=embedding)[0][0])
+    assert weights == pytest.approx(bytes_per_linear_weight * linear + 2 * embedding)
+
+
+def test_16_bit_runs_hold_two_bytes_of_every_weight():
+    training = training_from_dict({"global_batch_sequences": 8})
+    weights = float(model_state_bytes(np.array([1e9]), np.array([0.0]), np.array([0]), np.array([8.0]),
+                                      np.array([1.0]), training, fp8_linears=False)[0][0])
+    assert weights == pytest.approx(2e9)
+
+
+def test_fp8_weights_are_gathered_in_one_byte_by_the_distributed_optimizer():
+    model = model_from_dict({**GPT_SMALL, "hidden_size": 4096, "num_attention_heads": 32})
+    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": 2})
+    totals = {}
+    for fp8_params in (False, True):
+        training = training_from_dict({"global_batch_sequences": 16, "precision": "fp8", "fp8_params": fp8_params,
+                                       "overlap_grad_reduce": False})
+        totals[fp8_params] = float(predict_layouts(model, cluster, training,
+                                                   layouts(dp=16, zero=1))["dp_comm_total_s"][0])
+    assert totals[True] < totals[False]
 
 
 @pytest.mark.parametrize("zero", [2, 3])

@@ -191,6 +191,17 @@ def test_deepseek_v3_with_its_multi_token_prediction_module_counts_the_published
     assert response.json()["model_parameters"] == pytest.approx(671e9 + 14e9 - 2 * 129280 * 7168, rel=0.005)
 
 
+def test_fp8_weights_kept_beside_their_16_bit_copies_take_more_parameter_memory(client):
+    layout = [{"tp": 8, "pp": 4, "dp": 2, "recompute": "full"}]
+    memory = {}
+    for fp8_params in (True, False):
+        training = {"global_batch_sequences": 1024, "precision": "fp8", "fp8_params": fp8_params}
+        response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=layout))
+        assert response.status_code == 200, response.text
+        memory[fp8_params] = response.json()["predictions"][0]["memory_per_gpu"]["parameters_bytes"]
+    assert memory[False] > memory[True]
+
+
 def test_an_unknown_expert_dispatch_is_a_422_naming_the_field(client):
     training = {"global_batch_sequences": 1024, "expert_dispatch": "broadcast"}
     response = client.post("/v1/parallel/plan", json=_request(training=training))

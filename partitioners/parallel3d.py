@@ -57,6 +57,7 @@ from partitioners.parallel3d_cost import (
     parameter_counts,
     predict_layouts,
     stage_layer_split,
+    zero_stage_held,
 )
 from partitioners.parallel3d_specs import (
     RECOMPUTE_MODES,
@@ -374,9 +375,9 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     keep &= v_ok
     zero = zeros[i_z]
     if 1 in constraints.zero_stages:
-        # under a pipeline ZeRO-2/3 hold ZeRO-1's bytes (parallel3d_cost.zero_stage_held), so
-        # they are searched only where ZeRO-1 is not allowed
-        keep &= ~((zero >= 2) & (pp > 1))
+        # under a pipeline ZeRO-2/3 hold ZeRO-1's bytes, so they are searched only where
+        # ZeRO-1 is not allowed
+        keep &= zero_stage_held(zero, pp) == zero
     rc = rcs[i_rc]
     # full recomputation starts out covering every layer of a model chunk (see _search)
     chunk_layers = (q // v).astype(np.int64)
@@ -446,7 +447,7 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
     memory_note = _tight_memory_note(memory) if not reasons else None
     if memory_note:
         extra.append(memory_note)
-    if d["zero"] >= 2 and d["pp"] > 1:
+    if zero_stage_held(d["zero"], d["pp"]) != d["zero"]:
         extra.append(f"ZeRO-{d['zero']} under a pipeline is deferred, as PyTorch FSDP runs it with "
                      "torch.distributed.pipelining: weights and gradients stay whole across the micro-batches "
                      "(ZeRO-1's memory) and are reduce-scattered once, after the last backward (DeepSpeed "

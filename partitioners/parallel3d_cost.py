@@ -838,7 +838,7 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
 # --------------------------------------------------------------------- prediction
 
 
-def zero_stage_held(zero: np.ndarray, pp: np.ndarray) -> np.ndarray:
+def zero_stage_held(zero: np.ndarray | int, pp: np.ndarray | int) -> np.ndarray:
     """The ZeRO stage whose sharding a GPU's memory actually sees between micro-batches.
 
     Sharding gradients (stage 2) or weights (stage 3) per micro-batch would cost a

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioners.parallel3d_cost import RECOMPUTE_NONE, LayoutArrays
+from partitioners.parallel3d_cost import RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, LayoutArrays, activation_bytes_per_layer
 
 
 def layouts(**kw) -> LayoutArrays:
@@ -18,3 +18,11 @@ def layouts(**kw) -> LayoutArrays:
     base.update(kw)
     return LayoutArrays(*(np.array([base[k]], dtype=np.int64) for k in
                           ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute", "recompute_layers")))
+
+
+def selective_saving_bytes(model, training, tokens: float, tp: float, moe_layer: bool = False) -> float:
+    """Activation bytes of one layer that selective recomputation does not keep."""
+    kept = {rc: float(activation_bytes_per_layer(model, training, np.array([tokens]), np.array([tp]),
+                                                 np.array([rc]), moe_layer=moe_layer)[0])
+            for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)}
+    return kept[RECOMPUTE_NONE] - kept[RECOMPUTE_SELECTIVE]

@@ -50,7 +50,7 @@ from partitioners.parallel3d_specs import (
     model_from_dict,
     training_from_dict,
 )
-from tests.partitioners.parallel_layouts import layouts
+from tests.partitioners.parallel_layouts import layouts, selective_saving_bytes
 
 GPT_SMALL = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100}
 A100_NODE = {"preset": "dgx-a100", "nodes": 1}
@@ -238,12 +238,9 @@ def test_fp8_linears_keep_their_saved_gemm_inputs_in_one_byte():
 def test_selective_recomputation_under_flash_attention_rebuilds_the_norm_outputs():
     # no score matrix is stored to drop; the two norms' outputs (2 bytes per element,
     # sequence-sharded) are rebuilt from their kept inputs instead
-    model = model_from_dict(GPT_SMALL)
     training = training_from_dict({"global_batch_sequences": 1})
-    tokens, tp = np.array([32.0]), np.array([2.0])
-    kept = {rc: float(activation_bytes_per_layer(model, training, tokens, tp, np.array([rc]))[0])
-            for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)}
-    assert kept[RECOMPUTE_NONE] - kept[RECOMPUTE_SELECTIVE] == pytest.approx(32 * 2 * 2 * 64 / 2)
+    saved = selective_saving_bytes(model_from_dict(GPT_SMALL), training, tokens=32, tp=2)
+    assert saved == pytest.approx(32 * 2 * 2 * 64 / 2)
 
 
 def test_selective_recomputation_in_an_moe_layer_rebuilds_the_experts_activation_output():
@@ -251,13 +248,9 @@ def test_selective_recomputation_in_an_moe_layer_rebuilds_the_experts_activation
                              "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 16,
                                      "shared_experts": 1}})
     training = training_from_dict({"global_batch_sequences": 1})
-    tokens, tp = np.array([32.0]), np.array([1.0])
 
     def dropped(moe_layer):
-        kept = {rc: float(activation_bytes_per_layer(model, training, tokens, tp, np.array([rc]),
-                                                     moe_layer=moe_layer)[0])
-                for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)}
-        return kept[RECOMPUTE_NONE] - kept[RECOMPUTE_SELECTIVE]
+        return selective_saving_bytes(model, training, tokens=32, tp=1, moe_layer=moe_layer)
 
     # two routed copies and one shared expert each keep a 16-wide, 2-byte activation output
     assert dropped(True) - dropped(False) == pytest.approx(32 * (2 + 1) * 16 * 2)

@@ -491,6 +491,15 @@ def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
             f"{ACTIVATION_FRAGMENTATION_HIGH:.0%} ({worst_bytes / _GIB:.1f} GiB); measure peak memory before a long run")
 
 
+def _tight_memory(pred: Mapping[str, np.ndarray], index: np.ndarray, capacity_bytes: float) -> np.ndarray:
+    """True where a layout fits only with less allocator waste than ``ACTIVATION_FRAGMENTATION_HIGH``."""
+    total = pred["memory_bytes"][index]
+    activations = pred["activations_bytes"][index]
+    raw = activations / (1.0 + ACTIVATION_FRAGMENTATION)
+    worst = total + raw * (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION)
+    return worst > capacity_bytes
+
+
 def _best_per_mesh(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> np.ndarray:
     """Of the candidates at ``index``, the fastest one per (dp, tp, pp, cp, ep) mesh, fastest first."""
     if index.size == 0:
@@ -614,10 +623,12 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
     ParallelPlan
         Candidates fastest first; layouts within ``constraints.tie_tolerance``
         (3% by default) of the best are flagged ``tie_with_best`` and, among those, ones
-        with fewer pipeline stages come first, then ones with more memory to spare:
-        the gap is below the model's error, and fewer stages carry less unmodelled
-        risk (stage imbalance, straggling stages, p2p jitter), as does headroom
-        against allocator fragmentation, counted at its low end. ``rejected`` lists faster-looking
+        that would still fit at the high end of allocator fragmentation come first
+        (a tight layout may not run at all), then ones with fewer pipeline stages,
+        then ones with more memory to spare: the gap is below the model's error, and
+        fewer stages carry less unmodelled risk (stage imbalance, straggling stages,
+        p2p jitter), as does headroom against allocator fragmentation, counted at its
+        low end. ``rejected`` lists faster-looking
         layouts that cannot run, with the reason. ``feasible`` is False when
         nothing fits; ``notes`` then says what would have to change.
 
@@ -647,15 +658,16 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
         best_time = step[ranked[0]]
         in_band = step[ranked] <= best_time * (1.0 + cons.tie_tolerance)
         band = ranked[in_band]
-        band = band[np.lexsort((step[band], pred["memory_bytes"][band], lay.pp[band]))]
+        tight = _tight_memory(pred, band, float(cluster_spec.memory_bytes))
+        band = band[np.lexsort((step[band], pred["memory_bytes"][band], lay.pp[band], tight))]
         ordered = np.concatenate([band, ranked[~in_band]])[:top_k]
         for i in ordered:
             tie = bool(step[i] <= best_time * (1.0 + cons.tie_tolerance))
             note = ()
             if tie and band.size > 1:
                 note = (f"within {cons.tie_tolerance:.1%} of the fastest prediction "
-                        f"({best_time:.3f} s): a tie at the model's accuracy; ties rank fewer pipeline stages, "
-                        "then more free memory, first",)
+                        f"({best_time:.3f} s): a tie at the model's accuracy; ties rank layouts with room for "
+                        "allocator waste, then fewer pipeline stages, then more free memory, first",)
             candidates.append(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec, tie, note))
         threshold = step[ordered[0]]
     else:

@@ -37,6 +37,10 @@ Published models this follows (and where it departs, why):
   the output layer and loss; every send/recv of activations pays Megatron's host
   synchronisation, ``2 v`` times per micro-batch; with tied embeddings the first and
   last stages all-reduce the embedding gradient after the flush.
+* Data-parallel gradient reduction overlapped with the backward: under 1F1B, with the
+  last micro-batch's backward, bucket by bucket; under the interleaved schedule, model
+  chunk by model chunk as each finishes its last backward (Megatron-Core's per-chunk
+  ``grad_sync_func``), so only the last chunk's share trails the pipeline.
 * Weight-gradient accumulation over micro-batches: free when fused into the
   weight-gradient GEMM (today's Megatron-LM), otherwise a memory-bound pass over the
   stage's parameters per micro-batch (:func:`gradient_accumulation_time_s`), which is
@@ -82,6 +86,7 @@ __all__ = [
     "fragmentation_that_fills",
     "OVERLAP_COMPUTE_SLOWDOWN",
     "overlapped_time_s",
+    "exposed_part_s",
     "ParameterCounts",
     "parameter_counts",
     "model_flops_per_step",
@@ -182,8 +187,13 @@ def overlapped_time_s(comm_s: np.ndarray, window_s: np.ndarray, floor_s: np.ndar
     collective's first and last chunk); the covered part slows the computation it
     shares the GPU with by ``OVERLAP_COMPUTE_SLOWDOWN`` (Lee et al. 2025).
     """
-    exposed = np.maximum(np.maximum(comm_s - window_s, 0.0), floor_s)
+    exposed = exposed_part_s(comm_s, window_s, floor_s)
     return exposed + OVERLAP_COMPUTE_SLOWDOWN * (comm_s - exposed)
+
+
+def exposed_part_s(comm_s: np.ndarray, window_s: np.ndarray, floor_s: np.ndarray | float = 0.0) -> np.ndarray:
+    """The part of a collective that ``window_s`` of computation cannot cover (at least ``floor_s``)."""
+    return np.maximum(np.maximum(comm_s - window_s, 0.0), floor_s)
 
 
 @dataclass(frozen=True)
@@ -1383,14 +1393,40 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     def exposed(t_comm, window):
         return overlapped_time_s(t_comm, window, t_comm * tail) if overlap else t_comm
 
+    # Under the interleaved schedule Megatron-Core synchronises each model chunk on its own
+    # (``grad_sync_func`` / ``param_sync_func`` per chunk in
+    # ``forward_backward_pipelining_with_interleaving``): a chunk's gradients are reduced
+    # once its last micro-batch's backward is done, and chunks finish a group of ``pp``
+    # micro-batches apart, so only the last chunk's share trails the pipeline; weights are
+    # gathered chunk by chunk ahead of each chunk's first forward, so only the first
+    # chunk's share waits (on its own forward, bucket by bucket).
+    interleaved = overlap & (v > 1.0) & ~single
+    chunk_gap_bwd = pp * bwd_window / v
+    chunk_gap_fwd = pp * fwd_window / v
+
+    def exposed_by_chunk(t_comm, first_exposed_s, gap):
+        share = t_comm / v
+        trailing = first_exposed_s + np.maximum(0.0, (v - 1.0) * (share - gap))
+        trailing = np.minimum(trailing, t_comm)
+        return trailing + OVERLAP_COMPUTE_SLOWDOWN * (t_comm - trailing)
+
+    def reduce_exposed(t_comm, window):
+        # the last chunk's reduction is launched after its backward, with nothing left to hide it
+        return np.where(interleaved, exposed_by_chunk(t_comm, t_comm / v, chunk_gap_bwd), exposed(t_comm, window))
+
+    def gather_exposed(t_comm, window):
+        share = t_comm / v
+        first = exposed_part_s(share, window / v, share * np.minimum(tail * v, 1.0))
+        return np.where(interleaved, exposed_by_chunk(t_comm, first, chunk_gap_fwd), exposed(t_comm, window))
+
     # deferred ZeRO-2/3 under a pipeline: one weight gather ahead of the first forward, one
     # reduce-scatter issued after the stage's last backward, with no compute left to hide it
     dp_exposed = np.select(
         [deferred, zero == 0, zero == 1, zero == 2],
         [
             exposed(ag_params, fwd_window) + rs_grads,
-            exposed(ar_grads, bwd_window),
-            exposed(rs_grads, bwd_window) + exposed(ag_params, fwd_window),
+            reduce_exposed(ar_grads, bwd_window),
+            reduce_exposed(rs_grads, bwd_window) + gather_exposed(ag_params, fwd_window),
             m * exposed(rs_grads, bwd_window) + exposed(ag_params, fwd_window),
         ],
         default=m * (exposed(ag_params, fwd_window) + exposed(ag_params + rs_grads, bwd_window)),

@@ -322,6 +322,29 @@ def test_fp8_weights_are_gathered_in_one_byte_by_the_distributed_optimizer():
     assert totals[True] < totals[False]
 
 
+def test_interleaving_leaves_less_of_the_gradient_reduction_trailing_the_pipeline():
+    # Megatron-Core reduces each model chunk once its last backward is done: only the last
+    # chunk's share trails the pipeline, the others run under later chunks' backwards
+    model = model_from_dict({"num_layers": 16, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
+                             "vocab_size": 51200})
+    cluster = cluster_from_dict({"preset": "dgx-a100", "nodes": 4})
+    training = training_from_dict({"global_batch_sequences": 64})
+    exposed = {v: float(predict_layouts(model, cluster, training,
+                                        layouts(dp=8, pp=4, v=v, zero=1))["dp_comm_exposed_s"][0]) for v in (1, 2, 4)}
+    total = float(predict_layouts(model, cluster, training, layouts(dp=8, pp=4, v=4, zero=1))["dp_comm_total_s"][0])
+    assert exposed[4] < exposed[2] < exposed[1]
+    assert exposed[4] > total / 4 / 2  # the last chunk's reduce-scatter (2/3 of the bytes in fp32) stays out
+
+
+def test_without_overlapped_gradient_reduction_interleaving_hides_none_of_it():
+    model = model_from_dict({"num_layers": 16, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
+                             "vocab_size": 51200})
+    cluster = cluster_from_dict({"preset": "dgx-a100", "nodes": 4})
+    training = training_from_dict({"global_batch_sequences": 64, "overlap_grad_reduce": False})
+    pred = predict_layouts(model, cluster, training, layouts(dp=8, pp=4, v=4, zero=1))
+    assert float(pred["dp_comm_exposed_s"][0]) == pytest.approx(float(pred["dp_comm_total_s"][0]))
+
+
 @pytest.mark.parametrize("zero", [2, 3])
 def test_zero_2_and_3_under_a_pipeline_hold_zero_1_bytes_between_micro_batches(zero):
     # torch.distributed.pipelining keeps an FSDP stage's weights and gradients whole until its last backward
@@ -750,7 +773,7 @@ def test_small_model_on_one_node_is_pure_data_parallel():
     assert (best.dp, best.tp, best.pp) == (8, 1, 1)
 
 
-def test_ties_within_tolerance_are_flagged_and_rank_fewer_stages_first():
+def test_roomy_ties_within_tolerance_are_flagged_and_rank_fewer_stages_first():
     plan = plan_parallel_layout({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 64},
                                 {"tie_tolerance": 0.4})
     ties = [c for c in plan.candidates if c.tie_with_best]
@@ -767,6 +790,16 @@ def test_ties_with_the_same_pipeline_depth_rank_more_free_memory_first():
         same_depth = [c.memory.total_bytes for c in ties if c.pp == pp]
         assert same_depth == sorted(same_depth)
     assert any(sum(c.pp == pp for c in ties) >= 2 for pp in {c.pp for c in ties})
+
+
+def test_ties_that_fit_only_if_the_allocator_wastes_little_rank_after_the_roomy_ones():
+    gpt_13b = {"num_layers": 64, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 2048,
+               "vocab_size": 51200}
+    plan = plan_parallel_layout(gpt_13b, {"preset": "dgx-a100", "nodes": 2}, {"global_batch_sequences": 128},
+                                {"tie_tolerance": 0.3}, with_rank_map=False)
+    tight = [any(n.startswith("tight memory") for n in c.notes) for c in plan.candidates if c.tie_with_best]
+    assert True in tight and False in tight
+    assert tight == sorted(tight)
 
 
 def test_interleaving_needs_more_than_two_stages_and_whole_rounds_of_micro_batches():

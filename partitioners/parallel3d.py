@@ -104,12 +104,11 @@ REJECTION_REASONS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Predicted peak bytes per GPU, by kind, on the fuller of the first pipeline stage (the
-    most micro-batches in flight, and the embedding) and the last (the logits).
-
-    A middle stage is not checked: when the first stage is one layer short and there are
-    more stages than layers per stage, the second stage holds more activations
-    (``(p - 1) q`` layer-micro-batches against ``p (q - 1)``) under Megatron's schedules.
+    """Predicted peak bytes per GPU, by kind, on the fullest pipeline stage: the first (the
+    most micro-batches in flight, and the embedding), the last (the logits) or, when the
+    first is a layer short and there are more stages than layers per stage, a middle one
+    (``(p - 1) q`` layer-micro-batches against ``p (q - 1)`` on the second under
+    Megatron's schedules; see ``stage_activation_bytes``).
     """
 
     parameters_bytes: float

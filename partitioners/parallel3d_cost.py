@@ -902,15 +902,20 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
                            recompute: np.ndarray, full_fraction: np.ndarray, layers_per_stage: np.ndarray,
                            dense_layers: np.ndarray, moe_layers: np.ndarray, first_layers: np.ndarray,
                            last_layers: np.ndarray, pp: np.ndarray, v: np.ndarray, m: np.ndarray,
-                           fp8_gemm_inputs: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Peak activation bytes on the first and on the last pipeline stage, with allocator fragmentation.
+                           fp8_gemm_inputs: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Peak activation bytes on the first, the last and the fullest middle pipeline stage,
+    with allocator fragmentation, and the layers that middle stage holds.
 
-    The first stage holds the most micro-batches in flight: min(m, p) model chunks
-    under 1F1B and 2(p-1) + (v-1)p + 1 under the interleaved schedule (Narayanan et
-    al., SC21, Sec. 2.2; Megatron-LM's warm-up counts); the last holds one, or
-    (v-1)p + 1 chunks when interleaved, plus the fp32 logits. A middle stage holds
-    ``layers_per_stage`` layers of which ``dense_layers`` and ``moe_layers`` are of
-    each kind; ``first_layers`` and ``last_layers`` are what the end stages keep.
+    Stage ``r`` holds min(m, p - r) micro-batches in flight under 1F1B and
+    2(p - r - 1) + (v-1)p + 1 model chunks under the interleaved schedule (Narayanan et
+    al., SC21, Sec. 2.2; Megatron-LM's warm-up counts): the first the most, the last
+    one, or (v-1)p + 1 chunks when interleaved, plus the fp32 logits. A middle stage
+    holds ``layers_per_stage`` layers of which ``dense_layers`` and ``moe_layers`` are
+    of each kind; ``first_layers`` and ``last_layers`` are what the end stages keep. When
+    the first stage is shorter than ``p - r`` in-flight micro-batches make up for, a
+    middle one is fuller (Llama 3 405B: 8 layers x 15 on the second of 16 stages
+    against 7 x 16 on the first). Layers the ends do not shed are taken from the middle
+    stages nearest the first, which keep the most in flight.
     Per-layer bytes are Korthikanti et al.'s (activation_bytes_per_layer); under a
     partial full recomputation the ``1 - full_fraction`` of layers it leaves out keep
     all of theirs. Activations are counted with ``ACTIVATION_FRAGMENTATION``.
@@ -934,20 +939,35 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
                              full_fraction * layer_act_avg + (1.0 - full_fraction) * (q_dense * kept_dense
                                                                                       + q_moe * kept_moe) / q,
                              layer_act_avg)
-    chunks_first = np.where(v == 1, np.minimum(m, pp), np.minimum(m * v, 2.0 * (pp - 1.0) + (v - 1.0) * pp + 1.0))
+    def chunks_in_flight(rank):
+        return np.where(v == 1, np.minimum(m, pp - rank),
+                        np.minimum(m * v, 2.0 * (pp - rank - 1.0) + (v - 1.0) * pp + 1.0))
+
+    chunks_first = chunks_in_flight(0.0)
     chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * pp + 1.0))
     layers_first = chunks_first * first_layers / v
     layers_last = np.where(single, layers_first, chunks_last * last_layers / v)
+    # the fullest middle stage: the second (one layer short if the middle stages shed
+    # any), or the first middle stage past the shortened ones
+    middle_short = np.maximum(pp * q - model.num_layers - (q - first_layers) - (q - last_layers), 0.0)
+    second_layers = q - (middle_short >= 1)
+    second = chunks_in_flight(1.0) * second_layers / v
+    past_short = np.where(middle_short + 1.0 <= pp - 2.0, chunks_in_flight(middle_short + 1.0) * q / v, 0.0)
+    layers_mid = np.where(pp >= 3, np.maximum(second, past_short), 0.0)
+    mid_layers = np.where(second >= past_short, second_layers, q)
+    chunks_mid = np.where(second >= past_short, chunks_in_flight(1.0), chunks_in_flight(middle_short + 1.0))
     # full recomputation rebuilds one layer's activations at a time during backward
     transient = np.where(recompute == RECOMPUTE_FULL, kept_moe if has_moe else kept_dense, 0.0)
     # the embedding output's dropout mask
     embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
         if training.dropout else np.zeros_like(tokens)
     act_first = layers_first * layer_act_avg + transient + embed_act
+    act_mid = np.where(pp >= 3, layers_mid * layer_act_avg + transient, 0.0)
     if training.stage_outputs_kept:
         # each in-flight model chunk's output (the residual stream, 2 bytes per element)
-        act_first = act_first + np.where(single, 0.0, chunks_first * tokens * h * 2.0
-                                         / np.where(training.sequence_parallel, tp, 1.0))
+        stage_output = tokens * h * 2.0 / np.where(training.sequence_parallel, tp, 1.0)
+        act_first = act_first + np.where(single, 0.0, chunks_first * stage_output)
+        act_mid = act_mid + np.where(pp >= 3, chunks_mid * stage_output, 0.0)
     logits_act = 4.0 * tokens * vocab / tp
     # multi-token prediction: per module its layer, its normed 2h input and another set
     # of logits, for the one micro-batch the last stage holds in its last model chunk
@@ -955,7 +975,8 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
                                   + 2.0 * 2.0 * h * tokens / np.where(training.sequence_parallel, tp, 1.0))
     act_last = layers_last * layer_act_avg + transient + logits_act + mtp_act
     act_first = np.where(single, act_first + logits_act + mtp_act, act_first)
-    return act_first * (1.0 + ACTIVATION_FRAGMENTATION), act_last * (1.0 + ACTIVATION_FRAGMENTATION)
+    fragmented = 1.0 + ACTIVATION_FRAGMENTATION
+    return act_first * fragmented, act_last * fragmented, act_mid * fragmented, mid_layers
 
 
 def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -967,8 +988,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     ``compute_s``, ``tp_comm_s``, ``cp_comm_s``, ``ep_comm_s``, ``pp_comm_s``,
     ``bubble_s``, ``dp_comm_exposed_s``, ``optimizer_s``, and memory components
     ``parameters_bytes``, ``gradients_bytes``, ``optimizer_state_bytes``,
-    ``activations_bytes``, ``buffers_bytes``, ``memory_bytes`` (the fuller
-    of the first and the last pipeline stage; see parallel3d.MemoryBreakdown), plus
+    ``activations_bytes``, ``buffers_bytes``, ``memory_bytes`` (the fullest
+    of the first, the last and a middle pipeline stage; see parallel3d.MemoryBreakdown), plus
     ``num_micro_batches`` and ``layers_per_stage``.
     """
     f64 = np.float64
@@ -1338,8 +1359,13 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                                                   training, fp8, first_unquantized)
     w_last, g_last, o_last = model_state_bytes(last_dense, last_expert, zero_held, shard_dense, shard_expert,
                                                training, fp8, last_unquantized)
-    act_first, act_last = stage_activation_bytes(model, training, tokens, tp, rc, full_frac, q, q_dense, q_moe,
-                                                 first_layers, last_layers, pp, v, m, fp8_gemm_inputs=fp8)
+    act_first, act_last, act_mid, mid_layers = stage_activation_bytes(
+        model, training, tokens, tp, rc, full_frac, q, q_dense, q_moe, first_layers, last_layers, pp, v, m,
+        fp8_gemm_inputs=fp8)
+    has_mid = pp >= 3
+    held_mid = np.where(has_mid, mid_layers / q, 0.0)  # a shortened middle stage holds one layer less
+    w_mid, g_mid, o_mid = model_state_bytes(mid_dense * held_mid, mid_expert * held_mid, zero_held, shard_dense,
+                                            shard_expert, training, fp8, 0.0)
 
     # ---- buffers: fixed reserve, ZeRO-3 prefetch of two layers, p2p and TP staging
     layer_params_gpu = attn_gpu + counts.dense_mlp_per_layer / tp
@@ -1348,12 +1374,22 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     total_first = w_first + g_first + o_first + act_first + buffers
     total_last = w_last + g_last + o_last + act_last + buffers
+    total_mid = w_mid + g_mid + o_mid + act_mid + buffers
     worst_last = (~single) & (total_last > total_first)
+    worst_mid = has_mid & (total_mid > np.maximum(total_first, total_last))
+    worst_last = worst_last & ~worst_mid
+
+    def at_worst(first_value, last_value, mid_value):
+        return np.select([worst_mid, worst_last], [mid_value, last_value], default=first_value)
 
     # ---- data-parallel gradient reduction (and ZeRO gathers), overlapped with backward
-    stage_params_gpu = np.maximum(first_dense + first_expert, last_dense + last_expert)
-    dense_params_gpu = np.maximum(first_dense, last_dense)
-    expert_params_gpu = np.maximum(first_expert, last_expert)
+    # (the stage with the most parameters finishes its reduction last)
+    mid_held_dense = np.where(has_mid, mid_dense, 0.0)
+    mid_held_expert = np.where(has_mid, mid_expert, 0.0)
+    stage_params_gpu = np.maximum(np.maximum(first_dense + first_expert, last_dense + last_expert),
+                                  mid_held_dense + mid_held_expert)
+    dense_params_gpu = np.maximum(np.maximum(first_dense, last_dense), mid_held_dense)
+    expert_params_gpu = np.maximum(np.maximum(first_expert, last_expert), mid_held_expert)
     pp_in_node = np.minimum(pp, np.maximum(1.0, np.floor(gpn / (tp * cp * ep))))
     local_dense = np.clip(np.floor(gpn / (tp * pp_in_node)), 1.0, shard_dense)
     local_dense = np.where(shard_dense % local_dense == 0, local_dense, 1.0)
@@ -1479,12 +1515,13 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                                       m * rs_grads + ag_params],
                                      default=m * (2.0 * ag_params + rs_grads)) + tied_ar,
         "optimizer_s": optimizer_time,
-        "parameters_bytes": np.where(worst_last, w_last, w_first),
-        "gradients_bytes": np.where(worst_last, g_last, g_first),
-        "optimizer_state_bytes": np.where(worst_last, o_last, o_first),
-        "activations_bytes": np.where(worst_last, act_last, act_first),
+        "parameters_bytes": at_worst(w_first, w_last, w_mid),
+        "gradients_bytes": at_worst(g_first, g_last, g_mid),
+        "optimizer_state_bytes": at_worst(o_first, o_last, o_mid),
+        "activations_bytes": at_worst(act_first, act_last, act_mid),
         "buffers_bytes": buffers,
-        "memory_bytes": np.maximum(total_first, np.where(single, 0.0, total_last)),
+        "memory_bytes": np.maximum(np.maximum(total_first, np.where(single, 0.0, total_last)),
+                                   np.where(has_mid, total_mid, 0.0)),
         "num_micro_batches": m,
         "layers_per_stage": q,
         "first_stage_layers": first_layers,

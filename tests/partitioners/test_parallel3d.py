@@ -42,6 +42,7 @@ from partitioners.parallel3d_cost import (
     pipeline_bubble_fraction,
     pipeline_time_s,
     predict_layouts,
+    stage_activation_bytes,
     stage_layer_split,
 )
 from partitioners.parallel3d_specs import (
@@ -397,6 +398,34 @@ def test_first_pipeline_stage_keeps_p_micro_batches_of_activations():
     embedding_masks = 4 * 32 * 64  # one byte per element, p micro-batches in flight
     expected = (8 * per_layer + embedding_masks) * (1 + ACTIVATION_FRAGMENTATION)
     assert float(pred["activations_bytes"][0]) == pytest.approx(expected)
+
+
+def test_a_middle_stage_fuller_than_the_shortened_first_one_sets_the_activation_peak():
+    # 14 layers on 8 stages: the ends keep 1 layer each, the second stage 2 layers x 7
+    # micro-batches in flight against the first's 1 x 8 (Llama 3 405B's 8 x 15 against 7 x 16)
+    model = model_from_dict({**GPT_SMALL, "num_layers": 14, "vocab_size": 8})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 16})
+    per_layer = float(activation_bytes_per_layer(model, training, np.array([32]), np.array([1]),
+                                                 np.array([RECOMPUTE_NONE]))[0])
+    pred = predict_layouts(model, cluster, training, layouts(dp=1, pp=8))
+    assert (int(pred["first_stage_layers"][0]), int(pred["last_stage_layers"][0])) == (1, 1)
+    assert float(pred["activations_bytes"][0]) == pytest.approx(2 * 7 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
+
+
+def test_middle_stages_shed_leftover_layers_nearest_the_first_stage():
+    # 13 layers on 8 stages of 2: the ends keep 1 each and the second stage sheds the third
+    # short layer (1 x 7 in flight); the third stage's 2 x 6 is then the peak (first: 1 x 8)
+    model = model_from_dict({**GPT_SMALL, "num_layers": 13})
+    training = training_from_dict({"global_batch_sequences": 16})
+    one = np.array([1.0])
+    tokens, tp, rc = np.array([32.0]), one, np.array([RECOMPUTE_NONE])
+    per_layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
+    first, _, middle, middle_layers = stage_activation_bytes(
+        model, training, tokens, tp, rc, 0.0 * one, 2 * one, 2 * one, 0 * one, one, one, 8 * one, one, 16 * one)
+    assert float(middle_layers[0]) == 2
+    assert float(middle[0]) == pytest.approx(2 * 6 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
+    assert float(first[0]) == pytest.approx(1 * 8 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
 
 
 @pytest.mark.parametrize(("grad_bytes", "extra_bytes_per_param"), [(2, 4), (4, 0)])

@@ -911,11 +911,12 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     al., SC21, Sec. 2.2; Megatron-LM's warm-up counts): the first the most, the last
     one, or (v-1)p + 1 chunks when interleaved, plus the fp32 logits. A middle stage
     holds ``layers_per_stage`` layers of which ``dense_layers`` and ``moe_layers`` are
-    of each kind; ``first_layers`` and ``last_layers`` are what the end stages keep. When
-    the first stage is shorter than ``p - r`` in-flight micro-batches make up for, a
-    middle one is fuller (Llama 3 405B: 8 layers x 15 on the second of 16 stages
-    against 7 x 16 on the first). Layers the ends do not shed are taken from the middle
-    stages nearest the first, which keep the most in flight.
+    of each kind; ``first_layers`` and ``last_layers`` are what the end stages keep. A
+    middle stage keeps fewer micro-batches in flight than the first but, when the ends
+    shed layers, more layers, and can be the fullest (Llama 3 405B: 8 layers x 15
+    micro-batches on the second of 16 stages against 7 x 16 on the first). Layers the
+    ends do not shed are taken from the middle stages nearest the first, which keep the
+    most in flight.
     Per-layer bytes are Korthikanti et al.'s (activation_bytes_per_layer); under a
     partial full recomputation the ``1 - full_fraction`` of layers it leaves out keep
     all of theirs. Activations are counted with ``ACTIVATION_FRAGMENTATION``.

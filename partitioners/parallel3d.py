@@ -108,7 +108,8 @@ class MemoryBreakdown:
     most micro-batches in flight, and the embedding), the last (the logits) or, when the
     first is a layer short and there are more stages than layers per stage, a middle one
     (``(p - 1) q`` layer-micro-batches against ``p (q - 1)`` on the second under
-    Megatron's schedules; see ``stage_activation_bytes``).
+    Megatron's schedules; see ``stage_activation_bytes``). ``fullest_stage`` is that
+    stage's pipeline rank.
     """
 
     parameters_bytes: float
@@ -118,6 +119,7 @@ class MemoryBreakdown:
     buffers_bytes: float
     total_bytes: float
     capacity_bytes: float
+    fullest_stage: int = 0
 
     @property
     def fragmentation_that_fills(self) -> float | None:
@@ -131,8 +133,9 @@ class MemoryBreakdown:
             return None
         return fragmentation_that_fills(self.total_bytes, self.activations_bytes, self.capacity_bytes)
 
-    def to_dict(self) -> dict[str, float | None]:
-        return {**{k: float(getattr(self, k)) for k in self.__dataclass_fields__},
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {**{k: float(getattr(self, k)) for k in self.__dataclass_fields__ if k != "fullest_stage"},
+                "fullest_stage": self.fullest_stage,
                 "fragmentation_that_fills": self.fragmentation_that_fills}
 
 
@@ -442,7 +445,8 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
         parameters_bytes=float(pred["parameters_bytes"][i]), gradients_bytes=float(pred["gradients_bytes"][i]),
         optimizer_state_bytes=float(pred["optimizer_state_bytes"][i]),
         activations_bytes=float(pred["activations_bytes"][i]), buffers_bytes=float(pred["buffers_bytes"][i]),
-        total_bytes=float(pred["memory_bytes"][i]), capacity_bytes=float(cluster.memory_bytes))
+        total_bytes=float(pred["memory_bytes"][i]), capacity_bytes=float(cluster.memory_bytes),
+        fullest_stage=int(pred["fullest_stage"][i]))
     memory_note = _tight_memory_note(memory) if not reasons else None
     if memory_note:
         extra.append(memory_note)

@@ -98,6 +98,7 @@ __all__ = [
     "predict_layouts",
     "model_state_bytes",
     "zero_stage_held",
+    "StageActivations",
     "stage_activation_bytes",
     "pipeline_bubble_fraction",
     "pipeline_time_s",
@@ -898,13 +899,25 @@ def model_state_bytes(dense_params: np.ndarray, expert_params: np.ndarray, zero:
     return weights, grads, optimizer_state
 
 
+@dataclass(frozen=True)
+class StageActivations:
+    """Peak activation bytes per GPU on the first, the last and the fullest middle
+    pipeline stage (zero without one), with allocator fragmentation; how many layers that
+    middle stage holds and its pipeline rank."""
+
+    first_bytes: np.ndarray
+    last_bytes: np.ndarray
+    middle_bytes: np.ndarray
+    middle_layers: np.ndarray
+    middle_rank: np.ndarray
+
+
 def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
                            recompute: np.ndarray, full_fraction: np.ndarray, layers_per_stage: np.ndarray,
                            dense_layers: np.ndarray, moe_layers: np.ndarray, first_layers: np.ndarray,
                            last_layers: np.ndarray, pp: np.ndarray, v: np.ndarray, m: np.ndarray,
-                           fp8_gemm_inputs: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Peak activation bytes on the first, the last and the fullest middle pipeline stage,
-    with allocator fragmentation, and the layers that middle stage holds.
+                           fp8_gemm_inputs: bool = False) -> StageActivations:
+    """Peak activation bytes on the first, the last and the fullest middle pipeline stage.
 
     Stage ``r`` holds min(m, p - r) micro-batches in flight under 1F1B and
     2(p - r - 1) + (v-1)p + 1 model chunks under the interleaved schedule (Narayanan et
@@ -955,8 +968,9 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     second = chunks_in_flight(1.0) * second_layers / v
     past_short = np.where(middle_short + 1.0 <= pp - 2.0, chunks_in_flight(middle_short + 1.0) * q / v, 0.0)
     layers_mid = np.where(pp >= 3, np.maximum(second, past_short), 0.0)
+    mid_rank = np.where(second >= past_short, 1.0, middle_short + 1.0)
     mid_layers = np.where(second >= past_short, second_layers, q)
-    chunks_mid = np.where(second >= past_short, chunks_in_flight(1.0), chunks_in_flight(middle_short + 1.0))
+    chunks_mid = chunks_in_flight(mid_rank)
     # full recomputation rebuilds one layer's activations at a time during backward
     transient = np.where(recompute == RECOMPUTE_FULL, kept_moe if has_moe else kept_dense, 0.0)
     # the embedding output's dropout mask
@@ -977,7 +991,8 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     act_last = layers_last * layer_act_avg + transient + logits_act + mtp_act
     act_first = np.where(single, act_first + logits_act + mtp_act, act_first)
     fragmented = 1.0 + ACTIVATION_FRAGMENTATION
-    return act_first * fragmented, act_last * fragmented, act_mid * fragmented, mid_layers
+    return StageActivations(act_first * fragmented, act_last * fragmented, act_mid * fragmented, mid_layers,
+                            np.where(pp >= 3, mid_rank, 0.0))
 
 
 def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -990,7 +1005,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     ``bubble_s``, ``dp_comm_exposed_s``, ``optimizer_s``, and memory components
     ``parameters_bytes``, ``gradients_bytes``, ``optimizer_state_bytes``,
     ``activations_bytes``, ``buffers_bytes``, ``memory_bytes`` (the fullest
-    of the first, the last and a middle pipeline stage; see parallel3d.MemoryBreakdown), plus
+    of the first, the last and a middle pipeline stage, ``fullest_stage`` its pipeline
+    rank; see parallel3d.MemoryBreakdown), plus
     ``num_micro_batches`` and ``layers_per_stage``.
     """
     f64 = np.float64
@@ -1360,11 +1376,11 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                                                   training, fp8, first_unquantized)
     w_last, g_last, o_last = model_state_bytes(last_dense, last_expert, zero_held, shard_dense, shard_expert,
                                                training, fp8, last_unquantized)
-    act_first, act_last, act_mid, mid_layers = stage_activation_bytes(
-        model, training, tokens, tp, rc, full_frac, q, q_dense, q_moe, first_layers, last_layers, pp, v, m,
-        fp8_gemm_inputs=fp8)
+    stages = stage_activation_bytes(model, training, tokens, tp, rc, full_frac, q, q_dense, q_moe, first_layers,
+                                    last_layers, pp, v, m, fp8_gemm_inputs=fp8)
+    act_first, act_last, act_mid = stages.first_bytes, stages.last_bytes, stages.middle_bytes
     has_mid = pp >= 3
-    held_mid = np.where(has_mid, mid_layers / q, 0.0)  # a shortened middle stage holds one layer less
+    held_mid = np.where(has_mid, stages.middle_layers / q, 0.0)  # a shortened middle stage holds one layer less
     w_mid, g_mid, o_mid = model_state_bytes(mid_dense * held_mid, mid_expert * held_mid, zero_held, shard_dense,
                                             shard_expert, training, fp8, 0.0)
 
@@ -1521,6 +1537,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "optimizer_state_bytes": at_worst(o_first, o_last, o_mid),
         "activations_bytes": at_worst(act_first, act_last, act_mid),
         "buffers_bytes": buffers,
+        "fullest_stage": np.select([worst_mid, worst_last], [stages.middle_rank, pp - 1.0], default=0.0),
         "memory_bytes": np.maximum(np.maximum(total_first, np.where(single, 0.0, total_last)),
                                    np.where(has_mid, total_mid, 0.0)),
         "num_micro_batches": m,

@@ -421,11 +421,19 @@ def test_middle_stages_shed_leftover_layers_nearest_the_first_stage():
     one = np.array([1.0])
     tokens, tp, rc = np.array([32.0]), one, np.array([RECOMPUTE_NONE])
     per_layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
-    first, _, middle, middle_layers = stage_activation_bytes(
-        model, training, tokens, tp, rc, 0.0 * one, 2 * one, 2 * one, 0 * one, one, one, 8 * one, one, 16 * one)
-    assert float(middle_layers[0]) == 2
-    assert float(middle[0]) == pytest.approx(2 * 6 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
-    assert float(first[0]) == pytest.approx(1 * 8 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
+    stages = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 2 * one, 0 * one, one, one,
+                                    8 * one, one, 16 * one)
+    assert (float(stages.middle_rank[0]), float(stages.middle_layers[0])) == (2, 2)
+    assert float(stages.middle_bytes[0]) == pytest.approx(2 * 6 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
+    assert float(stages.first_bytes[0]) == pytest.approx(1 * 8 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
+
+
+def test_a_prediction_names_the_pipeline_rank_whose_memory_it_reports():
+    model = {**GPT_SMALL, "num_layers": 14, "vocab_size": 8}
+    (prediction,) = evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 16},
+                                     [{"dp": 1, "tp": 1, "pp": 8, "virtual_stages": 1, "micro_batch_size": 1}])
+    assert prediction.memory.fullest_stage == 1
+    assert prediction.memory.to_dict()["fullest_stage"] == 1
 
 
 @pytest.mark.parametrize(("grad_bytes", "extra_bytes_per_param"), [(2, 4), (4, 0)])

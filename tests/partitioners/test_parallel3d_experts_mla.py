@@ -248,8 +248,8 @@ def test_the_last_stage_keeps_one_micro_batch_of_the_modules_layer_input_and_log
     last = {}
     for d in (0, 1):
         model = model_from_dict({**SMALL_MTP_MOE, "moe": None, "mtp_layers": d})
-        _, last[d], _, _ = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 2 * one, 0 * one,
-                                                  2 * one, 2 * one, 2 * one, one, 4 * one)
+        last[d] = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 2 * one, 0 * one,
+                                         2 * one, 2 * one, 2 * one, one, 4 * one).last_bytes
     layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
     logits = 4 * 32 * 100  # fp32
     normed_input = 2 * 2 * 64 * 32  # the concatenated 2h input of the projection, bf16

@@ -503,16 +503,23 @@ def _tight_memory(pred: Mapping[str, np.ndarray], index: np.ndarray, capacity_by
     return worst > capacity_bytes
 
 
-def _best_per_mesh(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> np.ndarray:
-    """Of the candidates at ``index``, the fastest one per (dp, tp, pp, cp, ep) mesh, fastest first."""
+def _best_per_split(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> np.ndarray:
+    """Of the candidates at ``index``, the fastest one per (tp, pp) pair, fastest first.
+
+    The tensor- and pipeline-parallel sizes are the choice a user makes first (they fix
+    the model's split; dp, cp and ep then share out the rest of the GPUs), so each ranked
+    candidate is a different split, with the context- and expert-parallel sizes that serve
+    it best, rather than near-copies of one split that differ in cp by a fraction of a
+    percent. ``constraints`` (fixed cp or ep) or ``evaluate`` compare those.
+    """
     if index.size == 0:
         return index
-    order = index[np.lexsort((step[index], lay.ep[index], lay.cp[index], lay.pp[index], lay.tp[index]))]
-    key = np.stack([lay.tp[order], lay.pp[order], lay.cp[order], lay.ep[order]], axis=1)
+    # equal predictions (context parallelism can mirror data parallelism exactly): simpler first
+    order = index[np.lexsort((lay.ep[index], lay.cp[index], step[index], lay.pp[index], lay.tp[index]))]
+    key = np.stack([lay.tp[order], lay.pp[order]], axis=1)
     first = np.ones(order.size, dtype=bool)
     first[1:] = np.any(key[1:] != key[:-1], axis=1)
     best = order[first]
-    # equal predictions (context parallelism can mirror data parallelism exactly): simpler first
     return best[np.lexsort((lay.ep[best], lay.cp[best], step[best]))]
 
 
@@ -617,7 +624,7 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
         siblings in :mod:`partitioners.parallel3d_specs`) or the dataclasses.
     top_k : int
         Number of ranked candidates returned, each the fastest variant
-        (micro-batch, v, ZeRO, recomputation) of a distinct mesh shape.
+        (cp, ep, micro-batch, v, ZeRO, recomputation) of a distinct (tp, pp) pair.
     with_rank_map : bool
         Build the rank -> GPU map of the top candidate.
 
@@ -654,7 +661,7 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
         return ParallelPlan(cluster_spec.num_gpus, (), (), rejection_counts, 0, counts.total, mflops, None, (note,))
     step = pred["step_time_s"]
     valid = np.flatnonzero(bits == 0)
-    ranked = _best_per_mesh(valid, lay, step)
+    ranked = _best_per_split(valid, lay, step)
     notes: list[str] = []
     candidates: list[LayoutPrediction] = []
     if ranked.size:
@@ -678,7 +685,7 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
         notes.extend(_why_nothing_fits(model_spec, cluster_spec, training_spec, lay, pred, bits, rejection_counts))
     rejected_idx = np.flatnonzero((bits != 0) & (step < threshold))
     rejected = tuple(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec)
-                     for i in _best_per_mesh(rejected_idx, lay, step)[:5])
+                     for i in _best_per_split(rejected_idx, lay, step)[:5])
     top_map = None
     if with_rank_map and candidates:
         top_map = rank_map(cluster_spec, candidates[0])

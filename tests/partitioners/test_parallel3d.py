@@ -810,6 +810,16 @@ def test_small_model_on_one_node_is_pure_data_parallel():
     assert (best.dp, best.tp, best.pp) == (8, 1, 1)
 
 
+def test_each_ranked_candidate_is_a_different_tensor_and_pipeline_split():
+    llama_70b = {"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
+                 "ffn_hidden_size": 28672, "gated_mlp": True, "seq_length": 8192, "vocab_size": 128256}
+    plan = plan_parallel_layout(llama_70b, {"preset": "dgx-h100", "nodes": 8}, {"global_batch_sequences": 128},
+                                top_k=6, with_rank_map=False)
+    splits = [(c.tp, c.pp) for c in plan.candidates]
+    assert len(splits) == 6
+    assert len(set(splits)) == len(splits)
+
+
 def test_roomy_ties_within_tolerance_are_flagged_and_rank_fewer_stages_first():
     plan = plan_parallel_layout({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 64},
                                 {"tie_tolerance": 0.4})

@@ -439,8 +439,14 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
     extra = list(notes)
     q, first, last = (int(pred[k][i]) for k in ("layers_per_stage", "first_stage_layers", "last_stage_layers"))
     if d["pp"] > 1 and (q != last or q != first):
+        middle_short = d["pp"] * q - model.num_layers - (q - first) - (q - last)
+        middle = ""
+        if middle_short == 1:
+            middle = f"; the stage after the first holds {q - 1}"
+        elif middle_short > 1:
+            middle = f"; the {middle_short} stages after the first hold {q - 1}"
         extra.append(f"uneven stages: at most {q} layers per stage, {first} on the first (which also holds "
-                     f"the embedding) and {last} on the last (which also holds the output layer)")
+                     f"the embedding) and {last} on the last (which also holds the output layer){middle}")
     memory = MemoryBreakdown(
         parameters_bytes=float(pred["parameters_bytes"][i]), gradients_bytes=float(pred["gradients_bytes"][i]),
         optimizer_state_bytes=float(pred["optimizer_state_bytes"][i]),

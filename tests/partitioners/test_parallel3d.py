@@ -428,6 +428,14 @@ def test_middle_stages_shed_leftover_layers_nearest_the_first_stage():
     assert float(stages.first_bytes[0]) == pytest.approx(1 * 8 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
 
 
+def test_the_uneven_stage_note_says_which_middle_stages_are_a_layer_short():
+    model = {**GPT_SMALL, "num_layers": 13, "vocab_size": 8}
+    (prediction,) = evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 16},
+                                     [{"dp": 1, "tp": 1, "pp": 8, "virtual_stages": 1}])
+    (note,) = [n for n in prediction.notes if n.startswith("uneven stages")]
+    assert note.endswith("; the stage after the first holds 1")
+
+
 def test_a_prediction_names_the_pipeline_rank_whose_memory_it_reports():
     model = {**GPT_SMALL, "num_layers": 14, "vocab_size": 8}
     (prediction,) = evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 16},

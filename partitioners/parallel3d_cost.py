@@ -1353,7 +1353,12 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     p2p_one = np.where(pp_inter, _p2p_time(p2p_bytes, inter), _p2p_time(p2p_bytes, intra))
     if not training.sequence_parallel and training.pipeline_scatter_gather:
         p2p_one = p2p_one + _collective_time(lambda n, p: allgather_time_s(n, p, intra), p2p_bytes * tp, layouts.tp)
-    p2p_one = p2p_one + _P2P_SYNC_S
+    # with overlap_p2p_comm (interleaved schedule only) each exchange is posted
+    # asynchronously and waited for when the next model chunk needs it: it runs under the
+    # current chunk's forward or backward, without the batched exchange's device sync
+    async_p2p = training.overlap_p2p_comm & (v > 1.0)
+    chunk_window = stage_time / (2.0 * v)
+    p2p_one = np.where(async_p2p, overlapped_time_s(p2p_one, chunk_window), p2p_one + _P2P_SYNC_S)
     p2p_per_mb = np.where(single, 0.0, 2.0 * v * p2p_one)
 
     # unequal stages (embedding first, logits last): see pipeline_time_s

@@ -403,6 +403,12 @@ class TrainingSpec:
     overlap_grad_reduce: bool = True
     # Tensor-parallel collectives pipelined under GEMMs (Megatron --tp-comm-overlap); opt-in.
     overlap_tp_comm: bool = False
+    # Under the interleaved schedule, pipeline sends and receives posted asynchronously and
+    # waited for only when the next model chunk needs them (Megatron-Core
+    # ``overlap_p2p_comm``, which NeMo's and Megatron-Bridge's recipes turn on whenever
+    # virtual pipeline stages are used, with ``batch_p2p_comm`` off); 1F1B keeps the
+    # batched, synchronised exchange.
+    overlap_p2p_comm: bool = True
     # Backward tensor-parallel collectives of the column-parallel linears launched
     # asynchronously under their GEMMs: the input-gradient all-reduce (reduce-scatter with
     # sequence parallelism) under the weight-gradient GEMM, and with sequence parallelism
@@ -829,7 +835,7 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
     # copy and every in-flight stage output kept (see the TrainingSpec fields); GPT's 0.1
     # dropout. Megatron-DeepSpeed (BLOOM, MT-NLG) branched from this code.
     "megatron-lm-2021": {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
-                         "overlap_tp_backward": False, "gradient_accumulation_fusion": False,
+                         "overlap_tp_backward": False, "gradient_accumulation_fusion": False, "overlap_p2p_comm": False,
                          "fp32_grad_copy_kept": True, "stage_outputs_kept": True, "dropout": True,
                          "partial_recompute": False},
     # Megatron-LM as released with sequence parallelism and selective recomputation
@@ -837,7 +843,7 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
     # gradient-accumulation fusion, still no flash attention, gradients reduced after the
     # backward pass, dropout on.
     "megatron-lm-2022": {"flash_attention": False, "sequence_parallel": True, "overlap_grad_reduce": False,
-                         "dropout": True},
+                         "overlap_p2p_comm": False, "dropout": True},
     # Megatron-Core with Transformer Engine: the TrainingSpec defaults.
     "megatron-core": {},
 }
@@ -871,6 +877,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             sequence_parallel=bool(data.get("sequence_parallel", True)),
             overlap_grad_reduce=bool(data.get("overlap_grad_reduce", True)),
             overlap_tp_comm=bool(data.get("overlap_tp_comm", False)),
+            overlap_p2p_comm=bool(data.get("overlap_p2p_comm", True)),
             overlap_tp_backward=bool(data.get("overlap_tp_backward", True)),
             grad_bytes_per_param=_positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
             gradient_accumulation_fusion=bool(data.get("gradient_accumulation_fusion", True)),

@@ -101,6 +101,10 @@ class TrainingSettings(RequestModel):
                                              "GEMMs (Megatron async all-reduce; default on).")
     overlap_tp_comm: bool | None = Field(None, description="Tensor-parallel collectives pipelined under the GEMMs "
                                          "(Megatron --tp-comm-overlap, Transformer Engine userbuffers; default off).")
+    overlap_p2p_comm: bool | None = Field(None, description="Under the interleaved schedule, pipeline sends and "
+                                          "receives run asynchronously under the next model chunk's computation "
+                                          "(Megatron-Core overlap_p2p_comm, on in NeMo's and Megatron-Bridge's "
+                                          "recipes with virtual stages; default on).")
     grad_bytes_per_param: int | None = Field(None, ge=2, le=4, description="Gradient buffer bytes per parameter: 4 "
                                              "for fp32 accumulation (Megatron's bf16 default), 2 with gradients "
                                              "reduced in bf16 (grad_reduce_in_fp32 off, DeepSpeed).")

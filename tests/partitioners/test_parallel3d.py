@@ -660,16 +660,38 @@ def test_unequal_pipeline_runs_at_the_slowest_stage_and_fills_at_the_mean():
     assert float(pipeline_time_s(1.2, 9.9, 1.0, 2, 1, 4)) == pytest.approx(4 * 1.2 + 1.1)
 
 
-def test_every_pipeline_exchange_pays_transfer_and_a_host_synchronisation():
+def test_every_batched_pipeline_exchange_pays_transfer_and_a_host_synchronisation():
     model = model_from_dict({**GPT_SMALL, "num_layers": 4})
     cluster = cluster_from_dict(A100_NODE)
-    training = training_from_dict({"global_batch_sequences": 4})
+    training = training_from_dict({"global_batch_sequences": 4, "overlap_p2p_comm": False})
     pred = predict_layouts(model, cluster, training, layouts(pp=2, v=2, mbs=1))
     link = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
     # 4 micro-batches x 2 directions x 2 chunks, s x h bf16 activations over NVLink, plus
     # Megatron's torch.cuda.synchronize() after each batched send/recv
     one = p2p_time_s(32 * 64 * 2, link) + _P2P_SYNC_S
     assert float(pred["pp_comm_s"][0]) == pytest.approx(4 * 2 * 2 * one)
+
+
+def test_overlapped_interleaved_exchanges_run_under_the_chunk_that_waits_for_them():
+    # Megatron-Core overlap_p2p_comm: each send/recv posted asynchronously, no device sync;
+    # a 4096-wide layer's chunk covers its 16 MiB exchange, which still slows it
+    model = model_from_dict({"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
+                             "vocab_size": 32000})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 8})
+    pred = predict_layouts(model, cluster, training, layouts(pp=4, v=2, mbs=1))
+    link = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
+    one = p2p_time_s(2048 * 4096 * 2, link)
+    assert float(pred["pp_comm_s"][0]) == pytest.approx(8 * 2 * 2 * OVERLAP_COMPUTE_SLOWDOWN * one)
+
+
+def test_1f1b_keeps_the_batched_pipeline_exchange_whatever_the_overlap_setting():
+    model = model_from_dict({**GPT_SMALL, "num_layers": 4})
+    cluster = cluster_from_dict(A100_NODE)
+    pp_comm = {overlap: float(predict_layouts(model, cluster, training_from_dict(
+        {"global_batch_sequences": 4, "overlap_p2p_comm": overlap}), layouts(pp=2, v=1))["pp_comm_s"][0])
+        for overlap in (False, True)}
+    assert pp_comm[True] == pp_comm[False] > 0
 
 
 def test_unfused_gradient_accumulation_costs_ten_bytes_per_parameter_and_micro_batch():

@@ -202,6 +202,17 @@ def test_fp8_weights_kept_beside_their_16_bit_copies_take_more_parameter_memory(
     assert memory[False] > memory[True]
 
 
+def test_interleaved_pipeline_exchanges_overlap_unless_the_request_turns_it_off(client):
+    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 2}]
+    pp_comm = {}
+    for overlap in (True, False):
+        training = {"global_batch_sequences": 1024, "overlap_p2p_comm": overlap}
+        response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=layout))
+        assert response.status_code == 200, response.text
+        pp_comm[overlap] = response.json()["predictions"][0]["time_breakdown_s"]["pp_comm_s"]
+    assert pp_comm[True] < pp_comm[False]
+
+
 def test_an_unknown_expert_dispatch_is_a_422_naming_the_field(client):
     training = {"global_batch_sequences": 1024, "expert_dispatch": "broadcast"}
     response = client.post("/v1/parallel/plan", json=_request(training=training))

@@ -87,6 +87,7 @@ __all__ = [
     "OVERLAP_COMPUTE_SLOWDOWN",
     "overlapped_time_s",
     "exposed_part_s",
+    "chunked_collective_time_s",
     "ParameterCounts",
     "parameter_counts",
     "model_flops_per_step",
@@ -195,6 +196,22 @@ def overlapped_time_s(comm_s: np.ndarray, window_s: np.ndarray, floor_s: np.ndar
 def exposed_part_s(comm_s: np.ndarray, window_s: np.ndarray, floor_s: np.ndarray | float = 0.0) -> np.ndarray:
     """The part of a collective that ``window_s`` of computation cannot cover (at least ``floor_s``)."""
     return np.maximum(np.maximum(comm_s - window_s, 0.0), floor_s)
+
+
+def chunked_collective_time_s(comm_s: np.ndarray, trailing_share_s: np.ndarray, chunks: np.ndarray | float,
+                              gap_s: np.ndarray) -> np.ndarray:
+    """Critical-path time of a collective issued in ``chunks`` equal shares, one per model chunk.
+
+    The shares go out ``gap_s`` apart on one communicator (Megatron-Core's per-chunk
+    ``grad_sync_func`` / ``param_sync_func`` under the interleaved schedule), so all but
+    one run under the computation between launches; ``trailing_share_s`` is what the
+    share with no computation after it leaves exposed. Shares longer than the gap queue
+    up behind each other and the queue trails too. The hidden part slows the computation
+    it runs under by ``OVERLAP_COMPUTE_SLOWDOWN``.
+    """
+    share = comm_s / chunks
+    trailing = np.minimum(trailing_share_s + np.maximum(0.0, (chunks - 1.0) * (share - gap_s)), comm_s)
+    return trailing + OVERLAP_COMPUTE_SLOWDOWN * (comm_s - trailing)
 
 
 @dataclass(frozen=True)
@@ -1462,20 +1479,16 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     chunk_gap_bwd = pp * bwd_window / v
     chunk_gap_fwd = pp * fwd_window / v
 
-    def exposed_by_chunk(t_comm, first_exposed_s, gap):
-        share = t_comm / v
-        trailing = first_exposed_s + np.maximum(0.0, (v - 1.0) * (share - gap))
-        trailing = np.minimum(trailing, t_comm)
-        return trailing + OVERLAP_COMPUTE_SLOWDOWN * (t_comm - trailing)
-
     def reduce_exposed(t_comm, window):
         # the last chunk's reduction is launched after its backward, with nothing left to hide it
-        return np.where(interleaved, exposed_by_chunk(t_comm, t_comm / v, chunk_gap_bwd), exposed(t_comm, window))
+        return np.where(interleaved, chunked_collective_time_s(t_comm, t_comm / v, v, chunk_gap_bwd),
+                        exposed(t_comm, window))
 
     def gather_exposed(t_comm, window):
         share = t_comm / v
         first = exposed_part_s(share, window / v, share * np.minimum(tail * v, 1.0))
-        return np.where(interleaved, exposed_by_chunk(t_comm, first, chunk_gap_fwd), exposed(t_comm, window))
+        return np.where(interleaved, chunked_collective_time_s(t_comm, first, v, chunk_gap_fwd),
+                        exposed(t_comm, window))
 
     # deferred ZeRO-2/3 under a pipeline: one weight gather ahead of the first forward, one
     # reduce-scatter issued after the stage's last backward, with no compute left to hide it

@@ -31,6 +31,7 @@ from partitioners.parallel3d_cost import (
     RECOMPUTE_SELECTIVE,
     activation_bytes_per_layer,
     balanced_end_layers,
+    chunked_collective_time_s,
     embedding_time_s,
     fp8_quantize_time_s,
     gradient_accumulation_time_s,
@@ -814,6 +815,16 @@ def test_a_collective_hidden_under_compute_still_costs_the_slowdown_it_causes():
     assert float(overlapped_time_s(1.0, 3.0)) == pytest.approx(0.189)  # fully hidden
     assert float(overlapped_time_s(3.0, 1.0)) == pytest.approx(2.0 + 0.189)  # 1 s hidden, 2 s exposed
     assert float(overlapped_time_s(1.0, 3.0, 0.25)) == pytest.approx(0.25 + 0.75 * 0.189)  # a floor stays out
+
+
+def test_a_collective_issued_chunk_by_chunk_leaves_only_the_last_share_and_any_queue_exposed():
+    slow = OVERLAP_COMPUTE_SLOWDOWN
+    # 4 shares of 1 s launched 2 s apart: three hide, the last trails whole
+    assert float(chunked_collective_time_s(4.0, 1.0, 4, 2.0)) == pytest.approx(1.0 + 3.0 * slow)
+    # launched 0.5 s apart, each share waits for the one before: 3 x 0.5 s more trails
+    assert float(chunked_collective_time_s(4.0, 1.0, 4, 0.5)) == pytest.approx(2.5 + 1.5 * slow)
+    # never more than the whole collective
+    assert float(chunked_collective_time_s(4.0, 1.0, 4, 0.0)) == pytest.approx(4.0)
 
 
 def test_small_per_gpu_matrices_run_further_below_peak_than_large_ones():

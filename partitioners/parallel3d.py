@@ -48,11 +48,13 @@ from partitioners.errors import Infeasible, InputTooLarge, InvalidInput
 from partitioners.parallel3d_cost import (
     ACTIVATION_FRAGMENTATION,
     ACTIVATION_FRAGMENTATION_HIGH,
+    bytes_at_high_fragmentation,
     fragmentation_that_fills,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     LayoutArrays,
+    middle_stages_short,
     model_flops_per_step,
     parameter_counts,
     predict_layouts,
@@ -439,7 +441,7 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
     extra = list(notes)
     q, first, last = (int(pred[k][i]) for k in ("layers_per_stage", "first_stage_layers", "last_stage_layers"))
     if d["pp"] > 1 and (q != last or q != first):
-        middle_short = d["pp"] * q - model.num_layers - (q - first) - (q - last)
+        middle_short = int(middle_stages_short(model.num_layers, d["pp"], q, first, last))
         middle = ""
         if middle_short == 1:
             middle = f"; the stage after the first holds {q - 1}"
@@ -493,8 +495,7 @@ def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
     if fills_at is None or fills_at >= ACTIVATION_FRAGMENTATION_HIGH:
         return None
     total_bytes, capacity_bytes = memory.total_bytes, memory.capacity_bytes
-    worst_bytes = total_bytes + memory.activations_bytes * (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION) \
-        / (1.0 + ACTIVATION_FRAGMENTATION)
+    worst_bytes = bytes_at_high_fragmentation(total_bytes, memory.activations_bytes)
     return (f"tight memory: {total_bytes / _GIB:.1f} of {capacity_bytes / _GIB:.1f} GiB fits with "
             f"{ACTIVATION_FRAGMENTATION:.0%} allocator fragmentation of activations but not with "
             f"{ACTIVATION_FRAGMENTATION_HIGH:.0%} ({worst_bytes / _GIB:.1f} GiB); measure peak memory before a long run")
@@ -502,11 +503,7 @@ def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
 
 def _tight_memory(pred: Mapping[str, np.ndarray], index: np.ndarray, capacity_bytes: float) -> np.ndarray:
     """True where a layout fits only with less allocator waste than ``ACTIVATION_FRAGMENTATION_HIGH``."""
-    total = pred["memory_bytes"][index]
-    activations = pred["activations_bytes"][index]
-    raw = activations / (1.0 + ACTIVATION_FRAGMENTATION)
-    worst = total + raw * (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION)
-    return worst > capacity_bytes
+    return bytes_at_high_fragmentation(pred["memory_bytes"][index], pred["activations_bytes"][index]) > capacity_bytes
 
 
 def _best_per_split(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> np.ndarray:
@@ -592,15 +589,14 @@ def _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred
     at_none = _predict(model_spec, cluster_spec, training_spec,
                        replace(sub, recompute_layers=np.zeros_like(sub.recompute_layers)))
     capacity = float(cluster_spec.memory_bytes)
-    spread = (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION) / (1.0 + ACTIVATION_FRAGMENTATION)
 
     def least_fraction(at_zero: np.ndarray, at_all: np.ndarray) -> np.ndarray:
         """Smallest share of layers at which the line from ``at_zero`` to ``at_all`` is within capacity."""
         drop = np.maximum(at_zero - at_all, 1e-9)
         return np.where(at_all <= capacity, np.clip((at_zero - capacity) / drop, 0.0, 1.0), np.inf)
 
-    roomy = least_fraction(at_none["memory_bytes"] + spread * at_none["activations_bytes"],
-                           pred["memory_bytes"][full] + spread * pred["activations_bytes"][full])
+    roomy = least_fraction(bytes_at_high_fragmentation(at_none["memory_bytes"], at_none["activations_bytes"]),
+                           bytes_at_high_fragmentation(pred["memory_bytes"][full], pred["activations_bytes"][full]))
     tight = least_fraction(at_none["memory_bytes"], pred["memory_bytes"][full])
     share = np.where(np.isfinite(roomy), roomy, np.where(np.isfinite(tight), tight, 1.0))
     layers = np.clip(np.ceil(share * chunk_layers - 1e-9), 1.0, chunk_layers).astype(np.int64)

@@ -84,6 +84,7 @@ __all__ = [
     "ACTIVATION_FRAGMENTATION",
     "ACTIVATION_FRAGMENTATION_HIGH",
     "fragmentation_that_fills",
+    "bytes_at_high_fragmentation",
     "OVERLAP_COMPUTE_SLOWDOWN",
     "overlapped_time_s",
     "exposed_part_s",
@@ -95,6 +96,7 @@ __all__ = [
     "activation_bytes_per_layer",
     "stage_layer_split",
     "balanced_end_layers",
+    "middle_stages_short",
     "fp8_quantize_time_s",
     "predict_layouts",
     "model_state_bytes",
@@ -157,6 +159,17 @@ def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capac
     if raw_activations <= 0.0:
         return float("inf") if total_bytes <= capacity_bytes else float("-inf")
     return (capacity_bytes - (total_bytes - activations_bytes)) / raw_activations - 1.0
+def bytes_at_high_fragmentation(total_bytes: np.ndarray | float, activations_bytes: np.ndarray | float
+                                ) -> np.ndarray | float:
+    """A footprint predicted at ``ACTIVATION_FRAGMENTATION``, recounted at ``ACTIVATION_FRAGMENTATION_HIGH``.
+
+    A layout whose recount exceeds capacity fits only if the allocator wastes little
+    ("tight memory").
+    """
+    return total_bytes + activations_bytes * (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION) \
+        / (1.0 + ACTIVATION_FRAGMENTATION)
+
+
 # Load of the busiest expert over the mean (see predict_layouts, MoE).
 _EXPERT_IMBALANCE = 1.2
 # Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.
@@ -691,6 +704,16 @@ def stage_layer_split(num_layers: int, pp: np.ndarray | int) -> tuple[np.ndarray
     return q, first, last
 
 
+def middle_stages_short(num_layers: int, pp: np.ndarray | int, q: np.ndarray | int, first_layers: np.ndarray | int,
+                        last_layers: np.ndarray | int) -> np.ndarray:
+    """How many middle stages hold ``q - 1`` layers: the leftover layers the end stages do not shed.
+
+    They are taken from the middle stages nearest the first, which keep the most
+    micro-batches in flight (see :func:`stage_activation_bytes`).
+    """
+    return np.maximum(pp * q - num_layers - (q - first_layers) - (q - last_layers), 0)
+
+
 def balanced_end_layers(q: np.ndarray, short: np.ndarray, pp: np.ndarray, first_extra_layers: np.ndarray,
                         last_extra_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Layers on the first and last pipeline stage when the ``short`` layers a pipeline of
@@ -970,6 +993,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
                              full_fraction * layer_act_avg + (1.0 - full_fraction) * (q_dense * kept_dense
                                                                                       + q_moe * kept_moe) / q,
                              layer_act_avg)
+
     def chunks_in_flight(rank):
         return np.where(v == 1, np.minimum(m, pp - rank),
                         np.minimum(m * v, 2.0 * (pp - rank - 1.0) + (v - 1.0) * pp + 1.0))
@@ -980,7 +1004,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     layers_last = np.where(single, layers_first, chunks_last * last_layers / v)
     # the fullest middle stage: the second (one layer short if the middle stages shed
     # any), or the first middle stage past the shortened ones
-    middle_short = np.maximum(pp * q - model.num_layers - (q - first_layers) - (q - last_layers), 0.0)
+    middle_short = middle_stages_short(model.num_layers, pp, q, first_layers, last_layers)
     second_layers = q - (middle_short >= 1)
     second = chunks_in_flight(1.0) * second_layers / v
     past_short = np.where(middle_short + 1.0 <= pp - 2.0, chunks_in_flight(middle_short + 1.0) * q / v, 0.0)
@@ -1556,8 +1580,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "activations_bytes": at_worst(act_first, act_last, act_mid),
         "buffers_bytes": buffers,
         "fullest_stage": np.select([worst_mid, worst_last], [stages.middle_rank, pp - 1.0], default=0.0),
-        "memory_bytes": np.maximum(np.maximum(total_first, np.where(single, 0.0, total_last)),
-                                   np.where(has_mid, total_mid, 0.0)),
+        "memory_bytes": at_worst(total_first, total_last, total_mid),
         "num_micro_batches": m,
         "layers_per_stage": q,
         "first_stage_layers": first_layers,

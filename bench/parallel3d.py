@@ -54,11 +54,8 @@ from bench.published_runs import (
     SC21_TABLE1,
 )
 from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_parallel_layout
-from partitioners.parallel3d_cost import (
-    ACTIVATION_FRAGMENTATION,
-    ACTIVATION_FRAGMENTATION_HIGH,
-    predict_layouts,
-)
+from partitioners.parallel3d_cost import predict_layouts
+from partitioners.parallel3d_memory import ACTIVATION_FRAGMENTATION, ACTIVATION_FRAGMENTATION_HIGH
 from partitioners.parallel3d_specs import (
     Constraints,
     cluster_from_dict,

@@ -6,7 +6,7 @@ enumerates every layout the cluster admits (tensor parallel sizes up to a node,
 pipeline sizes up to the layer count, context/expert sizes, micro-batch sizes,
 virtual pipeline stages, ZeRO stages 0-3 and recomputation modes), predicts each
 one's step time and per-GPU memory with the vectorised analytic model of
-:mod:`partitioners.parallel3d_cost`, rejects those that cannot run (with the
+:mod:`partitioners.parallel3d_cost` (memory: :mod:`partitioners.parallel3d_memory`), rejects those that cannot run (with the
 reason), ranks the rest, and lays the best one out on the physical GPUs.
 
 Entry points: :func:`plan_from_request` (a whole ``POST /v1/parallel/plan`` body
@@ -45,20 +45,12 @@ from typing import Any
 import numpy as np
 
 from partitioners.errors import Infeasible, InputTooLarge, InvalidInput
-from partitioners.parallel3d_cost import (
+from partitioners.parallel3d_cost import model_flops_per_step, parameter_counts, predict_layouts
+from partitioners.parallel3d_memory import (
     ACTIVATION_FRAGMENTATION,
     ACTIVATION_FRAGMENTATION_HIGH,
     bytes_at_high_fragmentation,
     fragmentation_that_fills,
-    RECOMPUTE_FULL,
-    RECOMPUTE_NONE,
-    RECOMPUTE_SELECTIVE,
-    LayoutArrays,
-    middle_stages_short,
-    model_flops_per_step,
-    parameter_counts,
-    predict_layouts,
-    stage_layer_split,
     zero_stage_held,
 )
 from partitioners.parallel3d_specs import (
@@ -71,6 +63,14 @@ from partitioners.parallel3d_specs import (
     constraints_from_dict,
     model_from_dict,
     training_from_dict,
+)
+from partitioners.parallel3d_stages import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    LayoutArrays,
+    middle_stages_short,
+    stage_layer_split,
 )
 
 __all__ = [

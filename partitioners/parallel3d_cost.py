@@ -1,7 +1,7 @@
-"""Analytic time and memory of one training step for many 3D layouts at once.
+"""Analytic time of one training step, and its per-GPU memory peak, for many 3D layouts at once.
 
 Every function takes the candidate layouts as parallel numpy arrays
-(:class:`LayoutArrays`) and returns arrays, so a search over hundreds of
+(:class:`partitioners.parallel3d_stages.LayoutArrays`) and returns arrays, so a search over hundreds of
 thousands of (dp, tp, pp, cp, ep, micro-batch, v, ZeRO, recompute) tuples is a
 handful of vectorised passes.
 
@@ -13,22 +13,10 @@ Published models this follows (and where it departs, why):
   with full recomputation), generalised term by term to GQA, any FFN width,
   gated (SwiGLU) MLPs and MoE layers. Attention is counted over the full ``s x s``
   score matrix as the paper does, so MFU is comparable with published figures.
-* Activation memory per layer: Korthikanti et al., "Reducing Activation
-  Recomputation in Large Transformer Models", MLSys 2023 (arXiv:2205.05198),
-  Table 2: ``sbh(34 + 5as/h)`` without parallelism, ``sbh(10 + 24/t + 5as/(ht))``
-  with tensor parallelism, ``sbh(34/t + 5as/(ht))`` with sequence parallelism,
-  ``34 sbh/t`` with selective recomputation and ``2sbh/t`` with full
-  recomputation; in-flight micro-batches of the 1F1B and interleaved schedules
-  (their Section 4.2.3: ``L(1 + (p-1)/(pv))`` layers' worth on the first stage).
-  With flash attention (Dao, 2022) the ``5as/h`` score term is never stored.
-* Weights, gradients and optimizer state: mixed-precision Adam keeps 2 B bf16
-  weights + 4 B fp32 gradients (Megatron's ``main_grad``; 2 B in DeepSpeed) +
-  12 B fp32 master weights and moments = 16-18 B/parameter (Rajbhandari et al.,
-  "ZeRO", SC20, Section 3.1: ``(2 + 2 + K)`` with ``K = 12``), sharded over the
-  data-parallel group by ZeRO stage 1 (optimizer), 2 (+ gradients), 3 (+ weights).
-  Under a pipeline, stages 2 and 3 are deferred (:func:`zero_stage_held`): PyTorch's
-  ``torch.distributed.pipelining`` keeps an FSDP stage's weights and gradients whole
-  across the micro-batches and reduce-scatters once, after the last backward.
+* Memory per GPU: activations (Korthikanti et al. 2022), weights, gradients and
+  optimizer state by ZeRO stage (Rajbhandari et al., SC20), allocator fragmentation
+  -- see :mod:`partitioners.parallel3d_memory`; the peak is the fullest of the first,
+  the last and a middle pipeline stage (:func:`predict_layouts`).
 * Pipeline bubble ``(p-1)/(v m)`` of 1F1B (``v = 1``) and interleaved schedules
   (Narayanan et al. SC21, Section 2.2), generalised to unequal stages
   (:func:`pipeline_time_s`): the steady state runs at the slowest stage, fill and
@@ -74,17 +62,22 @@ from partitioners.collectives import (
     hierarchical_alltoall_time_s,
     p2p_time_s,
 )
+from partitioners.parallel3d_memory import (
+    RESERVED_BYTES,
+    model_state_bytes,
+    stage_activation_bytes,
+    zero_stage_held,
+)
 from partitioners.parallel3d_specs import AttentionProjection, ClusterSpec, ModelSpec, TrainingSpec
+from partitioners.parallel3d_stages import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
+    LayoutArrays,
+    balanced_end_layers,
+    stage_layer_split,
+)
 
 __all__ = [
-    "LayoutArrays",
-    "RECOMPUTE_NONE",
-    "RECOMPUTE_SELECTIVE",
-    "RECOMPUTE_FULL",
-    "ACTIVATION_FRAGMENTATION",
-    "ACTIVATION_FRAGMENTATION_HIGH",
-    "fragmentation_that_fills",
-    "bytes_at_high_fragmentation",
     "OVERLAP_COMPUTE_SLOWDOWN",
     "overlapped_time_s",
     "exposed_part_s",
@@ -93,16 +86,8 @@ __all__ = [
     "parameter_counts",
     "model_flops_per_step",
     "hardware_flops_per_step",
-    "activation_bytes_per_layer",
-    "stage_layer_split",
-    "balanced_end_layers",
-    "middle_stages_short",
     "fp8_quantize_time_s",
     "predict_layouts",
-    "model_state_bytes",
-    "zero_stage_held",
-    "StageActivations",
-    "stage_activation_bytes",
     "pipeline_bubble_fraction",
     "pipeline_time_s",
     "embedding_time_s",
@@ -114,8 +99,6 @@ __all__ = [
     "deduplicated_dispatch_time_s",
     "mla_up_projections",
 ]
-
-RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
 
 # Achievable fractions of the datasheet figures. nccl-tests on DGX A100/H100 report
 # all-reduce bus bandwidth of about 80% of the NVLink per-direction figure and about 90%
@@ -136,41 +119,6 @@ _TILE = 128
 # the throughput-versus-size curves in NVIDIA's "Matrix Multiplication Background User's
 # Guide" (A100, FP16) -- fitted to those curves, not measured here.
 _GEMM_HALF_DIM = 200.0
-# Fixed per-GPU reserve: CUDA context (~0.5 GiB), cuBLAS/NCCL workspaces and
-# communication buffers, PyTorch caching-allocator fragmentation. PyTorch reports
-# 1-3 GiB of such overhead on large-model runs (torch.cuda.memory_reserved vs allocated).
-_RESERVED_BYTES = 3.0 * 1024**3
-# Activations are allocated and freed every micro-batch in blocks of many sizes; the
-# caching allocator's reserved-but-unusable share is 10-30% in LLM training
-# (Guo et al., "GMLake", ASPLOS 2024). Counted at the low end on activations; the
-# planner notes layouts that would not fit at the high end (parallel3d).
-ACTIVATION_FRAGMENTATION = 0.10
-ACTIVATION_FRAGMENTATION_HIGH = 0.30
-
-
-def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capacity_bytes: float) -> float:
-    """Allocator fragmentation of activations at which a predicted footprint reaches capacity.
-
-    ``total_bytes`` and ``activations_bytes`` are predictions made at
-    ``ACTIVATION_FRAGMENTATION``; a layout whose answer lies below
-    ``ACTIVATION_FRAGMENTATION_HIGH`` fits only if the allocator wastes little.
-    """
-    raw_activations = activations_bytes / (1.0 + ACTIVATION_FRAGMENTATION)
-    if raw_activations <= 0.0:
-        return float("inf") if total_bytes <= capacity_bytes else float("-inf")
-    return (capacity_bytes - (total_bytes - activations_bytes)) / raw_activations - 1.0
-def bytes_at_high_fragmentation(total_bytes: np.ndarray | float, activations_bytes: np.ndarray | float
-                                ) -> np.ndarray | float:
-    """A footprint predicted at ``ACTIVATION_FRAGMENTATION``, recounted at ``ACTIVATION_FRAGMENTATION_HIGH``.
-
-    A layout whose recount exceeds capacity fits only if the allocator wastes little
-    ("tight memory").
-    """
-    return total_bytes + activations_bytes * (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION) \
-        / (1.0 + ACTIVATION_FRAGMENTATION)
-
-
-# Load of the busiest expert over the mean (see predict_layouts, MoE).
 _EXPERT_IMBALANCE = 1.2
 # Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.
 _ADAM_BYTES_PER_PARAM = 30.0
@@ -225,37 +173,6 @@ def chunked_collective_time_s(comm_s: np.ndarray, trailing_share_s: np.ndarray, 
     share = comm_s / chunks
     trailing = np.minimum(trailing_share_s + np.maximum(0.0, (chunks - 1.0) * (share - gap_s)), comm_s)
     return trailing + OVERLAP_COMPUTE_SLOWDOWN * (comm_s - trailing)
-
-
-@dataclass(frozen=True)
-class LayoutArrays:
-    """Candidate layouts as parallel int64 arrays, one entry per candidate.
-
-    ``recompute`` holds ``RECOMPUTE_NONE``/``SELECTIVE``/``FULL``; ``v`` is the
-    number of virtual pipeline stages (model chunks) per rank. Under full
-    recomputation ``recompute_layers`` is how many layers of each model chunk are
-    recomputed (Megatron-LM's ``--recompute-method block --recompute-num-layers``):
-    all of them (``q / v``) or fewer, the others keeping their activations; it is
-    0 otherwise.
-    """
-
-    dp: np.ndarray
-    tp: np.ndarray
-    pp: np.ndarray
-    cp: np.ndarray
-    ep: np.ndarray
-    mbs: np.ndarray
-    v: np.ndarray
-    zero: np.ndarray
-    recompute: np.ndarray
-    recompute_layers: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.dp.shape[0])
-
-    def take(self, index: np.ndarray) -> LayoutArrays:
-        """The candidates at ``index`` (boolean mask or integer positions)."""
-        return LayoutArrays(*(getattr(self, name)[index] for name in self.__dataclass_fields__))
 
 
 @dataclass(frozen=True)
@@ -680,157 +597,6 @@ def _gemm_backward_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: flo
         + _gemm_time_s(k, n, m, peak, eff, hbm, sms, bytes_per_element, batch)
 
 
-# --------------------------------------------------------------------- memory
-
-
-def stage_layer_split(num_layers: int, pp: np.ndarray | int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Layers on the fullest, the first and the last pipeline stage: ``(q, first, last)``.
-
-    The fullest stages hold ``q = ceil(L / p)``; the ``p q - L`` layers short of that
-    are taken from the two ends first, one each: the first stage keeps the most
-    micro-batches' activations in flight and the embedding, the last computes the
-    logits. Llama 3's 405B run put 7 of its 126 layers on each end of 16 stages and 8
-    on the others ("we reduce one Transformer layer each from the first and the last
-    stages", Llama Team, "The Llama 3 Herd of Models", 2024, Sec. 3.3.2; Megatron-Core
-    sets it with ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``).
-    One short layer comes off the last stage; more than two also shorten middle stages,
-    which the pace (set by the fullest stage) does not see.
-    """
-    pp = np.asarray(pp, dtype=float)
-    q = np.ceil(num_layers / pp)
-    short = pp * q - num_layers
-    first = np.where((short >= 2) & (pp > 1), q - 1.0, q)
-    last = np.where((short >= 1) & (pp > 1), q - 1.0, q)
-    return q, first, last
-
-
-def middle_stages_short(num_layers: int, pp: np.ndarray | int, q: np.ndarray | int, first_layers: np.ndarray | int,
-                        last_layers: np.ndarray | int) -> np.ndarray:
-    """How many middle stages hold ``q - 1`` layers: the leftover layers the end stages do not shed.
-
-    They are taken from the middle stages nearest the first, which keep the most
-    micro-batches in flight (see :func:`stage_activation_bytes`).
-    """
-    return np.maximum(pp * q - num_layers - (q - first_layers) - (q - last_layers), 0)
-
-
-def balanced_end_layers(q: np.ndarray, short: np.ndarray, pp: np.ndarray, first_extra_layers: np.ndarray,
-                        last_extra_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Layers on the first and last pipeline stage when the ``short`` layers a pipeline of
-    ``q``-layer stages leaves over come off the stages that need them most.
-
-    The first stage also embeds the tokens and the last computes the logits: in units
-    of one middle-stage layer's time, ``first_extra_layers`` and ``last_extra_layers``.
-    One layer at a time goes to whichever end is the slower (the first on a tie: it
-    also keeps the most micro-batches' activations), for as long as an end is slower
-    than a ``q``-layer middle stage; layers left over shorten middle stages, which does
-    not change the pace. With two stages every short layer comes off an end. Each end
-    keeps at least one layer. This is the balance Megatron-Core sets by hand with
-    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` (or
-    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``)
-    and Llama 3's 405B run chose ("we reduce one Transformer layer each from the first
-    and the last stages", Llama Team, 2024, Sec. 3.3.2). With a cheap output layer it
-    reduces to :func:`stage_layer_split`'s one layer off each end.
-    """
-    q = np.asarray(q, dtype=float)
-    pp = np.asarray(pp, dtype=float)
-    first, last = q.copy(), q.copy()
-    remaining = np.where(pp > 1, np.asarray(short, dtype=float), 0.0)
-    for _ in range(int(remaining.max(initial=0.0))):
-        first_s = first + first_extra_layers
-        last_s = last + last_extra_layers
-        slower_end = (np.maximum(first_s, last_s) > q) | (pp == 2)
-        to_last = (remaining > 0) & slower_end & (last_s > first_s) & (last > 1)
-        to_first = (remaining > 0) & slower_end & ~to_last & (first > 1)
-        last = last - to_last
-        first = first - to_first
-        remaining = np.where(remaining > 0, remaining - 1.0, 0.0)
-    return first, last
-
-
-def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
-                               recompute: np.ndarray, moe_layer: bool = False,
-                               fp8_gemm_inputs: bool = False) -> np.ndarray:
-    """Activation bytes one layer keeps for backward, per GPU, for ``tokens`` local tokens.
-
-    Korthikanti et al. (2022) Table 2, term by term (per token, bytes):
-    LayerNorm inputs ``4h``, attention and MLP inputs ``2h + 2h``, dropout masks
-    ``h + h`` -- the ``10h`` that tensor parallelism alone leaves replicated and
-    sequence parallelism divides by ``t``; Q, K, V and the projection input
-    ``2h + 4h_kv + 2h`` (``h`` here the query width, ``h_kv`` the key width; MLA's
-    per-head keys and values, and its latents, see ``ModelSpec``); the MLP's
-    up-projection output and activation output
-    (``8h + 8h`` for a 4h GeLU MLP); and the ``5as`` bytes of attention scores,
-    softmax output and dropout mask that flash attention never stores.
-    Selective recomputation drops the score term; full recomputation keeps only
-    the layer input ``2h`` (sequence-sharded under sequence parallelism).
-
-    Flash attention leaves selective recomputation no score term to drop; it then
-    recomputes what is cheap to rebuild and costly to keep: the outputs of the
-    RMSNorm/LayerNorms (rebuilt from their kept inputs), MLA's up-projections and, in
-    MoE layers, the experts' activation output (rebuilt from the kept up-projection
-    output). That is DeepSeek-V3's "recompute all RMSNorm operations and MLA
-    up-projections" and "cache the inputs of the SwiGLU operator and recompute its
-    output" (DeepSeek-V3 Technical Report, Sec. 3.2.3 and 3.3.2), and Megatron-Core's
-    ``--recompute-granularity selective --recompute-modules layernorm mla_up_proj moe_act``.
-
-    Without dropout (``training.dropout`` off) there are no masks, and the
-    attention-times-V product reads the softmax output itself: ``8h`` replicated
-    and ``2as`` of scores. With FP8 linears (``fp8_gemm_inputs``) Transformer
-    Engine keeps the FP8 cast of each GEMM input for the weight-gradient GEMM
-    (``saved_inputmat`` in its Linear / LayerNormLinear / LayerNormMLP): one byte
-    per element for the two LayerNorm outputs and the MLP activation output; the
-    projection keeps an FP8 copy of the attention output beside the bf16 one that
-    flash attention's backward reads.
-    """
-    h, a, s = model.hidden_size, model.num_attention_heads, model.seq_length
-    q_width, kv_width, ctx = model.query_width, model.key_width + model.value_width, model.context_width
-    up = 2 if model.gated_mlp else 1
-    tp = np.asarray(tp, dtype=float)
-    rep_div = np.where(training.sequence_parallel, tp, 1.0)
-    gemm_in = 1.0 if fp8_gemm_inputs else 2.0  # bytes per saved GEMM-input element
-    masks = 2.0 * h if training.dropout else 0.0
-    # MLA: each down-projected latent is kept before its RMSNorm (2 bytes) and after it,
-    # as the input of its up-projection
-    replicated = 4.0 * h + 2.0 * gemm_in * h + masks + (2.0 + gemm_in) * model.latent_width
-    # the per-head queries, keys and values selective recomputation rebuilds from MLA's
-    # latents instead of keeping them (mla_up_projections)
-    rebuilt = 0.0
-    if model.mla is not None:
-        rebuilt = 2.0 * kv_width + (2.0 * q_width if model.mla.q_lora_rank else 0.0)
-    if training.flash_attention:
-        # Q, K, V and the bf16 output flash attention's backward reads (the projection's input)
-        attn = 2.0 * q_width + 2.0 * kv_width + 2.0 * ctx + (ctx if fp8_gemm_inputs else 0.0)
-        scores_none = 4.0 * a  # fp32 log-sum-exp per head
-        scores_selective = scores_none - rebuilt
-    else:
-        attn = 2.0 * q_width + 2.0 * kv_width + gemm_in * ctx
-        scores_none = (5.0 if training.dropout else 2.0) * a * s
-        scores_selective = -rebuilt
-    # rebuilt by selective recomputation under flash attention (see above): the two norm
-    # outputs and MLA's normed latents (replicated), the experts' activation output (split)
-    replicated_selective = replicated
-    if moe_layer and model.moe is not None:
-        moe = model.moe
-        activation_out = gemm_in * moe.expert_ffn_hidden_size * (moe.experts_per_token + moe.shared_experts)
-        routed = moe.experts_per_token * (gemm_in * h + 2.0 * moe.expert_ffn_hidden_size * up)
-        shared = moe.shared_experts * 2.0 * moe.expert_ffn_hidden_size * up
-        mlp = routed + shared + activation_out
-    else:
-        activation_out = 0.0
-        mlp = 2.0 * model.ffn * up + gemm_in * model.ffn
-    if training.flash_attention:
-        replicated_selective = replicated - 2.0 * gemm_in * h - gemm_in * model.latent_width
-        scores_selective = scores_selective - activation_out
-    per_token = np.where(
-        recompute == RECOMPUTE_FULL,
-        2.0 * h / rep_div,
-        np.where(recompute == RECOMPUTE_SELECTIVE, replicated_selective, replicated) / rep_div
-        + (attn + mlp + np.where(recompute == RECOMPUTE_SELECTIVE, scores_selective, scores_none)) / tp,
-    )
-    return per_token * tokens
-
-
 def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
                         hbm_bytes_per_s: float, fp8: bool) -> tuple[dict[bool, np.ndarray], dict[bool, np.ndarray]]:
     """Forward and backward time one layer spends quantizing GEMM operands to FP8, per micro-batch.
@@ -885,350 +651,287 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
     scale = tokens / hbm_bytes_per_s
     return {False: dense_fwd * scale, True: moe_fwd * scale}, {False: dense_bwd * scale, True: moe_bwd * scale}
 
-
 # --------------------------------------------------------------------- prediction
 
 
-def zero_stage_held(zero: np.ndarray | int, pp: np.ndarray | int) -> np.ndarray:
-    """The ZeRO stage whose sharding a GPU's memory actually sees between micro-batches.
-
-    Sharding gradients (stage 2) or weights (stage 3) per micro-batch would cost a
-    reduce-scatter, and a weight all-gather, for every micro-batch; a pipeline runs many.
-    DeepSpeed refuses ZeRO-2/3 with pipeline parallelism; PyTorch FSDP under
-    ``torch.distributed.pipelining`` runs it by deferring: ``set_requires_gradient_sync``
-    is off until the stage's last backward, so gradients accumulate whole, and torchtitan
-    keeps weights gathered after the forward "to avoid per-microbatch all-gathers"
-    (``fsdp_reshard_after_forward`` default with pp). Llama 3 405B trained so: FSDP with
-    pp = 16, fp32 gradient accumulation over micro-batches (Llama Team, "The Llama 3 Herd
-    of Models", 2024, Sec. 3.3.2). Between micro-batches such a stage holds ZeRO-1's
-    bytes: whole 16-bit weights, whole gradients, sharded fp32 master weights and moments.
-    """
-    return np.where((zero >= 2) & (pp > 1), np.minimum(zero, 1), zero)
-
-
-def model_state_bytes(dense_params: np.ndarray, expert_params: np.ndarray, zero: np.ndarray,
-                      shard_dense: np.ndarray, shard_expert: np.ndarray, training: TrainingSpec,
-                      fp8_linears: bool, unquantized_params: np.ndarray | float = 0.0
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Bytes of weights, gradients and optimizer state one GPU keeps for the parameters it holds.
-
-    Mixed-precision Adam keeps 16-bit weights, ``training.grad_bytes_per_param`` of
-    gradient and 12 bytes of fp32 master weight and two moments per parameter: the
-    16-18 bytes of Rajbhandari et al., "ZeRO" (SC20), Sec. 3.1. ZeRO stage 1 shards the
-    optimizer state over the data-parallel group, stage 2 the gradients as well and
-    stage 3 the weights; dense parameters are sharded over ``shard_dense`` ranks (data x
-    context parallel), expert parameters over their own, smaller ``shard_expert``. FP8
-    runs (``fp8_linears``) hold each linear weight as FP8 data and its FP8 transpose,
-    beside its 16-bit copy unless ``training.fp8_params``; the ``unquantized_params``
-    among the dense ones (embedding, output layer, position table) stay 16-bit.
-    The software flags add what older stacks held on top (see TrainingSpec).
-    """
-    grad_bytes = float(training.grad_bytes_per_param)
-    linear_bytes = (2.0 if training.fp8_params else 4.0) if fp8_linears else 2.0
-    whole = dense_params + expert_params
-    sharded = dense_params / shard_dense + expert_params / shard_expert
-    weights = np.where(zero >= 3, linear_bytes * sharded + (2.0 - linear_bytes) * unquantized_params / shard_dense,
-                       linear_bytes * whole + (2.0 - linear_bytes) * unquantized_params)
-    grads = np.where(zero >= 2, grad_bytes * sharded, grad_bytes * whole)
-    if training.ddp_bucket_copy:
-        grads = grads + grad_bytes * whole
-    if training.fp32_grad_copy_kept and grad_bytes < 4.0:
-        # the optimizer's fp32 gradient copy lives with the master weights it feeds
-        grads = grads + np.where(zero >= 1, 4.0 * sharded, 4.0 * whole)
-    optimizer_state = np.where(zero >= 1, 12.0 * sharded, 12.0 * whole)
-    return weights, grads, optimizer_state
-
-
 @dataclass(frozen=True)
-class StageActivations:
-    """Peak activation bytes per GPU on the first, the last and the fullest middle
-    pipeline stage (zero without one), with allocator fragmentation; how many layers that
-    middle stage holds and its pipeline rank."""
+class _DeviceRates:
+    """What one GPU and its links deliver to a training step: achievable rates, not datasheet ones."""
 
-    first_bytes: np.ndarray
-    last_bytes: np.ndarray
-    middle_bytes: np.ndarray
-    middle_layers: np.ndarray
-    middle_rank: np.ndarray
+    peak_bf16_flops: float
+    peak_linear_flops: float  # the ceiling of the precision the linear layers run in
+    linear_bytes: float  # bytes per input element of a linear layer: 1 in FP8 runs, else 2
+    gemm_efficiency: float
+    linear_gemm_efficiency: float  # FP8 GEMMs have their own measured ceiling (GPUSpec)
+    hbm_bytes_per_s: float  # datasheet: the GEMM roofline applies its own efficiency
+    hbm_achieved_bytes_per_s: float  # what memory-bound kernels reach
+    sm_count: int
+    intra: LinkSpec
+    inter: LinkSpec
+    gpus_per_node: int
 
+    @property
+    def fp8(self) -> bool:
+        """True when the linear layers run in FP8."""
+        return self.linear_bytes == 1.0
 
-def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
-                           recompute: np.ndarray, full_fraction: np.ndarray, layers_per_stage: np.ndarray,
-                           dense_layers: np.ndarray, moe_layers: np.ndarray, first_layers: np.ndarray,
-                           last_layers: np.ndarray, pp: np.ndarray, v: np.ndarray, m: np.ndarray,
-                           fp8_gemm_inputs: bool = False) -> StageActivations:
-    """Peak activation bytes on the first, the last and the fullest middle pipeline stage.
+    def gemm_s(self, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float, linear: bool = True,
+               batch: np.ndarray | float = 1.0) -> np.ndarray:
+        """Forward time of ``(m x k) @ (k x n)``; ``linear=False`` for products kept in 16 bits."""
+        return _gemm_time_s(m, n, k, self.peak_linear_flops if linear else self.peak_bf16_flops,
+                            self.linear_gemm_efficiency if linear else self.gemm_efficiency, self.hbm_bytes_per_s,
+                            self.sm_count, self.linear_bytes if linear else 2.0, batch)
 
-    Stage ``r`` holds min(m, p - r) micro-batches in flight under 1F1B and
-    2(p - r - 1) + (v-1)p + 1 model chunks under the interleaved schedule (Narayanan et
-    al., SC21, Sec. 2.2; Megatron-LM's warm-up counts): the first the most, the last
-    one, or (v-1)p + 1 chunks when interleaved, plus the fp32 logits. A middle stage
-    holds ``layers_per_stage`` layers of which ``dense_layers`` and ``moe_layers`` are
-    of each kind; ``first_layers`` and ``last_layers`` are what the end stages keep. A
-    middle stage keeps fewer micro-batches in flight than the first but, when the ends
-    shed layers, more layers, and can be the fullest (Llama 3 405B: 8 layers x 15
-    micro-batches on the second of 16 stages against 7 x 16 on the first). Layers the
-    ends do not shed are taken from the middle stages nearest the first, which keep the
-    most in flight.
-    Per-layer bytes are Korthikanti et al.'s (activation_bytes_per_layer); under a
-    partial full recomputation the ``1 - full_fraction`` of layers it leaves out keep
-    all of theirs. Activations are counted with ``ACTIVATION_FRAGMENTATION``.
-    """
-    h, vocab = model.hidden_size, model.vocab_size
-    has_moe = model.num_moe_layers > 0
-    single = pp == 1
-    q, q_dense, q_moe = layers_per_stage, dense_layers, moe_layers
-    dense_act = activation_bytes_per_layer(model, training, tokens, tp, recompute, moe_layer=False,
-                                           fp8_gemm_inputs=fp8_gemm_inputs)
-    moe_act = activation_bytes_per_layer(model, training, tokens, tp, recompute, moe_layer=True,
-                                         fp8_gemm_inputs=fp8_gemm_inputs) if has_moe else 0.0
-    layer_act_avg = (q_dense * dense_act + q_moe * moe_act) / q
-    # layers left out of a partial full recomputation keep everything
-    no_recompute = np.zeros_like(recompute)
-    kept_dense = activation_bytes_per_layer(model, training, tokens, tp, no_recompute, moe_layer=False,
-                                            fp8_gemm_inputs=fp8_gemm_inputs)
-    kept_moe = activation_bytes_per_layer(model, training, tokens, tp, no_recompute, moe_layer=True,
-                                          fp8_gemm_inputs=fp8_gemm_inputs) if has_moe else 0.0
-    layer_act_avg = np.where(recompute == RECOMPUTE_FULL,
-                             full_fraction * layer_act_avg + (1.0 - full_fraction) * (q_dense * kept_dense
-                                                                                      + q_moe * kept_moe) / q,
-                             layer_act_avg)
-
-    def chunks_in_flight(rank):
-        return np.where(v == 1, np.minimum(m, pp - rank),
-                        np.minimum(m * v, 2.0 * (pp - rank - 1.0) + (v - 1.0) * pp + 1.0))
-
-    chunks_first = chunks_in_flight(0.0)
-    chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * pp + 1.0))
-    layers_first = chunks_first * first_layers / v
-    layers_last = np.where(single, layers_first, chunks_last * last_layers / v)
-    # the fullest middle stage: the second (one layer short if the middle stages shed
-    # any), or the first middle stage past the shortened ones
-    middle_short = middle_stages_short(model.num_layers, pp, q, first_layers, last_layers)
-    second_layers = q - (middle_short >= 1)
-    second = chunks_in_flight(1.0) * second_layers / v
-    past_short = np.where(middle_short + 1.0 <= pp - 2.0, chunks_in_flight(middle_short + 1.0) * q / v, 0.0)
-    layers_mid = np.where(pp >= 3, np.maximum(second, past_short), 0.0)
-    mid_rank = np.where(second >= past_short, 1.0, middle_short + 1.0)
-    mid_layers = np.where(second >= past_short, second_layers, q)
-    chunks_mid = chunks_in_flight(mid_rank)
-    # full recomputation rebuilds one layer's activations at a time during backward
-    transient = np.where(recompute == RECOMPUTE_FULL, kept_moe if has_moe else kept_dense, 0.0)
-    # the embedding output's dropout mask
-    embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
-        if training.dropout else np.zeros_like(tokens)
-    act_first = layers_first * layer_act_avg + transient + embed_act
-    act_mid = np.where(pp >= 3, layers_mid * layer_act_avg + transient, 0.0)
-    if training.stage_outputs_kept:
-        # each in-flight model chunk's output (the residual stream, 2 bytes per element)
-        stage_output = tokens * h * 2.0 / np.where(training.sequence_parallel, tp, 1.0)
-        act_first = act_first + np.where(single, 0.0, chunks_first * stage_output)
-        act_mid = act_mid + np.where(pp >= 3, chunks_mid * stage_output, 0.0)
-    logits_act = 4.0 * tokens * vocab / tp
-    # multi-token prediction: per module its layer, its normed 2h input and another set
-    # of logits, for the one micro-batch the last stage holds in its last model chunk
-    mtp_act = model.mtp_layers * ((moe_act if model.mtp_layer_is_moe else dense_act) + logits_act
-                                  + 2.0 * 2.0 * h * tokens / np.where(training.sequence_parallel, tp, 1.0))
-    act_last = layers_last * layer_act_avg + transient + logits_act + mtp_act
-    act_first = np.where(single, act_first + logits_act + mtp_act, act_first)
-    fragmented = 1.0 + ACTIVATION_FRAGMENTATION
-    return StageActivations(act_first * fragmented, act_last * fragmented, act_mid * fragmented, mid_layers,
-                            np.where(pp >= 3, mid_rank, 0.0))
+    def gemm_backward_s(self, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
+                        linear: bool = True, batch: np.ndarray | float = 1.0) -> np.ndarray:
+        """Backward time (input and weight gradients) of ``(m x k) @ (k x n)``."""
+        return _gemm_backward_time_s(m, n, k, self.peak_linear_flops if linear else self.peak_bf16_flops,
+                                     self.linear_gemm_efficiency if linear else self.gemm_efficiency,
+                                     self.hbm_bytes_per_s, self.sm_count, self.linear_bytes if linear else 2.0, batch)
 
 
-def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                    layouts: LayoutArrays) -> dict[str, np.ndarray]:
-    """Predict time, throughput and per-GPU memory of every candidate layout.
-
-    Returns a dict of arrays (one entry per candidate): ``step_time_s``,
-    ``tokens_per_s``, ``mfu``, ``hfu``, ``bubble_fraction``, time components
-    ``compute_s``, ``tp_comm_s``, ``cp_comm_s``, ``ep_comm_s``, ``pp_comm_s``,
-    ``bubble_s``, ``dp_comm_exposed_s``, ``optimizer_s``, and memory components
-    ``parameters_bytes``, ``gradients_bytes``, ``optimizer_state_bytes``,
-    ``activations_bytes``, ``buffers_bytes``, ``memory_bytes`` (the fullest
-    of the first, the last and a middle pipeline stage, ``fullest_stage`` its pipeline
-    rank; see parallel3d.MemoryBreakdown), plus
-    ``num_micro_batches`` and ``layers_per_stage``.
-    """
-    f64 = np.float64
-    dp = layouts.dp.astype(f64)
-    tp = layouts.tp.astype(f64)
-    pp = layouts.pp.astype(f64)
-    cp = layouts.cp.astype(f64)
-    ep = layouts.ep.astype(f64)
-    mbs = layouts.mbs.astype(f64)
-    v = layouts.v.astype(f64)
-    zero = layouts.zero
-    rc = layouts.recompute
-
-    h, a, s, vocab = model.hidden_size, model.num_attention_heads, model.seq_length, model.vocab_size
-    up = 2 if model.gated_mlp else 1
-    n_layers = model.num_layers
-    n_moe = model.num_moe_layers
-    gpn = cluster.gpus_per_node
-    batch = training.global_batch_sequences
-    counts = parameter_counts(model)
-
+def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:
     peak_bf16 = cluster.peak_flops_per_s.get("bf16") or max(cluster.peak_flops_per_s.values())
-    peak_linear = cluster.peak_flops_per_s.get(training.precision, peak_bf16)
     linear_bytes = 1.0 if training.precision == "fp8" and training.precision in cluster.peak_flops_per_s else 2.0
     eff = cluster.gemm_efficiency_max
-    hbm = cluster.hbm_bandwidth_bytes_per_s
-    hbm_eff = hbm * _HBM_EFFICIENCY
-    sms = cluster.sm_count
-    intra = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
-    inter = LinkSpec(cluster.inter_node_bandwidth_bytes_per_s * _IB_EFFICIENCY, cluster.inter_node_latency_s)
-
-    m = np.ceil(batch / (dp * mbs))  # micro-batches per step per pipeline
-    tokens = mbs * s / cp  # local tokens of one micro-batch
-
-    # ---- stage split: ceil(L/p) layers on the middle stages, the remainder off the ends
-    # (which end: balanced_end_layers, below, once a layer's time is known)
-    q, _, _ = stage_layer_split(n_layers, layouts.pp)
-    # share of the layers whose forward full recomputation repeats: the first
-    # recompute_layers of each q/v-layer model chunk (shorter end stages are taken to
-    # recompute the same share)
-    full_frac = np.where(rc == RECOMPUTE_FULL, np.clip(layouts.recompute_layers / (q / v), 0.0, 1.0), 0.0)
-    moe_frac = n_moe / n_layers
-    q_moe = np.ceil(q * moe_frac) if n_moe else np.zeros_like(q)
-    q_dense = q - q_moe
-
-    # ---- per-layer forward time on one GPU, for one micro-batch
     # FP8 linears run against the FP8 ceiling where one was measured (GPUSpec)
     eff_linear = cluster.fp8_gemm_efficiency_max if linear_bytes == 1.0 and cluster.fp8_gemm_efficiency_max \
         else eff
+    return _DeviceRates(
+        peak_bf16_flops=peak_bf16,
+        peak_linear_flops=cluster.peak_flops_per_s.get(training.precision, peak_bf16),
+        linear_bytes=linear_bytes,
+        gemm_efficiency=eff,
+        linear_gemm_efficiency=eff_linear,
+        hbm_bytes_per_s=cluster.hbm_bandwidth_bytes_per_s,
+        hbm_achieved_bytes_per_s=cluster.hbm_bandwidth_bytes_per_s * _HBM_EFFICIENCY,
+        sm_count=cluster.sm_count,
+        intra=LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s),
+        inter=LinkSpec(cluster.inter_node_bandwidth_bytes_per_s * _IB_EFFICIENCY, cluster.inter_node_latency_s),
+        gpus_per_node=cluster.gpus_per_node,
+    )
 
-    def gemm(mm, nn, kk, linear=True, batch=1.0):
-        return _gemm_time_s(mm, nn, kk, peak_linear if linear else peak_bf16, eff_linear if linear else eff, hbm,
-                            sms, linear_bytes if linear else 2.0, batch)
 
-    def gemm_bwd(mm, nn, kk, linear=True, batch=1.0):
-        return _gemm_backward_time_s(mm, nn, kk, peak_linear if linear else peak_bf16,
-                                     eff_linear if linear else eff, hbm, sms, linear_bytes if linear else 2.0, batch)
+@dataclass(frozen=True)
+class _LayerWork:
+    """Seconds one GPU spends on some layers for one micro-batch, forward and backward
+    (recomputation included): computation and each kind of collective."""
 
-    # the column-parallel linears' backward GEMMs (QKV, MLP up-projection): the window the
-    # asynchronous backward collectives run in (see layer_time)
-    def projection_shape(p):
-        """(output, input) features of one attention linear on one tensor-parallel rank."""
-        return (p.out_width / tp if p.split == "column" else p.out_width,
-                p.in_width / tp if p.split == "row" else p.in_width)
+    compute_s: np.ndarray | float
+    tp_comm_s: np.ndarray | float
+    ep_comm_s: np.ndarray | float
+    cp_comm_s: np.ndarray | float
 
-    column = [projection_shape(p) for p in model.attention_projections if p.split == "column"]
-    qkv_dgrad = sum(gemm(tokens, k_in, n_out) for n_out, k_in in column)
-    qkv_wgrad = sum(gemm(k_in, n_out, tokens) for n_out, k_in in column)
-    fc1_dgrad, fc1_wgrad = gemm(tokens, h, up * model.ffn / tp), gemm(h, up * model.ffn / tp, tokens)
-    attn_proj = sum(gemm(tokens, *projection_shape(p)) for p in model.attention_projections)
-    mla_up_fwd = sum((gemm(tokens, *projection_shape(p)) for p in mla_up_projections(model)), np.zeros_like(tokens))
-    attn_proj_b = sum(gemm_bwd(tokens, *projection_shape(p)) for p in model.attention_projections)
-    dense_mlp = gemm(tokens, up * model.ffn / tp, h) + gemm(tokens, h, model.ffn / tp)
-    dense_mlp_b = gemm_bwd(tokens, up * model.ffn / tp, h) + gemm_bwd(tokens, h, model.ffn / tp)
-    if model.moe is not None:
-        moe = model.moe
-        fe = moe.expert_ffn_hidden_size
-        local_experts = moe.num_experts / ep
-        # the busiest expert sets the pace: dropless routing with an auxiliary balancing
-        # loss still leaves it ~20% above the mean (the 1.2-1.25 capacity factors budgeted
-        # by GShard, Lepikhin et al. 2021, and Switch, Fedus et al. 2022)
-        tokens_per_expert = np.maximum(_EXPERT_IMBALANCE * tokens * moe.experts_per_token * ep / moe.num_experts,
-                                       1.0)
-        moe_mlp = gemm(tokens_per_expert, up * fe / tp, h, batch=local_experts) \
-            + gemm(tokens_per_expert, h, fe / tp, batch=local_experts)
-        moe_mlp_b = gemm_bwd(tokens_per_expert, up * fe / tp, h, batch=local_experts) \
-            + gemm_bwd(tokens_per_expert, h, fe / tp, batch=local_experts)
-        if moe.shared_experts:
-            moe_mlp = moe_mlp + gemm(tokens, up * fe * moe.shared_experts / tp, h) \
-                + gemm(tokens, h, fe * moe.shared_experts / tp)
-            moe_mlp_b = moe_mlp_b + gemm_bwd(tokens, up * fe * moe.shared_experts / tp, h) \
-                + gemm_bwd(tokens, h, fe * moe.shared_experts / tp)
-        moe_mlp = moe_mlp + gemm(tokens, float(moe.num_experts), h, linear=False)
-        moe_mlp_b = moe_mlp_b + gemm_bwd(tokens, float(moe.num_experts), h, linear=False)
-        exp_dgrad = gemm(tokens_per_expert, h, up * fe / tp, batch=local_experts)
-        exp_wgrad = gemm(h, up * fe / tp, tokens_per_expert, batch=local_experts)
-    else:
-        moe_mlp = np.zeros_like(tokens)
-        moe_mlp_b = np.zeros_like(tokens)
-        exp_dgrad = exp_wgrad = np.zeros_like(tokens)
+    @property
+    def total_s(self) -> np.ndarray | float:
+        return self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
 
-    heads_local = a / tp
+
+_NO_WORK = _LayerWork(0.0, 0.0, 0.0, 0.0)
+
+
+def _stage_work(dense_layers: np.ndarray | float, dense: _LayerWork, moe_layers: np.ndarray | float,
+                moe: _LayerWork) -> _LayerWork:
+    """The work of a stage holding ``dense_layers`` and ``moe_layers`` layers."""
+    return _LayerWork(dense_layers * dense.compute_s + moe_layers * moe.compute_s,
+                     dense_layers * dense.tp_comm_s + moe_layers * moe.tp_comm_s,
+                     moe_layers * moe.ep_comm_s,
+                     dense_layers * dense.cp_comm_s + moe_layers * moe.cp_comm_s)
+
+
+@dataclass(frozen=True)
+class _BlockGemms:
+    """GEMM seconds of one block (attention or MLP) on one GPU for one micro-batch; the
+    column-parallel input linears' backward GEMMs are the window their asynchronous
+    backward collectives run in."""
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    column_dgrad_s: np.ndarray | float
+    column_wgrad_s: np.ndarray | float
+
+
+def _projection_shape(projection: AttentionProjection, tp: np.ndarray) -> tuple[np.ndarray | int, np.ndarray | int]:
+    """(output, input) features of one attention linear on one tensor-parallel rank."""
+    return (projection.out_width / tp if projection.split == "column" else projection.out_width,
+            projection.in_width / tp if projection.split == "row" else projection.in_width)
+
+
+def _attention_linear_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray,
+                            tp: np.ndarray) -> _BlockGemms:
+    column = [_projection_shape(p, tp) for p in model.attention_projections if p.split == "column"]
+    return _BlockGemms(
+        forward_s=sum(rates.gemm_s(tokens, *_projection_shape(p, tp)) for p in model.attention_projections),
+        backward_s=sum(rates.gemm_backward_s(tokens, *_projection_shape(p, tp)) for p in model.attention_projections),
+        column_dgrad_s=sum(rates.gemm_s(tokens, k_in, n_out) for n_out, k_in in column),
+        column_wgrad_s=sum(rates.gemm_s(k_in, n_out, tokens) for n_out, k_in in column),
+    )
+
+
+def _mla_up_projection_s(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """Forward of MLA's up-projections, which selective recomputation repeats."""
+    return sum((rates.gemm_s(tokens, *_projection_shape(p, tp)) for p in mla_up_projections(model)),
+               np.zeros_like(tokens))
+
+
+def _dense_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray) -> _BlockGemms:
+    h, up, ffn = model.hidden_size, 2 if model.gated_mlp else 1, model.ffn
+    return _BlockGemms(
+        forward_s=rates.gemm_s(tokens, up * ffn / tp, h) + rates.gemm_s(tokens, h, ffn / tp),
+        backward_s=rates.gemm_backward_s(tokens, up * ffn / tp, h) + rates.gemm_backward_s(tokens, h, ffn / tp),
+        column_dgrad_s=rates.gemm_s(tokens, h, up * ffn / tp),
+        column_wgrad_s=rates.gemm_s(h, up * ffn / tp, tokens),
+    )
+
+
+def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
+                   ep: np.ndarray) -> _BlockGemms:
+    """Routed experts (a grouped GEMM over the local experts), shared experts and the router."""
+    moe = model.moe
+    h, up, fe = model.hidden_size, 2 if model.gated_mlp else 1, moe.expert_ffn_hidden_size
+    local_experts = moe.num_experts / ep
+    # the busiest expert sets the pace: dropless routing with an auxiliary balancing
+    # loss still leaves it ~20% above the mean (the 1.2-1.25 capacity factors budgeted
+    # by GShard, Lepikhin et al. 2021, and Switch, Fedus et al. 2022)
+    tokens_per_expert = np.maximum(_EXPERT_IMBALANCE * tokens * moe.experts_per_token * ep / moe.num_experts, 1.0)
+    forward = rates.gemm_s(tokens_per_expert, up * fe / tp, h, batch=local_experts) \
+        + rates.gemm_s(tokens_per_expert, h, fe / tp, batch=local_experts)
+    backward = rates.gemm_backward_s(tokens_per_expert, up * fe / tp, h, batch=local_experts) \
+        + rates.gemm_backward_s(tokens_per_expert, h, fe / tp, batch=local_experts)
+    if moe.shared_experts:
+        forward = forward + rates.gemm_s(tokens, up * fe * moe.shared_experts / tp, h) \
+            + rates.gemm_s(tokens, h, fe * moe.shared_experts / tp)
+        backward = backward + rates.gemm_backward_s(tokens, up * fe * moe.shared_experts / tp, h) \
+            + rates.gemm_backward_s(tokens, h, fe * moe.shared_experts / tp)
+    forward = forward + rates.gemm_s(tokens, float(moe.num_experts), h, linear=False)
+    backward = backward + rates.gemm_backward_s(tokens, float(moe.num_experts), h, linear=False)
+    return _BlockGemms(forward, backward,
+                       rates.gemm_s(tokens_per_expert, h, up * fe / tp, batch=local_experts),
+                       rates.gemm_s(h, up * fe / tp, tokens_per_expert, batch=local_experts))
+
+
+def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: np.ndarray,
+                      mbs: np.ndarray, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of the score/softmax/context part of attention."""
+    s, a = model.seq_length, model.num_attention_heads
     if training.flash_attention:
         # causal flash attention skips the masked half; backward is 2.5x forward's FLOPs
         # (five matmuls against two, Dao 2023), run at a lower fraction of peak
-        attn_core_fwd = tokens * s * (model.query_width + model.context_width) / tp \
-            / (peak_bf16 * eff * _FLASH_OVER_GEMM)
-        attn_core_bwd = 2.5 * attn_core_fwd / _FLASH_BACKWARD_OVER_FORWARD
-        score_bytes_fwd = np.zeros_like(tokens)
+        forward = tokens * s * (model.query_width + model.context_width) / tp \
+            / (rates.peak_bf16_flops * rates.gemm_efficiency * _FLASH_OVER_GEMM)
+        return forward, 2.5 * forward / _FLASH_BACKWARD_OVER_FORWARD
+    # batched QK^T and attention x V over the full s x s matrix (masked after),
+    # plus fused scale-mask-softmax and dropout streaming 9 bytes per score
+    heads_local = a / tp
+    batch_heads = mbs * heads_local
+    batched = rates.gemm_s(tokens / mbs, float(s), float(model.query_width / a), linear=False, batch=batch_heads) \
+        + rates.gemm_s(tokens / mbs, float(model.context_width / a), float(s), linear=False, batch=batch_heads)
+    score_bytes_fwd = 9.0 * tokens * heads_local * s
+    forward = batched + score_bytes_fwd / rates.hbm_achieved_bytes_per_s
+    # backward: four batched GEMMs (dQ, dK, dV, dP) and softmax/dropout backward,
+    # which stream about 1.5x the forward's bytes per score (read output, grad and
+    # mask, write one grad)
+    return forward, 2.0 * batched + 1.5 * score_bytes_fwd / rates.hbm_achieved_bytes_per_s
+
+
+def _tensor_parallel_allreduce_s(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                                 rates: _DeviceRates, tokens: np.ndarray, tp_sizes: np.ndarray) -> np.ndarray:
+    """One all-reduce of a micro-batch's activation across the tensor group (with sequence
+    parallelism the all-gather + reduce-scatter that replace it move the same bytes)."""
+    act_bytes = tokens * model.hidden_size * 2.0
+    ar_intra = _collective_time(lambda n, p: allreduce_time_s(n, p, rates.intra), act_bytes, tp_sizes)
+    ar_inter = _collective_time(lambda n, p: allreduce_time_s(n, p, rates.inter), act_bytes, tp_sizes)
+    tp_ar = np.where(tp_sizes <= rates.gpus_per_node, ar_intra, ar_inter)
+    if not training.sequence_parallel:
+        # a true all-reduce: NVLink SHARP speeds it up across a full NVSwitch node (NCCL
+        # picks NVLS for all-reduce only; sequence parallelism's all-gather and
+        # reduce-scatter run as rings) -- see GPUSpec.nvls_allreduce_speedup
+        tp_ar = np.where((tp_sizes == rates.gpus_per_node) & (rates.gpus_per_node >= 8),
+                         tp_ar / cluster.nvls_allreduce_speedup, tp_ar)
+    return tp_ar
+
+
+def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
+                             cp: np.ndarray, cp_sizes: np.ndarray) -> np.ndarray:
+    """The ring exchange of K and V chunks around the context-parallel group, one pass."""
+    kv_bytes = tokens * (model.key_width + model.value_width) * 2.0 / tp
+    return np.where(
+        tp * cp <= rates.gpus_per_node,
+        _collective_time(lambda n, p: allgather_time_s(n, p, rates.intra), kv_bytes * cp, cp_sizes),
+        _collective_time(lambda n, p: allgather_time_s(n, p, rates.inter), kv_bytes * cp, cp_sizes),
+    )
+
+
+def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: np.ndarray,
+                       tp: np.ndarray, layouts: LayoutArrays) -> tuple[np.ndarray, np.ndarray]:
+    """One expert-parallel all-to-all (the mean of a dispatch and a combine) per MoE layer,
+    and the permute/unpermute passes around it."""
+    h, moe = model.hidden_size, model.moe
+    stride = layouts.tp * layouts.cp
+    if training.expert_dispatch == "node-deduplicated":
+        # FP8 runs dispatch the FP8 copy the expert GEMM quantizes anyway (1 byte and a
+        # 4-byte scale per 128 elements, DeepSeek-V3 Sec. 3.3.2); combines stay 16-bit
+        token_bytes = _EXPERT_IMBALANCE * tokens * h / tp
+        dispatch_bytes = 1.0 + 4.0 / 128.0 if rates.fp8 else 2.0
+        one_way = functools.partial(deduplicated_dispatch_time_s, experts_per_token=moe.experts_per_token,
+                                    num_groups=moe.num_groups, group_topk=moe.group_topk, stride=stride,
+                                    ep=layouts.ep, gpus_per_node=rates.gpus_per_node, intra=rates.intra,
+                                    inter=rates.inter)
+        # the mean of a dispatch and a combine: _layer_work counts them in pairs
+        a2a = 0.5 * (one_way(token_bytes * dispatch_bytes) + one_way(token_bytes * 2.0))
     else:
-        # batched QK^T and attention x V over the full s x s matrix (masked after),
-        # plus fused scale-mask-softmax and dropout streaming 9 bytes per score
-        batch_heads = mbs * heads_local
-        batched = gemm(tokens / mbs, float(s), float(model.query_width / a), linear=False, batch=batch_heads) \
-            + gemm(tokens / mbs, float(model.context_width / a), float(s), linear=False, batch=batch_heads)
-        score_bytes_fwd = 9.0 * tokens * heads_local * s
-        attn_core_fwd = batched + score_bytes_fwd / hbm_eff
-        # backward: four batched GEMMs (dQ, dK, dV, dP) and softmax/dropout backward,
-        # which stream about 1.5x the forward's bytes per score (read output, grad and
-        # mask, write one grad)
-        attn_core_bwd = 2.0 * batched + 1.5 * score_bytes_fwd / hbm_eff
+        a2a_bytes = _EXPERT_IMBALANCE * tokens * moe.experts_per_token * h * 2.0 / tp
+        a2a = expert_alltoall_time_s(a2a_bytes, stride, layouts.ep, rates.gpus_per_node, rates.intra, rates.inter)
+    permute = tokens * 8.0 * moe.experts_per_token * h / tp / rates.hbm_achieved_bytes_per_s
+    return a2a, permute
+
+
+def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, rates: _DeviceRates,
+                layouts: LayoutArrays, tokens: np.ndarray, full_frac: np.ndarray
+                ) -> tuple[_LayerWork, _LayerWork, np.ndarray]:
+    """Work of one dense and of one MoE layer (``_NO_WORK`` without MoE) for one
+    micro-batch, and one tensor-parallel all-reduce of the activation."""
+    tp = layouts.tp.astype(np.float64)
+    cp = layouts.cp.astype(np.float64)
+    ep = layouts.ep.astype(np.float64)
+    mbs = layouts.mbs.astype(np.float64)
+    rc = layouts.recompute
+    h, up = model.hidden_size, 2 if model.gated_mlp else 1
+    hbm_eff = rates.hbm_achieved_bytes_per_s
+
+    attention = _attention_linear_gemms(model, rates, tokens, tp)
+    mla_up_fwd = _mla_up_projection_s(model, rates, tokens, tp)
+    mlp = {False: _dense_mlp_gemms(model, rates, tokens, tp)}
+    if model.moe is not None:
+        mlp[True] = _moe_mlp_gemms(model, rates, tokens, tp, ep)
+    attn_core_fwd, attn_core_bwd = _attention_core_s(model, training, rates, tokens, mbs, tp)
 
     rep_div = np.where(training.sequence_parallel, tp, 1.0)
     # LayerNorms (read + write), two bias-dropout-residual adds (read 2, write 1, mask 0.5)
-    elementwise_fwd_bytes = tokens * (22.0 * h / rep_div + 2.0 * (up + 1) * model.ffn / tp)
-    elementwise_fwd = elementwise_fwd_bytes / hbm_eff
+    elementwise_fwd = tokens * (22.0 * h / rep_div + 2.0 * (up + 1) * model.ffn / tp) / hbm_eff
     # selective recomputation under flash attention (activation_bytes_per_layer) rebuilds
     # the norm outputs (read 2 + write 2 bytes per element) and, in MoE layers, the
     # experts' activation output from the kept up-projection output
     norm_rebuild = tokens * 8.0 * (h + model.latent_width) / rep_div / hbm_eff
     if model.moe is not None:
         act_rebuild = tokens * (model.moe.experts_per_token + model.moe.shared_experts) \
-            * (2.0 * up + linear_bytes) * model.moe.expert_ffn_hidden_size / tp / hbm_eff
+            * (2.0 * up + rates.linear_bytes) * model.moe.expert_ffn_hidden_size / tp / hbm_eff
     else:
         act_rebuild = np.zeros_like(tokens)
-    quantize_fwd, quantize_bwd = fp8_quantize_time_s(model, training, tokens, tp, hbm_eff, fp8=linear_bytes == 1.0)
+    quantize_fwd, quantize_bwd = fp8_quantize_time_s(model, training, tokens, tp, hbm_eff, fp8=rates.fp8)
 
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter with sequence
     # parallelism, the same bytes) of the full activation per layer forward, 2 backward
-    tp_link_intra = tp <= gpn
-    act_bytes = tokens * h * 2.0
-    ar_intra = _collective_time(lambda n, p: allreduce_time_s(n, p, intra), act_bytes, layouts.tp)
-    ar_inter = _collective_time(lambda n, p: allreduce_time_s(n, p, inter), act_bytes, layouts.tp)
-    tp_ar = np.where(tp_link_intra, ar_intra, ar_inter)
-    if not training.sequence_parallel:
-        # a true all-reduce: NVLink SHARP speeds it up across a full NVSwitch node (NCCL
-        # picks NVLS for all-reduce only; sequence parallelism's all-gather and
-        # reduce-scatter run as rings) -- see GPUSpec.nvls_allreduce_speedup
-        tp_ar = np.where((layouts.tp == gpn) & (gpn >= 8), tp_ar / cluster.nvls_allreduce_speedup, tp_ar)
-
+    tp_ar = _tensor_parallel_allreduce_s(model, cluster, training, rates, tokens, layouts.tp)
     # context parallel: ring exchange of K and V chunks, overlapped with attention
-    kv_bytes = tokens * (model.key_width + model.value_width) * 2.0 / tp
-    cp_intra = tp * cp <= gpn
-    cp_ring = np.where(
-        cp_intra,
-        _collective_time(lambda n, p: allgather_time_s(n, p, intra), kv_bytes * cp, layouts.cp),
-        _collective_time(lambda n, p: allgather_time_s(n, p, inter), kv_bytes * cp, layouts.cp),
-    )
+    cp_ring = _context_parallel_ring_s(model, rates, tokens, tp, cp, layouts.cp)
     cp_fwd = overlapped_time_s(cp_ring, attn_core_fwd)
     cp_bwd = overlapped_time_s(2.0 * cp_ring, attn_core_bwd)
-
     # expert parallel: dispatch + combine all-to-all per MoE layer forward, twice backward
     if model.moe is not None:
-        stride = layouts.tp * layouts.cp
-        if training.expert_dispatch == "node-deduplicated":
-            # FP8 runs dispatch the FP8 copy the expert GEMM quantizes anyway (1 byte and a
-            # 4-byte scale per 128 elements, DeepSeek-V3 Sec. 3.3.2); combines stay 16-bit
-            token_bytes = _EXPERT_IMBALANCE * tokens * h / tp
-            dispatch_bytes = 1.0 + 4.0 / 128.0 if linear_bytes == 1.0 else 2.0
-            one_way = functools.partial(deduplicated_dispatch_time_s, experts_per_token=model.moe.experts_per_token,
-                                        num_groups=model.moe.num_groups, group_topk=model.moe.group_topk,
-                                        stride=stride, ep=layouts.ep, gpus_per_node=gpn, intra=intra, inter=inter)
-            # the mean of a dispatch and a combine: n_coll below counts them in pairs
-            a2a = 0.5 * (one_way(token_bytes * dispatch_bytes) + one_way(token_bytes * 2.0))
-        else:
-            a2a_bytes = _EXPERT_IMBALANCE * tokens * model.moe.experts_per_token * h * 2.0 / tp
-            a2a = expert_alltoall_time_s(a2a_bytes, stride, layouts.ep, gpn, intra, inter)
-        moe_elem = tokens * 8.0 * model.moe.experts_per_token * h / tp / hbm_eff  # permute / unpermute
+        a2a, moe_elem = _expert_exchange_s(model, training, rates, tokens, tp, layouts)
     else:
-        a2a = np.zeros_like(tokens)
-        moe_elem = np.zeros_like(tokens)
+        a2a = moe_elem = np.zeros_like(tokens)
 
     def async_backward_tp(dgrad, wgrad):
         """Exposed part of one column-parallel linear's asynchronous backward collectives.
@@ -1242,9 +945,9 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             return overlapped_time_s(tp_ar / 2.0, dgrad) + overlapped_time_s(tp_ar / 2.0, wgrad)
         return overlapped_time_s(tp_ar, wgrad)
 
-    def layer_time(mlp_gemm, mlp_gemm_b, is_moe: bool):
-        gemm_f = attn_proj + mlp_gemm
-        gemm_b = attn_proj_b + mlp_gemm_b
+    def layer(is_moe: bool) -> _LayerWork:
+        gemm_f = attention.forward_s + mlp[is_moe].forward_s
+        gemm_b = attention.backward_s + mlp[is_moe].backward_s
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
         fwd_compute = gemm_f + attn_core_fwd + elem + quantize_fwd[is_moe]
         bwd_compute = gemm_b + attn_core_bwd + 2.0 * elem + quantize_bwd[is_moe]
@@ -1265,9 +968,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             # recomputed forward's and, with sequence parallelism, the all-gather of the
             # output gradient in front of each row-parallel linear (one all-reduce's worth)
             in_line = 2.0 + 2.0 * full_frac + (1.0 if training.sequence_parallel else 0.0)
-            up_dgrad, up_wgrad = (exp_dgrad, exp_wgrad) if is_moe else (fc1_dgrad, fc1_wgrad)
-            tp_comm = in_line * tp_ar + async_backward_tp(qkv_dgrad, qkv_wgrad) \
-                + async_backward_tp(up_dgrad, up_wgrad)
+            tp_comm = in_line * tp_ar + async_backward_tp(attention.column_dgrad_s, attention.column_wgrad_s) \
+                + async_backward_tp(mlp[is_moe].column_dgrad_s, mlp[is_moe].column_wgrad_s)
         if training.overlap_tp_comm:
             # pipelined all-gather/reduce-scatter under the neighbouring GEMMs (Transformer
             # Engine userbuffers; Wang et al., "Overlap communication with dependent
@@ -1281,62 +983,106 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             # same layer (a forward paired with a backward): what that cannot cover shows
             ep_comm = overlapped_time_s(ep_comm, compute)
         cp_comm = cp_fwd + cp_bwd + full_frac * cp_fwd
-        return compute, tp_comm, ep_comm, cp_comm
+        return _LayerWork(compute, tp_comm, ep_comm, cp_comm)
 
-    d_compute, d_tp, d_ep, d_cp = layer_time(dense_mlp, dense_mlp_b, False)
-    m_compute, m_tp, m_ep, m_cp = layer_time(moe_mlp, moe_mlp_b, True) if n_moe else (0.0, 0.0, 0.0, 0.0)
+    return layer(False), (layer(True) if model.num_moe_layers else _NO_WORK), tp_ar
 
-    def stage(n_dense, n_moe_layers):
-        return (n_dense * d_compute + n_moe_layers * m_compute, n_dense * d_tp + n_moe_layers * m_tp,
-                n_moe_layers * m_ep, n_dense * d_cp + n_moe_layers * m_cp)
 
+@dataclass(frozen=True)
+class _EndStageWork:
+    """Per micro-batch work only the end stages do, beside their layers."""
+
+    embedding_s: np.ndarray  # input embedding lookup and gradient, first stage
+    embedding_tp_s: np.ndarray  # the all-reduce of the looked-up rows across the tensor group
+    logits_s: np.ndarray  # output layer and loss, last stage
+    mtp: _LayerWork  # multi-token prediction modules (their logits in compute_s), last stage
+
+
+def _end_stage_work(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray, tp_ar: np.ndarray,
+                    dense: _LayerWork, moe: _LayerWork) -> _EndStageWork:
+    h, vocab = model.hidden_size, model.vocab_size
     # output layer + vocab-parallel cross-entropy on the last stage (fp32 logits,
     # a few passes of 4 bytes per logit). The output head stays in 16-bit in FP8 runs:
     # DeepSeek-V3 keeps "the embedding module, the output head, MoE gating modules,
     # normalization operators, and attention operators" in BF16/FP32 (DeepSeek-V3
     # Technical Report, Sec. 3.3.1), and Megatron-Core's output layer is its own
     # ColumnParallelLinear, outside Transformer Engine's FP8 autocast.
-    logit_time = gemm(tokens, vocab / tp, h, linear=False) + gemm_bwd(tokens, vocab / tp, h, linear=False) \
-        + tokens * vocab / tp * 16.0 / hbm_eff
-
+    logits_s = rates.gemm_s(tokens, vocab / tp, h, linear=False) \
+        + rates.gemm_backward_s(tokens, vocab / tp, h, linear=False) \
+        + tokens * vocab / tp * 16.0 / rates.hbm_achieved_bytes_per_s
     # multi-token prediction on the last stage: per module one more layer of the last
     # layer's kind, its 2h -> h projection and one more pass through the output head
     if model.mtp_layers:
-        mtp_layer = stage(0.0, 1.0) if model.mtp_layer_is_moe else stage(1.0, 0.0)
-        mtp_compute = model.mtp_layers * (mtp_layer[0] + gemm(tokens, h / tp, 2.0 * h)
-                                          + gemm_bwd(tokens, h / tp, 2.0 * h) + logit_time)
-        mtp_tp, mtp_ep, mtp_cp = (model.mtp_layers * part for part in mtp_layer[1:])
+        layer = _stage_work(0.0, dense, 1.0, moe) if model.mtp_layer_is_moe else _stage_work(1.0, dense, 0.0, moe)
+        n = model.mtp_layers
+        mtp = _LayerWork(n * (layer.compute_s + rates.gemm_s(tokens, h / tp, 2.0 * h)
+                             + rates.gemm_backward_s(tokens, h / tp, 2.0 * h) + logits_s),
+                        n * layer.tp_comm_s, n * layer.ep_comm_s, n * layer.cp_comm_s)
     else:
-        mtp_compute = mtp_tp = mtp_ep = mtp_cp = np.zeros_like(tokens)
-    mtp_time = mtp_compute + mtp_tp + mtp_ep + mtp_cp
-
-    embed_compute = embedding_time_s(tokens, h, vocab, tp, hbm_eff)
+        none = np.zeros_like(tokens)
+        mtp = _LayerWork(none, none, none, none)
     # the partial rows of the vocabulary-parallel lookup are all-reduced across the
     # tensor group (reduce-scatter with sequence parallelism: the same bytes)
-    embed_tp = tp_ar
+    return _EndStageWork(embedding_time_s(tokens, h, vocab, tp, rates.hbm_achieved_bytes_per_s), tp_ar, logits_s,
+                         mtp)
 
-    single = pp == 1
-    # which end stages shed the layers a pipeline of q-layer stages leaves over
-    mid = stage(q_dense, q_moe)
-    layer_s = (mid[0] + mid[1] + mid[2] + mid[3]) / q
-    first_layers, last_layers = balanced_end_layers(q, layouts.pp * q - n_layers, layouts.pp,
-                                                    (embed_compute + embed_tp) / layer_s,
-                                                    (logit_time + mtp_time) / layer_s)
-    last_moe = np.minimum(q_moe, last_layers)
-    first_moe = np.minimum(q_moe, first_layers)
 
-    # ---- parameters held per GPU on a middle, the first (embedding) and the last (output) stage
+@dataclass(frozen=True)
+class _StageSplit:
+    """Layers per pipeline stage: ``full`` on the full middle stages (``full_dense`` +
+    ``full_moe`` of each kind), ``first`` and ``last`` on the end stages (of which
+    ``first_moe`` and ``last_moe`` are MoE layers)."""
+
+    full: np.ndarray
+    full_dense: np.ndarray
+    full_moe: np.ndarray
+    first: np.ndarray
+    first_moe: np.ndarray
+    last: np.ndarray
+    last_moe: np.ndarray
+
+
+@dataclass(frozen=True)
+class _StageParameters:
+    """Parameters one GPU holds on the first, a full middle and the last pipeline stage:
+    dense ones (sharded over data x context parallel) and routed experts (over their own group)."""
+
+    first_dense: np.ndarray
+    first_expert: np.ndarray
+    mid_dense: np.ndarray
+    mid_expert: np.ndarray
+    last_dense: np.ndarray
+    last_expert: np.ndarray
+    output: float  # the whole model's output layer (the word embedding when tied)
+    embedding_copy: np.ndarray | float  # the untied word embedding MTP keeps on the last stage
+
+    def largest(self, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Parameters of the stage holding the most (its reduction finishes last), and the
+        most dense and expert parameters of any stage."""
+        has_mid = pp >= 3
+        mid_dense = np.where(has_mid, self.mid_dense, 0.0)
+        mid_expert = np.where(has_mid, self.mid_expert, 0.0)
+        total = np.maximum(np.maximum(self.first_dense + self.first_expert, self.last_dense + self.last_expert),
+                           mid_dense + mid_expert)
+        dense = np.maximum(np.maximum(self.first_dense, self.last_dense), mid_dense)
+        expert = np.maximum(np.maximum(self.first_expert, self.last_expert), mid_expert)
+        return total, dense, expert
+
+
+def _stage_parameters(model: ModelSpec, counts: ParameterCounts, tp: np.ndarray, ep: np.ndarray,
+                      split: _StageSplit, single: np.ndarray) -> _StageParameters:
     attn_gpu = counts.attention_per_gpu(tp)
-    mid_dense = q * attn_gpu + (q_dense * counts.dense_mlp_per_layer + q_moe * counts.moe_shared_per_layer) / tp
-    mid_expert = q_moe * counts.experts_per_layer / (ep * tp)
-    first_dense = first_layers * attn_gpu + ((first_layers - first_moe) * counts.dense_mlp_per_layer
-                                             + first_moe * counts.moe_shared_per_layer) / tp \
+    mid_dense = split.full * attn_gpu + (split.full_dense * counts.dense_mlp_per_layer
+                                         + split.full_moe * counts.moe_shared_per_layer) / tp
+    mid_expert = split.full_moe * counts.experts_per_layer / (ep * tp)
+    first_dense = split.first * attn_gpu + ((split.first - split.first_moe) * counts.dense_mlp_per_layer
+                                            + split.first_moe * counts.moe_shared_per_layer) / tp \
         + counts.embedding / tp + counts.position_embedding
-    first_expert = first_moe * counts.experts_per_layer / (ep * tp)
-    out_params = (counts.output if counts.output else counts.embedding)
-    last_dense = last_layers * attn_gpu + ((last_layers - last_moe) * counts.dense_mlp_per_layer
-                                           + last_moe * counts.moe_shared_per_layer) / tp + out_params / tp
-    last_expert = last_moe * counts.experts_per_layer / (ep * tp)
+    first_expert = split.first_moe * counts.experts_per_layer / (ep * tp)
+    output = (counts.output if counts.output else counts.embedding)
+    last_dense = split.last * attn_gpu + ((split.last - split.last_moe) * counts.dense_mlp_per_layer
+                                          + split.last_moe * counts.moe_shared_per_layer) / tp + output / tp
+    last_expert = split.last_moe * counts.experts_per_layer / (ep * tp)
     # multi-token prediction: its layers and projections, and (untied) a copy of the embedding
     mtp_mlp = counts.moe_shared_per_layer if model.mtp_layer_is_moe else counts.dense_mlp_per_layer
     mtp_dense = model.mtp_layers * (attn_gpu + (mtp_mlp + counts.mtp_projection) / tp)
@@ -1347,93 +1093,127 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     # pp == 1: one stage holds embedding and output
     first_dense = np.where(single, first_dense + counts.output / tp + mtp_dense, first_dense)
     first_expert = np.where(single, first_expert + mtp_expert, first_expert)
+    return _StageParameters(first_dense, first_expert, mid_dense, mid_expert, last_dense, last_expert, output,
+                            embedding_copy)
 
+
+@dataclass(frozen=True)
+class _StageTimes:
+    """Forward + backward seconds of one micro-batch on the first, a full middle and the
+    last stage (point-to-point exchanges not included), the slowest of them, and how
+    the slowest one's time splits."""
+
+    first_s: np.ndarray
+    middle_s: np.ndarray
+    last_s: np.ndarray
+    slowest_s: np.ndarray
+    slowest: _LayerWork
+
+
+def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: np.ndarray, first: _LayerWork,
+                 mid: _LayerWork, last: _LayerWork, ends: _EndStageWork, params: _StageParameters) -> _StageTimes:
     # unfused weight-gradient accumulation: one pass over the stage's parameters per micro-batch
     def accumulation_s(params_per_gpu: np.ndarray) -> np.ndarray:
         if training.gradient_accumulation_fusion:
             return np.zeros_like(params_per_gpu)
-        return gradient_accumulation_time_s(params_per_gpu, training.grad_bytes_per_param, hbm_eff)
+        return gradient_accumulation_time_s(params_per_gpu, training.grad_bytes_per_param,
+                                            rates.hbm_achieved_bytes_per_s)
 
-    mid_acc = accumulation_s(mid_dense + mid_expert)
-    first_acc = accumulation_s(first_dense + first_expert)
-    last_acc = accumulation_s(last_dense + last_expert)
-
-    first = stage(first_layers - first_moe, first_moe)
-    last = stage(last_layers - last_moe, last_moe)
-    mid_total = mid[0] + mid[1] + mid[2] + mid[3] + mid_acc
-    first_total = first[0] + first[1] + first[2] + first[3] + embed_compute + embed_tp + first_acc
-    last_total = last[0] + last[1] + last[2] + last[3] + logit_time + mtp_time + last_acc
+    mid_acc = accumulation_s(params.mid_dense + params.mid_expert)
+    first_acc = accumulation_s(params.first_dense + params.first_expert)
+    last_acc = accumulation_s(params.last_dense + params.last_expert)
+    logits, mtp = ends.logits_s, ends.mtp
+    mtp_time = mtp.total_s
+    mid_total = mid.total_s + mid_acc
+    first_total = first.total_s + ends.embedding_s + ends.embedding_tp_s + first_acc
+    last_total = last.total_s + logits + mtp_time + last_acc
     # the slowest stage paces the steady state (Narayanan et al. SC21, Sec. 2.2: every
     # stage runs one forward and one backward per micro-batch in lock-step)
-    stage_time = np.where(single, first_total + logit_time + mtp_time,
-                          np.maximum(first_total, np.maximum(mid_total, last_total)))
+    slowest_s = np.where(single, first_total + logits + mtp_time,
+                         np.maximum(first_total, np.maximum(mid_total, last_total)))
     use_last = (~single) & (last_total >= first_total) & (last_total > mid_total)
     use_first = (~single) & (~use_last) & (first_total > mid_total)
-    comp_stage = np.select([single, use_last, use_first],
-                           [first[0] + logit_time + mtp_compute + embed_compute + first_acc,
-                            last[0] + logit_time + mtp_compute + last_acc,
-                            first[0] + embed_compute + first_acc],
-                           default=mid[0] + mid_acc)
-    tp_stage = np.select([single, use_last, use_first],
-                         [first[1] + embed_tp + mtp_tp, last[1] + mtp_tp, first[1] + embed_tp], default=mid[1])
-    ep_stage = np.select([single, use_last, use_first], [first[2] + mtp_ep, last[2] + mtp_ep, first[2]],
-                         default=mid[2])
-    cp_stage = np.select([single, use_last, use_first], [first[3] + mtp_cp, last[3] + mtp_cp, first[3]],
-                         default=mid[3])
+    which = [single, use_last, use_first]
+    slowest = _LayerWork(
+        np.select(which, [first.compute_s + logits + mtp.compute_s + ends.embedding_s + first_acc,
+                          last.compute_s + logits + mtp.compute_s + last_acc,
+                          first.compute_s + ends.embedding_s + first_acc], default=mid.compute_s + mid_acc),
+        np.select(which, [first.tp_comm_s + ends.embedding_tp_s + mtp.tp_comm_s, last.tp_comm_s + mtp.tp_comm_s,
+                          first.tp_comm_s + ends.embedding_tp_s], default=mid.tp_comm_s),
+        np.select(which, [first.ep_comm_s + mtp.ep_comm_s, last.ep_comm_s + mtp.ep_comm_s, first.ep_comm_s],
+                  default=mid.ep_comm_s),
+        np.select(which, [first.cp_comm_s + mtp.cp_comm_s, last.cp_comm_s + mtp.cp_comm_s, first.cp_comm_s],
+                  default=mid.cp_comm_s),
+    )
+    return _StageTimes(first_total, mid_total, last_total, slowest_s, slowest)
 
-    # pipeline point-to-point: activation forward, its gradient backward, per model chunk.
+
+def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, layouts: LayoutArrays,
+                         tokens: np.ndarray, stage_time_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes one tensor rank sends across a stage boundary per exchange, and the seconds
+    of point-to-point exchange per micro-batch (activation forward, gradient backward,
+    per model chunk)."""
+    tp = layouts.tp.astype(np.float64)
+    v = layouts.v.astype(np.float64)
+    gpn = rates.gpus_per_node
     # Each tensor rank sends 1/t of the activation: with sequence parallelism it holds only
     # that; without it Megatron's scatter-gather sends 1/t and the receiver all-gathers the
     # shards over NVLink (SC21 Sec. 4.1), or, with that turned off, every rank sends it whole.
     # The pipeline is paced by its slowest boundary: once the stages of one pipeline
     # do not all fit in one node, some boundary crosses the inter-node network.
     whole_activation = not training.sequence_parallel and not training.pipeline_scatter_gather
-    p2p_bytes = tokens * h * 2.0 / np.where(whole_activation, 1.0, tp)
-    stage_ranks = tp * cp * ep
-    pp_inter = (stage_ranks >= gpn) | (stage_ranks * pp > gpn)
-    p2p_one = np.where(pp_inter, _p2p_time(p2p_bytes, inter), _p2p_time(p2p_bytes, intra))
+    p2p_bytes = tokens * model.hidden_size * 2.0 / np.where(whole_activation, 1.0, tp)
+    stage_ranks = tp * layouts.cp.astype(np.float64) * layouts.ep.astype(np.float64)
+    pp_inter = (stage_ranks >= gpn) | (stage_ranks * layouts.pp.astype(np.float64) > gpn)
+    p2p_one = np.where(pp_inter, _p2p_time(p2p_bytes, rates.inter), _p2p_time(p2p_bytes, rates.intra))
     if not training.sequence_parallel and training.pipeline_scatter_gather:
-        p2p_one = p2p_one + _collective_time(lambda n, p: allgather_time_s(n, p, intra), p2p_bytes * tp, layouts.tp)
+        p2p_one = p2p_one + _collective_time(lambda n, p: allgather_time_s(n, p, rates.intra), p2p_bytes * tp,
+                                             layouts.tp)
     # with overlap_p2p_comm (interleaved schedule only) each exchange is posted
     # asynchronously and waited for when the next model chunk needs it: it runs under the
     # current chunk's forward or backward, without the batched exchange's device sync
     async_p2p = training.overlap_p2p_comm & (v > 1.0)
-    chunk_window = stage_time / (2.0 * v)
+    chunk_window = stage_time_s / (2.0 * v)
     p2p_one = np.where(async_p2p, overlapped_time_s(p2p_one, chunk_window), p2p_one + _P2P_SYNC_S)
-    p2p_per_mb = np.where(single, 0.0, 2.0 * v * p2p_one)
+    return p2p_bytes, np.where(layouts.pp == 1, 0.0, 2.0 * v * p2p_one)
 
-    # unequal stages (embedding first, logits last): see pipeline_time_s
-    pipeline_time = pipeline_time_s(np.where(single, stage_time, first_total + p2p_per_mb), mid_total + p2p_per_mb,
-                                    last_total + p2p_per_mb, pp, v, m)
-    bubble = np.where(single, 0.0, pipeline_time - m * (stage_time + p2p_per_mb))
 
-    shard_dense = dp * cp
-    shard_expert = np.maximum(dp * cp / ep, 1.0)
-    gb = float(training.grad_bytes_per_param)
-    fp8 = linear_bytes == 1.0
+def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, counts: ParameterCounts,
+                    layouts: LayoutArrays, split: _StageSplit, params: _StageParameters, tokens: np.ndarray,
+                    full_frac: np.ndarray, m: np.ndarray, p2p_bytes: np.ndarray) -> dict[str, np.ndarray]:
+    """Memory of the fullest of the first, the last and a middle pipeline stage, by part
+    (the ``*_bytes`` entries of predict_layouts and ``fullest_stage``)."""
+    tp = layouts.tp.astype(np.float64)
+    pp = layouts.pp.astype(np.float64)
+    v = layouts.v.astype(np.float64)
+    single = pp == 1
+    shard_dense = layouts.dp.astype(np.float64) * layouts.cp.astype(np.float64)
+    shard_expert = np.maximum(shard_dense / layouts.ep.astype(np.float64), 1.0)
+    zero_held = zero_stage_held(layouts.zero, pp)
+    fp8 = rates.fp8
 
-    zero_held = zero_stage_held(zero, pp)
-    deferred = zero_held != zero
     # embedding, output layer and position table stay 16-bit in FP8 runs
     first_unquantized = counts.embedding / tp + counts.position_embedding \
         + np.where(single, counts.output / tp, 0.0)
-    last_unquantized = out_params / tp + embedding_copy
-    w_first, g_first, o_first = model_state_bytes(first_dense, first_expert, zero_held, shard_dense, shard_expert,
-                                                  training, fp8, first_unquantized)
-    w_last, g_last, o_last = model_state_bytes(last_dense, last_expert, zero_held, shard_dense, shard_expert,
-                                               training, fp8, last_unquantized)
-    stages = stage_activation_bytes(model, training, tokens, tp, rc, full_frac, q, q_dense, q_moe, first_layers,
-                                    last_layers, pp, v, m, fp8_gemm_inputs=fp8)
+    last_unquantized = params.output / tp + params.embedding_copy
+    w_first, g_first, o_first = model_state_bytes(params.first_dense, params.first_expert, zero_held, shard_dense,
+                                                  shard_expert, training, fp8, first_unquantized)
+    w_last, g_last, o_last = model_state_bytes(params.last_dense, params.last_expert, zero_held, shard_dense,
+                                               shard_expert, training, fp8, last_unquantized)
+    stages = stage_activation_bytes(model, training, tokens, tp, layouts.recompute, full_frac, split.full,
+                                    split.full_dense, split.full_moe, split.first, split.last, pp, v, m,
+                                    fp8_gemm_inputs=fp8)
     act_first, act_last, act_mid = stages.first_bytes, stages.last_bytes, stages.middle_bytes
     has_mid = pp >= 3
-    held_mid = np.where(has_mid, stages.middle_layers / q, 0.0)  # a shortened middle stage holds one layer less
-    w_mid, g_mid, o_mid = model_state_bytes(mid_dense * held_mid, mid_expert * held_mid, zero_held, shard_dense,
-                                            shard_expert, training, fp8, 0.0)
+    # a shortened middle stage holds one layer less
+    held_mid = np.where(has_mid, stages.middle_layers / split.full, 0.0)
+    w_mid, g_mid, o_mid = model_state_bytes(params.mid_dense * held_mid, params.mid_expert * held_mid, zero_held,
+                                            shard_dense, shard_expert, training, fp8, 0.0)
 
     # ---- buffers: fixed reserve, ZeRO-3 prefetch of two layers, p2p and TP staging
-    layer_params_gpu = attn_gpu + counts.dense_mlp_per_layer / tp
-    buffers = _RESERVED_BYTES + np.where(zero_held >= 3, 2.0 * 2.0 * layer_params_gpu, 0.0) \
-        + 2.0 * tokens * h * 2.0 + 2.0 * p2p_bytes
+    layer_params_gpu = counts.attention_per_gpu(tp) + counts.dense_mlp_per_layer / tp
+    buffers = RESERVED_BYTES + np.where(zero_held >= 3, 2.0 * 2.0 * layer_params_gpu, 0.0) \
+        + 2.0 * tokens * model.hidden_size * 2.0 + 2.0 * p2p_bytes
 
     total_first = w_first + g_first + o_first + act_first + buffers
     total_last = w_last + g_last + o_last + act_last + buffers
@@ -1445,14 +1225,41 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     def at_worst(first_value, last_value, mid_value):
         return np.select([worst_mid, worst_last], [mid_value, last_value], default=first_value)
 
-    # ---- data-parallel gradient reduction (and ZeRO gathers), overlapped with backward
-    # (the stage with the most parameters finishes its reduction last)
-    mid_held_dense = np.where(has_mid, mid_dense, 0.0)
-    mid_held_expert = np.where(has_mid, mid_expert, 0.0)
-    stage_params_gpu = np.maximum(np.maximum(first_dense + first_expert, last_dense + last_expert),
-                                  mid_held_dense + mid_held_expert)
-    dense_params_gpu = np.maximum(np.maximum(first_dense, last_dense), mid_held_dense)
-    expert_params_gpu = np.maximum(np.maximum(first_expert, last_expert), mid_held_expert)
+    return {
+        "parameters_bytes": at_worst(w_first, w_last, w_mid),
+        "gradients_bytes": at_worst(g_first, g_last, g_mid),
+        "optimizer_state_bytes": at_worst(o_first, o_last, o_mid),
+        "activations_bytes": at_worst(act_first, act_last, act_mid),
+        "buffers_bytes": buffers,
+        "fullest_stage": np.select([worst_mid, worst_last], [stages.middle_rank, pp - 1.0], default=0.0),
+        "memory_bytes": at_worst(total_first, total_last, total_mid),
+    }
+
+
+def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: LayoutArrays, layers_per_stage: np.ndarray,
+                     m: np.ndarray, dense_params_gpu: np.ndarray, expert_params_gpu: np.ndarray,
+                     slowest: _LayerWork) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of data-parallel gradient reduction (and ZeRO weight gathers) a step
+    leaves on the critical path after overlapping it with the backward, and their total.
+
+    The stage with the most parameters finishes its reduction last; its slowest
+    micro-batch's backward is the window the reduction can hide in.
+    """
+    tp = layouts.tp.astype(np.float64)
+    pp = layouts.pp.astype(np.float64)
+    cp = layouts.cp.astype(np.float64)
+    ep = layouts.ep.astype(np.float64)
+    v = layouts.v.astype(np.float64)
+    zero = layouts.zero
+    single = pp == 1
+    q = layers_per_stage
+    gpn = rates.gpus_per_node
+    intra, inter = rates.intra, rates.inter
+    shard_dense = layouts.dp.astype(np.float64) * cp
+    shard_expert = np.maximum(shard_dense / ep, 1.0)
+    gb = float(training.grad_bytes_per_param)
+    deferred = zero_stage_held(zero, pp) != zero
+
     pp_in_node = np.minimum(pp, np.maximum(1.0, np.floor(gpn / (tp * cp * ep))))
     local_dense = np.clip(np.floor(gpn / (tp * pp_in_node)), 1.0, shard_dense)
     local_dense = np.where(shard_dense % local_dense == 0, local_dense, 1.0)
@@ -1477,14 +1284,14 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     rs_grads = 0.5 * dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu, buckets_dense, buckets_expert,
                                   ring)
     # weights are gathered in 16 bits, or in FP8 where they are kept in FP8 (fp8_params)
-    gathered = 1.0 if fp8 and training.fp8_params else 2.0
+    gathered = 1.0 if rates.fp8 and training.fp8_params else 2.0
     ag_params = 0.5 * np.where(
         zero >= 3,
         dp_allreduce(gathered * dense_params_gpu, gathered * expert_params_gpu, per_layer, per_layer, ring),
         dp_allreduce(gathered * dense_params_gpu, gathered * expert_params_gpu, buckets_dense, buckets_expert, ring))
 
     # the last micro-batch's backward on a stage is the window the gradient reduction can hide in
-    bwd_window = (comp_stage + tp_stage + ep_stage + cp_stage) * (2.0 / 3.0)
+    bwd_window = slowest.total_s * (2.0 / 3.0)
     fwd_window = bwd_window / 2.0
     tail = 1.0 / np.maximum(q, 1.0)  # the first layer's gradients are ready only at the very end
     overlap = training.overlap_grad_reduce
@@ -1516,7 +1323,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     # deferred ZeRO-2/3 under a pipeline: one weight gather ahead of the first forward, one
     # reduce-scatter issued after the stage's last backward, with no compute left to hide it
-    dp_exposed = np.select(
+    exposed_s = np.select(
         [deferred, zero == 0, zero == 1, zero == 2],
         [
             exposed(ag_params, fwd_window) + rs_grads,
@@ -1526,28 +1333,119 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         ],
         default=m * (exposed(ag_params, fwd_window) + exposed(ag_params + rs_grads, bwd_window)),
     )
-    dp_exposed = np.where(shard_dense * np.maximum(shard_expert, 1) > 1, dp_exposed, 0.0)
+    exposed_s = np.where(shard_dense * np.maximum(shard_expert, 1) > 1, exposed_s, 0.0)
+    total_s = np.select([deferred, zero == 0, zero == 1, zero == 2],
+                        [rs_grads + ag_params, ar_grads, rs_grads + ag_params, m * rs_grads + ag_params],
+                        default=m * (2.0 * ag_params + rs_grads))
+    return exposed_s, total_s
 
-    # tied input/output embeddings (GPT; SC21 eq. 2 counts V h once): with pp > 1 the
-    # last stage keeps a copy of the word embedding for the output layer and, after the
-    # pipeline flush, the first and last stages all-reduce its gradient (Megatron-LM
-    # ``_allreduce_word_embedding_grads`` in ``finalize_model_grads``), on the critical path;
-    # multi-token prediction keeps such a copy for the next tokens' embeddings
-    tied_bytes = gb * vocab * h / tp if model.tie_embeddings or model.mtp_layers else 0.0
-    first_last_inter = stage_ranks * pp > gpn
+
+def _tied_embedding_allreduce_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates,
+                                layouts: LayoutArrays) -> np.ndarray:
+    """The first and last stages' all-reduce of the word-embedding gradient, after the flush.
+
+    Tied input/output embeddings (GPT; SC21 eq. 2 counts V h once): with pp > 1 the last
+    stage keeps a copy of the word embedding for the output layer and, after the pipeline
+    flush, the first and last stages all-reduce its gradient (Megatron-LM
+    ``_allreduce_word_embedding_grads`` in ``finalize_model_grads``), on the critical path;
+    multi-token prediction keeps such a copy for the next tokens' embeddings.
+    """
+    tp = layouts.tp.astype(np.float64)
+    stage_ranks = tp * layouts.cp.astype(np.float64) * layouts.ep.astype(np.float64)
+    tied_bytes = float(training.grad_bytes_per_param) * model.vocab_size * model.hidden_size / tp \
+        if model.tie_embeddings or model.mtp_layers else 0.0
+    first_last_inter = stage_ranks * layouts.pp.astype(np.float64) > rates.gpus_per_node
     two = np.full_like(tp, 2.0)
-    tied_ar = np.where(first_last_inter,
-                       _collective_time(lambda n, p: allreduce_time_s(n, p, inter), tied_bytes * np.ones_like(tp), two),
-                       _collective_time(lambda n, p: allreduce_time_s(n, p, intra), tied_bytes * np.ones_like(tp), two))
-    tied_ar = np.where(single, 0.0, tied_ar)
+    tied_ar = np.where(
+        first_last_inter,
+        _collective_time(lambda n, p: allreduce_time_s(n, p, rates.inter), tied_bytes * np.ones_like(tp), two),
+        _collective_time(lambda n, p: allreduce_time_s(n, p, rates.intra), tied_bytes * np.ones_like(tp), two))
+    return np.where(layouts.pp == 1, 0.0, tied_ar)
+
+
+def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                    layouts: LayoutArrays) -> dict[str, np.ndarray]:
+    """Predict time, throughput and per-GPU memory of every candidate layout.
+
+    Returns a dict of arrays (one entry per candidate): ``step_time_s``,
+    ``tokens_per_s``, ``mfu``, ``hfu``, ``bubble_fraction``, time components
+    ``compute_s``, ``tp_comm_s``, ``cp_comm_s``, ``ep_comm_s``, ``pp_comm_s``,
+    ``bubble_s``, ``dp_comm_exposed_s``, ``optimizer_s``, and memory components
+    ``parameters_bytes``, ``gradients_bytes``, ``optimizer_state_bytes``,
+    ``activations_bytes``, ``buffers_bytes``, ``memory_bytes`` (the fullest
+    of the first, the last and a middle pipeline stage, ``fullest_stage`` its pipeline
+    rank; see parallel3d.MemoryBreakdown), plus
+    ``num_micro_batches`` and ``layers_per_stage``.
+
+    The step is built up in the order of the helpers below: the work of one layer per
+    micro-batch (``_layer_work``), the end stages' extra work, how many layers each
+    stage holds, the pipeline of unequal stages with its point-to-point exchanges, the
+    data-parallel reduction left after the backward, and the optimizer step.
+    """
+    f64 = np.float64
+    dp = layouts.dp.astype(f64)
+    tp = layouts.tp.astype(f64)
+    pp = layouts.pp.astype(f64)
+    cp = layouts.cp.astype(f64)
+    ep = layouts.ep.astype(f64)
+    v = layouts.v.astype(f64)
+    rc = layouts.recompute
+    s = model.seq_length
+    n_layers = model.num_layers
+    n_moe = model.num_moe_layers
+    batch = training.global_batch_sequences
+    counts = parameter_counts(model)
+    rates = _device_rates(cluster, training)
+    single = pp == 1
+
+    m = np.ceil(batch / (dp * layouts.mbs.astype(f64)))  # micro-batches per step per pipeline
+    tokens = layouts.mbs.astype(f64) * s / cp  # local tokens of one micro-batch
+
+    # ---- stage split: ceil(L/p) layers on the middle stages, the remainder off the ends
+    # (which end: balanced_end_layers, below, once a layer's time is known)
+    q, _, _ = stage_layer_split(n_layers, layouts.pp)
+    # share of the layers whose forward full recomputation repeats: the first
+    # recompute_layers of each q/v-layer model chunk (shorter end stages are taken to
+    # recompute the same share)
+    full_frac = np.where(rc == RECOMPUTE_FULL, np.clip(layouts.recompute_layers / (q / v), 0.0, 1.0), 0.0)
+    q_moe = np.ceil(q * (n_moe / n_layers)) if n_moe else np.zeros_like(q)
+    q_dense = q - q_moe
+
+    dense, moe, tp_ar = _layer_work(model, cluster, training, rates, layouts, tokens, full_frac)
+    ends = _end_stage_work(model, rates, tokens, tp, tp_ar, dense, moe)
+    mid = _stage_work(q_dense, dense, q_moe, moe)
+    layer_s = mid.total_s / q
+    first_layers, last_layers = balanced_end_layers(q, layouts.pp * q - n_layers, layouts.pp,
+                                                    (ends.embedding_s + ends.embedding_tp_s) / layer_s,
+                                                    (ends.logits_s + ends.mtp.total_s) / layer_s)
+    split = _StageSplit(q, q_dense, q_moe, first_layers, np.minimum(q_moe, first_layers), last_layers,
+                        np.minimum(q_moe, last_layers))
+    params = _stage_parameters(model, counts, tp, ep, split, single)
+    first = _stage_work(split.first - split.first_moe, dense, split.first_moe, moe)
+    last = _stage_work(split.last - split.last_moe, dense, split.last_moe, moe)
+    stages = _stage_times(training, rates, single, first, mid, last, ends, params)
+
+    p2p_bytes, p2p_per_mb = _pipeline_exchange_s(model, training, rates, layouts, tokens, stages.slowest_s)
+    # unequal stages (embedding first, logits last): see pipeline_time_s
+    pipeline_time = pipeline_time_s(np.where(single, stages.slowest_s, stages.first_s + p2p_per_mb),
+                                    stages.middle_s + p2p_per_mb, stages.last_s + p2p_per_mb, pp, v, m)
+    bubble = np.where(single, 0.0, pipeline_time - m * (stages.slowest_s + p2p_per_mb))
+
+    stage_params_gpu, dense_params_gpu, expert_params_gpu = params.largest(pp)
+    dp_exposed, dp_total = _data_parallel_s(training, rates, layouts, q, m, dense_params_gpu, expert_params_gpu,
+                                            stages.slowest)
+    tied_ar = _tied_embedding_allreduce_s(model, training, rates, layouts)
     dp_exposed = dp_exposed + tied_ar
 
-    shard_for_opt = np.where(zero >= 1, dense_params_gpu / shard_dense + expert_params_gpu / shard_expert,
+    shard_dense = dp * cp
+    shard_expert = np.maximum(dp * cp / ep, 1.0)
+    shard_for_opt = np.where(layouts.zero >= 1, dense_params_gpu / shard_dense + expert_params_gpu / shard_expert,
                              stage_params_gpu)
-    optimizer_time = shard_for_opt * _ADAM_BYTES_PER_PARAM / hbm_eff
+    optimizer_time = shard_for_opt * _ADAM_BYTES_PER_PARAM / rates.hbm_achieved_bytes_per_s
 
     step = pipeline_time + dp_exposed + optimizer_time
     n_gpus = dp * tp * pp * cp
+    peak_bf16 = rates.peak_bf16_flops
     mflops = model_flops_per_step(model, batch)
     mflops_causal = model_flops_per_step(model, batch, causal=True)
     hflops = hardware_flops_per_step(model, batch, rc, full_frac, flash_attention=training.flash_attention)
@@ -1561,29 +1459,20 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "model_flops_per_step": np.full_like(step, mflops),
         "hardware_flops_per_step": hflops * np.ones_like(step),
         "bubble_fraction": np.where(single, 0.0, (pp - 1.0) / (v * m)),
-        "compute_s": comp_stage * m,
-        "tp_comm_s": tp_stage * m,
-        "cp_comm_s": cp_stage * m,
-        "ep_comm_s": ep_stage * m,
+        "compute_s": stages.slowest.compute_s * m,
+        "tp_comm_s": stages.slowest.tp_comm_s * m,
+        "cp_comm_s": stages.slowest.cp_comm_s * m,
+        "ep_comm_s": stages.slowest.ep_comm_s * m,
         "pp_comm_s": p2p_per_mb * m,
         "bubble_s": bubble,
         "pipeline_s": pipeline_time,
         "dp_comm_exposed_s": dp_exposed,
-        "dp_comm_total_s": np.select([deferred, zero == 0, zero == 1, zero == 2],
-                                     [rs_grads + ag_params, ar_grads, rs_grads + ag_params,
-                                      m * rs_grads + ag_params],
-                                     default=m * (2.0 * ag_params + rs_grads)) + tied_ar,
+        "dp_comm_total_s": dp_total + tied_ar,
         "optimizer_s": optimizer_time,
-        "parameters_bytes": at_worst(w_first, w_last, w_mid),
-        "gradients_bytes": at_worst(g_first, g_last, g_mid),
-        "optimizer_state_bytes": at_worst(o_first, o_last, o_mid),
-        "activations_bytes": at_worst(act_first, act_last, act_mid),
-        "buffers_bytes": buffers,
-        "fullest_stage": np.select([worst_mid, worst_last], [stages.middle_rank, pp - 1.0], default=0.0),
-        "memory_bytes": at_worst(total_first, total_last, total_mid),
+        **_memory_per_gpu(model, training, rates, counts, layouts, split, params, tokens, full_frac, m, p2p_bytes),
         "num_micro_batches": m,
         "layers_per_stage": q,
         "first_stage_layers": first_layers,
         "last_stage_layers": last_layers,
-        "stage_time_s": stage_time,
+        "stage_time_s": stages.slowest_s,
     }

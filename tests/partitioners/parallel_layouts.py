@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioners.parallel3d_cost import RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, LayoutArrays, activation_bytes_per_layer
+from partitioners.parallel3d_memory import activation_bytes_per_layer
+from partitioners.parallel3d_stages import RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, LayoutArrays
 
 
 def layouts(**kw) -> LayoutArrays:

@@ -18,39 +18,43 @@ from partitioners.collectives import LinkSpec, allreduce_time_s, p2p_time_s
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_from_request, plan_parallel_layout, rank_map
 from partitioners.parallel3d_cost import (
-    ACTIVATION_FRAGMENTATION,
-    ACTIVATION_FRAGMENTATION_HIGH,
     OVERLAP_COMPUTE_SLOWDOWN,
-    fragmentation_that_fills,
     _NVLINK_EFFICIENCY,
     _P2P_SYNC_S,
     _gemm_backward_time_s,
     _gemm_time_s,
-    RECOMPUTE_FULL,
-    RECOMPUTE_NONE,
-    RECOMPUTE_SELECTIVE,
-    activation_bytes_per_layer,
-    balanced_end_layers,
     chunked_collective_time_s,
     embedding_time_s,
     fp8_quantize_time_s,
     gradient_accumulation_time_s,
     hardware_flops_per_step,
-    model_state_bytes,
     model_flops_per_step,
     overlapped_time_s,
     parameter_counts,
     pipeline_bubble_fraction,
     pipeline_time_s,
     predict_layouts,
+)
+from partitioners.parallel3d_memory import (
+    ACTIVATION_FRAGMENTATION,
+    ACTIVATION_FRAGMENTATION_HIGH,
+    fragmentation_that_fills,
+    activation_bytes_per_layer,
+    model_state_bytes,
     stage_activation_bytes,
-    stage_layer_split,
 )
 from partitioners.parallel3d_specs import (
     cluster_from_dict,
     constraints_from_dict,
     model_from_dict,
     training_from_dict,
+)
+from partitioners.parallel3d_stages import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    balanced_end_layers,
+    stage_layer_split,
 )
 from tests.partitioners.parallel_layouts import layouts, selective_saving_bytes
 

@@ -15,10 +15,6 @@ from partitioners.collectives import LinkSpec, hierarchical_alltoall_time_s
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d import evaluate_layouts
 from partitioners.parallel3d_cost import (
-    ACTIVATION_FRAGMENTATION,
-    RECOMPUTE_NONE,
-    RECOMPUTE_SELECTIVE,
-    activation_bytes_per_layer,
     deduplicated_dispatch_time_s,
     expected_distinct,
     expert_alltoall_time_s,
@@ -28,9 +24,10 @@ from partitioners.parallel3d_cost import (
     model_flops_per_step,
     parameter_counts,
     predict_layouts,
-    stage_activation_bytes,
 )
+from partitioners.parallel3d_memory import ACTIVATION_FRAGMENTATION, activation_bytes_per_layer, stage_activation_bytes
 from partitioners.parallel3d_specs import cluster_from_dict, model_from_dict, training_from_dict
+from partitioners.parallel3d_stages import RECOMPUTE_NONE, RECOMPUTE_SELECTIVE
 from tests.partitioners.parallel_layouts import layouts, selective_saving_bytes
 
 NVLINK = LinkSpec(bandwidth_bytes_per_s=400e9, latency_s=2e-6)

@@ -1,0 +1,123 @@
+"""Candidate layouts as arrays, and how a layout's layers divide among its pipeline stages.
+
+The planner scores hundreds of thousands of (dp, tp, pp, cp, ep, micro-batch, v, ZeRO,
+recompute) tuples at once, so a candidate is one position in parallel numpy arrays
+(:class:`LayoutArrays`) rather than an object. Layers that do not divide evenly come
+off the end stages first, which also embed the tokens and compute the logits
+(:func:`stage_layer_split`, :func:`balanced_end_layers`); any left over shorten middle
+stages (:func:`middle_stages_short`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "RECOMPUTE_NONE",
+    "RECOMPUTE_SELECTIVE",
+    "RECOMPUTE_FULL",
+    "LayoutArrays",
+    "stage_layer_split",
+    "middle_stages_short",
+    "balanced_end_layers",
+]
+
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class LayoutArrays:
+    """Candidate layouts as parallel int64 arrays, one entry per candidate.
+
+    ``recompute`` holds ``RECOMPUTE_NONE``/``SELECTIVE``/``FULL``; ``v`` is the
+    number of virtual pipeline stages (model chunks) per rank. Under full
+    recomputation ``recompute_layers`` is how many layers of each model chunk are
+    recomputed (Megatron-LM's ``--recompute-method block --recompute-num-layers``):
+    all of them (``q / v``) or fewer, the others keeping their activations; it is
+    0 otherwise.
+    """
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    mbs: np.ndarray
+    v: np.ndarray
+    zero: np.ndarray
+    recompute: np.ndarray
+    recompute_layers: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.dp.shape[0])
+
+    def take(self, index: np.ndarray) -> LayoutArrays:
+        """The candidates at ``index`` (boolean mask or integer positions)."""
+        return LayoutArrays(*(getattr(self, name)[index] for name in self.__dataclass_fields__))
+
+
+def stage_layer_split(num_layers: int, pp: np.ndarray | int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Layers on the fullest, the first and the last pipeline stage: ``(q, first, last)``.
+
+    The fullest stages hold ``q = ceil(L / p)``; the ``p q - L`` layers short of that
+    are taken from the two ends first, one each: the first stage keeps the most
+    micro-batches' activations in flight and the embedding, the last computes the
+    logits. Llama 3's 405B run put 7 of its 126 layers on each end of 16 stages and 8
+    on the others ("we reduce one Transformer layer each from the first and the last
+    stages", Llama Team, "The Llama 3 Herd of Models", 2024, Sec. 3.3.2; Megatron-Core
+    sets it with ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``).
+    One short layer comes off the last stage; more than two also shorten middle stages,
+    which the pace (set by the fullest stage) does not see.
+    """
+    pp = np.asarray(pp, dtype=float)
+    q = np.ceil(num_layers / pp)
+    short = pp * q - num_layers
+    first = np.where((short >= 2) & (pp > 1), q - 1.0, q)
+    last = np.where((short >= 1) & (pp > 1), q - 1.0, q)
+    return q, first, last
+
+
+def middle_stages_short(num_layers: int, pp: np.ndarray | int, q: np.ndarray | int, first_layers: np.ndarray | int,
+                        last_layers: np.ndarray | int) -> np.ndarray:
+    """How many middle stages hold ``q - 1`` layers: the leftover layers the end stages do not shed.
+
+    They are taken from the middle stages nearest the first, which keep the most
+    micro-batches in flight (see :func:`stage_activation_bytes`).
+    """
+    return np.maximum(pp * q - num_layers - (q - first_layers) - (q - last_layers), 0)
+
+
+def balanced_end_layers(q: np.ndarray, short: np.ndarray, pp: np.ndarray, first_extra_layers: np.ndarray,
+                        last_extra_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Layers on the first and last pipeline stage when the ``short`` layers a pipeline of
+    ``q``-layer stages leaves over come off the stages that need them most.
+
+    The first stage also embeds the tokens and the last computes the logits: in units
+    of one middle-stage layer's time, ``first_extra_layers`` and ``last_extra_layers``.
+    One layer at a time goes to whichever end is the slower (the first on a tie: it
+    also keeps the most micro-batches' activations), for as long as an end is slower
+    than a ``q``-layer middle stage; layers left over shorten middle stages, which does
+    not change the pace. With two stages every short layer comes off an end. Each end
+    keeps at least one layer. This is the balance Megatron-Core sets by hand with
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` (or
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``)
+    and Llama 3's 405B run chose ("we reduce one Transformer layer each from the first
+    and the last stages", Llama Team, 2024, Sec. 3.3.2). With a cheap output layer it
+    reduces to :func:`stage_layer_split`'s one layer off each end.
+    """
+    q = np.asarray(q, dtype=float)
+    pp = np.asarray(pp, dtype=float)
+    first, last = q.copy(), q.copy()
+    remaining = np.where(pp > 1, np.asarray(short, dtype=float), 0.0)
+    for _ in range(int(remaining.max(initial=0.0))):
+        first_s = first + first_extra_layers
+        last_s = last + last_extra_layers
+        slower_end = (np.maximum(first_s, last_s) > q) | (pp == 2)
+        to_last = (remaining > 0) & slower_end & (last_s > first_s) & (last > 1)
+        to_first = (remaining > 0) & slower_end & ~to_last & (first > 1)
+        last = last - to_last
+        first = first - to_first
+        remaining = np.where(remaining > 0, remaining - 1.0, 0.0)
+    return first, last

@@ -6,8 +6,9 @@ enumerates every layout the cluster admits (tensor parallel sizes up to a node,
 pipeline sizes up to the layer count, context/expert sizes, micro-batch sizes,
 virtual pipeline stages, ZeRO stages 0-3 and recomputation modes), predicts each
 one's step time and per-GPU memory with the vectorised analytic model of
-:mod:`partitioners.parallel3d_cost` (memory: :mod:`partitioners.parallel3d_memory`), rejects those that cannot run (with the
-reason), ranks the rest, and lays the best one out on the physical GPUs.
+:mod:`partitioners.parallel3d_cost` (memory: :mod:`partitioners.parallel3d_memory`),
+rejects those that cannot run (with the reason), ranks the rest, and lays the best one
+out on the physical GPUs.
 
 Entry points: :func:`plan_from_request` (a whole ``POST /v1/parallel/plan`` body
 to a JSON-able dict: a search, or predictions of the layouts under ``"evaluate"``),
@@ -45,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from partitioners.errors import Infeasible, InputTooLarge, InvalidInput
-from partitioners.parallel3d_cost import model_flops_per_step, parameter_counts, predict_layouts
+from partitioners.parallel3d_cost import predict_layouts
+from partitioners.parallel3d_flops import model_flops_per_step, parameter_counts
 from partitioners.parallel3d_memory import (
     ACTIVATION_FRAGMENTATION,
     ACTIVATION_FRAGMENTATION_HIGH,

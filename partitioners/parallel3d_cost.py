@@ -1,18 +1,14 @@
 """Analytic time of one training step, and its per-GPU memory peak, for many 3D layouts at once.
 
 Every function takes the candidate layouts as parallel numpy arrays
-(:class:`partitioners.parallel3d_stages.LayoutArrays`) and returns arrays, so a search over hundreds of
-thousands of (dp, tp, pp, cp, ep, micro-batch, v, ZeRO, recompute) tuples is a
-handful of vectorised passes.
+(:class:`partitioners.parallel3d_stages.LayoutArrays`) and returns arrays, so a search
+over hundreds of thousands of (dp, tp, pp, cp, ep, micro-batch, v, ZeRO, recompute)
+tuples is a handful of vectorised passes.
 
 Published models this follows (and where it departs, why):
 
-* FLOPs per step: Narayanan et al., "Efficient Large-Scale Language Model
-  Training on GPU Clusters Using Megatron-LM", SC21, eq. (3):
-  ``F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h))`` model FLOPs (``96`` and ``V/(16lh)``
-  with full recomputation), generalised term by term to GQA, any FFN width,
-  gated (SwiGLU) MLPs and MoE layers. Attention is counted over the full ``s x s``
-  score matrix as the paper does, so MFU is comparable with published figures.
+* FLOPs per step: Narayanan et al., SC21, eq. (3), generalised term by term
+  (:mod:`partitioners.parallel3d_flops`); MFU counts model FLOPs only.
 * Memory per GPU: activations (Korthikanti et al. 2022), weights, gradients and
   optimizer state by ZeRO stage (Rajbhandari et al., SC20), allocator fragmentation
   -- see :mod:`partitioners.parallel3d_memory`; the peak is the fullest of the first,
@@ -36,10 +32,9 @@ Published models this follows (and where it departs, why):
 * Backward GEMMs at their own shapes (``dX = dY W^T``, ``dW = X^T dY``), not as twice
   the forward; tensor-parallel all-reduces across a full H100/H200 node use NVLink
   SHARP (NCCL's NVLS), ~480/370 faster than the ring (NVIDIA/nccl-tests#212).
-* Collectives: the shared alpha-beta formulas of :mod:`partitioners.collectives`
-  (ring all-reduce, reduce-scatter, all-gather, all-to-all, hierarchical
-  all-reduce), evaluated as affine functions of the message size so one call per
-  distinct group size serves every candidate.
+* Collectives: the shared alpha-beta formulas of :mod:`partitioners.collectives`,
+  vectorised over candidates in :mod:`partitioners.parallel3d_comm` (with the expert
+  all-to-all and the cost of hiding a collective under computation).
 * GEMM time: roofline (Williams, Waterman, Patterson, CACM 2009) of each
   per-GPU matrix product with wave quantisation over the SMs (NVIDIA "Matrix
   Multiplication Background User's Guide"), so small per-GPU matrices (large
@@ -49,18 +44,27 @@ Published models this follows (and where it departs, why):
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from partitioners.collectives import (
-    LinkSpec,
-    allgather_time_s,
-    allreduce_time_s,
-    hierarchical_allreduce_time_s,
-    hierarchical_alltoall_time_s,
-    p2p_time_s,
+from partitioners.collectives import LinkSpec, allgather_time_s, allreduce_time_s
+from partitioners.parallel3d_comm import (
+    chunked_collective_time_s,
+    collective_time_s,
+    deduplicated_dispatch_time_s,
+    expert_alltoall_time_s,
+    exposed_part_s,
+    overlapped_time_s,
+    point_to_point_time_s,
+    two_level_allreduce_time_s,
+)
+from partitioners.parallel3d_flops import (
+    ParameterCounts,
+    hardware_flops_per_step,
+    mla_up_projections,
+    model_flops_per_step,
+    parameter_counts,
 )
 from partitioners.parallel3d_memory import (
     RESERVED_BYTES,
@@ -78,26 +82,12 @@ from partitioners.parallel3d_stages import (
 )
 
 __all__ = [
-    "OVERLAP_COMPUTE_SLOWDOWN",
-    "overlapped_time_s",
-    "exposed_part_s",
-    "chunked_collective_time_s",
-    "ParameterCounts",
-    "parameter_counts",
-    "model_flops_per_step",
-    "hardware_flops_per_step",
     "fp8_quantize_time_s",
     "predict_layouts",
     "pipeline_bubble_fraction",
     "pipeline_time_s",
     "embedding_time_s",
     "gradient_accumulation_time_s",
-    "expert_group_placement",
-    "expert_alltoall_time_s",
-    "expected_distinct",
-    "nodes_within_reach",
-    "deduplicated_dispatch_time_s",
-    "mla_up_projections",
 ]
 
 # Achievable fractions of the datasheet figures. nccl-tests on DGX A100/H100 report
@@ -119,6 +109,7 @@ _TILE = 128
 # the throughput-versus-size curves in NVIDIA's "Matrix Multiplication Background User's
 # Guide" (A100, FP16) -- fitted to those curves, not measured here.
 _GEMM_HALF_DIM = 200.0
+# Load of the busiest expert over the mean (see _moe_mlp_gemms).
 _EXPERT_IMBALANCE = 1.2
 # Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.
 _ADAM_BYTES_PER_PARAM = 30.0
@@ -135,184 +126,6 @@ _P2P_SYNC_S = 20e-6
 # gradient (read 4 + write 4): ~12 bytes per element per micro-batch on the first stage
 # (PyTorch ``embedding_dense_backward``; Megatron's ``main_grad`` accumulation).
 _EMBEDDING_GRAD_BYTES_PER_ELEMENT = 12.0
-# Communication hidden under computation is not free: its kernels hold SMs and HBM
-# bandwidth the concurrent GEMMs would use. Lee et al., "Characterizing Compute-
-# Communication Overlap in GPU-Accelerated Distributed Deep Learning" (2025) measured the
-# overlapped computation 18.9% slower on average (40% at most) than alone, on A100, H100,
-# MI250 and MI210 with GPT and Llama models.
-OVERLAP_COMPUTE_SLOWDOWN = 0.189
-
-
-def overlapped_time_s(comm_s: np.ndarray, window_s: np.ndarray, floor_s: np.ndarray | float = 0.0) -> np.ndarray:
-    """Critical-path time a collective adds when it runs under ``window_s`` of computation.
-
-    What the window cannot cover stays exposed (at least ``floor_s``, e.g. a pipelined
-    collective's first and last chunk); the covered part slows the computation it
-    shares the GPU with by ``OVERLAP_COMPUTE_SLOWDOWN`` (Lee et al. 2025).
-    """
-    exposed = exposed_part_s(comm_s, window_s, floor_s)
-    return exposed + OVERLAP_COMPUTE_SLOWDOWN * (comm_s - exposed)
-
-
-def exposed_part_s(comm_s: np.ndarray, window_s: np.ndarray, floor_s: np.ndarray | float = 0.0) -> np.ndarray:
-    """The part of a collective that ``window_s`` of computation cannot cover (at least ``floor_s``)."""
-    return np.maximum(np.maximum(comm_s - window_s, 0.0), floor_s)
-
-
-def chunked_collective_time_s(comm_s: np.ndarray, trailing_share_s: np.ndarray, chunks: np.ndarray | float,
-                              gap_s: np.ndarray) -> np.ndarray:
-    """Critical-path time of a collective issued in ``chunks`` equal shares, one per model chunk.
-
-    The shares go out ``gap_s`` apart on one communicator (Megatron-Core's per-chunk
-    ``grad_sync_func`` / ``param_sync_func`` under the interleaved schedule), so all but
-    one run under the computation between launches; ``trailing_share_s`` is what the
-    share with no computation after it leaves exposed. Shares longer than the gap queue
-    up behind each other and the queue trails too. The hidden part slows the computation
-    it runs under by ``OVERLAP_COMPUTE_SLOWDOWN``.
-    """
-    share = comm_s / chunks
-    trailing = np.minimum(trailing_share_s + np.maximum(0.0, (chunks - 1.0) * (share - gap_s)), comm_s)
-    return trailing + OVERLAP_COMPUTE_SLOWDOWN * (comm_s - trailing)
-
-
-@dataclass(frozen=True)
-class ParameterCounts:
-    """Parameter counts by role (one layer of each kind, and the whole model)."""
-
-    attention_per_layer: float
-    dense_mlp_per_layer: float
-    experts_per_layer: float  # routed experts of one MoE layer (sharded by ep)
-    moe_shared_per_layer: float  # shared experts + router of one MoE layer
-    embedding: float
-    output: float
-    total: float
-    active_per_token: float
-    position_embedding: float = 0.0  # learned s x h table, replicated across the tensor group
-    # the part of attention_per_layer every tensor-parallel rank holds whole (MLA's
-    # down-projections and latent norms)
-    attention_replicated_per_layer: float = 0.0
-    # a multi-token-prediction module's 2h -> h projection and its two norms (its layer
-    # is counted as one more layer of the last layer's kind)
-    mtp_projection: float = 0.0
-
-    def attention_per_gpu(self, tp: np.ndarray | float) -> np.ndarray:
-        """Attention parameters of one layer on one tensor-parallel rank."""
-        tp = np.asarray(tp, dtype=float)
-        return (self.attention_per_layer - self.attention_replicated_per_layer) / tp \
-            + self.attention_replicated_per_layer
-
-
-def parameter_counts(model: ModelSpec) -> ParameterCounts:
-    """Count parameters of a GPT/Llama-style decoder (biases ignored, LayerNorm included)."""
-    h = model.hidden_size
-    mats = 3 if model.gated_mlp else 2
-    latent_norms = (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank if model.mla is not None else 0
-    attention = sum(p.in_width * p.out_width for p in model.attention_projections) + 2 * h + latent_norms
-    attention_replicated = sum(p.in_width * p.out_width for p in model.attention_projections
-                               if p.split == "replicated") + latent_norms
-    dense_mlp = mats * h * model.ffn
-    experts = shared = 0.0
-    active_moe = 0.0
-    if model.moe is not None:
-        moe = model.moe
-        experts = moe.num_experts * mats * h * moe.expert_ffn_hidden_size
-        shared = moe.shared_experts * mats * h * moe.expert_ffn_hidden_size + h * moe.num_experts
-        active_moe = (moe.experts_per_token + moe.shared_experts) * mats * h * moe.expert_ffn_hidden_size
-    n_moe = model.num_moe_layers
-    n_dense = model.num_layers - n_moe
-    embedding = model.vocab_size * h
-    output = 0.0 if model.tie_embeddings else model.vocab_size * h
-    position = float(model.seq_length * h) if model.learned_position_embeddings else 0.0
-    router = h * model.moe.num_experts if model.moe else 0
-    projection = 2 * h * h + 2 * h
-    mtp_mlp, mtp_active_mlp = (experts + shared, active_moe + router) if model.mtp_layer_is_moe \
-        else (dense_mlp, dense_mlp)
-    total = model.num_layers * attention + n_dense * dense_mlp + n_moe * (experts + shared) + embedding + output + h \
-        + position + model.mtp_layers * (attention + mtp_mlp + projection)
-    active = model.num_layers * attention + n_dense * dense_mlp + n_moe * (active_moe + router) + embedding \
-        + output + position + model.mtp_layers * (attention + mtp_active_mlp + projection)
-    return ParameterCounts(attention, dense_mlp, experts, shared, embedding, output, total, active, position,
-                           attention_replicated, projection)
-
-
-def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
-    """Forward FLOPs per token: (transformer layers, attention-score part of them, logits).
-
-    Narayanan et al. SC21 count, per layer and token, ``24h^2`` for the four
-    projections and the 4h MLP plus ``4sh`` for ``QK^T`` and attention over ``V``;
-    here the projections use the actual query and KV widths (a head width apart from
-    h / a, GQA) and FFN width, gated MLPs have three matrices, and MoE layers count the
-    top-k and shared experts plus the router. Multi-token-prediction modules add a
-    layer, a ``2h -> h`` projection and a pass through the output head each.
-    """
-    h, s = model.hidden_size, model.seq_length
-    mats = 3 if model.gated_mlp else 2
-    attn_linear = 2 * sum(p.in_width * p.out_width for p in model.attention_projections)
-    # QK^T over the query-key width, attention x V over the value width
-    attn_scores = 2 * s * (model.query_width + model.context_width)
-    dense_mlp = 2 * mats * h * model.ffn
-    n_moe = model.num_moe_layers
-    moe_mlp = 0.0
-    if model.moe is not None:
-        moe = model.moe
-        moe_mlp = 2 * mats * h * moe.expert_ffn_hidden_size * (moe.experts_per_token + moe.shared_experts) \
-            + 2 * h * moe.num_experts
-    layers = model.num_layers * (attn_linear + attn_scores) + (model.num_layers - n_moe) * dense_mlp + n_moe * moe_mlp
-    # multi-token prediction: per module one more layer, its 2h -> h projection and logits
-    mtp = model.mtp_layers
-    layers += mtp * (attn_linear + attn_scores + (moe_mlp if model.mtp_layer_is_moe else dense_mlp) + 2 * 2 * h * h)
-    return layers, (model.num_layers + mtp) * attn_scores, (1 + mtp) * 2 * h * model.vocab_size
-
-
-def model_flops_per_step(model: ModelSpec, global_batch_sequences: int, causal: bool = False) -> float:
-    """Model FLOPs of one step: 3x forward (forward + 2x backward), no recomputation.
-
-    For a GPT with 4h MLP and MHA this is exactly Narayanan et al. (SC21) eq. (3)
-    with 72 instead of 96: ``72 B s l h^2 (1 + s/(6h) + V/(12 l h))`` (the form
-    Korthikanti et al. 2022 use for MFU, and Megatron-LM's
-    ``num_floating_point_operations``). It counts ``QK^T`` and attention over ``V``
-    for the whole ``s x s`` matrix. ``causal`` counts only the half a causal mask
-    leaves, as NVIDIA's Megatron-Bridge flop formulas do for the "Model TFLOP/s"
-    of its performance tables (``causal_self_attn = True``): the two conventions
-    differ by the attention share, a few per cent at 8K tokens and tens of per cent
-    at 128K.
-    """
-    layers, scores, logits = _forward_flops_per_token(model)
-    if causal:
-        layers = layers - 0.5 * scores
-    return 3.0 * (layers + logits) * global_batch_sequences * model.seq_length
-
-
-def mla_up_projections(model: ModelSpec) -> tuple[AttentionProjection, ...]:
-    """MLA's up-projections from a latent (none without MLA): what selective recomputation redoes.
-
-    DeepSeek-V3 recomputes them in the backward pass instead of keeping the per-head
-    queries, keys and values they produce ("Recomputation of RMSNorm and MLA
-    Up-Projection", DeepSeek-V3 Technical Report, Sec. 3.2.3; Megatron-Core's
-    ``--recompute-modules mla_up_proj``).
-    """
-    return tuple(p for p in model.attention_projections if p.reads == "latent")
-
-
-def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: np.ndarray | int,
-                            full_fraction: np.ndarray | float = 1.0, flash_attention: bool = False) -> np.ndarray:
-    """FLOPs actually executed: model FLOPs plus recomputation.
-
-    Full recomputation repeats every layer's forward (SC21's 96 = 4 x 24), or the
-    ``full_fraction`` of the layers it covers; selective recomputation repeats only
-    the attention-score part (Korthikanti et al. 2022, Sec. 5) -- unless
-    ``flash_attention`` stores no scores to drop, when the norm and activation outputs
-    it rebuilds instead are memory-bound passes, not FLOPs -- and, under MLA, the
-    up-projections (:func:`mla_up_projections`).
-    """
-    layers, scores, _ = _forward_flops_per_token(model)
-    selective = (0.0 if flash_attention else scores) \
-        + (model.num_layers + model.mtp_layers) * 2 * sum(p.in_width * p.out_width for p in mla_up_projections(model))
-    tokens = global_batch_sequences * model.seq_length
-    rc = np.asarray(recompute)
-    extra = np.where(rc == RECOMPUTE_FULL, layers * np.asarray(full_fraction, dtype=float),
-                     np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)) * tokens
-    return model_flops_per_step(model, global_batch_sequences) + extra
 
 
 def pipeline_bubble_fraction(pp: np.ndarray | int, v: np.ndarray | int, m: np.ndarray | int) -> np.ndarray:
@@ -357,137 +170,6 @@ def pipeline_time_s(first_s: np.ndarray | float, middle_s: np.ndarray | float, l
     mean = (first + np.maximum(pp_f - 2.0, 0.0) * mid + last) / np.maximum(pp_f, 2.0)
     multi = np.asarray(m, dtype=float) * slowest + (pp_f - 1.0) / np.asarray(v, dtype=float) * mean
     return np.where(pp_f > 1, multi, np.asarray(m, dtype=float) * first)
-
-
-# --------------------------------------------------------------------- collectives
-
-
-def _affine(fn: Callable[[float, int], float], n_ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Intercept and slope of an alpha-beta collective, per distinct group size.
-
-    The shared formulas are affine in the message size for a fixed group, so two
-    evaluations per distinct group size give the exact cost for every candidate.
-    """
-    sizes, inverse = np.unique(np.asarray(n_ranks, dtype=np.int64), return_inverse=True)
-    at_1 = np.array([fn(1.0, int(p)) for p in sizes])
-    at_2 = np.array([fn(2.0, int(p)) for p in sizes])
-    slope = at_2 - at_1
-    return (at_1 - slope)[inverse], slope[inverse]
-
-
-def _collective_time(fn: Callable[[float, int], float], n_bytes: np.ndarray, n_ranks: np.ndarray) -> np.ndarray:
-    intercept, slope = _affine(fn, n_ranks)
-    return np.where((n_bytes > 0) & (n_ranks > 1), intercept + slope * n_bytes, 0.0)
-
-
-def expert_group_placement(stride: np.ndarray, ep: np.ndarray, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
-    """Members of one expert-parallel group per node, and the nodes the group spans.
-
-    With the ``tp-cp-ep-pp-dp`` rank order, members of one expert group sit
-    ``stride = tp cp`` ranks apart, so ``gpus_per_node / stride`` of them share a node.
-    """
-    ep = np.asarray(ep, dtype=np.int64)
-    stride = np.asarray(stride, dtype=np.int64)
-    local = np.clip(gpus_per_node // np.maximum(stride, 1), 1, ep)
-    local = np.where(ep % local == 0, local, 1)
-    return local, ep // local
-
-
-def expert_alltoall_time_s(n_bytes: np.ndarray, stride: np.ndarray, ep: np.ndarray, gpus_per_node: int,
-                           intra: LinkSpec, inter: LinkSpec) -> np.ndarray:
-    """One expert-parallel all-to-all of ``n_bytes`` per rank, placed as the rank map places it.
-
-    The members sharing a node exchange their share over NVLink while the rest leaves
-    through the NICs at the same time
-    (:func:`~partitioners.collectives.hierarchical_alltoall_time_s`): an expert group
-    spanning two nodes sends half of its bytes, not all of them, over the slower network.
-    """
-    local, groups = expert_group_placement(stride, ep, gpus_per_node)
-    keys = np.stack([np.asarray(n_bytes, dtype=float) * np.ones(local.shape), local.astype(float),
-                     groups.astype(float)], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    times = np.array([hierarchical_alltoall_time_s(n, int(r), int(g), intra, inter) for n, r, g in uniq])
-    return np.where(local * groups > 1, times[inverse.reshape(-1)], 0.0)
-
-
-def expected_distinct(n_bins: np.ndarray | float, n_draws: np.ndarray | float) -> np.ndarray:
-    """Expected number of distinct bins hit by ``n_draws`` uniform draws: ``b (1 - (1 - 1/b)^k)``."""
-    n_bins = np.maximum(np.asarray(n_bins, dtype=float), 1.0)
-    return n_bins * (1.0 - (1.0 - 1.0 / n_bins) ** np.asarray(n_draws, dtype=float))
-
-
-def nodes_within_reach(nodes: np.ndarray, num_groups: int | None, group_topk: int | None) -> np.ndarray:
-    """Nodes of an expert group that group-limited routing lets one token reach.
-
-    The ``num_groups`` groups of consecutive experts lie over the ``n`` nodes the expert
-    group spans: with at least as many nodes as groups each group covers ``n / num_groups``
-    nodes and a token's ``group_topk`` groups ``group_topk n / num_groups`` of them; with
-    fewer, several groups share a node and its groups land on ``n (1 - (1 - 1/n)^topk)``.
-    """
-    nodes = np.asarray(nodes, dtype=float)
-    if num_groups is None or group_topk is None:
-        return nodes
-    spread = np.where(nodes >= num_groups, group_topk * nodes / num_groups, expected_distinct(nodes, group_topk))
-    return np.minimum(spread, nodes)
-
-
-def deduplicated_dispatch_time_s(token_bytes: np.ndarray, experts_per_token: int, num_groups: int | None,
-                                 group_topk: int | None, stride: np.ndarray, ep: np.ndarray, gpus_per_node: int,
-                                 intra: LinkSpec, inter: LinkSpec) -> np.ndarray:
-    """One node-deduplicated expert dispatch (or its mirror, the combine) of ``token_bytes`` per rank.
-
-    DeepSeek-V3's dispatch (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, Sec. 3.2.2;
-    its DeepEP kernels) sends a token over InfiniBand once per destination node, to the
-    GPU of the same in-node index, which forwards it over NVLink to the GPUs holding its
-    experts; the combine returns the partial sums the same way. Group-limited routing
-    (Sec. 2.1.2) caps the nodes a token can reach (:func:`nodes_within_reach`). With the
-    ``k`` experts spread uniformly over the ``M`` nodes within reach a token reaches
-    ``M (1 - (1 - 1/M)^k)`` nodes, ``(n - 1) / n`` of them remote when the group spans
-    ``n`` nodes; in each it reaches ``r (1 - (1 - 1/r)^(k / nodes))`` of the ``r`` GPUs
-    there, all but one of them over NVLink. The network and NVLink legs are pipelined,
-    so the slower one sets the time.
-    """
-    local, groups = expert_group_placement(stride, ep, gpus_per_node)
-    local_f, groups_f = local.astype(float), groups.astype(float)
-    nodes = expected_distinct(nodes_within_reach(groups_f, num_groups, group_topk), experts_per_token)
-    remote_nodes = nodes * (groups_f - 1.0) / groups_f
-    gpus_per_reached_node = expected_distinct(local_f, experts_per_token / nodes)
-    forwarded = nodes * gpus_per_reached_node * (local_f - 1.0) / local_f
-    token_bytes = np.asarray(token_bytes, dtype=float)
-    network = np.where(groups > 1, (groups_f - 1.0) * inter.latency_s
-                       + token_bytes * remote_nodes / inter.bandwidth_bytes_per_s, 0.0)
-    nvlink = np.where(local > 1, (local_f - 1.0) * intra.latency_s
-                      + token_bytes * forwarded / intra.bandwidth_bytes_per_s, 0.0)
-    return np.where(local * groups > 1, np.maximum(network, nvlink), 0.0)
-
-
-def _p2p_time(n_bytes: np.ndarray, link: LinkSpec) -> np.ndarray:
-    at_1, at_2 = p2p_time_s(1.0, link), p2p_time_s(2.0, link)
-    return np.where(n_bytes > 0, at_1 + (at_2 - at_1) * (n_bytes - 1.0), 0.0)
-
-
-def _hier_allreduce_time(n_bytes: np.ndarray, local: np.ndarray, groups: np.ndarray, intra: LinkSpec,
-                         inter: LinkSpec, n_calls: np.ndarray | float = 1.0,
-                         algorithms: tuple[str, ...] = ("ring", "tree")) -> np.ndarray:
-    """Two-level all-reduce of ``n_bytes`` split into ``n_calls`` collectives (buckets, layers).
-
-    The latency (alpha) terms are paid once per call; the bandwidth terms once for
-    all the bytes. Ring and double-binary-tree variants are both evaluated and the
-    faster taken, as NCCL's tuner does (trees win at thousands of ranks). Reduce-scatter
-    and all-gather have no tree variant in NCCL, so they pass ``algorithms=("ring",)``.
-    """
-    pairs = np.stack([local, groups], axis=1).astype(np.int64)
-    uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    best = None
-    for algorithm in algorithms:
-        at_1 = np.array([hierarchical_allreduce_time_s(1.0, int(a), int(b), intra, inter, algorithm) for a, b in uniq])
-        at_2 = np.array([hierarchical_allreduce_time_s(2.0, int(a), int(b), intra, inter, algorithm) for a, b in uniq])
-        slope = at_2 - at_1
-        t = (at_1 - slope)[inverse] * n_calls + slope[inverse] * n_bytes
-        best = t if best is None else np.minimum(best, t)
-    total = local * groups
-    return np.where((n_bytes > 0) & (total > 1), best, 0.0)
 
 
 # --------------------------------------------------------------------- GEMM model
@@ -839,8 +521,8 @@ def _tensor_parallel_allreduce_s(model: ModelSpec, cluster: ClusterSpec, trainin
     """One all-reduce of a micro-batch's activation across the tensor group (with sequence
     parallelism the all-gather + reduce-scatter that replace it move the same bytes)."""
     act_bytes = tokens * model.hidden_size * 2.0
-    ar_intra = _collective_time(lambda n, p: allreduce_time_s(n, p, rates.intra), act_bytes, tp_sizes)
-    ar_inter = _collective_time(lambda n, p: allreduce_time_s(n, p, rates.inter), act_bytes, tp_sizes)
+    ar_intra = collective_time_s(lambda n, p: allreduce_time_s(n, p, rates.intra), act_bytes, tp_sizes)
+    ar_inter = collective_time_s(lambda n, p: allreduce_time_s(n, p, rates.inter), act_bytes, tp_sizes)
     tp_ar = np.where(tp_sizes <= rates.gpus_per_node, ar_intra, ar_inter)
     if not training.sequence_parallel:
         # a true all-reduce: NVLink SHARP speeds it up across a full NVSwitch node (NCCL
@@ -857,8 +539,8 @@ def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: np.n
     kv_bytes = tokens * (model.key_width + model.value_width) * 2.0 / tp
     return np.where(
         tp * cp <= rates.gpus_per_node,
-        _collective_time(lambda n, p: allgather_time_s(n, p, rates.intra), kv_bytes * cp, cp_sizes),
-        _collective_time(lambda n, p: allgather_time_s(n, p, rates.inter), kv_bytes * cp, cp_sizes),
+        collective_time_s(lambda n, p: allgather_time_s(n, p, rates.intra), kv_bytes * cp, cp_sizes),
+        collective_time_s(lambda n, p: allgather_time_s(n, p, rates.inter), kv_bytes * cp, cp_sizes),
     )
 
 
@@ -1165,9 +847,10 @@ def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _Devic
     p2p_bytes = tokens * model.hidden_size * 2.0 / np.where(whole_activation, 1.0, tp)
     stage_ranks = tp * layouts.cp.astype(np.float64) * layouts.ep.astype(np.float64)
     pp_inter = (stage_ranks >= gpn) | (stage_ranks * layouts.pp.astype(np.float64) > gpn)
-    p2p_one = np.where(pp_inter, _p2p_time(p2p_bytes, rates.inter), _p2p_time(p2p_bytes, rates.intra))
+    p2p_one = np.where(pp_inter, point_to_point_time_s(p2p_bytes, rates.inter),
+                       point_to_point_time_s(p2p_bytes, rates.intra))
     if not training.sequence_parallel and training.pipeline_scatter_gather:
-        p2p_one = p2p_one + _collective_time(lambda n, p: allgather_time_s(n, p, rates.intra), p2p_bytes * tp,
+        p2p_one = p2p_one + collective_time_s(lambda n, p: allgather_time_s(n, p, rates.intra), p2p_bytes * tp,
                                              layouts.tp)
     # with overlap_p2p_comm (interleaved schedule only) each exchange is posted
     # asynchronously and waited for when the next model chunk needs it: it runs under the
@@ -1269,9 +952,9 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     groups_exp = shard_expert / local_exp
 
     def dp_allreduce(n_bytes_dense, n_bytes_expert, calls_dense, calls_expert, algorithms=("ring", "tree")):
-        return _hier_allreduce_time(n_bytes_dense, local_dense, groups_dense, intra, inter, calls_dense,
+        return two_level_allreduce_time_s(n_bytes_dense, local_dense, groups_dense, intra, inter, calls_dense,
                                     algorithms) + \
-            _hier_allreduce_time(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
+            two_level_allreduce_time_s(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
 
     # gradients travel in buckets of 40M parameters (Megatron-Core DDP default bucket size);
     # ZeRO-3 gathers one layer at a time
@@ -1358,8 +1041,8 @@ def _tied_embedding_allreduce_s(model: ModelSpec, training: TrainingSpec, rates:
     two = np.full_like(tp, 2.0)
     tied_ar = np.where(
         first_last_inter,
-        _collective_time(lambda n, p: allreduce_time_s(n, p, rates.inter), tied_bytes * np.ones_like(tp), two),
-        _collective_time(lambda n, p: allreduce_time_s(n, p, rates.intra), tied_bytes * np.ones_like(tp), two))
+        collective_time_s(lambda n, p: allreduce_time_s(n, p, rates.inter), tied_bytes * np.ones_like(tp), two),
+        collective_time_s(lambda n, p: allreduce_time_s(n, p, rates.intra), tied_bytes * np.ones_like(tp), two))
     return np.where(layouts.pp == 1, 0.0, tied_ar)
 
 

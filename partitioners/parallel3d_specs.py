@@ -459,7 +459,7 @@ class TrainingSpec:
     # 16-bit (Megatron-Core's alltoall token dispatcher). "node-deduplicated": DeepSeek-V3's
     # dispatch (its DeepEP kernels; Megatron-Core's flex dispatcher): once per destination
     # node over the network, then NVLink to the experts, in FP8 when the run is FP8; see
-    # parallel3d_cost.deduplicated_dispatch_time_s.
+    # parallel3d_comm.deduplicated_dispatch_time_s.
     expert_dispatch: str = "all-to-all"
     # Dropout on the attention probabilities and on the two residual branches (GPT-2/3 and
     # Megatron-LM's default, 0.1). Llama, Mistral, Nemotron-4, Falcon and most models trained

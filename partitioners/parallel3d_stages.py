@@ -84,7 +84,7 @@ def middle_stages_short(num_layers: int, pp: np.ndarray | int, q: np.ndarray | i
     """How many middle stages hold ``q - 1`` layers: the leftover layers the end stages do not shed.
 
     They are taken from the middle stages nearest the first, which keep the most
-    micro-batches in flight (see :func:`stage_activation_bytes`).
+    micro-batches in flight (see :func:`partitioners.parallel3d_memory.stage_activation_bytes`).
     """
     return np.maximum(pp * q - num_layers - (q - first_layers) - (q - last_layers), 0)
 

@@ -17,24 +17,20 @@ from hypothesis import strategies as st
 from partitioners.collectives import LinkSpec, allreduce_time_s, p2p_time_s
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_from_request, plan_parallel_layout, rank_map
+from partitioners.parallel3d_comm import OVERLAP_COMPUTE_SLOWDOWN, chunked_collective_time_s, overlapped_time_s
 from partitioners.parallel3d_cost import (
-    OVERLAP_COMPUTE_SLOWDOWN,
     _NVLINK_EFFICIENCY,
     _P2P_SYNC_S,
     _gemm_backward_time_s,
     _gemm_time_s,
-    chunked_collective_time_s,
     embedding_time_s,
     fp8_quantize_time_s,
     gradient_accumulation_time_s,
-    hardware_flops_per_step,
-    model_flops_per_step,
-    overlapped_time_s,
-    parameter_counts,
     pipeline_bubble_fraction,
     pipeline_time_s,
     predict_layouts,
 )
+from partitioners.parallel3d_flops import hardware_flops_per_step, model_flops_per_step, parameter_counts
 from partitioners.parallel3d_memory import (
     ACTIVATION_FRAGMENTATION,
     ACTIVATION_FRAGMENTATION_HIGH,

@@ -14,17 +14,15 @@ from bench.published_runs import DEEPSEEK_V3
 from partitioners.collectives import LinkSpec, hierarchical_alltoall_time_s
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d import evaluate_layouts
-from partitioners.parallel3d_cost import (
+from partitioners.parallel3d_comm import (
     deduplicated_dispatch_time_s,
     expected_distinct,
     expert_alltoall_time_s,
     expert_group_placement,
     nodes_within_reach,
-    hardware_flops_per_step,
-    model_flops_per_step,
-    parameter_counts,
-    predict_layouts,
 )
+from partitioners.parallel3d_cost import predict_layouts
+from partitioners.parallel3d_flops import hardware_flops_per_step, model_flops_per_step, parameter_counts
 from partitioners.parallel3d_memory import ACTIVATION_FRAGMENTATION, activation_bytes_per_layer, stage_activation_bytes
 from partitioners.parallel3d_specs import cluster_from_dict, model_from_dict, training_from_dict
 from partitioners.parallel3d_stages import RECOMPUTE_NONE, RECOMPUTE_SELECTIVE

@@ -637,14 +637,14 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
     ParallelPlan
         Candidates fastest first; layouts within ``constraints.tie_tolerance``
         (3% by default) of the best are flagged ``tie_with_best`` and, among those, ones
-        that would still fit at the high end of allocator fragmentation come first
-        (a tight layout may not run at all), then ones with fewer pipeline stages,
-        then ones with more memory to spare: the gap is below the model's error, and
-        fewer stages carry less unmodelled risk (stage imbalance, straggling stages,
-        p2p jitter), as does headroom against allocator fragmentation, counted at its
-        low end. ``rejected`` lists faster-looking
-        layouts that cannot run, with the reason. ``feasible`` is False when
-        nothing fits; ``notes`` then says what would have to change.
+        that would still fit at the high end of allocator fragmentation come first (a
+        tight layout may not run at all: SC21's Figure 17 layout, predicted to fit at the
+        low end, ran out of memory), each group fastest first. Inside the tolerance the
+        prediction still orders layouts better than a fixed preference for fewer
+        pipeline stages did (planned with the defaults, BLOOM-176B, GPT-NeoX-20B and
+        MT-NLG 530B get their published split first by speed, not by depth). ``rejected``
+        lists faster-looking layouts that cannot run, with the reason. ``feasible`` is
+        False when nothing fits; ``notes`` then says what would have to change.
 
     Raises
     ------
@@ -673,7 +673,7 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
         in_band = step[ranked] <= best_time * (1.0 + cons.tie_tolerance)
         band = ranked[in_band]
         tight = _tight_memory(pred, band, float(cluster_spec.memory_bytes))
-        band = band[np.lexsort((step[band], pred["memory_bytes"][band], lay.pp[band], tight))]
+        band = band[np.lexsort((step[band], tight))]
         ordered = np.concatenate([band, ranked[~in_band]])[:top_k]
         for i in ordered:
             tie = bool(step[i] <= best_time * (1.0 + cons.tie_tolerance))
@@ -681,7 +681,7 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
             if tie and band.size > 1:
                 note = (f"within {cons.tie_tolerance:.1%} of the fastest prediction "
                         f"({best_time:.3f} s): a tie at the model's accuracy; ties rank layouts with room for "
-                        "allocator waste, then fewer pipeline stages, then more free memory, first",)
+                        "allocator waste first, fastest first within each group",)
             candidates.append(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec, tie, note))
         threshold = step[ordered[0]]
     else:

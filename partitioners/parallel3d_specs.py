@@ -507,11 +507,10 @@ class Constraints:
     recompute_num_layers: int | None = None
     allow_uneven_pp: bool = True
     # Layouts within this fraction of the best step time are reported as ties and ranked
-    # those with room for allocator waste first, then fewer pipeline stages, then more
-    # free memory. 3%: the model's own error on published
-    # layouts (bench/parallel3d.py: mean |MFU/HFU error| 2.9% over SC21, as the authors
-    # ran it in fp16, and Korthikanti 2022), so a smaller gap is not evidence that one
-    # layout is faster.
+    # those with room for allocator waste first, fastest first within each group. 3%: the
+    # model's own error on published layouts (bench/parallel3d.py: mean |MFU/HFU error|
+    # 2.9% over SC21, as the authors ran it in fp16, and Korthikanti 2022), so a smaller
+    # gap is not evidence that one layout is faster.
     tie_tolerance: float = 0.03
 
 

@@ -245,7 +245,9 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
                 return None
             try:
                 return onnx.numpy_helper.to_array(attr.t)
-            except (ValueError, TypeError):  # data that does not fill its dims: leave it to inference
+            # data that does not fill its dims, or a data type this onnx does not know
+            # (KeyError from its dtype table): leave it to inference
+            except (ValueError, TypeError, KeyError):
                 return None
         if attr.name in ("value_int", "value_float", "value_ints", "value_floats"):
             dtype = np.int64 if "int" in attr.name else np.float32

@@ -468,6 +468,23 @@ def test_lstm_seq2seq_fixture_counts_both_recurrences():
     assert graph_summary(graph)["parameter_bytes"] == 4 * 1_175_528
 
 
+def test_a_constant_of_a_data_type_onnx_does_not_know_is_input_error_or_a_graph_not_a_crash():
+    # found by the corrupted-bytes property below: a flipped byte gave a Constant data_type 39
+    value = helper.make_tensor("v", TensorProto.FLOAT, [2], [1.0, 2.0])
+    value.data_type = 39
+    data = _model(
+        [helper.make_node("Constant", [], ["c"], name="const", value=value),
+         helper.make_node("Add", ["x", "c"], ["y"], name="add")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    try:
+        graph = graph_from_onnx_bytes(data)
+    except InvalidInput:
+        return
+    assert graph.op_types.tolist() == ["Constant", "Add"]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cut=st.integers(0, 10_000), flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=4))
 def test_corrupted_bytes_give_invalid_input_or_a_graph_never_another_error(cut, flips):

@@ -91,6 +91,7 @@ def _affine(fn: Callable[[float, int], float], n_ranks: np.ndarray) -> tuple[np.
 
 
 def collective_time_s(fn: Callable[[float, int], float], n_bytes: np.ndarray, n_ranks: np.ndarray) -> np.ndarray:
+    """Time of the collective ``fn(bytes, ranks)`` for every candidate; zero without bytes or with one rank."""
     intercept, slope = _affine(fn, n_ranks)
     return np.where((n_bytes > 0) & (n_ranks > 1), intercept + slope * n_bytes, 0.0)
 
@@ -177,13 +178,14 @@ def deduplicated_dispatch_time_s(token_bytes: np.ndarray, experts_per_token: int
 
 
 def point_to_point_time_s(n_bytes: np.ndarray, link: LinkSpec) -> np.ndarray:
+    """One send of ``n_bytes`` over ``link`` for every candidate (the shared formula is affine in the bytes)."""
     at_1, at_2 = p2p_time_s(1.0, link), p2p_time_s(2.0, link)
     return np.where(n_bytes > 0, at_1 + (at_2 - at_1) * (n_bytes - 1.0), 0.0)
 
 
 def two_level_allreduce_time_s(n_bytes: np.ndarray, local: np.ndarray, groups: np.ndarray, intra: LinkSpec,
-                         inter: LinkSpec, n_calls: np.ndarray | float = 1.0,
-                         algorithms: tuple[str, ...] = ("ring", "tree")) -> np.ndarray:
+                               inter: LinkSpec, n_calls: np.ndarray | float = 1.0,
+                               algorithms: tuple[str, ...] = ("ring", "tree")) -> np.ndarray:
     """Two-level all-reduce of ``n_bytes`` split into ``n_calls`` collectives (buckets, layers).
 
     The latency (alpha) terms are paid once per call; the bandwidth terms once for

@@ -17,17 +17,19 @@ Published models this follows (and where it departs, why):
   (Narayanan et al. SC21, Section 2.2), generalised to unequal stages
   (:func:`pipeline_time_s`): the steady state runs at the slowest stage, fill and
   drain at the mean one. The first stage also runs the vocabulary-parallel input
-  embedding (:func:`embedding_time_s` and its tensor-parallel all-reduce), the last
-  the output layer and loss; every send/recv of activations pays Megatron's host
-  synchronisation, ``2 v`` times per micro-batch; with tied embeddings the first and
-  last stages all-reduce the embedding gradient after the flush.
+  embedding (:func:`~partitioners.parallel3d_kernels.embedding_time_s` and its
+  tensor-parallel all-reduce), the last the output layer and loss; every send/recv of
+  activations pays Megatron's host synchronisation, ``2 v`` times per micro-batch; with
+  tied embeddings the first and last stages all-reduce the embedding gradient after
+  the flush.
 * Data-parallel gradient reduction overlapped with the backward: under 1F1B, with the
   last micro-batch's backward, bucket by bucket; under the interleaved schedule, model
   chunk by model chunk as each finishes its last backward (Megatron-Core's per-chunk
   ``grad_sync_func``), so only the last chunk's share trails the pipeline.
 * Weight-gradient accumulation over micro-batches: free when fused into the
   weight-gradient GEMM (today's Megatron-LM), otherwise a memory-bound pass over the
-  stage's parameters per micro-batch (:func:`gradient_accumulation_time_s`), which is
+  stage's parameters per micro-batch
+  (:func:`~partitioners.parallel3d_kernels.gradient_accumulation_time_s`), which is
   what makes many small micro-batches cost more than the bubble formula says.
 * Backward GEMMs at their own shapes (``dX = dY W^T``, ``dW = X^T dY``), not as twice
   the forward; tensor-parallel all-reduces across a full H100/H200 node use NVLink
@@ -35,10 +37,10 @@ Published models this follows (and where it departs, why):
 * Collectives: the shared alpha-beta formulas of :mod:`partitioners.collectives`,
   vectorised over candidates in :mod:`partitioners.parallel3d_comm` (with the expert
   all-to-all and the cost of hiding a collective under computation).
-* GEMM time: roofline (Williams, Waterman, Patterson, CACM 2009) of each
-  per-GPU matrix product with wave quantisation over the SMs (NVIDIA "Matrix
-  Multiplication Background User's Guide"), so small per-GPU matrices (large
-  tp, small micro-batches) run below peak instead of at it.
+* GEMM time: roofline of each per-GPU matrix product with wave quantisation over the
+  SMs, so small per-GPU matrices (large tp, small micro-batches) run below peak
+  instead of at it (:mod:`partitioners.parallel3d_kernels`, with the other kernels'
+  memory-bound time).
 """
 
 from __future__ import annotations
@@ -66,6 +68,13 @@ from partitioners.parallel3d_flops import (
     model_flops_per_step,
     parameter_counts,
 )
+from partitioners.parallel3d_kernels import (
+    embedding_time_s,
+    fp8_quantize_time_s,
+    gemm_backward_time_s,
+    gemm_time_s,
+    gradient_accumulation_time_s,
+)
 from partitioners.parallel3d_memory import (
     RESERVED_BYTES,
     model_state_bytes,
@@ -82,12 +91,9 @@ from partitioners.parallel3d_stages import (
 )
 
 __all__ = [
-    "fp8_quantize_time_s",
     "predict_layouts",
     "pipeline_bubble_fraction",
     "pipeline_time_s",
-    "embedding_time_s",
-    "gradient_accumulation_time_s",
 ]
 
 # Achievable fractions of the datasheet figures. nccl-tests on DGX A100/H100 report
@@ -102,13 +108,6 @@ _FLASH_OVER_GEMM = 0.8
 # Its backward kernel runs at a lower fraction of peak than its forward: up to 63% against
 # 73% on A100 (Dao, "FlashAttention-2", 2023, Sec. 4.1), i.e. 0.86 of the forward's rate.
 _FLASH_BACKWARD_OVER_FORWARD = 0.63 / 0.73
-# GEMM output tile of cuBLAS/CUTLASS kernels used for the wave-quantisation estimate.
-_TILE = 128
-# Per-dimension half-saturation size of a GEMM: with d / (d + 200) per dimension a square
-# GEMM reaches ~57% of the ceiling at 1024, ~86% at 4096 and ~93% at 8192, the shape of
-# the throughput-versus-size curves in NVIDIA's "Matrix Multiplication Background User's
-# Guide" (A100, FP16) -- fitted to those curves, not measured here.
-_GEMM_HALF_DIM = 200.0
 # Load of the busiest expert over the mean (see _moe_mlp_gemms).
 _EXPERT_IMBALANCE = 1.2
 # Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.
@@ -121,11 +120,6 @@ _ADAM_BYTES_PER_PARAM = 30.0
 # launch (~5 us) plus PyTorch's eager dispatch of the first ops (~10 us each). An
 # order-of-magnitude figure per exchange, not fitted to any run.
 _P2P_SYNC_S = 20e-6
-# Embedding backward: a dense (V/t x h) gradient is zero-filled and scatter-added in
-# bf16 (write 2 + read 2 bytes per element) and accumulated into the fp32 main
-# gradient (read 4 + write 4): ~12 bytes per element per micro-batch on the first stage
-# (PyTorch ``embedding_dense_backward``; Megatron's ``main_grad`` accumulation).
-_EMBEDDING_GRAD_BYTES_PER_ELEMENT = 12.0
 
 
 def pipeline_bubble_fraction(pp: np.ndarray | int, v: np.ndarray | int, m: np.ndarray | int) -> np.ndarray:
@@ -172,167 +166,6 @@ def pipeline_time_s(first_s: np.ndarray | float, middle_s: np.ndarray | float, l
     return np.where(pp_f > 1, multi, np.asarray(m, dtype=float) * first)
 
 
-# --------------------------------------------------------------------- GEMM model
-
-
-def _gemm_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: float, hbm: float, sms: int,
-                 bytes_per_element: float = 2.0, batch: np.ndarray | float = 1.0) -> np.ndarray:
-    """Time of ``batch`` independent ``(m x k) @ (k x n)`` products in one kernel on one GPU.
-
-    Roofline of compute at ``eff * peak`` (the asymptotic cuBLAS ceiling, reduced for
-    small dimensions by a saturation factor per dimension) against HBM traffic
-    of the three operands, with the compute side stretched by wave quantisation:
-    the outputs are cut into 128x128 tiles, one per SM at a time, and the last wave
-    runs partly empty (NVIDIA, "Matrix Multiplication Background User's Guide").
-    A batched or grouped GEMM (attention heads, local experts) spreads the tiles
-    of all its products over the SMs together.
-    """
-    m = np.maximum(m, 1.0)
-    n = np.maximum(n, 1.0)
-    k = np.maximum(k, 1.0)
-    batch = np.maximum(batch, 1.0)
-    tiles = np.ceil(m / _TILE) * np.ceil(n / _TILE) * batch
-    waves = np.ceil(tiles / sms)
-    quantisation = (m * n * batch) / (waves * sms * _TILE * _TILE)
-    # below a few thousand in any dimension, prologue/epilogue and K-loop start-up are not
-    # amortised: d / (d + d0) per dimension
-    saturation = (m / (m + _GEMM_HALF_DIM)) * (n / (n + _GEMM_HALF_DIM)) * (k / (k + _GEMM_HALF_DIM))
-    compute = 2.0 * m * n * k * batch / (peak * eff * saturation * np.minimum(quantisation, 1.0))
-    memory = bytes_per_element * (m * k + k * n + m * n) * batch / hbm
-    return np.maximum(compute, memory)
-
-
-def embedding_time_s(tokens: np.ndarray | float, hidden_size: int, vocab_size: int, tp: np.ndarray | float,
-                     hbm_bytes_per_s: float) -> np.ndarray:
-    """Memory-bound time of the input embedding, forward and backward, for one micro-batch.
-
-    Megatron puts the word embedding on the first pipeline stage (Narayanan et al.,
-    SC21, Sec. 3; the output layer on the last) and splits it along the vocabulary
-    across the tensor group (Shoeybi et al., "Megatron-LM", 2019, Sec. 3). Forward: each
-    token's bf16 row is read and written (``4 h`` bytes per token). Backward: a dense
-    ``V/t x h`` gradient is zero-filled and scatter-added in bf16 and accumulated into
-    the fp32 main gradient, ``_EMBEDDING_GRAD_BYTES_PER_ELEMENT`` (12) bytes per element
-    (PyTorch ``embedding_dense_backward``) -- per micro-batch, however few tokens it has.
-    The tensor-parallel all-reduce of the looked-up rows is costed with the other
-    collectives.
-
-    Parameters
-    ----------
-    tokens : array_like
-        Local tokens of one micro-batch.
-    hidden_size, vocab_size : int
-        ``h`` and ``V``.
-    tp : array_like
-        Tensor-parallel size (the vocabulary shard is ``V/t``).
-    hbm_bytes_per_s : float
-        Achievable HBM bandwidth.
-
-    Returns
-    -------
-    numpy.ndarray
-        Seconds.
-    """
-    tokens = np.asarray(tokens, dtype=float)
-    tp = np.asarray(tp, dtype=float)
-    return (tokens * hidden_size * 4.0 + _EMBEDDING_GRAD_BYTES_PER_ELEMENT * vocab_size * hidden_size / tp) \
-        / hbm_bytes_per_s
-
-
-def gradient_accumulation_time_s(params_per_gpu: np.ndarray | float, grad_bytes_per_param: float,
-                                 hbm_bytes_per_s: float) -> np.ndarray:
-    """Memory-bound time of adding one micro-batch's weight gradients into the accumulator.
-
-    Without gradient-accumulation fusion each micro-batch's backward writes a fresh
-    16-bit gradient per parameter, and a second kernel adds it into the accumulation
-    buffer (PyTorch autograd's ``AccumulateGrad`` for bf16/fp16 ``.grad``; Megatron-LM's
-    ``main_grad.add_(grad)`` hook for fp32 main gradients, Narayanan et al. SC21, Sec. 4):
-    read the new gradient (2 bytes), read and write the accumulator (``grad_bytes``
-    each) -- 10 bytes per parameter and micro-batch with fp32 main gradients. Fused
-    accumulation (the weight-gradient GEMM's epilogue adds into the fp32 buffer,
-    Megatron-LM ``--gradient-accumulation-fusion``) hides this under the GEMM, so the
-    caller charges it only for unfused stacks. It is paid per micro-batch, so it
-    penalises many small micro-batches, which the pipeline bubble otherwise rewards.
-
-    Parameters
-    ----------
-    params_per_gpu : array_like
-        Parameters of the pipeline stage held by one GPU.
-    grad_bytes_per_param : float
-        Bytes of the accumulation buffer per parameter (4 for fp32 main gradients).
-    hbm_bytes_per_s : float
-        Achievable HBM bandwidth.
-    """
-    return np.asarray(params_per_gpu, dtype=float) * (2.0 + 2.0 * grad_bytes_per_param) / hbm_bytes_per_s
-
-
-def _gemm_backward_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: float, hbm: float,
-                          sms: int, bytes_per_element: float = 2.0, batch: np.ndarray | float = 1.0) -> np.ndarray:
-    """Backward of ``Y (m x n) = X (m x k) W (k x n)``: the two GEMMs at their own shapes.
-
-    ``dX = dY W^T`` is an ``(m x n)(n x k)`` product and ``dW = X^T dY`` a
-    ``(k x m)(m x n)`` one: twice the forward FLOPs (Narayanan et al., SC21, Appendix),
-    but the weight gradient's output is the weight shard and its reduction runs over
-    the tokens, so its tiles, waves and saturation differ from the forward's (a skinny
-    tensor-parallel shard with few tokens fills the SMs better backward than forward).
-    """
-    return _gemm_time_s(m, k, n, peak, eff, hbm, sms, bytes_per_element, batch) \
-        + _gemm_time_s(k, n, m, peak, eff, hbm, sms, bytes_per_element, batch)
-
-
-def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
-                        hbm_bytes_per_s: float, fp8: bool) -> tuple[dict[bool, np.ndarray], dict[bool, np.ndarray]]:
-    """Forward and backward time one layer spends quantizing GEMM operands to FP8, per micro-batch.
-
-    An FP8 GEMM needs FP8 operands: Transformer Engine casts every linear's input in
-    the forward pass and every output gradient in the backward pass, writing the FP8
-    tensor and its transpose (the weight-gradient GEMM reads the other layout; Hopper's
-    FP8 tensor cores take only the "TN" layout). That is a memory-bound pass reading
-    2 bytes and writing 1 + 1 per element. With delayed scaling (TE's default recipe)
-    the scale comes from past amaxes and the LayerNorm kernel writes its output in FP8
-    directly, so the two LayerNorm-fed inputs cost nothing extra; with current scaling
-    the amax of the tensor itself must be known first: one more 2-byte read pass, and
-    the LayerNorm output is quantized like any other tensor. Weights are cast once per
-    step (TE caches them across micro-batches), which is left out.
-
-    Returns ``({False: dense, True: MoE}, {False: dense, True: MoE})`` layer times; zeros
-    when the linears do not run in FP8.
-    """
-    zeros = np.zeros_like(np.asarray(tokens, dtype=float))
-    if not fp8:
-        return {False: zeros, True: zeros}, {False: zeros, True: zeros}
-    h = model.hidden_size
-    up = 2 if model.gated_mlp else 1
-    tp = np.asarray(tp, dtype=float)
-    rep_div = np.where(training.sequence_parallel, tp, 1.0)  # the sequence-sharded tensors
-    current = training.fp8_scaling == "current"
-    bytes_per_element = 6.0 if current else 4.0
-    ln_fed = h / rep_div if current else 0.0  # LayerNorm output feeding QKV / the MLP up-projection
-    # attention linears: inputs other than the LayerNorm output (MLA's latents, the heads'
-    # output entering the row-parallel projection) and every output gradient
-    attn_inputs = sum(p.in_width / (tp if p.split == "row" else 1.0)
-                      for p in model.attention_projections if p.reads != "norm")
-    attn_output_grads = sum(h / rep_div if p.split == "row" else p.out_width / (tp if p.split == "column" else 1.0)
-                            for p in model.attention_projections)
-
-    def per_token(mlp_fwd, mlp_bwd):
-        # forward: QKV input, projection input (the local heads' output), MLP inputs;
-        # backward: the output gradients of QKV, projection and the MLP's two linears
-        fwd = ln_fed + attn_inputs + mlp_fwd
-        bwd = attn_output_grads + mlp_bwd
-        return fwd * bytes_per_element, bwd * bytes_per_element
-
-    dense_fwd, dense_bwd = per_token(ln_fed + model.ffn / tp, up * model.ffn / tp + h / rep_div)
-    if model.moe is not None:
-        moe = model.moe
-        k, fe, shared = moe.experts_per_token, moe.expert_ffn_hidden_size, moe.shared_experts
-        # each routed copy of a token enters its expert whole (h) and leaves it whole
-        moe_fwd, moe_bwd = per_token(k * h + (k + shared) * fe / tp + (ln_fed if shared else 0.0),
-                                     (k + shared) * up * fe / tp + k * h + (h / rep_div if shared else 0.0))
-    else:
-        moe_fwd, moe_bwd = dense_fwd, dense_bwd
-    scale = tokens / hbm_bytes_per_s
-    return {False: dense_fwd * scale, True: moe_fwd * scale}, {False: dense_bwd * scale, True: moe_bwd * scale}
-
 # --------------------------------------------------------------------- prediction
 
 
@@ -360,16 +193,16 @@ class _DeviceRates:
     def gemm_s(self, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float, linear: bool = True,
                batch: np.ndarray | float = 1.0) -> np.ndarray:
         """Forward time of ``(m x k) @ (k x n)``; ``linear=False`` for products kept in 16 bits."""
-        return _gemm_time_s(m, n, k, self.peak_linear_flops if linear else self.peak_bf16_flops,
-                            self.linear_gemm_efficiency if linear else self.gemm_efficiency, self.hbm_bytes_per_s,
-                            self.sm_count, self.linear_bytes if linear else 2.0, batch)
+        return gemm_time_s(m, n, k, self.peak_linear_flops if linear else self.peak_bf16_flops,
+                           self.linear_gemm_efficiency if linear else self.gemm_efficiency, self.hbm_bytes_per_s,
+                           self.sm_count, self.linear_bytes if linear else 2.0, batch)
 
     def gemm_backward_s(self, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
                         linear: bool = True, batch: np.ndarray | float = 1.0) -> np.ndarray:
         """Backward time (input and weight gradients) of ``(m x k) @ (k x n)``."""
-        return _gemm_backward_time_s(m, n, k, self.peak_linear_flops if linear else self.peak_bf16_flops,
-                                     self.linear_gemm_efficiency if linear else self.gemm_efficiency,
-                                     self.hbm_bytes_per_s, self.sm_count, self.linear_bytes if linear else 2.0, batch)
+        return gemm_backward_time_s(m, n, k, self.peak_linear_flops if linear else self.peak_bf16_flops,
+                                    self.linear_gemm_efficiency if linear else self.gemm_efficiency,
+                                    self.hbm_bytes_per_s, self.sm_count, self.linear_bytes if linear else 2.0, batch)
 
 
 def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:
@@ -851,7 +684,7 @@ def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _Devic
                        point_to_point_time_s(p2p_bytes, rates.intra))
     if not training.sequence_parallel and training.pipeline_scatter_gather:
         p2p_one = p2p_one + collective_time_s(lambda n, p: allgather_time_s(n, p, rates.intra), p2p_bytes * tp,
-                                             layouts.tp)
+                                              layouts.tp)
     # with overlap_p2p_comm (interleaved schedule only) each exchange is posted
     # asynchronously and waited for when the next model chunk needs it: it runs under the
     # current chunk's forward or backward, without the batched exchange's device sync
@@ -953,7 +786,7 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
 
     def dp_allreduce(n_bytes_dense, n_bytes_expert, calls_dense, calls_expert, algorithms=("ring", "tree")):
         return two_level_allreduce_time_s(n_bytes_dense, local_dense, groups_dense, intra, inter, calls_dense,
-                                    algorithms) + \
+                                          algorithms) + \
             two_level_allreduce_time_s(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
 
     # gradients travel in buckets of 40M parameters (Megatron-Core DDP default bucket size);

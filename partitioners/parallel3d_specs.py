@@ -422,7 +422,7 @@ class TrainingSpec:
     # ``--gradient-accumulation-fusion``, cuBLAS/CUTLASS ``wgrad_gemm_accum_fp32``, default
     # since 2022). Without it every micro-batch writes a separate gradient that a second
     # kernel adds into the accumulation buffer: extra HBM traffic per parameter and
-    # micro-batch (see parallel3d_cost.gradient_accumulation_time_s).
+    # micro-batch (see parallel3d_kernels.gradient_accumulation_time_s).
     gradient_accumulation_fusion: bool = True
     # The fp16 optimizer of Megatron-LM before 2022 kept the fp32 copy of every gradient
     # it made for the master weights (``main_param.grad = model_param.main_grad.float()``)

@@ -21,16 +21,18 @@ from partitioners.parallel3d_comm import OVERLAP_COMPUTE_SLOWDOWN, chunked_colle
 from partitioners.parallel3d_cost import (
     _NVLINK_EFFICIENCY,
     _P2P_SYNC_S,
-    _gemm_backward_time_s,
-    _gemm_time_s,
-    embedding_time_s,
-    fp8_quantize_time_s,
-    gradient_accumulation_time_s,
     pipeline_bubble_fraction,
     pipeline_time_s,
     predict_layouts,
 )
 from partitioners.parallel3d_flops import hardware_flops_per_step, model_flops_per_step, parameter_counts
+from partitioners.parallel3d_kernels import (
+    embedding_time_s,
+    fp8_quantize_time_s,
+    gemm_backward_time_s,
+    gemm_time_s,
+    gradient_accumulation_time_s,
+)
 from partitioners.parallel3d_memory import (
     ACTIVATION_FRAGMENTATION,
     ACTIVATION_FRAGMENTATION_HIGH,
@@ -636,8 +638,8 @@ def test_backward_gemms_use_their_own_shapes():
     # busy), dX (128 x 8192) and dW (8192 x 128) have 64 each; same FLOPs and saturation, so
     # the backward takes 2 x 1/64 of the forward time (all three compute-bound)
     args = (312e12, 0.92, 2.0e12, 108)
-    fwd = float(_gemm_time_s(np.float64(128), np.float64(128), np.float64(8192), *args))
-    bwd = float(_gemm_backward_time_s(np.float64(128), np.float64(128), np.float64(8192), *args))
+    fwd = float(gemm_time_s(np.float64(128), np.float64(128), np.float64(8192), *args))
+    bwd = float(gemm_backward_time_s(np.float64(128), np.float64(128), np.float64(8192), *args))
     assert bwd == pytest.approx(fwd * 2 / 64)
 
 

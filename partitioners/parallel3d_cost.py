@@ -206,6 +206,7 @@ class _DeviceRates:
 
 
 def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:
+    """The cluster's datasheet figures scaled to what kernels and collectives achieve."""
     peak_bf16 = cluster.peak_flops_per_s.get("bf16") or max(cluster.peak_flops_per_s.values())
     linear_bytes = 1.0 if training.precision == "fp8" and training.precision in cluster.peak_flops_per_s else 2.0
     eff = cluster.gemm_efficiency_max
@@ -515,6 +516,7 @@ class _EndStageWork:
 
 def _end_stage_work(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray, tp_ar: np.ndarray,
                     dense: _LayerWork, moe: _LayerWork) -> _EndStageWork:
+    """What the first and last stages do per micro-batch besides their layers."""
     h, vocab = model.hidden_size, model.vocab_size
     # output layer + vocab-parallel cross-entropy on the last stage (fp32 logits,
     # a few passes of 4 bytes per logit). The output head stays in 16-bit in FP8 runs:
@@ -586,6 +588,9 @@ class _StageParameters:
 
 def _stage_parameters(model: ModelSpec, counts: ParameterCounts, tp: np.ndarray, ep: np.ndarray,
                       split: _StageSplit, single: np.ndarray) -> _StageParameters:
+    """Parameters per GPU on each kind of stage: its layers' share plus, on the first,
+    the embedding (and position table) and, on the last, the output layer and any
+    multi-token-prediction modules (all on one stage when ``single``)."""
     attn_gpu = counts.attention_per_gpu(tp)
     mid_dense = split.full * attn_gpu + (split.full_dense * counts.dense_mlp_per_layer
                                          + split.full_moe * counts.moe_shared_per_layer) / tp
@@ -627,6 +632,7 @@ class _StageTimes:
 
 def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: np.ndarray, first: _LayerWork,
                  mid: _LayerWork, last: _LayerWork, ends: _EndStageWork, params: _StageParameters) -> _StageTimes:
+    """Per-micro-batch time of the first, a middle and the last stage, and which one paces the pipeline."""
     # unfused weight-gradient accumulation: one pass over the stage's parameters per micro-batch
     def accumulation_s(params_per_gpu: np.ndarray) -> np.ndarray:
         if training.gradient_accumulation_fusion:

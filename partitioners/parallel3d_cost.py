@@ -46,7 +46,7 @@ Published models this follows (and where it departs, why):
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -229,6 +229,43 @@ def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:
 
 
 @dataclass(frozen=True)
+class _Sizes:
+    """A layout's group sizes as floats (the model's arithmetic), and what follows from them."""
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    mbs: np.ndarray
+    v: np.ndarray
+
+    @classmethod
+    def of(cls, layouts: LayoutArrays) -> _Sizes:
+        return cls(*(getattr(layouts, size.name).astype(np.float64) for size in fields(cls)))
+
+    @functools.cached_property
+    def single(self) -> np.ndarray:
+        """No pipeline: one stage holds embedding, layers and output layer."""
+        return self.pp == 1
+
+    @functools.cached_property
+    def shard_dense(self) -> np.ndarray:
+        """Ranks a dense parameter's gradient and ZeRO state are reduced and sharded over (dp x cp)."""
+        return self.dp * self.cp
+
+    @functools.cached_property
+    def shard_expert(self) -> np.ndarray:
+        """The same for a routed expert's parameters, which ep already splits."""
+        return np.maximum(self.shard_dense / self.ep, 1.0)
+
+    @functools.cached_property
+    def stage_ranks(self) -> np.ndarray:
+        """GPUs of one pipeline stage (tp x cp x ep)."""
+        return self.tp * self.cp * self.ep
+
+
+@dataclass(frozen=True)
 class _LayerWork:
     """Seconds one GPU spends on some layers for one micro-batch, forward and backward
     (recomputation included): computation and each kind of collective."""
@@ -403,14 +440,11 @@ def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceR
 
 
 def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, rates: _DeviceRates,
-                layouts: LayoutArrays, tokens: np.ndarray, full_frac: np.ndarray
+                layouts: LayoutArrays, sizes: _Sizes, tokens: np.ndarray, full_frac: np.ndarray
                 ) -> tuple[_LayerWork, _LayerWork, np.ndarray]:
     """Work of one dense and of one MoE layer (``_NO_WORK`` without MoE) for one
     micro-batch, and one tensor-parallel all-reduce of the activation."""
-    tp = layouts.tp.astype(np.float64)
-    cp = layouts.cp.astype(np.float64)
-    ep = layouts.ep.astype(np.float64)
-    mbs = layouts.mbs.astype(np.float64)
+    tp, cp, ep, mbs = sizes.tp, sizes.cp, sizes.ep, sizes.mbs
     rc = layouts.recompute
     h, up = model.hidden_size, 2 if model.gated_mlp else 1
     hbm_eff = rates.hbm_achieved_bytes_per_s
@@ -670,12 +704,11 @@ def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: np.ndarray
 
 
 def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, layouts: LayoutArrays,
-                         tokens: np.ndarray, stage_time_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                         sizes: _Sizes, tokens: np.ndarray, stage_time_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Bytes one tensor rank sends across a stage boundary per exchange, and the seconds
     of point-to-point exchange per micro-batch (activation forward, gradient backward,
     per model chunk)."""
-    tp = layouts.tp.astype(np.float64)
-    v = layouts.v.astype(np.float64)
+    tp, v = sizes.tp, sizes.v
     gpn = rates.gpus_per_node
     # Each tensor rank sends 1/t of the activation: with sequence parallelism it holds only
     # that; without it Megatron's scatter-gather sends 1/t and the receiver all-gathers the
@@ -684,8 +717,8 @@ def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _Devic
     # do not all fit in one node, some boundary crosses the inter-node network.
     whole_activation = not training.sequence_parallel and not training.pipeline_scatter_gather
     p2p_bytes = tokens * model.hidden_size * 2.0 / np.where(whole_activation, 1.0, tp)
-    stage_ranks = tp * layouts.cp.astype(np.float64) * layouts.ep.astype(np.float64)
-    pp_inter = (stage_ranks >= gpn) | (stage_ranks * layouts.pp.astype(np.float64) > gpn)
+    stage_ranks = sizes.stage_ranks
+    pp_inter = (stage_ranks >= gpn) | (stage_ranks * sizes.pp > gpn)
     p2p_one = np.where(pp_inter, point_to_point_time_s(p2p_bytes, rates.inter),
                        point_to_point_time_s(p2p_bytes, rates.intra))
     if not training.sequence_parallel and training.pipeline_scatter_gather:
@@ -697,20 +730,17 @@ def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _Devic
     async_p2p = training.overlap_p2p_comm & (v > 1.0)
     chunk_window = stage_time_s / (2.0 * v)
     p2p_one = np.where(async_p2p, overlapped_time_s(p2p_one, chunk_window), p2p_one + _P2P_SYNC_S)
-    return p2p_bytes, np.where(layouts.pp == 1, 0.0, 2.0 * v * p2p_one)
+    return p2p_bytes, np.where(sizes.single, 0.0, 2.0 * v * p2p_one)
 
 
 def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, counts: ParameterCounts,
-                    layouts: LayoutArrays, split: _StageSplit, params: _StageParameters, tokens: np.ndarray,
-                    full_frac: np.ndarray, m: np.ndarray, p2p_bytes: np.ndarray) -> dict[str, np.ndarray]:
+                    layouts: LayoutArrays, sizes: _Sizes, split: _StageSplit, params: _StageParameters,
+                    tokens: np.ndarray, full_frac: np.ndarray, m: np.ndarray,
+                    p2p_bytes: np.ndarray) -> dict[str, np.ndarray]:
     """Memory of the fullest of the first, the last and a middle pipeline stage, by part
     (the ``*_bytes`` entries of predict_layouts and ``fullest_stage``)."""
-    tp = layouts.tp.astype(np.float64)
-    pp = layouts.pp.astype(np.float64)
-    v = layouts.v.astype(np.float64)
-    single = pp == 1
-    shard_dense = layouts.dp.astype(np.float64) * layouts.cp.astype(np.float64)
-    shard_expert = np.maximum(shard_dense / layouts.ep.astype(np.float64), 1.0)
+    tp, pp, v, single = sizes.tp, sizes.pp, sizes.v, sizes.single
+    shard_dense, shard_expert = sizes.shard_dense, sizes.shard_expert
     zero_held = zero_stage_held(layouts.zero, pp)
     fp8 = rates.fp8
 
@@ -758,27 +788,21 @@ def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRate
     }
 
 
-def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: LayoutArrays, layers_per_stage: np.ndarray,
-                     m: np.ndarray, dense_params_gpu: np.ndarray, expert_params_gpu: np.ndarray,
-                     slowest: _LayerWork) -> tuple[np.ndarray, np.ndarray]:
+def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: LayoutArrays, sizes: _Sizes,
+                     layers_per_stage: np.ndarray, m: np.ndarray, dense_params_gpu: np.ndarray,
+                     expert_params_gpu: np.ndarray, slowest: _LayerWork) -> tuple[np.ndarray, np.ndarray]:
     """Seconds of data-parallel gradient reduction (and ZeRO weight gathers) a step
     leaves on the critical path after overlapping it with the backward, and their total.
 
     The stage with the most parameters finishes its reduction last; its slowest
     micro-batch's backward is the window the reduction can hide in.
     """
-    tp = layouts.tp.astype(np.float64)
-    pp = layouts.pp.astype(np.float64)
-    cp = layouts.cp.astype(np.float64)
-    ep = layouts.ep.astype(np.float64)
-    v = layouts.v.astype(np.float64)
+    tp, pp, cp, ep, v, single = sizes.tp, sizes.pp, sizes.cp, sizes.ep, sizes.v, sizes.single
     zero = layouts.zero
-    single = pp == 1
     q = layers_per_stage
     gpn = rates.gpus_per_node
     intra, inter = rates.intra, rates.inter
-    shard_dense = layouts.dp.astype(np.float64) * cp
-    shard_expert = np.maximum(shard_dense / ep, 1.0)
+    shard_dense, shard_expert = sizes.shard_dense, sizes.shard_expert
     gb = float(training.grad_bytes_per_param)
     deferred = zero_stage_held(zero, pp) != zero
 
@@ -863,7 +887,7 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
 
 
 def _tied_embedding_allreduce_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates,
-                                layouts: LayoutArrays) -> np.ndarray:
+                                sizes: _Sizes) -> np.ndarray:
     """The first and last stages' all-reduce of the word-embedding gradient, after the flush.
 
     Tied input/output embeddings (GPT; SC21 eq. 2 counts V h once): with pp > 1 the last
@@ -872,17 +896,16 @@ def _tied_embedding_allreduce_s(model: ModelSpec, training: TrainingSpec, rates:
     ``_allreduce_word_embedding_grads`` in ``finalize_model_grads``), on the critical path;
     multi-token prediction keeps such a copy for the next tokens' embeddings.
     """
-    tp = layouts.tp.astype(np.float64)
-    stage_ranks = tp * layouts.cp.astype(np.float64) * layouts.ep.astype(np.float64)
+    tp = sizes.tp
     tied_bytes = float(training.grad_bytes_per_param) * model.vocab_size * model.hidden_size / tp \
         if model.tie_embeddings or model.mtp_layers else 0.0
-    first_last_inter = stage_ranks * layouts.pp.astype(np.float64) > rates.gpus_per_node
+    first_last_inter = sizes.stage_ranks * sizes.pp > rates.gpus_per_node
     two = np.full_like(tp, 2.0)
     tied_ar = np.where(
         first_last_inter,
         collective_time_s(lambda n, p: allreduce_time_s(n, p, rates.inter), tied_bytes * np.ones_like(tp), two),
         collective_time_s(lambda n, p: allreduce_time_s(n, p, rates.intra), tied_bytes * np.ones_like(tp), two))
-    return np.where(layouts.pp == 1, 0.0, tied_ar)
+    return np.where(sizes.single, 0.0, tied_ar)
 
 
 def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -904,13 +927,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     stage holds, the pipeline of unequal stages with its point-to-point exchanges, the
     data-parallel reduction left after the backward, and the optimizer step.
     """
-    f64 = np.float64
-    dp = layouts.dp.astype(f64)
-    tp = layouts.tp.astype(f64)
-    pp = layouts.pp.astype(f64)
-    cp = layouts.cp.astype(f64)
-    ep = layouts.ep.astype(f64)
-    v = layouts.v.astype(f64)
+    sizes = _Sizes.of(layouts)
+    dp, tp, pp, cp, ep, v, single = sizes.dp, sizes.tp, sizes.pp, sizes.cp, sizes.ep, sizes.v, sizes.single
     rc = layouts.recompute
     s = model.seq_length
     n_layers = model.num_layers
@@ -918,10 +936,9 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     batch = training.global_batch_sequences
     counts = parameter_counts(model)
     rates = _device_rates(cluster, training)
-    single = pp == 1
 
-    m = np.ceil(batch / (dp * layouts.mbs.astype(f64)))  # micro-batches per step per pipeline
-    tokens = layouts.mbs.astype(f64) * s / cp  # local tokens of one micro-batch
+    m = np.ceil(batch / (dp * sizes.mbs))  # micro-batches per step per pipeline
+    tokens = sizes.mbs * s / cp  # local tokens of one micro-batch
 
     # ---- stage split: ceil(L/p) layers on the middle stages, the remainder off the ends
     # (which end: balanced_end_layers, below, once a layer's time is known)
@@ -933,7 +950,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     q_moe = np.ceil(q * (n_moe / n_layers)) if n_moe else np.zeros_like(q)
     q_dense = q - q_moe
 
-    dense, moe, tp_ar = _layer_work(model, cluster, training, rates, layouts, tokens, full_frac)
+    dense, moe, tp_ar = _layer_work(model, cluster, training, rates, layouts, sizes, tokens, full_frac)
     ends = _end_stage_work(model, rates, tokens, tp, tp_ar, dense, moe)
     mid = _stage_work(q_dense, dense, q_moe, moe)
     layer_s = mid.total_s / q
@@ -947,21 +964,20 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     last = _stage_work(split.last - split.last_moe, dense, split.last_moe, moe)
     stages = _stage_times(training, rates, single, first, mid, last, ends, params)
 
-    p2p_bytes, p2p_per_mb = _pipeline_exchange_s(model, training, rates, layouts, tokens, stages.slowest_s)
+    p2p_bytes, p2p_per_mb = _pipeline_exchange_s(model, training, rates, layouts, sizes, tokens, stages.slowest_s)
     # unequal stages (embedding first, logits last): see pipeline_time_s
     pipeline_time = pipeline_time_s(np.where(single, stages.slowest_s, stages.first_s + p2p_per_mb),
                                     stages.middle_s + p2p_per_mb, stages.last_s + p2p_per_mb, pp, v, m)
     bubble = np.where(single, 0.0, pipeline_time - m * (stages.slowest_s + p2p_per_mb))
 
     stage_params_gpu, dense_params_gpu, expert_params_gpu = params.largest(pp)
-    dp_exposed, dp_total = _data_parallel_s(training, rates, layouts, q, m, dense_params_gpu, expert_params_gpu,
-                                            stages.slowest)
-    tied_ar = _tied_embedding_allreduce_s(model, training, rates, layouts)
+    dp_exposed, dp_total = _data_parallel_s(training, rates, layouts, sizes, q, m, dense_params_gpu,
+                                            expert_params_gpu, stages.slowest)
+    tied_ar = _tied_embedding_allreduce_s(model, training, rates, sizes)
     dp_exposed = dp_exposed + tied_ar
 
-    shard_dense = dp * cp
-    shard_expert = np.maximum(dp * cp / ep, 1.0)
-    shard_for_opt = np.where(layouts.zero >= 1, dense_params_gpu / shard_dense + expert_params_gpu / shard_expert,
+    shard_for_opt = np.where(layouts.zero >= 1,
+                             dense_params_gpu / sizes.shard_dense + expert_params_gpu / sizes.shard_expert,
                              stage_params_gpu)
     optimizer_time = shard_for_opt * _ADAM_BYTES_PER_PARAM / rates.hbm_achieved_bytes_per_s
 
@@ -991,7 +1007,8 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "dp_comm_exposed_s": dp_exposed,
         "dp_comm_total_s": dp_total + tied_ar,
         "optimizer_s": optimizer_time,
-        **_memory_per_gpu(model, training, rates, counts, layouts, split, params, tokens, full_frac, m, p2p_bytes),
+        **_memory_per_gpu(model, training, rates, counts, layouts, sizes, split, params, tokens, full_frac, m,
+                           p2p_bytes),
         "num_micro_batches": m,
         "layers_per_stage": q,
         "first_stage_layers": first_layers,

@@ -7,10 +7,16 @@ concurrent writers queue on the database lock instead of failing half way
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["make_engine", "make_session_factory"]
+__all__ = ["make_engine", "make_session_factory", "insert_or_fetch"]
+
+RowT = TypeVar("RowT")
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -45,3 +51,22 @@ def make_engine(database_url: str, **kwargs) -> Engine:
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+def insert_or_fetch(session: Session, row: RowT, fetch: Callable[[], RowT | None]) -> RowT:
+    """Insert ``row``, or return the row a concurrent writer inserted first.
+
+    The insert runs in a SAVEPOINT so that losing a race on a unique key rolls back
+    only the insert, not the caller's transaction; ``fetch`` then finds the winner.
+    If it finds nothing the conflict was on something else, and the error surfaces.
+    """
+    try:
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
+        return row
+    except IntegrityError:
+        existing = fetch()
+        if existing is None:
+            raise
+        return existing

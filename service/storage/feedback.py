@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import and_, or_, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.storage.blobs import pack_json, unpack_json
+from service.storage.db import insert_or_fetch
 from service.storage.models import Calibration, Feedback
 
 __all__ = [
@@ -137,15 +137,10 @@ def save_calibration(
             version=1,
             updated_at=now,
         )
-        try:
-            with session.begin_nested():
-                session.add(row)
-                session.flush()
+        inserted = insert_or_fetch(session, row, lambda: get_calibration(session, tenant_id, inventory_hash))
+        if inserted is row:
             return row
-        except IntegrityError:
-            row = get_calibration(session, tenant_id, inventory_hash)
-            if row is None:
-                raise
+        row = inserted
     row.factors = factors
     row.n_timelines = n_timelines
     row.version = row.version + 1

@@ -16,6 +16,7 @@ from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.storage.db import insert_or_fetch
 from service.storage.models import Graph, IdempotencyKey, InventoryRow, Job, Plan
 
 __all__ = [
@@ -43,25 +44,12 @@ def get_graph_by_hash(session: Session, tenant_id: str, model_hash: str) -> Grap
     return session.scalar(select(Graph).where(Graph.tenant_id == tenant_id, Graph.model_hash == model_hash))
 
 
-def _insert_or_fetch(session: Session, row, fetch):
-    try:
-        with session.begin_nested():
-            session.add(row)
-            session.flush()
-        return row
-    except IntegrityError:
-        existing = fetch()
-        if existing is None:  # the conflict was on something else: let it surface
-            raise
-        return existing
-
-
 def _get_or_create(session: Session, row, find):
     """The row ``find()`` returns, or ``row`` inserted (or the winner of a concurrent insert)."""
     existing = find()
     if existing is not None:
         return existing
-    return _insert_or_fetch(session, row, find)
+    return insert_or_fetch(session, row, find)
 
 
 def get_or_create_graph(session: Session, tenant_id: str, row: Graph) -> Graph:

@@ -146,6 +146,16 @@ def test_replica_counts_fill_the_slots_and_favour_the_hot_expert():
 # ----------------------------------------------------------------------------- incremental
 
 
+def _migrations_applied(current: np.ndarray, result) -> np.ndarray:
+    """The placement a runtime has after copying ``result.migrations`` into ``current``
+    and emptying the slots the new placement leaves empty."""
+    applied = current.copy()
+    m = result.migrations
+    applied[m.layer, m.slot] = m.logical_expert
+    applied[result.physical_to_logical == -1] = -1
+    return applied
+
+
 def _deployed(load, **cluster):
     return rebalance(load, **cluster).physical_to_logical
 
@@ -246,12 +256,8 @@ def test_migrations_turn_the_current_placement_into_the_new_one():
     load = _zipf_load(3, 32, seed=12)
     current = _deployed(load, **CLUSTER)
     result = rebalance(load[:, ::-1].copy(), current_physical_to_logical=current, expert_bytes=7, **CLUSTER)
-    applied = current.copy()
+    assert (_migrations_applied(current, result) == result.physical_to_logical).all()
     m = result.migrations
-    applied[m.layer, m.slot] = m.logical_expert
-    emptied = result.physical_to_logical == -1
-    applied[emptied] = -1
-    assert (applied == result.physical_to_logical).all()
     assert (m.slot // 5 == m.gpu).all()
     assert m.total_bytes == 7 * m.count
 
@@ -423,12 +429,7 @@ def test_every_placement_is_valid_and_never_beats_the_bound(case):
     if node_local:
         assert result.migrations.cross_node_count == 0
     if current is not None:  # the migrations are exactly the slots that change
-        applied = current.copy()
-        m = result.migrations
-        applied[m.layer, m.slot] = m.logical_expert
-        emptied = result.physical_to_logical == -1
-        applied[emptied] = -1
-        assert (applied == result.physical_to_logical).all()
+        assert (_migrations_applied(current, result) == result.physical_to_logical).all()
     again = rebalance(load, current_physical_to_logical=current, **options, **cluster)
     assert (again.physical_to_logical == result.physical_to_logical).all()
 

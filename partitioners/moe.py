@@ -51,6 +51,12 @@ Here EPLB's steps are vectorised across layers and made incremental:
    only for layers where it balances within ``min_improvement`` of the global
    plan, so one group per node no longer costs balance.
 
+The steps live in their own modules: replica counts in :mod:`partitioners.moe_replicas`,
+the placement state and packing in :mod:`partitioners.moe_packing`, the repair and
+refinement moves in :mod:`partitioners.moe_moves`, relabelling a fresh plan onto the
+GPUs in service in :mod:`partitioners.moe_relabel`; this module validates, decides
+per layer and assembles the answer.
+
 Work is vectorised across layers: the Python loops run over packing rounds,
 refinement iterations and copies to add; the few per-layer loops only visit
 layers with a placement conflict or copies to add.
@@ -77,6 +83,10 @@ from typing import Sequence
 import numpy as np
 
 from partitioners.errors import Infeasible, InvalidInput
+from partitioners.moe_moves import MoveContext, adjust_counts, swap_refine
+from partitioners.moe_packing import PlacementState, balance_ratio, pack_rounds
+from partitioners.moe_relabel import gpu_in_node, relabel
+from partitioners.moe_replicas import bound_ratio, water_fill
 
 __all__ = [
     "BalanceStats",
@@ -88,16 +98,7 @@ __all__ = [
     "replica_counts",
 ]
 
-# Bisection steps for the per-replica cap: 2**-32 of the hottest expert's load.
-_BISECTION_STEPS = 32
-# Swap refinement: the hottest GPUs handled per iteration, and light partners for each.
-_HOT_PER_ITER = 4
-_SWAP_PARTNERS = 4
-# A one-copy re-assignment checks the other hosts of the copy among this many of the hottest GPUs.
-_HOST_LOOKUP = 8
-# Gainers of new copies first look for a slot among this many of the lightest GPUs.
-_GAINER_GPUS = 16
-# Iteration caps of the swap refinement (up to _HOT_PER_ITER moves per layer per iteration).
+# Iteration caps of the swap refinement (up to moe_moves._HOT_PER_ITER moves per layer per iteration).
 _FRESH_SWAP_ITERS = 48
 _INCREMENTAL_SWAP_ITERS = 64
 # Stop refining a fresh plan once max/mean is this close to the lower bound.
@@ -114,12 +115,6 @@ _NOISE_MARGIN_CAP = 0.05
 # A repaired layer aims at the fresh plan's max/mean plus this fraction of the threshold
 # (balance against copies written: 0.25 writes ~2% fewer copies on drift, ends ~0.4% less balanced).
 _GOAL_FRACTION = 0.15
-# In ranking repair moves, a copy read from another node costs this much more than
-# one read inside the node (inter-node links are several times slower than NVLink).
-_CROSS_NODE_WRITE_COST = 0.5
-# Where a new copy lands: among slots of similar resulting load (this fraction of the
-# layer's mean GPU load), prefer one whose node already holds the expert.
-_CROSS_NODE_PENALTY = 2e-3
 
 
 @dataclass(frozen=True)
@@ -391,46 +386,7 @@ def _check_current(current: object, shape: tuple[int, int], num_experts: int) ->
     return array
 
 
-# ----------------------------------------------------------------------------- bound and counts
-
-
-def _water_fill(load: np.ndarray, num_gpus: int, num_replicas: int) -> tuple[np.ndarray, np.ndarray]:
-    """Replica counts minimising the largest per-replica load, and a bound on that minimum.
-
-    Returns ``(counts, cap_lower)``: counts ``(L, E)`` summing to ``num_replicas``
-    per layer (each in ``[1, num_gpus]``), and per layer a value no larger than
-    ``min over feasible counts of max_e load_e / count_e``.
-    """
-    layers, experts = load.shape
-    total = load.sum(axis=1)
-    hottest = load.max(axis=1)
-    # Any feasible counts have max per-replica load >= hottest / num_gpus (count <= num_gpus)
-    # and >= total / num_replicas (the per-replica loads sum to total over <= num_replicas copies).
-    lo = np.maximum(hottest / num_gpus, total / num_replicas)
-    hi = hottest.copy()  # one copy each is feasible because experts <= num_replicas
-    for _ in range(_BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        safe = np.where(mid > 0, mid, 1.0)
-        need = np.ceil(load / safe[:, None])
-        feasible = (need.max(axis=1) <= num_gpus) & (np.maximum(need, 1.0).sum(axis=1) <= num_replicas)
-        # infeasible mid: every feasible count vector has a per-replica load above mid
-        hi = np.where(feasible, mid, hi)
-        lo = np.where(feasible, lo, mid)
-    safe = np.where(hi > 0, hi, 1.0)
-    counts = np.clip(np.ceil(load / safe[:, None]), 1, num_gpus).astype(np.int64)
-    counts[hi <= 0] = 1
-    remaining = num_replicas - counts.sum(axis=1)
-    rows = np.arange(layers)[:, None]
-    while (remaining > 0).any():
-        eligible = counts < num_gpus
-        key = np.where(eligible, load / counts, -1.0)
-        order = np.argsort(-key, axis=1)
-        rank = np.empty_like(order)
-        rank[rows, order] = np.arange(experts)[None, :]
-        give = (rank < remaining[:, None]) & eligible
-        counts += give
-        remaining -= give.sum(axis=1)
-    return counts, lo * (1.0 - 1e-9)
+# ----------------------------------------------------------------------------- replica counts and bound
 
 
 def replica_counts(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
@@ -465,7 +421,7 @@ def replica_counts(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np
     num_gpus = _check_positive_int(num_gpus, "cluster.num_gpus")
     slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu")
     _check_fits(array.shape[1], num_gpus, slots_per_gpu)
-    counts, _ = _water_fill(array, num_gpus, min(num_gpus * slots_per_gpu, array.shape[1] * num_gpus))
+    counts, _ = water_fill(array, num_gpus, min(num_gpus * slots_per_gpu, array.shape[1] * num_gpus))
     return counts
 
 
@@ -478,13 +434,6 @@ def _check_fits(num_experts: int, num_available_gpus: int, slots_per_gpu: int) -
             field="cluster.slots_per_gpu",
             code="not-enough-slots",
         )
-
-
-def _bound_ratio(load: np.ndarray, cap_lower: np.ndarray, num_gpus: int) -> np.ndarray:
-    total = load.sum(axis=1)
-    mean = total / num_gpus
-    safe = np.where(mean > 0, mean, 1.0)
-    return np.where(mean > 0, np.maximum(1.0, cap_lower / safe), 1.0)
 
 
 def lower_bound(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
@@ -525,614 +474,8 @@ def lower_bound(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np.nd
     num_gpus = _check_positive_int(num_gpus, "cluster.num_gpus")
     slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu")
     _check_fits(array.shape[1], num_gpus, slots_per_gpu)
-    _, cap_lower = _water_fill(array, num_gpus, min(num_gpus * slots_per_gpu, array.shape[1] * num_gpus))
-    return _bound_ratio(array, cap_lower, num_gpus)
-
-
-# ----------------------------------------------------------------------------- state
-
-
-class _State:
-    """Mutable placement of every layer on the available GPUs (indices 0..A-1 here).
-
-    ``slots[l, g, k]`` is the expert in slot ``k`` of available GPU ``g`` (``-1``
-    empty). Whether a GPU holds an expert is answered by comparing against its
-    ``slots_per_gpu`` slots, which is cheaper than keeping a layers x GPUs x
-    experts table up to date. ``per_replica[l, E]`` (index -1) is 0 so empty
-    slots add nothing.
-    """
-
-    def __init__(self, load: np.ndarray, slots: np.ndarray) -> None:
-        self.load = load
-        self.slots = slots
-        layers, gpus, _ = slots.shape
-        experts = load.shape[1]
-        self.counts = _count_rows(np.where(slots >= 0, slots, experts).reshape(layers, -1), experts + 1)[:, :experts]
-        self.per_replica = np.zeros((layers, experts + 1))
-        self.gpu_load = np.zeros((layers, gpus))
-        self.refresh(np.arange(layers))
-
-    def refresh(self, layers: np.ndarray) -> None:
-        """Recompute per-replica and GPU loads of ``layers`` from ``counts`` and ``slots``."""
-        counts = self.counts[layers]
-        self.per_replica[layers, :-1] = np.where(counts > 0, self.load[layers] / np.maximum(counts, 1), 0.0)
-        self.gpu_load[layers] = self.per_replica[layers[:, None, None], self.slots[layers]].sum(axis=2)
-
-
-def _holds(gpu_slots: np.ndarray, expert: np.ndarray) -> np.ndarray:
-    """``gpu_slots[..., S]`` contains ``expert[...]`` (an empty expert ``-1`` is never held)."""
-    return (gpu_slots == expert[..., None]).any(axis=-1) & (expert >= 0)
-
-
-def _count_rows(values: np.ndarray, width: int) -> np.ndarray:
-    """``out[l, v]`` = occurrences of ``v`` in row ``l`` (values in ``[0, width)``)."""
-    layers = values.shape[0]
-    flat = (np.arange(layers)[:, None] * width + values).ravel()
-    return np.bincount(flat, minlength=layers * width).reshape(layers, width)
-
-
-def _ratio(gpu_load: np.ndarray, total: np.ndarray) -> np.ndarray:
-    mean = total / gpu_load.shape[1]
-    safe = np.where(mean > 0, mean, 1.0)
-    return np.where(mean > 0, gpu_load.max(axis=1) / safe, 1.0)
-
-
-# ----------------------------------------------------------------------------- packing
-
-
-def _pack_rounds(load: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
-    """LPT in rounds: each round puts the next ``num_gpus`` largest replicas one per GPU."""
-    layers, experts = load.shape
-    per_gpu_total = num_gpus * slots_per_gpu
-    n_fill = int(counts[0].sum())
-    items = np.repeat(np.tile(np.arange(experts), layers), counts.ravel()).reshape(layers, n_fill)
-    size = np.take_along_axis(load / counts, items, axis=1)
-    order = np.argsort(-size, axis=1)
-    items = np.take_along_axis(items, order, axis=1)
-    size = np.take_along_axis(size, order, axis=1)
-    if n_fill < per_gpu_total:
-        pad = per_gpu_total - n_fill
-        items = np.concatenate([items, np.full((layers, pad), -1, dtype=np.int64)], axis=1)
-        size = np.concatenate([size, np.zeros((layers, pad))], axis=1)
-    slots = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
-    gpu_load = np.zeros((layers, num_gpus))
-    rows = np.arange(layers)[:, None]
-    failed = np.zeros(layers, dtype=bool)
-    for k in range(slots_per_gpu):
-        chunk = items[:, k * num_gpus : (k + 1) * num_gpus]
-        chunk_size = size[:, k * num_gpus : (k + 1) * num_gpus]
-        target = np.argsort(gpu_load, axis=1)  # largest item to lightest GPU
-        conflict = _holds(slots[rows, target, :k], chunk)
-        if conflict.any():
-            for layer, j in np.argwhere(conflict):
-                if failed[layer] or not _holds(slots[layer, target[layer, j], :k], chunk[layer, j]):
-                    continue
-                failed[layer] = not _trade_target(slots[layer, :, :k], chunk[layer], target[layer], j)
-        slots[rows, target, k] = chunk
-        gpu_load[rows, target] += chunk_size
-    for layer in np.flatnonzero(failed):
-        slots[layer] = _pack_by_degree(counts[layer], num_gpus, slots_per_gpu)
-    return slots
-
-
-def _trade_target(filled: np.ndarray, chunk: np.ndarray, target: np.ndarray, j: int) -> bool:
-    """Give item ``j`` the GPU of its nearest round-mate such that neither copy is duplicated."""
-    expert, gpu = chunk[j], target[j]
-    ok = (
-        ~_holds(filled[target], np.full(target.size, expert)) & ~_holds(filled[gpu][None, :], chunk) & (chunk != expert)
-    )
-    ok[j] = False
-    if not ok.any():
-        return False
-    candidates = np.flatnonzero(ok)
-    other = candidates[np.argmin(np.abs(candidates - j))]
-    target[j], target[other] = target[other], gpu
-    return True
-
-
-def _pack_by_degree(counts: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
-    """A placement without duplicates that always exists (fallback when rounds get stuck).
-
-    Experts in decreasing count order take the GPUs with the most free slots:
-    the constructive step of the Gale-Ryser theorem, which succeeds whenever
-    every count is at most ``num_gpus`` and the counts fit the slots.
-    """
-    free = np.full(num_gpus, slots_per_gpu, dtype=np.int64)
-    slots = np.full((num_gpus, slots_per_gpu), -1, dtype=np.int64)
-    for expert in np.argsort(-counts, kind="stable"):
-        gpus = np.argsort(-free, kind="stable")[: counts[expert]]
-        slots[gpus, slots_per_gpu - free[gpus]] = expert
-        free[gpus] -= 1
-    return slots
-
-
-# ----------------------------------------------------------------------------- local moves
-
-
-@dataclass
-class _MoveContext:
-    """What the move search needs beyond the state: original placement, nodes, budget."""
-
-    node_of_gpu: np.ndarray  # (A,) node of each available GPU
-    node_gpus: np.ndarray | None = None  # (nodes, gpus_per_node) available GPUs of each node, -1 padded
-    original: np.ndarray | None = None  # (L, A, S) slots before this call, -1 empty
-    original_node_has: np.ndarray | None = None  # (L, nodes, E + 1) some original copy on that node
-    node_local: bool = False
-    budget: int | None = None  # copies that may still be written
-    count_cap: np.ndarray | None = None  # (L,) per-replica load an expert may reach by giving up a copy
-
-
-def _swap_refine(state: _State, layers: np.ndarray, goal_load: np.ndarray, max_iters: int, ctx: _MoveContext) -> None:
-    """Move load off the hottest GPUs by swaps (and, when repairing, by re-assigning a copy).
-
-    Each iteration handles the ``t`` most loaded GPUs of every layer at once,
-    each paired with its own disjoint set of light partners (hot GPU ``i`` gets
-    the ``i``-th, ``i+t``-th, ... lightest), so the chosen swaps touch disjoint
-    GPUs and apply together. A swap of replica ``a`` on hot GPU ``m`` with
-    replica ``b`` (or an empty slot) on partner ``g`` is allowed when it creates no
-    duplicate and brings ``max(load_m, load_g)`` below ``load_m``.
-
-    When repairing a current placement (``ctx.original`` set) the hottest GPU may
-    also hand one of its copies to another expert: the slot of ``a`` (which keeps
-    other copies, and whose per-replica load stays under ``ctx.count_cap``) gets
-    a copy of the coldest expert ``c`` not on ``m``. That writes one copy instead
-    of a swap's two and spreads ``a``'s load over its other GPUs; it is allowed
-    when ``m`` and every other host of ``a`` end below ``load_m``. Moves are then
-    ranked by cost, not just by balance: a move that brings ``m`` to the goal
-    with the fewest copies written wins (a copy crossing nodes counts more),
-    otherwise the one with the largest gain per copy. A fresh plan just takes
-    the lowest resulting maximum.
-
-    Only GPUs above the goal move, and a layer stops when its hottest GPU has no
-    improving move, so no copy moves without lowering the layer's maximum.
-    """
-    gpus = state.slots.shape[1]
-    if gpus < 2 or layers.size == 0:
-        return
-    t = max(1, min(_HOT_PER_ITER, gpus // 2))
-    k = max(1, min(_SWAP_PARTNERS, (gpus - t) // t))
-    mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
-    repairing = ctx.original is not None
-    active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
-    for _ in range(max_iters):
-        if active.size == 0 or (ctx.budget is not None and ctx.budget <= 0):
-            return
-        n = active.size
-        l3 = active[:, None, None]
-        gl = state.gpu_load[active]
-        order = np.argsort(gl, axis=1)
-        hot = order[:, ::-1][:, :t]  # (n, t) heaviest first
-        part = order[:, : t * k].reshape(n, k, t).transpose(0, 2, 1)  # (n, t, k), disjoint from hot
-        part_ok = None
-        if repairing and ctx.node_gpus is not None and ctx.node_gpus.shape[0] > 1:
-            part, part_ok = _add_node_partner(gl, hot, part, ctx)
-        rows_n = np.arange(n)
-        hot_load = gl[rows_n[:, None], hot]
-        part_load = gl[np.arange(n)[:, None, None], part]
-        goal = goal_load[active][:, None]
-        mean = mean_load[active][:, None]
-        e_hot = state.slots[active[:, None], hot]  # (n, t, S)
-        p_hot = state.per_replica[l3, e_hot]
-        e_part = state.slots[active[:, None, None], part]  # (n, t, k, S)
-        p_part = state.per_replica[active[:, None, None, None], e_part]
-        delta = p_hot[:, :, :, None, None] - p_part[:, :, None, :, :]  # (n, t, S_hot, k, S_part)
-        new_max = np.maximum(hot_load[:, :, None, None, None] - delta, part_load[:, :, None, :, None] + delta)
-        tiny = 1e-9 * mean
-        above = hot_load > goal
-        valid = new_max < (hot_load - tiny)[:, :, None, None, None]
-        valid &= ((e_hot >= 0) & above[:, :, None])[:, :, :, None, None]
-        if part_ok is not None:
-            valid &= part_ok[:, :, None, :, None]
-        # the partner's copy must not already be on the hot GPU, nor the hot copy on the partner
-        valid &= ~_holds(e_hot[:, :, None, None, :], e_part)[:, :, None, :, :]  # (n, t, k, S_part)
-        valid &= ~_holds(e_part[:, :, None, :, :], e_hot[:, :, :, None])[..., None]  # (n, t, S_hot, k)
-        if not repairing:
-            key = np.where(valid, new_max, np.inf).reshape(n, t, -1)
-            best = key.argmin(axis=2)
-            ok = np.isfinite(key[rows_n[:, None], np.arange(t)[None, :], best])
-            replace = np.zeros(n, dtype=bool)
-        else:
-            has = ctx.original_node_has
-            node_hot = ctx.node_of_gpu[hot]
-            node_part = ctx.node_of_gpu[part]
-            hot_to_part = has[active[:, None, None, None], node_part[:, :, None, :], e_hot[:, :, :, None]]  # (n,t,S,k)
-            part_to_hot = has[active[:, None, None, None], node_hot[:, :, None, None], e_part] | (
-                e_part < 0
-            )  # (n,t,k,S)
-            if ctx.node_local:
-                valid &= hot_to_part[..., None] & part_to_hot[:, :, None, :, :]
-            cross = (~hot_to_part)[..., None].astype(np.int64) + (~part_to_hot)[:, :, None, :, :]
-            orig_hot = ctx.original[active[:, None], hot]  # (n, t, S)
-            orig_part = ctx.original[active[:, None, None], part]  # (n, t, k, S)
-            old_w = (e_hot != orig_hot)[:, :, :, None, None].astype(np.int64)
-            old_w = old_w + ((e_part != orig_part) & (e_part >= 0))[:, :, None, :, :]
-            new_w = (e_part[:, :, None, :, :] != orig_hot[:, :, :, None, None]) & (e_part >= 0)[:, :, None, :, :]
-            new_w = new_w.astype(np.int64) + (e_hot[:, :, :, None, None] != orig_part[:, :, None, :, :])
-            writes = new_w - old_w
-            if ctx.budget is not None:
-                valid &= writes <= ctx.budget
-            key = _move_key(
-                valid,
-                new_max,
-                hot_load[:, :, None, None, None],
-                goal[:, :, None, None, None],
-                mean[:, :, None, None, None],
-                writes,
-                cross,
-            )
-            key = key.reshape(n, t, -1)
-            best = key.argmin(axis=2)
-            pick_rows, pick_cols = rows_n[:, None], np.arange(t)[None, :]
-            best_key = key[pick_rows, pick_cols, best]
-            ok = np.isfinite(best_key)
-            w_best = writes.reshape(n, t, -1)[pick_rows, pick_cols, best]
-            # one-copy re-assignment on the hottest GPU of each layer
-            r_key, r_slot, r_expert, r_writes = _best_replace(
-                state, active, hot[:, 0], hot_load[:, 0], goal[:, 0], mean[:, 0], ctx
-            )
-            replace = np.isfinite(r_key) & (r_key < best_key[:, 0])
-            ok[replace] = False  # a re-assignment changes many GPUs: alone in its layer this round
-            w_best = np.where(ok, w_best, 0)
-            if ctx.budget is not None:
-                spend = np.concatenate([np.maximum(w_best, 0).ravel(), np.where(replace, np.maximum(r_writes, 0), 0)])
-                if spend.sum() > ctx.budget:
-                    gain_key = np.concatenate(
-                        [np.where(ok, best_key, np.inf).ravel(), np.where(replace, r_key, np.inf)]
-                    )
-                    rank = np.argsort(gain_key, kind="stable")
-                    keep = np.zeros(spend.size, dtype=bool)
-                    keep[rank[np.cumsum(spend[rank]) <= ctx.budget]] = True
-                    keep &= np.isfinite(gain_key)
-                    ok &= keep[: n * t].reshape(n, t)
-                    replace &= keep[n * t :]
-                ctx.budget -= int(np.where(ok, w_best, 0).sum() + np.where(replace, r_writes, 0).sum())
-            if replace.any():
-                rows = np.flatnonzero(replace)
-                lay_r = active[rows]
-                g_r = hot[rows, 0]
-                old = state.slots[lay_r, g_r, r_slot[rows]].copy()
-                state.slots[lay_r, g_r, r_slot[rows]] = r_expert[rows]
-                np.subtract.at(state.counts, (lay_r, old), 1)
-                np.add.at(state.counts, (lay_r, r_expert[rows]), 1)
-                state.refresh(lay_r)
-        if not ok.any() and not replace.any():
-            return
-        i_hot, k_part, j_part = np.unravel_index(best, new_max.shape[2:])
-        rows, cols = np.nonzero(ok)
-        lay_sel = active[rows]
-        g_hot = hot[rows, cols]
-        g_part = part[rows, cols, k_part[rows, cols]]
-        i_sel, j_sel = i_hot[rows, cols], j_part[rows, cols]
-        a = state.slots[lay_sel, g_hot, i_sel].copy()
-        b = state.slots[lay_sel, g_part, j_sel].copy()
-        state.slots[lay_sel, g_hot, i_sel] = b
-        state.slots[lay_sel, g_part, j_sel] = a
-        d = state.per_replica[lay_sel, a] - state.per_replica[lay_sel, b]
-        state.gpu_load[lay_sel, g_hot] -= d
-        state.gpu_load[lay_sel, g_part] += d
-        still = (ok[:, 0] | replace) & (state.gpu_load[active].max(axis=1) > goal_load[active])
-        active = active[still]
-
-
-def _add_node_partner(gl: np.ndarray, hot: np.ndarray, part: np.ndarray, ctx: _MoveContext):
-    """Append to each hot GPU's partners the lightest free GPU of its own node (moves that stay on NVLink).
-
-    Free means neither hot nor anyone's partner this round, so the partner sets
-    stay disjoint; of two hot GPUs on one node only the heavier gets one.
-    Returns partners ``(n, t, k + 1)`` and which of them may be used.
-    """
-    n, t, k = part.shape
-    rows = np.arange(n)
-    taken = np.zeros(gl.shape, dtype=bool)
-    taken[rows[:, None], hot] = True
-    taken[rows[:, None, None], part] = True
-    node_hot = ctx.node_of_gpu[hot]
-    members = ctx.node_gpus[node_hot]  # (n, t, gpus_per_node)
-    free = (members >= 0) & ~taken[rows[:, None, None], members]
-    member_load = np.where(free, gl[rows[:, None, None], members], np.inf)
-    pick = member_load.argmin(axis=2)
-    ok = np.isfinite(np.take_along_axis(member_load, pick[:, :, None], axis=2)[:, :, 0])
-    shares = (node_hot[:, :, None] == node_hot[:, None, :]) & np.tri(t, k=-1, dtype=bool)[None]
-    ok &= ~shares.any(axis=2)
-    extra = np.where(ok, np.take_along_axis(members, pick[:, :, None], axis=2)[:, :, 0], part[:, :, 0])
-    part = np.concatenate([part, extra[:, :, None]], axis=2)
-    usable = np.concatenate([np.ones((n, t, k), dtype=bool), ok[:, :, None]], axis=2)
-    return part, usable
-
-
-def _move_key(valid, new_max, hot_load, goal, mean, writes, cross) -> np.ndarray:
-    """Rank of a repair move, lower is better (``inf`` when not allowed).
-
-    Moves that bring the hot GPU to its goal rank first, by copies written (a
-    cross-node copy counts ``1 + _CROSS_NODE_WRITE_COST``), then by the resulting maximum; the others by
-    gain per copy written.
-    """
-    cost = np.maximum(writes + _CROSS_NODE_WRITE_COST * cross, 0.25)
-    reach = new_max <= goal
-    reaching = cost + new_max / np.where(hot_load > 0, hot_load, 1.0)  # in [cost, cost + 1)
-    gain = (hot_load - new_max) / mean
-    not_reaching = 1e3 - gain / cost
-    return np.where(valid, np.where(reach, reaching, not_reaching), np.inf)
-
-
-def _best_replace(
-    state: _State,
-    active: np.ndarray,
-    hot: np.ndarray,
-    hot_load: np.ndarray,
-    goal: np.ndarray,
-    mean: np.ndarray,
-    ctx: _MoveContext,
-):
-    """Best one-copy re-assignment on GPU ``hot`` of each layer: (key, slot, new expert, writes)."""
-    n = active.size
-    gpus, slots_per_gpu = state.slots.shape[1:]
-    experts = state.load.shape[1]
-    slots = state.slots[active]  # (n, A, S)
-    e_hot = slots[np.arange(n), hot]  # (n, S)
-    counts = np.concatenate([state.counts[active], np.zeros((n, 1), dtype=np.int64)], axis=1)
-    load = np.concatenate([state.load[active], np.zeros((n, 1))], axis=1)
-    e_safe = np.where(e_hot >= 0, e_hot, experts)
-    r_a = counts[np.arange(n)[:, None], e_safe]
-    w_a = load[np.arange(n)[:, None], e_safe]
-    p_a = state.per_replica[active[:, None], e_hot]
-    can_give = (e_hot >= 0) & (r_a >= 2)
-    if ctx.count_cap is not None:
-        can_give &= w_a / np.maximum(r_a - 1, 1) <= ctx.count_cap[active][:, None]
-    rise = w_a / np.maximum(r_a * (r_a - 1), 1)  # what each other host of a gains
-    # heaviest other host of a: looked up among the next hottest GPUs; past them, the
-    # load of the first GPU not looked at bounds it from above
-    gl = state.gpu_load[active]
-    look = min(_HOST_LOOKUP, gpus - 1)
-    others = np.where(np.arange(gpus)[None, :] == hot[:, None], -np.inf, gl)  # hot GPU sorts last
-    order = np.argsort(-others, axis=1)[:, : look + 1]
-    top = order[:, :look]
-    top_slots = slots[np.arange(n)[:, None], top]  # (n, look, S)
-    hosts = (top_slots[:, None, :, :] == e_hot[:, :, None, None]).any(axis=3)  # (n, S, look)
-    top_load = gl[np.arange(n)[:, None], top]
-    beyond_load = gl[np.arange(n), order[:, look]] if gpus - 1 > look else np.full(n, -np.inf)
-    host_max = np.maximum(np.where(hosts, top_load[:, None, :], -np.inf).max(axis=2), beyond_load[:, None]) + rise
-    # the expert to receive the slot: coldest next copy that the hot GPU does not hold
-    nxt = np.where(counts[:, :experts] < gpus, load[:, :experts] / (counts[:, :experts] + 1), np.inf)
-    few = min(slots_per_gpu + 1, experts)  # one of these is not on the hot GPU
-    cand = (
-        np.argpartition(nxt, few - 1, axis=1)[:, :few]
-        if few < experts
-        else np.broadcast_to(np.arange(experts), (n, experts))
-    )
-    cand_value = nxt[np.arange(n)[:, None], cand]
-    ranked = np.argsort(cand_value, axis=1)
-    cand = cand[np.arange(n)[:, None], ranked]
-    free = ~_holds(e_hot[:, None, :], cand) & np.isfinite(cand_value[np.arange(n)[:, None], ranked])
-    first = free.argmax(axis=1)
-    c = cand[np.arange(n), first]
-    c_ok = free[np.arange(n), first]
-    p_c = nxt[np.arange(n), c]
-    new_hot = hot_load[:, None] - p_a + np.where(c_ok, p_c, 0.0)[:, None]
-    new_max = np.maximum(new_hot, host_max)
-    valid = can_give & c_ok[:, None] & (new_max < hot_load[:, None] - 1e-9 * mean[:, None])
-    orig = ctx.original[active, hot]  # (n, S)
-    writes = (c[:, None] != orig).astype(np.int64) - (e_hot != orig)
-    has_local = ctx.original_node_has[active, ctx.node_of_gpu[hot], c]
-    has_any = ctx.original_node_has[active, :, c].any(axis=1)
-    cross = np.broadcast_to((~has_local & has_any)[:, None], valid.shape).astype(np.int64)
-    if ctx.node_local:
-        valid &= (has_local | ~has_any)[:, None]
-    if ctx.budget is not None:
-        valid &= writes <= ctx.budget
-    key = _move_key(valid, new_max, hot_load[:, None], goal[:, None], mean[:, None], writes, cross)
-    slot = key.argmin(axis=1)
-    rows = np.arange(n)
-    return key[rows, slot], slot, c, writes[rows, slot]
-
-
-def _adjust_counts(
-    state: _State, layers: np.ndarray, cap: np.ndarray, floor: np.ndarray, ctx: _MoveContext, priority: np.ndarray
-) -> None:
-    """Give extra copies to experts whose per-replica load exceeds ``cap`` or whose count is below ``floor``.
-
-    ``floor`` restores copies lost on unavailable GPUs, so a failure moves the
-    failed GPU's replicas elsewhere instead of piling their load on the survivors.
-
-    Each new copy overwrites, on the GPU where the result is lightest, either an
-    empty slot or a copy of an expert that keeps per-replica load <= ``cap``
-    without it. Lost experts (no copy at all) come first; under a budget, layers
-    with higher ``priority`` spend first.
-    """
-    if layers.size == 0:
-        return
-    load = state.load[layers]
-    gpus = state.slots.shape[1]
-    counts = state.counts[layers]
-    safe_cap = np.where(cap[layers] > 0, cap[layers], 1.0)
-    need = np.clip(np.ceil(load / safe_cap[:, None]), 1, gpus).astype(np.int64)
-    need = np.where(load > 0, need, 1)
-    need = np.maximum(need, np.minimum(floor[layers], gpus))
-    deficit = np.maximum(need - counts, 0)
-    if not deficit.any():
-        return
-    surplus = np.zeros((layers.size, load.shape[1] + 1), dtype=np.int64)
-    surplus[:, :-1] = np.maximum(counts - need, 0)
-    surplus[:, -1] = 1 << 40  # empty slots are always free to take
-    # gainer copies per layer: lost experts first, then by resulting per-replica load
-    width = int(deficit.sum(axis=1).max())
-    gainers = np.full((layers.size, width), -1, dtype=np.int64)
-    mandatory = np.zeros((layers.size, width), dtype=bool)
-    for row in range(layers.size):
-        experts = np.repeat(np.arange(load.shape[1]), deficit[row])
-        if experts.size == 0:
-            continue
-        first = np.concatenate([[0], np.cumsum(deficit[row])[:-1]])[deficit[row] > 0]
-        nth = np.arange(experts.size) - np.repeat(first, deficit[row][deficit[row] > 0])
-        lost = (counts[row, experts] == 0) & (nth == 0)
-        key = np.where(lost, np.inf, load[row, experts] / (counts[row, experts] + nth + 1))
-        order = np.argsort(-key, kind="stable")
-        gainers[row, : experts.size] = experts[order]
-        mandatory[row, : experts.size] = lost[order]
-    mean_load = state.load.sum(axis=1) / gpus
-    for step in range(width):
-        b = gainers[:, step]
-        go = b >= 0
-        if not go.any():
-            break
-        if ctx.budget is not None:
-            # lost experts always go (the caller checked the budget covers them all);
-            # the rest share what the lost experts still to come leave over
-            spare = ctx.budget - int(mandatory[:, step:].sum())
-            optional = np.flatnonzero(go & ~mandatory[:, step])
-            optional = optional[np.argsort(-priority[layers[optional]], kind="stable")][: max(spare, 0)]
-            go = go & mandatory[:, step]
-            go[optional] = True
-            if not go.any():
-                continue
-        rows = np.flatnonzero(go)
-        lay = layers[rows]
-        bb = b[rows]
-        mand = mandatory[rows, step]
-        # the lightest GPUs first; rows that find nothing there look at every GPU
-        near = min(_GAINER_GPUS, gpus)
-        light = np.argsort(state.gpu_load[lay], axis=1)[:, :near]
-        g, k = _gainer_slot(state, rows, lay, bb, mand, surplus, light, ctx, mean_load)
-        retry = np.flatnonzero(g < 0)
-        if retry.size and near < gpus:
-            everywhere = np.broadcast_to(np.arange(gpus), (retry.size, gpus))
-            g[retry], k[retry] = _gainer_slot(
-                state, rows[retry], lay[retry], bb[retry], mand[retry], surplus, everywhere, ctx, mean_load
-            )
-        found = g >= 0
-        rows, lay, bb, g, k = rows[found], lay[found], bb[found], g[found], k[found]
-        if rows.size == 0:
-            continue
-        a = state.slots[lay, g, k].copy()
-        state.slots[lay, g, k] = bb
-        surplus[rows, a] -= a >= 0
-        np.subtract.at(state.counts, (lay[a >= 0], a[a >= 0]), 1)
-        np.add.at(state.counts, (lay, bb), 1)
-        state.refresh(lay)
-        if ctx.budget is not None:
-            ctx.budget -= rows.size
-
-
-def _gainer_slot(state: _State, rows, lay, bb, mand, surplus, gpus_to_try, ctx: _MoveContext, mean_load):
-    """Slot for a new copy of ``bb`` among ``gpus_to_try`` (per row): lightest result; (-1, -1) if none.
-
-    A lost expert may take any copy of an expert that has another one (one always
-    exists, since experts <= slots); other gainers only take copies above their
-    expert's need, or empty slots.
-    """
-    n, width = gpus_to_try.shape
-    slots_per_gpu = state.slots.shape[2]
-    cand = state.slots[lay[:, None], gpus_to_try]  # (n, width, S)
-    counts_pad = np.concatenate([state.counts[lay], np.zeros((n, 1), dtype=np.int64)], axis=1)
-    flat = cand.reshape(n, -1)
-    donor = counts_pad[np.arange(n)[:, None], np.where(flat >= 0, flat, counts_pad.shape[1] - 1)] >= 2
-    spare_copy = surplus[rows[:, None], flat] > 0
-    ok = np.where(mand[:, None], donor | (flat < 0), spare_copy)
-    ok &= np.repeat(~_holds(cand, bb[:, None]), slots_per_gpu, axis=1)
-    cross = 0.0
-    if ctx.original_node_has is not None:
-        has_node = ctx.original_node_has[lay[:, None], ctx.node_of_gpu[gpus_to_try], bb[:, None]]  # (n, width)
-        has_any = ctx.original_node_has[lay, :, bb].any(axis=1)
-        if ctx.node_local:
-            ok &= np.repeat(has_node | ~has_any[:, None], slots_per_gpu, axis=1)
-        cross = np.repeat((~has_node & has_any[:, None]).astype(np.float64), slots_per_gpu, axis=1)
-    new_pr = state.load[lay, bb] / (state.counts[lay, bb] + 1)
-    gpu_load = np.repeat(state.gpu_load[lay[:, None], gpus_to_try], slots_per_gpu, axis=1)
-    result = gpu_load - state.per_replica[lay[:, None], flat] + new_pr[:, None]
-    # a copy its expert needs is taken only when no spare one will do
-    penalty = (_CROSS_NODE_PENALTY * cross + 1e6 * ~spare_copy) * mean_load[lay][:, None]
-    score = np.where(ok, result + penalty, np.inf)
-    pick = score.argmin(axis=1)
-    found = np.isfinite(score[np.arange(n), pick])
-    g = np.where(found, gpus_to_try[np.arange(n), pick // slots_per_gpu], -1)
-    k = np.where(found, pick % slots_per_gpu, -1)
-    return g, k
-
-
-# ----------------------------------------------------------------------------- relabelling
-
-
-def _hosts(slots: np.ndarray, experts: int) -> np.ndarray:
-    """``hosts[l, e]``: the GPUs holding expert ``e`` in layer ``l``, ascending, ``-1`` padded.
-
-    Row ``experts`` (reached by index -1) is all ``-1``, so empty slots look up nothing.
-    """
-    layers, gpus, slots_per_gpu = slots.shape
-    flat = slots.reshape(layers, -1)
-    width_slots = flat.shape[1]
-    key = np.where(flat >= 0, flat, experts)
-    order = np.argsort(key * width_slots + np.arange(width_slots), axis=1)  # unique keys: stable order
-    sorted_expert = np.take_along_axis(key, order, axis=1)
-    counts = _count_rows(key, experts + 1)
-    counts[:, experts] = 0
-    width = max(1, int(counts.max()))
-    start = np.zeros((layers, experts + 2), dtype=np.int64)
-    start[:, 1:] = np.cumsum(counts, axis=1)
-    rank = np.arange(width_slots)[None, :] - np.take_along_axis(start, sorted_expert, axis=1)
-    hosts = np.full((layers, experts + 1, width), -1, dtype=np.int64)
-    lay, pos = np.nonzero(sorted_expert < experts)
-    hosts[lay, sorted_expert[lay, pos], rank[lay, pos]] = order[lay, pos] // slots_per_gpu
-    return hosts
-
-
-def _gpu_in_node(slots: np.ndarray, node_of_gpu: np.ndarray, num_nodes: int, experts: int) -> np.ndarray:
-    """``out[l, n, e]``: the highest-numbered GPU of node ``n`` holding expert ``e`` (``-1``: none).
-
-    Column ``experts`` (index -1) stays ``-1``. One scatter-maximum over the slots,
-    so looking up "is there a copy on this node, and where" costs one gather.
-    """
-    layers, gpus, slots_per_gpu = slots.shape
-    out = np.full((layers, num_nodes, experts + 1), -1, dtype=np.int64)
-    lay, gpu, _ = np.nonzero(slots >= 0)
-    np.maximum.at(out, (lay, node_of_gpu[gpu], slots[lay, gpu, _]), gpu)
-    return out
-
-
-def _relabel(fresh: np.ndarray, current: np.ndarray, experts: int) -> np.ndarray:
-    """Map each GPU of a fresh plan to the physical GPU already holding most of its experts.
-
-    Greedy maximum-overlap matching (bins in decreasing best overlap take their
-    best free GPU), then, inside a GPU, experts already there keep their slot and
-    the others fill the freed slots, so a fresh plan writes only what it must.
-    The overlap matrix is counted from (fresh bin, expert) x (expert, current GPU)
-    pairs with one ``bincount``: sparse, unlike a dense layers x GPUs x experts product.
-    """
-    layers, gpus, slots_per_gpu = fresh.shape
-    hosts = _hosts(current, experts)[np.arange(layers)[:, None, None], fresh]  # (L, A, S, width)
-    bins = np.broadcast_to(np.arange(gpus)[None, :, None, None], hosts.shape)
-    lays = np.broadcast_to(np.arange(layers)[:, None, None, None], hosts.shape)
-    ok = hosts >= 0
-    index = (lays[ok] * gpus + bins[ok]) * gpus + hosts[ok]
-    overlap = np.bincount(index, minlength=layers * gpus * gpus).reshape(layers, gpus, gpus).astype(np.float64)
-    order = np.argsort(-overlap.max(axis=2), axis=1)
-    used = np.zeros((layers, gpus), dtype=bool)
-    gpu_of_bin = np.empty((layers, gpus), dtype=np.int64)
-    lay = np.arange(layers)
-    for t in range(gpus):
-        bin_t = order[:, t]
-        row = np.where(used, -1.0, overlap[lay, bin_t])
-        choice = row.argmax(axis=1)
-        gpu_of_bin[lay, bin_t] = choice
-        used[lay, choice] = True
-    placed = np.empty_like(fresh)
-    placed[lay[:, None], gpu_of_bin] = fresh
-    return _align_slots(placed, current)
-
-
-def _align_slots(target: np.ndarray, current: np.ndarray) -> np.ndarray:
-    """Same expert sets per GPU as ``target``, with experts already in ``current`` left in their slot."""
-    slots_per_gpu = target.shape[2]
-    keep = _holds(target[:, :, None, :], current)  # current copy stays
-    new = ~_holds(current[:, :, None, :], target) & (target >= 0)  # target copy not there yet
-    free_pos = np.argsort(keep, axis=2, kind="stable")  # non-kept slots first
-    new_first = np.argsort(~new, axis=2, kind="stable")
-    incoming = np.where(np.take_along_axis(new, new_first, axis=2), np.take_along_axis(target, new_first, axis=2), -1)
-    out = np.where(keep, current, -1)
-    n_free = (~keep).sum(axis=2, keepdims=True)
-    rank = np.arange(slots_per_gpu)[None, None, :]
-    values = np.where(rank < n_free, incoming, np.take_along_axis(out, free_pos, axis=2))
-    np.put_along_axis(out, free_pos, values, axis=2)
-    return out
+    _, cap_lower = water_fill(array, num_gpus, min(num_gpus * slots_per_gpu, array.shape[1] * num_gpus))
+    return bound_ratio(array, cap_lower, num_gpus)
 
 
 # ----------------------------------------------------------------------------- public entry points
@@ -1140,7 +483,7 @@ def _align_slots(target: np.ndarray, current: np.ndarray) -> np.ndarray:
 
 def _slot_loads(load: np.ndarray, placement: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """GPU loads ``(L, A)`` of a placement ``(L, A, S)`` and its replica counts ``(L, E)``."""
-    state = _State(load, placement)
+    state = PlacementState(load, placement)
     return state.gpu_load, state.counts
 
 
@@ -1186,7 +529,7 @@ def balance_stats(
     current = _check_current(physical_to_logical, (array.shape[0], num_gpus * slots_per_gpu), array.shape[1])
     slots = _dedupe(current.reshape(array.shape[0], num_gpus, slots_per_gpu)[:, available])
     gpu_load, _ = _slot_loads(array, slots)
-    return BalanceStats.of(_ratio(gpu_load, array.sum(axis=1)))
+    return BalanceStats.of(balance_ratio(gpu_load, array.sum(axis=1)))
 
 
 def _dedupe(slots: np.ndarray) -> np.ndarray:
@@ -1322,8 +665,8 @@ def rebalance(
 
     total = array.sum(axis=1)
     n_fill = min(num_avail * slots_per_gpu, experts * num_avail)
-    counts, cap_lower = _water_fill(array, num_avail, n_fill)
-    bound = _bound_ratio(array, cap_lower, num_avail)
+    counts, cap_lower = water_fill(array, num_avail, n_fill)
+    bound = bound_ratio(array, cap_lower, num_avail)
     all_layers = np.arange(layers)
     node_of_gpu = available // gpus_per_node
 
@@ -1357,8 +700,8 @@ def rebalance(
         reason = "no current placement: fresh plan"
     else:
         original = _dedupe(current.reshape(layers, num_gpus, slots_per_gpu)[:, available])
-        state = _State(array, original.copy())
-        before_ratio = _ratio(state.gpu_load, total)
+        state = PlacementState(array, original.copy())
+        before_ratio = balance_ratio(state.gpu_load, total)
         before = BalanceStats.of(before_ratio)
         lost = (state.counts == 0).any(axis=1)
         n_lost = int((state.counts == 0).sum())
@@ -1389,10 +732,10 @@ def rebalance(
         else:
             active = candidates
         if active.size:
-            original_node_gpu = _gpu_in_node(original, node_of_gpu, num_nodes, experts)
+            original_node_gpu = gpu_in_node(original, node_of_gpu, num_nodes, experts)
             node_gpus = np.full((num_nodes, gpus_per_node), -1, dtype=np.int64)
             node_gpus[node_of_gpu, available % gpus_per_node] = np.arange(num_avail)
-            ctx = _MoveContext(
+            ctx = MoveContext(
                 node_of_gpu,
                 node_gpus=node_gpus,
                 original=original,
@@ -1403,7 +746,7 @@ def rebalance(
             # per-replica cap: the fresh plan's largest per-replica load, plus slack for noise
             # (layers that lost copies keep the slack, their counts come back by `floor`;
             # drifted layers re-split every expert that outgrew the fresh plan's cap)
-            prior = _State(array, _dedupe(current.reshape(layers, num_gpus, slots_per_gpu))).counts
+            prior = PlacementState(array, _dedupe(current.reshape(layers, num_gpus, slots_per_gpu))).counts
             lost_copies = (prior > state.counts).any(axis=1)
             slack = np.where(lost_copies, _COUNT_SLACK, _DRIFT_COUNT_SLACK)
             fresh_cap = np.where(counts > 0, array / counts, 0.0).max(axis=1) * (1.0 + slack)
@@ -1412,13 +755,13 @@ def rebalance(
             priority[active] = before_ratio[active] - fresh_ratio
             # copies lost on unavailable GPUs are restored elsewhere (as far as the water-filled counts allow)
             floor = np.where(prior > state.counts, np.minimum(prior, counts), 0)
-            _adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
+            adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
             goal = np.zeros(layers)
             goal[active] = (fresh_ratio + _GOAL_FRACTION * threshold[active]) * mean[active]
-            _swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
+            swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
 
             inc = state.slots[active]
-            inc_ratio = _ratio(state.gpu_load[active], total[active])
+            inc_ratio = balance_ratio(state.gpu_load[active], total[active])
             inc_writes = ((inc != original[active]) & (inc >= 0)).sum(axis=(1, 2))
             # fall back to the (relabelled) fresh plan where repairs fell short or wrote more
             inc_ok = inc_ratio <= fresh_ratio + 2.0 * _GOAL_FRACTION * threshold[active]
@@ -1426,7 +769,7 @@ def rebalance(
             chosen, chosen_ratio = inc.copy(), inc_ratio.copy()
             use_fresh = np.zeros(active.size, dtype=bool)
             if consider.size:
-                relabelled = _relabel(fresh_slots[consider], original[active[consider]], experts)
+                relabelled = relabel(fresh_slots[consider], original[active[consider]], experts)
                 fr_writes = ((relabelled != original[active[consider]]) & (relabelled >= 0)).sum(axis=(1, 2))
                 fr_ratio = fresh_ratio[consider]
                 allowed = np.ones(consider.size, dtype=bool)
@@ -1503,11 +846,11 @@ def _fresh_plan(
     """
     sub = load[layers]
     gpus = node_of_gpu.size
-    state = _State(sub, _pack_rounds(sub, counts[layers], gpus, slots_per_gpu))
+    state = PlacementState(sub, pack_rounds(sub, counts[layers], gpus, slots_per_gpu))
     total = sub.sum(axis=1)
     goal = bound[layers] * (1.0 + _FRESH_TOLERANCE) * total / gpus
-    _swap_refine(state, np.arange(layers.size), goal, _FRESH_SWAP_ITERS, _MoveContext(node_of_gpu))
-    ratio = _ratio(state.gpu_load, total)
+    swap_refine(state, np.arange(layers.size), goal, _FRESH_SWAP_ITERS, MoveContext(node_of_gpu))
+    ratio = balance_ratio(state.gpu_load, total)
     policy = np.full(layers.size, "global", dtype="<U12")
     if hierarchy is None:
         return state.slots, ratio, policy
@@ -1536,21 +879,21 @@ def _hierarchical_plan(
     per_group = experts // num_groups
     group_load = load.reshape(layers, num_groups, per_group).sum(axis=2)
     groups_per_node = num_groups // num_nodes
-    node_groups = _pack_rounds(group_load, np.ones((layers, num_groups), dtype=np.int64), num_nodes, groups_per_node)
+    node_groups = pack_rounds(group_load, np.ones((layers, num_groups), dtype=np.int64), num_nodes, groups_per_node)
     node_experts = (node_groups[..., None] * per_group + np.arange(per_group)).reshape(layers * num_nodes, -1)
     local_load = np.take_along_axis(load, node_experts.reshape(layers, -1), axis=1).reshape(layers * num_nodes, -1)
     local_experts = local_load.shape[1]
     n_fill = min(gpus_per_node * slots_per_gpu, local_experts * gpus_per_node)
-    counts, cap_lower = _water_fill(local_load, gpus_per_node, n_fill)
-    state = _State(local_load, _pack_rounds(local_load, counts, gpus_per_node, slots_per_gpu))
+    counts, cap_lower = water_fill(local_load, gpus_per_node, n_fill)
+    state = PlacementState(local_load, pack_rounds(local_load, counts, gpus_per_node, slots_per_gpu))
     local_total = local_load.sum(axis=1)
     goal = np.maximum(cap_lower, local_total / gpus_per_node) * (1.0 + _FRESH_TOLERANCE)
-    _swap_refine(
+    swap_refine(
         state,
         np.arange(state.slots.shape[0]),
         goal,
         _FRESH_SWAP_ITERS,
-        _MoveContext(np.zeros(gpus_per_node, dtype=np.int64)),
+        MoveContext(np.zeros(gpus_per_node, dtype=np.int64)),
     )
     local = state.slots  # (layers * nodes, gpus_per_node, S) local expert ids
     padded = np.concatenate([node_experts, np.full((node_experts.shape[0], 1), -1, dtype=np.int64)], axis=1)
@@ -1559,7 +902,7 @@ def _hierarchical_plan(
     )
     slots = global_ids.reshape(layers, num_nodes * gpus_per_node, slots_per_gpu)
     gpu_load = state.gpu_load.reshape(layers, num_nodes * gpus_per_node)
-    return slots, _ratio(gpu_load, load.sum(axis=1))
+    return slots, balance_ratio(gpu_load, load.sum(axis=1))
 
 
 def _cross_writes(
@@ -1593,7 +936,7 @@ def _result(
 ) -> RebalanceResult:
     layers, experts = load.shape
     gpu_load, counts = _slot_loads(load, final)
-    after = BalanceStats.of(_ratio(gpu_load, load.sum(axis=1)))
+    after = BalanceStats.of(balance_ratio(gpu_load, load.sum(axis=1)))
     physical = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
     physical[:, available] = final
     physical = physical.reshape(layers, -1)
@@ -1618,7 +961,7 @@ def _result(
     if had_current and lay.size:
         node_of = available // gpus_per_node
         if original_node_gpu is None:
-            original_node_gpu = _gpu_in_node(original, node_of, int(node_of.max()) + 1, experts)
+            original_node_gpu = gpu_in_node(original, node_of, int(node_of.max()) + 1, experts)
         by_node = original_node_gpu[lay, :, expert]  # (n, nodes): a GPU per node holding it before
         local = by_node[np.arange(lay.size), node_of[gpu_a]]
         src_a = np.where(local >= 0, local, by_node.max(axis=1))

@@ -386,6 +386,17 @@ def _check_current(current: object, shape: tuple[int, int], num_experts: int) ->
     return array
 
 
+def _check_options(max_replicas_moved: object, expert_bytes: object, min_improvement: float) -> None:
+    if max_replicas_moved is not None and (isinstance(max_replicas_moved, bool) or int(max_replicas_moved) < 0):
+        raise InvalidInput("max_replicas_moved must be >= 0", field="max_replicas_moved", code="bad-cap")
+    if isinstance(expert_bytes, bool) or int(expert_bytes) < 0:
+        raise InvalidInput("expert_bytes must be >= 0", field="model.expert_bytes", code="bad-bytes")
+    if not np.isfinite(min_improvement) or min_improvement < 0:
+        raise InvalidInput(
+            "min_improvement must be a finite number >= 0", field="min_improvement", code="bad-threshold"
+        )
+
+
 # ----------------------------------------------------------------------------- replica counts and bound
 
 
@@ -646,184 +657,272 @@ def rebalance(
     num_nodes = _check_positive_int(num_nodes, "cluster.num_nodes")
     gpus_per_node = _check_positive_int(gpus_per_node, "cluster.gpus_per_node")
     slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu")
-    if max_replicas_moved is not None and (isinstance(max_replicas_moved, bool) or int(max_replicas_moved) < 0):
-        raise InvalidInput("max_replicas_moved must be >= 0", field="max_replicas_moved", code="bad-cap")
-    if isinstance(expert_bytes, bool) or int(expert_bytes) < 0:
-        raise InvalidInput("expert_bytes must be >= 0", field="model.expert_bytes", code="bad-bytes")
-    if not np.isfinite(min_improvement) or min_improvement < 0:
-        raise InvalidInput(
-            "min_improvement must be a finite number >= 0", field="min_improvement", code="bad-threshold"
-        )
+    _check_options(max_replicas_moved, expert_bytes, min_improvement)
+    cluster = _Cluster.of(num_nodes, gpus_per_node, slots_per_gpu, unavailable_gpus)
     layers, experts = array.shape
-    num_gpus = num_nodes * gpus_per_node
-    available = _available_gpus(num_gpus, unavailable_gpus)
-    num_avail = available.size
-    _check_fits(experts, num_avail, slots_per_gpu)
+    _check_fits(experts, cluster.num_available, slots_per_gpu)
     current = None
     if current_physical_to_logical is not None:
-        current = _check_current(current_physical_to_logical, (layers, num_gpus * slots_per_gpu), experts)
+        current = _check_current(current_physical_to_logical, (layers, cluster.num_gpus * slots_per_gpu), experts)
+    hierarchy = _hierarchy(num_expert_groups, experts, cluster)
 
-    total = array.sum(axis=1)
-    n_fill = min(num_avail * slots_per_gpu, experts * num_avail)
-    counts, cap_lower = water_fill(array, num_avail, n_fill)
-    bound = bound_ratio(array, cap_lower, num_avail)
-    all_layers = np.arange(layers)
-    node_of_gpu = available // gpus_per_node
-
-    mean = total / num_avail
-    policy = np.full(layers, "", dtype="<U12")
-    original_node_gpu = None
-    hierarchy = None
-    if num_expert_groups is not None:
-        groups = _check_positive_int(num_expert_groups, "model.num_expert_groups")
-        if experts % groups:
-            raise InvalidInput(
-                f"num_expert_groups={groups} does not divide the {experts} logical experts",
-                field="model.num_expert_groups",
-                code="bad-groups",
-            )
-        if (
-            num_nodes > 1
-            and groups % num_nodes == 0
-            and num_avail == num_gpus
-            and experts // num_nodes <= gpus_per_node * slots_per_gpu
-        ):
-            hierarchy = (num_nodes, gpus_per_node, groups)
-
+    n_fill = min(cluster.num_available * slots_per_gpu, experts * cluster.num_available)
+    counts, cap_lower = water_fill(array, cluster.num_available, n_fill)
+    bound = bound_ratio(array, cap_lower, cluster.num_available)
     if current is None:
+        policy = np.full(layers, "", dtype="<U12")
         final, _, policy[:] = _fresh_plan(
-            array, counts, bound, all_layers, slots_per_gpu, node_of_gpu, hierarchy, min_improvement
+            array, counts, bound, np.arange(layers), slots_per_gpu, cluster.node_of_gpu, hierarchy, min_improvement
         )
-        action = np.full(layers, "replanned", dtype="<U9")
-        before = None
-        original = np.full((layers, num_avail, slots_per_gpu), -1, dtype=np.int64)
+        decision = _Decision(
+            final=final,
+            original=np.full((layers, cluster.num_available, slots_per_gpu), -1, dtype=np.int64),
+            before=None,
+            action=np.full(layers, "replanned", dtype="<U9"),
+            policy=policy,
+            original_node_gpu=None,
+        )
         reason = "no current placement: fresh plan"
     else:
-        original = _dedupe(current.reshape(layers, num_gpus, slots_per_gpu)[:, available])
-        state = PlacementState(array, original.copy())
-        before_ratio = balance_ratio(state.gpu_load, total)
-        before = BalanceStats.of(before_ratio)
-        lost = (state.counts == 0).any(axis=1)
-        n_lost = int((state.counts == 0).sum())
-        if max_replicas_moved is not None and n_lost > max_replicas_moved:
-            raise Infeasible(
-                f"{n_lost} experts lost every copy (unavailable GPUs or empty slots) and must be re-created,"
-                f" but max_replicas_moved={max_replicas_moved}",
-                field="max_replicas_moved",
-                code="cap-below-lost-experts",
-            )
-        threshold = np.full(layers, float(min_improvement))
-        if ignore_sampling_noise and num_avail > 1:
-            safe_mean = np.where(mean > 0, mean, 1.0)
-            noise = np.sqrt(2.0 * np.log(num_avail) / safe_mean)
-            threshold += np.where(mean > 0, np.minimum(noise, _NOISE_MARGIN_CAP), 0.0)
-        # a fresh plan cannot beat the bound, so layers within threshold of it are kept without one
-        candidates = np.flatnonzero(lost | (before_ratio - bound > threshold))
-        final = original.copy()
-        action = np.full(layers, "kept", dtype="<U9")
-        if candidates.size:
-            fresh_slots, fresh_ratio, fresh_policy = _fresh_plan(
-                array, counts, bound, candidates, slots_per_gpu, node_of_gpu, hierarchy, min_improvement
-            )
-            excess = before_ratio[candidates] - fresh_ratio
-            pick = lost[candidates] | (excess > threshold[candidates])
-            active, fresh_slots, fresh_ratio = candidates[pick], fresh_slots[pick], fresh_ratio[pick]
-            fresh_policy = fresh_policy[pick]
-        else:
-            active = candidates
-        if active.size:
-            original_node_gpu = gpu_in_node(original, node_of_gpu, num_nodes, experts)
-            node_gpus = np.full((num_nodes, gpus_per_node), -1, dtype=np.int64)
-            node_gpus[node_of_gpu, available % gpus_per_node] = np.arange(num_avail)
-            ctx = MoveContext(
-                node_of_gpu,
-                node_gpus=node_gpus,
-                original=original,
-                original_node_has=original_node_gpu >= 0,
-                node_local=bool(node_local),
-                budget=None if max_replicas_moved is None else int(max_replicas_moved),
-            )
-            # per-replica cap: the fresh plan's largest per-replica load, plus slack for noise
-            # (layers that lost copies keep the slack, their counts come back by `floor`;
-            # drifted layers re-split every expert that outgrew the fresh plan's cap)
-            prior = PlacementState(array, _dedupe(current.reshape(layers, num_gpus, slots_per_gpu))).counts
-            lost_copies = (prior > state.counts).any(axis=1)
-            slack = np.where(lost_copies, _COUNT_SLACK, _DRIFT_COUNT_SLACK)
-            fresh_cap = np.where(counts > 0, array / counts, 0.0).max(axis=1) * (1.0 + slack)
-            ctx.count_cap = fresh_cap
-            priority = np.zeros(layers)
-            priority[active] = before_ratio[active] - fresh_ratio
-            # copies lost on unavailable GPUs are restored elsewhere (as far as the water-filled counts allow)
-            floor = np.where(prior > state.counts, np.minimum(prior, counts), 0)
-            adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
-            goal = np.zeros(layers)
-            goal[active] = (fresh_ratio + _GOAL_FRACTION * threshold[active]) * mean[active]
-            swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
+        decision = _replace_incrementally(
+            array, current, counts, bound, cluster, hierarchy, min_improvement=min_improvement,
+            ignore_sampling_noise=ignore_sampling_noise, max_replicas_moved=max_replicas_moved, node_local=node_local,
+        )
+        reason = _reason(decision.action, min_improvement, ignore_sampling_noise)
+    return _result(array, decision, cluster, int(expert_bytes), bound, reason, had_current=current is not None)
 
-            inc = state.slots[active]
-            inc_ratio = balance_ratio(state.gpu_load[active], total[active])
-            inc_writes = ((inc != original[active]) & (inc >= 0)).sum(axis=(1, 2))
-            # fall back to the (relabelled) fresh plan where repairs fell short or wrote more
-            inc_ok = inc_ratio <= fresh_ratio + 2.0 * _GOAL_FRACTION * threshold[active]
-            consider = np.flatnonzero(~inc_ok | (inc_writes > 0.5 * num_avail * slots_per_gpu))
-            chosen, chosen_ratio = inc.copy(), inc_ratio.copy()
-            use_fresh = np.zeros(active.size, dtype=bool)
-            if consider.size:
-                relabelled = relabel(fresh_slots[consider], original[active[consider]], experts)
-                fr_writes = ((relabelled != original[active[consider]]) & (relabelled >= 0)).sum(axis=(1, 2))
-                fr_ratio = fresh_ratio[consider]
-                allowed = np.ones(consider.size, dtype=bool)
-                if node_local:
-                    allowed = (
-                        _cross_writes(
-                            relabelled, original[active[consider]], ctx.original_node_has[active[consider]], node_of_gpu
-                        )
-                        == 0
-                    )
-                want = allowed & (
-                    ~inc_ok[consider] | ((fr_writes < inc_writes[consider]) & (fr_ratio <= inc_ratio[consider]))
-                )
-                spent = int(inc_writes.sum())
-                for idx in np.argsort(-(inc_ratio[consider] - fr_ratio), kind="stable"):
-                    extra = int(fr_writes[idx] - inc_writes[consider[idx]])
-                    if want[idx] and (max_replicas_moved is None or spent + extra <= max_replicas_moved):
-                        use_fresh[consider[idx]] = True
-                        chosen[consider[idx]] = relabelled[idx]
-                        chosen_ratio[consider[idx]] = fr_ratio[idx]
-                        spent += extra
-            worth = lost[active] | (before_ratio[active] - chosen_ratio > min_improvement)
-            final[active[worth]] = chosen[worth]
-            action[active[worth]] = np.where(use_fresh[worth], "replanned", "moved")
-            policy[active[worth & use_fresh]] = fresh_policy[worth & use_fresh]
-        changed = action != "kept"
-        if not changed.any():
-            reason = (
-                "kept the current placement: no layer's max/mean would improve by more than"
-                f" {min_improvement:g}{' plus sampling noise' if ignore_sampling_noise else ''}"
-            )
-        else:
-            reason = (
-                f"{int(changed.sum())} of {layers} layers changed ({int((action == 'replanned').sum())} replanned);"
-                f" the others are within {min_improvement:g}{' plus sampling noise' if ignore_sampling_noise else ''}"
-                " of a fresh plan's max/mean"
-            )
 
-    return _result(
-        array,
-        final,
-        original,
-        available,
-        num_gpus,
-        gpus_per_node,
-        slots_per_gpu,
-        int(expert_bytes),
-        bound,
-        before,
-        action,
-        policy,
-        reason,
-        current is not None,
-        original_node_gpu,
+@dataclass(frozen=True)
+class _Cluster:
+    """The GPUs a call places copies on; the others (unavailable) hold nothing."""
+
+    num_nodes: int
+    gpus_per_node: int
+    slots_per_gpu: int
+    available: np.ndarray  # (A,) physical ids of the available GPUs, ascending
+    node_of_gpu: np.ndarray  # (A,) the node of each
+
+    @classmethod
+    def of(cls, num_nodes: int, gpus_per_node: int, slots_per_gpu: int, unavailable_gpus: Sequence[int]) -> "_Cluster":
+        available = _available_gpus(num_nodes * gpus_per_node, unavailable_gpus)
+        return cls(num_nodes, gpus_per_node, slots_per_gpu, available, available // gpus_per_node)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def num_available(self) -> int:
+        return int(self.available.size)
+
+
+def _hierarchy(num_expert_groups: int | None, experts: int, cluster: _Cluster) -> tuple[int, int, int] | None:
+    """``(num_nodes, gpus_per_node, num_expert_groups)`` when EPLB's hierarchical policy applies, else None."""
+    if num_expert_groups is None:
+        return None
+    groups = _check_positive_int(num_expert_groups, "model.num_expert_groups")
+    if experts % groups:
+        raise InvalidInput(
+            f"num_expert_groups={groups} does not divide the {experts} logical experts",
+            field="model.num_expert_groups",
+            code="bad-groups",
+        )
+    if (
+        cluster.num_nodes > 1
+        and groups % cluster.num_nodes == 0
+        and cluster.num_available == cluster.num_gpus
+        and experts // cluster.num_nodes <= cluster.gpus_per_node * cluster.slots_per_gpu
+    ):
+        return (cluster.num_nodes, cluster.gpus_per_node, groups)
+    return None
+
+
+@dataclass(frozen=True)
+class _Decision:
+    """Per layer, what a call does with the placement in service, and what that was."""
+
+    final: np.ndarray  # (L, A, S) the new placement on the available GPUs
+    original: np.ndarray  # (L, A, S) the placement in service there (all -1 without one)
+    before: BalanceStats | None  # the placement in service under the new load
+    action: np.ndarray  # (L,) "kept", "moved" or "replanned"
+    policy: np.ndarray  # (L,) "global" / "hierarchical" for replanned layers, else ""
+    original_node_gpu: np.ndarray | None  # gpu_in_node of ``original``, when it was needed
+
+
+def _keep_threshold(mean: np.ndarray, num_available: int, min_improvement: float,
+                    ignore_sampling_noise: bool) -> np.ndarray:
+    """Per layer, the max/mean gain below which the placement in service stays.
+
+    ``min_improvement`` plus, for sampled token counts, the gap sampling alone explains:
+    ``sqrt(2 ln A / mu)`` for ``A`` GPUs of mean load ``mu`` (see :func:`rebalance`).
+    """
+    threshold = np.full(mean.size, float(min_improvement))
+    if ignore_sampling_noise and num_available > 1:
+        safe_mean = np.where(mean > 0, mean, 1.0)
+        noise = np.sqrt(2.0 * np.log(num_available) / safe_mean)
+        threshold += np.where(mean > 0, np.minimum(noise, _NOISE_MARGIN_CAP), 0.0)
+    return threshold
+
+
+def _replace_incrementally(
+    load: np.ndarray,
+    current: np.ndarray,
+    counts: np.ndarray,
+    bound: np.ndarray,
+    cluster: _Cluster,
+    hierarchy: tuple[int, int, int] | None,
+    *,
+    min_improvement: float,
+    ignore_sampling_noise: bool,
+    max_replicas_moved: int | None,
+    node_local: bool,
+) -> _Decision:
+    """Keep, repair or replan each layer of the placement in service (step 3 of the module docstring)."""
+    layers, experts = load.shape
+    slots_per_gpu = cluster.slots_per_gpu
+    total = load.sum(axis=1)
+    mean = total / cluster.num_available
+    original = _dedupe(current.reshape(layers, cluster.num_gpus, slots_per_gpu)[:, cluster.available])
+    state = PlacementState(load, original.copy())
+    before_ratio = balance_ratio(state.gpu_load, total)
+    lost = (state.counts == 0).any(axis=1)
+    n_lost = int((state.counts == 0).sum())
+    if max_replicas_moved is not None and n_lost > max_replicas_moved:
+        raise Infeasible(
+            f"{n_lost} experts lost every copy (unavailable GPUs or empty slots) and must be re-created,"
+            f" but max_replicas_moved={max_replicas_moved}",
+            field="max_replicas_moved",
+            code="cap-below-lost-experts",
+        )
+    threshold = _keep_threshold(mean, cluster.num_available, min_improvement, ignore_sampling_noise)
+    # a fresh plan cannot beat the bound, so layers within threshold of it are kept without one
+    candidates = np.flatnonzero(lost | (before_ratio - bound > threshold))
+    final = original.copy()
+    action = np.full(layers, "kept", dtype="<U9")
+    policy = np.full(layers, "", dtype="<U12")
+    decision = _Decision(final, original, BalanceStats.of(before_ratio), action, policy, original_node_gpu=None)
+    if candidates.size == 0:
+        return decision
+    fresh_slots, fresh_ratio, fresh_policy = _fresh_plan(
+        load, counts, bound, candidates, slots_per_gpu, cluster.node_of_gpu, hierarchy, min_improvement
+    )
+    excess = before_ratio[candidates] - fresh_ratio
+    pick = lost[candidates] | (excess > threshold[candidates])
+    active, fresh_slots, fresh_ratio = candidates[pick], fresh_slots[pick], fresh_ratio[pick]
+    fresh_policy = fresh_policy[pick]
+    if active.size == 0:
+        return decision
+
+    original_node_gpu = gpu_in_node(original, cluster.node_of_gpu, cluster.num_nodes, experts)
+    node_gpus = np.full((cluster.num_nodes, cluster.gpus_per_node), -1, dtype=np.int64)
+    node_gpus[cluster.node_of_gpu, cluster.available % cluster.gpus_per_node] = np.arange(cluster.num_available)
+    ctx = MoveContext(
+        cluster.node_of_gpu,
+        node_gpus=node_gpus,
+        original=original,
+        original_node_has=original_node_gpu >= 0,
+        node_local=bool(node_local),
+        budget=None if max_replicas_moved is None else int(max_replicas_moved),
+    )
+    # the layers as repaired in place, their max/mean and the copies they write
+    _repair(state, active, current, counts, before_ratio, fresh_ratio, threshold, mean, ctx, cluster)
+    repaired = state.slots[active]
+    repaired_ratio = balance_ratio(state.gpu_load[active], total[active])
+    repaired_writes = ((repaired != original[active]) & (repaired >= 0)).sum(axis=(1, 2))
+    chosen, chosen_ratio, use_fresh = _repaired_or_fresh(
+        repaired, repaired_ratio, repaired_writes, fresh_slots, fresh_ratio, original[active],
+        ctx.original_node_has[active], threshold[active], cluster, experts, node_local, max_replicas_moved,
+    )
+    worth = lost[active] | (before_ratio[active] - chosen_ratio > min_improvement)
+    final[active[worth]] = chosen[worth]
+    action[active[worth]] = np.where(use_fresh[worth], "replanned", "moved")
+    policy[active[worth & use_fresh]] = fresh_policy[worth & use_fresh]
+    return _Decision(final, original, decision.before, action, policy, original_node_gpu)
+
+
+def _repair(state: PlacementState, active: np.ndarray, current: np.ndarray, counts: np.ndarray,
+            before_ratio: np.ndarray, fresh_ratio: np.ndarray, threshold: np.ndarray, mean: np.ndarray,
+            ctx: MoveContext, cluster: _Cluster) -> None:
+    """Repair the ``active`` layers of ``state`` in place: copies for experts that need
+    more, then moves off the hottest GPUs, towards the fresh plan's max/mean."""
+    load = state.load
+    layers = load.shape[0]
+    # per-replica cap: the fresh plan's largest per-replica load, plus slack for noise
+    # (layers that lost copies keep the slack, their counts come back by `floor`;
+    # drifted layers re-split every expert that outgrew the fresh plan's cap)
+    prior = PlacementState(load, _dedupe(current.reshape(layers, cluster.num_gpus, cluster.slots_per_gpu))).counts
+    lost_copies = (prior > state.counts).any(axis=1)
+    slack = np.where(lost_copies, _COUNT_SLACK, _DRIFT_COUNT_SLACK)
+    fresh_cap = np.where(counts > 0, load / counts, 0.0).max(axis=1) * (1.0 + slack)
+    ctx.count_cap = fresh_cap
+    priority = np.zeros(layers)
+    priority[active] = before_ratio[active] - fresh_ratio
+    # copies lost on unavailable GPUs are restored elsewhere (as far as the water-filled counts allow)
+    floor = np.where(prior > state.counts, np.minimum(prior, counts), 0)
+    adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
+    goal = np.zeros(layers)
+    goal[active] = (fresh_ratio + _GOAL_FRACTION * threshold[active]) * mean[active]
+    swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
+
+
+def _repaired_or_fresh(
+    repaired: np.ndarray,
+    repaired_ratio: np.ndarray,
+    repaired_writes: np.ndarray,
+    fresh_slots: np.ndarray,
+    fresh_ratio: np.ndarray,
+    original: np.ndarray,
+    original_node_has: np.ndarray,
+    threshold: np.ndarray,
+    cluster: _Cluster,
+    experts: int,
+    node_local: bool,
+    max_replicas_moved: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per layer, the repaired placement or the (relabelled) fresh plan, its max/mean and
+    whether it is the fresh plan.
+
+    The fresh plan replaces a repair that fell short of it, or one that writes more
+    copies for no better balance, as far as ``max_replicas_moved`` allows (the layers
+    the repair helps least first) and, with ``node_local``, only where it reads no copy
+    from another node.
+    """
+    ok = repaired_ratio <= fresh_ratio + 2.0 * _GOAL_FRACTION * threshold
+    consider = np.flatnonzero(~ok | (repaired_writes > 0.5 * cluster.num_available * cluster.slots_per_gpu))
+    chosen, chosen_ratio = repaired.copy(), repaired_ratio.copy()
+    use_fresh = np.zeros(repaired.shape[0], dtype=bool)
+    if consider.size == 0:
+        return chosen, chosen_ratio, use_fresh
+    relabelled = relabel(fresh_slots[consider], original[consider], experts)
+    fresh_writes = ((relabelled != original[consider]) & (relabelled >= 0)).sum(axis=(1, 2))
+    fresh_considered = fresh_ratio[consider]
+    allowed = np.ones(consider.size, dtype=bool)
+    if node_local:
+        cross = _cross_writes(relabelled, original[consider], original_node_has[consider], cluster.node_of_gpu)
+        allowed = cross == 0
+    want = allowed & (
+        ~ok[consider] | ((fresh_writes < repaired_writes[consider]) & (fresh_considered <= repaired_ratio[consider]))
+    )
+    spent = int(repaired_writes.sum())
+    for idx in np.argsort(-(repaired_ratio[consider] - fresh_considered), kind="stable"):
+        extra = int(fresh_writes[idx] - repaired_writes[consider[idx]])
+        if want[idx] and (max_replicas_moved is None or spent + extra <= max_replicas_moved):
+            use_fresh[consider[idx]] = True
+            chosen[consider[idx]] = relabelled[idx]
+            chosen_ratio[consider[idx]] = fresh_considered[idx]
+            spent += extra
+    return chosen, chosen_ratio, use_fresh
+
+
+def _reason(action: np.ndarray, min_improvement: float, ignore_sampling_noise: bool) -> str:
+    """One sentence saying what changed and why the other layers did not."""
+    margin = f"{min_improvement:g}{' plus sampling noise' if ignore_sampling_noise else ''}"
+    changed = action != "kept"
+    if not changed.any():
+        return f"kept the current placement: no layer's max/mean would improve by more than {margin}"
+    return (
+        f"{int(changed.sum())} of {action.size} layers changed ({int((action == 'replanned').sum())} replanned);"
+        f" the others are within {margin} of a fresh plan's max/mean"
     )
 
 
@@ -917,24 +1016,14 @@ def _cross_writes(
     return (write & ~local & anywhere).sum(axis=(1, 2))
 
 
-def _result(
-    load: np.ndarray,
-    final: np.ndarray,
-    original: np.ndarray,
-    available: np.ndarray,
-    num_gpus: int,
-    gpus_per_node: int,
-    slots_per_gpu: int,
-    expert_bytes: int,
-    bound: np.ndarray,
-    before: BalanceStats | None,
-    action: np.ndarray,
-    policy: np.ndarray,
-    reason: str,
-    had_current: bool,
-    original_node_gpu: np.ndarray | None,
-) -> RebalanceResult:
+def _result(load: np.ndarray, decision: _Decision, cluster: _Cluster, expert_bytes: int, bound: np.ndarray,
+            reason: str, had_current: bool) -> RebalanceResult:
+    """The answer: the placement on every physical slot, the slots of each expert, the
+    copies to write (each with the nearest GPU that already holds it) and the balance."""
     layers, experts = load.shape
+    final, original = decision.final, decision.original
+    available, gpus_per_node, slots_per_gpu = cluster.available, cluster.gpus_per_node, cluster.slots_per_gpu
+    num_gpus, original_node_gpu = cluster.num_gpus, decision.original_node_gpu
     gpu_load, counts = _slot_loads(load, final)
     after = BalanceStats.of(balance_ratio(gpu_load, load.sum(axis=1)))
     physical = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
@@ -985,12 +1074,12 @@ def _result(
         physical_to_logical=physical,
         logical_to_physical=logical_to_physical,
         logical_count=counts.astype(np.int64),
-        balance_before=before,
+        balance_before=decision.before,
         balance_after=after,
         lower_bound=BalanceStats.of(bound),
         migrations=migrations,
-        layer_action=action,
-        layer_policy=policy,
-        kept_current=bool((action == "kept").all()) and had_current,
+        layer_action=decision.action,
+        layer_policy=decision.policy,
+        kept_current=bool((decision.action == "kept").all()) and had_current,
         reason=reason,
     )

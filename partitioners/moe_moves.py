@@ -46,7 +46,9 @@ class MoveContext:
     count_cap: np.ndarray | None = None  # (L,) per-replica load an expert may reach by giving up a copy
 
 
-def swap_refine(state: PlacementState, layers: np.ndarray, goal_load: np.ndarray, max_iters: int, ctx: MoveContext) -> None:
+def swap_refine(
+    state: PlacementState, layers: np.ndarray, goal_load: np.ndarray, max_iters: int, ctx: MoveContext
+) -> None:
     """Move load off the hottest GPUs by swaps (and, when repairing, by re-assigning a copy).
 
     Each iteration handles the ``t`` most loaded GPUs of every layer at once,
@@ -311,7 +313,12 @@ def _best_replace(
 
 
 def adjust_counts(
-    state: PlacementState, layers: np.ndarray, cap: np.ndarray, floor: np.ndarray, ctx: MoveContext, priority: np.ndarray
+    state: PlacementState,
+    layers: np.ndarray,
+    cap: np.ndarray,
+    floor: np.ndarray,
+    ctx: MoveContext,
+    priority: np.ndarray,
 ) -> None:
     """Give extra copies to experts whose per-replica load exceeds ``cap`` or whose count is below ``floor``.
 

@@ -666,6 +666,66 @@ def graph_from_json(
         ``duplicate-tensor``, ``unknown-tensor``, ``duplicate-producer``,
         ``kind-mismatch``, ``cycle``.
     """
+    nodes, tensors, name = _document_lists(doc)
+    _check_graph_size(len(nodes), len(tensors), max_ops, max_tensors)
+    columns = _JsonColumns.read(nodes, tensors)
+    n_ops = len(nodes)
+    index = _unique_names(columns)
+
+    # numbers are finite and non-negative
+    bytes_arr = _float_array(columns.t_bytes, columns.t_names, "bytes", "tensors")
+    _check_numbers(bytes_arr, None, columns.t_names, "bytes", "tensors")
+    flops_arr = _float_array(columns.op_flops, columns.op_names, "flops", "nodes")  # None -> nan
+    flops_missing = _present(columns.op_flops, columns.flops_types, n_ops, missing=True)
+    _check_numbers(flops_arr, ~flops_missing, columns.op_names, "flops", "nodes")
+    params_arr = _float_array(columns.op_params, columns.op_names, "param_bytes", "nodes")
+    params_given = _present(columns.op_params, columns.params_types, n_ops, missing=False)
+    _check_numbers(params_arr, params_given, columns.op_names, "param_bytes", "nodes")
+
+    # references resolve; each tensor has at most one producer
+    in_ptr, in_ids = _csr_ids(columns.op_inputs, index, nodes, "inputs")
+    out_ptr, out_ids = _csr_ids(columns.op_outputs, index, nodes, "outputs")
+    writes = _writers_per_tensor(out_ptr, out_ids, columns)
+    is_param = _declared_parameters(columns, writes > 0)
+
+    shapes = [tuple(s) if s is not None else None for s in columns.t_shapes] if columns.has_shapes else None
+    dtypes = columns.t_dtypes if _types(columns.t_dtypes) != {type(None)} else None
+    devices = (
+        np.array([tuple(d) if d is not None else None for d in columns.op_devices] + [None], dtype=object)[:-1]
+        if list in columns.device_types_types
+        else None
+    )
+    warnings: list[str] = []
+    if flops_missing.any():
+        _estimate_missing_flops(
+            flops_arr, flops_missing, columns.op_types, in_ptr, in_ids, out_ptr, out_ids, shapes, bytes_arr, warnings
+        )
+
+    graph = build_hypergraph(
+        name=name,
+        op_names=np.array(columns.op_names + [None], dtype=object)[:-1],
+        op_types=np.array(columns.op_types + [None], dtype=object)[:-1],
+        op_flops=flops_arr,
+        input_ptr=in_ptr,
+        input_tensors=in_ids,
+        output_ptr=out_ptr,
+        output_tensors=out_ids,
+        tensor_names=np.array(columns.t_names + [None], dtype=object)[:-1],
+        tensor_bytes=bytes_arr,
+        tensor_is_parameter=is_param,
+        tensor_shapes=shapes,
+        tensor_dtypes=dtypes,
+        op_device_types=devices,
+        warnings=warnings + _carried_warnings(doc.get("warnings")),
+    )
+    if params_given.any():
+        graph.op_param_bytes[params_given] = params_arr[params_given]
+    topological_order(graph)  # raises InvalidInput(code="cycle")
+    return graph
+
+
+def _document_lists(doc: object) -> tuple[list, list, str]:
+    """The document's ``nodes``, ``tensors`` and ``name``, or what is wrong with its outline."""
     if not isinstance(doc, dict):
         raise InvalidInput(
             'the graph must be a JSON object with "nodes" and "tensors"', field="graph", code="invalid-graph"
@@ -679,7 +739,11 @@ def graph_from_json(
     name = doc.get("name", "")
     if not isinstance(name, str):
         raise InvalidInput('"name" must be a string', field="name", code="invalid-graph")
-    n_ops, n_tensors = len(nodes), len(tensors)
+    return nodes, tensors, name
+
+
+def _check_graph_size(n_ops: int, n_tensors: int, max_ops: int | None, max_tensors: int | None) -> None:
+    """The size limits, checked on list lengths before anything is built; an empty graph is an error too."""
     if max_ops is not None and n_ops > max_ops:
         raise InputTooLarge(
             f"the graph has {n_ops} operators; this service accepts at most {max_ops} per graph",
@@ -695,99 +759,127 @@ def graph_from_json(
     if n_ops == 0:
         raise InvalidInput("the graph has no operators", field="nodes", code="empty-graph")
 
-    # one pass per column, C-level; any structural surprise goes to the slow locator
-    try:
-        t_names = [t["name"] for t in tensors]
-        t_bytes = [t["bytes"] for t in tensors]
-        t_shapes = [t.get("shape") for t in tensors]
-        t_dtypes = [t.get("dtype") for t in tensors]
-        t_kinds = [t.get("kind") for t in tensors]
-        op_names = [n["name"] for n in nodes]
-        op_types = [n["op"] for n in nodes]
-        op_inputs = [n["inputs"] for n in nodes]
-        op_outputs = [n["outputs"] for n in nodes]
-        op_flops = [n.get("flops") for n in nodes]
-        op_params = [n.get("param_bytes") for n in nodes]
-        op_devices = [n.get("device_types") for n in nodes]
-    except (KeyError, TypeError, AttributeError):
-        _raise_entry_problem(nodes, tensors)
-    shape_types = _types(t_shapes)
-    kind_values = set(t_kinds) if _types(t_kinds) <= {str, type(None)} else {object()}
-    flops_types = _types(op_flops)
-    params_types = _types(op_params)
-    device_types_types = _types(op_devices)
-    if (
-        not _types(t_names) <= {str}
-        or not _types(t_bytes) <= _NUMBER_TYPES
-        or not shape_types <= {list, type(None)}
-        or not _types(t_dtypes) <= {str, type(None)}
-        or not kind_values <= _TENSOR_KINDS.keys()
-        or not _types(op_names) <= {str}
-        or not _types(op_types) <= {str}
-        or not _types(op_inputs) <= {list}
-        or not _types(op_outputs) <= {list}
-        or not flops_types <= _OPTIONAL_NUMBER_TYPES
-        or not params_types <= _OPTIONAL_NUMBER_TYPES
-        or not device_types_types <= {list, type(None)}
-    ):
-        _raise_entry_problem(nodes, tensors)
 
-    # shapes: lists of non-negative ints
-    has_shapes = list in shape_types
-    if has_shapes:
-        dims = list(chain.from_iterable(s for s in t_shapes if s is not None))
-        dim_types = _types(dims)
-        if type(None) in dim_types:  # null: a dimension the exporter could not resolve
-            dims = [d for d in dims if d is not None]
-        if not dim_types <= {int, type(None)} or (dims and (min(dims) < 0 or max(dims) > _MAX_DIM)):
+@dataclass
+class _JsonColumns:
+    """The JSON graph's lists read column by column, each column's value types checked.
+
+    One C-level pass per column; any structural surprise (a missing key, a wrong
+    type, a negative dimension) goes to :func:`_raise_entry_problem`, the slow
+    locator that names the entry.
+    """
+
+    t_names: list
+    t_bytes: list
+    t_shapes: list
+    t_dtypes: list
+    t_kinds: list
+    op_names: list
+    op_types: list
+    op_inputs: list
+    op_outputs: list
+    op_flops: list
+    op_params: list
+    op_devices: list
+    flops_types: set[type]
+    params_types: set[type]
+    device_types_types: set[type]
+    kind_values: set
+    has_shapes: bool
+
+    @classmethod
+    def read(cls, nodes: list, tensors: list) -> "_JsonColumns":
+        try:
+            t_names = [t["name"] for t in tensors]
+            t_bytes = [t["bytes"] for t in tensors]
+            t_shapes = [t.get("shape") for t in tensors]
+            t_dtypes = [t.get("dtype") for t in tensors]
+            t_kinds = [t.get("kind") for t in tensors]
+            op_names = [n["name"] for n in nodes]
+            op_types = [n["op"] for n in nodes]
+            op_inputs = [n["inputs"] for n in nodes]
+            op_outputs = [n["outputs"] for n in nodes]
+            op_flops = [n.get("flops") for n in nodes]
+            op_params = [n.get("param_bytes") for n in nodes]
+            op_devices = [n.get("device_types") for n in nodes]
+        except (KeyError, TypeError, AttributeError):
             _raise_entry_problem(nodes, tensors)
-    if list in device_types_types and (
-        [] in op_devices or not _types(list(chain.from_iterable(d for d in op_devices if d is not None))) <= {str}
-    ):
-        _raise_entry_problem(nodes, tensors)
+        shape_types = _types(t_shapes)
+        kind_values = set(t_kinds) if _types(t_kinds) <= {str, type(None)} else {object()}
+        flops_types = _types(op_flops)
+        params_types = _types(op_params)
+        device_types_types = _types(op_devices)
+        if (
+            not _types(t_names) <= {str}
+            or not _types(t_bytes) <= _NUMBER_TYPES
+            or not shape_types <= {list, type(None)}
+            or not _types(t_dtypes) <= {str, type(None)}
+            or not kind_values <= _TENSOR_KINDS.keys()
+            or not _types(op_names) <= {str}
+            or not _types(op_types) <= {str}
+            or not _types(op_inputs) <= {list}
+            or not _types(op_outputs) <= {list}
+            or not flops_types <= _OPTIONAL_NUMBER_TYPES
+            or not params_types <= _OPTIONAL_NUMBER_TYPES
+            or not device_types_types <= {list, type(None)}
+        ):
+            _raise_entry_problem(nodes, tensors)
 
-    # names are unique
-    index = dict(zip(t_names, range(n_tensors)))
-    if len(index) != n_tensors:
+        # shapes: lists of non-negative ints
+        has_shapes = list in shape_types
+        if has_shapes:
+            dims = list(chain.from_iterable(s for s in t_shapes if s is not None))
+            dim_types = _types(dims)
+            if type(None) in dim_types:  # null: a dimension the exporter could not resolve
+                dims = [d for d in dims if d is not None]
+            if not dim_types <= {int, type(None)} or (dims and (min(dims) < 0 or max(dims) > _MAX_DIM)):
+                _raise_entry_problem(nodes, tensors)
+        if list in device_types_types and (
+            [] in op_devices or not _types(list(chain.from_iterable(d for d in op_devices if d is not None))) <= {str}
+        ):
+            _raise_entry_problem(nodes, tensors)
+        return cls(t_names, t_bytes, t_shapes, t_dtypes, t_kinds, op_names, op_types, op_inputs, op_outputs,
+                   op_flops, op_params, op_devices, flops_types, params_types, device_types_types, kind_values,
+                   has_shapes)
+
+
+def _unique_names(columns: _JsonColumns) -> dict:
+    """Tensor name -> index, once tensor names and operator names are each known to be unique."""
+    t_names, op_names = columns.t_names, columns.op_names
+    index = dict(zip(t_names, range(len(t_names))))
+    if len(index) != len(t_names):
         first, again = _first_duplicate(t_names)
         raise InvalidInput(
             f"tensor name '{t_names[again]}' is declared twice (tensors[{first}] and tensors[{again}])",
             field=f"tensors[{again}].name",
             code="duplicate-tensor",
         )
-    if len(set(op_names)) != n_ops:
+    if len(set(op_names)) != len(op_names):
         first, again = _first_duplicate(op_names)
         raise InvalidInput(
             f"operator name '{op_names[again]}' is used twice (nodes[{first}] and nodes[{again}])",
             field=f"nodes[{again}].name",
             code="duplicate-op",
         )
+    return index
 
-    # numbers are finite and non-negative
-    bytes_arr = _float_array(t_bytes, t_names, "bytes", "tensors")
-    _check_numbers(bytes_arr, None, t_names, "bytes", "tensors")
-    flops_arr = _float_array(op_flops, op_names, "flops", "nodes")  # None -> nan
-    flops_missing = (
-        np.fromiter((f is None for f in op_flops), dtype=bool, count=n_ops)
-        if type(None) in flops_types
-        else np.zeros(n_ops, dtype=bool)
-    )
-    _check_numbers(flops_arr, ~flops_missing, op_names, "flops", "nodes")
-    params_arr = _float_array(op_params, op_names, "param_bytes", "nodes")
-    params_given = (
-        np.fromiter((p is not None for p in op_params), dtype=bool, count=n_ops)
-        if type(None) in params_types
-        else np.ones(n_ops, dtype=bool)
-    )
-    _check_numbers(params_arr, params_given, op_names, "param_bytes", "nodes")
 
-    # references resolve; each tensor has at most one producer
-    in_ptr, in_ids = _csr_ids(op_inputs, index, nodes, "inputs")
-    out_ptr, out_ids = _csr_ids(op_outputs, index, nodes, "outputs")
-    writes = np.bincount(out_ids, minlength=n_tensors)
+def _present(values: list, value_types: set[type], count: int, *, missing: bool) -> np.ndarray:
+    """Per entry, whether an optional number is absent (``missing=True``) or given (``missing=False``)."""
+    if type(None) not in value_types:
+        return np.full(count, not missing, dtype=bool)
+    if missing:
+        return np.fromiter((v is None for v in values), dtype=bool, count=count)
+    return np.fromiter((v is not None for v in values), dtype=bool, count=count)
+
+
+def _writers_per_tensor(out_ptr: np.ndarray, out_ids: np.ndarray, columns: _JsonColumns) -> np.ndarray:
+    """How many operators write each tensor; more than one is an error naming two of them."""
+    op_names, t_names = columns.op_names, columns.t_names
+    writes = np.bincount(out_ids, minlength=len(t_names))
     if (writes > 1).any():
         t = int(np.argmax(writes > 1))
-        writers = np.repeat(np.arange(n_ops), np.diff(out_ptr))[out_ids == t]
+        writers = np.repeat(np.arange(len(op_names)), np.diff(out_ptr))[out_ids == t]
         a, b = (op_names[int(w)] for w in writers[:2])
         detail = (
             f"tensor '{t_names[t]}' is written twice by operator '{a}'"
@@ -795,57 +887,26 @@ def graph_from_json(
             else f"tensor '{t_names[t]}' is written by two operators, '{a}' and '{b}'; each tensor has one producer"
         )
         raise InvalidInput(detail, field=f"nodes[{int(writers[1])}].outputs", code="duplicate-producer")
+    return writes
 
-    # declared kinds agree with the structure
-    is_param = None
-    if kind_values != {None}:
-        kind_arr = np.fromiter(map(_TENSOR_KINDS.__getitem__, t_kinds), dtype=np.int8, count=n_tensors)
-        produced = writes > 0
-        wrong = ((kind_arr == TENSOR_PARAMETER) | (kind_arr == TENSOR_INPUT)) & produced
-        wrong |= (kind_arr == TENSOR_ACTIVATION) & ~produced
-        if wrong.any():
-            t = int(np.argmax(wrong))
-            if produced[t]:
-                detail = f"tensor '{t_names[t]}' is declared kind \"{t_kinds[t]}\" but an operator writes it"
-            else:
-                detail = f"tensor '{t_names[t]}' is declared an activation but no operator writes it"
-            raise InvalidInput(detail, field=f"tensors[{t}].kind", code="kind-mismatch")
-        is_param = kind_arr == TENSOR_PARAMETER
 
-    shapes = [tuple(s) if s is not None else None for s in t_shapes] if has_shapes else None
-    dtypes = t_dtypes if _types(t_dtypes) != {type(None)} else None
-    devices = (
-        np.array([tuple(d) if d is not None else None for d in op_devices] + [None], dtype=object)[:-1]
-        if list in device_types_types
-        else None
-    )
-    warnings: list[str] = []
-    if flops_missing.any():
-        _estimate_missing_flops(
-            flops_arr, flops_missing, op_types, in_ptr, in_ids, out_ptr, out_ids, shapes, bytes_arr, warnings
-        )
-
-    graph = build_hypergraph(
-        name=name,
-        op_names=np.array(op_names + [None], dtype=object)[:-1],
-        op_types=np.array(op_types + [None], dtype=object)[:-1],
-        op_flops=flops_arr,
-        input_ptr=in_ptr,
-        input_tensors=in_ids,
-        output_ptr=out_ptr,
-        output_tensors=out_ids,
-        tensor_names=np.array(t_names + [None], dtype=object)[:-1],
-        tensor_bytes=bytes_arr,
-        tensor_is_parameter=is_param,
-        tensor_shapes=shapes,
-        tensor_dtypes=dtypes,
-        op_device_types=devices,
-        warnings=warnings + _carried_warnings(doc.get("warnings")),
-    )
-    if params_given.any():
-        graph.op_param_bytes[params_given] = params_arr[params_given]
-    topological_order(graph)  # raises InvalidInput(code="cycle")
-    return graph
+def _declared_parameters(columns: _JsonColumns, produced: np.ndarray) -> np.ndarray | None:
+    """Which tensors are declared parameters (None when no tensor declares a kind),
+    once every declared kind agrees with the structure."""
+    if columns.kind_values == {None}:
+        return None
+    t_kinds, t_names = columns.t_kinds, columns.t_names
+    kind_arr = np.fromiter(map(_TENSOR_KINDS.__getitem__, t_kinds), dtype=np.int8, count=len(t_kinds))
+    wrong = ((kind_arr == TENSOR_PARAMETER) | (kind_arr == TENSOR_INPUT)) & produced
+    wrong |= (kind_arr == TENSOR_ACTIVATION) & ~produced
+    if wrong.any():
+        t = int(np.argmax(wrong))
+        if produced[t]:
+            detail = f"tensor '{t_names[t]}' is declared kind \"{t_kinds[t]}\" but an operator writes it"
+        else:
+            detail = f"tensor '{t_names[t]}' is declared an activation but no operator writes it"
+        raise InvalidInput(detail, field=f"tensors[{t}].kind", code="kind-mismatch")
+    return kind_arr == TENSOR_PARAMETER
 
 
 def _carried_warnings(value: object) -> list[str]:

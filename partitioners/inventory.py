@@ -73,6 +73,10 @@ __all__ = [
     "device_index",
     "without_devices",
     "with_device_speed",
+    "PEAK_FLOPS_RANGE",
+    "BANDWIDTH_RANGE_BYTES_PER_S",
+    "LATENCY_RANGE_S",
+    "within",
 ]
 
 #: The dtype whose peak FLOP/s ``device_peak_flops`` holds and the cost model uses.
@@ -360,6 +364,38 @@ def _preset_to_doc(preset: Any, nodes: Any) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------- validation
 
+# The figures a device or link may have: far beyond any real hardware on either side (a
+# microcontroller's 1e6 FLOP/s, a GB200 NVL72 rack's 1.44e18 FP4 FLOP/s, NVIDIA GB200
+# NVL72 datasheet; a serial line's 1e3 B/s, an H200's 4.8e12 B/s of HBM3e), and narrow
+# enough that every time the cost model derives from them stays a finite number of
+# seconds: a bandwidth of 1e-300 B/s would make every plan "infinitely" slow, not wrong in
+# a way a caller can read. A latency above a second (a round trip across a continent is a
+# tenth of one) is a unit mistake.
+PEAK_FLOPS_RANGE = (1e6, 1e19)
+BANDWIDTH_RANGE_BYTES_PER_S = (1e3, 1e16)
+LATENCY_RANGE_S = (0.0, 1.0)
+
+
+def within(value: float, where: str, bounds: tuple[float, float], unit: str) -> float:
+    """``value`` if it lies in ``bounds`` (inclusive), else the 4xx naming the field and the range."""
+    low, high = bounds
+    if not low <= value <= high:
+        raise InvalidInput(f"{where} must be between {low:g} and {high:g} {unit}, got {value:g}", field=where,
+                           code="out-of-range")
+    return value
+
+
+def _bandwidth(value: Any, where: str) -> float:
+    return within(_positive(value, where), where, BANDWIDTH_RANGE_BYTES_PER_S, "B/s")
+
+
+def _latency(value: Any, where: str) -> float:
+    return within(_non_negative(value, where), where, LATENCY_RANGE_S, "s")
+
+
+def _peak_flops(value: Any, where: str) -> float:
+    return within(_positive(value, where), where, PEAK_FLOPS_RANGE, "FLOP/s")
+
 
 def _positive(value: Any, where: str, *, allow_inf: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -385,8 +421,8 @@ def _link(doc: Any, where: str) -> LinkSpec:
             f"{where} must be an object with bandwidth_bytes_per_s and latency_s", field=where
         )
     return LinkSpec(
-        bandwidth_bytes_per_s=_positive(doc.get("bandwidth_bytes_per_s"), f"{where}.bandwidth_bytes_per_s"),
-        latency_s=_non_negative(doc.get("latency_s", 0.0), f"{where}.latency_s"),
+        bandwidth_bytes_per_s=_bandwidth(doc.get("bandwidth_bytes_per_s"), f"{where}.bandwidth_bytes_per_s"),
+        latency_s=_latency(doc.get("latency_s", 0.0), f"{where}.latency_s"),
     )
 
 
@@ -571,7 +607,7 @@ def _parse_peak(value: Any, where: str, default_dtype: str) -> dict[str, float]:
         for k, v in value.items():
             if not isinstance(k, str) or not k:
                 raise InvalidInput(f"{where} keys must be dtype names", field=where)
-            out[k] = _positive(v, f"{where}.{k}")
+            out[k] = _peak_flops(v, f"{where}.{k}")
         if default_dtype not in out:
             raise InvalidInput(
                 f"{where} has no entry for the default dtype '{default_dtype}' "
@@ -579,7 +615,7 @@ def _parse_peak(value: Any, where: str, default_dtype: str) -> dict[str, float]:
                 field=where,
             )
         return out
-    return {default_dtype: _positive(value, where)}
+    return {default_dtype: _peak_flops(value, where)}
 
 
 def _parse_tiers(value: Any, where: str) -> list[tuple[str, float, float]]:
@@ -603,7 +639,7 @@ def _parse_tiers(value: Any, where: str) -> list[tuple[str, float, float]]:
             (
                 tn,
                 _positive(t.get("capacity_bytes"), f"{twhere}.capacity_bytes"),
-                _positive(t.get("bandwidth_bytes_per_s"), f"{twhere}.bandwidth_bytes_per_s"),
+                _bandwidth(t.get("bandwidth_bytes_per_s"), f"{twhere}.bandwidth_bytes_per_s"),
             )
         )
     return out
@@ -625,6 +661,10 @@ def _matrix(value: Any, n: int, where: str, positive: bool) -> np.ndarray:
             f"{where} off-diagonal entries must be {'positive' if positive else 'non-negative'} finite numbers",
             field=where,
         )
+    bounds, unit = (BANDWIDTH_RANGE_BYTES_PER_S, "B/s") if positive else (LATENCY_RANGE_S, "s")
+    outside = (m[off] < bounds[0]) | (m[off] > bounds[1])
+    if outside.any():
+        within(float(m[off][outside][0]), where, bounds, unit)
     return m
 
 

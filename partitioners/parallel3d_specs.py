@@ -26,7 +26,15 @@ import numpy as np
 
 from partitioners.errors import InvalidInput
 from partitioners.inventory import PRESETS as INVENTORY_PRESETS
-from partitioners.inventory import Inventory, inventory_from_json, preset_inventory
+from partitioners.inventory import (
+    BANDWIDTH_RANGE_BYTES_PER_S,
+    LATENCY_RANGE_S,
+    PEAK_FLOPS_RANGE,
+    Inventory,
+    inventory_from_json,
+    preset_inventory,
+    within,
+)
 
 __all__ = [
     "EXPERT_DISPATCH_MODES",
@@ -760,6 +768,7 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
             fp8_gemm_efficiency_max=None if merged.get("fp8_gemm_efficiency_max") is None else _positive_float(
                 merged["fp8_gemm_efficiency_max"], "cluster.fp8_gemm_efficiency_max"),
         )
+    _check_rates(spec)
     if spec.nvls_allreduce_speedup < 1:
         raise InvalidInput("cluster.nvls_allreduce_speedup is a speed-up over the ring (>= 1)",
                            field="cluster.nvls_allreduce_speedup", code="out-of-range")
@@ -768,6 +777,19 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
             raise InvalidInput(f"cluster.{name} is a fraction of peak (<= 1)",
                                field=f"cluster.{name}", code="out-of-range")
     return spec
+
+
+def _check_rates(spec: ClusterSpec) -> None:
+    """The cluster's rates lie in the ranges an inventory accepts (see partitioners.inventory);
+    a one-node cluster from an inventory has no inter-node link (infinite bandwidth)."""
+    for dtype, peak in spec.peak_flops_per_s.items():
+        within(peak, f"cluster.peak_flops_per_s.{dtype}", PEAK_FLOPS_RANGE, "FLOP/s")
+    for name in ("hbm_bandwidth_bytes_per_s", "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s"):
+        value = getattr(spec, name)
+        if not (name.startswith("inter") and math.isinf(value) and spec.num_nodes == 1):
+            within(value, f"cluster.{name}", BANDWIDTH_RANGE_BYTES_PER_S, "B/s")
+    for name in ("intra_node_latency_s", "inter_node_latency_s"):
+        within(getattr(spec, name), f"cluster.{name}", LATENCY_RANGE_S, "s")
 
 
 def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -> ClusterSpec:

@@ -8,6 +8,7 @@ memory), ZeRO (bytes per parameter per stage).
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -968,6 +969,15 @@ def test_shared_inventory_json_and_its_presets_are_accepted_as_clusters():
     assert (nvl72.gpus_per_node, nvl72.num_nodes) == (72, 3)
 
 
+def test_a_one_node_inventory_without_an_inter_node_link_is_a_cluster():
+    device = {"name": "d", "type": "H100", "peak_flops": 989e12,
+              "memory_tiers": [{"name": "HBM", "capacity_bytes": 80e9, "bandwidth_bytes_per_s": 3.35e12}]}
+    node = {"name": "n0", "devices": [dict(device, name=f"d{i}") for i in range(8)],
+            "link": {"bandwidth_bytes_per_s": 4.5e11}}
+    spec = cluster_from_dict({"name": "one-node", "groups": [node]})
+    assert (spec.num_nodes, spec.gpus_per_node) == (1, 8) and math.isinf(spec.inter_node_bandwidth_bytes_per_s)
+
+
 def test_an_inventory_stating_datasheet_memory_plans_with_what_the_driver_exposes():
     from partitioners.inventory import inventory_to_json, preset_inventory
 
@@ -1127,6 +1137,12 @@ def test_faster_looking_rejected_layouts_are_reported_with_reasons():
     ({"preset": "dgx-a100", "nodes": 0}, "cluster.num_nodes"),
     ({"gpus_per_node": 8}, "cluster.num_nodes"),
     ({"preset": "no-such-box", "nodes": 1}, "cluster.preset"),
+    # rates no hardware has would make every predicted time infinite (see inventory.within)
+    ({"gpu": "a100-80gb", "num_nodes": 2, "inter_node_bandwidth_bytes_per_s": 5e-324},
+     "cluster.inter_node_bandwidth_bytes_per_s"),
+    ({"gpu": "a100-80gb", "num_nodes": 2, "hbm_bandwidth_bytes_per_s": 1e-300}, "cluster.hbm_bandwidth_bytes_per_s"),
+    ({"gpu": "a100-80gb", "num_nodes": 2, "peak_flops_per_s": {"bf16": 1e-300}}, "cluster.peak_flops_per_s.bf16"),
+    ({"gpu": "a100-80gb", "num_nodes": 2, "inter_node_latency_s": 1.7e308}, "cluster.inter_node_latency_s"),
 ])
 def test_bad_cluster_is_invalid_input_naming_the_field(cluster, field):
     with pytest.raises(InvalidInput) as err:

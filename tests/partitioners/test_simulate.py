@@ -194,14 +194,14 @@ def test_peak_memory_of_a_chain_by_hand():
 
 
 def test_peak_memory_counts_sender_buffer_until_transfer_ends_and_receiver_from_its_start():
-    # a (d0, 0..1) writes t (100 B); 100 B/s link: transfer 1..2; b (d1, 2..3) writes u (10 B)
+    # a (d0, 0..1) writes t (1000 B); 1000 B/s link: transfer 1..2; b (d1, 2..3) writes u (10 B)
     g = graph_from_ops(
-        "memory-remote", [("a", "Op", 0, [], ["t"]), ("b", "Op", 0, ["t"], ["u"])], {"t": 100, "u": 10}
+        "memory-remote", [("a", "Op", 0, [], ["t"]), ("b", "Op", 0, ["t"], ["u"])], {"t": 1000, "u": 10}
     )
-    inv = _inventory([2], intra_bw=100.0)
+    inv = _inventory([2], intra_bw=1000.0)
     r = simulate(g, inv, np.array([0, 1]), op_times_s=_times([1, 1], 2))
     assert r.transfer_start_s.tolist() == [1.0] and r.transfer_end_s.tolist() == [2.0]
-    assert r.peak_memory_bytes.tolist() == [100.0, 110.0]
+    assert r.peak_memory_bytes.tolist() == [1000.0, 1010.0]
 
 
 def test_parameters_are_resident_once_per_reading_device_and_never_transferred():

@@ -52,6 +52,18 @@ def test_an_unknown_preset_lists_the_valid_ones(client):
     assert "dgx-h100" in body["detail"]
 
 
+def test_a_device_slower_than_any_hardware_is_named_and_nothing_is_stored(client, session_factory):
+    # 1e-300 FLOP/s made every predicted time infinite and the answer a 500
+    request = plan_request()
+    device = {"name": "d0", "peak_flops": 1e-300,
+              "memory_tiers": [{"name": "HBM", "capacity_bytes": 8e10, "bandwidth_bytes_per_s": 3e12}]}
+    request["inventory"] = {"name": "slow", "groups": [
+        {"name": "n0", "devices": [device], "link": {"bandwidth_bytes_per_s": 4.5e11}}]}
+    body = _problem(client.post("/v1/plans", json=request), 422)
+    assert "peak_flops" in body["detail"] and "between" in body["detail"]
+    assert _rows(session_factory, client.tenant_id) == (0, 0)
+
+
 def test_an_inventory_with_no_devices_is_rejected(client):
     request = plan_request()
     request["inventory"] = {"name": "empty", "groups": []}

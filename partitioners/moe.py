@@ -759,7 +759,8 @@ def _keep_threshold(mean: np.ndarray, num_available: int, min_improvement: float
     threshold = np.full(mean.size, float(min_improvement))
     if ignore_sampling_noise and num_available > 1:
         safe_mean = np.where(mean > 0, mean, 1.0)
-        noise = np.sqrt(2.0 * np.log(num_available) / safe_mean)
+        with np.errstate(over="ignore"):  # a vanishing mean: infinite noise, capped below
+            noise = np.sqrt(2.0 * np.log(num_available) / safe_mean)
         threshold += np.where(mean > 0, np.minimum(noise, _NOISE_MARGIN_CAP), 0.0)
     return threshold
 

@@ -55,9 +55,15 @@ def count_rows(values: np.ndarray, width: int) -> np.ndarray:
 
 
 def balance_ratio(gpu_load: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Per layer, max over mean GPU load; 1.0 for a layer with no load.
+
+    Loads so small that splitting them over replicas underflows to zero (subnormal
+    numbers) count as no load too, so the ratio never reads below 1.
+    """
     mean = total / gpu_load.shape[1]
-    safe = np.where(mean > 0, mean, 1.0)
-    return np.where(mean > 0, gpu_load.max(axis=1) / safe, 1.0)
+    hottest = gpu_load.max(axis=1)
+    measurable = (mean > 0) & (hottest > 0)
+    return np.where(measurable, hottest / np.where(measurable, mean, 1.0), 1.0)
 
 
 def pack_rounds(load: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:

@@ -143,6 +143,16 @@ def test_replica_counts_fill_the_slots_and_favour_the_hot_expert():
     assert sorted(counts[0, 1:].tolist()) == [1, 1, 2]
 
 
+def test_loads_too_small_to_split_count_as_no_load_and_never_read_below_balanced():
+    # 5e-324 tokens split over two replicas underflow to 0 on every GPU
+    load = np.array([[5e-324, 0.0, 0.0, 5e-324]])
+    result = rebalance(load, num_nodes=1, gpus_per_node=2, slots_per_gpu=3)
+    assert result.balance_after.worst == 1.0
+    again = rebalance(load, current_physical_to_logical=result.physical_to_logical, num_nodes=1, gpus_per_node=2,
+                      slots_per_gpu=3)
+    assert again.balance_before.worst == again.balance_after.worst == 1.0
+
+
 # ----------------------------------------------------------------------------- incremental
 
 

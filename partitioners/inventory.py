@@ -682,16 +682,14 @@ def inventory_to_json(inv: Inventory) -> dict[str, Any]:
     by_dtype = inv.device_peak_flops_by_dtype
     groups: list[dict[str, Any]] = []
     for g in range(inv.n_groups):
-        groups.append(
-            {
-                "name": str(inv.group_names[g]),
-                "devices": [],
-                "link": {
-                    "bandwidth_bytes_per_s": float(inv.group_link_bandwidth_bytes_per_s[g]),
-                    "latency_s": float(inv.group_link_latency_s[g]),
-                },
+        group: dict[str, Any] = {"name": str(inv.group_names[g]), "devices": []}
+        # a one-device group may have no link (infinite bandwidth), which JSON cannot hold
+        if math.isfinite(inv.group_link_bandwidth_bytes_per_s[g]):
+            group["link"] = {
+                "bandwidth_bytes_per_s": float(inv.group_link_bandwidth_bytes_per_s[g]),
+                "latency_s": float(inv.group_link_latency_s[g]),
             }
-        )
+        groups.append(group)
     for i in range(inv.n_devices):
         main = int(inv.device_main_tier[i])
         order = [main] + [k for k in range(len(names)) if k != main and inv.tier_capacity_bytes[i, k] > 0]

@@ -209,6 +209,15 @@ def test_json_round_trip_preserves_the_hash_and_a_preset_hashes_like_its_expansi
     assert len(inventory_hash(inv)) == 64
 
 
+def test_a_one_device_group_without_a_link_hashes_and_round_trips():
+    doc = _doc([_device("a"), _device("b")])
+    doc["groups"].append({"name": "host", "devices": [_device("cpu", peak=1e11, type_="cpu")]})
+    inv = inventory_from_json(doc)
+    again = inventory_from_json(inventory_to_json(inv))
+    assert inventory_hash(again) == inventory_hash(inv)
+    assert math.isinf(again.group_link_bandwidth_bytes_per_s[1])
+
+
 def test_hash_changes_with_the_cluster_but_not_its_name():
     a = inventory_from_json(_doc([_device("a"), _device("b")]))
     renamed = inventory_from_json({**_doc([_device("a"), _device("b")]), "name": "other"})

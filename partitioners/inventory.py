@@ -466,7 +466,7 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         raise InvalidInput(
             "inventory.groups must be a non-empty list of device groups", field="inventory.groups"
         )
-    n_total = sum(len(g.get("devices") or []) if isinstance(g, Mapping) else 0 for g in groups)
+    n_total = sum(len(g["devices"]) for g in groups if isinstance(g, Mapping) and isinstance(g.get("devices"), list))
     if n_total > MAX_DEVICES:
         raise InputTooLarge(
             f"inventory has {n_total} devices; the limit is {MAX_DEVICES}", field="inventory.groups"

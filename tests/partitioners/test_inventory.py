@@ -101,6 +101,13 @@ def test_group_without_devices_names_the_field():
     assert err.value.field == "inventory.groups[1].devices"
 
 
+@pytest.mark.parametrize("devices", [3, 1.5, True, "gpu"])
+def test_devices_that_are_not_a_list_name_the_field(devices):
+    with pytest.raises(InvalidInput) as err:
+        inventory_from_json({"name": "x", "groups": [{"name": "g", "devices": devices}]})
+    assert err.value.field == "inventory.groups[0].devices"
+
+
 def test_no_groups_is_rejected():
     with pytest.raises(InvalidInput) as err:
         inventory_from_json({"name": "x", "groups": []})

@@ -799,6 +799,11 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
         if unknown:
             raise InvalidInput(f"unknown layout field(s) {unknown}; allowed {sorted(allowed)}",
                                field=f"evaluate[{k}].{unknown[0]}", code="unknown-field")
+        dp = layout.get("dp")
+        if dp is not None and (isinstance(dp, bool) or not isinstance(dp, (int, float)) or not dp >= 1
+                               or not float(dp).is_integer()):
+            raise InvalidInput(f"evaluate[{k}].dp must be a positive integer, got {dp!r}", field=f"evaluate[{k}].dp",
+                               code="out-of-range")
         fixed: dict[str, Any] = {
             "tp": layout.get("tp", base.tp), "pp": layout.get("pp", base.pp), "cp": layout.get("cp", base.cp),
             "ep": layout.get("ep", base.ep), "micro_batch_size": layout.get("micro_batch_size", base.micro_batch_size),
@@ -816,8 +821,8 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
         cons = constraints_from_dict({key: val for key, val in fixed.items() if val is not None})
         _, _, _, cons = _parse(model_spec, cluster_spec, training_spec, cons)
         lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
-        if "dp" in layout and len(lay):
-            keep = lay.dp == int(layout["dp"])
+        if dp is not None and len(lay):
+            keep = lay.dp == int(dp)
             lay, pred, bits = lay.take(keep), {key: val[keep] for key, val in pred.items()}, bits[keep]
         if len(lay) == 0:
             if layout.get("virtual_stages", 1) > 1:

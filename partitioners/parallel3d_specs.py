@@ -37,6 +37,11 @@ from partitioners.inventory import (
 )
 
 __all__ = [
+    "MAX_COUNT",
+    "MAX_LAYERS",
+    "MAX_EXPERTS",
+    "MAX_NODES",
+    "MAX_GPUS_PER_NODE",
     "EXPERT_DISPATCH_MODES",
     "GPU_SPECS",
     "HOPPER_IN_TRAINING",
@@ -525,15 +530,33 @@ class Constraints:
 # --------------------------------------------------------------------------- parsing
 
 
-def _positive_int(value: Any, field_name: str, *, allow_zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+# The largest counts accepted (the HTTP schema states the same bounds): beyond any model or
+# cluster built, and small enough that enumerating their divisors stays instant.
+MAX_COUNT = 10**8
+MAX_LAYERS = 100_000
+MAX_EXPERTS = 65_536
+MAX_NODES = 100_000
+MAX_GPUS_PER_NODE = 1024
+
+
+def _positive_int(value: Any, field_name: str, *, allow_zero: bool = False, maximum: int = MAX_COUNT) -> int:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
         raise InvalidInput(f"{field_name} must be an integer, got {value!r}", field=field_name,
                            code="not-an-integer")
     ivalue = int(value)
     if ivalue < 0 or (ivalue == 0 and not allow_zero):
         raise InvalidInput(f"{field_name} must be {'>= 0' if allow_zero else '> 0'}, got {ivalue}",
                            field=field_name, code="out-of-range")
+    if ivalue > maximum:
+        raise InvalidInput(f"{field_name} must be <= {maximum}, got {ivalue}", field=field_name, code="out-of-range")
     return ivalue
+
+
+def _list(value: Any, field_name: str, what: str) -> Sequence:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise InvalidInput(f"{field_name} must be {what}, got {value!r}", field=field_name, code="not-a-list")
+    return value
 
 
 def _positive_float(value: Any, field_name: str) -> float:
@@ -563,12 +586,13 @@ def _moe_from_dict(data: Mapping[str, Any] | MoESpec | None) -> MoESpec | None:
     _check_block(data, MoESpec, "model.moe")
     layers = data.get("moe_layers")
     return MoESpec(
-        num_experts=_positive_int(data.get("num_experts"), "model.moe.num_experts"),
+        num_experts=_positive_int(data.get("num_experts"), "model.moe.num_experts", maximum=MAX_EXPERTS),
         experts_per_token=_positive_int(data.get("experts_per_token"), "model.moe.experts_per_token"),
         expert_ffn_hidden_size=_positive_int(data.get("expert_ffn_hidden_size"), "model.moe.expert_ffn_hidden_size"),
         shared_experts=_positive_int(data.get("shared_experts", 0), "model.moe.shared_experts", allow_zero=True),
         moe_layers=None if layers is None else tuple(
-            _positive_int(x, "model.moe.moe_layers[]", allow_zero=True) for x in layers),
+            _positive_int(x, "model.moe.moe_layers[]", allow_zero=True)
+            for x in _list(layers, "model.moe.moe_layers", "a list of layer indices")),
         num_groups=None if data.get("num_groups") is None else _positive_int(data["num_groups"],
                                                                              "model.moe.num_groups"),
         group_topk=None if data.get("group_topk") is None else _positive_int(data["group_topk"],
@@ -616,7 +640,7 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             if name not in data:
                 raise InvalidInput(f"model.{name} is required", field=f"model.{name}", code="missing-field")
         spec = ModelSpec(
-            num_layers=_positive_int(data["num_layers"], "model.num_layers"),
+            num_layers=_positive_int(data["num_layers"], "model.num_layers", maximum=MAX_LAYERS),
             hidden_size=_positive_int(data["hidden_size"], "model.hidden_size"),
             num_attention_heads=_positive_int(data["num_attention_heads"], "model.num_attention_heads"),
             seq_length=_positive_int(data["seq_length"], "model.seq_length"),
@@ -708,7 +732,7 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
                 if preset in INVENTORY_PRESETS:
                     nodes = data.get("nodes", data.get("num_nodes", 1))
                     return cluster_from_inventory(preset_inventory(preset, 1),
-                                                  num_nodes=_positive_int(nodes, "cluster.nodes"))
+                                                  num_nodes=_positive_int(nodes, "cluster.nodes", maximum=MAX_NODES))
                 raise InvalidInput(
                     f"unknown cluster preset {data['preset']!r}; known: {sorted(set(NODE_PRESETS) | set(INVENTORY_PRESETS))}",
                     field="cluster.preset", code="unknown-preset")
@@ -742,8 +766,8 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
             raise InvalidInput("cluster.peak_flops_per_s must map dtype -> FLOP/s, e.g. {'bf16': 9.89e14}",
                                field="cluster.peak_flops_per_s", code="not-an-object")
         spec = ClusterSpec(
-            gpus_per_node=_positive_int(merged["gpus_per_node"], "cluster.gpus_per_node"),
-            num_nodes=_positive_int(merged["num_nodes"], "cluster.num_nodes"),
+            gpus_per_node=_positive_int(merged["gpus_per_node"], "cluster.gpus_per_node", maximum=MAX_GPUS_PER_NODE),
+            num_nodes=_positive_int(merged["num_nodes"], "cluster.num_nodes", maximum=MAX_NODES),
             peak_flops_per_s={str(k).lower(): _positive_float(v, f"cluster.peak_flops_per_s.{k}")
                               for k, v in peaks.items()},
             memory_bytes=_positive_float(merged["memory_bytes"], "cluster.memory_bytes"),
@@ -958,11 +982,16 @@ def constraints_from_dict(data: Mapping[str, Any] | Constraints | None) -> Const
             modes = data["recompute"]
             if isinstance(modes, str):
                 modes = [modes]
+            modes = _list(modes, "constraints.recompute", f"a list drawn from {list(RECOMPUTE_MODES)}")
             kwargs["recompute"] = tuple(str(m).lower() for m in modes)
         if "allow_uneven_pp" in data:
             kwargs["allow_uneven_pp"] = bool(data["allow_uneven_pp"])
         if "tie_tolerance" in data:
-            kwargs["tie_tolerance"] = float(data["tie_tolerance"])
+            tolerance = data["tie_tolerance"]
+            if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not math.isfinite(tolerance):
+                raise InvalidInput(f"constraints.tie_tolerance must be a number, got {tolerance!r}",
+                                   field="constraints.tie_tolerance", code="out-of-range")
+            kwargs["tie_tolerance"] = float(tolerance)
         spec = Constraints(**kwargs)
     if not spec.zero_stages or any(z not in (0, 1, 2, 3) for z in spec.zero_stages):
         raise InvalidInput(f"constraints.zero_stages must be drawn from 0..3, got {list(spec.zero_stages)}",

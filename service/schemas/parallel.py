@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from partitioners.parallel3d_specs import MAX_EXPERTS, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES
 from service.schemas.common import Name, PositiveFloat, RequestModel
 from service.schemas.plans import InventoryDocument, PresetInventory
 
@@ -15,7 +16,7 @@ Count = Annotated[int, Field(ge=1, le=10**7)]
 
 
 class MoeBlock(RequestModel):
-    num_experts: int = Field(ge=1, le=65_536)
+    num_experts: int = Field(ge=1, le=MAX_EXPERTS)
     experts_per_token: int = Field(ge=1, le=1024)
     expert_ffn_hidden_size: int = Field(ge=1, le=10**6)
     shared_experts: int = Field(0, ge=0, le=1024)
@@ -37,7 +38,7 @@ class MlaBlock(RequestModel):
 
 
 class TransformerShape(RequestModel):
-    num_layers: int = Field(ge=1, le=100_000)
+    num_layers: int = Field(ge=1, le=MAX_LAYERS)
     hidden_size: int = Field(ge=1, le=10**6)
     num_attention_heads: int = Field(ge=1, le=100_000)
     num_kv_heads: int | None = Field(None, ge=1, le=100_000)
@@ -60,9 +61,9 @@ class ClusterShape(RequestModel):
 
     preset: Name | None = None
     gpu: Name | None = None
-    nodes: int | None = Field(None, ge=1, le=100_000)
-    num_nodes: int | None = Field(None, ge=1, le=100_000)
-    gpus_per_node: int | None = Field(None, ge=1, le=1024)
+    nodes: int | None = Field(None, ge=1, le=MAX_NODES)
+    num_nodes: int | None = Field(None, ge=1, le=MAX_NODES)
+    gpus_per_node: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE)
     peak_flops_per_s: dict[Name, PositiveFloat] | None = Field(None, max_length=16)
     memory_bytes: PositiveFloat | None = None
     hbm_bandwidth_bytes_per_s: PositiveFloat | None = None

@@ -1244,6 +1244,29 @@ def test_request_with_unknown_key_is_invalid_input():
     assert err.value.field == "optimiser"
 
 
+_MOE_SMALL = {**GPT_SMALL, "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 64}}
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    # counts beyond any model or cluster: enumerating 2**70's divisors would not end
+    (lambda body: body["model"]["moe"].update(num_experts=2**70), "model.moe.num_experts"),
+    (lambda body: body["model"].update(num_layers=float("inf")), "model.num_layers"),
+    (lambda body: body["cluster"].update(nodes=10**9), "cluster.num_nodes"),
+    # shapes that used to raise TypeError or ValueError inside the parser
+    (lambda body: body["model"]["moe"].update(moe_layers=True), "model.moe.moe_layers"),
+    (lambda body: body.update(constraints={"recompute": 0}), "constraints.recompute"),
+    (lambda body: body.update(constraints={"tie_tolerance": "x"}), "constraints.tie_tolerance"),
+    (lambda body: body.update(evaluate=[{"tp": 1, "pp": 1, "dp": "full"}]), "evaluate[0].dp"),
+])
+def test_malformed_request_fields_are_invalid_input_naming_the_field(edit, field):
+    body = {"model": json.loads(json.dumps(_MOE_SMALL)), "cluster": dict(A100_NODE),
+            "training": {"global_batch_sequences": 8}}
+    edit(body)
+    with pytest.raises(InvalidInput) as err:
+        plan_from_request(body)
+    assert err.value.field == field
+
+
 def test_moe_layouts_use_expert_parallel_sizes_that_divide_experts_and_dp():
     model = {**GPT_SMALL, "num_layers": 4, "moe": {"num_experts": 6, "experts_per_token": 2,
                                                    "expert_ffn_hidden_size": 64}}

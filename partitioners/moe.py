@@ -77,6 +77,7 @@ References
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -98,6 +99,12 @@ __all__ = [
     "replica_counts",
 ]
 
+# The largest cluster and options accepted (the HTTP schema states the same bounds); counts
+# elsewhere (GPUs in a request, expert groups) are capped at MAX_COUNT.
+MAX_NODES = 4096
+MAX_PER_NODE = 1024  # GPUs per node, and expert slots per GPU
+MAX_COUNT = 10**6
+MAX_OPTION = 2**40  # max_replicas_moved, expert_bytes
 # Iteration caps of the swap refinement (up to moe_moves._HOT_PER_ITER moves per layer per iteration).
 _FRESH_SWAP_ITERS = 48
 _INCREMENTAL_SWAP_ITERS = 64
@@ -307,6 +314,10 @@ def _check_load(load: object, num_moe_layers: int | None, num_logical_experts: i
             f"load must be a non-empty layers x experts matrix, got shape {array.shape}", field="load", code="bad-shape"
         )
     layers, experts = array.shape
+    if num_moe_layers is not None:
+        num_moe_layers = _check_positive_int(num_moe_layers, "model.num_moe_layers")
+    if num_logical_experts is not None:
+        num_logical_experts = _check_positive_int(num_logical_experts, "model.num_logical_experts")
     if num_moe_layers is not None and layers != num_moe_layers:
         raise InvalidInput(
             f"load has {layers} rows but the model has num_moe_layers={num_moe_layers}", field="load", code="bad-shape"
@@ -331,14 +342,29 @@ def _check_load(load: object, num_moe_layers: int | None, num_logical_experts: i
     return array
 
 
-def _check_positive_int(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
-        raise InvalidInput(f"{field} must be a positive integer, got {value!r}", field=field, code="bad-cluster")
+def _check_positive_int(value: object, field: str, maximum: int = MAX_COUNT) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= maximum:
+        raise InvalidInput(f"{field} must be an integer from 1 to {maximum}, got {value!r}", field=field,
+                           code="bad-cluster")
+    return int(value)
+
+
+def _check_count(value: object, field: str, code: str) -> int:
+    """A non-negative integer option (a cap, a size in bytes)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) <= MAX_OPTION:
+        raise InvalidInput(f"{field} must be an integer from 0 to {MAX_OPTION}, got {value!r}", field=field, code=code)
     return int(value)
 
 
 def _available_gpus(num_gpus: int, unavailable_gpus: Sequence[int]) -> np.ndarray:
-    down = np.asarray(list(unavailable_gpus), dtype=np.int64).reshape(-1)
+    try:
+        down = np.asarray(list(unavailable_gpus)).reshape(-1)
+    except (TypeError, ValueError):
+        down = np.array([None])
+    if down.size and (down.dtype.kind not in "iu"):
+        raise InvalidInput(f"cluster.unavailable_gpus must be a list of GPU numbers, got {unavailable_gpus!r}",
+                           field="cluster.unavailable_gpus", code="unknown-gpu")
+    down = down.astype(np.int64)
     if down.size and (down.min() < 0 or down.max() >= num_gpus):
         raise InvalidInput(
             f"unavailable GPU {int(down[(down < 0) | (down >= num_gpus)][0])} does not exist"
@@ -386,14 +412,21 @@ def _check_current(current: object, shape: tuple[int, int], num_experts: int) ->
     return array
 
 
-def _check_options(max_replicas_moved: object, expert_bytes: object, min_improvement: float) -> None:
-    if max_replicas_moved is not None and (isinstance(max_replicas_moved, bool) or int(max_replicas_moved) < 0):
-        raise InvalidInput("max_replicas_moved must be >= 0", field="max_replicas_moved", code="bad-cap")
-    if isinstance(expert_bytes, bool) or int(expert_bytes) < 0:
-        raise InvalidInput("expert_bytes must be >= 0", field="model.expert_bytes", code="bad-bytes")
-    if not np.isfinite(min_improvement) or min_improvement < 0:
+def _check_flag(value: object, field: str) -> bool:
+    if not isinstance(value, (bool, np.bool_, int, np.integer)) or value not in (0, 1):
+        raise InvalidInput(f"{field} must be true or false, got {value!r}", field=field, code="bad-flag")
+    return bool(value)
+
+
+def _check_options(max_replicas_moved: object, expert_bytes: object, min_improvement: object) -> None:
+    if max_replicas_moved is not None:
+        _check_count(max_replicas_moved, "max_replicas_moved", "bad-cap")
+    _check_count(expert_bytes, "model.expert_bytes", "bad-bytes")
+    if (isinstance(min_improvement, bool) or not isinstance(min_improvement, (int, float, np.integer, np.floating))
+            or not math.isfinite(float(min_improvement)) or min_improvement < 0):
         raise InvalidInput(
-            "min_improvement must be a finite number >= 0", field="min_improvement", code="bad-threshold"
+            f"min_improvement must be a finite number >= 0, got {min_improvement!r}", field="min_improvement",
+            code="bad-threshold"
         )
 
 
@@ -429,8 +462,8 @@ def replica_counts(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np
         Bad load, or fewer slots than experts.
     """
     array = _check_load(load, None, None)
-    num_gpus = _check_positive_int(num_gpus, "cluster.num_gpus")
-    slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu")
+    num_gpus = _check_positive_int(num_gpus, "cluster.num_gpus", MAX_NODES * MAX_PER_NODE)
+    slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu", MAX_PER_NODE)
     _check_fits(array.shape[1], num_gpus, slots_per_gpu)
     counts, _ = water_fill(array, num_gpus, min(num_gpus * slots_per_gpu, array.shape[1] * num_gpus))
     return counts
@@ -482,8 +515,8 @@ def lower_bound(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np.nd
         ``(num_layers,)`` float64, each >= 1.
     """
     array = _check_load(load, None, None)
-    num_gpus = _check_positive_int(num_gpus, "cluster.num_gpus")
-    slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu")
+    num_gpus = _check_positive_int(num_gpus, "cluster.num_gpus", MAX_NODES * MAX_PER_NODE)
+    slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu", MAX_PER_NODE)
     _check_fits(array.shape[1], num_gpus, slots_per_gpu)
     _, cap_lower = water_fill(array, num_gpus, min(num_gpus * slots_per_gpu, array.shape[1] * num_gpus))
     return bound_ratio(array, cap_lower, num_gpus)
@@ -532,10 +565,10 @@ def balance_stats(
         Bad load, placement shape or expert id.
     """
     array = _check_load(load, None, None)
-    num_gpus = _check_positive_int(num_nodes, "cluster.num_nodes") * _check_positive_int(
-        gpus_per_node, "cluster.gpus_per_node"
+    num_gpus = _check_positive_int(num_nodes, "cluster.num_nodes", MAX_NODES) * _check_positive_int(
+        gpus_per_node, "cluster.gpus_per_node", MAX_PER_NODE
     )
-    slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu")
+    slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu", MAX_PER_NODE)
     available = _available_gpus(num_gpus, unavailable_gpus)
     current = _check_current(physical_to_logical, (array.shape[0], num_gpus * slots_per_gpu), array.shape[1])
     slots = _dedupe(current.reshape(array.shape[0], num_gpus, slots_per_gpu)[:, available])
@@ -654,10 +687,12 @@ def rebalance(
     """
     del seed  # deterministic by construction
     array = _check_load(load, num_moe_layers, num_logical_experts)
-    num_nodes = _check_positive_int(num_nodes, "cluster.num_nodes")
-    gpus_per_node = _check_positive_int(gpus_per_node, "cluster.gpus_per_node")
-    slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu")
+    num_nodes = _check_positive_int(num_nodes, "cluster.num_nodes", MAX_NODES)
+    gpus_per_node = _check_positive_int(gpus_per_node, "cluster.gpus_per_node", MAX_PER_NODE)
+    slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu", MAX_PER_NODE)
     _check_options(max_replicas_moved, expert_bytes, min_improvement)
+    node_local = _check_flag(node_local, "node_local")
+    ignore_sampling_noise = _check_flag(ignore_sampling_noise, "ignore_sampling_noise")
     cluster = _Cluster.of(num_nodes, gpus_per_node, slots_per_gpu, unavailable_gpus)
     layers, experts = array.shape
     _check_fits(experts, cluster.num_available, slots_per_gpu)

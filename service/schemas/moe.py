@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from partitioners.moe import MAX_NODES, MAX_OPTION, MAX_PER_NODE
 from service.schemas.common import Name, RequestModel
 
 __all__ = ["MoeModel", "MoeCluster", "MoePlacementIn", "MoeRebalanceRequest", "MoeRebalanceResponse", "MoeDeploymentRead"]
@@ -19,13 +20,13 @@ class MoeModel(RequestModel):
     num_moe_layers: int = Field(ge=1, le=1024)
     num_logical_experts: int = Field(ge=1, le=65_536)
     num_expert_groups: int | None = Field(None, ge=1, le=65_536)
-    expert_bytes: int = Field(0, ge=0, le=2**40, description="Bytes of one expert's weights (sizes the migrations).")
+    expert_bytes: int = Field(0, ge=0, le=MAX_OPTION, description="Bytes of one expert's weights (sizes the migrations).")
 
 
 class MoeCluster(RequestModel):
-    num_nodes: int = Field(ge=1, le=4096)
-    gpus_per_node: int = Field(ge=1, le=1024)
-    slots_per_gpu: int = Field(ge=1, le=1024)
+    num_nodes: int = Field(ge=1, le=MAX_NODES)
+    gpus_per_node: int = Field(ge=1, le=MAX_PER_NODE)
+    slots_per_gpu: int = Field(ge=1, le=MAX_PER_NODE)
     unavailable_gpus: list[Annotated[int, Field(ge=0, le=10**6)]] = Field(default_factory=list, max_length=100_000)
 
 

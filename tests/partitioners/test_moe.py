@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from partitioners.errors import Infeasible, InvalidInput
 from partitioners.moe import balance_stats, lower_bound, rebalance, replica_counts
 
+CLUSTER_SMALL = dict(num_nodes=1, gpus_per_node=2, slots_per_gpu=3)
+
 
 def _zipf_load(layers: int, experts: int, seed: int, tokens: int = 1 << 22) -> np.ndarray:
     rng = np.random.default_rng(seed)
@@ -151,6 +153,23 @@ def test_loads_too_small_to_split_count_as_no_load_and_never_read_below_balanced
     again = rebalance(load, current_physical_to_logical=result.physical_to_logical, num_nodes=1, gpus_per_node=2,
                       slots_per_gpu=3)
     assert again.balance_before.worst == again.balance_after.worst == 1.0
+
+
+@pytest.mark.parametrize(("option", "value", "field"), [
+    ("gpus_per_node", 2**70, "cluster.gpus_per_node"),  # numpy cannot even allocate the slots
+    ("unavailable_gpus", [["a", "b"]], "cluster.unavailable_gpus"),
+    ("unavailable_gpus", 0, "cluster.unavailable_gpus"),
+    ("expert_bytes", float("inf"), "model.expert_bytes"),
+    ("max_replicas_moved", float("nan"), "max_replicas_moved"),
+    ("min_improvement", None, "min_improvement"),
+    ("min_improvement", [1], "min_improvement"),
+    ("node_local", np.array([1.0, 2.0]), "node_local"),
+    ("num_logical_experts", "four", "model.num_logical_experts"),
+])
+def test_malformed_options_are_invalid_input_naming_the_field(option, value, field):
+    with pytest.raises(InvalidInput) as err:
+        rebalance(np.ones((2, 4)), **{**CLUSTER_SMALL, option: value})
+    assert err.value.field == field
 
 
 # ----------------------------------------------------------------------------- incremental

@@ -87,6 +87,21 @@ def _parse_pairs(pairs: list[str], what: str) -> dict:
     return parsed
 
 
+def _read_json(path: Path, what: str) -> object:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"{what} {path} is not JSON ({exc})") from None
+
+
+def _parse_dims(pairs: list[str]) -> dict[str, int]:
+    dims = _parse_pairs(pairs, "--dim")
+    for name, value in dims.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise typer.BadParameter(f"--dim {name} must be a positive integer, got {value!r}")
+    return dims
+
+
 def _print_plan(plan: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -122,7 +137,7 @@ def _plan_offline(model: Path, inventory: dict, options: dict) -> dict:
     options = PlanOptions.model_validate(options).model_dump()
     settings = get_settings()
     if model.suffix == ".json":
-        ingested = ingest_json_graph(json.loads(model.read_text()), max_ops=settings.max_graph_ops)
+        ingested = ingest_json_graph(_read_json(model, "model"), max_ops=settings.max_graph_ops)
     else:
         ingested = ingest_onnx_graph(model.read_bytes(), dims=options["dims"], max_ops=settings.max_graph_ops)
     inv = ingest_inventory(inventory)
@@ -146,17 +161,23 @@ def plan(
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON (default: <model>.plan.json).")] = None,
 ) -> None:
     """Plan a model: print a summary table and write the plan JSON."""
-    inventory_doc = json.loads(inventory.read_text()) if inventory else {"preset": preset, "nodes": nodes}
+    inventory_doc = _read_json(inventory, "--inventory") if inventory else {"preset": preset, "nodes": nodes}
     options = _parse_pairs(option, "--option")
     if dim:
-        options["dims"] = {k: int(v) for k, v in _parse_pairs(dim, "--dim").items()}
+        options["dims"] = _parse_dims(dim)
     if server is None:
+        from pydantic import ValidationError
+
         from partitioners.errors import InvalidInput
 
         try:
             result = _plan_offline(model, inventory_doc, options)
         except InvalidInput as exc:
             typer.echo(f"error: {exc.detail}", err=True)
+            raise typer.Exit(2) from None
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            typer.echo(f"error: bad --option: {problems}", err=True)
             raise typer.Exit(2) from None
     else:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -166,7 +187,7 @@ def plan(
         with HyperplaceClient(server, api_key) as client:
             try:
                 if model.suffix == ".json":
-                    result = client.submit_plan(graph=json.loads(model.read_text()), inventory=inventory_doc, options=options)
+                    result = client.submit_plan(graph=_read_json(model, "model"), inventory=inventory_doc, options=options)
                 else:
                     result = client.submit_plan(onnx_path=model, inventory=inventory_doc, options=options)
                 if result["status"] not in ("done", "failed"):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -579,37 +580,124 @@ def graph_from_onnx_bytes(
     inferred = _infer_with_folding(model, warnings).graph
     graph = model.graph  # operators as uploaded; shapes and dtypes come from ``inferred``
 
-    # tensor table: name -> (shape, elem_type, is_parameter), definitions first
-    shapes: dict[str, tuple | None] = {}
-    elems: dict[str, int | None] = {}
-    parameters: set[str] = set()
-    for init in graph.initializer:
-        shapes[init.name] = tuple(int(d) for d in init.dims)
-        elems[init.name] = init.data_type
-        parameters.add(init.name)
-    for sparse in graph.sparse_initializer:
-        shapes[sparse.values.name] = tuple(int(d) for d in sparse.dims)
-        elems[sparse.values.name] = sparse.values.data_type
-        parameters.add(sparse.values.name)
-    for value in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
-        if value.name in parameters:
-            continue
-        shape, elem = _value_shape(value)
-        if shape is not None or value.name not in shapes:
-            shapes[value.name] = shape
-            elems[value.name] = elem if elem is not None else elems.get(value.name)
-    runtime_inputs = [v.name for v in graph.input if v.name not in parameters]
+    table = _TensorTable.of(graph, inferred)
+    ops = _read_operators(graph, table)
+    warnings += ops.warnings()
+    tensor_names, unused_params = _tensor_order(graph, table, ops)
+    if unused_params:
+        warnings.append(f"{unused_params} initializers are read by no operator and were left out")
+    tensor_shapes = [table.shapes.get(t) for t in tensor_names]
+    tensor_elems = [table.elems.get(t) for t in tensor_names]
+    tensor_bytes, unknown_size = _tensor_bytes(tensor_names, tensor_shapes, tensor_elems)
+    if unknown_size:
+        warnings.append(
+            f"{unknown_size} tensors have no static shape or dtype after shape inference: counted as 0 bytes"
+        )
 
-    op_names = _op_names(graph.node)
-    op_types: list[str] = []
-    op_inputs: list[list[str]] = []
-    op_outputs: list[list[str]] = []
-    op_flops = np.zeros(n_nodes, dtype=np.float64)
+    index = {t: k for k, t in enumerate(tensor_names)}
+    in_ptr, in_ids = csr_from_lists([[index[x] for x in ins] for ins in ops.inputs])
+    out_ptr, out_ids = csr_from_lists([[index[x] for x in outs] for outs in ops.outputs])
+    result = build_hypergraph(
+        name=name if name is not None else (graph.name or "onnx-model"),
+        op_names=np.array(ops.names, dtype=object),
+        op_types=np.array(ops.types, dtype=object),
+        op_flops=ops.flops,
+        input_ptr=in_ptr,
+        input_tensors=in_ids,
+        output_ptr=out_ptr,
+        output_tensors=out_ids,
+        tensor_names=np.array(tensor_names, dtype=object),
+        tensor_bytes=tensor_bytes,
+        tensor_is_parameter=np.array([t in table.parameters for t in tensor_names], dtype=bool),
+        tensor_shapes=tensor_shapes,
+        tensor_dtypes=[_DTYPE_NAMES.get(e) if e else None for e in tensor_elems],
+        warnings=warnings,
+    )
+    topological_order(result)  # raises InvalidInput(code="cycle")
+    return result
+
+
+@dataclass
+class _TensorTable:
+    """Every tensor the model defines: shape and ONNX element type by name, and which are weights.
+
+    Initializers (the weights) come first, as written; graph inputs, intermediate values
+    and outputs take the shapes and types shape inference found for them.
+    """
+
+    shapes: dict[str, tuple | None]
+    elems: dict[str, int | None]
+    parameters: set[str]
+    runtime_inputs: list[str]
+
+    @classmethod
+    def of(cls, graph: onnx.GraphProto, inferred: onnx.GraphProto) -> "_TensorTable":
+        shapes: dict[str, tuple | None] = {}
+        elems: dict[str, int | None] = {}
+        parameters: set[str] = set()
+        for init in graph.initializer:
+            shapes[init.name] = tuple(int(d) for d in init.dims)
+            elems[init.name] = init.data_type
+            parameters.add(init.name)
+        for sparse in graph.sparse_initializer:
+            shapes[sparse.values.name] = tuple(int(d) for d in sparse.dims)
+            elems[sparse.values.name] = sparse.values.data_type
+            parameters.add(sparse.values.name)
+        for value in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
+            if value.name in parameters:
+                continue
+            shape, elem = _value_shape(value)
+            if shape is not None or value.name not in shapes:
+                shapes[value.name] = shape
+                elems[value.name] = elem if elem is not None else elems.get(value.name)
+        runtime_inputs = [v.name for v in graph.input if v.name not in parameters]
+        return cls(shapes, elems, parameters, runtime_inputs)
+
+
+@dataclass
+class _Operators:
+    """The model's operators in file order: what each reads and writes, its FLOPs, and
+    what had to be estimated (for the warnings)."""
+
+    names: list[str]
+    types: list[str]
+    inputs: list[list[str]]
+    outputs: list[list[str]]
+    flops: np.ndarray
+    fallback_types: dict[str, int]  # operator type -> count without a FLOP formula
+    shape_notes: dict[str, int]  # operator type -> count with incomplete shapes
+    opaque: list[str]  # control-flow operators placed whole
+    deep_truncated: bool  # some subgraph was nested deeper than MAX_SUBGRAPH_DEPTH
+
+    def warnings(self) -> list[str]:
+        lines = []
+        if self.opaque:
+            shown = ", ".join(self.opaque[:5]) + (f" and {len(self.opaque) - 5} more" if len(self.opaque) > 5 else "")
+            lines.append(
+                f"control flow placed as opaque operators, FLOPs estimated from their outputs: {shown}"
+                + (f"; subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH} were not inspected"
+                   if self.deep_truncated else "")
+            )
+        for op_type, count in sorted(self.fallback_types.items()):
+            lines.append(f"no FLOP formula for operator type '{op_type}' ({count} operators): "
+                         "counted one FLOP per output element")
+        for op_type, count in sorted(self.shape_notes.items()):
+            lines.append(
+                f"{count} '{op_type}' operators have incomplete shapes after inference: "
+                "FLOPs counted as one per known output element"
+            )
+        return lines
+
+
+def _read_operators(graph: onnx.GraphProto, table: _TensorTable) -> _Operators:
+    """Walk the nodes once: every output has one producer, every input is defined before
+    it is read, control flow reads what its subgraphs read from outside; FLOPs estimated."""
+    n_nodes = len(graph.node)
+    ops = _Operators(names=_op_names(graph.node), types=[], inputs=[], outputs=[],
+                     flops=np.zeros(n_nodes, dtype=np.float64), fallback_types={}, shape_notes={}, opaque=[],
+                     deep_truncated=False)
+    op_names, parameters, runtime_inputs = ops.names, table.parameters, table.runtime_inputs
     producer: dict[str, int] = {}
-    fallback_types: dict[str, int] = {}
-    shape_notes: dict[str, int] = {}
-    opaque: list[str] = []
-    deep_truncated = False
     defined = set(parameters) | set(runtime_inputs)
     for i, node in enumerate(graph.node):
         op_type = node.op_type
@@ -630,8 +718,8 @@ def graph_from_onnx_bytes(
         ):
             reads, body_nodes, truncated = _outer_reads(node)
             inputs = inputs + [r for r in reads if (r in defined or r in producer) and r not in inputs]
-            opaque.append(f"'{op_names[i]}' ({op_type}, {body_nodes} operators inside)")
-            deep_truncated = deep_truncated or truncated
+            ops.opaque.append(f"'{op_names[i]}' ({op_type}, {body_nodes} operators inside)")
+            ops.deep_truncated = ops.deep_truncated or truncated
         for x in inputs:
             if x not in defined and x not in producer:
                 raise InvalidInput(
@@ -640,88 +728,54 @@ def graph_from_onnx_bytes(
                     field=f"graph.node[{i}].input",
                     code="unknown-tensor",
                 )
-        in_shapes = [shapes.get(x) for x in inputs]
-        out_shapes = [shapes.get(x) for x in outputs]
+        in_shapes = [table.shapes.get(x) for x in inputs]
+        out_shapes = [table.shapes.get(x) for x in outputs]
         if op_type in _CONTROL_FLOW:
             estimate = estimate_flops("", [], out_shapes)
         else:
             estimate = estimate_flops(op_type, in_shapes, out_shapes, _attrs(node))
             if estimate.note is not None:
                 if estimate.note.startswith("no FLOP formula"):
-                    fallback_types[op_type] = fallback_types.get(op_type, 0) + 1
+                    ops.fallback_types[op_type] = ops.fallback_types.get(op_type, 0) + 1
                 else:
-                    shape_notes[op_type] = shape_notes.get(op_type, 0) + 1
-        op_flops[i] = estimate.flops
-        op_types.append(op_type)
-        op_inputs.append(inputs)
-        op_outputs.append(outputs)
+                    ops.shape_notes[op_type] = ops.shape_notes.get(op_type, 0) + 1
+        ops.flops[i] = estimate.flops
+        ops.types.append(op_type)
+        ops.inputs.append(inputs)
+        ops.outputs.append(outputs)
         defined.update(outputs)
+    return ops
 
-    if opaque:
-        shown = ", ".join(opaque[:5]) + (f" and {len(opaque) - 5} more" if len(opaque) > 5 else "")
-        warnings.append(
-            f"control flow placed as opaque operators, FLOPs estimated from their outputs: {shown}"
-            + (f"; subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH} were not inspected" if deep_truncated else "")
-        )
-    for op_type, count in sorted(fallback_types.items()):
-        warnings.append(
-            f"no FLOP formula for operator type '{op_type}' ({count} operators): counted one FLOP per output element"
-        )
-    for op_type, count in sorted(shape_notes.items()):
-        warnings.append(
-            f"{count} '{op_type}' operators have incomplete shapes after inference: "
-            "FLOPs counted as one per known output element"
-        )
 
-    # tensors: graph inputs, then parameters that something reads, then operator outputs
-    used = {x for ins in op_inputs for x in ins}
-    unused_params = [p for p in parameters if p not in used]
-    tensor_names = list(runtime_inputs)
+def _tensor_order(graph: onnx.GraphProto, table: _TensorTable, ops: _Operators) -> tuple[list[str], int]:
+    """The graph's tensors: runtime inputs, then the weights something reads, then operator
+    outputs; and how many weights nothing reads (left out)."""
+    used = {x for ins in ops.inputs for x in ins}
+    unused_params = sum(1 for p in table.parameters if p not in used)
+    tensor_names = list(table.runtime_inputs)
     tensor_names += [t.name for t in graph.initializer if t.name in used]
     tensor_names += [t.values.name for t in graph.sparse_initializer if t.values.name in used]
-    tensor_names += [o for outs in op_outputs for o in outs]
-    if unused_params:
-        warnings.append(f"{len(unused_params)} initializers are read by no operator and were left out")
-    index = {t: k for k, t in enumerate(tensor_names)}
-    tensor_shapes = [shapes.get(t) for t in tensor_names]
-    tensor_elems = [elems.get(t) for t in tensor_names]
-    tensor_bytes = np.zeros(len(tensor_names), dtype=np.float64)
+    tensor_names += [o for outs in ops.outputs for o in outs]
+    return tensor_names, unused_params
+
+
+def _tensor_bytes(names: list[str], shapes: list, elems: list) -> tuple[np.ndarray, int]:
+    """Bytes of every tensor with a static shape and known dtype, and how many had none
+    (counted as 0); a tensor over MAX_TENSOR_BYTES means the dims were bound wrong."""
+    tensor_bytes = np.zeros(len(names), dtype=np.float64)
     unknown_size = 0
-    for k, (shape, elem) in enumerate(zip(tensor_shapes, tensor_elems)):
+    for k, (shape, elem) in enumerate(zip(shapes, elems)):
         if shape is None or any(d is None or d < 0 for d in shape) or elem not in _BITS:
             unknown_size += 1
             continue
         size = float(math.prod(shape)) * _BITS[elem] / 8.0
         if size > MAX_TENSOR_BYTES:
             raise InvalidInput(
-                f"tensor '{tensor_names[k]}' would hold {size:.3g} bytes (shape {list(shape)}), over the "
+                f"tensor '{names[k]}' would hold {size:.3g} bytes (shape {list(shape)}), over the "
                 f"{MAX_TENSOR_BYTES:.3g}-byte limit; check the dims bound for its inputs",
                 field="dims",
                 code="absurd-size",
             )
         tensor_bytes[k] = np.ceil(size)
-    if unknown_size:
-        warnings.append(
-            f"{unknown_size} tensors have no static shape or dtype after shape inference: counted as 0 bytes"
-        )
+    return tensor_bytes, unknown_size
 
-    in_ptr, in_ids = csr_from_lists([[index[x] for x in ins] for ins in op_inputs])
-    out_ptr, out_ids = csr_from_lists([[index[x] for x in outs] for outs in op_outputs])
-    result = build_hypergraph(
-        name=name if name is not None else (graph.name or "onnx-model"),
-        op_names=np.array(op_names, dtype=object),
-        op_types=np.array(op_types, dtype=object),
-        op_flops=op_flops,
-        input_ptr=in_ptr,
-        input_tensors=in_ids,
-        output_ptr=out_ptr,
-        output_tensors=out_ids,
-        tensor_names=np.array(tensor_names, dtype=object),
-        tensor_bytes=tensor_bytes,
-        tensor_is_parameter=np.array([t in parameters for t in tensor_names], dtype=bool),
-        tensor_shapes=tensor_shapes,
-        tensor_dtypes=[_DTYPE_NAMES.get(e) if e else None for e in tensor_elems],
-        warnings=warnings,
-    )
-    topological_order(result)  # raises InvalidInput(code="cycle")
-    return result

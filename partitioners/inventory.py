@@ -472,100 +472,22 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
             f"inventory has {n_total} devices; the limit is {MAX_DEVICES}", field="inventory.groups"
         )
 
+    devices = _DeviceColumns()
     group_names: list[str] = []
-    group_bw: list[float] = []
-    group_lat: list[float] = []
-    dev_names: list[str] = []
-    dev_types: list[str] = []
-    dev_group: list[int] = []
-    peaks: list[dict[str, float]] = []
-    tiers: list[list[tuple[str, float, float]]] = []
-    seen: dict[str, str] = {}
-    # presets repeat one device spec: validate it once, reuse the parsed form
-    cache: dict[int, tuple[dict[str, float], list[tuple[str, float, float]]]] = {}
+    group_links: list[LinkSpec] = []
     for gi, g in enumerate(groups):
         gwhere = f"inventory.groups[{gi}]"
-        if not isinstance(g, Mapping):
-            raise InvalidInput(f"{gwhere} must be an object", field=gwhere)
-        gname = g.get("name", f"group{gi}")
-        if not isinstance(gname, str) or not gname:
-            raise InvalidInput(f"{gwhere}.name must be a non-empty string", field=f"{gwhere}.name")
-        devices = g.get("devices")
-        if not isinstance(devices, list) or not devices:
-            raise InvalidInput(
-                f"group '{gname}' has no devices; every group needs at least one",
-                field=f"{gwhere}.devices",
-            )
-        if "link" in g:
-            link = _link(g["link"], f"{gwhere}.link")
-        elif len(devices) == 1:
-            link = _LOCAL_LINK
-        else:
-            raise InvalidInput(
-                f"group '{gname}' has {len(devices)} devices but no link between them",
-                field=f"{gwhere}.link",
-            )
+        gname, members, link = _parse_group(g, gi, gwhere)
         group_names.append(gname)
-        group_bw.append(link.bandwidth_bytes_per_s)
-        group_lat.append(link.latency_s)
-        for di, d in enumerate(devices):
-            dwhere = f"{gwhere}.devices[{di}]"
-            if not isinstance(d, Mapping):
-                raise InvalidInput(f"{dwhere} must be an object", field=dwhere)
-            dname = d.get("name")
-            if not isinstance(dname, str) or not dname or "\x00" in dname:
-                raise InvalidInput(f"{dwhere}.name must be a non-empty string", field=f"{dwhere}.name")
-            if dname in seen:
-                raise InvalidInput(
-                    f"device name '{dname}' appears twice ({seen[dname]} and {dwhere}); names must be unique",
-                    field=f"{dwhere}.name",
-                    code="duplicate-name",
-                )
-            seen[dname] = dwhere
-            dtype_ = d.get("type", "device")
-            if not isinstance(dtype_, str):
-                raise InvalidInput(f"{dwhere}.type must be a string", field=f"{dwhere}.type")
-            key_src = d.get("peak_flops"), d.get("memory_tiers")
-            key = id(key_src[1]) if preset is not None else None
-            if key is not None and key in cache:
-                peak, tier_list = cache[key]
-            else:
-                peak = _parse_peak(key_src[0], f"{dwhere}.peak_flops", default_dtype)
-                tier_list = _parse_tiers(key_src[1], f"{dwhere}.memory_tiers")
-                if key is not None:
-                    cache[key] = (peak, tier_list)
-            dev_names.append(dname)
-            dev_types.append(dtype_)
-            dev_group.append(gi)
-            peaks.append(peak)
-            tiers.append(tier_list)
-    if len(groups) > 1 or "link" in doc:
-        if "link" not in doc:
-            raise InvalidInput(
-                "inventory.link (between groups) is required when there are several groups",
-                field="inventory.link",
-            )
-        inter = _link(doc["link"], "inventory.link")
-    else:
-        inter = _LOCAL_LINK
+        group_links.append(link)
+        for di, d in enumerate(members):
+            devices.add(d, gi, f"{gwhere}.devices[{di}]", default_dtype, reuse_parsed=preset is not None)
+    inter = _inter_group_link(doc, len(groups))
 
-    n = len(dev_names)
-    dtypes = sorted({k for p in peaks for k in p})
-    by_dtype = {k: np.array([p.get(k, np.nan) for p in peaks], dtype=np.float64) for k in dtypes}
-    tier_names: list[str] = []
-    for tl in tiers:
-        for tn, _, _ in tl:
-            if tn not in tier_names:
-                tier_names.append(tn)
-    cap = np.zeros((n, len(tier_names)), dtype=np.float64)
-    bw = np.zeros((n, len(tier_names)), dtype=np.float64)
-    col = {t: i for i, t in enumerate(tier_names)}
-    main_tier = np.empty(n, dtype=np.int64)
-    for i, tl in enumerate(tiers):
-        main_tier[i] = col[tl[0][0]]  # the first tier listed is main memory
-        for tn, c, b in tl:
-            cap[i, col[tn]] = c
-            bw[i, col[tn]] = b
+    n = len(devices.names)
+    dtypes = sorted({k for p in devices.peaks for k in p})
+    by_dtype = {k: np.array([p.get(k, np.nan) for p in devices.peaks], dtype=np.float64) for k in dtypes}
+    tier_names, cap, bw, main_tier = _tier_arrays(devices.tiers)
 
     bmat = lmat = None
     if "bandwidth_matrix_bytes_per_s" in doc:
@@ -579,12 +501,12 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         name=name,
         default_dtype=default_dtype,
         group_names=np.array(group_names, dtype=object),
-        group_link_bandwidth_bytes_per_s=np.array(group_bw, dtype=np.float64),
-        group_link_latency_s=np.array(group_lat, dtype=np.float64),
+        group_link_bandwidth_bytes_per_s=np.array([g.bandwidth_bytes_per_s for g in group_links], dtype=np.float64),
+        group_link_latency_s=np.array([g.latency_s for g in group_links], dtype=np.float64),
         inter_link=inter,
-        device_names=np.array(dev_names, dtype=object),
-        device_types=np.array(dev_types, dtype=object),
-        device_group=np.array(dev_group, dtype=np.int64),
+        device_names=np.array(devices.names, dtype=object),
+        device_types=np.array(devices.types, dtype=object),
+        device_group=np.array(devices.groups, dtype=np.int64),
         device_peak_flops=by_dtype[default_dtype].copy(),
         device_peak_flops_by_dtype=by_dtype,
         tier_names=tuple(tier_names),
@@ -594,9 +516,113 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         bandwidth_matrix_bytes_per_s=bmat,
         latency_matrix_s=lmat,
         preset=preset if isinstance(preset, str) else doc.get("_preset"),
-        _index={nm: i for i, nm in enumerate(dev_names)},
+        _index={nm: i for i, nm in enumerate(devices.names)},
     )
     return inv
+
+
+def _parse_group(g: Any, gi: int, gwhere: str) -> tuple[str, list, LinkSpec]:
+    """A group's name, its device list and the link between its devices (a lone device needs none)."""
+    if not isinstance(g, Mapping):
+        raise InvalidInput(f"{gwhere} must be an object", field=gwhere)
+    gname = g.get("name", f"group{gi}")
+    if not isinstance(gname, str) or not gname:
+        raise InvalidInput(f"{gwhere}.name must be a non-empty string", field=f"{gwhere}.name")
+    members = g.get("devices")
+    if not isinstance(members, list) or not members:
+        raise InvalidInput(
+            f"group '{gname}' has no devices; every group needs at least one",
+            field=f"{gwhere}.devices",
+        )
+    if "link" in g:
+        link = _link(g["link"], f"{gwhere}.link")
+    elif len(members) == 1:
+        link = _LOCAL_LINK
+    else:
+        raise InvalidInput(
+            f"group '{gname}' has {len(members)} devices but no link between them",
+            field=f"{gwhere}.link",
+        )
+    return gname, members, link
+
+
+def _inter_group_link(doc: Mapping[str, Any], n_groups: int) -> LinkSpec:
+    """The link between groups: required with several groups; none (local) with one."""
+    if n_groups > 1 or "link" in doc:
+        if "link" not in doc:
+            raise InvalidInput(
+                "inventory.link (between groups) is required when there are several groups",
+                field="inventory.link",
+            )
+        return _link(doc["link"], "inventory.link")
+    return _LOCAL_LINK
+
+
+@dataclass
+class _DeviceColumns:
+    """Devices as they are read, one list per column; names checked unique across groups."""
+
+    names: list[str] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
+    peaks: list[dict[str, float]] = field(default_factory=list)
+    tiers: list[list[tuple[str, float, float]]] = field(default_factory=list)
+    seen: dict[str, str] = field(default_factory=dict)  # name -> where it was declared
+    # presets repeat one device spec: validate it once, reuse the parsed form
+    parsed: dict[int, tuple[dict[str, float], list[tuple[str, float, float]]]] = field(default_factory=dict)
+
+    def add(self, d: Any, group: int, dwhere: str, default_dtype: str, *, reuse_parsed: bool) -> None:
+        if not isinstance(d, Mapping):
+            raise InvalidInput(f"{dwhere} must be an object", field=dwhere)
+        dname = d.get("name")
+        if not isinstance(dname, str) or not dname or "\x00" in dname:
+            raise InvalidInput(f"{dwhere}.name must be a non-empty string", field=f"{dwhere}.name")
+        if dname in self.seen:
+            raise InvalidInput(
+                f"device name '{dname}' appears twice ({self.seen[dname]} and {dwhere}); names must be unique",
+                field=f"{dwhere}.name",
+                code="duplicate-name",
+            )
+        self.seen[dname] = dwhere
+        dtype_ = d.get("type", "device")
+        if not isinstance(dtype_, str):
+            raise InvalidInput(f"{dwhere}.type must be a string", field=f"{dwhere}.type")
+        peak_src, tiers_src = d.get("peak_flops"), d.get("memory_tiers")
+        key = id(tiers_src) if reuse_parsed else None
+        if key is not None and key in self.parsed:
+            peak, tier_list = self.parsed[key]
+        else:
+            peak = _parse_peak(peak_src, f"{dwhere}.peak_flops", default_dtype)
+            tier_list = _parse_tiers(tiers_src, f"{dwhere}.memory_tiers")
+            if key is not None:
+                self.parsed[key] = (peak, tier_list)
+        self.names.append(dname)
+        self.types.append(dtype_)
+        self.groups.append(group)
+        self.peaks.append(peak)
+        self.tiers.append(tier_list)
+
+
+def _tier_arrays(tiers: list[list[tuple[str, float, float]]]
+                 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Tier names in first-seen order, capacity and bandwidth per (device, tier) (0: the
+    device has no such tier), and each device's main-memory tier (the first it lists)."""
+    tier_names: list[str] = []
+    for tl in tiers:
+        for tn, _, _ in tl:
+            if tn not in tier_names:
+                tier_names.append(tn)
+    n = len(tiers)
+    cap = np.zeros((n, len(tier_names)), dtype=np.float64)
+    bw = np.zeros((n, len(tier_names)), dtype=np.float64)
+    col = {t: i for i, t in enumerate(tier_names)}
+    main_tier = np.empty(n, dtype=np.int64)
+    for i, tl in enumerate(tiers):
+        main_tier[i] = col[tl[0][0]]  # the first tier listed is main memory
+        for tn, c, b in tl:
+            cap[i, col[tn]] = c
+            bw[i, col[tn]] = b
+    return tier_names, cap, bw, main_tier
 
 
 def _parse_peak(value: Any, where: str, default_dtype: str) -> dict[str, float]:

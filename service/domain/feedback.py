@@ -29,7 +29,7 @@ from partitioners.hierarchical import place
 from partitioners.inventory import Inventory, inventory_to_json, link_class_ids, without_devices
 from partitioners.replan import minimal_movement, placement_result
 from partitioners.simulate import simulate
-from partitioners.timeline import match_timeline, parse_timeline, step_makespans_s
+from partitioners.timeline import TimelineEvents, TimelineMatch, match_timeline, parse_timeline, step_makespans_s
 from partitioners.transforms import expand_graph
 from service.domain import plan_views
 from service.domain.calibration import CALIBRATION_WINDOW, calibration_read, cost_model_from_factors, refit_calibration
@@ -123,74 +123,16 @@ def submit_feedback(
             calibration = feedback_repo.get_calibration(session, tenant_id, row.inventory_hash)
             return feedback_read(row, detail=True, calibration=calibration_read(calibration)), 200
     ctx = _plan_context(session, tenant_id, plan_id)
-    g, inv = ctx.graph, ctx.inventory
     events = parse_timeline(request.timeline, request.format, max_events=MAX_TIMELINE_EVENTS)
-    match = match_timeline(
-        events,
-        g.op_names.tolist(),
-        g.op_types.tolist(),
-        ctx.placement,
-        inv.device_names.tolist(),
-        g.tensor_names.tolist(),
-        op_rank=_topological_rank(g),
-        op_mapping=request.mapping.ops,
-        device_mapping=request.mapping.devices,
-        rule=request.match,
-    )
-    if match.matched_events == 0:
-        common = ", ".join(f"{name!r} x{count}" for name, count in match.unmatched_names[:5]) or "none"
-        raise UnprocessableInput(
-            f"The timeline matches none of the plan's {g.n_ops} operators ({events.n_events} operator events; "
-            f"most frequent unmatched names: {common}). Name events after the plan's operators, send mapping.ops "
-            "{measured name: plan operator}, or use match='order' to align by operator class."
-        )
-    base = CostModel()
-    times, profile = op_times_by_profile_s(g, inv, base)
-    classes = op_class_of(g.op_types)
-    roofline = times[match.op, profile[match.device]] - base.launch_overhead_s
-    names = g.op_names
-    device_names = inv.device_names
-    t_bytes = g.tensor_bytes[match.transfer_tensor]
-    t_pred = transfer_times_s(t_bytes, match.transfer_src, match.transfer_dst, inv, base)
-    t_cls = link_class_ids(inv, match.transfer_src, match.transfer_dst)
+    match = _match_or_explain(events, ctx, request)
     step_spans = step_makespans_s(match.step, match.start_s, match.duration_s)
     measured_makespan = float(np.median(list(step_spans.values()))) if step_spans else None
-    report = {
-        "rule": match.rule,
-        "matched_events": match.matched_events,
-        "unmatched_events": match.unmatched_events,
-        "nested_events": match.nested_events,
-        "ignored_events": dict(events.ignored),
-        "unmatched_names": [[n, c] for n, c in match.unmatched_names],
-        "ops_matched": int(np.unique(match.op).size),
-        "ops_total": int(g.n_ops),
-        "ops_on_other_device": match.ops_on_other_device,
-        "transfers_matched": int(match.transfer_tensor.size),
-        "steps": len(step_spans),
-        "step_makespans_s": {str(k): v for k, v in sorted(step_spans.items())},
-    }
+    report = _match_report(match, events, ctx.graph.n_ops, step_spans)
     derived = {
         "format": events.source_format,
         "mapping": request.mapping.model_dump(),
         "match": report,
-        "observations": {
-            "op": names[match.op].tolist(),
-            "device": device_names[match.device].tolist(),
-            "op_class": classes[match.op].astype(int).tolist(),
-            "step": match.step.tolist(),
-            "start_s": match.start_s.tolist(),
-            "duration_s": match.duration_s.tolist(),
-            "roofline_s": roofline.tolist(),
-        },
-        "transfers": {
-            "tensor": g.tensor_names[match.transfer_tensor].tolist(),
-            "src": device_names[match.transfer_src].tolist(),
-            "dst": device_names[match.transfer_dst].tolist(),
-            "step": match.transfer_step.tolist(),
-            "link_class": t_cls.astype(int).tolist(),
-            "predicted_s": t_pred.tolist(),
-            "duration_s": match.transfer_duration_s.tolist(),
-        },
+        **_observations(match, ctx),
         "peak_memory_bytes": dict(events.peak_memory_bytes),
     }
     try:
@@ -225,7 +167,7 @@ def submit_feedback(
     )
     if answer.resource_id != row.id:  # a concurrent retry stored first: this insert rolls back with the request
         raise Conflict("A request with this Idempotency-Key is being processed; retry shortly.")
-    calibration = refit_calibration(session, tenant_id, ctx.inventory_hash, inv)
+    calibration = refit_calibration(session, tenant_id, ctx.inventory_hash, ctx.inventory)
     log.info(
         "feedback stored",
         plan_id=ctx.plan_id,
@@ -234,6 +176,83 @@ def submit_feedback(
         unmatched=match.unmatched_events,
     )
     return feedback_read(row, match=report, calibration=calibration_read(calibration)), 201
+
+
+def _match_or_explain(events: TimelineEvents, ctx: PlanContext, request: FeedbackCreate) -> TimelineMatch:
+    """Match the timeline's events to the plan's operators, or say why none matched and how to fix it."""
+    g, inv = ctx.graph, ctx.inventory
+    match = match_timeline(
+        events,
+        g.op_names.tolist(),
+        g.op_types.tolist(),
+        ctx.placement,
+        inv.device_names.tolist(),
+        g.tensor_names.tolist(),
+        op_rank=_topological_rank(g),
+        op_mapping=request.mapping.ops,
+        device_mapping=request.mapping.devices,
+        rule=request.match,
+    )
+    if match.matched_events == 0:
+        common = ", ".join(f"{name!r} x{count}" for name, count in match.unmatched_names[:5]) or "none"
+        raise UnprocessableInput(
+            f"The timeline matches none of the plan's {g.n_ops} operators ({events.n_events} operator events; "
+            f"most frequent unmatched names: {common}). Name events after the plan's operators, send mapping.ops "
+            "{measured name: plan operator}, or use match='order' to align by operator class."
+        )
+    return match
+
+
+def _match_report(match: TimelineMatch, events: TimelineEvents, n_ops: int, step_spans: dict[int, float]) -> dict:
+    """What matched and what did not, for the caller (the ``match`` of the answer)."""
+    return {
+        "rule": match.rule,
+        "matched_events": match.matched_events,
+        "unmatched_events": match.unmatched_events,
+        "nested_events": match.nested_events,
+        "ignored_events": dict(events.ignored),
+        "unmatched_names": [[n, c] for n, c in match.unmatched_names],
+        "ops_matched": int(np.unique(match.op).size),
+        "ops_total": int(n_ops),
+        "ops_on_other_device": match.ops_on_other_device,
+        "transfers_matched": int(match.transfer_tensor.size),
+        "steps": len(step_spans),
+        "step_makespans_s": {str(k): v for k, v in sorted(step_spans.items())},
+    }
+
+
+def _observations(match: TimelineMatch, ctx: PlanContext) -> dict:
+    """The matched operator runs and transfers, each beside what the uncalibrated cost model
+    predicts for it: what calibration fits (stored, so refits never re-read the timeline)."""
+    g, inv = ctx.graph, ctx.inventory
+    base = CostModel()
+    times, profile = op_times_by_profile_s(g, inv, base)
+    classes = op_class_of(g.op_types)
+    roofline = times[match.op, profile[match.device]] - base.launch_overhead_s
+    device_names = inv.device_names
+    t_bytes = g.tensor_bytes[match.transfer_tensor]
+    t_pred = transfer_times_s(t_bytes, match.transfer_src, match.transfer_dst, inv, base)
+    t_cls = link_class_ids(inv, match.transfer_src, match.transfer_dst)
+    return {
+        "observations": {
+            "op": g.op_names[match.op].tolist(),
+            "device": device_names[match.device].tolist(),
+            "op_class": classes[match.op].astype(int).tolist(),
+            "step": match.step.tolist(),
+            "start_s": match.start_s.tolist(),
+            "duration_s": match.duration_s.tolist(),
+            "roofline_s": roofline.tolist(),
+        },
+        "transfers": {
+            "tensor": g.tensor_names[match.transfer_tensor].tolist(),
+            "src": device_names[match.transfer_src].tolist(),
+            "dst": device_names[match.transfer_dst].tolist(),
+            "step": match.transfer_step.tolist(),
+            "link_class": t_cls.astype(int).tolist(),
+            "predicted_s": t_pred.tolist(),
+            "duration_s": match.transfer_duration_s.tolist(),
+        },
+    }
 
 
 def feedback_read(

@@ -25,7 +25,7 @@ from partitioners.calibration import calibrated_cost_model, prediction_error
 from partitioners.cost import CostModel, op_class_of, op_times_by_profile_s, transfer_times_s
 from partitioners.errors import InvalidInput
 from partitioners.graph import Hypergraph, topological_order
-from partitioners.hierarchical import place
+from partitioners.hierarchical import PlacementOptions, PlacementResult, place
 from partitioners.inventory import Inventory, inventory_to_json, link_class_ids, without_devices
 from partitioners.replan import minimal_movement, placement_result
 from partitioners.simulate import simulate
@@ -374,6 +374,65 @@ def _factors_of(model: CostModel, inventory: Inventory) -> dict:
     return doc
 
 
+def _load_report_devices(request: ReplanCreate, inv: Inventory) -> tuple[list[str], dict[str, float]]:
+    """The report's gone devices (sorted) and slow ones (not gone), once every name is one of the inventory's."""
+    known = {str(n) for n in inv.device_names}
+    report = request.load_report
+    for field, names in (("gone_devices", list(report.gone_devices)), ("slow_devices", list(report.slow_devices))):
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise InvalidInput(
+                f"load_report.{field} names devices this plan's inventory does not have: {', '.join(unknown[:10])}",
+                field=f"load_report.{field}",
+            )
+    gone = sorted(set(report.gone_devices))
+    slow = {k: float(v) for k, v in sorted(report.slow_devices.items()) if k not in gone}
+    return gone, slow
+
+
+@dataclass(frozen=True)
+class _ReplanOutcome:
+    result: PlacementResult
+    current: np.ndarray  # (n_ops,) the parent's device of each operator, -1 where it is gone
+    kept_makespan_s: float  # the parent's placement (displaced operators placed anew) under the new model
+    makespan_s: float  # the answer's
+    kept_parent: bool
+
+
+def _place_against_parent(graph: Hypergraph, inventory: Inventory, opts: PlacementOptions, model: CostModel,
+                          parent_ops: dict, request: ReplanCreate) -> _ReplanOutcome:
+    """Place anew (or with minimal movement from the parent), and keep the parent's placement
+    unless the new one gains at least ``min_gain_fraction``: a gain within the model's error
+    may be a loss on the real cluster."""
+    result = place(graph, inventory, opts, cost_model=model)
+    g = result.graph
+    index = {str(n): i for i, n in enumerate(inventory.device_names)}
+    current = np.array([index.get(parent_ops.get(str(n)), -1) for n in g.op_names], dtype=np.int64)
+    if request.minimal_movement:
+        movement = minimal_movement(
+            g,
+            inventory,
+            current,
+            result.placement,
+            cost_model=model,
+            tolerance_fraction=request.gain_tolerance_fraction,
+            memory_budget_bytes=result.memory_budget_bytes,
+        )
+        if (movement.placement != result.placement).any():
+            result = placement_result(graph, inventory, opts, movement.placement, cost_model=model)
+    kept = np.where(current < 0, result.placement, current)
+    kept_makespan = float(simulate(g, inventory, kept, cost_model=model, record_timeline=False).makespan_s)
+    new_makespan = float(simulate(g, inventory, result.placement, cost_model=model, record_timeline=False).makespan_s)
+    kept_parent = False
+    if kept_makespan - new_makespan < request.min_gain_fraction * kept_makespan:
+        try:
+            result = placement_result(graph, inventory, opts, kept, cost_model=model, name="kept")
+            new_makespan, kept_parent = kept_makespan, True
+        except InvalidInput:  # the kept placement no longer fits in memory: take the new plan
+            pass
+    return _ReplanOutcome(result, current, kept_makespan, new_makespan, kept_parent)
+
+
 def replan(
     session: Session,
     tenant_id: str,
@@ -391,17 +450,7 @@ def replan(
     """
     ctx = _plan_context(session, tenant_id, plan_id)
     inv = ctx.inventory
-    known = {str(n) for n in inv.device_names}
-    report = request.load_report
-    for field, names in (("gone_devices", list(report.gone_devices)), ("slow_devices", list(report.slow_devices))):
-        unknown = sorted(set(names) - known)
-        if unknown:
-            raise InvalidInput(
-                f"load_report.{field} names devices this plan's inventory does not have: {', '.join(unknown[:10])}",
-                field=f"load_report.{field}",
-            )
-    gone = sorted(set(report.gone_devices))
-    slow = {k: float(v) for k, v in sorted(report.slow_devices.items()) if k not in gone}
+    gone, slow = _load_report_devices(request, inv)
     calibration = (
         feedback_repo.get_calibration(session, tenant_id, ctx.inventory_hash) if request.use_calibration else None
     )
@@ -422,38 +471,10 @@ def replan(
 
     def compute(graph: Hypergraph, inventory: Inventory, options: dict, cost_model: CostModel | None):
         started = time.perf_counter()
-        opts = placement_options(options)
-        result = place(graph, inventory, opts, cost_model=model)
-        g = result.graph
-        index = {str(n): i for i, n in enumerate(inventory.device_names)}
-        current = np.array([index.get(ctx.ops.get(str(n)), -1) for n in g.op_names], dtype=np.int64)
-        if request.minimal_movement:
-            movement = minimal_movement(
-                g,
-                inventory,
-                current,
-                result.placement,
-                cost_model=model,
-                tolerance_fraction=request.gain_tolerance_fraction,
-                memory_budget_bytes=result.memory_budget_bytes,
-            )
-            if (movement.placement != result.placement).any():
-                result = placement_result(graph, inventory, opts, movement.placement, cost_model=model)
-        kept = np.where(current < 0, result.placement, current)
-        kept_makespan = float(simulate(g, inventory, kept, cost_model=model, record_timeline=False).makespan_s)
-        new_makespan = float(
-            simulate(g, inventory, result.placement, cost_model=model, record_timeline=False).makespan_s
-        )
-        kept_parent = False
-        if kept_makespan - new_makespan < request.min_gain_fraction * kept_makespan:
-            # not worth moving: a gain within the model's error may be a loss on the real cluster
-            try:
-                result = placement_result(graph, inventory, opts, kept, cost_model=model, name="kept")
-                new_makespan, kept_parent = kept_makespan, True
-            except InvalidInput:  # the kept placement no longer fits in memory: take the new plan
-                pass
-        strategy, summary, body = plan_document(result, inventory)
+        outcome = _place_against_parent(graph, inventory, placement_options(options), model, ctx.ops, request)
+        strategy, summary, body = plan_document(outcome.result, inventory)
         summary["planning_s"] = round(time.perf_counter() - started, 4)
+        kept_makespan, new_makespan = outcome.kept_makespan_s, outcome.makespan_s
         summary["replan"] = {
             "parent_id": ctx.plan_id,
             "calibration_version": calibration_version,
@@ -462,11 +483,11 @@ def replan(
             "makespan_s": new_makespan,
             "gain_s": kept_makespan - new_makespan,
             "gain_fraction": (kept_makespan - new_makespan) / kept_makespan if kept_makespan > 0 else 0.0,
-            "ops_moved": int((result.placement != current).sum()),
-            "ops_displaced": int((current < 0).sum()),
-            "ops_total": int(g.n_ops),
+            "ops_moved": int((outcome.result.placement != outcome.current).sum()),
+            "ops_displaced": int((outcome.current < 0).sum()),
+            "ops_total": int(outcome.result.graph.n_ops),
             "minimal_movement": request.minimal_movement,
-            "kept_parent": kept_parent,
+            "kept_parent": outcome.kept_parent,
             "slow_devices": slow,
             "gone_devices": gone,
         }

@@ -76,6 +76,7 @@ __all__ = [
     "PEAK_FLOPS_RANGE",
     "BANDWIDTH_RANGE_BYTES_PER_S",
     "LATENCY_RANGE_S",
+    "CAPACITY_RANGE_BYTES",
     "within",
 ]
 
@@ -374,6 +375,9 @@ def _preset_to_doc(preset: Any, nodes: Any) -> dict[str, Any]:
 PEAK_FLOPS_RANGE = (1e6, 1e19)
 BANDWIDTH_RANGE_BYTES_PER_S = (1e3, 1e16)
 LATENCY_RANGE_S = (0.0, 1.0)
+# A byte to an exabyte per memory tier (a GB200 NVL72 rack holds 13.5 TB of HBM): capacities
+# are summed and compared, and 1.7e308 bytes summed over two devices is infinite.
+CAPACITY_RANGE_BYTES = (1.0, 1e18)
 
 
 def within(value: float, where: str, bounds: tuple[float, float], unit: str) -> float:
@@ -391,6 +395,10 @@ def _bandwidth(value: Any, where: str) -> float:
 
 def _latency(value: Any, where: str) -> float:
     return within(_non_negative(value, where), where, LATENCY_RANGE_S, "s")
+
+
+def _capacity(value: Any, where: str) -> float:
+    return within(_positive(value, where), where, CAPACITY_RANGE_BYTES, "bytes")
 
 
 def _peak_flops(value: Any, where: str) -> float:
@@ -664,7 +672,7 @@ def _parse_tiers(value: Any, where: str) -> list[tuple[str, float, float]]:
         out.append(
             (
                 tn,
-                _positive(t.get("capacity_bytes"), f"{twhere}.capacity_bytes"),
+                _capacity(t.get("capacity_bytes"), f"{twhere}.capacity_bytes"),
                 _bandwidth(t.get("bandwidth_bytes_per_s"), f"{twhere}.bandwidth_bytes_per_s"),
             )
         )

@@ -28,6 +28,7 @@ from partitioners.errors import InvalidInput
 from partitioners.inventory import PRESETS as INVENTORY_PRESETS
 from partitioners.inventory import (
     BANDWIDTH_RANGE_BYTES_PER_S,
+    CAPACITY_RANGE_BYTES,
     LATENCY_RANGE_S,
     PEAK_FLOPS_RANGE,
     Inventory,
@@ -814,6 +815,7 @@ def _check_rates(spec: ClusterSpec) -> None:
             within(value, f"cluster.{name}", BANDWIDTH_RANGE_BYTES_PER_S, "B/s")
     for name in ("intra_node_latency_s", "inter_node_latency_s"):
         within(getattr(spec, name), f"cluster.{name}", LATENCY_RANGE_S, "s")
+    within(spec.memory_bytes, "cluster.memory_bytes", CAPACITY_RANGE_BYTES, "bytes")
 
 
 def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -> ClusterSpec:

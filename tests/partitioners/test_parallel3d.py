@@ -1143,6 +1143,7 @@ def test_faster_looking_rejected_layouts_are_reported_with_reasons():
     ({"gpu": "a100-80gb", "num_nodes": 2, "hbm_bandwidth_bytes_per_s": 1e-300}, "cluster.hbm_bandwidth_bytes_per_s"),
     ({"gpu": "a100-80gb", "num_nodes": 2, "peak_flops_per_s": {"bf16": 1e-300}}, "cluster.peak_flops_per_s.bf16"),
     ({"gpu": "a100-80gb", "num_nodes": 2, "inter_node_latency_s": 1.7e308}, "cluster.inter_node_latency_s"),
+    ({"gpu": "a100-80gb", "num_nodes": 2, "memory_bytes": 1.7e308}, "cluster.memory_bytes"),
 ])
 def test_bad_cluster_is_invalid_input_naming_the_field(cluster, field):
     with pytest.raises(InvalidInput) as err:

@@ -29,6 +29,8 @@ from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.flops import estimate_flops
 
 __all__ = [
+    "MAX_OP_FLOPS",
+    "MAX_TENSOR_BYTES",
     "TENSOR_ACTIVATION",
     "TENSOR_INPUT",
     "TENSOR_PARAMETER",
@@ -455,6 +457,13 @@ _FALLBACK_ELEMENT_BYTES = 4.0
 _FLOAT_MAX = float(np.finfo(np.float64).max)
 #: Shape dimensions are hashed and multiplied as int64.
 _MAX_DIM = 2**63 - 1
+#: Largest tensor (and operator parameter size) accepted: 1 PiB, far above any
+#: accelerator's memory, so only a mistake reaches it; sums over a graph stay finite.
+MAX_TENSOR_BYTES = 2**50
+#: Largest FLOP count of one operator: 1e24, three times GPT-3's whole training run
+#: (3.14e23 FLOPs, Brown et al. 2020, Table D.1); the backward pass and micro-batches
+#: multiply it, and 1.7e308 FLOPs doubled is infinite.
+MAX_OP_FLOPS = 1e24
 
 
 def _types(values: list) -> set[type]:
@@ -551,16 +560,17 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
     raise InvalidInput("the graph is malformed", field="nodes", code="invalid-graph")  # pragma: no cover
 
 
-def _check_numbers(values: np.ndarray, present: np.ndarray | None, owner_names: list, what: str, section: str) -> None:
-    """Reject negative or non-finite sizes and FLOP counts, naming the first offender."""
-    bad = ~np.isfinite(values) | (values < 0)
+def _check_numbers(values: np.ndarray, present: np.ndarray | None, owner_names: list, what: str, section: str,
+                   maximum: float) -> None:
+    """Reject negative, non-finite or absurdly large sizes and FLOP counts, naming the first offender."""
+    bad = ~np.isfinite(values) | (values < 0) | (values > maximum)
     if present is not None:
         bad &= present
     if bad.any():
         i = int(np.argmax(bad))
         raise InvalidInput(
-            f"{section[:-1] if section == 'tensors' else 'operator'} '{owner_names[i]}' has {what} = {values[i]!r}; "
-            f"{what} must be a finite number >= 0",
+            f"{section[:-1] if section == 'tensors' else 'operator'} '{owner_names[i]}' has {what} = "
+            f"{float(values[i])!r}; {what} must be a finite number from 0 to {maximum:.3g}",
             field=f"{section}[{i}].{what}",
             code="invalid-number",
         )
@@ -674,13 +684,13 @@ def graph_from_json(
 
     # numbers are finite and non-negative
     bytes_arr = _float_array(columns.t_bytes, columns.t_names, "bytes", "tensors")
-    _check_numbers(bytes_arr, None, columns.t_names, "bytes", "tensors")
+    _check_numbers(bytes_arr, None, columns.t_names, "bytes", "tensors", MAX_TENSOR_BYTES)
     flops_arr = _float_array(columns.op_flops, columns.op_names, "flops", "nodes")  # None -> nan
     flops_missing = _present(columns.op_flops, columns.flops_types, n_ops, missing=True)
-    _check_numbers(flops_arr, ~flops_missing, columns.op_names, "flops", "nodes")
+    _check_numbers(flops_arr, ~flops_missing, columns.op_names, "flops", "nodes", MAX_OP_FLOPS)
     params_arr = _float_array(columns.op_params, columns.op_names, "param_bytes", "nodes")
     params_given = _present(columns.op_params, columns.params_types, n_ops, missing=False)
-    _check_numbers(params_arr, params_given, columns.op_names, "param_bytes", "nodes")
+    _check_numbers(params_arr, params_given, columns.op_names, "param_bytes", "nodes", MAX_TENSOR_BYTES)
 
     # references resolve; each tensor has at most one producer
     in_ptr, in_ids = _csr_ids(columns.op_inputs, index, nodes, "inputs")

@@ -34,15 +34,12 @@ from onnx import AttributeProto, TensorProto
 
 from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.flops import estimate_flops
-from partitioners.graph import Hypergraph, build_hypergraph, csr_from_lists, topological_order
+from partitioners.graph import MAX_TENSOR_BYTES, Hypergraph, build_hypergraph, csr_from_lists, topological_order
 
 __all__ = ["MAX_DIM", "MAX_TENSOR_BYTES", "graph_from_onnx_bytes"]
 
 #: Largest value a dynamic dimension may be bound to (int32 range, what runtimes index with).
 MAX_DIM = 2**31 - 1
-#: Largest tensor the importer accepts: 1 PiB, far above any accelerator's memory, so
-#: only a mistake (a wrong dim binding) reaches it.
-MAX_TENSOR_BYTES = 2**50
 #: Protocol buffers cap one serialized message at 2 GiB (protobuf encoding guide).
 _PROTOBUF_LIMIT_BYTES = 2**31
 #: How deep control-flow bodies are walked to find the outer tensors they read.

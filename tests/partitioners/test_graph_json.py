@@ -173,6 +173,22 @@ def test_negative_or_non_finite_numbers_are_rejected(section, index, key, value)
     assert err.field == f"{section}[{index}].{key}"
 
 
+@pytest.mark.parametrize(
+    ("section", "index", "key", "value"),
+    [
+        ("tensors", 2, "bytes", 2**50 + 1),  # over a pebibyte
+        ("nodes", 1, "param_bytes", 1e300),
+        ("nodes", 1, "flops", 1.7e308),  # doubled for the backward pass it was infinite, and a 500
+    ],
+)
+def test_sizes_and_flop_counts_no_hardware_has_are_rejected(section, index, key, value):
+    doc = _mlp()
+    doc[section][index][key] = value
+    err = _error(doc)
+    assert (err.code, err.field) == ("invalid-number", f"{section}[{index}].{key}")
+    assert "from 0 to" in err.detail
+
+
 def test_duplicate_op_name_is_rejected():
     doc = _mlp()
     doc["nodes"][2]["name"] = "fc1"

@@ -64,6 +64,15 @@ def test_a_device_slower_than_any_hardware_is_named_and_nothing_is_stored(client
     assert _rows(session_factory, client.tenant_id) == (0, 0)
 
 
+def test_an_operator_with_more_flops_than_any_run_is_named_in_training_too(client, session_factory):
+    # 1.7e308 FLOPs doubled for the backward pass was infinite and the answer a 500
+    graph = diamond_graph()
+    graph["nodes"][0]["flops"] = 1.7e308
+    body = _problem(client.post("/v1/plans", json=plan_request(graph, mode="training", micro_batches=2)), 422)
+    assert "flops" in body["detail"]
+    assert _rows(session_factory, client.tenant_id) == (0, 0)
+
+
 def test_an_inventory_with_no_devices_is_rejected(client):
     request = plan_request()
     request["inventory"] = {"name": "empty", "groups": []}

@@ -456,6 +456,9 @@ class _Planner:
         return len(self.evaluated) - 1
 
     def best_index(self) -> int:
+        if not self.evaluated:  # _check_strategy_applies keeps this from happening
+            raise InvalidInput(f"strategy '{self.options.strategy}' built no candidate for this request",
+                               field="options.strategy", code="strategy-not-applicable")
         return min(range(len(self.evaluated)), key=lambda i: self.key_of(self.evaluated[i][0], i))
 
     def stage_graph_acyclic(self, placement: np.ndarray) -> bool:
@@ -787,10 +790,30 @@ def evaluate_placement(
     return _finish(planner, index, raise_infeasible=not options.allow_infeasible)
 
 
+def _check_strategy_applies(strategy: str, n_devices: int, micro_batches: int) -> None:
+    """A strategy asked for by name must have something to build: every one but ``single``
+    spreads operators over devices, and ``hybrid`` replicates stages over micro-batches."""
+    if strategy not in ("auto", "single") and n_devices == 1:
+        raise InvalidInput(
+            f"strategy '{strategy}' spreads operators over several devices and this request offers one "
+            "(max_devices or the inventory); ask for 'single' or 'auto'",
+            field="options.strategy",
+            code="strategy-not-applicable",
+        )
+    if strategy == "hybrid" and micro_batches == 1:
+        raise InvalidInput(
+            "strategy 'hybrid' replicates pipeline stages across micro-batches and needs micro_batches > 1; "
+            "ask for 'pipeline', or for 'auto'",
+            field="options.strategy",
+            code="strategy-not-applicable",
+        )
+
+
 def _run_candidates(p: _Planner, on_progress: Callable[[float], None]) -> None:
     """Score the applicable candidates: one of each family always, more while the budget lasts."""
     want = p.options.strategy
     k_max = int(p.devices.shape[0])
+    _check_strategy_applies(want, k_max, p.m)
     group_sizes = [int(x) for x in np.unique(p.inventory.device_group[p.devices], return_counts=True)[1]]
     sizes = sorted(_sizes(k_max, group_sizes), reverse=True)
 

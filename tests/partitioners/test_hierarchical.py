@@ -174,6 +174,19 @@ def test_max_devices_limits_the_plan():
     assert r.makespan_s == pytest.approx(6e-3)
 
 
+@pytest.mark.parametrize("strategy", ["heft", "metis", "pipeline", "hybrid"])
+def test_a_strategy_that_needs_several_devices_on_one_is_invalid_input(strategy):
+    with pytest.raises(InvalidInput) as err:
+        place(chain(), cluster(4), PlacementOptions(strategy=strategy, max_devices=1, micro_batches=2), cost_model=IDEAL)
+    assert (err.value.field, err.value.code) == ("options.strategy", "strategy-not-applicable")
+
+
+def test_hybrid_with_one_micro_batch_is_invalid_input_naming_the_fix():
+    with pytest.raises(InvalidInput) as err:
+        place(chain(), cluster(4), PlacementOptions(strategy="hybrid"), cost_model=IDEAL)
+    assert err.value.field == "options.strategy" and "micro_batches > 1" in str(err.value)
+
+
 def test_communication_objective_moves_nothing_when_one_device_fits():
     r = place(two_chains(), cluster(4), PlacementOptions(objective="communication"), cost_model=IDEAL)
     assert r.simulation.comm_bytes == 0.0

@@ -631,7 +631,8 @@ class _Planner:
         first = np.full(g.n_tensors, self.n, dtype=np.int64)
         np.minimum.at(first, p_t, p_o)
         pt = np.flatnonzero(first < self.n)
-        mem = np.bincount(e.op_origin[first[pt]], weights=g.tensor_bytes[pt], minlength=n_origin)
+        # float even when no operator reads a parameter (bincount of nothing is int64)
+        mem = np.bincount(e.op_origin[first[pt]], weights=g.tensor_bytes[pt], minlength=n_origin).astype(np.float64)
         if e.mode == "training":
             fwd = np.flatnonzero(e.op_phase == PHASE_FORWARD)
             out_b = g.op_output_bytes()

@@ -187,6 +187,13 @@ def test_hybrid_with_one_micro_batch_is_invalid_input_naming_the_fix():
     assert err.value.field == "options.strategy" and "micro_batches > 1" in str(err.value)
 
 
+def test_a_training_graph_without_parameters_is_placed_by_every_strategy_family():
+    # the stage memory profile summed no parameter bytes as int64 and could not add floats to it
+    graph = graph_from_ops("no-params", [("op0", "LayerNormalization", MS, [], [])], {})
+    result = place(graph, cluster(4), PlacementOptions(mode="training", micro_batches=2), cost_model=IDEAL)
+    assert {c.strategy.split("-")[0] for c in result.candidates} >= {"single", "hybrid", "pipeline", "heft"}
+
+
 def test_communication_objective_moves_nothing_when_one_device_fits():
     r = place(two_chains(), cluster(4), PlacementOptions(objective="communication"), cost_model=IDEAL)
     assert r.simulation.comm_bytes == 0.0

@@ -13,7 +13,7 @@ from service.storage.blobs import unpack_json
 from service.storage.models import Graph, Plan
 from service.storage import plans as plans_repo
 
-__all__ = ["plan_read", "etag", "graph_read", "finished_plan", "chrome_trace", "html_view", "plan_body"]
+__all__ = ["plan_read", "etag", "graph_read", "finished_plan", "chrome_trace", "html_view", "inline_json", "plan_body"]
 
 
 def etag(plan: Plan) -> str:
@@ -103,7 +103,16 @@ def html_view(session: Session, plan: Plan) -> str:
         "inventory_hash": plan.inventory_hash,
         "candidates": body.get("candidates", []),
     }
-    # "</" must not appear inside the inline JSON script element.
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     template = resources.files("service.api").joinpath("static/plan_view.html").read_text()
-    return template.replace("__PLAN_DATA__", payload).replace("__PLAN_ID__", plan.id)
+    return template.replace("__PLAN_ID__", plan.id).replace("__PLAN_DATA__", inline_json(data))
+
+
+def inline_json(data: object) -> str:
+    """JSON safe to place inside a ``<script>`` element: no ``<``, ``>`` or ``&`` in it.
+
+    A name holding ``</script>`` would end the element, and one holding ``<!--<script>``
+    would keep the real end tag from closing it; escaped as ``\\u003c`` and so on they
+    are the same JSON strings (Django's ``json_script`` does the same).
+    """
+    text = json.dumps(data, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

@@ -80,3 +80,19 @@ def test_the_plan_view_draws_the_gantt_memory_links_and_candidates(live_server, 
     assert browser.find_elements(By.CSS_SELECTOR, "#links tbody tr")
     errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []
+
+
+def test_names_that_hold_markup_are_shown_as_text_and_run_nothing(live_server, browser):
+    from selenium.webdriver.common.by import By
+
+    markup = "</script><script>window.pwned = 1</script><!--<script>"
+    graph = diamond_graph("markup")
+    graph["name"] = markup
+    graph["nodes"][0]["name"] = markup
+    plan = httpx.post(f"{live_server}/v1/plans", json=plan_request(graph), timeout=120).json()
+    browser.get(f"{live_server}/v1/plans/{plan['id']}/view")
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-rendered") == "true"
+    assert browser.execute_script("return window.pwned === undefined")
+    shown = browser.execute_script("return JSON.parse(document.getElementById('plan-data').textContent)")
+    assert any(bar[3] == markup for bar in shown["gantt"])
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -236,11 +236,15 @@ def keys_create(
 def keys_list(tenant: Annotated[str, typer.Option(help="Tenant name.")]) -> None:
     """List a tenant's keys (ids, prefixes, scopes; never the keys)."""
     from service.storage.db import make_engine, make_session_factory
-    from service.storage.tenants import get_or_create_tenant, list_api_keys
+    from service.storage.tenants import get_tenant_by_name, list_api_keys
 
     factory = make_session_factory(make_engine(get_settings().database_url))
     with factory() as session, session.begin():
-        for row in list_api_keys(session, get_or_create_tenant(session, tenant)):
+        found = get_tenant_by_name(session, tenant)
+        if found is None:  # listing must not create the tenant it looks for
+            typer.echo(f"no tenant named {tenant}", err=True)
+            raise typer.Exit(1)
+        for row in list_api_keys(session, found):
             state = "revoked" if row.revoked_at else "active"
             typer.echo(f"{row.id}  hp_{row.prefix}_...  {row.scopes}  {state}  {row.name}")
 

@@ -21,6 +21,7 @@ __all__ = [
     "ALL_SCOPES",
     "IssuedKey",
     "hash_api_key",
+    "get_tenant_by_name",
     "get_or_create_tenant",
     "issue_api_key",
     "find_active_key",
@@ -45,8 +46,12 @@ def hash_api_key(api_key: str, secret: str) -> str:
     return hmac.new(secret.encode(), api_key.encode(), hashlib.sha256).hexdigest()
 
 
+def get_tenant_by_name(session: Session, name: str) -> Tenant | None:
+    return session.scalar(select(Tenant).where(Tenant.name == name))
+
+
 def get_or_create_tenant(session: Session, name: str) -> Tenant:
-    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+    tenant = get_tenant_by_name(session, name)
     if tenant is None:
         tenant = Tenant(name=name)
         session.add(tenant)

@@ -26,6 +26,7 @@ from sqlalchemy.exc import ProgrammingError
 from service.app import create_app
 from service.storage import plans as plans_repo
 from service.storage.models import ApiKey
+from service.storage.tenants import get_tenant_by_name
 from tests.conftest import TenantClient, make_settings, new_api_key
 from tests.service.graphs import diamond_graph, measured_timeline, plan_request
 from tests.service.live_server import start_server, wait_until
@@ -187,6 +188,14 @@ def test_a_key_revoked_with_the_cli_gets_401(base_client, database_url):
     assert _cli(database_url, "keys", "revoke", key_id).returncode == 0
     assert base_client.get("/v1/plans/x", headers=headers).status_code == 401
     assert "revoked" in _cli(database_url, "keys", "list", "--tenant", tenant).stdout
+
+
+def test_listing_the_keys_of_an_unknown_tenant_says_so_and_creates_no_tenant(database_url, session_factory):
+    tenant = f"nobody-{uuid.uuid4().hex[:8]}"
+    listed = _cli(database_url, "keys", "list", "--tenant", tenant)
+    assert listed.returncode == 1 and f"no tenant named {tenant}" in listed.stderr
+    with session_factory() as session:
+        assert get_tenant_by_name(session, tenant) is None
 
 
 @pytest.fixture

@@ -309,6 +309,136 @@ def _attribute_kernels(
     return len(kernels) - len(unclaimed), unclaimed
 
 
+def _trace_events(document: Any, max_events: int) -> list:
+    """The trace's event list: ``traceEvents`` of an object, or a bare array."""
+    if isinstance(document, dict):
+        events = document.get("traceEvents")
+        if not isinstance(events, list):
+            raise InvalidInput("a Chrome trace needs a 'traceEvents' array", field="timeline.traceEvents")
+    elif isinstance(document, list):
+        events = document
+    else:
+        raise InvalidInput("a Chrome trace is a JSON object with 'traceEvents' or a JSON array", field="timeline")
+    if len(events) > max_events:
+        raise InputTooLarge(
+            f"the trace has {len(events)} events; at most {max_events} are accepted", field="timeline.traceEvents"
+        )
+    return events
+
+
+def _split_metadata(events: list, ignored: Counter) -> tuple[dict[str, str], dict[str, str], list[tuple[int, dict]]]:
+    """Process and thread names from the metadata events (``ph: M``), and the complete
+    events (``ph: X``) with their index; other phases are counted as ignored."""
+    process_name: dict[str, str] = {}
+    thread_name: dict[str, str] = {}
+    complete: list[tuple[int, dict]] = []
+    for i, ev in enumerate(events):
+        if not isinstance(ev, dict):
+            raise InvalidInput(f"trace event {i} is not an object", field=f"timeline.traceEvents[{i}]")
+        ph = ev.get("ph")
+        if ph == "M":
+            args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+            label = args.get("name")
+            if isinstance(label, str):
+                if ev.get("name") == "process_name":
+                    process_name[str(ev.get("pid"))] = label
+                elif ev.get("name") == "thread_name":
+                    thread_name[f"{ev.get('pid')}:{ev.get('tid')}"] = label
+            ignored["metadata"] += 1
+        elif ph == "X":
+            complete.append((i, ev))
+        else:
+            ignored[f"phase {ph}"] += 1
+    return process_name, thread_name, complete
+
+
+@dataclass
+class _CompleteEvents:
+    """Complete events sorted into what they are: profiler steps (windows), transfers
+    (``args`` with ``src`` and ``dst``), device kernels to attribute to their operator
+    (``External id``), and operator events, one column per field."""
+
+    names: list[str] = field(default_factory=list)
+    devices: list[tuple[str, ...]] = field(default_factory=list)  # labels the event's device may go by
+    external: list[Any] = field(default_factory=list)
+    threads: list[str] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+    kernels: list[tuple[Any, float, float, tuple[str, ...], str, str]] = field(default_factory=list)
+    step_windows: list[tuple[float, float, int]] = field(default_factory=list)
+    transfers: list[dict] = field(default_factory=list)
+
+    def add(self, i: int, ev: dict, process_name: dict[str, str], thread_name: dict[str, str],
+            ignored: Counter) -> None:
+        where = f"timeline.traceEvents[{i}]"
+        name = ev.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"complete event {i} has no name", field=f"{where}.name")
+        ts = _finite(ev.get("ts"), f"{where}.ts") * _US
+        dur = _finite(ev.get("dur", 0.0), f"{where}.dur", minimum=0.0) * _US
+        step_match = _STEP_RE.match(name)
+        if step_match:
+            self.step_windows.append((ts, ts + dur, int(step_match.group(1))))
+            return
+        category = str(ev.get("cat", "")).lower()
+        if category in IGNORED_CATEGORIES:
+            ignored[category] += 1
+            return
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        pid, tid = str(ev.get("pid", "")), str(ev.get("tid", ""))
+        key = f"{pid}:{tid}"
+        if "src" in args and "dst" in args:
+            self.transfers.append(
+                {
+                    "tensor": str(args.get("tensor", name)),
+                    "src": _text(args["src"], f"{where}.args.src"),
+                    "dst": _text(args["dst"], f"{where}.args.dst"),
+                    "start_s": ts,
+                    "duration_s": dur,
+                    "step": -1,
+                }
+            )
+            return
+        device = args.get("device")
+        candidates = [str(device)] if isinstance(device, (str, int)) and not isinstance(device, bool) else []
+        candidates += [key, pid]
+        for label in (thread_name.get(key), process_name.get(pid)):
+            if label:
+                candidates.append(label)
+        ext = args.get("External id")
+        ext = ext if isinstance(ext, (int, str)) and not isinstance(ext, bool) else None
+        if category in KERNEL_CATEGORIES and ext is not None:
+            self.kernels.append((ext, ts, dur, tuple(candidates), name, key))
+            return
+        self.names.append(name)
+        self.devices.append(tuple(candidates))
+        self.external.append(ext)
+        self.threads.append(key)
+        self.starts.append(ts)
+        self.durations.append(dur)
+
+
+def _steps_of(step_windows: list[tuple[float, float, int]], start_s: np.ndarray, transfers: list[dict]) -> np.ndarray:
+    """Per event, the profiler step whose window holds its start (-1: none); transfers get
+    theirs written into their ``step``."""
+    step = np.full(start_s.size, -1, dtype=np.int64)
+    if not step_windows:
+        return step
+    step_windows = sorted(step_windows)
+    lo = np.array([w[0] for w in step_windows])
+    hi = np.array([w[1] for w in step_windows])
+    number = np.array([w[2] for w in step_windows], dtype=np.int64)
+    if start_s.size:
+        k = np.searchsorted(lo, start_s, side="right") - 1
+        inside = (k >= 0) & (start_s <= hi[np.clip(k, 0, None)] + 1e-12)
+        step[inside] = number[k[inside]]
+    for tr in transfers:
+        k = int(np.searchsorted(lo, tr["start_s"], side="right")) - 1
+        if k >= 0 and tr["start_s"] <= hi[k] + 1e-12:
+            tr["step"] = int(number[k])
+    return step
+
+
 def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> TimelineEvents:
     """Normalise Chrome trace-event JSON (object with ``traceEvents``, or a bare array).
 
@@ -329,117 +459,20 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
     InputTooLarge
         More than ``max_events`` events.
     """
-    if isinstance(document, dict):
-        events = document.get("traceEvents")
-        if not isinstance(events, list):
-            raise InvalidInput("a Chrome trace needs a 'traceEvents' array", field="timeline.traceEvents")
-    elif isinstance(document, list):
-        events = document
-    else:
-        raise InvalidInput("a Chrome trace is a JSON object with 'traceEvents' or a JSON array", field="timeline")
-    if len(events) > max_events:
-        raise InputTooLarge(
-            f"the trace has {len(events)} events; at most {max_events} are accepted", field="timeline.traceEvents"
-        )
-    process_name: dict[str, str] = {}
-    thread_name: dict[str, str] = {}
+    events = _trace_events(document, max_events)
     ignored: Counter = Counter()
-    complete: list[tuple[int, dict]] = []
-    for i, ev in enumerate(events):
-        if not isinstance(ev, dict):
-            raise InvalidInput(f"trace event {i} is not an object", field=f"timeline.traceEvents[{i}]")
-        ph = ev.get("ph")
-        if ph == "M":
-            args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-            label = args.get("name")
-            if isinstance(label, str):
-                if ev.get("name") == "process_name":
-                    process_name[str(ev.get("pid"))] = label
-                elif ev.get("name") == "thread_name":
-                    thread_name[f"{ev.get('pid')}:{ev.get('tid')}"] = label
-            ignored["metadata"] += 1
-        elif ph == "X":
-            complete.append((i, ev))
-        else:
-            ignored[f"phase {ph}"] += 1
-
-    names: list[str] = []
-    devices: list[tuple[str, ...]] = []
-    external: list[Any] = []
-    kernels: list[tuple[Any, float, float, tuple[str, ...], str, str]] = []
-    threads: list[str] = []
-    starts: list[float] = []
-    durations: list[float] = []
-    step_windows: list[tuple[float, float, int]] = []
-    transfers: list[dict] = []
+    process_name, thread_name, complete = _split_metadata(events, ignored)
+    read = _CompleteEvents()
     for i, ev in complete:
-        where = f"timeline.traceEvents[{i}]"
-        name = ev.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidInput(f"complete event {i} has no name", field=f"{where}.name")
-        ts = _finite(ev.get("ts"), f"{where}.ts") * _US
-        dur = _finite(ev.get("dur", 0.0), f"{where}.dur", minimum=0.0) * _US
-        step_match = _STEP_RE.match(name)
-        if step_match:
-            step_windows.append((ts, ts + dur, int(step_match.group(1))))
-            continue
-        category = str(ev.get("cat", "")).lower()
-        if category in IGNORED_CATEGORIES:
-            ignored[category] += 1
-            continue
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        pid, tid = str(ev.get("pid", "")), str(ev.get("tid", ""))
-        key = f"{pid}:{tid}"
-        if "src" in args and "dst" in args:
-            transfers.append(
-                {
-                    "tensor": str(args.get("tensor", name)),
-                    "src": _text(args["src"], f"{where}.args.src"),
-                    "dst": _text(args["dst"], f"{where}.args.dst"),
-                    "start_s": ts,
-                    "duration_s": dur,
-                    "step": -1,
-                }
-            )
-            continue
-        device = args.get("device")
-        candidates = [str(device)] if isinstance(device, (str, int)) and not isinstance(device, bool) else []
-        candidates += [key, pid]
-        for label in (thread_name.get(key), process_name.get(pid)):
-            if label:
-                candidates.append(label)
-        ext = args.get("External id")
-        ext = ext if isinstance(ext, (int, str)) and not isinstance(ext, bool) else None
-        if category in KERNEL_CATEGORIES and ext is not None:
-            kernels.append((ext, ts, dur, tuple(candidates), name, key))
-            continue
-        names.append(name)
-        devices.append(tuple(candidates))
-        external.append(ext)
-        threads.append(key)
-        starts.append(ts)
-        durations.append(dur)
-
-    start_s = np.asarray(starts, dtype=np.float64)
-    duration_s = np.asarray(durations, dtype=np.float64)
+        read.add(i, ev, process_name, thread_name, ignored)
+    names, devices, threads, kernels, transfers = read.names, read.devices, read.threads, read.kernels, read.transfers
+    start_s = np.asarray(read.starts, dtype=np.float64)
+    duration_s = np.asarray(read.durations, dtype=np.float64)
     # nesting and steps from the CPU side; then device time from the kernels, if any
     parent = _parents(threads, start_s, start_s + duration_s)
-    step = np.full(len(names), -1, dtype=np.int64)
-    if step_windows:
-        step_windows.sort()
-        lo = np.array([w[0] for w in step_windows])
-        hi = np.array([w[1] for w in step_windows])
-        number = np.array([w[2] for w in step_windows], dtype=np.int64)
-        if names:
-            k = np.searchsorted(lo, start_s, side="right") - 1
-            inside = (k >= 0) & (start_s <= hi[np.clip(k, 0, None)] + 1e-12)
-            step[inside] = number[k[inside]]
-        for tr in transfers:
-            k = int(np.searchsorted(lo, tr["start_s"], side="right")) - 1
-            if k >= 0 and tr["start_s"] <= hi[k] + 1e-12:
-                tr["step"] = int(number[k])
+    step = _steps_of(read.step_windows, start_s, transfers)
     if kernels:
-        attributed, extra = _attribute_kernels(kernels, external, parent, devices, start_s, duration_s)
+        attributed, extra = _attribute_kernels(kernels, read.external, parent, devices, start_s, duration_s)
         if attributed:
             ignored["kernel attributed to its operator"] += attributed
         if extra:  # unclaimed kernels stay events of their own, top-level on their stream

@@ -672,7 +672,7 @@ def graph_from_json(
     InvalidInput
         With ``field`` set to the offending entry's path and ``code`` one of
         ``invalid-graph``, ``empty-graph``, ``invalid-node``, ``invalid-tensor``,
-        ``invalid-number`` (negative or non-finite bytes/flops), ``duplicate-op``,
+        ``invalid-number`` (negative, non-finite or over ``MAX_TENSOR_BYTES`` / ``MAX_OP_FLOPS``), ``duplicate-op``,
         ``duplicate-tensor``, ``unknown-tensor``, ``duplicate-producer``,
         ``kind-mismatch``, ``cycle``.
     """
@@ -686,10 +686,10 @@ def graph_from_json(
     bytes_arr = _float_array(columns.t_bytes, columns.t_names, "bytes", "tensors")
     _check_numbers(bytes_arr, None, columns.t_names, "bytes", "tensors", MAX_TENSOR_BYTES)
     flops_arr = _float_array(columns.op_flops, columns.op_names, "flops", "nodes")  # None -> nan
-    flops_missing = _present(columns.op_flops, columns.flops_types, n_ops, missing=True)
+    flops_missing = _absent(columns.op_flops, columns.flops_types, n_ops)
     _check_numbers(flops_arr, ~flops_missing, columns.op_names, "flops", "nodes", MAX_OP_FLOPS)
     params_arr = _float_array(columns.op_params, columns.op_names, "param_bytes", "nodes")
-    params_given = _present(columns.op_params, columns.params_types, n_ops, missing=False)
+    params_given = ~_absent(columns.op_params, columns.params_types, n_ops)
     _check_numbers(params_arr, params_given, columns.op_names, "param_bytes", "nodes", MAX_TENSOR_BYTES)
 
     # references resolve; each tensor has at most one producer
@@ -701,7 +701,7 @@ def graph_from_json(
     shapes = [tuple(s) if s is not None else None for s in columns.t_shapes] if columns.has_shapes else None
     dtypes = columns.t_dtypes if _types(columns.t_dtypes) != {type(None)} else None
     devices = (
-        np.array([tuple(d) if d is not None else None for d in columns.op_devices] + [None], dtype=object)[:-1]
+        _object_vector([tuple(d) if d is not None else None for d in columns.op_devices])
         if list in columns.device_types_types
         else None
     )
@@ -713,14 +713,14 @@ def graph_from_json(
 
     graph = build_hypergraph(
         name=name,
-        op_names=np.array(columns.op_names + [None], dtype=object)[:-1],
-        op_types=np.array(columns.op_types + [None], dtype=object)[:-1],
+        op_names=_object_vector(columns.op_names),
+        op_types=_object_vector(columns.op_types),
         op_flops=flops_arr,
         input_ptr=in_ptr,
         input_tensors=in_ids,
         output_ptr=out_ptr,
         output_tensors=out_ids,
-        tensor_names=np.array(columns.t_names + [None], dtype=object)[:-1],
+        tensor_names=_object_vector(columns.t_names),
         tensor_bytes=bytes_arr,
         tensor_is_parameter=is_param,
         tensor_shapes=shapes,
@@ -874,13 +874,16 @@ def _unique_names(columns: _JsonColumns) -> dict:
     return index
 
 
-def _present(values: list, value_types: set[type], count: int, *, missing: bool) -> np.ndarray:
-    """Per entry, whether an optional number is absent (``missing=True``) or given (``missing=False``)."""
+def _absent(values: list, value_types: set[type], count: int) -> np.ndarray:
+    """Per entry, whether an optional number was left out (``None``)."""
     if type(None) not in value_types:
-        return np.full(count, not missing, dtype=bool)
-    if missing:
-        return np.fromiter((v is None for v in values), dtype=bool, count=count)
-    return np.fromiter((v is not None for v in values), dtype=bool, count=count)
+        return np.zeros(count, dtype=bool)
+    return np.fromiter((v is None for v in values), dtype=bool, count=count)
+
+
+def _object_vector(items: list) -> np.ndarray:
+    """A 1-D object array of ``items``, even when they are tuples numpy would stack into 2-D."""
+    return np.fromiter(items, dtype=object, count=len(items))
 
 
 def _writers_per_tensor(out_ptr: np.ndarray, out_ids: np.ndarray, columns: _JsonColumns) -> np.ndarray:

@@ -456,9 +456,6 @@ class _Planner:
         return len(self.evaluated) - 1
 
     def best_index(self) -> int:
-        if not self.evaluated:  # _check_strategy_applies keeps this from happening
-            raise InvalidInput(f"strategy '{self.options.strategy}' built no candidate for this request",
-                               field="options.strategy", code="strategy-not-applicable")
         return min(range(len(self.evaluated)), key=lambda i: self.key_of(self.evaluated[i][0], i))
 
     def stage_graph_acyclic(self, placement: np.ndarray) -> bool:

@@ -78,7 +78,7 @@ References
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -358,10 +358,10 @@ def _check_count(value: object, field: str, code: str) -> int:
 
 def _available_gpus(num_gpus: int, unavailable_gpus: Sequence[int]) -> np.ndarray:
     try:
-        down = np.asarray(list(unavailable_gpus)).reshape(-1)
+        down = np.asarray(list(unavailable_gpus))
     except (TypeError, ValueError):
-        down = np.array([None])
-    if down.size and (down.dtype.kind not in "iu"):
+        down = None
+    if down is None or down.ndim != 1 or (down.size and down.dtype.kind not in "iu"):
         raise InvalidInput(f"cluster.unavailable_gpus must be a list of GPU numbers, got {unavailable_gpus!r}",
                            field="cluster.unavailable_gpus", code="unknown-gpu")
     down = down.astype(np.int64)
@@ -836,6 +836,7 @@ def _replace_incrementally(
     final = original.copy()
     action = np.full(layers, "kept", dtype="<U9")
     policy = np.full(layers, "", dtype="<U12")
+    # final, action and policy are filled in place below for the layers that change
     decision = _Decision(final, original, BalanceStats.of(before_ratio), action, policy, original_node_gpu=None)
     if candidates.size == 0:
         return decision
@@ -857,8 +858,8 @@ def _replace_incrementally(
         node_gpus=node_gpus,
         original=original,
         original_node_has=original_node_gpu >= 0,
-        node_local=bool(node_local),
-        budget=None if max_replicas_moved is None else int(max_replicas_moved),
+        node_local=node_local,
+        budget=max_replicas_moved,
     )
     # the layers as repaired in place, their max/mean and the copies they write
     _repair(state, active, current, counts, before_ratio, fresh_ratio, threshold, mean, ctx, cluster)
@@ -873,7 +874,7 @@ def _replace_incrementally(
     final[active[worth]] = chosen[worth]
     action[active[worth]] = np.where(use_fresh[worth], "replanned", "moved")
     policy[active[worth & use_fresh]] = fresh_policy[worth & use_fresh]
-    return _Decision(final, original, decision.before, action, policy, original_node_gpu)
+    return replace(decision, original_node_gpu=original_node_gpu)
 
 
 def _repair(state: PlacementState, active: np.ndarray, current: np.ndarray, counts: np.ndarray,

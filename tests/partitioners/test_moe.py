@@ -158,6 +158,7 @@ def test_loads_too_small_to_split_count_as_no_load_and_never_read_below_balanced
 @pytest.mark.parametrize(("option", "value", "field"), [
     ("gpus_per_node", 2**70, "cluster.gpus_per_node"),  # numpy cannot even allocate the slots
     ("unavailable_gpus", [["a", "b"]], "cluster.unavailable_gpus"),
+    ("unavailable_gpus", [[1]], "cluster.unavailable_gpus"),  # a list of numbers, not of lists
     ("unavailable_gpus", 0, "cluster.unavailable_gpus"),
     ("expert_bytes", float("inf"), "model.expert_bytes"),
     ("max_replicas_moved", float("nan"), "max_replicas_moved"),

@@ -460,14 +460,13 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     # LayerNorms (read + write), two bias-dropout-residual adds (read 2, write 1, mask 0.5)
     elementwise_fwd = tokens * (22.0 * h / rep_div + 2.0 * (up + 1) * model.ffn / tp) / hbm_eff
     # selective recomputation under flash attention (activation_bytes_per_layer) rebuilds
-    # the norm outputs (read 2 + write 2 bytes per element) and, in MoE layers, the
-    # experts' activation output from the kept up-projection output
+    # the norm outputs (read 2 + write 2 bytes per element) and the MLP's activation
+    # output from the kept up-projection output (read 2 per up-projection + write one)
     norm_rebuild = tokens * 8.0 * (h + model.latent_width) / rep_div / hbm_eff
+    act_rebuild = {False: tokens * (2.0 * up + rates.linear_bytes) * model.ffn / tp / hbm_eff}
     if model.moe is not None:
-        act_rebuild = tokens * (model.moe.experts_per_token + model.moe.shared_experts) \
+        act_rebuild[True] = tokens * (model.moe.experts_per_token + model.moe.shared_experts) \
             * (2.0 * up + rates.linear_bytes) * model.moe.expert_ffn_hidden_size / tp / hbm_eff
-    else:
-        act_rebuild = np.zeros_like(tokens)
     quantize_fwd, quantize_bwd = fp8_quantize_time_s(model, training, tokens, tp, hbm_eff, fp8=rates.fp8)
 
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter with sequence
@@ -501,7 +500,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
         fwd_compute = gemm_f + attn_core_fwd + elem + quantize_fwd[is_moe]
         bwd_compute = gemm_b + attn_core_bwd + 2.0 * elem + quantize_bwd[is_moe]
-        selective = mla_up_fwd + (norm_rebuild + (act_rebuild if is_moe else 0.0) if training.flash_attention
+        selective = mla_up_fwd + (norm_rebuild + act_rebuild[is_moe] if training.flash_attention
                                   else attn_core_fwd)
         recompute_compute = full_frac * fwd_compute + np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)
         # collectives per layer: 2 forward, 2 backward, 2 more when the forward is recomputed

@@ -240,12 +240,13 @@ def test_fp8_linears_keep_their_saved_gemm_inputs_in_one_byte():
     assert kept[False] - kept[True] == pytest.approx(s * (h + h + 4 * h - h))
 
 
-def test_selective_recomputation_under_flash_attention_rebuilds_the_norm_outputs():
+def test_selective_recomputation_under_flash_attention_rebuilds_the_norm_and_activation_outputs():
     # no score matrix is stored to drop; the two norms' outputs (2 bytes per element,
-    # sequence-sharded) are rebuilt from their kept inputs instead
+    # sequence-sharded) are rebuilt from their kept inputs, and the 4h GeLU output (2 bytes,
+    # split over tp) from the kept up-projection output
     training = training_from_dict({"global_batch_sequences": 1})
     saved = selective_saving_bytes(model_from_dict(GPT_SMALL), training, tokens=32, tp=2)
-    assert saved == pytest.approx(32 * 2 * 2 * 64 / 2)
+    assert saved == pytest.approx(32 * (2 * 2 * 64 + 2 * 4 * 64) / 2)
 
 
 def test_selective_recomputation_in_an_moe_layer_rebuilds_the_experts_activation_output():
@@ -253,12 +254,27 @@ def test_selective_recomputation_in_an_moe_layer_rebuilds_the_experts_activation
                              "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 16,
                                      "shared_experts": 1}})
     training = training_from_dict({"global_batch_sequences": 1})
-
-    def dropped(moe_layer):
-        return selective_saving_bytes(model, training, tokens=32, tp=1, moe_layer=moe_layer)
-
+    norms = 32 * 2 * 2 * 64
     # two routed copies and one shared expert each keep a 16-wide, 2-byte activation output
-    assert dropped(True) - dropped(False) == pytest.approx(32 * (2 + 1) * 16 * 2)
+    assert selective_saving_bytes(model, training, tokens=32, tp=1, moe_layer=True) == \
+        pytest.approx(norms + 32 * (2 + 1) * 16 * 2)
+    # a dense layer of the same model keeps its 4h-wide one
+    assert selective_saving_bytes(model, training, tokens=32, tp=1, moe_layer=False) == \
+        pytest.approx(norms + 32 * 4 * 64 * 2)
+
+
+def test_selective_recomputation_fits_llama3_405b_as_meta_trained_it_without_checkpointing():
+    # Llama 3 Herd of Models, Sec. 3.3.2 and Table 4: tp 8, cp 1, pp 16, dp 64 on 8,192
+    # H100s, 8K sequences, "without activation checkpointing"; keeping every norm and
+    # SwiGLU output would not fit the first pipeline stage in 80 GB
+    model = {"num_layers": 126, "hidden_size": 16384, "num_attention_heads": 128, "num_kv_heads": 8,
+             "ffn_hidden_size": 53248, "gated_mlp": True, "seq_length": 8192, "vocab_size": 128256}
+    layout = {"tp": 8, "pp": 16, "cp": 1, "dp": 64}
+    cluster, training = {"preset": "dgx-h100", "nodes": 1024}, {"global_batch_sequences": 2048}
+    kept_all, rebuilt = evaluate_layouts(model, cluster, training, [{**layout, "recompute": "none"},
+                                                                    {**layout, "recompute": "selective"}])
+    assert not kept_all.fits
+    assert rebuilt.fits
 
 
 def test_selective_recomputation_under_flash_attention_costs_a_memory_bound_pass_not_flops():
@@ -521,8 +537,9 @@ def test_partial_recomputation_repeats_the_forward_of_only_the_layers_it_covers(
 _PARTIAL_MODEL = {"num_layers": 16, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096,
                   "vocab_size": 32000}
 _PARTIAL_LAYOUT = {"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 2, "zero_stage": 1}
-# 40 GiB: the layout needs ~46 GiB without recomputation and ~31 GiB recomputing every layer
-_PARTIAL_CLUSTER = {"gpu": "a100-80gb", "num_nodes": 1, "memory_bytes": 40 * 2**30}
+# 36 GiB: the layout needs ~46 GiB without recomputation, ~40 GiB with selective
+# recomputation and ~31 GiB recomputing every layer
+_PARTIAL_CLUSTER = {"gpu": "a100-80gb", "num_nodes": 1, "memory_bytes": 36 * 2**30}
 
 
 def test_full_recomputation_covers_the_fewest_layers_that_fit_with_room_for_allocator_waste():

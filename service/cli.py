@@ -5,28 +5,62 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from pydantic import ValidationError
 
-from service.settings import get_settings
+from service.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 app = typer.Typer(help="hyperplace: placement backend for deep-learning compilers.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys (stored only as HMAC hashes).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 
 
+def _settings() -> Settings:
+    """The settings, or one line per bad ``HYPERPLACE_*`` variable and exit 2."""
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            name = "HYPERPLACE_" + "_".join(str(part) for part in error["loc"]).upper()
+            typer.echo(f"{name} {error['msg'].removeprefix('Value error, ')}", err=True)
+        raise typer.Exit(2) from None
+
+
+@contextmanager
+def _database(settings: Settings) -> Iterator[Engine]:
+    """An engine for the configured database; a database that cannot be opened or reached
+    is one line naming it (password hidden) and exit 1, not a driver traceback."""
+    from sqlalchemy.exc import OperationalError
+
+    from service.storage.db import make_engine
+
+    engine = make_engine(settings.database_url)
+    try:
+        yield engine
+    except OperationalError as exc:
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        typer.echo(f"cannot use the database at {engine.url.render_as_string(hide_password=True)}: {reason}",
+                   err=True)
+        raise typer.Exit(1) from None
+
+
 @app.command()
 def migrate() -> None:
     """Apply database migrations up to head (HYPERPLACE_DATABASE_URL)."""
-    from service.storage.db import make_engine
     from service.storage.migrate import current_revision, upgrade_to_head
 
-    settings = get_settings()
-    engine = make_engine(settings.database_url)
-    upgrade_to_head(engine)
-    typer.echo(f"database at revision {current_revision(engine)} ({engine.url.render_as_string(hide_password=True)})")
+    with _database(_settings()) as engine:
+        upgrade_to_head(engine)
+        revision = current_revision(engine)
+    typer.echo(f"database at revision {revision} ({engine.url.render_as_string(hide_password=True)})")
 
 
 @app.command()
@@ -39,14 +73,14 @@ def serve(
     import uvicorn
 
     from service.app import NotMigrated, ensure_migrated
-    from service.storage.db import make_engine
 
-    settings = get_settings()
-    try:
-        ensure_migrated(make_engine(settings.database_url), settings)
-    except NotMigrated as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+    settings = _settings()
+    with _database(settings) as engine:
+        try:
+            ensure_migrated(engine, settings)
+        except NotMigrated as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from None
     uvicorn.run(
         "service.app:create_app",
         factory=True,
@@ -64,14 +98,15 @@ def worker() -> None:
     """Run planning jobs from the database until interrupted (any number, on any machine)."""
     from service.domain.jobs import run_worker
     from service.logging import configure_logging
-    from service.storage.db import make_engine, make_session_factory
+    from service.storage.db import make_session_factory
 
-    settings = get_settings()
+    settings = _settings()
     configure_logging(settings.log_level, settings.log_json)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    run_worker(make_session_factory(make_engine(settings.database_url)), settings, stop)
+    with _database(settings) as engine:
+        run_worker(make_session_factory(engine), settings, stop)
 
 
 def _parse_pairs(pairs: list[str], what: str) -> dict:
@@ -135,7 +170,7 @@ def _plan_offline(model: Path, inventory: dict, options: dict) -> dict:
     from service.schemas.plans import PlanOptions
 
     options = PlanOptions.model_validate(options).model_dump()
-    settings = get_settings()
+    settings = _settings()
     if model.suffix == ".json":
         ingested = ingest_json_graph(_read_json(model, "model"), max_ops=settings.max_graph_ops)
     else:
@@ -217,12 +252,11 @@ def keys_create(
     name: Annotated[str, typer.Option(help="A label for the key.")] = "",
 ) -> None:
     """Create an API key for a tenant and print it (it is shown only once)."""
-    from service.storage.db import make_engine, make_session_factory
+    from service.storage.db import make_session_factory
     from service.storage.tenants import get_or_create_tenant, issue_api_key
 
-    settings = get_settings()
-    factory = make_session_factory(make_engine(settings.database_url))
-    with factory() as session, session.begin():
+    settings = _settings()
+    with _database(settings) as engine, make_session_factory(engine)() as session, session.begin():
         try:
             issued = issue_api_key(session, get_or_create_tenant(session, tenant), settings.api_key_secret, scopes=tuple(scopes.split()), name=name)
         except ValueError as exc:
@@ -235,11 +269,10 @@ def keys_create(
 @keys_app.command("list")
 def keys_list(tenant: Annotated[str, typer.Option(help="Tenant name.")]) -> None:
     """List a tenant's keys (ids, prefixes, scopes; never the keys)."""
-    from service.storage.db import make_engine, make_session_factory
+    from service.storage.db import make_session_factory
     from service.storage.tenants import get_tenant_by_name, list_api_keys
 
-    factory = make_session_factory(make_engine(get_settings().database_url))
-    with factory() as session, session.begin():
+    with _database(_settings()) as engine, make_session_factory(engine)() as session, session.begin():
         found = get_tenant_by_name(session, tenant)
         if found is None:  # listing must not create the tenant it looks for
             typer.echo(f"no tenant named {tenant}", err=True)
@@ -252,11 +285,10 @@ def keys_list(tenant: Annotated[str, typer.Option(help="Tenant name.")]) -> None
 @keys_app.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="Key id from `keys list`.")]) -> None:
     """Revoke a key: requests with it get 401 from now on."""
-    from service.storage.db import make_engine, make_session_factory
+    from service.storage.db import make_session_factory
     from service.storage.tenants import revoke_api_key
 
-    factory = make_session_factory(make_engine(get_settings().database_url))
-    with factory() as session, session.begin():
+    with _database(_settings()) as engine, make_session_factory(engine)() as session, session.begin():
         if not revoke_api_key(session, key_id):
             typer.echo(f"no key with id {key_id}", err=True)
             raise typer.Exit(1)

@@ -9,8 +9,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 __all__ = ["Settings", "get_settings", "DEFAULT_API_KEY_SECRET"]
 
@@ -63,6 +65,29 @@ class Settings(BaseSettings):
     )
     log_level: str = "INFO"
     log_json: bool = True
+
+    @field_validator("database_url")
+    @classmethod
+    def _a_supported_database(cls, database_url: str) -> str:
+        """Refuse at start-up what the engine would fail on later, with a traceback.
+
+        A plain ``postgresql://`` URL means psycopg 3, the driver the service ships
+        with (SQLAlchemy would otherwise look for psycopg2).
+        """
+        try:
+            url = make_url(database_url)
+        except ArgumentError:
+            raise ValueError("is not a database URL; use sqlite:///path/to/file.sqlite3 or "
+                             "postgresql+psycopg://user:password@host/database") from None
+        backend = url.get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"names a {backend} database; hyperplace runs on sqlite or postgresql")
+        if url.drivername == "postgresql":
+            return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+        if backend == "postgresql" and url.get_driver_name() != "psycopg":
+            raise ValueError(f"uses the {url.get_driver_name()} driver; hyperplace ships psycopg "
+                             "(postgresql+psycopg://...)")
+        return database_url
 
     @property
     def is_sqlite(self) -> bool:

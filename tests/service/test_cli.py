@@ -61,3 +61,53 @@ def test_a_dimension_that_is_not_a_positive_integer_is_a_usage_error(graph_file,
 def test_a_bad_plan_option_is_named(graph_file):
     result = _plan(str(graph_file), "-o", "micro_batches=0")
     assert result.exit_code == 2 and "micro_batches" in result.output and "Traceback" not in result.output
+
+
+# ------------------------------------------------- the database the commands run against
+
+
+@pytest.fixture
+def database_url(monkeypatch):
+    """Set HYPERPLACE_DATABASE_URL for one command (the settings are cached per process)."""
+    from service.settings import get_settings
+
+    def use(url: str) -> None:
+        monkeypatch.setenv("HYPERPLACE_DATABASE_URL", url)
+        get_settings.cache_clear()
+
+    yield use
+    get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("mysql://user@host/db", "names a mysql database"),
+    ("not a url", "is not a database URL"),
+    ("postgresql+asyncpg://user@host/db", "uses the asyncpg driver"),
+])
+def test_an_unsupported_database_url_is_one_line_naming_the_variable(database_url, url, says):
+    database_url(url)
+    result = runner.invoke(app, ["migrate"])
+    assert result.exit_code == 2
+    assert f"HYPERPLACE_DATABASE_URL {says}" in _text(result) and "Traceback" not in result.output
+
+
+def test_a_database_file_that_cannot_be_opened_is_one_line(database_url, tmp_path):
+    database_url(f"sqlite:///{tmp_path}/missing-directory/hyperplace.sqlite3")
+    result = runner.invoke(app, ["keys", "list", "--tenant", "acme"])
+    assert result.exit_code == 1
+    assert "cannot use the database at sqlite:///" in _text(result) and "unable to open database file" in _text(result)
+
+
+def test_an_unreachable_database_server_is_named_with_its_password_hidden(database_url):
+    database_url("postgresql+psycopg://planner:s3cret@127.0.0.1:1/hyperplace")
+    result = runner.invoke(app, ["migrate"])
+    assert result.exit_code == 1
+    assert "cannot use the database at postgresql+psycopg://planner:***@127.0.0.1:1/hyperplace" in _text(result)
+    assert "s3cret" not in result.output
+
+
+def test_a_plain_postgresql_url_means_the_psycopg_driver_the_service_ships():
+    from service.settings import Settings
+
+    settings = Settings(database_url="postgresql://planner:s3cret@db.internal/hyperplace")
+    assert settings.database_url == "postgresql+psycopg://planner:s3cret@db.internal/hyperplace"

@@ -140,130 +140,186 @@ def heft_schedule(
     -------
     HeftSchedule
     """
-    n = graph.n_ops
-    n_dev_all = op_time_s.shape[1]
-    devices = np.arange(n_dev_all, dtype=np.int64) if devices is None else np.asarray(devices, dtype=np.int64)
-    k = int(devices.shape[0])
-    t_sub = op_time_s[:, devices]
+    devices = np.arange(op_time_s.shape[1], dtype=np.int64) if devices is None else np.asarray(devices, dtype=np.int64)
+    time_s = op_time_s[:, devices]
     lat = latency_s[np.ix_(devices, devices)]
     spb = s_per_byte[np.ix_(devices, devices)]
-    off = ~np.eye(k, dtype=bool)
-    mean_spb = float(spb[off].mean()) if k > 1 else 0.0
-    mean_lat = float(lat[off].mean()) if k > 1 else 0.0
-    rank = upward_rank(graph, levels, t_sub.mean(axis=1), mean_spb, mean_lat)
-    topo_pos = np.argsort(np.lexsort((np.arange(n), levels)), kind="stable")
-    order = np.lexsort((topo_pos, -rank))
-
-    # Python-level views for the inner loop
-    kind = graph.tensor_kind
-    in_ptr = graph.input_ptr.tolist()
-    in_t = graph.input_tensors.tolist()
-    producer = graph.tensor_producer.tolist()
-    is_act = (kind == TENSOR_ACTIVATION).tolist()
-    is_param = (kind == TENSOR_PARAMETER).tolist()
-    t_bytes = graph.tensor_bytes.tolist()
-    times = t_sub.tolist()
-    lat_l = lat.tolist()
-    spb_l = spb.tolist()
-    groups = (
-        device_group[devices].tolist() if device_group is not None else [0] * k
-    )
-    group_ids = sorted(set(groups))
-    group_members = {g: [j for j in range(k) if groups[j] == g] for g in group_ids}
-    full_scan = k <= FULL_SCAN_DEVICES
-    budget = (
-        param_budget_bytes[devices].astype(float).tolist() if param_budget_bytes is not None else None
-    )
-    params_on: list[set[int]] = [set() for _ in range(k)]
-    static = op_static_bytes.astype(float).tolist() if op_static_bytes is not None and budget is not None else None
-    param_used = [0.0] * k
-
-    dev_of = [-1] * n
-    finish = [0.0] * n
-    avail = [0.0] * k
-    arrival: dict[tuple[int, int], float] = {}
-    all_devs = list(range(k))
-    # egress port of each (src, dst) pair: one per link class, as the simulator models
-    port_of = [[0 if groups[a] == groups[b] else 1 for b in range(k)] for a in range(k)]
-    egress_free: dict[int, float] = {}
-    ingress_free: dict[int, float] = {}
+    order = _priority_order(graph, levels, time_s, lat, spb)
+    groups = device_group[devices].tolist() if device_group is not None else [0] * len(devices)
+    links = _Links(lat.tolist(), spb.tolist(), groups, graph.tensor_bytes.tolist(), contention)
+    budget = None
+    if param_budget_bytes is not None:
+        budget = _ParameterBudget(graph, param_budget_bytes[devices].astype(float).tolist(), param_scale,
+                                  op_static_bytes)
+    scheduler = _Scheduler(graph, time_s.tolist(), groups, links, budget)
     for v in order.tolist():
-        inputs = [(t, producer[t]) for t in in_t[in_ptr[v] : in_ptr[v + 1]] if is_act[t]]
-        if full_scan:
-            cands = all_devs
-        else:
-            cset = {dev_of[p] for _, p in inputs}
-            for g in group_ids:
-                mem = group_members[g]
-                cset.add(min(mem, key=avail.__getitem__))
-            cands = sorted(cset)
-        new_params = [t for t in in_t[in_ptr[v] : in_ptr[v + 1]] if is_param[t]] if budget is not None else []
-        all_param = sum(t_bytes[t] for t in new_params) * param_scale if new_params else 0.0
-        pinned = static[v] if static is not None else 0.0
-        all_param += pinned
-        row = times[v]
-        best_d = -1
-        best_f = float("inf")
-        fallback_d = -1
-        fallback_f = float("inf")
-        for d in cands:
-            ready = 0.0
-            for t, p in inputs:
-                pd = dev_of[p]
-                if pd == d:
-                    r = finish[p]
-                else:
-                    r = arrival.get((t, d))
-                    if r is None:
-                        r = finish[p]
-                        if contention:
-                            cls = port_of[pd][d]
-                            pf = egress_free.get(pd * 2 + cls, 0.0)
-                            if pf > r:
-                                r = pf
-                            pf = ingress_free.get(d * 2 + cls, 0.0)
-                            if pf > r:
-                                r = pf
-                        r += lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
-                if r > ready:
-                    ready = r
-            start = avail[d] if avail[d] > ready else ready
-            f = start + row[d]
-            if budget is not None and param_used[d] + all_param > budget[d]:
-                extra = sum(t_bytes[t] for t in new_params if t not in params_on[d]) * param_scale + pinned
-                if param_used[d] + extra > budget[d]:
-                    if f < fallback_f:
-                        fallback_f, fallback_d = f, d
-                    continue
-            if f < best_f:
-                best_f, best_d = f, d
-        if best_d < 0:
-            best_d, best_f = fallback_d, fallback_f
-        d = best_d
-        dev_of[v] = d
-        finish[v] = best_f
-        avail[d] = best_f
-        for t, p in inputs:
-            pd = dev_of[p]
-            if pd != d and (t, d) not in arrival:
-                begin = finish[p]
-                if contention:
-                    cls = port_of[pd][d]
-                    out_port, in_port = pd * 2 + cls, d * 2 + cls
-                    begin = max(begin, egress_free.get(out_port, 0.0), ingress_free.get(in_port, 0.0))
-                    egress_free[out_port] = ingress_free[in_port] = begin + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
-                arrival[(t, d)] = begin + lat_l[pd][d] + t_bytes[t] * spb_l[pd][d]
-        if budget is not None:
-            param_used[d] += pinned
-            for t in new_params:
-                if t not in params_on[d]:
-                    params_on[d].add(t)
-                    param_used[d] += t_bytes[t] * param_scale
-    local = np.asarray(dev_of, dtype=np.int64)
-    finish_arr = np.asarray(finish, dtype=np.float64)
+        scheduler.place(v)
+    local = np.asarray(scheduler.device_of, dtype=np.int64)
+    finish = np.asarray(scheduler.finish_s, dtype=np.float64)
     return HeftSchedule(
         placement=devices[local],
         order=order.astype(np.int64),
-        finish_s=finish_arr,
-        makespan_s=float(finish_arr.max()) if n else 0.0,
+        finish_s=finish,
+        makespan_s=float(finish.max()) if graph.n_ops else 0.0,
     )
+
+
+def _priority_order(graph: Hypergraph, levels: np.ndarray, time_s: np.ndarray, lat: np.ndarray,
+                    spb: np.ndarray) -> np.ndarray:
+    """Operators by descending upward rank, ties in topological order (level, then id)."""
+    k = time_s.shape[1]
+    off = ~np.eye(k, dtype=bool)
+    mean_spb = float(spb[off].mean()) if k > 1 else 0.0
+    mean_lat = float(lat[off].mean()) if k > 1 else 0.0
+    rank = upward_rank(graph, levels, time_s.mean(axis=1), mean_spb, mean_lat)
+    topo_pos = np.argsort(np.lexsort((np.arange(graph.n_ops), levels)), kind="stable")
+    return np.lexsort((topo_pos, -rank))
+
+
+class _Links:
+    """When a tensor reaches a device, and (under contention) the ports its transfer books.
+
+    Every device has one egress and one ingress port per link class (inside its group,
+    across groups); with ``contention`` a transfer waits until both are free (Sinnen &
+    Sousa [2]_), as the simulator models it.
+    """
+
+    def __init__(self, latency_s: list[list[float]], s_per_byte: list[list[float]], groups: list[int],
+                 tensor_bytes: list[float], contention: bool) -> None:
+        self.latency_s, self.s_per_byte, self.tensor_bytes = latency_s, s_per_byte, tensor_bytes
+        self.contention = contention
+        k = len(groups)
+        self.port_class = [[0 if groups[a] == groups[b] else 1 for b in range(k)] for a in range(k)]
+        self.egress_free: dict[int, float] = {}
+        self.ingress_free: dict[int, float] = {}
+        self.arrival: dict[tuple[int, int], float] = {}
+
+    def arrival_s(self, tensor: int, src: int, dst: int, ready_s: float) -> float:
+        """When ``tensor``, ready on ``src`` at ``ready_s`` and not yet sent to ``dst``
+        (``arrival`` has the ones that were), would reach it; nothing is booked."""
+        if self.contention:
+            cls = self.port_class[src][dst]
+            ready_s = max(ready_s, self.egress_free.get(src * 2 + cls, 0.0), self.ingress_free.get(dst * 2 + cls, 0.0))
+        return ready_s + (self.latency_s[src][dst] + self.tensor_bytes[tensor] * self.s_per_byte[src][dst])
+
+    def send(self, tensor: int, src: int, dst: int, ready_s: float) -> None:
+        """Book the transfer of ``tensor`` to ``dst`` unless it is already there or on its way."""
+        if (tensor, dst) in self.arrival:
+            return
+        begin = ready_s
+        if self.contention:
+            cls = self.port_class[src][dst]
+            out_port, in_port = src * 2 + cls, dst * 2 + cls
+            begin = max(begin, self.egress_free.get(out_port, 0.0), self.ingress_free.get(in_port, 0.0))
+        end = begin + self.latency_s[src][dst] + self.tensor_bytes[tensor] * self.s_per_byte[src][dst]
+        if self.contention:
+            self.egress_free[out_port] = self.ingress_free[in_port] = end
+        self.arrival[(tensor, dst)] = end
+
+
+class _ParameterBudget:
+    """Bytes of parameters (and pinned saved activations) each device may still take.
+
+    A parameter read by several operators on one device is charged once.
+    """
+
+    def __init__(self, graph: Hypergraph, capacity_bytes: list[float], param_scale: float,
+                 op_static_bytes: np.ndarray | None) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.used_bytes = [0.0] * len(capacity_bytes)
+        self.resident: list[set[int]] = [set() for _ in capacity_bytes]
+        self.param_scale = param_scale
+        self.tensor_bytes = graph.tensor_bytes.tolist()
+        self.pinned_bytes = op_static_bytes.astype(float).tolist() if op_static_bytes is not None else None
+
+    def demand(self, op: int, params: list[int]) -> tuple[float, float]:
+        """Bytes ``op`` pins on its device, and what it costs (pinned bytes and
+        ``params``) on a device that holds none of its parameters yet."""
+        pinned = self.pinned_bytes[op] if self.pinned_bytes is not None else 0.0
+        return pinned, (sum(self.tensor_bytes[t] for t in params) * self.param_scale + pinned if params else pinned)
+
+    def admits(self, device: int, params: list[int], pinned: float) -> bool:
+        """Whether ``device`` can take the parameters it does not hold yet and ``pinned``."""
+        held = self.resident[device]
+        extra = sum(self.tensor_bytes[t] for t in params if t not in held) * self.param_scale + pinned
+        return self.used_bytes[device] + extra <= self.capacity_bytes[device]
+
+    def charge(self, device: int, params: list[int], pinned: float) -> None:
+        self.used_bytes[device] += pinned
+        held = self.resident[device]
+        for t in params:
+            if t not in held:
+                held.add(t)
+                self.used_bytes[device] += self.tensor_bytes[t] * self.param_scale
+
+
+class _Scheduler:
+    """HEFT's non-insertion list scheduling, one operator at a time (Python lists: this is
+    the inner loop of planning 10^6 operators)."""
+
+    def __init__(self, graph: Hypergraph, time_s: list[list[float]], groups: list[int], links: _Links,
+                 budget: _ParameterBudget | None) -> None:
+        self.time_s, self.links, self.budget = time_s, links, budget
+        self.input_ptr = graph.input_ptr.tolist()
+        self.input_tensors = graph.input_tensors.tolist()
+        self.producer = graph.tensor_producer.tolist()
+        self.is_activation = (graph.tensor_kind == TENSOR_ACTIVATION).tolist()
+        self.is_parameter = (graph.tensor_kind == TENSOR_PARAMETER).tolist()
+        k = len(groups)
+        self.all_devices = list(range(k))
+        self.group_members = [[j for j in range(k) if groups[j] == g] for g in sorted(set(groups))]
+        self.full_scan = k <= FULL_SCAN_DEVICES
+        self.device_of = [-1] * graph.n_ops
+        self.finish_s = [0.0] * graph.n_ops
+        self.free_s = [0.0] * k
+
+    def candidates(self, inputs: list[tuple[int, int]]) -> list[int]:
+        """Every device on small clusters; else the producers' devices and each group's
+        earliest-free device."""
+        if self.full_scan:
+            return self.all_devices
+        chosen = {self.device_of[p] for _, p in inputs}
+        for members in self.group_members:
+            chosen.add(min(members, key=self.free_s.__getitem__))
+        return sorted(chosen)
+
+    def place(self, op: int) -> None:
+        """Put ``op`` on the candidate where it finishes first among those its memory
+        budget admits (on the earliest-finishing one if none does) and book its inputs."""
+        reads = self.input_tensors[self.input_ptr[op]:self.input_ptr[op + 1]]
+        inputs = [(t, self.producer[t]) for t in reads if self.is_activation[t]]
+        budget = self.budget
+        params = [t for t in reads if self.is_parameter[t]] if budget is not None else []
+        pinned, most = budget.demand(op, params) if budget is not None else (0.0, 0.0)
+        row, device_of, finish_s, free_s = self.time_s[op], self.device_of, self.finish_s, self.free_s
+        arrival, arrival_s = self.links.arrival, self.links.arrival_s
+        best, best_finish, fallback, fallback_finish = -1, float("inf"), -1, float("inf")
+        for d in self.candidates(inputs):
+            ready = 0.0
+            for t, p in inputs:
+                pd = device_of[p]
+                if pd == d:
+                    r = finish_s[p]
+                else:
+                    r = arrival.get((t, d))
+                    if r is None:
+                        r = arrival_s(t, pd, d, finish_s[p])
+                if r > ready:
+                    ready = r
+            finish = (free_s[d] if free_s[d] > ready else ready) + row[d]
+            if budget is not None and budget.used_bytes[d] + most > budget.capacity_bytes[d] \
+                    and not budget.admits(d, params, pinned):
+                if finish < fallback_finish:
+                    fallback, fallback_finish = d, finish
+                continue
+            if finish < best_finish:
+                best, best_finish = d, finish
+        if best < 0:
+            best, best_finish = fallback, fallback_finish
+        device_of[op] = best
+        finish_s[op] = free_s[best] = best_finish
+        for t, p in inputs:
+            if device_of[p] != best:
+                self.links.send(t, device_of[p], best, finish_s[p])
+        if budget is not None:
+            budget.charge(best, params, pinned)

@@ -108,6 +108,192 @@ def _prefix(prefix: str, names: np.ndarray) -> np.ndarray:
     return np.array([f"{prefix}{name}" for name in names], dtype=object)
 
 
+@dataclass(frozen=True, eq=False)
+class _TensorSlots:
+    """Where each tensor of the input graph goes in one micro-batch's block.
+
+    Activations and graph inputs are repeated per micro-batch and get local ids
+    ``[0, len(local))`` in their original order; parameters are shared by all
+    micro-batches and are encoded as ``-1 - shared index``, so the replication can
+    tell the two apart with one sign test.
+    """
+
+    local: np.ndarray  # base tensor ids repeated per micro-batch
+    shared: np.ndarray  # base tensor ids of parameters
+    slot: np.ndarray  # base tensor id -> local id, or -1 - shared index
+
+
+def _tensor_slots(graph: Hypergraph) -> _TensorSlots:
+    is_param = graph.tensor_kind == TENSOR_PARAMETER
+    local, shared = np.flatnonzero(~is_param), np.flatnonzero(is_param)
+    slot = np.empty(graph.n_tensors, dtype=np.int64)
+    slot[local] = np.arange(local.shape[0])
+    slot[shared] = -1 - np.arange(shared.shape[0])
+    return _TensorSlots(local, shared, slot)
+
+
+@dataclass(frozen=True, eq=False)
+class _Block:
+    """One micro-batch's operators and their (operator, tensor) edges in slot ids.
+
+    Tensors the block adds (gradients) take local ids after the repeated base
+    tensors, in the order of ``new_tensor_names``. The optimizer steps that follow
+    all micro-batches read the parameter gradients listed here.
+    """
+
+    n_ops: int
+    n_local: int  # repeated base tensors (see _TensorSlots)
+    input_owner: np.ndarray
+    input_tensor: np.ndarray
+    output_owner: np.ndarray
+    output_tensor: np.ndarray
+    new_tensor_names: np.ndarray
+    new_tensor_bytes: np.ndarray
+    stepped_params: np.ndarray  # base ids of parameters that get an optimizer step, ascending
+    param_grad_step: np.ndarray  # per parameter-gradient tensor: index into stepped_params
+    param_grad_local: np.ndarray  # per parameter-gradient tensor: its local id
+
+    @property
+    def n_tensors(self) -> int:
+        """Local tensors per micro-batch: the repeated base tensors plus the new ones."""
+        return self.n_local + self.new_tensor_bytes.shape[0]
+
+
+def _forward_block(graph: Hypergraph, slots: _TensorSlots) -> _Block:
+    """The input graph itself as one micro-batch's block (inference)."""
+    in_owner, in_tensor = _pairs(graph.input_ptr, graph.input_tensors)
+    out_owner, out_tensor = _pairs(graph.output_ptr, graph.output_tensors)
+    none = np.zeros(0, dtype=np.int64)
+    return _Block(graph.n_ops, slots.local.shape[0], in_owner, slots.slot[in_tensor], out_owner,
+                  slots.slot[out_tensor], np.zeros(0, dtype=object), np.zeros(0), none, none, none)
+
+
+def _gradient_names(graph: Hypergraph, tensors: np.ndarray, consumers: np.ndarray) -> np.ndarray:
+    return np.array([f"grad/{graph.tensor_names[t]}/{graph.op_names[c]}" for t, c in zip(tensors, consumers)],
+                    dtype=object)
+
+
+def _training_block(graph: Hypergraph, slots: _TensorSlots, micro_batches: int) -> _Block:
+    """The forward operators followed by one gradient operator each (see :func:`expand_graph`).
+
+    Gradient operator ``grad/f`` has block id ``n + f``. Gradients are per
+    (tensor, consumer) pair, because each consumer's gradient operator writes its own
+    contribution; a parameter gradient is a ``1/m`` share of the accumulated buffer.
+    """
+    n, n_local, kind = graph.n_ops, slots.local.shape[0], graph.tensor_kind
+    forward = _forward_block(graph, slots)
+    consumed, consumer = _pairs(graph.consumer_ptr, graph.consumer_ops)
+    act_pair = kind[consumed] == TENSOR_ACTIVATION
+    act_t, act_consumer = consumed[act_pair], consumer[act_pair]
+    act_grad = n_local + np.arange(act_t.shape[0], dtype=np.int64)
+    par_pair = kind[consumed] == TENSOR_PARAMETER
+    par_t, par_consumer = consumed[par_pair], consumer[par_pair]
+    par_grad = n_local + act_t.shape[0] + np.arange(par_t.shape[0], dtype=np.int64)
+
+    grad_op = n + np.arange(n, dtype=np.int64)
+    # seeds: activations nobody reads are graph outputs; their producer's gradient reads them
+    seeds = np.flatnonzero((kind == TENSOR_ACTIVATION) & (np.diff(graph.consumer_ptr) == 0))
+    # the producer's gradient reads the activation gradients, the seeds, and the saved
+    # forward inputs (activations and graph inputs) and parameters
+    input_owner = [forward.input_owner, grad_op[graph.tensor_producer[act_t]], grad_op[graph.tensor_producer[seeds]],
+                   grad_op[forward.input_owner]]
+    input_tensor = [forward.input_tensor, act_grad, slots.slot[seeds], forward.input_tensor]
+    # the consumer's gradient writes the activation and parameter gradients
+    output_owner = [forward.output_owner, grad_op[act_consumer], grad_op[par_consumer]]
+    output_tensor = [forward.output_tensor, act_grad, par_grad]
+    stepped = np.unique(par_t)
+    return _Block(
+        2 * n, n_local,
+        np.concatenate(input_owner), np.concatenate(input_tensor),
+        np.concatenate(output_owner), np.concatenate(output_tensor),
+        np.concatenate([_gradient_names(graph, act_t, act_consumer), _gradient_names(graph, par_t, par_consumer)]),
+        np.concatenate([graph.tensor_bytes[act_t], graph.tensor_bytes[par_t] / micro_batches]),
+        stepped, np.searchsorted(stepped, par_t), par_grad,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class _Wiring:
+    """CSR inputs and outputs of the expanded graph."""
+
+    input_ptr: np.ndarray
+    input_tensors: np.ndarray
+    output_ptr: np.ndarray
+    output_tensors: np.ndarray
+
+
+def _replicate(block: _Block, slots: _TensorSlots, micro_batches: int) -> _Wiring:
+    """Repeat the block per micro-batch and add one optimizer step per stepped parameter.
+
+    Expanded ids: micro-batch ``i``'s operators are ``[i * block.n_ops, (i + 1) *
+    block.n_ops)`` and its tensors ``[i * block.n_tensors, ...)``; after all blocks come
+    the shared parameters, then the optimizer state ``adam/w``, and the optimizer steps
+    after the last block's operators. A step reads its parameter, its optimizer state,
+    then every micro-batch's gradients of it.
+    """
+    m, width = micro_batches, block.n_tensors
+    shared_base = m * width
+
+    def expanded_ids(slot_ids: np.ndarray, mb: int) -> np.ndarray:
+        return np.where(slot_ids < 0, shared_base + (-1 - slot_ids), mb * width + slot_ids)
+
+    in_owner = [block.input_owner + mb * block.n_ops for mb in range(m)]
+    in_tensor = [expanded_ids(block.input_tensor, mb) for mb in range(m)]
+    out_owner = [block.output_owner + mb * block.n_ops for mb in range(m)]
+    out_tensor = [expanded_ids(block.output_tensor, mb) for mb in range(m)]
+    n_steps = block.stepped_params.shape[0]
+    if n_steps:
+        step_ops = m * block.n_ops + np.arange(n_steps, dtype=np.int64)
+        optimizer_state = shared_base + slots.shared.shape[0] + np.arange(n_steps, dtype=np.int64)
+        in_owner += [step_ops, step_ops]
+        in_tensor += [shared_base + (-1 - slots.slot[block.stepped_params]), optimizer_state]
+        for mb in range(m):
+            in_owner.append(step_ops[block.param_grad_step])
+            in_tensor.append(mb * width + block.param_grad_local)
+    n_ops = m * block.n_ops + n_steps
+    input_ptr, input_tensors = _csr(np.concatenate(in_owner), np.concatenate(in_tensor), n_ops)
+    output_ptr, output_tensors = _csr(np.concatenate(out_owner), np.concatenate(out_tensor), n_ops)
+    return _Wiring(input_ptr, input_tensors, output_ptr, output_tensors)
+
+
+def _per_micro_batch(names: np.ndarray, micro_batches: int) -> list[np.ndarray]:
+    """Each micro-batch's copy of ``names``, suffixed ``@mb<i>`` when there are several."""
+    if micro_batches == 1:
+        return [names]
+    return [_suffix(names, f"@mb{mb}") for mb in range(micro_batches)]
+
+
+def _expanded_hypergraph(graph: Hypergraph, slots: _TensorSlots, block: _Block, wiring: _Wiring,
+                         training: bool, micro_batches: int) -> Hypergraph:
+    """Names, types, FLOPs and bytes of the expanded operators and tensors, with their wiring."""
+    m, stepped = micro_batches, block.stepped_params
+    phases = 2 if training else 1
+    block_names = np.concatenate([graph.op_names, _prefix("grad/", graph.op_names)][:phases])
+    block_types = np.concatenate([graph.op_types, _suffix(graph.op_types, "Grad")][:phases])
+    block_flops = np.concatenate([graph.op_flops, graph.op_flops * BACKWARD_FLOPS_FACTOR][:phases])
+    local_names = np.concatenate([graph.tensor_names[slots.local], block.new_tensor_names])
+    local_bytes = np.concatenate([graph.tensor_bytes[slots.local], block.new_tensor_bytes])
+    param_bytes = graph.tensor_bytes[stepped]
+    tensor_is_parameter = np.zeros(m * block.n_tensors + slots.shared.shape[0] + stepped.shape[0], dtype=bool)
+    tensor_is_parameter[m * block.n_tensors:] = True
+    return build_hypergraph(
+        name=graph.name,
+        op_names=np.concatenate([*_per_micro_batch(block_names, m), _prefix("step/", graph.tensor_names[stepped])]),
+        op_types=np.concatenate([np.tile(block_types, m), np.full(stepped.shape[0], "OptimizerStep", dtype=object)]),
+        op_flops=np.concatenate([np.tile(block_flops, m), param_bytes * OPTIMIZER_FLOPS_PER_PARAM_BYTE]),
+        input_ptr=wiring.input_ptr,
+        input_tensors=wiring.input_tensors,
+        output_ptr=wiring.output_ptr,
+        output_tensors=wiring.output_tensors,
+        tensor_names=np.concatenate([*_per_micro_batch(local_names, m), graph.tensor_names[slots.shared],
+                                     _prefix("adam/", graph.tensor_names[stepped])]),
+        tensor_bytes=np.concatenate([np.tile(local_bytes, m), graph.tensor_bytes[slots.shared],
+                                     param_bytes * OPTIMIZER_STATE_FACTOR]),
+        tensor_is_parameter=tensor_is_parameter,
+        warnings=list(graph.warnings),
+    )
+
+
 def expand_graph(graph: Hypergraph, *, mode: str = "inference", micro_batches: int = 1) -> ExpandedGraph:
     """Expand a one-micro-batch forward graph into what runs: backward pass and micro-batches.
 
@@ -166,154 +352,19 @@ def expand_graph(graph: Hypergraph, *, mode: str = "inference", micro_batches: i
             mode=mode,
             micro_batches=1,
         )
-
-    kind = graph.tensor_kind
-    is_param = kind == TENSOR_PARAMETER
-    n_tensors = graph.n_tensors
-
-    # ---- per-micro-batch template: local tensor ids [0, block) are repeated, shared ids
-    # are encoded as -1 - shared_index so the replication pass can tell them apart.
-    local_base = np.flatnonzero(~is_param)  # repeated base tensors, original order
-    shared_base = np.flatnonzero(is_param)
-    base_map = np.empty(n_tensors, dtype=np.int64)
-    base_map[local_base] = np.arange(local_base.shape[0])
-    base_map[shared_base] = -1 - np.arange(shared_base.shape[0])
-    n_local = local_base.shape[0]
-
-    in_owner, in_t = _pairs(graph.input_ptr, graph.input_tensors)
-    out_owner, out_t = _pairs(graph.output_ptr, graph.output_tensors)
-    tmpl_in_owner = [in_owner]
-    tmpl_in_t = [base_map[in_t]]
-    tmpl_out_owner = [out_owner]
-    tmpl_out_t = [base_map[out_t]]
-    n_block_ops = n
-    new_local_names: list[np.ndarray] = []
-    new_local_bytes: list[np.ndarray] = []
-    step_params = np.zeros(0, dtype=np.int64)
-    pgrad_owner_b = np.zeros(0, dtype=np.int64)
-    pgrad_local = np.zeros(0, dtype=np.int64)
-
-    if training:
-        n_block_ops = 2 * n
-        cons_t, cons_op = _pairs(graph.consumer_ptr, graph.consumer_ops)
-        # activation gradients: one per (activation tensor, consumer) pair
-        act_pair = kind[cons_t] == TENSOR_ACTIVATION
-        ga_t, ga_c = cons_t[act_pair], cons_op[act_pair]
-        ga_local = n_local + np.arange(ga_t.shape[0], dtype=np.int64)
-        new_local_names.append(
-            np.array([f"grad/{graph.tensor_names[t]}/{graph.op_names[c]}" for t, c in zip(ga_t, ga_c)], dtype=object)
-        )
-        new_local_bytes.append(graph.tensor_bytes[ga_t])
-        # parameter gradients: one per (parameter, consumer) pair
-        par_pair = is_param[cons_t]
-        gp_t, gp_c = cons_t[par_pair], cons_op[par_pair]
-        gp_local = n_local + ga_t.shape[0] + np.arange(gp_t.shape[0], dtype=np.int64)
-        new_local_names.append(
-            np.array([f"grad/{graph.tensor_names[t]}/{graph.op_names[c]}" for t, c in zip(gp_t, gp_c)], dtype=object)
-        )
-        new_local_bytes.append(graph.tensor_bytes[gp_t] / m)
-
-        bwd = n + np.arange(n, dtype=np.int64)  # template id of grad/f is n + f
-        # gradient op of the producer reads the activation gradients
-        prod = graph.tensor_producer[ga_t]
-        # seeds: activations nobody reads are graph outputs; their producer's gradient reads them
-        n_consumers = np.diff(graph.consumer_ptr)
-        seed_t = np.flatnonzero((kind == TENSOR_ACTIVATION) & (n_consumers == 0))
-        # saved forward inputs (activations and graph inputs) and parameters
-        tmpl_in_owner += [bwd[prod], bwd[graph.tensor_producer[seed_t]], bwd[in_owner]]
-        tmpl_in_t += [ga_local, base_map[seed_t], base_map[in_t]]
-        # gradient op of the consumer writes the activation and parameter gradients
-        tmpl_out_owner += [bwd[ga_c], bwd[gp_c]]
-        tmpl_out_t += [ga_local, gp_local]
-        step_params = np.unique(gp_t)
-        pgrad_owner_b = np.searchsorted(step_params, gp_t)
-        pgrad_local = gp_local
-
-    block = n_local + sum(x.shape[0] for x in new_local_bytes)
-    t_in_owner = np.concatenate(tmpl_in_owner)
-    t_in_t = np.concatenate(tmpl_in_t)
-    t_out_owner = np.concatenate(tmpl_out_owner)
-    t_out_t = np.concatenate(tmpl_out_t)
-
-    def globalise(local: np.ndarray, mb: int) -> np.ndarray:
-        shared = local < 0
-        return np.where(shared, m * block + (-1 - local), mb * block + local)
-
-    in_owner_all, in_t_all, out_owner_all, out_t_all = [], [], [], []
-    for mb in range(m):
-        in_owner_all.append(t_in_owner + mb * n_block_ops)
-        in_t_all.append(globalise(t_in_t, mb))
-        out_owner_all.append(t_out_owner + mb * n_block_ops)
-        out_t_all.append(globalise(t_out_t, mb))
-
-    n_steps = step_params.shape[0]
-    n_shared = shared_base.shape[0]
-    adam_ids = m * block + n_shared + np.arange(n_steps, dtype=np.int64)
-    if training and n_steps:
-        step_ops = m * n_block_ops + np.arange(n_steps, dtype=np.int64)
-        # step reads the parameter, its optimizer state, then every micro-batch's gradients
-        in_owner_all += [step_ops, step_ops]
-        in_t_all += [m * block + (-1 - base_map[step_params]), adam_ids]
-        for mb in range(m):
-            in_owner_all.append(step_ops[pgrad_owner_b])
-            in_t_all.append(mb * block + pgrad_local)
-
-    n_ops_total = m * n_block_ops + n_steps
-    n_tensors_total = m * block + n_shared + n_steps
-    input_ptr, input_tensors = _csr(np.concatenate(in_owner_all), np.concatenate(in_t_all), n_ops_total)
-    output_ptr, output_tensors = _csr(np.concatenate(out_owner_all), np.concatenate(out_t_all), n_ops_total)
-
-    # ---- names, costs, metadata
-    block_names = [graph.op_names]
-    block_types = [graph.op_types]
-    block_flops = [graph.op_flops]
-    if training:
-        block_names.append(_prefix("grad/", graph.op_names))
-        block_types.append(_suffix(graph.op_types, "Grad"))
-        block_flops.append(graph.op_flops * BACKWARD_FLOPS_FACTOR)
-    block_names_arr = np.concatenate(block_names)
-    local_tensor_names = np.concatenate([graph.tensor_names[local_base], *new_local_names])
-    local_tensor_bytes = np.concatenate([graph.tensor_bytes[local_base], *new_local_bytes])
-    op_names = []
-    tensor_names = []
-    for mb in range(m):
-        suffix = f"@mb{mb}" if m > 1 else ""
-        op_names.append(_suffix(block_names_arr, suffix) if suffix else block_names_arr)
-        tensor_names.append(_suffix(local_tensor_names, suffix) if suffix else local_tensor_names)
-    step_names = _prefix("step/", graph.tensor_names[step_params])
-    op_names.append(step_names)
-    tensor_names += [graph.tensor_names[shared_base], _prefix("adam/", graph.tensor_names[step_params])]
-    param_bytes = graph.tensor_bytes[step_params]
-    op_flops = np.concatenate([np.tile(np.concatenate(block_flops), m), param_bytes * OPTIMIZER_FLOPS_PER_PARAM_BYTE])
-    op_types = np.concatenate([np.tile(np.concatenate(block_types), m), np.full(n_steps, "OptimizerStep", dtype=object)])
-    tensor_bytes = np.concatenate(
-        [np.tile(local_tensor_bytes, m), graph.tensor_bytes[shared_base], param_bytes * OPTIMIZER_STATE_FACTOR]
-    )
-    tensor_is_param = np.zeros(n_tensors_total, dtype=bool)
-    tensor_is_param[m * block :] = True
-
-    first_reader = graph.consumer_ops[graph.consumer_ptr[step_params]] if n_steps else np.zeros(0, dtype=np.int64)
-    block_origin = np.tile(np.arange(n, dtype=np.int64), 2 if training else 1)
-    block_phase = np.repeat(np.array([PHASE_FORWARD, PHASE_BACKWARD][: 2 if training else 1], dtype=np.int8), n)
-    expanded = build_hypergraph(
-        name=graph.name,
-        op_names=np.concatenate(op_names),
-        op_types=op_types,
-        op_flops=op_flops,
-        input_ptr=input_ptr,
-        input_tensors=input_tensors,
-        output_ptr=output_ptr,
-        output_tensors=output_tensors,
-        tensor_names=np.concatenate(tensor_names),
-        tensor_bytes=tensor_bytes,
-        tensor_is_parameter=tensor_is_param,
-        warnings=list(graph.warnings),
-    )
+    slots = _tensor_slots(graph)
+    block = _training_block(graph, slots, m) if training else _forward_block(graph, slots)
+    wiring = _replicate(block, slots, m)
+    stepped = block.stepped_params
+    n_steps = stepped.shape[0]
+    # an optimizer step derives from the first operator that reads its parameter
+    first_reader = graph.consumer_ops[graph.consumer_ptr[stepped]]
+    phases = np.array([PHASE_FORWARD, PHASE_BACKWARD][: 2 if training else 1], dtype=np.int8)
     return ExpandedGraph(
-        graph=expanded,
-        op_origin=np.concatenate([np.tile(block_origin, m), first_reader]),
-        op_micro_batch=np.concatenate([np.repeat(np.arange(m, dtype=np.int64), n_block_ops), np.full(n_steps, -1)]),
-        op_phase=np.concatenate([np.tile(block_phase, m), np.full(n_steps, PHASE_OPTIMIZER, dtype=np.int8)]),
+        graph=_expanded_hypergraph(graph, slots, block, wiring, training, m),
+        op_origin=np.concatenate([np.tile(np.arange(n, dtype=np.int64), phases.shape[0] * m), first_reader]),
+        op_micro_batch=np.concatenate([np.repeat(np.arange(m, dtype=np.int64), block.n_ops), np.full(n_steps, -1)]),
+        op_phase=np.concatenate([np.tile(np.repeat(phases, n), m), np.full(n_steps, PHASE_OPTIMIZER, dtype=np.int8)]),
         mode=mode,
         micro_batches=m,
     )

@@ -64,6 +64,7 @@ from partitioners.parallel3d_specs import (
     cluster_from_dict,
     constraints_from_dict,
     model_from_dict,
+    layout_from_dict,
     training_from_dict,
 )
 from partitioners.parallel3d_stages import (
@@ -531,23 +532,28 @@ def _best_per_split(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> n
 # --------------------------------------------------------------------- public API
 
 
+def _check_sizes(sizes: Mapping[str, int | None], model: ModelSpec, num_gpus: int, where: str) -> None:
+    """Fixed group sizes (of ``constraints`` or of one evaluated layout) that no layout could have."""
+    for name in ("tp", "pp", "cp"):
+        value = sizes.get(name)
+        if value is not None and num_gpus % value:
+            raise InvalidInput(f"{where}.{name}={value} does not divide the {num_gpus} GPUs of the cluster",
+                               field=f"{where}.{name}", code="does-not-divide")
+    ep = sizes.get("ep")
+    if ep is not None and model.moe is None and ep != 1:
+        raise InvalidInput(f"{where}.ep > 1 needs a model with an MoE block", field=f"{where}.ep", code="no-experts")
+    if ep is not None and model.moe is not None and model.moe.num_experts % ep:
+        raise InvalidInput(f"{where}.ep={ep} does not divide {model.moe.num_experts} experts",
+                           field=f"{where}.ep", code="does-not-divide")
+
+
 def _parse(model, cluster, training, constraints):
     model_spec = model_from_dict(model)
     cluster_spec = cluster_from_dict(cluster)
     training_spec = training_from_dict(training)
     cons = constraints_from_dict(constraints)
-    n = cluster_spec.num_gpus
-    for name in ("tp", "pp", "cp"):
-        value = getattr(cons, name)
-        if value is not None and n % value:
-            raise InvalidInput(f"constraints.{name}={value} does not divide the {n} GPUs of the cluster",
-                               field=f"constraints.{name}", code="does-not-divide")
-    if cons.ep is not None and model_spec.moe is None and cons.ep != 1:
-        raise InvalidInput("constraints.ep > 1 needs a model with an MoE block", field="constraints.ep",
-                           code="no-experts")
-    if cons.ep is not None and model_spec.moe is not None and model_spec.moe.num_experts % cons.ep:
-        raise InvalidInput(f"constraints.ep={cons.ep} does not divide {model_spec.moe.num_experts} experts",
-                           field="constraints.ep", code="does-not-divide")
+    _check_sizes({"tp": cons.tp, "pp": cons.pp, "cp": cons.cp, "ep": cons.ep}, model_spec, cluster_spec.num_gpus,
+                 "constraints")
     return model_spec, cluster_spec, training_spec, cons
 
 
@@ -790,36 +796,33 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
     """
     model_spec, cluster_spec, training_spec, base = _parse(model, cluster, training, constraints)
     results = []
-    allowed = {"dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute",
-               "recompute_num_layers"}
-    for k, layout in enumerate(layouts):
-        if not isinstance(layout, Mapping):
-            raise InvalidInput("each layout must be an object", field=f"evaluate[{k}]", code="not-an-object")
-        unknown = sorted(set(layout) - allowed)
-        if unknown:
-            raise InvalidInput(f"unknown layout field(s) {unknown}; allowed {sorted(allowed)}",
-                               field=f"evaluate[{k}].{unknown[0]}", code="unknown-field")
+    for k, data in enumerate(layouts):
+        where = f"evaluate[{k}]"
+        layout = layout_from_dict(data, where)
+        _check_sizes(layout, model_spec, cluster_spec.num_gpus, where)
         dp = layout.get("dp")
-        if dp is not None and (isinstance(dp, bool) or not isinstance(dp, (int, float)) or not dp >= 1
-                               or not float(dp).is_integer()):
-            raise InvalidInput(f"evaluate[{k}].dp must be a positive integer, got {dp!r}", field=f"evaluate[{k}].dp",
-                               code="out-of-range")
         fixed: dict[str, Any] = {
             "tp": layout.get("tp", base.tp), "pp": layout.get("pp", base.pp), "cp": layout.get("cp", base.cp),
             "ep": layout.get("ep", base.ep), "micro_batch_size": layout.get("micro_batch_size", base.micro_batch_size),
             "virtual_stages": layout.get("virtual_stages", base.virtual_stages),
             "zero_stages": [layout["zero_stage"]] if "zero_stage" in layout else list(base.zero_stages),
             "recompute": [layout["recompute"]] if "recompute" in layout else list(base.recompute),
-            "recompute_num_layers": layout.get("recompute_num_layers", base.recompute_num_layers),
+            "recompute_num_layers": layout.get("recompute_num_layers", base.recompute_num_layers) or None,
             "allow_uneven_pp": base.allow_uneven_pp, "max_pp": None,
         }
-        if "recompute_num_layers" in layout and "recompute" not in layout:
+        if layout.get("recompute_num_layers") == 0 and "recompute" not in layout:
+            # no layer fully recomputed: what else the constraints allow
+            fixed["recompute"] = [mode for mode in base.recompute if mode != "full"]
+            if not fixed["recompute"]:
+                raise InvalidInput(f"{where}: recompute_num_layers 0 leaves no recomputation mode that "
+                                   "constraints.recompute allows", field=f"{where}.recompute_num_layers",
+                                   code="contradiction")
+        elif layout.get("recompute_num_layers") and "recompute" not in layout:
             fixed["recompute"] = ["full"]
         elif layout.get("recompute") == "full" and "recompute_num_layers" not in layout:
             # a layout stated as full recomputation (as the papers report theirs) recomputes every layer
             fixed["recompute_num_layers"] = model_spec.num_layers
         cons = constraints_from_dict({key: val for key, val in fixed.items() if val is not None})
-        _, _, _, cons = _parse(model_spec, cluster_spec, training_spec, cons)
         lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
         if dp is not None and len(lay):
             keep = lay.dp == int(dp)

@@ -63,6 +63,8 @@ __all__ = [
     "cluster_from_inventory",
     "training_from_dict",
     "constraints_from_dict",
+    "LAYOUT_FIELDS",
+    "layout_from_dict",
 ]
 
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
@@ -1006,3 +1008,47 @@ def constraints_from_dict(data: Mapping[str, Any] | Constraints | None) -> Const
                            code="out-of-range")
     return spec
 
+
+LAYOUT_FIELDS: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage",
+                                  "recompute", "recompute_num_layers")
+
+
+def layout_from_dict(data: Any, where: str) -> dict[str, Any]:
+    """Validate one layout to predict (a request's ``evaluate[k]``): the fields it fixes.
+
+    Each field is checked under its own name (``evaluate[0].tp``), so an error points
+    at the layout, not at search constraints. ``recompute_num_layers`` counts the
+    layers of each model chunk that full recomputation covers: 0 beside ``none`` or
+    ``selective`` (as every candidate reports it, so a candidate sent back as it came
+    is predicted as it was), at least 1 beside ``full``; given alone, 0 means "no full
+    recomputation" and more means ``full``. Returns the given fields, checked, with
+    ``recompute`` lower-cased; absent and null fields are left out.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidInput(f"{where} must be an object", field=where, code="not-an-object")
+    _reject_unknown(data, set(LAYOUT_FIELDS), where)
+    layout: dict[str, Any] = {}
+    for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size"):
+        if data.get(name) is not None:
+            layout[name] = _positive_int(data[name], f"{where}.{name}")
+    if data.get("zero_stage") is not None:
+        layout["zero_stage"] = _positive_int(data["zero_stage"], f"{where}.zero_stage", allow_zero=True, maximum=3)
+    if data.get("recompute") is not None:
+        mode = data["recompute"]
+        if not isinstance(mode, str) or mode.lower() not in RECOMPUTE_MODES:
+            raise InvalidInput(f"{where}.recompute must be one of {list(RECOMPUTE_MODES)}, got {mode!r}",
+                               field=f"{where}.recompute", code="out-of-range")
+        layout["recompute"] = mode.lower()
+    if data.get("recompute_num_layers") is not None:
+        layers = _positive_int(data["recompute_num_layers"], f"{where}.recompute_num_layers", allow_zero=True)
+        mode = layout.get("recompute")
+        if layers == 0 and mode == "full":
+            raise InvalidInput(f"{where}: recompute 'full' with recompute_num_layers 0 recomputes no layer; "
+                               "give at least 1, or leave it out to recompute every layer",
+                               field=f"{where}.recompute_num_layers", code="contradiction")
+        if layers > 0 and mode in ("none", "selective"):
+            raise InvalidInput(f"{where}: recompute_num_layers counts fully recomputed layers, so it needs "
+                               f"recompute 'full' (got {mode!r}; 0 goes with {mode!r})",
+                               field=f"{where}.recompute_num_layers", code="contradiction")
+        layout["recompute_num_layers"] = layers
+    return layout

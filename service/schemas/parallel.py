@@ -159,8 +159,9 @@ class Layout(RequestModel):
     micro_batch_size: Count | None = None
     zero_stage: int | None = Field(None, ge=0, le=3)
     recompute: Literal["none", "selective", "full"] | None = None
-    recompute_num_layers: Count | None = Field(None, description="Layers of each model chunk recomputed (implies "
-                                               "full recomputation).")
+    recompute_num_layers: Annotated[int, Field(ge=0, le=10**7)] | None = Field(
+        None, description="Layers of each model chunk full recomputation covers: 0 with 'none' or 'selective' "
+        "(as candidates report it), at least 1 with 'full'; alone, more than 0 implies 'full'.")
 
 
 class ParallelPlanRequest(RequestModel):

@@ -1202,6 +1202,45 @@ def test_evaluate_keeps_the_fixed_fields_and_fills_the_rest():
     assert pred.fits and pred.micro_batch_size >= 1
 
 
+_LAYOUT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute",
+                  "recompute_num_layers")
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_a_candidate_sent_back_to_evaluate_is_predicted_as_it_was(recompute):
+    args = ({**GPT_SMALL, "num_layers": 8}, {"preset": "dgx-a100", "nodes": 2}, {"global_batch_sequences": 64})
+    plan = plan_parallel_layout(*args, {"recompute": [recompute]})
+    for candidate in plan.candidates[:3]:
+        layout = {name: value for name, value in candidate.to_dict().items() if name in _LAYOUT_FIELDS}
+        (again,) = evaluate_layouts(*args, [layout])
+        searched = candidate.to_dict()
+        # whether it ties with the fastest is a fact about the search, not the layout
+        searched["notes"] = [note for note in searched["notes"] if not note.startswith("within")]
+        searched["tie_with_best"] = False
+        assert again.to_dict() == searched
+
+
+@pytest.mark.parametrize(("layout", "field"), [
+    ({"tp": 3}, "evaluate[0].tp"),
+    ({"pp": 0}, "evaluate[0].pp"),
+    ({"zero_stage": 4}, "evaluate[0].zero_stage"),
+    ({"recompute": "some"}, "evaluate[0].recompute"),
+    ({"ep": 2}, "evaluate[0].ep"),
+    ({"tpp": 2}, "evaluate[0].tpp"),
+])
+def test_a_bad_evaluated_layout_is_invalid_input_naming_its_field(layout, field):
+    with pytest.raises(InvalidInput) as err:
+        evaluate_layouts(GPT_SMALL, A100_NODE, {"global_batch_sequences": 64}, [layout])
+    assert err.value.field == field and "evaluate[0]" in str(err.value)
+
+
+def test_recompute_num_layers_beside_selective_recomputation_is_a_contradiction():
+    with pytest.raises(InvalidInput, match="needs recompute 'full'") as err:
+        evaluate_layouts(GPT_SMALL, A100_NODE, {"global_batch_sequences": 64},
+                         [{"recompute": "selective", "recompute_num_layers": 2}])
+    assert err.value.field == "evaluate[0].recompute_num_layers"
+
+
 # ---------------------------------------------------------------- rank map
 
 

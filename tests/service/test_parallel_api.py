@@ -64,6 +64,22 @@ def test_given_layouts_are_evaluated_instead_of_searched(client):
     assert evaluated[1]["reasons"]  # tp=16 crosses an 8-GPU node
 
 
+def test_a_candidate_posted_back_as_a_layout_gets_the_same_prediction(client):
+    candidate = client.post("/v1/parallel/plan", json=_request(top_k=1)).json()["candidates"][0]
+    layout = {name: candidate[name] for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size",
+                                                 "zero_stage", "recompute", "recompute_num_layers")}
+    response = client.post("/v1/parallel/plan", json=_request(evaluate=[layout]))
+    assert response.status_code == 200, response.text
+    (again,) = response.json()["predictions"]
+    assert again["step_time_s"] == candidate["step_time_s"] and again["memory_per_gpu"] == candidate["memory_per_gpu"]
+
+
+def test_a_layout_size_that_does_not_divide_the_cluster_is_a_422_naming_the_layout(client):
+    response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8}, {"tp": 3}]))
+    assert response.status_code == 422
+    assert "evaluate[1].tp" in response.json()["detail"]
+
+
 def test_a_model_too_large_for_the_cluster_says_why_nothing_fits(client):
     huge = dict(LLAMA_70B, num_layers=800, hidden_size=32768, num_attention_heads=256, num_kv_heads=256, ffn_hidden_size=131072)
     response = client.post("/v1/parallel/plan", json=_request(model=huge, cluster={"preset": "dgx-h100", "nodes": 1}))

@@ -281,6 +281,11 @@ class PlacementResult:
         The winning candidate as scored before level 3 (main-memory bandwidth only),
         the figure comparable with the other candidates.
     notes : list of str
+    timed_with_tiers : bool
+        ``simulation`` times each operator with its tensors at their tiers'
+        bandwidths (:func:`~partitioners.memory_tiers.placed_tier_op_times_s`), so
+        measured times compare with those; False where level 3 left the main-memory
+        schedule (too many operators, too little gain, or a slower re-timed schedule).
     """
 
     expanded: ExpandedGraph
@@ -300,6 +305,7 @@ class PlacementResult:
     objective_value: float
     chosen: Candidate
     notes: list[str] = field(default_factory=list)
+    timed_with_tiers: bool = False
 
     @property
     def graph(self) -> Hypergraph:
@@ -911,6 +917,33 @@ def refine_best(p: _Planner, best: int) -> int:
     return p.record(c, pl, priority, s) if p.key_of(c, -1) < p.key_of(cand, -1) else best
 
 
+#: Re-timing rounds before level 3 gives up on a schedule whose tiers keep changing.
+RETIME_MAX_ROUNDS = 4
+
+
+def _timed_with_its_tiers(g: Hypergraph, inv: Inventory, placement: np.ndarray, tiers: MemoryPlan,
+                          times: np.ndarray, priority: np.ndarray, cost_model: CostModel,
+                          budget: np.ndarray) -> tuple[SimulationResult, MemoryPlan | None]:
+    """Re-time the schedule with ``tiers`` until the tiers planned on it are the ones that timed it.
+
+    Faster operators change tensor lifetimes, and a tensor that no longer fits in its
+    tier under the new lifetimes moves to a slower one (``plan_memory_tiers`` keeps a
+    tier where it still fits, else tries the next slower), which changes the times
+    again. Tiers only ever move down, so this settles; the plan returned states the
+    tiers its own times assume. ``None`` for the plan when it has not settled within
+    ``RETIME_MAX_ROUNDS``.
+    """
+    for _ in range(RETIME_MAX_ROUNDS):
+        final = simulate(g, inv, placement, op_times_s=times, priority=priority, cost_model=cost_model)
+        plan = plan_memory_tiers(g, inv, final, memory_budget_bytes=budget, tiers=tiers)
+        if np.array_equal(plan.tensor, tiers.tensor) and np.array_equal(plan.device, tiers.device) \
+                and np.array_equal(plan.tier, tiers.tier):
+            return final, plan
+        tiers = plan
+        times = tier_op_times_s(g, inv, placement, tiers, cost_model=cost_model)
+    return final, None
+
+
 def _finish(p: _Planner, best: int, *, raise_infeasible: bool) -> PlacementResult:
     cand, placement, priority, sim = p.evaluated[best]
     g = p.graph
@@ -933,18 +966,18 @@ def _finish(p: _Planner, best: int, *, raise_infeasible: bool) -> PlacementResul
         retime = saved_s > RETIME_MIN_GAIN * float(sim.device_busy_s.sum())
         if not retime:
             p.notes.append("level 3: faster tiers save under 1% of compute time; schedule not re-timed")
+    final, plan = sim, plan0
     if retime:
-        final = simulate(g, inv, placement, op_times_s=times, priority=final_priority, cost_model=p.cost_model)
-    else:
-        if p.n > RETIME_MAX_OPS:
-            p.notes.append(
-                f"level 3: tiers planned on the scored schedule; not re-timed with tier bandwidths above "
-                f"{RETIME_MAX_OPS} operators"
-            )
-        final = sim
-    if retime and final.makespan_s <= sim.makespan_s:
-        plan = plan_memory_tiers(g, inv, final, memory_budget_bytes=p.budget, tiers=plan0)
-    else:
+        final, plan = _timed_with_its_tiers(g, inv, placement, plan0, times, final_priority, p.cost_model, p.budget)
+        if plan is None:
+            p.notes.append("level 3: tiers kept moving as the schedule was re-timed; schedule not re-timed")
+    elif p.n > RETIME_MAX_OPS:
+        p.notes.append(
+            f"level 3: tiers planned on the scored schedule; not re-timed with tier bandwidths above "
+            f"{RETIME_MAX_OPS} operators"
+        )
+    timed_with_tiers = bool(retime and plan is not None and final.makespan_s <= sim.makespan_s)
+    if not timed_with_tiers:
         # a list-scheduling anomaly made the re-timed schedule slower: keep the scored one
         final, plan = sim, plan0
         if priority is not None:
@@ -987,4 +1020,5 @@ def _finish(p: _Planner, best: int, *, raise_infeasible: bool) -> PlacementResul
         objective_value=p._objective(final),
         chosen=cand,
         notes=p.notes,
+        timed_with_tiers=timed_with_tiers,
     )

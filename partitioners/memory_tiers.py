@@ -37,12 +37,20 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from partitioners.cost import CostModel, op_times_s
+from partitioners.cost import CostModel, op_times_by_profile_s, op_times_s
 from partitioners.graph import TENSOR_ACTIVATION, TENSOR_PARAMETER, Hypergraph
 from partitioners.inventory import Inventory
 from partitioners.simulate import SimulationResult
 
-__all__ = ["ALIGNMENT_BYTES", "UNPLACED", "MemoryPlan", "tensor_lifetimes", "plan_memory_tiers", "tier_op_times_s"]
+__all__ = [
+    "ALIGNMENT_BYTES",
+    "UNPLACED",
+    "MemoryPlan",
+    "tensor_lifetimes",
+    "plan_memory_tiers",
+    "placed_tier_op_times_s",
+    "tier_op_times_s",
+]
 
 #: Every tensor's address range starts at a multiple of this (CUDA allocations align to 256 B).
 ALIGNMENT_BYTES = 256
@@ -356,37 +364,43 @@ def plan_memory_tiers(
     )
 
 
-def tier_op_times_s(
+def placed_tier_op_times_s(
     graph: Hypergraph,
     inventory: Inventory,
     placement: np.ndarray,
-    plan: MemoryPlan,
+    holding_tensor: np.ndarray,
+    holding_device: np.ndarray,
+    holding_tier: np.ndarray,
     *,
     cost_model: CostModel | None = None,
 ) -> np.ndarray:
-    """Operator times with each tensor read or written at its tier's bandwidth.
+    """Each operator's time on its placed device with each tensor at its tier's bandwidth.
 
     The roofline time ``max(compute, memory)`` (see :mod:`partitioners.cost`) keeps
-    its compute term; its memory term is scaled, per operator on its placed
-    device, by ``sum(bytes_i / bw(tier_i)) / sum(bytes_i / bw(main))``. Both terms
-    come from :func:`partitioners.cost.op_times_s` on copies of the graph with the
-    bytes or the FLOPs zeroed, so calibration multipliers and launch overheads
-    stay exactly the cost model's.
+    its compute term; its memory term is scaled by ``sum(bytes_i / bw(tier_i)) /
+    sum(bytes_i / bw(main))``. Both terms come from the cost model on copies of the
+    graph with the bytes or the FLOPs zeroed, so calibration multipliers and launch
+    overheads stay exactly the cost model's. The holdings are a :class:`MemoryPlan`'s
+    ``tensor``, ``device`` and ``tier`` columns (a stored plan's, when runtime feedback
+    is compared with what the plan predicted); a tensor with no holding on the
+    operator's device, or an ``UNPLACED`` one, is read at main-memory bandwidth.
 
     Returns
     -------
-    numpy.ndarray of float64, shape (n_ops, n_devices)
-        The full table (unplaced devices keep their main-memory times).
+    numpy.ndarray of float64, shape (n_ops,)
     """
     cm = cost_model or CostModel()
-    full = op_times_s(graph, inventory, cm)
-    compute = op_times_s(replace(graph, tensor_bytes=np.zeros_like(graph.tensor_bytes)), inventory, cm)
-    memory = op_times_s(replace(graph, op_flops=np.zeros_like(graph.op_flops)), inventory, cm)
-    n_dev = inventory.n_devices
     placement = np.asarray(placement, dtype=np.int64)
-    keys = plan.tensor * n_dev + plan.device
+    ops = np.arange(graph.n_ops)
+    full, profile = op_times_by_profile_s(graph, inventory, cm)
+    compute, _ = op_times_by_profile_s(replace(graph, tensor_bytes=np.zeros_like(graph.tensor_bytes)), inventory, cm)
+    memory, _ = op_times_by_profile_s(replace(graph, op_flops=np.zeros_like(graph.op_flops)), inventory, cm)
+    column = profile[placement]
+    n_dev = inventory.n_devices
+    keys = np.asarray(holding_tensor, dtype=np.int64) * n_dev + np.asarray(holding_device, dtype=np.int64)
     order = np.argsort(keys)
     skeys = keys[order]
+    holding_tier = np.asarray(holding_tier, dtype=np.int64)
     bw = inventory.tier_bandwidth_bytes_per_s
     main_bw = inventory.device_memory_bandwidth_bytes_per_s
 
@@ -396,7 +410,7 @@ def tier_op_times_s(
         q = tensors * n_dev + dev
         pos = np.minimum(np.searchsorted(skeys, q), max(skeys.shape[0] - 1, 0))
         found = skeys[pos] == q if skeys.shape[0] else np.zeros(q.shape[0], dtype=bool)
-        tier = np.where(found, plan.tier[order[pos]], inventory.device_main_tier[dev])
+        tier = np.where(found, holding_tier[order[pos]] if skeys.shape[0] else 0, inventory.device_main_tier[dev])
         tier = np.where(tier >= 0, tier, inventory.device_main_tier[dev])
         b = graph.tensor_bytes[tensors]
         fast = b / np.maximum(bw[dev, tier], 1.0)
@@ -410,9 +424,30 @@ def tier_op_times_s(
     f_out, s_out = ratio_terms(graph.output_ptr, graph.output_tensors)
     slow = s_in + s_out
     ratio = np.where(slow > 0, (f_in + f_out) / np.where(slow > 0, slow, 1.0), 1.0)
-    ops = np.arange(graph.n_ops)
     launch = cm.launch_overhead_s
-    mem_new = launch + (memory[ops, placement] - launch) * ratio
-    out = full.copy()
-    out[ops, placement] = np.minimum(full[ops, placement], np.maximum(compute[ops, placement], mem_new))
+    mem_new = launch + (memory[ops, column] - launch) * ratio
+    return np.minimum(full[ops, column], np.maximum(compute[ops, column], mem_new))
+
+
+def tier_op_times_s(
+    graph: Hypergraph,
+    inventory: Inventory,
+    placement: np.ndarray,
+    plan: MemoryPlan,
+    *,
+    cost_model: CostModel | None = None,
+) -> np.ndarray:
+    """Operator times with each tensor read or written at its tier's bandwidth.
+
+    :func:`placed_tier_op_times_s` on each operator's placed device; the other
+    devices keep their main-memory times.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (n_ops, n_devices)
+    """
+    placement = np.asarray(placement, dtype=np.int64)
+    out = op_times_s(graph, inventory, cost_model or CostModel())
+    out[np.arange(graph.n_ops), placement] = placed_tier_op_times_s(
+        graph, inventory, placement, plan.tensor, plan.device, plan.tier, cost_model=cost_model)
     return out

@@ -11,12 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.synthetic import synthetic_hypergraph
+from bench.synthetic import synthetic_graph_json, synthetic_hypergraph
 from partitioners.cost import CostModel
 from partitioners.errors import Infeasible, InvalidInput
-from partitioners.graph import graph_from_ops
+from partitioners.graph import graph_from_json, graph_from_ops
 from partitioners.hierarchical import PlacementOptions, place
 from partitioners.inventory import inventory_from_json
+from partitioners.memory_tiers import placed_tier_op_times_s
 from partitioners.pipeline import quotient_is_acyclic
 from partitioners.simulate import remote_transfers, simulate
 from partitioners.transforms import PHASE_BACKWARD, PHASE_FORWARD
@@ -224,6 +225,17 @@ def test_level3_plan_never_passes_a_tier_capacity():
     r = place(g, inventory_from_json({"preset": "dgx-h100", "nodes": 1}))
     assert r.memory_plan.capacity_violations == 0
     assert r.memory_plan.hbm_fits
+
+
+@pytest.mark.parametrize(("n_ops", "seed"), [(300, 2), (600, 3), (80, 9)])
+def test_a_plan_timed_with_tiers_times_every_operator_with_the_tiers_it_states(n_ops, seed):
+    graph = graph_from_json(synthetic_graph_json(n_ops, seed=seed))
+    inventory = inventory_from_json({"preset": "dgx-h100", "nodes": 1})
+    r = place(graph, inventory, PlacementOptions(mode="training", micro_batches=2))
+    assert r.timed_with_tiers
+    stated = placed_tier_op_times_s(r.graph, inventory, r.placement, r.memory_plan.tensor, r.memory_plan.device,
+                                    r.memory_plan.tier)
+    np.testing.assert_allclose(r.simulation.op_end_s - r.simulation.op_start_s, stated, rtol=1e-9, atol=1e-15)
 
 
 def test_bad_options_are_rejected():

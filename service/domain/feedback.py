@@ -2,8 +2,11 @@
 
 * ``submit_feedback``: parse the timeline (Chrome trace or simple JSON), match it to
   the plan's placed operators, store it in full with the matched observations
-  (measured time next to the uncalibrated roofline time), then refit the tenant's
-  calibration for the plan's inventory from its newest timelines.
+  (measured time next to what the uncalibrated model predicts for that run: the
+  roofline, with the tensors' memory tiers where the plan was timed with them), then
+  refit the tenant's calibration for the plan's inventory from its newest timelines.
+  Comparing with the plan's own prediction keeps a tier speed-up from being learnt as
+  a faster operator class and then counted a second time in the re-plan.
 * ``plan_accuracy``: prediction error of the model the plan was made with and of
   the current calibration, against every stored timeline of the plan.
 * ``replan``: plan again with the calibration (and a load report: slow devices,
@@ -27,6 +30,7 @@ from partitioners.errors import InvalidInput
 from partitioners.graph import Hypergraph, topological_order
 from partitioners.hierarchical import PlacementOptions, PlacementResult, place
 from partitioners.inventory import Inventory, inventory_to_json, link_class_ids, without_devices
+from partitioners.memory_tiers import UNPLACED, placed_tier_op_times_s
 from partitioners.replan import minimal_movement, placement_result
 from partitioners.simulate import simulate
 from partitioners.timeline import TimelineEvents, TimelineMatch, match_timeline, parse_timeline, step_makespans_s
@@ -68,6 +72,51 @@ class PlanContext:
     placement: np.ndarray
     ops: dict[str, str]
     n_source_ops: int
+    # (tensor, device, tier) ids of the plan's level-3 holdings when its times used them
+    tier_holdings: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # list-scheduling priority that replays the plan's schedule (None: plans stored without it)
+    priority: np.ndarray | None = None
+
+
+def _replay_priority(body: dict, graph: Hypergraph) -> np.ndarray | None:
+    """Priorities that make the simulator run the plan's operators in its predicted start order.
+
+    ``start_order`` holds positions in the plan's ``ops`` mapping (the placed graph's
+    operator order); they are mapped by name, as the graph is rebuilt from storage.
+    """
+    order, ops = body.get("start_order"), body.get("ops") or {}
+    if not isinstance(order, list) or len(order) != graph.n_ops or len(ops) != graph.n_ops:
+        return None
+    index = {str(name): i for i, name in enumerate(graph.op_names)}
+    planned = [index.get(name, -1) for name in ops]
+    rank = np.empty(graph.n_ops, dtype=np.float64)
+    rank[[planned[position] for position in order]] = np.arange(graph.n_ops, 0, -1, dtype=np.float64)
+    return rank
+
+
+def _tier_holdings(body: dict, summary: dict, graph: Hypergraph,
+                   inventory: Inventory) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The stored plan's tensor tiers as id arrays, if its predicted times used them.
+
+    Plans stored before ``timed_with_tiers`` was recorded were re-timed exactly when
+    level 3 brought their makespan below the main-memory one.
+    """
+    timed = summary.get("timed_with_tiers")
+    if timed is None:
+        before = summary.get("makespan_before_tiers_s")
+        timed = before is not None and summary.get("makespan_s", before) < before
+    if not timed:
+        return None
+    tensor_index = {str(n): i for i, n in enumerate(graph.tensor_names)}
+    device_index = {str(n): i for i, n in enumerate(inventory.device_names)}
+    tier_index = {str(n): i for i, n in enumerate(inventory.tier_names)}
+    rows = [
+        (tensor_index[name], device_index[holding["device"]], tier_index.get(holding.get("tier"), UNPLACED))
+        for name, holdings in (body.get("tensors") or {}).items() if name in tensor_index
+        for holding in holdings if holding.get("device") in device_index
+    ]
+    columns = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    return columns[:, 0], columns[:, 1], columns[:, 2]
 
 
 def _plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext:
@@ -77,7 +126,8 @@ def _plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext
     expanded = expand_graph(
         original, mode=options.get("mode", "inference"), micro_batches=options.get("micro_batches", 1)
     )
-    ops = plan_views.plan_body(plan).get("ops") or {}
+    body = plan_views.plan_body(plan)
+    ops = body.get("ops") or {}
     index = {str(n): i for i, n in enumerate(inventory.device_names)}
     placement = np.array([index.get(ops.get(str(n)), -1) for n in expanded.graph.op_names], dtype=np.int64)
     if (placement < 0).any():
@@ -95,7 +145,30 @@ def _plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext
         placement=placement,
         ops={str(k): str(v) for k, v in ops.items()},
         n_source_ops=int(original.n_ops),
+        tier_holdings=_tier_holdings(body, dict(plan.summary or {}), expanded.graph, inventory),
+        priority=_replay_priority(body, expanded.graph),
     )
+
+
+def _placed_times_s(ctx: PlanContext, model: CostModel) -> np.ndarray | None:
+    """Each operator's predicted time on its planned device with the plan's tiers, or None without them."""
+    if ctx.tier_holdings is None:
+        return None
+    return placed_tier_op_times_s(ctx.graph, ctx.inventory, ctx.placement, *ctx.tier_holdings, cost_model=model)
+
+
+def _plan_op_times_s(ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray) -> np.ndarray:
+    """What the plan predicts, under ``model``, for operator ``op[i]`` run on ``device[i]``.
+
+    The roofline, and where the plan was timed with memory tiers and the operator ran
+    where the plan put it, the roofline with its tensors at their tiers' bandwidths.
+    """
+    times, profile = op_times_by_profile_s(ctx.graph, ctx.inventory, model)
+    predicted = times[op, profile[device]]
+    placed = _placed_times_s(ctx, model)
+    if placed is not None:
+        predicted = np.where(ctx.placement[op] == device, placed[op], predicted)
+    return predicted
 
 
 def _topological_rank(graph: Hypergraph) -> np.ndarray:
@@ -226,9 +299,8 @@ def _observations(match: TimelineMatch, ctx: PlanContext) -> dict:
     predicts for it: what calibration fits (stored, so refits never re-read the timeline)."""
     g, inv = ctx.graph, ctx.inventory
     base = CostModel()
-    times, profile = op_times_by_profile_s(g, inv, base)
     classes = op_class_of(g.op_types)
-    roofline = times[match.op, profile[match.device]] - base.launch_overhead_s
+    roofline = _plan_op_times_s(ctx, base, match.op, match.device) - base.launch_overhead_s
     device_names = inv.device_names
     t_bytes = g.tensor_bytes[match.transfer_tensor]
     t_pred = transfer_times_s(t_bytes, match.transfer_src, match.transfer_dst, inv, base)
@@ -295,9 +367,14 @@ def feedback_read(
 
 
 def _predicted(ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, float]:
-    times, profile = op_times_by_profile_s(ctx.graph, ctx.inventory, model)
-    makespan = simulate(ctx.graph, ctx.inventory, ctx.placement, cost_model=model, record_timeline=False).makespan_s
-    return times[op, profile[device]], float(makespan)
+    """The plan's predictions under ``model``: per (operator, device) run, and the makespan
+    of the plan's schedule (its placement, in its order) with those times."""
+    placed = _placed_times_s(ctx, model)
+    # a fixed placement reads only each operator's own column: one column, broadcast
+    table = None if placed is None else np.broadcast_to(placed[:, None], (ctx.graph.n_ops, ctx.inventory.n_devices))
+    makespan = simulate(ctx.graph, ctx.inventory, ctx.placement, op_times_s=table, cost_model=model,
+                        priority=ctx.priority, record_timeline=False).makespan_s
+    return _plan_op_times_s(ctx, model, op, device), float(makespan)
 
 
 def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.graph import Hypergraph, graph_from_json, graph_summary, graph_to_json, model_hash
@@ -24,13 +25,31 @@ class IngestedGraph:
     graph: Hypergraph
     model_hash: str
     source_format: str
+    from_storage: bool = False  # already in the stored (name) order
 
     @property
     def summary(self) -> dict:
         return graph_summary(self.graph)
 
-    def canonical_document(self) -> dict:
+    @cached_property
+    def _document(self) -> dict:
         return graph_to_json(self.graph)
+
+    def canonical_document(self) -> dict:
+        """The JSON form that is stored: nodes and tensors in name order."""
+        return self._document
+
+    def as_stored(self) -> Hypergraph:
+        """The graph as it reads back from storage (name order), keeping the ingest warnings.
+
+        Planning this rather than the posted order makes a plan made now the plan a
+        worker would make from storage, and lets feedback and re-plans, which rebuild
+        the graph from storage, replay its schedule: list scheduling breaks ties by
+        operator order.
+        """
+        if self.from_storage:
+            return self.graph
+        return replace(graph_from_json(self._document), warnings=list(self.graph.warnings))
 
 
 @dataclass(frozen=True)

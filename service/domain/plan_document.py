@@ -47,6 +47,9 @@ def _summary(result: PlacementResult, inventory: Inventory) -> dict:
         # the chosen candidate as scored against the others (main memory only, before
         # level 3 re-times it with tier bandwidths): compare one_device_makespan_s with this
         "makespan_before_tiers_s": float(result.chosen.makespan_s),
+        # whether makespan_s and the trace time operators with their tensors' tiers (what
+        # runtime feedback is compared with)
+        "timed_with_tiers": bool(result.timed_with_tiers),
         "infeasible_reason": None,
     }
     if not result.feasible and result.infeasible_device is not None:
@@ -127,6 +130,9 @@ def plan_document(result: PlacementResult, inventory: Inventory) -> tuple[str, d
         "transfers": result.transfers.grouped(graph, inventory),
         "candidates": _candidates(result),
         "notes": list(result.notes),
+        # operator ids in predicted start order: simulating with this order as the
+        # priority replays the plan's schedule (feedback compares against it)
+        "start_order": np.lexsort((np.arange(graph.n_ops), result.simulation.op_start_s)).tolist(),
     }
     if graph.n_ops <= TIMELINE_MAX_OPS:
         body["trace"] = to_chrome_trace(result.simulation, graph, inventory)

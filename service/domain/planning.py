@@ -96,7 +96,8 @@ def _ingest_graph(session: Session, tenant_id: str, submission: PlanSubmission, 
         if row is None:
             raise NotFound(f"No graph with id {submission.graph_id}; submit the graph itself or use an id from a plan of yours.")
         graph = graph_from_json(unpack_json(row.canonical))
-        return IngestedGraph(graph=graph, model_hash=row.model_hash, source_format=row.source_format)
+        return IngestedGraph(graph=graph, model_hash=row.model_hash, source_format=row.source_format,
+                             from_storage=True)
     if submission.onnx_bytes is not None:
         return ingest_onnx_graph(submission.onnx_bytes, dims=submission.options.get("dims", {}), max_ops=settings.max_graph_ops)
     return ingest_json_graph(submission.graph, max_ops=settings.max_graph_ops)
@@ -165,7 +166,8 @@ def submit_plan(
         # End the read transaction before the CPU-heavy part: on SQLite an open
         # transaction holds the database lock (BEGIN IMMEDIATE) for its whole length.
         session.rollback()
-        computed = (compute or compute_plan)(ingested_graph.graph, ingested_inventory.inventory, submission.options, cost_model)
+        computed = (compute or compute_plan)(ingested_graph.as_stored(), ingested_inventory.inventory,
+                                             submission.options, cost_model)
 
     graph_row = plans_repo.get_or_create_graph(session, tenant_id, _graph_row(ingested_graph))
     inventory_row = plans_repo.get_or_create_inventory(session, tenant_id, _inventory_row(ingested_inventory))

@@ -158,6 +158,10 @@ class PlanSummary(BaseModel):
     makespan_before_tiers_s: float | None = Field(
         None, description="The chosen placement scored like the candidates (main memory only), before level-3 tiers."
     )
+    timed_with_tiers: bool | None = Field(
+        None, description="makespan_s and the trace time each operator with its tensors at their tiers' bandwidths; "
+        "runtime feedback is compared with those times."
+    )
     infeasible_reason: str | None = None
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.synthetic import synthetic_graph_json
 from partitioners.cost import OP_CLASS_NAMES, CostModel, op_times_s
 from partitioners.graph import graph_from_json
 from partitioners.inventory import preset_inventory
@@ -446,6 +447,23 @@ def test_a_replan_predicted_to_gain_less_than_the_threshold_keeps_the_parents_pl
     child = client.post(f"/v1/plans/{plan['id']}/replan", json={"min_gain_fraction": 0.99}).json()
     assert child["replan"]["kept_parent"] is True
     assert child["replan"]["ops_moved"] == 0 and child["ops"] == plan["ops"]
+
+
+def test_the_plans_own_predicted_trace_as_feedback_calibrates_nothing_and_moves_nothing(client):
+    body = plan_body(synthetic_graph_json(300, seed=2))
+    body["options"] = {"mode": "training", "micro_batches": 2}
+    plan = client.post("/v1/plans", json=body).json()
+    assert plan["summary"]["timed_with_tiers"]  # its times use the memory tiers it states
+    trace = client.get(f"/v1/plans/{plan['id']}/trace").json()
+    assert post_feedback(client, plan, trace).status_code == 201
+    accuracy = client.get(f"/v1/plans/{plan['id']}/accuracy").json()
+    factors = accuracy["calibration"]["factors"]
+    multipliers = [f["multiplier"] for f in factors["type_class"]] + [f["multiplier"] for f in factors["device_class"]]
+    assert multipliers == pytest.approx([1.0] * len(multipliers))
+    assert accuracy["before"]["op_p90_rel_error"] == pytest.approx(0.0, abs=1e-9)
+    assert accuracy["before"]["makespan_rel_error"] == pytest.approx(0.0, abs=1e-9)
+    child = client.post(f"/v1/plans/{plan['id']}/replan", json={"min_gain_fraction": 0.0}).json()
+    assert child["replan"]["gain_s"] == pytest.approx(0.0, abs=1e-12) and child["replan"]["ops_moved"] == 0
 
 
 def test_a_load_report_naming_an_unknown_device_is_422(client, planned):

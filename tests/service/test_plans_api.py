@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.synthetic import synthetic_graph_json
 from tests.service.graphs import diamond_graph, plan_request
 
 ONNX_DIR = Path(__file__).parents[1] / "fixtures" / "onnx"
@@ -42,6 +43,15 @@ def test_node_order_in_the_file_does_not_change_the_model_hash(client):
     second = client.post("/v1/plans", json=plan_request(reordered))
     assert second.status_code == 200
     assert second.json()["model_hash"] == first["model_hash"]
+
+
+def test_the_same_graph_posted_in_another_node_order_gets_the_same_plan(client, other_client):
+    graph = synthetic_graph_json(300, seed=2)
+    reordered = dict(graph, nodes=list(reversed(graph["nodes"])), tensors=list(reversed(graph["tensors"])))
+    first = client.post("/v1/plans", json=plan_request(graph)).json()
+    second = other_client.post("/v1/plans", json=plan_request(reordered)).json()  # another tenant: no cache hit
+    assert second["id"] != first["id"]
+    assert second["ops"] == first["ops"] and second["summary"]["makespan_s"] == first["summary"]["makespan_s"]
 
 
 def test_other_options_make_a_new_plan(client):

@@ -743,7 +743,7 @@ def plan_from_request(request: Mapping[str, Any], *, rank_map_limit: int | None 
     instead of searching). A search answers ``{"mode": "search", ...}`` as
     :meth:`ParallelPlan.to_dict` (with up to ``rank_map_limit`` ranks of the
     top candidate's rank map); an evaluation ``{"mode": "evaluate",
-    "predictions": [...]}``, one per layout, in order.
+    "predictions": [...]}``, one per layout, in order, each with its own rank map.
 
     Raises
     ------
@@ -771,7 +771,10 @@ def plan_from_request(request: Mapping[str, Any], *, rank_map_limit: int | None 
                                 field="evaluate", code="too-many-layouts")
         predictions = evaluate_layouts(request["model"], request["cluster"], request["training"], layouts,
                                        request.get("constraints"))
-        return {"mode": "evaluate", "predictions": [p.to_dict() for p in predictions]}
+        cluster = cluster_from_dict(request["cluster"])
+        return {"mode": "evaluate",
+                "predictions": [{**p.to_dict(), "rank_map": rank_map(cluster, p).to_dict(rank_map_limit)}
+                                for p in predictions]}
     top_k = request.get("top_k", 10)
     if isinstance(top_k, bool) or not isinstance(top_k, int):
         raise InvalidInput("top_k must be an integer", field="top_k", code="not-an-integer")

@@ -64,6 +64,19 @@ def test_given_layouts_are_evaluated_instead_of_searched(client):
     assert evaluated[1]["reasons"]  # tp=16 crosses an 8-GPU node
 
 
+def test_each_evaluated_layout_comes_with_its_own_rank_map(client):
+    response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 4}, {"tp": 4, "pp": 2, "cp": 2}]))
+    assert response.status_code == 200, response.text
+    for prediction in response.json()["predictions"]:
+        rank_map = prediction["rank_map"]
+        assert rank_map["num_ranks"] == 64 and len(rank_map["ranks"]) == 64
+        assert rank_map["mesh_shape"] == [prediction["dp"], prediction["pp"], prediction["cp"], prediction["tp"]]
+        nodes: dict[tuple, set] = {}
+        for rank in rank_map["ranks"]:
+            nodes.setdefault((rank["dp"], rank["pp"], rank["cp"]), set()).add(rank["node"])
+        assert all(len(group) == 1 for group in nodes.values())  # each tensor-parallel group on one node
+
+
 def test_a_candidate_posted_back_as_a_layout_gets_the_same_prediction(client):
     candidate = client.post("/v1/parallel/plan", json=_request(top_k=1)).json()["candidates"][0]
     layout = {name: candidate[name] for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size",

@@ -2,11 +2,12 @@
 
 * ``submit_feedback``: parse the timeline (Chrome trace or simple JSON), match it to
   the plan's placed operators, store it in full with the matched observations
-  (measured time next to what the uncalibrated model predicts for that run: the
-  roofline, with the tensors' memory tiers where the plan was timed with them), then
+  (measured time next to what the uncalibrated model predicts for that run), then
   refit the tenant's calibration for the plan's inventory from its newest timelines.
-  Comparing with the plan's own prediction keeps a tier speed-up from being learnt as
-  a faster operator class and then counted a second time in the re-plan.
+  Where the plan was timed with memory tiers, the prediction is the roofline with or
+  without the tiers' speed-ups, whichever the run bears out (:func:`_tiers_realized`):
+  a runtime that lays tensors out as planned gets them, an eager framework does not.
+  Either way a tier speed-up is never learnt as a faster operator class.
 * ``plan_accuracy``: prediction error of the model the plan was made with and of
   the current calibration, against every stored timeline of the plan.
 * ``replan``: plan again with the calibration (and a load report: slow devices,
@@ -157,18 +158,46 @@ def _placed_times_s(ctx: PlanContext, model: CostModel) -> np.ndarray | None:
     return placed_tier_op_times_s(ctx.graph, ctx.inventory, ctx.placement, *ctx.tier_holdings, cost_model=model)
 
 
-def _plan_op_times_s(ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray) -> np.ndarray:
+def _plan_op_times_s(ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray, *,
+                     with_tiers: bool = True) -> np.ndarray:
     """What the plan predicts, under ``model``, for operator ``op[i]`` run on ``device[i]``.
 
-    The roofline, and where the plan was timed with memory tiers and the operator ran
-    where the plan put it, the roofline with its tensors at their tiers' bandwidths.
+    The roofline, and ``with_tiers`` where the plan was timed with memory tiers and the
+    operator ran where the plan put it, the roofline with its tensors at their tiers'
+    bandwidths.
     """
     times, profile = op_times_by_profile_s(ctx.graph, ctx.inventory, model)
     predicted = times[op, profile[device]]
-    placed = _placed_times_s(ctx, model)
+    placed = _placed_times_s(ctx, model) if with_tiers else None
     if placed is not None:
         predicted = np.where(ctx.placement[op] == device, placed[op], predicted)
     return predicted
+
+
+def _tiers_realized(measured_s: np.ndarray, main_s: np.ndarray, tiered_s: np.ndarray, device: np.ndarray,
+                    op_class: np.ndarray) -> bool:
+    """Whether a run got the speed-ups of the plan's memory tiers.
+
+    Calibration explains a run by one multiplier per (device, operator class), so the
+    right prediction is the one whose ratios to the measured times vary least inside
+    those groups: the sum of absolute deviations of ``log(measured / predicted)`` from
+    each group's median, with and without the tiers. A plan's own predicted trace fits
+    the tiered times exactly; a runtime that ignores the tiers fits the main-memory
+    ones up to noise, while the tiered ones then scatter with each operator's own
+    speed-up.
+    """
+    usable = (measured_s > 0) & (main_s > 0) & (tiered_s > 0)
+    if not np.any(usable & (tiered_s != main_s)):
+        return False
+    group = np.unique(np.stack([device[usable], op_class[usable]], axis=1), axis=0, return_inverse=True)[1]
+    group = group.reshape(-1)
+
+    def spread(predicted_s: np.ndarray) -> float:
+        ratio = np.log(measured_s[usable] / predicted_s[usable])
+        medians = np.array([np.median(ratio[group == g]) for g in range(int(group.max()) + 1)])
+        return float(np.abs(ratio - medians[group]).sum())
+
+    return spread(tiered_s) < spread(main_s)
 
 
 def _topological_rank(graph: Hypergraph) -> np.ndarray:
@@ -300,7 +329,10 @@ def _observations(match: TimelineMatch, ctx: PlanContext) -> dict:
     g, inv = ctx.graph, ctx.inventory
     base = CostModel()
     classes = op_class_of(g.op_types)
-    roofline = _plan_op_times_s(ctx, base, match.op, match.device) - base.launch_overhead_s
+    main = _plan_op_times_s(ctx, base, match.op, match.device, with_tiers=False)
+    tiered = _plan_op_times_s(ctx, base, match.op, match.device)
+    realized = _tiers_realized(match.duration_s, main, tiered, match.device, classes[match.op])
+    roofline = (tiered if realized else main) - base.launch_overhead_s
     device_names = inv.device_names
     t_bytes = g.tensor_bytes[match.transfer_tensor]
     t_pred = transfer_times_s(t_bytes, match.transfer_src, match.transfer_dst, inv, base)
@@ -314,6 +346,8 @@ def _observations(match: TimelineMatch, ctx: PlanContext) -> dict:
             "start_s": match.start_s.tolist(),
             "duration_s": match.duration_s.tolist(),
             "roofline_s": roofline.tolist(),
+            # the roofline above includes the plan's tier speed-ups (the run got them)
+            "tiers_realized": realized,
         },
         "transfers": {
             "tensor": g.tensor_names[match.transfer_tensor].tolist(),
@@ -366,15 +400,16 @@ def feedback_read(
 # ----------------------------------------------------------------------------- accuracy
 
 
-def _predicted(ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, float]:
+def _predicted(ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray, *,
+               with_tiers: bool) -> tuple[np.ndarray, float]:
     """The plan's predictions under ``model``: per (operator, device) run, and the makespan
     of the plan's schedule (its placement, in its order) with those times."""
-    placed = _placed_times_s(ctx, model)
+    placed = _placed_times_s(ctx, model) if with_tiers else None
     # a fixed placement reads only each operator's own column: one column, broadcast
     table = None if placed is None else np.broadcast_to(placed[:, None], (ctx.graph.n_ops, ctx.inventory.n_devices))
     makespan = simulate(ctx.graph, ctx.inventory, ctx.placement, op_times_s=table, cost_model=model,
                         priority=ctx.priority, record_timeline=False).makespan_s
-    return _plan_op_times_s(ctx, model, op, device), float(makespan)
+    return _plan_op_times_s(ctx, model, op, device, with_tiers=with_tiers), float(makespan)
 
 
 def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:
@@ -390,9 +425,11 @@ def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:
     samples: dict[tuple[int, int], list[float]] = {}
     spans: list[float] = []
     memory: dict[str, list[float]] = {}
+    realized_votes = 0
     for row in rows:
         doc = feedback_repo.unpack_derived(row.timeline)
         obs = doc.get("observations", {})
+        realized_votes += 1 if obs.get("tiers_realized") else -1
         for name, device, duration in zip(obs.get("op", []), obs.get("device", []), obs.get("duration_s", [])):
             if name in op_index and device in dev_index:
                 samples.setdefault((op_index[name], dev_index[device]), []).append(float(duration))
@@ -413,8 +450,10 @@ def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:
         "n_steps": len(spans),
         "calibration": calibration_read(calibration),
     }
-    for label, model in (("before", before_model), ("after", after_model)):
-        predicted_ops, predicted_makespan = _predicted(ctx, model, op, device)
+    # before: what the plan claimed (with its tiers, if it was timed with them); after:
+    # the calibration, with the tiers only if the plan's timelines bore them out
+    for label, model, with_tiers in (("before", before_model, True), ("after", after_model, realized_votes > 0)):
+        predicted_ops, predicted_makespan = _predicted(ctx, model, op, device, with_tiers=with_tiers)
         out[label] = prediction_error(predicted_ops, measured, predicted_makespan, measured_makespan)
     predicted_peak = ctx.summary.get("peak_memory_bytes", {})
     out["memory"] = [

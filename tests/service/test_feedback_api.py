@@ -450,9 +450,7 @@ def test_a_replan_predicted_to_gain_less_than_the_threshold_keeps_the_parents_pl
 
 
 def test_the_plans_own_predicted_trace_as_feedback_calibrates_nothing_and_moves_nothing(client):
-    body = plan_body(synthetic_graph_json(300, seed=2))
-    body["options"] = {"mode": "training", "micro_batches": 2}
-    plan = client.post("/v1/plans", json=body).json()
+    plan = client.post("/v1/plans", json=plan_body(synthetic_graph_json(300, seed=2))).json()
     assert plan["summary"]["timed_with_tiers"]  # its times use the memory tiers it states
     trace = client.get(f"/v1/plans/{plan['id']}/trace").json()
     assert post_feedback(client, plan, trace).status_code == 201
@@ -464,6 +462,24 @@ def test_the_plans_own_predicted_trace_as_feedback_calibrates_nothing_and_moves_
     assert accuracy["before"]["makespan_rel_error"] == pytest.approx(0.0, abs=1e-9)
     child = client.post(f"/v1/plans/{plan['id']}/replan", json={"min_gain_fraction": 0.0}).json()
     assert child["replan"]["gain_s"] == pytest.approx(0.0, abs=1e-12) and child["replan"]["ops_moved"] == 0
+
+
+def test_a_run_without_the_plans_tier_speed_ups_calibrates_against_main_memory(client):
+    graph_doc = synthetic_graph_json(300, seed=2)
+    plan = client.post("/v1/plans", json=plan_body(graph_doc)).json()
+    assert plan["summary"]["timed_with_tiers"]
+    # what an eager runtime does with this placement: every tensor read from HBM, model times
+    graph, inventory = graph_from_json(graph_doc), preset_inventory("dgx-h100", 1)
+    index = {str(name): i for i, name in enumerate(inventory.device_names)}
+    placement = np.array([index[plan["ops"][str(name)]] for name in graph.op_names])
+    run = simulate(graph, inventory, placement)
+    assert post_feedback(client, plan, to_chrome_trace(run, graph, inventory)).status_code == 201
+    accuracy = client.get(f"/v1/plans/{plan['id']}/accuracy").json()
+    factors = accuracy["calibration"]["factors"]
+    multipliers = [f["multiplier"] for f in factors["type_class"]] + [f["multiplier"] for f in factors["device_class"]]
+    assert multipliers == pytest.approx([1.0] * len(multipliers))  # the operators ran as modelled
+    assert accuracy["before"]["op_p90_rel_error"] > 0.05  # the plan claimed tier speed-ups that did not happen
+    assert accuracy["after"]["op_p90_rel_error"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_a_load_report_naming_an_unknown_device_is_422(client, planned):

@@ -176,8 +176,8 @@ def _plan_offline(model: Path, inventory: dict, options: dict) -> dict:
     else:
         ingested = ingest_onnx_graph(model.read_bytes(), dims=options["dims"], max_ops=settings.max_graph_ops)
     inv = ingest_inventory(inventory)
-    strategy, summary, body = compute_plan(ingested.graph, inv.inventory, options)
-    for internal in ("trace", "view"):
+    strategy, summary, body = compute_plan(ingested.as_stored(), inv.inventory, options)
+    for internal in ("trace", "view", "start_order"):
         body.pop(internal, None)
     return {"id": None, "model_hash": ingested.model_hash, "inventory_hash": inv.inventory_hash, "status": "done",
             "strategy": strategy, "summary": summary, "options": options, "warnings": list(ingested.graph.warnings), **body}

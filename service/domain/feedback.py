@@ -90,6 +90,8 @@ def _replay_priority(body: dict, graph: Hypergraph) -> np.ndarray | None:
         return None
     index = {str(name): i for i, name in enumerate(graph.op_names)}
     planned = [index.get(name, -1) for name in ops]
+    if min(planned, default=0) < 0:
+        return None
     rank = np.empty(graph.n_ops, dtype=np.float64)
     rank[[planned[position] for position in order]] = np.arange(graph.n_ops, 0, -1, dtype=np.float64)
     return rank

@@ -39,6 +39,103 @@ def _meta(kind: str, pid: int, name: str, tid: int | None = None, sort_index: in
     return out
 
 
+def _device_tracks(inventory: Inventory) -> list[dict[str, Any]]:
+    """A process per device group and a thread per device, named and in inventory order."""
+    events: list[dict[str, Any]] = []
+    group_names, device_group = inventory.group_names.tolist(), inventory.device_group.tolist()
+    for g in range(inventory.n_groups):
+        events += _meta("process", g, str(group_names[g]), sort_index=g)
+    for d, name in enumerate(inventory.device_names.tolist()):
+        events += _meta("thread", device_group[d], str(name), tid=d, sort_index=d)
+    return events
+
+
+def _operator_events(result: SimulationResult, graph: Hypergraph, inventory: Inventory,
+                     window: tuple[float, float] | None) -> list[dict[str, Any]]:
+    """One complete event per operator (overlapping ``window``) on its device's thread."""
+    if window is None:
+        ops = range(graph.n_ops)
+    else:
+        ops = np.flatnonzero((result.op_end_s >= window[0]) & (result.op_start_s <= window[1])).tolist()
+    op_dev, device_group = result.op_device.tolist(), inventory.device_group.tolist()
+    start_us = (result.op_start_s * _US_PER_S).tolist()
+    dur_us = ((result.op_end_s - result.op_start_s) * _US_PER_S).tolist()
+    names, types, flops = graph.op_names.tolist(), graph.op_types.tolist(), graph.op_flops.tolist()
+    return [
+        {
+            "name": str(names[op]),
+            "cat": "op",
+            "ph": "X",
+            "ts": start_us[op],
+            "dur": dur_us[op],
+            "pid": device_group[op_dev[op]],
+            "tid": op_dev[op],
+            "args": {"op": str(names[op]), "op_type": str(types[op]), "flops": flops[op]},
+        }
+        for op in ops
+    ]
+
+
+def _memory_counter_events(result: SimulationResult, graph: Hypergraph, inventory: Inventory,
+                           window: tuple[float, float] | None) -> list[dict[str, Any]]:
+    """A counter sample per (device, instant) of the bytes in use, under the device's group."""
+    m_dev, m_time, m_bytes = memory_timeline(graph, result)
+    # one sample per (device, instant): the level after the instant's last event
+    last = np.append((m_dev[1:] != m_dev[:-1]) | (m_time[1:] != m_time[:-1]), True)
+    if window is not None:
+        last &= (m_time >= window[0]) & (m_time <= window[1])
+    device_names, device_group = inventory.device_names.tolist(), inventory.device_group.tolist()
+    return [
+        {"name": f"{device_names[d]} memory", "cat": "memory", "ph": "C", "ts": t, "pid": device_group[d],
+         "args": {"bytes": b}}
+        for d, t, b in zip(m_dev[last].tolist(), (m_time[last] * _US_PER_S).tolist(), m_bytes[last].tolist())
+    ]
+
+
+def _transfer_events(result: SimulationResult, graph: Hypergraph, inventory: Inventory,
+                     window: tuple[float, float] | None) -> list[dict[str, Any]]:
+    """The "links" process: a thread per directed device pair with traffic, an event per transfer."""
+    links_pid, n_dev = inventory.n_groups, inventory.n_devices
+    device_names = inventory.device_names.tolist()
+    events = _meta("process", links_pid, "links", sort_index=links_pid)
+    pair = result.transfer_src * n_dev + result.transfer_dst
+    upair, tid_of = np.unique(pair, return_inverse=True)
+    classes = link_class_ids(inventory, upair // n_dev, upair % n_dev).tolist()
+    for k, p in enumerate(upair.tolist()):
+        s, d = divmod(p, n_dev)
+        label = f"{device_names[s]} -> {device_names[d]} ({LINK_CLASS_NAMES[classes[k]]})"
+        events += _meta("thread", links_pid, label, tid=k, sort_index=k)
+    if window is None:
+        keep = np.ones(result.transfer_tensor.size, dtype=bool)
+    else:
+        keep = (result.transfer_end_s >= window[0]) & (result.transfer_start_s <= window[1])
+    tnames = graph.tensor_names.tolist()
+    t_ids, t_src, t_dst = result.transfer_tensor.tolist(), result.transfer_src.tolist(), result.transfer_dst.tolist()
+    t_bytes = result.transfer_bytes.tolist()
+    t_start = (result.transfer_start_s * _US_PER_S).tolist()
+    t_dur = ((result.transfer_end_s - result.transfer_start_s) * _US_PER_S).tolist()
+    tids = tid_of.reshape(-1).tolist()
+    events += [
+        {
+            "name": str(tnames[t_ids[i]]),
+            "cat": "transfer",
+            "ph": "X",
+            "ts": t_start[i],
+            "dur": t_dur[i],
+            "pid": links_pid,
+            "tid": tids[i],
+            "args": {
+                "tensor": str(tnames[t_ids[i]]),
+                "bytes": t_bytes[i],
+                "src": str(device_names[t_src[i]]),
+                "dst": str(device_names[t_dst[i]]),
+            },
+        }
+        for i in np.flatnonzero(keep).tolist()
+    ]
+    return events
+
+
 def to_chrome_trace(
     result: SimulationResult,
     graph: Hypergraph,
@@ -73,101 +170,12 @@ def to_chrome_trace(
         ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``;
         plain Python types only, ready for ``json.dumps``.
     """
-    events: list[dict[str, Any]] = []
-    n_groups = inventory.n_groups
-    group_names = inventory.group_names.tolist()
-    device_names = inventory.device_names.tolist()
-    device_group = inventory.device_group.tolist()
-    for g in range(n_groups):
-        events += _meta("process", g, str(group_names[g]), sort_index=g)
-    for d in range(inventory.n_devices):
-        events += _meta("thread", device_group[d], str(device_names[d]), tid=d, sort_index=d)
-
-    op_dev = result.op_device.tolist()
-    start_us = (result.op_start_s * _US_PER_S).tolist()
-    dur_us = ((result.op_end_s - result.op_start_s) * _US_PER_S).tolist()
-    names = graph.op_names.tolist()
-    types = graph.op_types.tolist()
-    flops = graph.op_flops.tolist()
-    if window_s is None:
-        ops = range(graph.n_ops)
-        keep_tr = np.ones(result.transfer_tensor.size, dtype=bool)
-    else:
-        lo, hi = float(window_s[0]), float(window_s[1])
-        ops = np.flatnonzero((result.op_end_s >= lo) & (result.op_start_s <= hi)).tolist()
-        keep_tr = (result.transfer_end_s >= lo) & (result.transfer_start_s <= hi)
-    for op in ops:
-        d = op_dev[op]
-        events.append(
-            {
-                "name": str(names[op]),
-                "cat": "op",
-                "ph": "X",
-                "ts": start_us[op],
-                "dur": dur_us[op],
-                "pid": device_group[d],
-                "tid": d,
-                "args": {"op": str(names[op]), "op_type": str(types[op]), "flops": flops[op]},
-            }
-        )
-
+    window = None if window_s is None else (float(window_s[0]), float(window_s[1]))
+    events = _device_tracks(inventory) + _operator_events(result, graph, inventory, window)
     if memory_counters and graph.n_ops:
-        m_dev, m_time, m_bytes = memory_timeline(graph, result)
-        # one sample per (device, instant): the level after the instant's last event
-        last = np.append((m_dev[1:] != m_dev[:-1]) | (m_time[1:] != m_time[:-1]), True)
-        if window_s is not None:
-            last &= (m_time >= window_s[0]) & (m_time <= window_s[1])
-        for d, t, b in zip(m_dev[last].tolist(), (m_time[last] * _US_PER_S).tolist(), m_bytes[last].tolist()):
-            events.append(
-                {
-                    "name": f"{device_names[d]} memory",
-                    "cat": "memory",
-                    "ph": "C",
-                    "ts": t,
-                    "pid": device_group[d],
-                    "args": {"bytes": b},
-                }
-            )
-
+        events += _memory_counter_events(result, graph, inventory, window)
     if include_transfers and result.transfer_tensor.size:
-        links_pid = n_groups
-        events += _meta("process", links_pid, "links", sort_index=n_groups)
-        n_dev = inventory.n_devices
-        pair = result.transfer_src * n_dev + result.transfer_dst
-        upair, tid_of = np.unique(pair, return_inverse=True)
-        classes = link_class_ids(inventory, upair // n_dev, upair % n_dev).tolist()
-        for k, p in enumerate(upair.tolist()):
-            s, d = divmod(p, n_dev)
-            label = f"{device_names[s]} -> {device_names[d]} ({LINK_CLASS_NAMES[classes[k]]})"
-            events += _meta("thread", links_pid, label, tid=k, sort_index=k)
-        tnames = graph.tensor_names.tolist()
-        t_ids = result.transfer_tensor.tolist()
-        t_src = result.transfer_src.tolist()
-        t_dst = result.transfer_dst.tolist()
-        t_bytes = result.transfer_bytes.tolist()
-        t_start = (result.transfer_start_s * _US_PER_S).tolist()
-        t_dur = ((result.transfer_end_s - result.transfer_start_s) * _US_PER_S).tolist()
-        tids = tid_of.reshape(-1).tolist()
-        for i in np.flatnonzero(keep_tr).tolist():
-            t = t_ids[i]
-            events.append(
-                {
-                    "name": str(tnames[t]),
-                    "cat": "transfer",
-                    "ph": "X",
-                    "ts": t_start[i],
-                    "dur": t_dur[i],
-                    "pid": links_pid,
-                    "tid": tids[i],
-                    "args": {
-                        "tensor": str(tnames[t]),
-                        "bytes": t_bytes[i],
-                        "src": str(device_names[t_src[i]]),
-                        "dst": str(device_names[t_dst[i]]),
-                    },
-                }
-            )
-
+        events += _transfer_events(result, graph, inventory, window)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",

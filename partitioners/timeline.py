@@ -678,79 +678,28 @@ def match_timeline(
     device_mapping = dict(device_mapping or {})
     op_index = {str(n): i for i, n in enumerate(op_names)}
     dev_index = {str(n): i for i, n in enumerate(device_names)}
-    for measured, target in op_mapping.items():
-        if target not in op_index:
-            raise InvalidInput(
-                f"the mapping sends {measured!r} to {target!r}, which is not an operator of this plan",
-                field="mapping.ops",
-            )
-    for measured, target in device_mapping.items():
-        if target not in dev_index:
-            raise InvalidInput(
-                f"the device mapping sends {measured!r} to {target!r}, which is not a device of this plan's inventory",
-                field="mapping.devices",
-            )
+    _check_mappings(op_mapping, device_mapping, op_index, dev_index)
     op_device = np.asarray(op_device, dtype=np.int64)
-    n = events.n_events
     ev_device = np.array([_resolve_device(d, dev_index, device_mapping) for d in events.device], dtype=np.int64)
-    ev_op = np.full(n, -1, dtype=np.int64)
 
-    # 1. names (and the mapping)
-    for i, name in enumerate(events.name):
-        target = op_mapping.get(name, name)
-        j = op_index.get(target)
-        if j is not None:
-            ev_op[i] = j
+    ev_op = _match_by_name(events, op_index, op_mapping)
     used_rule = "name"
     if rule == "order" or (rule == "auto" and not (ev_op >= 0).any()):
         used_rule = "order"
         _match_by_order(events, ev_op, ev_device, op_types, op_device, op_rank)
-
-    # steps: annotated, or the occurrence index of each operator
-    step = events.step.copy()
-    matched = np.flatnonzero(ev_op >= 0)
-    if matched.size and (step[matched] < 0).all():
-        order = matched[np.lexsort((matched, events.start_s[matched], ev_op[matched]))]
-        seen: Counter = Counter()
-        for i in order.tolist():
-            step[i] = seen[ev_op[i]]
-            seen[ev_op[i]] += 1
-    step[step < 0] = 0
-    # one event per (operator, step): later duplicates count as unmatched
-    keep = np.zeros(n, dtype=bool)
-    first: set[tuple[int, int]] = set()
-    for i in matched[np.lexsort((matched, events.start_s[matched]))].tolist():
-        key = (int(ev_op[i]), int(step[i]))
-        if key not in first:
-            first.add(key)
-            keep[i] = True
+    step = _steps(events, ev_op)
+    keep = _first_per_operator_step(events, ev_op, step)
     rows = np.flatnonzero(keep)
     device = np.where(ev_device[rows] >= 0, ev_device[rows], op_device[ev_op[rows]])
-    on_other = int((device != op_device[ev_op[rows]]).sum())
 
     # events inside a matched event are part of its time, not unmatched
     inside = _inside_matched(events, keep)
     unmatched_mask = ~keep & ~inside
     unmatched_names = Counter(events.name[i] for i in np.flatnonzero(unmatched_mask).tolist())
-
-    # transfers
-    t_index = {str(t): k for k, t in enumerate(tensor_names)}
-    tt, ts_, td, tstep, tdur = [], [], [], [], []
-    unmatched_transfers = 0
-    for tr in events.transfers:
-        k = t_index.get(op_mapping.get(tr["tensor"], tr["tensor"]))
-        s = dev_index.get(device_mapping.get(tr["src"], tr["src"]))
-        d = dev_index.get(device_mapping.get(tr["dst"], tr["dst"]))
-        if k is None or s is None or d is None or s == d:
-            unmatched_transfers += 1
-            unmatched_names[f"transfer {tr['tensor']}"] += 1
-            continue
-        tt.append(k)
-        ts_.append(s)
-        td.append(d)
-        tstep.append(max(int(tr["step"]), 0))
-        tdur.append(float(tr["duration_s"]))
-
+    transfers, unmatched_transfers = _match_transfers(events, tensor_names, dev_index, op_mapping, device_mapping)
+    for name in unmatched_transfers:
+        unmatched_names[f"transfer {name}"] += 1
+    tt, ts_, td, tstep, tdur = transfers
     return TimelineMatch(
         op=ev_op[rows],
         device=device.astype(np.int64),
@@ -763,12 +712,86 @@ def match_timeline(
         transfer_step=np.asarray(tstep, dtype=np.int64),
         transfer_duration_s=np.asarray(tdur, dtype=np.float64),
         matched_events=int(rows.size) + len(tt),
-        unmatched_events=int(unmatched_mask.sum()) + unmatched_transfers,
+        unmatched_events=int(unmatched_mask.sum()) + len(unmatched_transfers),
         nested_events=int(inside.sum()),
         unmatched_names=unmatched_names.most_common(20),
-        ops_on_other_device=on_other,
+        ops_on_other_device=int((device != op_device[ev_op[rows]]).sum()),
         rule=used_rule,
     )
+
+
+def _check_mappings(op_mapping: Mapping[str, str], device_mapping: Mapping[str, str], op_index: Mapping[str, int],
+                    dev_index: Mapping[str, int]) -> None:
+    """A mapping may only name operators and devices the plan has."""
+    for measured, target in op_mapping.items():
+        if target not in op_index:
+            raise InvalidInput(
+                f"the mapping sends {measured!r} to {target!r}, which is not an operator of this plan",
+                field="mapping.ops",
+            )
+    for measured, target in device_mapping.items():
+        if target not in dev_index:
+            raise InvalidInput(
+                f"the device mapping sends {measured!r} to {target!r}, which is not a device of this plan's inventory",
+                field="mapping.devices",
+            )
+
+
+def _match_by_name(events: TimelineEvents, op_index: Mapping[str, int], op_mapping: Mapping[str, str]) -> np.ndarray:
+    """Each event's operator by its name (through the mapping), ``-1`` where none is called so."""
+    ev_op = np.full(events.n_events, -1, dtype=np.int64)
+    for i, name in enumerate(events.name):
+        j = op_index.get(op_mapping.get(name, name))
+        if j is not None:
+            ev_op[i] = j
+    return ev_op
+
+
+def _steps(events: TimelineEvents, ev_op: np.ndarray) -> np.ndarray:
+    """Each event's step: as annotated, else the how-many-th run of its operator it is (in time order)."""
+    step = events.step.copy()
+    matched = np.flatnonzero(ev_op >= 0)
+    if matched.size and (step[matched] < 0).all():
+        order = matched[np.lexsort((matched, events.start_s[matched], ev_op[matched]))]
+        seen: Counter = Counter()
+        for i in order.tolist():
+            step[i] = seen[ev_op[i]]
+            seen[ev_op[i]] += 1
+    step[step < 0] = 0
+    return step
+
+
+def _first_per_operator_step(events: TimelineEvents, ev_op: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """The matched events kept: the earliest per (operator, step); later duplicates count as unmatched."""
+    matched = np.flatnonzero(ev_op >= 0)
+    keep = np.zeros(events.n_events, dtype=bool)
+    first: set[tuple[int, int]] = set()
+    for i in matched[np.lexsort((matched, events.start_s[matched]))].tolist():
+        key = (int(ev_op[i]), int(step[i]))
+        if key not in first:
+            first.add(key)
+            keep[i] = True
+    return keep
+
+
+def _match_transfers(events: TimelineEvents, tensor_names: Sequence[str], dev_index: Mapping[str, int],
+                     op_mapping: Mapping[str, str], device_mapping: Mapping[str, str]
+                     ) -> tuple[tuple[list, list, list, list, list], list[str]]:
+    """Measured transfers of the plan's tensors between two of its devices as columns
+    ``(tensor, src, dst, step, duration_s)``, and the tensor names of the rest."""
+    t_index = {str(t): k for k, t in enumerate(tensor_names)}
+    columns: tuple[list, list, list, list, list] = ([], [], [], [], [])
+    unmatched: list[str] = []
+    for tr in events.transfers:
+        k = t_index.get(op_mapping.get(tr["tensor"], tr["tensor"]))
+        s = dev_index.get(device_mapping.get(tr["src"], tr["src"]))
+        d = dev_index.get(device_mapping.get(tr["dst"], tr["dst"]))
+        if k is None or s is None or d is None or s == d:
+            unmatched.append(tr["tensor"])
+            continue
+        for column, value in zip(columns, (k, s, d, max(int(tr["step"]), 0), float(tr["duration_s"]))):
+            column.append(value)
+    return columns, unmatched
 
 
 def _inside_matched(events: TimelineEvents, keep: np.ndarray) -> np.ndarray:

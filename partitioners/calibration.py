@@ -252,13 +252,42 @@ def fit_calibration(
     roofline = arrays[2].astype(np.float64)
     measured = arrays[3].astype(np.float64)
     valid = np.isfinite(roofline) & (roofline >= 0) & np.isfinite(measured) & (measured > 0)
-    fitted_launch = None
-    if fit_launch_overhead:
-        overhead_bound = valid & (roofline < 0.2 * launch_overhead_s)
-        o_keys, o_med, _ = group_medians(op_key[overhead_bound], np.log(measured[overhead_bound]))
-        if o_keys.size >= MIN_OVERHEAD_OPS:
-            fitted_launch = float(np.exp(huber_location(o_med)))
-            launch_overhead_s = fitted_launch
+    fitted_launch = _fitted_launch_overhead(op_key, roofline, measured, valid, launch_overhead_s) \
+        if fit_launch_overhead else None
+    if fitted_launch is not None:
+        launch_overhead_s = fitted_launch
+    keys, y, weight, dev, cls = _operator_log_ratios(op_key, op_device, op_class, roofline, measured, valid,
+                                                     launch_overhead_s)
+    names = [str(n) for n in inventory.device_names]
+    types = [str(t) for t in inventory.device_types]
+    fit = CalibrationFit(launch_overhead_s=fitted_launch)
+    for dtype in sorted({types[d] for d in dev.tolist()}):
+        sel = np.array([types[d] == dtype for d in dev.tolist()], dtype=bool)
+        _fit_device_type(fit, dtype, y[sel], dev[sel], cls[sel], weight[sel], names, n_iter)
+    if transfer_key is not None and np.asarray(transfer_key).size:
+        _fit_link_classes(fit, transfer_key, transfer_link_class, transfer_predicted_s, transfer_measured_s)
+    return fit
+
+
+def _fitted_launch_overhead(op_key: np.ndarray, roofline: np.ndarray, measured: np.ndarray, valid: np.ndarray,
+                            launch_overhead_s: float) -> float | None:
+    """The per-operator overhead from operators whose roofline is under a fifth of the model's,
+    or None with fewer than ``MIN_OVERHEAD_OPS`` of them."""
+    overhead_bound = valid & (roofline < 0.2 * launch_overhead_s)
+    o_keys, o_med, _ = group_medians(op_key[overhead_bound], np.log(measured[overhead_bound]))
+    if o_keys.size < MIN_OVERHEAD_OPS:
+        return None
+    return float(np.exp(huber_location(o_med)))
+
+
+def _operator_log_ratios(op_key: np.ndarray, op_device: np.ndarray, op_class: np.ndarray, roofline: np.ndarray,
+                         measured: np.ndarray, valid: np.ndarray, launch_overhead_s: float
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct operator: ``(key, median log(measured - overhead) / roofline, roofline, device, class)``.
+
+    Operators whose median time is under twice the overhead say nothing about the
+    roofline and are left out.
+    """
     # decided per operator (median over its repeats), not per measurement: a filter on
     # single measurements would keep exactly the slow repeats of a tiny operator
     m_keys, m_med, _ = group_medians(op_key[valid], measured[valid])
@@ -271,62 +300,62 @@ def fit_calibration(
     # device and class of each distinct key (one device and class per key by construction)
     order = np.argsort(op_key[usable], kind="stable")
     first = np.searchsorted(op_key[usable][order], keys)
-    dev = op_device[usable][order][first]
-    cls = op_class[usable][order][first]
+    return keys, y, weight, op_device[usable][order][first], op_class[usable][order][first]
 
-    names = [str(n) for n in inventory.device_names]
-    types = [str(t) for t in inventory.device_types]
-    fit = CalibrationFit(launch_overhead_s=fitted_launch)
-    for dtype in sorted({types[d] for d in dev.tolist()}):
-        sel = np.array([types[d] == dtype for d in dev.tolist()], dtype=bool)
-        yd, dd, cc, wd = y[sel], dev[sel], cls[sel], weight[sel]
-        devices = np.unique(dd)
-        classes = np.unique(cc)
-        d_eff = {int(d): 0.0 for d in devices}
-        c_eff = {int(c): 0.0 for c in classes}
-        for _ in range(n_iter):
-            d_arr = np.array([d_eff[int(d)] for d in dd])
-            for c in classes.tolist():
-                m = cc == c
-                c_eff[c] = huber_location(yd[m] - d_arr[m], wd[m])
-            c_arr = np.array([c_eff[int(c)] for c in cc])
-            for d in devices.tolist():
-                m = dd == d
-                d_eff[d] = huber_location(yd[m] - c_arr[m], wd[m])
-        ref = _lower_median(np.array(list(d_eff.values())))
-        d_eff = {d: v - ref for d, v in d_eff.items()}
-        c_eff = {c: v + ref for c, v in c_eff.items()}
-        for c, v in c_eff.items():
-            fit.type_class[(dtype, OP_CLASS_NAMES[c])] = float(np.exp(v))
+
+def _fit_device_type(fit: CalibrationFit, dtype: str, yd: np.ndarray, dd: np.ndarray, cc: np.ndarray,
+                     wd: np.ndarray, names: list[str], n_iter: int) -> None:
+    """Device and class effects of one device type by median polish with Huber steps, then
+    per-(device, class) cells shrunk towards them; written into ``fit``."""
+    devices = np.unique(dd)
+    classes = np.unique(cc)
+    d_eff = {int(d): 0.0 for d in devices}
+    c_eff = {int(c): 0.0 for c in classes}
+    for _ in range(n_iter):
         d_arr = np.array([d_eff[int(d)] for d in dd])
+        for c in classes.tolist():
+            m = cc == c
+            c_eff[c] = huber_location(yd[m] - d_arr[m], wd[m])
         c_arr = np.array([c_eff[int(c)] for c in cc])
-        resid = yd - d_arr - c_arr
         for d in devices.tolist():
-            fit.device_slowdown[names[d]] = float(np.exp(d_eff[d]))
-            for c in range(len(OP_CLASS_NAMES)):
-                m = (dd == d) & (cc == c)
-                count = int(m.sum())
-                cell = 0.0
-                if count >= MIN_CELL_OPS:
-                    cell = huber_location(resid[m], wd[m]) * count / (count + CELL_PRIOR_OPS)
-                value = d_eff[d] + c_eff.get(c, 0.0) + cell
-                fit.device_class[(names[d], OP_CLASS_NAMES[c])] = float(np.exp(value))
-                if count:
-                    fit.n_ops[(names[d], OP_CLASS_NAMES[c])] = count
+            m = dd == d
+            d_eff[d] = huber_location(yd[m] - c_arr[m], wd[m])
+    ref = _lower_median(np.array(list(d_eff.values())))
+    d_eff = {d: v - ref for d, v in d_eff.items()}
+    c_eff = {c: v + ref for c, v in c_eff.items()}
+    for c, v in c_eff.items():
+        fit.type_class[(dtype, OP_CLASS_NAMES[c])] = float(np.exp(v))
+    d_arr = np.array([d_eff[int(d)] for d in dd])
+    c_arr = np.array([c_eff[int(c)] for c in cc])
+    resid = yd - d_arr - c_arr
+    for d in devices.tolist():
+        fit.device_slowdown[names[d]] = float(np.exp(d_eff[d]))
+        for c in range(len(OP_CLASS_NAMES)):
+            m = (dd == d) & (cc == c)
+            count = int(m.sum())
+            cell = 0.0
+            if count >= MIN_CELL_OPS:
+                cell = huber_location(resid[m], wd[m]) * count / (count + CELL_PRIOR_OPS)
+            value = d_eff[d] + c_eff.get(c, 0.0) + cell
+            fit.device_class[(names[d], OP_CLASS_NAMES[c])] = float(np.exp(value))
+            if count:
+                fit.n_ops[(names[d], OP_CLASS_NAMES[c])] = count
 
-    if transfer_key is not None and np.asarray(transfer_key).size:
-        t_key = np.asarray(transfer_key, dtype=np.int64)
-        t_cls = np.asarray(transfer_link_class, dtype=np.int64)
-        t_pred = np.asarray(transfer_predicted_s, dtype=np.float64)
-        t_meas = np.asarray(transfer_measured_s, dtype=np.float64)
-        ok = (t_pred > 0) & (t_meas > 0) & np.isfinite(t_pred) & np.isfinite(t_meas)
-        yt = np.clip(np.log(np.where(ok, t_meas, 1.0) / np.where(ok, t_pred, 1.0)), -_LOG_CLIP, _LOG_CLIP)
-        for c in np.unique(t_cls[ok]).tolist():
-            m = ok & (t_cls == c)
-            _, per_transfer, _ = group_medians(t_key[m], yt[m])
-            fit.link_class[LINK_CLASS_NAMES[c]] = float(np.exp(huber_location(per_transfer)))
-            fit.n_transfers[LINK_CLASS_NAMES[c]] = int(per_transfer.size)
-    return fit
+
+def _fit_link_classes(fit: CalibrationFit, transfer_key: np.ndarray, transfer_link_class: np.ndarray,
+                      transfer_predicted_s: np.ndarray, transfer_measured_s: np.ndarray) -> None:
+    """One multiplier per link class: the Huber location of its transfers' median log ratios."""
+    t_key = np.asarray(transfer_key, dtype=np.int64)
+    t_cls = np.asarray(transfer_link_class, dtype=np.int64)
+    t_pred = np.asarray(transfer_predicted_s, dtype=np.float64)
+    t_meas = np.asarray(transfer_measured_s, dtype=np.float64)
+    ok = (t_pred > 0) & (t_meas > 0) & np.isfinite(t_pred) & np.isfinite(t_meas)
+    yt = np.clip(np.log(np.where(ok, t_meas, 1.0) / np.where(ok, t_pred, 1.0)), -_LOG_CLIP, _LOG_CLIP)
+    for c in np.unique(t_cls[ok]).tolist():
+        m = ok & (t_cls == c)
+        _, per_transfer, _ = group_medians(t_key[m], yt[m])
+        fit.link_class[LINK_CLASS_NAMES[c]] = float(np.exp(huber_location(per_transfer)))
+        fit.n_transfers[LINK_CLASS_NAMES[c]] = int(per_transfer.size)
 
 
 def calibrated_cost_model(

@@ -917,13 +917,16 @@ def refine_best(p: _Planner, best: int) -> int:
     return p.record(c, pl, priority, s) if p.key_of(c, -1) < p.key_of(cand, -1) else best
 
 
-#: Re-timing rounds before level 3 gives up on a schedule whose tiers keep changing.
-RETIME_MAX_ROUNDS = 4
+#: Re-timing rounds before level 3 gives up on a schedule whose tiers keep changing: up to
+#: 8 (a 10^4-operator DAG settles in 5, the fixtures in 1-2), fewer on large graphs so that
+#: the rounds simulate at most RETIME_ROUND_OPS operators in all (at least 2 rounds).
+RETIME_MAX_ROUNDS = 8
+RETIME_ROUND_OPS = 300_000
 
 
 def _timed_with_its_tiers(g: Hypergraph, inv: Inventory, placement: np.ndarray, tiers: MemoryPlan,
                           times: np.ndarray, priority: np.ndarray, cost_model: CostModel,
-                          budget: np.ndarray) -> tuple[SimulationResult, MemoryPlan | None]:
+                          budget: np.ndarray, scored_makespan_s: float) -> tuple[SimulationResult, MemoryPlan | None]:
     """Re-time the schedule with ``tiers`` until the tiers planned on it are the ones that timed it.
 
     Faster operators change tensor lifetimes, and a tensor that no longer fits in its
@@ -931,10 +934,15 @@ def _timed_with_its_tiers(g: Hypergraph, inv: Inventory, placement: np.ndarray, 
     tier where it still fits, else tries the next slower), which changes the times
     again. Tiers only ever move down, so this settles; the plan returned states the
     tiers its own times assume. ``None`` for the plan when it has not settled within
-    ``RETIME_MAX_ROUNDS``.
+    the round budget (``RETIME_MAX_ROUNDS``, ``RETIME_ROUND_OPS``), or as soon as a
+    round is slower than the schedule scored in main memory (``scored_makespan_s``),
+    which the caller would keep anyway: demotions only slow operators down.
     """
-    for _ in range(RETIME_MAX_ROUNDS):
+    rounds = min(RETIME_MAX_ROUNDS, max(2, RETIME_ROUND_OPS // max(g.n_ops, 1)))
+    for _ in range(rounds):
         final = simulate(g, inv, placement, op_times_s=times, priority=priority, cost_model=cost_model)
+        if final.makespan_s > scored_makespan_s:
+            return final, None
         plan = plan_memory_tiers(g, inv, final, memory_budget_bytes=budget, tiers=tiers)
         if np.array_equal(plan.tensor, tiers.tensor) and np.array_equal(plan.device, tiers.device) \
                 and np.array_equal(plan.tier, tiers.tier):
@@ -968,8 +976,9 @@ def _finish(p: _Planner, best: int, *, raise_infeasible: bool) -> PlacementResul
             p.notes.append("level 3: faster tiers save under 1% of compute time; schedule not re-timed")
     final, plan = sim, plan0
     if retime:
-        final, plan = _timed_with_its_tiers(g, inv, placement, plan0, times, final_priority, p.cost_model, p.budget)
-        if plan is None:
+        final, plan = _timed_with_its_tiers(g, inv, placement, plan0, times, final_priority, p.cost_model, p.budget,
+                                            sim.makespan_s)
+        if plan is None and final.makespan_s <= sim.makespan_s:
             p.notes.append("level 3: tiers kept moving as the schedule was re-timed; schedule not re-timed")
     elif p.n > RETIME_MAX_OPS:
         p.notes.append(

@@ -210,8 +210,7 @@ def _observations(match: TimelineMatch, ctx: PlanContext) -> dict:
     g, inv = ctx.graph, ctx.inventory
     base = CostModel()
     classes = op_class_of(g.op_types)
-    main = plan_op_times_s(ctx, base, match.op, match.device, with_tiers=False)
-    tiered = plan_op_times_s(ctx, base, match.op, match.device)
+    main, tiered = plan_op_times_s(ctx, base, match.op, match.device)
     realized = _tiers_realized(match.duration_s, main, tiered, match.device, classes[match.op])
     roofline = (tiered if realized else main) - base.launch_overhead_s
     device_names = inv.device_names

@@ -132,20 +132,23 @@ def _placed_times_s(ctx: PlanContext, model: CostModel) -> np.ndarray | None:
     return placed_tier_op_times_s(ctx.graph, ctx.inventory, ctx.placement, *ctx.tier_holdings, cost_model=model)
 
 
-def plan_op_times_s(ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray, *,
-                    with_tiers: bool = True) -> np.ndarray:
-    """What the plan predicts, under ``model``, for operator ``op[i]`` run on ``device[i]``.
+def _with_plan_tiers(ctx: PlanContext, times_s: np.ndarray, placed_s: np.ndarray | None, op: np.ndarray,
+                     device: np.ndarray) -> np.ndarray:
+    """``times_s`` with the plan's tiered times where the operator ran where the plan put it."""
+    if placed_s is None:
+        return times_s
+    return np.where(ctx.placement[op] == device, placed_s[op], times_s)
 
-    The roofline, and ``with_tiers`` where the plan was timed with memory tiers and the
-    operator ran where the plan put it, the roofline with its tensors at their tiers'
-    bandwidths.
-    """
+
+def plan_op_times_s(ctx: PlanContext, model: CostModel, op: np.ndarray,
+                    device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What the plan predicts, under ``model``, for operator ``op[i]`` run on ``device[i]``:
+    the main-memory roofline, and the roofline with the plan's memory tiers (its tensors at
+    their tiers' bandwidths where the plan was timed with them and the operator ran where
+    the plan put it; the same as the first elsewhere)."""
     times, profile = op_times_by_profile_s(ctx.graph, ctx.inventory, model)
-    predicted = times[op, profile[device]]
-    placed = _placed_times_s(ctx, model) if with_tiers else None
-    if placed is not None:
-        predicted = np.where(ctx.placement[op] == device, placed[op], predicted)
-    return predicted
+    main = times[op, profile[device]]
+    return main, _with_plan_tiers(ctx, main, _placed_times_s(ctx, model), op, device)
 
 
 def plan_predictions(ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray, *,
@@ -157,4 +160,5 @@ def plan_predictions(ctx: PlanContext, model: CostModel, op: np.ndarray, device:
     table = None if placed is None else np.broadcast_to(placed[:, None], (ctx.graph.n_ops, ctx.inventory.n_devices))
     makespan = simulate(ctx.graph, ctx.inventory, ctx.placement, op_times_s=table, cost_model=model,
                         priority=ctx.priority, record_timeline=False).makespan_s
-    return plan_op_times_s(ctx, model, op, device, with_tiers=with_tiers), float(makespan)
+    times, profile = op_times_by_profile_s(ctx.graph, ctx.inventory, model)
+    return _with_plan_tiers(ctx, times[op, profile[device]], placed, op, device), float(makespan)

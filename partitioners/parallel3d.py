@@ -404,7 +404,10 @@ def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         bits |= np.where(mask, 1 << REJECTION_REASONS.index(name), 0)
 
     mark("tp-crosses-node", (lay.tp > cluster.gpus_per_node) | (cluster.gpus_per_node % lay.tp != 0))
-    mark("heads-not-divisible-by-tp", (model.num_attention_heads % lay.tp != 0) | (model.kv_heads % lay.tp != 0))
+    # each rank takes whole query heads and whole KV heads, replicated past the KV head
+    # count (ModelSpec.kv_shards): the KV heads must divide tp or be divided by it
+    mark("heads-not-divisible-by-tp", (model.num_attention_heads % lay.tp != 0)
+         | ((model.kv_heads % lay.tp != 0) & (lay.tp % model.kv_heads != 0)))
     _, first, last = stage_layer_split(model.num_layers, lay.pp)
     mark("more-stages-than-layers", (lay.pp > model.num_layers) | (first < 1) | (last < 1))
     if not constraints.allow_uneven_pp:
@@ -423,8 +426,10 @@ def _reason_text(name: str, model: ModelSpec, cluster: ClusterSpec, training: Tr
         return (f"tp={d['tp']} spans {d['tp'] / cluster.gpus_per_node:g} nodes of {cluster.gpus_per_node} GPUs: "
                 "its per-layer all-reduces would leave the NVLink/NVSwitch domain")
     if name == "heads-not-divisible-by-tp":
-        return (f"{model.num_attention_heads} attention heads / {model.kv_heads} KV heads are not divisible "
-                f"by tp={d['tp']}")
+        if model.num_attention_heads % d["tp"]:
+            return f"{model.num_attention_heads} attention heads are not divisible by tp={d['tp']}"
+        return (f"{model.kv_heads} KV heads are neither divisible by tp={d['tp']} nor divide it "
+                "(each rank needs whole KV heads, replicated when tp exceeds them)")
     if name == "more-stages-than-layers":
         return f"pp={d['pp']} leaves a pipeline stage without layers ({model.num_layers} layers)"
     if name == "layers-not-divisible-by-pp":

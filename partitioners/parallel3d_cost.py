@@ -306,8 +306,7 @@ class _BlockGemms:
 
 def _projection_shape(projection: AttentionProjection, tp: np.ndarray) -> tuple[np.ndarray | int, np.ndarray | int]:
     """(output, input) features of one attention linear on one tensor-parallel rank."""
-    return (projection.out_width / tp if projection.split == "column" else projection.out_width,
-            projection.in_width / tp if projection.split == "row" else projection.in_width)
+    return projection.out_per_rank(tp), projection.in_per_rank(tp)
 
 
 def _attention_linear_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray,
@@ -407,7 +406,7 @@ def _tensor_parallel_allreduce_s(model: ModelSpec, cluster: ClusterSpec, trainin
 def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
                              cp: np.ndarray, cp_sizes: np.ndarray) -> np.ndarray:
     """The ring exchange of K and V chunks around the context-parallel group, one pass."""
-    kv_bytes = tokens * (model.key_width + model.value_width) * 2.0 / tp
+    kv_bytes = tokens * (model.key_width + model.value_width) * 2.0 / model.kv_shards(tp)
     return np.where(
         tp * cp <= rates.gpus_per_node,
         collective_time_s(lambda n, p: allgather_time_s(n, p, rates.intra), kv_bytes * cp, cp_sizes),

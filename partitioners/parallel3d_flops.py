@@ -46,12 +46,17 @@ class ParameterCounts:
     # a multi-token-prediction module's 2h -> h projection and its two norms (its layer
     # is counted as one more layer of the last layer's kind)
     mtp_projection: float = 0.0
+    # the K and V weights of attention_per_layer, and the KV heads they hold: split at most
+    # kv_heads ways (ModelSpec.kv_shards)
+    attention_kv_per_layer: float = 0.0
+    kv_heads: int = 1
 
     def attention_per_gpu(self, tp: np.ndarray | float) -> np.ndarray:
         """Attention parameters of one layer on one tensor-parallel rank."""
         tp = np.asarray(tp, dtype=float)
+        kv_replicated = self.attention_kv_per_layer * (1.0 / np.minimum(tp, self.kv_heads) - 1.0 / tp)
         return (self.attention_per_layer - self.attention_replicated_per_layer) / tp \
-            + self.attention_replicated_per_layer
+            + self.attention_replicated_per_layer + kv_replicated
 
 
 def parameter_counts(model: ModelSpec) -> ParameterCounts:
@@ -83,8 +88,9 @@ def parameter_counts(model: ModelSpec) -> ParameterCounts:
         + position + model.mtp_layers * (attention + mtp_mlp + projection)
     active = model.num_layers * attention + n_dense * dense_mlp + n_moe * (active_moe + router) + embedding \
         + output + position + model.mtp_layers * (attention + mtp_active_mlp + projection)
+    attention_kv = sum(p.in_width * p.kv_out_width for p in model.attention_projections)
     return ParameterCounts(attention, dense_mlp, experts, shared, embedding, output, total, active, position,
-                           attention_replicated, projection)
+                           attention_replicated, projection, attention_kv, model.kv_heads)
 
 
 def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:

@@ -172,9 +172,8 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
     ln_fed = h / rep_div if current else 0.0  # LayerNorm output feeding QKV / the MLP up-projection
     # attention linears: inputs other than the LayerNorm output (MLA's latents, the heads'
     # output entering the row-parallel projection) and every output gradient
-    attn_inputs = sum(p.in_width / (tp if p.split == "row" else 1.0)
-                      for p in model.attention_projections if p.reads != "norm")
-    attn_output_grads = sum(h / rep_div if p.split == "row" else p.out_width / (tp if p.split == "column" else 1.0)
+    attn_inputs = sum(p.in_per_rank(tp) for p in model.attention_projections if p.reads != "norm")
+    attn_output_grads = sum(h / rep_div if p.split == "row" else p.out_per_rank(tp)
                             for p in model.attention_projections)
 
     def per_token(mlp_fwd, mlp_bwd):

@@ -165,11 +165,15 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     if training.flash_attention:
         replicated_selective = replicated - 2.0 * gemm_in * h - gemm_in * model.latent_width
         scores_selective = scores_selective - activation_out
+    # K and V are kept for the KV heads a rank holds: past the KV head count they are
+    # replicated, not split (ModelSpec.kv_shards)
+    kv_replicated = 2.0 * kv_width * (1.0 / model.kv_shards(tp) - 1.0 / tp)
     per_token = np.where(
         recompute == RECOMPUTE_FULL,
         2.0 * h / rep_div,
         np.where(recompute == RECOMPUTE_SELECTIVE, replicated_selective, replicated) / rep_div
-        + (attn + mlp + np.where(recompute == RECOMPUTE_SELECTIVE, scores_selective, scores_none)) / tp,
+        + (attn + mlp + np.where(recompute == RECOMPUTE_SELECTIVE, scores_selective, scores_none)) / tp
+        + kv_replicated,
     )
     return per_token * tokens
 

@@ -261,6 +261,22 @@ class AttentionProjection:
     out_width: int
     split: str
     reads: str
+    # Of ``out_width``, the K and V columns of a fused QKV projection, and how many KV heads
+    # they hold. A column split hands every rank whole KV heads, so past ``kv_heads`` ranks
+    # they are replicated, not cut (:meth:`ModelSpec.kv_shards`).
+    kv_out_width: int = 0
+    kv_heads: int = 1
+
+    def out_per_rank(self, tp: np.ndarray | float) -> np.ndarray | float:
+        """Output features one tensor-parallel rank computes."""
+        if self.split != "column":
+            return self.out_width
+        tp = np.asarray(tp, dtype=float)
+        return (self.out_width - self.kv_out_width) / tp + self.kv_out_width / np.minimum(tp, self.kv_heads)
+
+    def in_per_rank(self, tp: np.ndarray | float) -> np.ndarray | float:
+        """Input features one tensor-parallel rank reads."""
+        return self.in_width / np.asarray(tp, dtype=float) if self.split == "row" else self.in_width
 
 
 @dataclass(frozen=True)
@@ -305,6 +321,20 @@ class ModelSpec:
     def kv_heads(self) -> int:
         return self.num_kv_heads or self.num_attention_heads
 
+    def kv_shards(self, tp: np.ndarray | float) -> np.ndarray:
+        """How many ways tensor parallelism splits K and V: ``tp`` up to the KV head count.
+
+        With more tensor-parallel ranks than KV heads (multi-query attention, or GQA with
+        few groups) each KV head is replicated on ``tp / kv_heads`` ranks, every rank
+        projecting and keeping the KV head its query heads read. That is how StarCoder's
+        multi-query attention ran at tp 4 (bigcode-project/Megatron-LM, ``ParallelAttention``:
+        the key-value linear is a plain linear on every tensor-parallel rank) and what
+        Megatron-Core accepts since 0.16 (``num_query_groups`` below the tensor-parallel
+        size). The replicated KV weights' gradient all-reduce across the tensor group
+        (``h x 2 x head width`` per layer, like the LayerNorm gains') is left out.
+        """
+        return np.minimum(np.asarray(tp, dtype=float), self.kv_heads)
+
     @property
     def ffn(self) -> int:
         return self.ffn_hidden_size or 4 * self.hidden_size
@@ -347,7 +377,8 @@ class ModelSpec:
         """The attention block's linears in forward order (fused QKV and output projection for MHA/GQA)."""
         h = self.hidden_size
         if self.mla is None:
-            return (AttentionProjection(h, self.query_width + 2 * self.key_width, "column", "norm"),
+            return (AttentionProjection(h, self.query_width + 2 * self.key_width, "column", "norm",
+                                        kv_out_width=2 * self.key_width, kv_heads=self.kv_heads),
                     AttentionProjection(self.query_width, h, "row", "heads"))
         mla = self.mla
         query = (AttentionProjection(h, mla.q_lora_rank, "replicated", "norm"),

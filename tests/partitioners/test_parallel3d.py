@@ -127,6 +127,34 @@ def test_gqa_and_swiglu_change_attention_and_mlp_parameter_counts():
     assert counts.dense_mlp_per_layer == 3 * h * f
 
 
+def test_kv_weights_past_the_kv_head_count_are_replicated_not_cut():
+    counts = parameter_counts(model_from_dict({**GPT_SMALL, "num_kv_heads": 1}))
+    h, hk = 64, 16
+    # at tp 4 the query, output projection and norm gains split four ways; every rank
+    # keeps the single KV head's K and V columns whole
+    assert counts.attention_per_gpu(4) == pytest.approx((2 * h * h + 2 * h) / 4 + h * 2 * hk)
+    assert counts.attention_per_gpu(1) == pytest.approx(counts.attention_per_layer)
+
+
+def test_multi_query_attention_at_tp_equal_to_the_heads_costs_a_rank_what_multi_head_does():
+    # one KV head replicated on 4 ranks, or 4 KV heads one per rank: each rank projects,
+    # keeps and attends over one KV head either way (StarCoder's multi-query attention
+    # trained at tp 4)
+    mqa, mha = {**GPT_SMALL, "num_kv_heads": 1}, GPT_SMALL
+    (pred_mqa,) = evaluate_layouts(mqa, A100_NODE, {"global_batch_sequences": 8}, [{"tp": 4, "pp": 1}])
+    (pred_mha,) = evaluate_layouts(mha, A100_NODE, {"global_batch_sequences": 8}, [{"tp": 4, "pp": 1}])
+    assert pred_mqa.fits and not pred_mqa.reasons
+    assert pred_mqa.step_time_s == pytest.approx(pred_mha.step_time_s, rel=1e-9)
+    assert pred_mqa.memory.total_bytes == pytest.approx(pred_mha.memory.total_bytes, rel=1e-9)
+
+
+def test_kv_heads_that_neither_divide_tp_nor_are_divided_by_it_are_rejected_with_reason():
+    model = {**GPT_SMALL, "hidden_size": 96, "num_attention_heads": 12, "num_kv_heads": 3}
+    (pred,) = evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 8}, [{"tp": 4}])
+    assert not pred.fits
+    assert any("3 KV heads are neither divisible by tp=4 nor divide it" in r for r in pred.reasons)
+
+
 def test_a_head_width_apart_from_hidden_over_heads_counts_qwen3_32b_as_published():
     # Qwen3-32B (model card: 32.8B parameters, 31.2B without embeddings): 64 layers,
     # hidden 5120, 64 query heads and 8 KV heads of width 128, SwiGLU FFN 25,600

@@ -240,6 +240,75 @@ class _BestFit:
             self._add(off, size)
 
 
+def _previous_tiers(tiers: MemoryPlan | None, tensor: np.ndarray, device: np.ndarray, n_devices: int) -> np.ndarray:
+    """The tier each (tensor, device) holding had in ``tiers``; -1 where it had none."""
+    want_tier = np.full(tensor.shape[0], -1, dtype=np.int64)
+    if tiers is None or not tiers.tensor.shape[0]:
+        return want_tier
+    prev_keys = tiers.tensor * n_devices + tiers.device
+    order = np.argsort(prev_keys)
+    query = tensor * n_devices + device
+    pos = np.minimum(np.searchsorted(prev_keys[order], query), order.shape[0] - 1)
+    hit = prev_keys[order][pos] == query
+    want_tier[hit] = tiers.tier[order[pos[hit]]]
+    return want_tier
+
+
+def _place_parameters(entries: list[int], main_alloc: _BestFit, main_tier: int, size_l: list[int],
+                      tier_out: list[int], offset_out: list[int]) -> None:
+    """Parameters stay resident for the whole step: main memory, allocated before anything else."""
+    for e in entries:
+        tier_out[e] = main_tier
+        sz = size_l[e]
+        if sz:
+            off = main_alloc.alloc(sz)
+            offset_out[e] = off
+            if off < 0:
+                tier_out[e] = UNPLACED
+
+
+def _replay_activations(entries: np.ndarray, alloc_s: np.ndarray, free_s: np.ndarray,
+                        allocators: dict[int, _BestFit], main_tier: int, size_l: list[int], want_l: list[int],
+                        tier_out: list[int], offset_out: list[int]) -> None:
+    """Replay one device's allocations and frees in time order, each holding in the fastest
+    tier with room (never faster than the tier it had before, ``want_l``).
+
+    ``allocators`` is ordered fastest first, main memory last. At equal times frees come
+    before allocations, so a tensor freed as another is made can hand over its range.
+    """
+    ladder = list(allocators)
+    from_tier = {x: ladder[i:] for i, x in enumerate(ladder)}
+    n = entries.shape[0]
+    ev_time = np.concatenate([free_s, alloc_s])
+    ev_type = np.concatenate([np.zeros(n, np.int64), np.ones(n, np.int64)])
+    ev_ent = np.concatenate([entries, entries])
+    order = np.lexsort((ev_ent, ev_type, ev_time))
+    codes = (ev_ent[order] * 2 + ev_type[order]).tolist()
+    live: dict[int, bool] = {}
+    for code in codes:
+        e = code >> 1
+        if not code & 1:
+            if e in live:
+                allocators[tier_out[e]].free(offset_out[e], size_l[e])
+                del live[e]
+            continue
+        sz = size_l[e]
+        if sz == 0:  # an empty tensor takes no address range
+            tier_out[e] = main_tier
+            continue
+        choice = -1
+        off = -1
+        for x in from_tier.get(want_l[e], ladder):
+            off = allocators[x].alloc(sz)
+            if off >= 0:
+                choice = x
+                break
+        tier_out[e] = choice
+        offset_out[e] = off
+        if choice >= 0:
+            live[e] = True
+
+
 def plan_memory_tiers(
     graph: Hypergraph,
     inventory: Inventory,
@@ -267,30 +336,18 @@ def plan_memory_tiers(
     MemoryPlan
     """
     t, d, alloc, free = tensor_lifetimes(graph, sim)
-    n_entries = t.shape[0]
     n_dev = inventory.n_devices
-    n_tiers = len(inventory.tier_names)
     cap = inventory.tier_capacity_bytes.astype(np.int64)
-    bw = inventory.tier_bandwidth_bytes_per_s
     main = inventory.device_main_tier
     budget = inventory.device_memory_bytes if memory_budget_bytes is None else memory_budget_bytes
     size = ((np.ceil(graph.tensor_bytes[t] / ALIGNMENT_BYTES)).astype(np.int64) * ALIGNMENT_BYTES)
     is_param = graph.tensor_kind[t] == TENSOR_PARAMETER
-    # tier each holding had in the previous plan (-1: none), looked up in one pass
-    want_tier = np.full(n_entries, -1, dtype=np.int64)
-    if tiers is not None and tiers.tensor.shape[0]:
-        prev_keys = tiers.tensor * n_dev + tiers.device
-        o = np.argsort(prev_keys)
-        q = t * n_dev + d
-        pos = np.minimum(np.searchsorted(prev_keys[o], q), o.shape[0] - 1)
-        hit = prev_keys[o][pos] == q
-        want_tier[hit] = tiers.tier[o[pos[hit]]]
+    want_l = _previous_tiers(tiers, t, d, n_dev).tolist()
 
-    tier_out = [0] * n_entries
-    offset_out = [0] * n_entries
+    tier_out = [0] * t.shape[0]
+    offset_out = [0] * t.shape[0]
     size_l = size.tolist()
-    want_l = want_tier.tolist()
-    high = np.zeros((n_dev, n_tiers), dtype=np.int64)
+    high = np.zeros((n_dev, len(inventory.tier_names)), dtype=np.int64)
     dev_cut = np.searchsorted(d, np.arange(n_dev + 1))
     for dev in range(n_dev):
         a, b = int(dev_cut[dev]), int(dev_cut[dev + 1])
@@ -298,51 +355,13 @@ def plan_memory_tiers(
             continue
         main_t = int(main[dev])
         # fastest first among tiers this device has, main memory last
-        fast = [int(x) for x in np.argsort(-bw[dev], kind="stable") if cap[dev, x] > 0 and x != main_t]
-        ladder = [*fast, main_t]
-        allocators = {x: _BestFit(int(cap[dev, x])) for x in ladder}
-        from_tier = {x: ladder[i:] for i, x in enumerate(ladder)}
-        main_alloc = allocators[main_t]
+        bw = inventory.tier_bandwidth_bytes_per_s[dev]
+        fast = [int(x) for x in np.argsort(-bw, kind="stable") if cap[dev, x] > 0 and x != main_t]
+        allocators = {x: _BestFit(int(cap[dev, x])) for x in [*fast, main_t]}
         idx = np.arange(a, b)
-        # parameters first (resident for the whole step), then the event replay
-        for e in idx[is_param[a:b]].tolist():
-            tier_out[e] = main_t
-            sz = size_l[e]
-            if sz:
-                off = main_alloc.alloc(sz)
-                offset_out[e] = off
-                if off < 0:
-                    tier_out[e] = UNPLACED
+        _place_parameters(idx[is_param[a:b]].tolist(), allocators[main_t], main_t, size_l, tier_out, offset_out)
         act = idx[~is_param[a:b]]
-        ev_time = np.concatenate([free[act], alloc[act]])
-        ev_type = np.concatenate([np.zeros(act.shape[0], np.int64), np.ones(act.shape[0], np.int64)])
-        ev_ent = np.concatenate([act, act])
-        order = np.lexsort((ev_ent, ev_type, ev_time))
-        codes = (ev_ent[order] * 2 + ev_type[order]).tolist()
-        live: dict[int, bool] = {}
-        for code in codes:
-            e = code >> 1
-            if not code & 1:
-                if e in live:
-                    allocators[tier_out[e]].free(offset_out[e], size_l[e])
-                    del live[e]
-                continue
-            sz = size_l[e]
-            if sz == 0:  # an empty tensor takes no address range
-                tier_out[e] = main_t
-                continue
-            w = want_l[e]
-            choice = -1
-            off = -1
-            for x in from_tier.get(w, ladder):
-                off = allocators[x].alloc(sz)
-                if off >= 0:
-                    choice = x
-                    break
-            tier_out[e] = choice
-            offset_out[e] = off
-            if choice >= 0:
-                live[e] = True
+        _replay_activations(act, alloc[act], free[act], allocators, main_t, size_l, want_l, tier_out, offset_out)
         for x, al in allocators.items():
             high[dev, x] = al.high
     tier_out = np.asarray(tier_out, dtype=np.int64)

@@ -30,6 +30,7 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,6 +128,34 @@ class MovementResult:
     evaluations: int
 
 
+def _fewest_passing(ok: Callable[[int], bool], m: int) -> int:
+    """The smallest ``k`` in ``0..m`` with ``ok(k)``, or ``m`` (the whole proposal) when none below passes.
+
+    Galloping (1, 2, 4, ...) then bisection: O(log k) calls to ``ok``, each a simulation,
+    cheap for the small answers re-plans usually have. It treats ``ok`` as monotone
+    (taking more of the best-first moves does not undo a pass), which holds closely
+    rather than exactly: a ``k`` below ``m`` it returns did pass, just not always the
+    smallest that would.
+    """
+    if ok(0):
+        return 0
+    lo, hi = 0, m  # ok(m) is the fallback: the full proposal
+    k = 1
+    while k < m:
+        if ok(k):
+            hi = k
+            break
+        lo = k
+        k *= 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def minimal_movement(
     graph: Hypergraph,
     inventory: Inventory,
@@ -221,24 +250,7 @@ def minimal_movement(
         s, fits = evaluate(k)
         return fits and s <= target * (1 + 1e-12)
 
-    if ok(0):
-        best = 0
-    else:
-        lo, hi = 0, m  # ok(hi) is the fallback: the full proposal
-        k = 1
-        while k < m:
-            if ok(k):
-                hi = k
-                break
-            lo = k
-            k *= 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid
-        best = hi
+    best = _fewest_passing(ok, m)
     chosen = placement_of(best)
     return MovementResult(
         placement=chosen,

@@ -1429,6 +1429,21 @@ def test_more_memory_per_gpu_never_slows_the_best_layout(memory_gib, layers):
         assert large.candidates[0].step_time_s <= small.candidates[0].step_time_s
 
 
+@settings(max_examples=15, deadline=None)
+@given(tp_exp=st.integers(0, 3), fewer_exp=st.integers(0, 4), more_exp=st.integers(0, 4))
+def test_fewer_kv_heads_never_cost_a_rank_more_memory_or_compute(tp_exp, fewer_exp, more_exp):
+    # (not step time: a larger QKV projection hides more of the asynchronous backward
+    # all-reduce, so the step can shrink as KV heads are added)
+    fewer, more = sorted((2**fewer_exp, 2**more_exp))
+    model = {"num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16, "seq_length": 2048, "vocab_size": 32000}
+    layout = [{"tp": 2**tp_exp, "pp": 1, "cp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"}]
+    (small,) = evaluate_layouts({**model, "num_kv_heads": fewer}, A100_NODE, {"global_batch_sequences": 64}, layout)
+    (large,) = evaluate_layouts({**model, "num_kv_heads": more}, A100_NODE, {"global_batch_sequences": 64}, layout)
+    assert not small.reasons and not large.reasons
+    assert small.memory.total_bytes <= large.memory.total_bytes * (1 + 1e-12)
+    assert small.time_breakdown_s["compute_s"] <= large.time_breakdown_s["compute_s"] * (1 + 1e-12)
+
+
 def test_an_unknown_fp8_scaling_recipe_is_invalid_input_naming_the_field():
     with pytest.raises(InvalidInput) as err:
         training_from_dict({"global_batch_sequences": 8, "precision": "fp8", "fp8_scaling": "blockwise"})

@@ -370,8 +370,10 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     if constraints.micro_batch_size:
         keep[:] = True
     m = np.ceil(batch / (dp * mbs))
-    # v chunks of q/v layers on full stages (shorter stages get one shorter chunk, as
-    # Megatron's --decoder-first/last-pipeline-num-layers allow)
+    # v chunks of q/v layers on full stages; shorter stages get one shorter (even empty)
+    # chunk. --decoder-first/last-pipeline-num-layers cannot say that (each stage's layers
+    # must divide by v); Megatron-Core's --pipeline-model-parallel-layout can, placing an
+    # identity op in an empty chunk (Megatron-LM MR 2795, "flexible asymmetric VPP")
     q = np.ceil(model.num_layers / pp)
     # Megatron-LM's interleaved 1F1B schedule needs more than two stages ("pipeline-model-
     # parallel size should be greater than 2 with interleaved schedule": with two, each rank's

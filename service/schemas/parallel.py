@@ -41,7 +41,10 @@ class TransformerShape(RequestModel):
     num_layers: int = Field(ge=1, le=MAX_LAYERS)
     hidden_size: int = Field(ge=1, le=10**6)
     num_attention_heads: int = Field(ge=1, le=100_000)
-    num_kv_heads: int | None = Field(None, ge=1, le=100_000)
+    num_kv_heads: int | None = Field(None, ge=1, le=100_000,
+                                     description="KV heads (GQA groups; 1: multi-query attention); default "
+                                     "num_attention_heads. Past this many tensor-parallel ranks each KV head is "
+                                     "replicated.")
     head_dim: int | None = Field(None, ge=1, le=100_000,
                                  description="Width of one attention head; default hidden_size / heads.")
     ffn_hidden_size: int | None = Field(None, ge=1, le=10**7)

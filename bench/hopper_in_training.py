@@ -106,7 +106,7 @@ def _print_absolute() -> None:
 
     Both GPUs read high on the runs without activation checkpointing and close on those
     with it. The model does not explain the difference: it predicts the two kinds with
-    memory alike full (74-95% of capacity) and the same GEMM shapes' efficiency.
+    memory alike full (74-95% of capacity) and GEMMs near their ceiling either way.
     """
     print()
     print("== Throughput per GPU, predicted against published (shipped factor) ==")

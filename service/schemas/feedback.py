@@ -167,7 +167,8 @@ class ReplanSummary(BaseModel):
     calibration_version: int | None
     parent_makespan_s: float = Field(description="The parent's placement under the calibrated model (and load report).")
     kept_makespan_s: float = Field(description="The parent's placement with only operators on gone devices moved.")
-    makespan_s: float = Field(description="The new placement under the same model.")
+    makespan_s: float = Field(description="The new placement under the same model, operands in main memory like "
+                              "the two above (the plan's summary.makespan_s also counts its memory tiers).")
     gain_s: float
     gain_fraction: float
     ops_moved: int

@@ -56,6 +56,7 @@ bench: install-dev
 	$(BIN)/python -m bench.moe_http
 	$(BIN)/python -m bench.parallel3d
 	$(BIN)/python -m bench.hopper_in_training
+	$(BIN)/python -m bench.llm_foundry
 	$(BIN)/python -m bench.feedback
 	$(BIN)/python -m bench.load
 

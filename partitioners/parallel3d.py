@@ -63,6 +63,7 @@ from partitioners.parallel3d_specs import (
     TrainingSpec,
     cluster_from_dict,
     constraints_from_dict,
+    flash_attention_speed,
     model_from_dict,
     layout_from_dict,
     training_from_dict,
@@ -558,6 +559,7 @@ def _parse(model, cluster, training, constraints):
     model_spec = model_from_dict(model)
     cluster_spec = cluster_from_dict(cluster)
     training_spec = training_from_dict(training)
+    flash_attention_speed(cluster_spec, training_spec)  # a FlashAttention generation the GPUs run
     cons = constraints_from_dict(constraints)
     _check_sizes({"tp": cons.tp, "pp": cons.pp, "cp": cons.cp, "ep": cons.ep}, model_spec, cluster_spec.num_gpus,
                  "constraints")

@@ -81,7 +81,13 @@ from partitioners.parallel3d_memory import (
     stage_activation_bytes,
     zero_stage_held,
 )
-from partitioners.parallel3d_specs import AttentionProjection, ClusterSpec, ModelSpec, TrainingSpec
+from partitioners.parallel3d_specs import (
+    AttentionProjection,
+    ClusterSpec,
+    ModelSpec,
+    TrainingSpec,
+    flash_attention_speed,
+)
 from partitioners.parallel3d_stages import (
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
@@ -178,6 +184,7 @@ class _DeviceRates:
     linear_bytes: float  # bytes per input element of a linear layer: 1 in FP8 runs, else 2
     gemm_efficiency: float
     linear_gemm_efficiency: float  # FP8 GEMMs have their own measured ceiling (GPUSpec)
+    flash_attention_speed: float  # the stack's FlashAttention against the GPU's newest (FLASH_ATTENTION_SPEED)
     hbm_bytes_per_s: float  # datasheet: the GEMM roofline applies its own efficiency
     hbm_achieved_bytes_per_s: float  # what memory-bound kernels reach
     sm_count: int
@@ -219,6 +226,7 @@ def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:
         linear_bytes=linear_bytes,
         gemm_efficiency=eff,
         linear_gemm_efficiency=eff_linear,
+        flash_attention_speed=flash_attention_speed(cluster, training),
         hbm_bytes_per_s=cluster.hbm_bandwidth_bytes_per_s,
         hbm_achieved_bytes_per_s=cluster.hbm_bandwidth_bytes_per_s * _HBM_EFFICIENCY,
         sm_count=cluster.sm_count,
@@ -370,7 +378,7 @@ def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRa
         # causal flash attention skips the masked half; backward is 2.5x forward's FLOPs
         # (five matmuls against two, Dao 2023), run at a lower fraction of peak
         forward = tokens * s * (model.query_width + model.context_width) / tp \
-            / (rates.peak_bf16_flops * rates.gemm_efficiency * _FLASH_OVER_GEMM)
+            / (rates.peak_bf16_flops * rates.gemm_efficiency * _FLASH_OVER_GEMM * rates.flash_attention_speed)
         return forward, 2.5 * forward / _FLASH_BACKWARD_OVER_FORWARD
     # batched QK^T and attention x V over the full s x s matrix (masked after),
     # plus fused scale-mask-softmax and dropout streaming 9 bytes per score

@@ -45,6 +45,8 @@ __all__ = [
     "MAX_GPUS_PER_NODE",
     "EXPERT_DISPATCH_MODES",
     "GPU_SPECS",
+    "GPU_ARCHITECTURES",
+    "FLASH_ATTENTION_SPEED",
     "HOPPER_IN_TRAINING",
     "SOFTWARE_PRESETS",
     "NODE_PRESETS",
@@ -62,6 +64,7 @@ __all__ = [
     "gpu_spec_by_name",
     "cluster_from_inventory",
     "training_from_dict",
+    "flash_attention_speed",
     "constraints_from_dict",
     "LAYOUT_FIELDS",
     "layout_from_dict",
@@ -112,6 +115,9 @@ class GPUSpec:
     # 1,402.6 of 1,979 TFLOP/s (70.9%) against 794.5 of 989 (80.3%) for BF16 (ml-engineering,
     # "Maximum Achievable Matmul FLOPS comparison table").
     fp8_gemm_efficiency_max: float | None = None
+    # GPU generation, for what a software generation's kernels reach on it
+    # (FLASH_ATTENTION_SPEED): "ampere", "hopper" or "blackwell".
+    architecture: str = "ampere"
 
 
 # Sustained over burst tensor throughput, i.e. what a GEMM keeps once the board sits at
@@ -168,26 +174,43 @@ GPU_SPECS: dict[str, GPUSpec] = {
     # both times HOPPER_IN_TRAINING.
     "h100-sxm": GPUSpec("h100-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 79.11 * _GIB,
                         3.35e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
-                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING),
+                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
+                        architecture="hopper"),
     # H800 SXM5 (export variant): H100 SXM compute and memory, NVLink cut to 400 GB/s
     # bidirectional (NVIDIA H800 product brief; DeepSeek-V3 report, Sec. 3.1).
     "h800-sxm": GPUSpec("h800-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 79.11 * _GIB,
                         3.35e12, 200e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
-                        fp8_gemm_efficiency_max=_FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING),
+                        fp8_gemm_efficiency_max=_FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
+                        architecture="hopper"),
     # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
     # Same NVLink 4 / NVSwitch gen 3 as H100: all-reduce busBw ~475 GB/s measured on 8 H200
     # (NVIDIA/nccl-tests#272), so the H100 NVLS figure.
     "h200-sxm": GPUSpec("h200-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 139.80 * _GIB,
                         4.8e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
-                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING),
+                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
+                        architecture="hopper"),
     # NVIDIA HGX B200 datasheet: per GPU BF16 dense 2.25 PFLOP/s, FP8 dense 4.5 PFLOP/s,
     # 180 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s bidirectional; DGX B200 8x 400 Gb/s NICs.
     # GEMM ceiling: burst 0.834 (Bekman's B200 MAMF, 1,745 / 2,250 = 0.776, over 0.930 as
     # for the others), times the sustained clock. No in-training factor like Hopper's: no
     # same-software comparison with an A100 to fit one from.
     "b200": GPUSpec("b200", {"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15}, 178.35 * _GIB, 8.0e12,
-                    900e9, 50e9, 8, 148, 0.834 * _SUSTAINED_OVER_BURST_B200),
+                    900e9, 50e9, 8, 148, 0.834 * _SUSTAINED_OVER_BURST_B200, architecture="blackwell"),
 }
+
+# Speed of each FlashAttention generation against the newest one a GPU generation runs,
+# which the cost model's flash-attention rate stands for (FlashAttention-2 on Ampere,
+# FlashAttention-3 on Hopper). On A100, FlashAttention-2 gives "around 2x speedup compared
+# to FlashAttention" (T. Dao, "FlashAttention-2", 2023, abstract; 1.7-3.0x in its Sec. 4.1,
+# and 1.3-2.5x over the Triton port). On H100, FlashAttention-2 reaches 35% of peak where
+# FlashAttention-3 reaches 75% (J. Shah et al., "FlashAttention-3", 2024, abstract), and
+# FlashAttention-1 is taken at half of FlashAttention-2 there too. FlashAttention-3 runs
+# on Hopper only. No measured ratios for Blackwell: there only the newest is modelled.
+FLASH_ATTENTION_SPEED: dict[str, dict[int, float]] = {
+    "ampere": {1: 0.5, 2: 1.0},
+    "hopper": {1: 0.5 * 0.35 / 0.75, 2: 0.35 / 0.75, 3: 1.0},
+}
+GPU_ARCHITECTURES = ("ampere", "hopper", "blackwell", "unknown")
 
 # Node presets as the shared inventory names them; they map onto GPU_SPECS.
 NODE_PRESETS: dict[str, str] = {
@@ -426,6 +449,8 @@ class ClusterSpec:
     nvls_allreduce_speedup: float = 1.0
     # FP8 GEMM ceiling where it differs from the 16-bit one (see GPUSpec); None: the same.
     fp8_gemm_efficiency_max: float | None = None
+    # GPU generation (see GPUSpec); "unknown" for a cluster given by its figures alone.
+    architecture: str = "unknown"
 
     @property
     def num_gpus(self) -> int:
@@ -446,6 +471,11 @@ class TrainingSpec:
     precision: str = "bf16"  # "bf16", "fp16" (with loss scaling, same peak) or "fp8"
     optimizer: str = "adam"
     flash_attention: bool = True
+    # Which FlashAttention generation (1, 2 or 3) the stack runs; None: the newest the GPU
+    # runs (2 on Ampere, 3 on Hopper), as today's frameworks do. Older ones are slower
+    # (FLASH_ATTENTION_SPEED): MosaicML's LLM Foundry A100 table reads within 5% on average
+    # with FlashAttention-1, and 67% high at 65,536 tokens with the newest (bench.llm_foundry).
+    flash_attention_version: int | None = None
     sequence_parallel: bool = True
     overlap_grad_reduce: bool = True
     # Tensor-parallel collectives pipelined under GEMMs (Megatron --tp-comm-overlap); opt-in.
@@ -786,6 +816,7 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
                 "gemm_efficiency_max": gpu.gemm_efficiency_max,
                 "nvls_allreduce_speedup": gpu.nvls_allreduce_speedup,
                 "fp8_gemm_efficiency_max": gpu.fp8_gemm_efficiency_max,
+                "architecture": gpu.architecture,
             }
         merged = {**base, **{k: v for k, v in data.items() if k not in ("preset", "gpu", "nodes")}}
         if "nodes" in data and "num_nodes" not in data:
@@ -825,7 +856,11 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
                                                    "cluster.nvls_allreduce_speedup"),
             fp8_gemm_efficiency_max=None if merged.get("fp8_gemm_efficiency_max") is None else _positive_float(
                 merged["fp8_gemm_efficiency_max"], "cluster.fp8_gemm_efficiency_max"),
+            architecture=str(merged.get("architecture", "unknown")).lower(),
         )
+        if spec.architecture not in GPU_ARCHITECTURES:
+            raise InvalidInput(f"cluster.architecture must be one of {list(GPU_ARCHITECTURES)}, "
+                               f"got {spec.architecture!r}", field="cluster.architecture", code="unknown-architecture")
     _check_rates(spec)
     if spec.nvls_allreduce_speedup < 1:
         raise InvalidInput("cluster.nvls_allreduce_speedup is a speed-up over the ring (>= 1)",
@@ -903,6 +938,7 @@ def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -
         inter_node_latency_s=float(inventory.inter_link.latency_s),
         nvls_allreduce_speedup=known.nvls_allreduce_speedup if known else 1.0,
         fp8_gemm_efficiency_max=known.fp8_gemm_efficiency_max if known else None,
+        architecture=known.architecture if known else "unknown",
     )
 
 
@@ -955,6 +991,8 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             precision=str(data.get("precision", "bf16")).lower(),
             optimizer=str(data.get("optimizer", "adam")).lower(),
             flash_attention=bool(data.get("flash_attention", True)),
+            flash_attention_version=None if data.get("flash_attention_version") is None else _positive_int(
+                data["flash_attention_version"], "training.flash_attention_version"),
             sequence_parallel=bool(data.get("sequence_parallel", True)),
             overlap_grad_reduce=bool(data.get("overlap_grad_reduce", True)),
             overlap_tp_comm=bool(data.get("overlap_tp_comm", False)),
@@ -986,10 +1024,43 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
     if spec.optimizer not in ("adam", "adamw"):
         raise InvalidInput(f"training.optimizer: only Adam is modelled, got {spec.optimizer!r}",
                            field="training.optimizer", code="unknown-optimizer")
+    if spec.flash_attention_version is not None:
+        if spec.flash_attention_version not in (1, 2, 3):
+            raise InvalidInput("training.flash_attention_version must be 1, 2 or 3",
+                               field="training.flash_attention_version", code="out-of-range")
+        if not spec.flash_attention:
+            raise InvalidInput("training.flash_attention_version is given but flash_attention is off",
+                               field="training.flash_attention_version", code="contradiction")
     if spec.grad_bytes_per_param not in (2, 4):
         raise InvalidInput("training.grad_bytes_per_param must be 2 (bf16) or 4 (fp32)",
                            field="training.grad_bytes_per_param", code="out-of-range")
     return spec
+
+
+def flash_attention_speed(cluster: ClusterSpec, training: TrainingSpec) -> float:
+    """Speed of the stack's FlashAttention against the newest the cluster's GPUs run (1.0).
+
+    Raises
+    ------
+    InvalidInput
+        A generation the GPU does not run (FlashAttention-3 before Hopper), or one asked
+        of a GPU without measured ratios (Blackwell, or a cluster given by its figures
+        alone without ``architecture``).
+    """
+    version = training.flash_attention_version
+    if version is None or not training.flash_attention:
+        return 1.0
+    speeds = FLASH_ATTENTION_SPEED.get(cluster.architecture)
+    if speeds is None:
+        raise InvalidInput(f"training.flash_attention_version={version}: no measured FlashAttention speeds for "
+                           f"{cluster.architecture!r} GPUs (known: {sorted(FLASH_ATTENTION_SPEED)}); leave it out "
+                           "for the newest kernel", field="training.flash_attention_version",
+                           code="unknown-architecture")
+    if version not in speeds:
+        raise InvalidInput(f"training.flash_attention_version={version} does not run on {cluster.architecture} "
+                           f"GPUs (they run {sorted(speeds)})", field="training.flash_attention_version",
+                           code="not-on-this-gpu")
+    return speeds[version]
 
 
 def constraints_from_dict(data: Mapping[str, Any] | Constraints | None) -> Constraints:

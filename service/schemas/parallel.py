@@ -82,6 +82,10 @@ class ClusterShape(RequestModel):
     nvls_allreduce_speedup: float | None = Field(
         None, ge=1, le=10, allow_inf_nan=False, description="In-switch (NVLink SHARP) all-reduce speed-up over the ring."
     )
+    architecture: Literal["ampere", "hopper", "blackwell", "unknown"] | None = Field(
+        None, description="GPU generation, for which FlashAttention generations run and how fast (a preset or gpu "
+        "sets it)."
+    )
     name: Name | None = None
     inventory: InventoryDocument | PresetInventory | None = Field(
         None, description="Or a hyperplace inventory (identical nodes of one GPU type) instead of the fields above."
@@ -98,6 +102,9 @@ class TrainingSettings(RequestModel):
         None, description="The framework generation whose behaviour the flags default to (default: megatron-core)."
     )
     flash_attention: bool | None = Field(None, description="Flash attention (default on).")
+    flash_attention_version: Literal[1, 2, 3] | None = Field(
+        None, description="FlashAttention generation the stack runs (default: the newest the GPU runs, 2 on Ampere "
+        "and 3 on Hopper); 1 runs at half of 2's speed, 2 at 35/75 of 3's on Hopper.")
     sequence_parallel: bool | None = Field(None, description="Sequence parallelism (default on).")
     overlap_grad_reduce: bool | None = Field(None, description="Data-parallel reduction under the backward pass "
                                              "(default on).")

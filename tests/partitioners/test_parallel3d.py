@@ -45,6 +45,7 @@ from partitioners.parallel3d_memory import (
 from partitioners.parallel3d_specs import (
     cluster_from_dict,
     constraints_from_dict,
+    flash_attention_speed,
     model_from_dict,
     training_from_dict,
 )
@@ -1442,6 +1443,53 @@ def test_fewer_kv_heads_never_cost_a_rank_more_memory_or_compute(tp_exp, fewer_e
     assert not small.reasons and not large.reasons
     assert small.memory.total_bytes <= large.memory.total_bytes * (1 + 1e-12)
     assert small.time_breakdown_s["compute_s"] <= large.time_breakdown_s["compute_s"] * (1 + 1e-12)
+
+
+def test_older_flash_attention_generations_run_at_their_published_speeds():
+    a100, h100 = cluster_from_dict(A100_NODE), cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
+
+    def speed(cluster, version):
+        return flash_attention_speed(cluster, training_from_dict({"global_batch_sequences": 8,
+                                                                  "flash_attention_version": version}))
+    # FlashAttention-2 is "around 2x" FlashAttention-1 on A100 (Dao 2023); on H100 it
+    # reaches 35% of peak where FlashAttention-3 reaches 75% (Shah et al. 2024)
+    assert (speed(a100, None), speed(a100, 2), speed(a100, 1)) == (1.0, 1.0, 0.5)
+    assert speed(h100, 3) == 1.0
+    assert speed(h100, 2) == pytest.approx(0.35 / 0.75)
+    assert speed(h100, 1) == pytest.approx(0.5 * 0.35 / 0.75)
+
+
+def test_an_older_flash_attention_costs_more_the_longer_the_sequence():
+    slowdown = []
+    for seq in (1024, 4096, 16384):
+        model = {**GPT_SMALL, "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": seq}
+        layout = [{"tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1, "recompute": "none"}]
+        times = [evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 64, "flash_attention_version": v},
+                                  layout)[0].step_time_s for v in (None, 1)]
+        slowdown.append(times[1] / times[0])
+    assert 1.0 < slowdown[0] < slowdown[1] < slowdown[2]
+
+
+def test_flash_attention_3_before_hopper_is_invalid_input_naming_the_field():
+    with pytest.raises(InvalidInput) as err:
+        plan_parallel_layout(GPT_SMALL, A100_NODE, {"global_batch_sequences": 8, "flash_attention_version": 3})
+    assert err.value.field == "training.flash_attention_version" and err.value.code == "not-on-this-gpu"
+
+
+def test_a_flash_attention_version_needs_a_gpu_generation_with_measured_speeds():
+    custom = {"gpus_per_node": 8, "num_nodes": 1, "peak_flops_per_s": {"bf16": 1e15}, "memory_bytes": 8e10,
+              "intra_node_bandwidth_bytes_per_s": 4e11, "inter_node_bandwidth_bytes_per_s": 5e10}
+    training = {"global_batch_sequences": 8, "flash_attention_version": 2}
+    with pytest.raises(InvalidInput) as err:
+        plan_parallel_layout(GPT_SMALL, custom, training)
+    assert err.value.code == "unknown-architecture"
+    assert plan_parallel_layout(GPT_SMALL, {**custom, "architecture": "hopper"}, training).feasible
+
+
+def test_a_flash_attention_version_with_flash_attention_off_is_a_contradiction():
+    with pytest.raises(InvalidInput) as err:
+        training_from_dict({"global_batch_sequences": 8, "flash_attention": False, "flash_attention_version": 1})
+    assert err.value.code == "contradiction"
 
 
 def test_an_unknown_fp8_scaling_recipe_is_invalid_input_naming_the_field():

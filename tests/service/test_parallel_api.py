@@ -255,3 +255,17 @@ def test_latent_attention_beside_a_head_dim_is_a_422_naming_mla(client):
                                                                                     "nodes": 256}))
     assert response.status_code == 422
     assert "model.mla" in response.text
+
+
+def test_an_older_flash_attention_generation_predicts_a_slower_step(client):
+    step_s = {version: _evaluate_one(client, "none", flash_attention_version=version)["step_time_s"]
+              for version in (3, 2)}
+    assert step_s[2] > step_s[3]
+
+
+def test_flash_attention_3_on_a100s_is_a_422_naming_the_field(client):
+    response = client.post("/v1/parallel/plan", json=_request(
+        cluster={"preset": "dgx-a100", "nodes": 8}, training={"global_batch_sequences": 1024,
+                                                              "flash_attention_version": 3}))
+    assert response.status_code == 422
+    assert "flash_attention_version" in response.text

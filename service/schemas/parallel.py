@@ -102,8 +102,8 @@ class TrainingSettings(RequestModel):
         None, description="The framework generation whose behaviour the flags default to (default: megatron-core)."
     )
     flash_attention: bool | None = Field(None, description="Flash attention (default on).")
-    flash_attention_version: Literal[1, 2, 3] | None = Field(
-        None, description="FlashAttention generation the stack runs (default: the newest the GPU runs, 2 on Ampere "
+    flash_attention_version: int | None = Field(
+        None, ge=1, le=3, description="FlashAttention generation the stack runs (default: the newest the GPU runs, 2 on Ampere "
         "and 3 on Hopper); 1 runs at half of 2's speed, 2 at 35/75 of 3's on Hopper.")
     sequence_parallel: bool | None = Field(None, description="Sequence parallelism (default on).")
     overlap_grad_reduce: bool | None = Field(None, description="Data-parallel reduction under the backward pass "

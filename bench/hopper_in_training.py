@@ -44,8 +44,9 @@ PAIRS = [
 @functools.cache
 def _a100_tokens_per_gpu() -> tuple[float, ...]:
     """The A100 side of every pair: it does not depend on the Hopper factor, so it is computed once."""
-    return tuple(predicted_tokens_per_gpu({"preset": "dgx-a100"}, name, seq, mbs, ga_a, ckpt, A100_FLASH_ATTENTION)
-                 for name, seq, _, mbs, ckpt, _, _, ga_a, _ in PAIRS)
+    return tuple(predicted_tokens_per_gpu({"preset": "dgx-a100"}, name, seq, gpus, mbs, ga_a, ckpt,
+                                          A100_FLASH_ATTENTION)
+                 for name, seq, gpus, mbs, ckpt, _, _, ga_a, _ in PAIRS)
 
 
 def speedup_ratios(hopper_factor: float) -> list[tuple[str, float, float]]:
@@ -55,7 +56,7 @@ def speedup_ratios(hopper_factor: float) -> list[tuple[str, float, float]]:
     cluster_h100 = {"preset": "dgx-h100", "gemm_efficiency_max": microbenchmark * hopper_factor}
     out = []
     for (name, seq, gpus, mbs, ckpt, ga_h, pub_h, _, pub_a), pred_a in zip(PAIRS, _a100_tokens_per_gpu()):
-        pred_h = predicted_tokens_per_gpu(cluster_h100, name, seq, mbs, ga_h, ckpt, H100_FLASH_ATTENTION)
+        pred_h = predicted_tokens_per_gpu(cluster_h100, name, seq, gpus, mbs, ga_h, ckpt, H100_FLASH_ATTENTION)
         out.append((f"MPT-{name} seq {seq}, {gpus} GPUs{' ckpt' if ckpt else ''}", pred_h / pred_a, pub_h / pub_a))
     return out
 

@@ -1519,3 +1519,19 @@ def test_the_shipped_hopper_in_training_factor_is_what_its_benchmark_fits():
     from partitioners.parallel3d_specs import HOPPER_IN_TRAINING
 
     assert fitted_factor() == pytest.approx(HOPPER_IN_TRAINING, abs=0.01)
+
+
+def test_mpt_throughput_error_stops_growing_with_sequence_length_under_flash_attention_1():
+    # MosaicML's A100 table (bench.llm_foundry): with the newest kernel the prediction runs
+    # further ahead of the measurement the longer the sequence; with FlashAttention-1's
+    # speed it does not
+    from bench.llm_foundry import A100_80GB_ROWS, table_errors
+
+    def medians_by_length(version):
+        by_seq: dict[int, list[float]] = {}
+        for _, seq, _, _, err in table_errors("dgx-a100", A100_80GB_ROWS, version, 4):
+            by_seq.setdefault(seq, []).append(err)
+        return [float(np.median(v)) for _, v in sorted(by_seq.items())]
+    newest, older = medians_by_length(None), medians_by_length(1)
+    assert newest[-1] - newest[0] > 0.3
+    assert max(older) - min(older) < 0.10 and max(abs(m) for m in older) < 0.10

@@ -351,9 +351,11 @@ class ModelSpec:
         few groups) each KV head is replicated on ``tp / kv_heads`` ranks, every rank
         projecting and keeping the KV head its query heads read. That is how StarCoder's
         multi-query attention ran at tp 4 (bigcode-project/Megatron-LM, ``ParallelAttention``:
-        the key-value linear is a plain linear on every tensor-parallel rank) and what
-        Megatron-Core accepts since 0.16 (``num_query_groups`` below the tensor-parallel
-        size). The replicated KV weights' gradient all-reduce across the tensor group
+        the key-value linear is a plain linear on every tensor-parallel rank), and how it
+        is costed here. Megatron-Core accepts such layouts since 0.16 (``num_query_groups``
+        below the tensor-parallel size) by another route, which is not modelled: the fused
+        QKV weight stays split by rows and each replica set all-gathers the QKV activation.
+        The replicated KV weights' gradient all-reduce across the tensor group
         (``h x 2 x head width`` per layer, like the LayerNorm gains') is left out.
         """
         return np.minimum(np.asarray(tp, dtype=float), self.kv_heads)

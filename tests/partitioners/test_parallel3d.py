@@ -1535,3 +1535,16 @@ def test_mpt_throughput_error_stops_growing_with_sequence_length_under_flash_att
     newest, older = medians_by_length(None), medians_by_length(1)
     assert newest[-1] - newest[0] > 0.3
     assert max(older) - min(older) < 0.10 and max(abs(m) for m in older) < 0.10
+
+
+@settings(max_examples=15, deadline=None)
+@given(seq_exp=st.integers(9, 15), tp_exp=st.integers(0, 3), cp=st.sampled_from([1, 2]),
+       recompute=st.sampled_from(["none", "selective", "full"]))
+def test_an_older_flash_attention_never_makes_a_step_faster(seq_exp, tp_exp, cp, recompute):
+    model = {"num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 4,
+             "seq_length": 2**seq_exp, "vocab_size": 32000}
+    layout = [{"tp": 2**tp_exp, "pp": 1, "cp": cp, "micro_batch_size": 1, "recompute": recompute}]
+    steps = [evaluate_layouts(model, {"preset": "dgx-h100", "nodes": 2},
+                              {"global_batch_sequences": 64, "flash_attention_version": version}, layout)[0].step_time_s
+             for version in (3, 2, 1)]
+    assert steps[0] <= steps[1] <= steps[2]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioners.parallel3d_specs import AttentionProjection, ModelSpec
+from partitioners.parallel3d_specs import AttentionProjection, ModelSpec, kv_shard_count
 from partitioners.parallel3d_stages import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 
 __all__ = [
@@ -47,14 +47,14 @@ class ParameterCounts:
     # is counted as one more layer of the last layer's kind)
     mtp_projection: float = 0.0
     # the K and V weights of attention_per_layer, and the KV heads they hold: split at most
-    # kv_heads ways (ModelSpec.kv_shards)
+    # kv_heads ways (kv_shard_count)
     attention_kv_per_layer: float = 0.0
     kv_heads: int = 1
 
     def attention_per_gpu(self, tp: np.ndarray | float) -> np.ndarray:
         """Attention parameters of one layer on one tensor-parallel rank."""
         tp = np.asarray(tp, dtype=float)
-        kv_replicated = self.attention_kv_per_layer * (1.0 / np.minimum(tp, self.kv_heads) - 1.0 / tp)
+        kv_replicated = self.attention_kv_per_layer * (1.0 / kv_shard_count(tp, self.kv_heads) - 1.0 / tp)
         return (self.attention_per_layer - self.attention_replicated_per_layer) / tp \
             + self.attention_replicated_per_layer + kv_replicated
 

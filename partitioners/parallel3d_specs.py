@@ -62,6 +62,7 @@ __all__ = [
     "model_from_dict",
     "cluster_from_dict",
     "gpu_spec_by_name",
+    "kv_shard_count",
     "cluster_from_inventory",
     "training_from_dict",
     "flash_attention_speed",
@@ -269,6 +270,23 @@ class MLASpec:
     q_lora_rank: int | None = None
 
 
+def kv_shard_count(tp: np.ndarray | float, kv_heads: int) -> np.ndarray:
+    """How many ways tensor parallelism splits K and V: ``tp`` up to the KV head count.
+
+    With more tensor-parallel ranks than KV heads (multi-query attention, or GQA with
+    few groups) each KV head is replicated on ``tp / kv_heads`` ranks, every rank
+    projecting and keeping the KV head its query heads read. That is how StarCoder's
+    multi-query attention ran at tp 4 (bigcode-project/Megatron-LM, ``ParallelAttention``:
+    the key-value linear is a plain linear on every tensor-parallel rank), and how it
+    is costed here. Megatron-Core accepts such layouts since 0.16 (``num_query_groups``
+    below the tensor-parallel size) by another route, which is not modelled: the fused
+    QKV weight stays split by rows and each replica set all-gathers the QKV activation.
+    The replicated KV weights' gradient all-reduce across the tensor group
+    (``h x 2 x head width`` per layer, like the LayerNorm gains') is left out.
+    """
+    return np.minimum(np.asarray(tp, dtype=float), kv_heads)
+
+
 @dataclass(frozen=True)
 class AttentionProjection:
     """One linear of the attention block and how tensor parallelism splits it.
@@ -286,7 +304,7 @@ class AttentionProjection:
     reads: str
     # Of ``out_width``, the K and V columns of a fused QKV projection, and how many KV heads
     # they hold. A column split hands every rank whole KV heads, so past ``kv_heads`` ranks
-    # they are replicated, not cut (:meth:`ModelSpec.kv_shards`).
+    # they are replicated, not cut (:func:`kv_shard_count`).
     kv_out_width: int = 0
     kv_heads: int = 1
 
@@ -295,7 +313,7 @@ class AttentionProjection:
         if self.split != "column":
             return self.out_width
         tp = np.asarray(tp, dtype=float)
-        return (self.out_width - self.kv_out_width) / tp + self.kv_out_width / np.minimum(tp, self.kv_heads)
+        return (self.out_width - self.kv_out_width) / tp + self.kv_out_width / kv_shard_count(tp, self.kv_heads)
 
     def in_per_rank(self, tp: np.ndarray | float) -> np.ndarray | float:
         """Input features one tensor-parallel rank reads."""
@@ -345,20 +363,8 @@ class ModelSpec:
         return self.num_kv_heads or self.num_attention_heads
 
     def kv_shards(self, tp: np.ndarray | float) -> np.ndarray:
-        """How many ways tensor parallelism splits K and V: ``tp`` up to the KV head count.
-
-        With more tensor-parallel ranks than KV heads (multi-query attention, or GQA with
-        few groups) each KV head is replicated on ``tp / kv_heads`` ranks, every rank
-        projecting and keeping the KV head its query heads read. That is how StarCoder's
-        multi-query attention ran at tp 4 (bigcode-project/Megatron-LM, ``ParallelAttention``:
-        the key-value linear is a plain linear on every tensor-parallel rank), and how it
-        is costed here. Megatron-Core accepts such layouts since 0.16 (``num_query_groups``
-        below the tensor-parallel size) by another route, which is not modelled: the fused
-        QKV weight stays split by rows and each replica set all-gathers the QKV activation.
-        The replicated KV weights' gradient all-reduce across the tensor group
-        (``h x 2 x head width`` per layer, like the LayerNorm gains') is left out.
-        """
-        return np.minimum(np.asarray(tp, dtype=float), self.kv_heads)
+        """How many ways tensor parallelism splits this model's K and V (:func:`kv_shard_count`)."""
+        return kv_shard_count(tp, self.kv_heads)
 
     @property
     def ffn(self) -> int:

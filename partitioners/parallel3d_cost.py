@@ -71,6 +71,7 @@ from partitioners.parallel3d_flops import (
 from partitioners.parallel3d_kernels import (
     embedding_time_s,
     fp8_quantize_time_s,
+    flash_attention_slowdown,
     gemm_backward_time_s,
     gemm_time_s,
     gradient_accumulation_time_s,
@@ -110,6 +111,8 @@ _IB_EFFICIENCY = 0.9
 _HBM_EFFICIENCY = 0.8
 # FlashAttention-2 (Dao, 2023) reaches 70-73% of A100 peak forward and ~63% end to end;
 # FlashAttention-3 ~75% of H100 peak. Expressed relative to the GEMM ceiling of the GPU.
+# Those are their papers' 16K-token figures; shorter calls run slower
+# (parallel3d_kernels.flash_attention_slowdown).
 _FLASH_OVER_GEMM = 0.8
 # Its backward kernel runs at a lower fraction of peak than its forward: up to 63% against
 # 73% on A100 (Dao, "FlashAttention-2", 2023, Sec. 4.1), i.e. 0.86 of the forward's rate.
@@ -371,13 +374,15 @@ def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp
 
 
 def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: np.ndarray,
-                      mbs: np.ndarray, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                      mbs: np.ndarray, tp: np.ndarray, cp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of the score/softmax/context part of attention."""
     s, a = model.seq_length, model.num_attention_heads
     if training.flash_attention:
         # causal flash attention skips the masked half; backward is 2.5x forward's FLOPs
-        # (five matmuls against two, Dao 2023), run at a lower fraction of peak
+        # (five matmuls against two, Dao 2023), run at a lower fraction of peak, and
+        # both slower on short calls (the sequence, or its context-parallel chunks)
         forward = tokens * s * (model.query_width + model.context_width) / tp \
+            * flash_attention_slowdown(s, cp) \
             / (rates.peak_bf16_flops * rates.gemm_efficiency * _FLASH_OVER_GEMM * rates.flash_attention_speed)
         return forward, 2.5 * forward / _FLASH_BACKWARD_OVER_FORWARD
     # batched QK^T and attention x V over the full s x s matrix (masked after),
@@ -461,7 +466,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     mlp = {False: _dense_mlp_gemms(model, rates, tokens, tp)}
     if model.moe is not None:
         mlp[True] = _moe_mlp_gemms(model, rates, tokens, tp, ep)
-    attn_core_fwd, attn_core_bwd = _attention_core_s(model, training, rates, tokens, mbs, tp)
+    attn_core_fwd, attn_core_bwd = _attention_core_s(model, training, rates, tokens, mbs, tp, cp)
 
     rep_div = np.where(training.sequence_parallel, tp, 1.0)
     # LayerNorms (read + write), two bias-dropout-residual adds (read 2, write 1, mask 0.5)

@@ -6,7 +6,8 @@ quantisation over the SMs and a saturation factor for small dimensions (NVIDIA, 
 Multiplication Background User's Guide"), so large tensor-parallel sizes and small
 micro-batches run below peak instead of at it. Backward GEMMs are costed at their own
 shapes. The memory-bound kernels a step adds are here too: the vocabulary-parallel
-embedding, unfused weight-gradient accumulation and Transformer Engine's FP8 casts.
+embedding, unfused weight-gradient accumulation and Transformer Engine's FP8 casts; and
+how far FlashAttention falls below its long-sequence rate on short calls.
 :mod:`partitioners.parallel3d_cost` composes them into a training step.
 """
 
@@ -22,6 +23,7 @@ __all__ = [
     "embedding_time_s",
     "gradient_accumulation_time_s",
     "fp8_quantize_time_s",
+    "flash_attention_slowdown",
 ]
 
 # GEMM output tile of cuBLAS/CUTLASS kernels used for the wave-quantisation estimate.
@@ -36,6 +38,20 @@ _GEMM_HALF_DIM = 200.0
 # gradient (read 4 + write 4): ~12 bytes per element per micro-batch on the first stage
 # (PyTorch ``embedding_dense_backward``; Megatron's ``main_grad`` accumulation).
 _EMBEDDING_GRAD_BYTES_PER_ELEMENT = 12.0
+# Keys one FlashAttention call loops over at which it runs at half its long-sequence rate:
+# s / (s + 240) fits, within 1% at every length, the forward throughput pytorch/benchmark
+# measured on H100 for FlashAttention-3 and for the Triton FlashAttention-2 (head dim 128,
+# batch x sequence fixed at 16K tokens, sequence 512 to 16,384; pytorch/benchmark#2391:
+# FA3 430 -> 621 TFLOP/s, Triton 329 -> 477). Both kernels share the shape: it is the
+# per-block loop's start-up and epilogue, amortised over the keys, as in a GEMM's K loop.
+_FLASH_HALF_RATE_KEYS = 240.0
+# The sequence at which the kernel's peak fraction of the GEMM ceiling was read (the
+# FlashAttention-2 paper's longest, 16K; see parallel3d_cost._FLASH_OVER_GEMM).
+_FLASH_REFERENCE_KEYS = 16384.0
+# Query rows of one FlashAttention tile (kBlockM = 128 for head dims up to 128 in
+# FlashAttention-2 and -3): under a causal mask the tiles on the diagonal are computed
+# whole and half thrown away.
+_FLASH_BLOCK_ROWS = 128.0
 
 
 def gemm_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: float, hbm: float, sms: int,
@@ -194,3 +210,41 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
         moe_fwd, moe_bwd = dense_fwd, dense_bwd
     scale = tokens / hbm_bytes_per_s
     return {False: dense_fwd * scale, True: moe_fwd * scale}, {False: dense_bwd * scale, True: moe_bwd * scale}
+
+
+def _flash_rate(keys: np.ndarray) -> np.ndarray:
+    """FlashAttention's rate over ``keys`` keys per call, relative to the reference length."""
+    return (keys / (keys + _FLASH_HALF_RATE_KEYS)) \
+        / (_FLASH_REFERENCE_KEYS / (_FLASH_REFERENCE_KEYS + _FLASH_HALF_RATE_KEYS))
+
+
+def flash_attention_slowdown(seq_length: int, cp: np.ndarray | float) -> np.ndarray:
+    """How much longer causal FlashAttention takes per FLOP than at its long-sequence rate.
+
+    A FlashAttention kernel loops, for each block of 128 queries, over the blocks of keys
+    it may see, so its throughput grows with the keys per call as ``k / (k + 240)``
+    (``_FLASH_HALF_RATE_KEYS``; ~69% of the long-sequence rate at 512 keys, ~91% at 2,048).
+    A causal call of ``L`` tokens loops over ``L / 2`` keys on average, and computes its
+    diagonal tiles whole: ``n / (n + 1)`` of the tile work is useful for ``n = L / 128``
+    query blocks.
+
+    Context parallelism cuts those calls shorter. The load-balanced ring of Megatron-Core
+    and Transformer Engine (Liu et al., "Ring Attention", 2023; TE
+    ``AttnFuncWithCPAndKVP2P``) gives each rank two chunks of ``c = s / (2 cp)`` tokens and
+    runs ``cp`` steps of equal work: one causal call over its own ``2c`` tokens, then
+    ``cp - 1`` unmasked calls against one chunk (``c`` keys) or two (``2c`` keys), half the
+    ranks each. The result is the mean of ``1 / rate`` over the steps; it multiplies the
+    time computed at ``_FLASH_OVER_GEMM`` of the GEMM ceiling.
+
+    Only the shape comes from the H100 measurements; it is applied to every GPU. On B200
+    FlashAttention-4's causal calls fall further below their unmasked ones at short lengths
+    (Dao-AILab/flash-attention#2605: 33% of peak at 1K against 62% unmasked), so there this
+    is optimistic.
+    """
+    cp = np.asarray(cp, dtype=float)
+    local = seq_length / cp  # the causal call's tokens: the rank's two chunks
+    diagonal_blocks = np.maximum(local / _FLASH_BLOCK_ROWS, 1.0)
+    causal_rate = _flash_rate(local / 2.0) * diagonal_blocks / (diagonal_blocks + 1.0)
+    chunk = local / 2.0
+    unmasked_inverse = 0.5 * (1.0 / _flash_rate(chunk) + 1.0 / _flash_rate(2.0 * chunk))
+    return (1.0 / causal_rate + (cp - 1.0) * unmasked_inverse) / cp

@@ -28,7 +28,9 @@ from partitioners.parallel3d_cost import (
 )
 from partitioners.parallel3d_flops import hardware_flops_per_step, model_flops_per_step, parameter_counts
 from partitioners.parallel3d_kernels import (
+    _flash_rate,
     embedding_time_s,
+    flash_attention_slowdown,
     fp8_quantize_time_s,
     gemm_backward_time_s,
     gemm_time_s,
@@ -1468,6 +1470,45 @@ def test_an_older_flash_attention_costs_more_the_longer_the_sequence():
                                   layout)[0].step_time_s for v in (None, 1)]
         slowdown.append(times[1] / times[0])
     assert 1.0 < slowdown[0] < slowdown[1] < slowdown[2]
+
+
+def test_flash_attention_length_curve_is_the_one_measured_on_h100():
+    # pytorch/benchmark#2391: unmasked forward, head dim 128, batch x sequence = 16K tokens;
+    # FlashAttention-3 and the Triton FlashAttention-2 share the shape, TFLOP/s per length
+    measured = {"fa3": [430.32, 517.099, 565.544, 590.233, 614.234, 620.73],
+                "triton": [328.882, 389.723, 433.721, 458.359, 470.732, 476.753]}
+    lengths = np.array([512.0, 1024, 2048, 4096, 8192, 16384])
+    for tflops in measured.values():
+        assert _flash_rate(lengths) == pytest.approx(np.array(tflops) / tflops[-1], rel=0.02)
+
+
+def test_causal_flash_attention_runs_slower_per_flop_the_shorter_the_sequence():
+    slowdown = [float(flash_attention_slowdown(seq, 1)) for seq in (512, 2048, 8192, 32768)]
+    assert slowdown == sorted(slowdown, reverse=True)
+    assert slowdown[0] > 2.0  # half-empty diagonal tiles and a 256-key average loop
+    assert slowdown[-1] == pytest.approx(1.0, abs=0.02)
+
+
+def test_context_parallel_chunks_slow_flash_attention_most_on_short_sequences():
+    def cost_of_cp(seq, cp):
+        return float(flash_attention_slowdown(seq, cp) / flash_attention_slowdown(seq, 1))
+    assert 1.0 < cost_of_cp(2048, 2) < cost_of_cp(2048, 4)
+    assert cost_of_cp(131072, 2) < 1.01 < cost_of_cp(2048, 2)
+
+
+def test_a_step_charges_context_parallel_attention_the_short_call_slowdown():
+    # FlashAttention-1 runs at half FlashAttention-2's speed on A100, so the difference of
+    # the two steps' compute is the attention kernels' time at FlashAttention-2's; each
+    # rank does the same attention FLOPs at cp = 1 and 2, so only the chunks' length differs
+    def attention_s(seq, cp):
+        model = {**GPT_SMALL, "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": seq}
+        layout = [{"tp": 1, "pp": 1, "cp": cp, "micro_batch_size": 1, "recompute": "none"}]
+        fa1, fa2 = (evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 64, "flash_attention_version": v},
+                                     layout)[0].time_breakdown_s["compute_s"] for v in (1, 2))
+        return fa1 - fa2
+    for seq in (2048, 32768):
+        assert attention_s(seq, 2) / attention_s(seq, 1) == \
+            pytest.approx(float(flash_attention_slowdown(seq, 2) / flash_attention_slowdown(seq, 1)))
 
 
 def test_flash_attention_3_before_hopper_is_invalid_input_naming_the_field():

@@ -427,6 +427,26 @@ def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: np.n
     )
 
 
+def _context_parallel_merge_s(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
+                              cp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of merging the ring's per-step attention results.
+
+    Each of the ``cp`` ring steps yields a partial result that a separate memory-bound
+    kernel folds in, after the attention kernels, on the compute stream (Transformer
+    Engine ``AttnFuncWithCPAndKVP2P``): forward, ``out += out_per_step * exp(lse_step -
+    lse)`` reads the step's output and the running one and writes it back (6 bytes per
+    bf16 element of the local heads' output); backward, ``dq += dq_`` and the travelling
+    ``dkv += dkv_`` do the same over the query and key/value gradients. Cheap per step,
+    but the work per rank stays ``s x mbs`` whatever ``cp`` is, while everything else
+    a rank does shrinks as ``1 / cp``.
+    """
+    steps = np.where(cp > 1, cp, 0.0)
+    per_token_fwd = 6.0 * model.context_width / tp
+    per_token_bwd = 6.0 * (model.query_width / tp + (model.key_width + model.value_width) / model.kv_shards(tp))
+    scale = tokens * steps / rates.hbm_achieved_bytes_per_s
+    return per_token_fwd * scale, per_token_bwd * scale
+
+
 def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: np.ndarray,
                        tp: np.ndarray, layouts: LayoutArrays) -> tuple[np.ndarray, np.ndarray]:
     """One expert-parallel all-to-all (the mean of a dispatch and a combine) per MoE layer,
@@ -488,6 +508,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     cp_ring = _context_parallel_ring_s(model, rates, tokens, tp, cp, layouts.cp)
     cp_fwd = overlapped_time_s(cp_ring, attn_core_fwd)
     cp_bwd = overlapped_time_s(2.0 * cp_ring, attn_core_bwd)
+    cp_merge_fwd, cp_merge_bwd = _context_parallel_merge_s(model, rates, tokens, tp, cp)
     # expert parallel: dispatch + combine all-to-all per MoE layer forward, twice backward
     if model.moe is not None:
         a2a, moe_elem = _expert_exchange_s(model, training, rates, tokens, tp, layouts)
@@ -510,8 +531,8 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
         gemm_f = attention.forward_s + mlp[is_moe].forward_s
         gemm_b = attention.backward_s + mlp[is_moe].backward_s
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
-        fwd_compute = gemm_f + attn_core_fwd + elem + quantize_fwd[is_moe]
-        bwd_compute = gemm_b + attn_core_bwd + 2.0 * elem + quantize_bwd[is_moe]
+        fwd_compute = gemm_f + attn_core_fwd + cp_merge_fwd + elem + quantize_fwd[is_moe]
+        bwd_compute = gemm_b + attn_core_bwd + cp_merge_bwd + 2.0 * elem + quantize_bwd[is_moe]
         selective = mla_up_fwd + (norm_rebuild + act_rebuild[is_moe] if training.flash_attention
                                   else attn_core_fwd)
         recompute_compute = full_frac * fwd_compute + np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)

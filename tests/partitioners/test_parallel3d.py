@@ -19,9 +19,12 @@ from partitioners.collectives import LinkSpec, allreduce_time_s, p2p_time_s
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_from_request, plan_parallel_layout, rank_map
 from partitioners.parallel3d_comm import OVERLAP_COMPUTE_SLOWDOWN, chunked_collective_time_s, overlapped_time_s
+from partitioners import parallel3d_cost
 from partitioners.parallel3d_cost import (
     _NVLINK_EFFICIENCY,
     _P2P_SYNC_S,
+    _context_parallel_merge_s,
+    _device_rates,
     pipeline_bubble_fraction,
     pipeline_time_s,
     predict_layouts,
@@ -1509,6 +1512,40 @@ def test_a_step_charges_context_parallel_attention_the_short_call_slowdown():
     for seq in (2048, 32768):
         assert attention_s(seq, 2) / attention_s(seq, 1) == \
             pytest.approx(float(flash_attention_slowdown(seq, 2) / flash_attention_slowdown(seq, 1)))
+
+
+def test_context_parallel_merges_cost_a_rank_the_same_at_every_cp_and_nothing_without_it():
+    # Transformer Engine folds each ring step's partial output (forward) and dq / dkv
+    # (backward) into a running bf16 tensor: 6 bytes per element and step over the local
+    # tokens, so s x mbs elements per rank at any cp
+    model = model_from_dict({**GPT_SMALL, "hidden_size": 1024, "num_attention_heads": 8, "num_kv_heads": 2,
+                             "seq_length": 8192})
+    rates = _device_rates(cluster_from_dict(A100_NODE), training_from_dict({"global_batch_sequences": 8}))
+    cps = np.array([1.0, 2.0, 4.0, 8.0])
+    forward, backward = _context_parallel_merge_s(model, rates, 8192 / cps, np.ones(4), cps)
+    assert forward[0] == backward[0] == 0.0
+    assert forward[1:] == pytest.approx(np.full(3, 8192 * 6 * 1024 / rates.hbm_achieved_bytes_per_s))
+    assert backward[1:] == pytest.approx(np.full(3, 8192 * 6 * (1024 + 2 * 256) / rates.hbm_achieved_bytes_per_s))
+
+
+def test_a_context_parallel_step_charges_the_merges_to_compute_and_recomputes_the_forward_ones(monkeypatch):
+    model = {**GPT_SMALL, "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 8192}
+
+    def compute_s(recompute):
+        layout = [{"tp": 1, "pp": 1, "cp": 2, "micro_batch_size": 1, "recompute": recompute}]
+        return evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 4}, layout)[0].time_breakdown_s["compute_s"]
+    charged = {rc: compute_s(rc) for rc in ("none", "full")}
+    merges = parallel3d_cost._context_parallel_merge_s(
+        model_from_dict(model), parallel3d_cost._device_rates(cluster_from_dict(A100_NODE),
+                                                              training_from_dict({"global_batch_sequences": 8})),
+        np.array([4096.0]), np.array([1.0]), np.array([2.0]))
+    monkeypatch.setattr(parallel3d_cost, "_context_parallel_merge_s",
+                        lambda *args: (np.zeros(1), np.zeros(1)))
+    free = {rc: compute_s(rc) for rc in ("none", "full")}
+    # 4 layers, one micro-batch per rank (4 sequences over dp 4 on the node's 8 GPUs)
+    forward, backward = float(merges[0][0]), float(merges[1][0])
+    assert charged["none"] - free["none"] == pytest.approx(4 * (forward + backward))
+    assert charged["full"] - free["full"] == pytest.approx(4 * (2 * forward + backward))
 
 
 def test_flash_attention_3_before_hopper_is_invalid_input_naming_the_field():

@@ -153,8 +153,9 @@ class LayoutPrediction:
     peak, attention over the whole ``s x s`` matrix (SC21, Megatron-LM);
     ``mfu_causal`` the same over the causal half (Megatron-Bridge's count, see
     ``model_flops_per_step``): compare a published MFU with the one of its
-    convention. ``hfu`` adds recomputed FLOPs. ``recompute_num_layers`` is how many
-    layers of each model chunk full recomputation covers (Megatron-LM's
+    convention. ``hfu`` adds recomputed FLOPs and the KV projections that tensor
+    ranks beyond the KV heads repeat. ``recompute_num_layers`` is how many layers of
+    each model chunk full recomputation covers (Megatron-LM's
     ``--recompute-num-layers``, block method), 0 without it. ``reasons`` is empty
     for a layout that can run; otherwise it says why not.
     """

@@ -1018,7 +1018,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     peak_bf16 = rates.peak_bf16_flops
     mflops = model_flops_per_step(model, batch)
     mflops_causal = model_flops_per_step(model, batch, causal=True)
-    hflops = hardware_flops_per_step(model, batch, rc, full_frac, flash_attention=training.flash_attention)
+    hflops = hardware_flops_per_step(model, batch, rc, full_frac, flash_attention=training.flash_attention, tp=tp)
 
     return {
         "step_time_s": step,

@@ -153,21 +153,31 @@ def mla_up_projections(model: ModelSpec) -> tuple[AttentionProjection, ...]:
 
 
 def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: np.ndarray | int,
-                            full_fraction: np.ndarray | float = 1.0, flash_attention: bool = False) -> np.ndarray:
-    """FLOPs actually executed: model FLOPs plus recomputation.
+                            full_fraction: np.ndarray | float = 1.0, flash_attention: bool = False,
+                            tp: np.ndarray | float = 1.0) -> np.ndarray:
+    """FLOPs actually executed: model FLOPs plus recomputation and replicated KV heads.
 
     Full recomputation repeats every layer's forward (SC21's 96 = 4 x 24), or the
     ``full_fraction`` of the layers it covers; selective recomputation repeats only
     the attention-score part (Korthikanti et al. 2022, Sec. 5) -- unless
     ``flash_attention`` stores no scores to drop, when the norm and activation outputs
     it rebuilds instead are memory-bound passes, not FLOPs -- and, under MLA, the
-    up-projections (:func:`mla_up_projections`).
+    up-projections (:func:`mla_up_projections`). Where ``tp`` exceeds the KV heads
+    every rank projects a whole KV head (:func:`~partitioners.parallel3d_specs.kv_shard_count`),
+    so the tensor group runs those projections ``tp / kv_heads`` times, forward and
+    backward, and again in a recomputed forward.
     """
     layers, scores, _ = _forward_flops_per_token(model)
     selective = (0.0 if flash_attention else scores) \
         + (model.num_layers + model.mtp_layers) * 2 * sum(p.in_width * p.out_width for p in mla_up_projections(model))
     tokens = global_batch_sequences * model.seq_length
     rc = np.asarray(recompute)
-    extra = np.where(rc == RECOMPUTE_FULL, layers * np.asarray(full_fraction, dtype=float),
+    full_fraction = np.asarray(full_fraction, dtype=float)
+    extra = np.where(rc == RECOMPUTE_FULL, layers * full_fraction,
                      np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)) * tokens
-    return model_flops_per_step(model, global_batch_sequences) + extra
+    tp = np.asarray(tp, dtype=float)
+    copies = tp / kv_shard_count(tp, model.kv_heads) - 1.0  # beyond the one the model FLOPs count
+    kv_forward = (model.num_layers + model.mtp_layers) * 2 * sum(p.in_width * p.kv_out_width
+                                                                 for p in model.attention_projections)
+    replicated = copies * kv_forward * (3.0 + np.where(rc == RECOMPUTE_FULL, full_fraction, 0.0)) * tokens
+    return model_flops_per_step(model, global_batch_sequences) + extra + replicated

@@ -117,6 +117,19 @@ def test_selective_recomputation_adds_only_attention_score_flops():
     assert extra == pytest.approx(4 * s * h * l * b * s)
 
 
+def test_hardware_flops_count_the_kv_projections_each_tensor_rank_repeats():
+    # multi-query attention at tp 4: four ranks each project the one K and V head (2 x 16
+    # wide from h = 64), three more times than the model FLOPs count, forward and backward
+    # (6 FLOPs per weight and token) and once more in a fully recomputed forward
+    b, s, l, h = 3, 32, 2, 64
+    model = model_from_dict({**GPT_SMALL, "num_kv_heads": 1})
+    replicated = 3 * 2 * h * (2 * h // 4) * l * b * s
+    for recompute, passes in ((RECOMPUTE_NONE, 3), (RECOMPUTE_FULL, 4)):
+        at_tp4 = float(hardware_flops_per_step(model, b, recompute, flash_attention=True, tp=4))
+        at_tp1 = float(hardware_flops_per_step(model, b, recompute, flash_attention=True, tp=1))
+        assert at_tp4 - at_tp1 == pytest.approx(passes * replicated)
+
+
 def test_gpt_parameter_count_is_12lh2_plus_layernorms_and_embeddings():
     # per layer 4h^2 (QKV + projection) + 8h^2 (4h MLP) + 2h (two LayerNorm gains);
     # untied input and output embeddings V h each; final LayerNorm h

@@ -416,6 +416,30 @@ def _tensor_parallel_allreduce_s(model: ModelSpec, cluster: ClusterSpec, trainin
     return tp_ar
 
 
+def _tensor_parallel_collectives(model: ModelSpec, training: TrainingSpec) -> tuple[float, float, float]:
+    """Tensor-parallel collectives of one layer, in all-reduces of its activation.
+
+    Returns the forward's and the backward's, and how many of the backward's are the
+    all-gathers of the output gradient in front of the row-parallel linears (the rest,
+    the column-parallel linears' input-gradient reductions, can run under their GEMMs).
+
+    Sequential blocks (Shoeybi et al. 2019): each of attention and MLP all-reduces its
+    row-parallel output forward and its column-parallel input gradient backward, 2 + 2;
+    with sequence parallelism (Korthikanti et al. 2022) an all-gather before each
+    column-parallel linear and a reduce-scatter after each row-parallel one, each half
+    an all-reduce, the same bytes. Parallel blocks sum the two row-parallel outputs and
+    reduce once (GPT-NeoX's ``gpt_j_residual``: "we can do a single allreduce after we add
+    mlp / attn outputs"), so the forward's row side and the backward's output-gradient
+    gather halve; each column-parallel linear still gathers its input and reduces its
+    input gradient itself: 1 forward and 2 backward without sequence parallelism, 1.5
+    and 1.5 with it.
+    """
+    sp = training.sequence_parallel
+    if not model.parallel_attention_mlp:
+        return 2.0, 2.0, (1.0 if sp else 0.0)
+    return (1.5, 1.5, 0.5) if sp else (1.0, 2.0, 0.0)
+
+
 def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
                              cp: np.ndarray, cp_sizes: np.ndarray) -> np.ndarray:
     """The ring exchange of K and V chunks around the context-parallel group, one pass."""
@@ -527,6 +551,8 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
             return overlapped_time_s(tp_ar / 2.0, dgrad) + overlapped_time_s(tp_ar / 2.0, wgrad)
         return overlapped_time_s(tp_ar, wgrad)
 
+    tp_forward, tp_backward, tp_output_grad_gathers = _tensor_parallel_collectives(model, training)
+
     def layer(is_moe: bool) -> _LayerWork:
         gemm_f = attention.forward_s + mlp[is_moe].forward_s
         gemm_b = attention.backward_s + mlp[is_moe].backward_s
@@ -536,11 +562,8 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
         selective = mla_up_fwd + (norm_rebuild + act_rebuild[is_moe] if training.flash_attention
                                   else attn_core_fwd)
         recompute_compute = full_frac * fwd_compute + np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)
-        # collectives per layer: 2 forward, 2 backward, 2 more when the forward is recomputed
-        # (all-reduce equivalents; all-gather + reduce-scatter with sequence parallelism)
-        n_coll = 4.0 + 2.0 * full_frac
         compute = fwd_compute + bwd_compute + recompute_compute
-        tp_comm = n_coll * tp_ar
+        tp_comm = (tp_forward * (1.0 + full_frac) + tp_backward) * tp_ar
         if training.overlap_tp_backward and not training.overlap_tp_comm:
             # Megatron's column-parallel linears (QKV, MLP up-projection) run their backward
             # collectives asynchronously under their own GEMMs (Megatron-LM
@@ -548,8 +571,8 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
             # reduce of the input gradients can be done asynchronously with the calculation
             # of the weight gradients"); what stays in line is the forward's, the
             # recomputed forward's and, with sequence parallelism, the all-gather of the
-            # output gradient in front of each row-parallel linear (one all-reduce's worth)
-            in_line = 2.0 + 2.0 * full_frac + (1.0 if training.sequence_parallel else 0.0)
+            # output gradient in front of the row-parallel linears
+            in_line = tp_forward * (1.0 + full_frac) + tp_output_grad_gathers
             tp_comm = in_line * tp_ar + async_backward_tp(attention.column_dgrad_s, attention.column_wgrad_s) \
                 + async_backward_tp(mlp[is_moe].column_dgrad_s, mlp[is_moe].column_wgrad_s)
         if training.overlap_tp_comm:
@@ -559,7 +582,9 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
             # stays exposed, plus the first and last chunk of each collective (~1/8)
             linear = gemm_f + gemm_b + full_frac * gemm_f
             tp_comm = overlapped_time_s(tp_comm, linear, tp_comm / 8.0)
-        ep_comm = n_coll * a2a if is_moe else np.zeros_like(compute)
+        # expert all-to-alls per MoE layer: a dispatch and a combine forward, both again
+        # backward, and again when the forward is recomputed
+        ep_comm = (4.0 + 2.0 * full_frac) * a2a if is_moe else np.zeros_like(compute)
         if training.overlap_ep_comm and is_moe:
             # dispatch/combine of one micro-batch run under another's computation of the
             # same layer (a forward paired with a backward): what that cannot cover shows

@@ -133,9 +133,12 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     rep_div = np.where(training.sequence_parallel, tp, 1.0)
     gemm_in = 1.0 if fp8_gemm_inputs else 2.0  # bytes per saved GEMM-input element
     masks = 2.0 * h if training.dropout else 0.0
+    # the norms' inputs: the layer input and, in a sequential block, the attention block's
+    # output plus the residual (a parallel block's MLP norm reads the layer input again)
+    norm_inputs = (1.0 if model.parallel_attention_mlp else 2.0) * 2.0 * h
     # MLA: each down-projected latent is kept before its RMSNorm (2 bytes) and after it,
     # as the input of its up-projection
-    replicated = 4.0 * h + 2.0 * gemm_in * h + masks + (2.0 + gemm_in) * model.latent_width
+    replicated = norm_inputs + 2.0 * gemm_in * h + masks + (2.0 + gemm_in) * model.latent_width
     # the per-head queries, keys and values selective recomputation rebuilds from MLA's
     # latents instead of keeping them (mla_up_projections)
     rebuilt = 0.0

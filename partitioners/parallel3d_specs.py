@@ -332,6 +332,11 @@ class ModelSpec:
     num_kv_heads: int | None = None  # GQA query groups; None = multi-head attention
     ffn_hidden_size: int | None = None  # None = 4 * hidden_size
     gated_mlp: bool = False  # SwiGLU (Llama): three FFN matrices instead of two
+    # Attention and MLP read the same layer input and their outputs are added to it
+    # together, x + attn(norm(x)) + mlp(norm(x)) (GPT-J; GPT-NeoX ``use_parallel_residual``;
+    # PaLM's "parallel layers", Chowdhery et al. 2022, Sec. 2; Falcon ``parallel_attn``):
+    # the two row-parallel outputs are summed before one tensor-parallel reduction.
+    parallel_attention_mlp: bool = False
     tie_embeddings: bool = False
     # GPT-2/3 learn an s x h position table (SC21 eq. 2's ``s`` term); Megatron-LM keeps it
     # on the first stage, whole on every tensor-parallel rank. Llama's rotary
@@ -722,6 +727,7 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             ffn_hidden_size=None if data.get("ffn_hidden_size") is None else _positive_int(
                 data["ffn_hidden_size"], "model.ffn_hidden_size"),
             gated_mlp=bool(data.get("gated_mlp", False)),
+            parallel_attention_mlp=bool(data.get("parallel_attention_mlp", False)),
             tie_embeddings=bool(data.get("tie_embeddings", False)),
             learned_position_embeddings=bool(data.get("learned_position_embeddings", False)),
             moe=_moe_from_dict(data.get("moe")),

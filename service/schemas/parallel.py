@@ -51,6 +51,9 @@ class TransformerShape(RequestModel):
     vocab_size: int = Field(ge=1, le=10**8)
     seq_length: int = Field(ge=1, le=10**8)
     gated_mlp: bool = False
+    parallel_attention_mlp: bool = Field(
+        False, description="Attention and MLP read the same input and are summed before one tensor-parallel "
+        "reduction (GPT-J, GPT-NeoX use_parallel_residual, PaLM, Falcon parallel_attn).")
     tie_embeddings: bool = False
     learned_position_embeddings: bool = Field(False, description="GPT-2/3-style learned position table (s x h).")
     mtp_layers: int = Field(0, ge=0, le=100, description="Multi-token prediction depth (DeepSeek-V3: 1), "

@@ -1561,6 +1561,33 @@ def test_a_context_parallel_step_charges_the_merges_to_compute_and_recomputes_th
     assert charged["full"] - free["full"] == pytest.approx(4 * (2 * forward + backward))
 
 
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_a_parallel_block_reduces_its_attention_and_mlp_outputs_once(sequence_parallel):
+    # with every tensor-parallel collective in line: 2 + 2 all-reduce equivalents per layer
+    # for a sequential block, 1 + 2 (or 1.5 + 1.5 with sequence parallelism) for a parallel one
+    training = {"global_batch_sequences": 64, "sequence_parallel": sequence_parallel, "overlap_tp_backward": False}
+    layout = [{"tp": 8, "pp": 1, "cp": 1, "micro_batch_size": 1, "recompute": "none"}]
+
+    def tp_comm_s(layers, parallel):
+        model = {**GPT_SMALL, "num_layers": layers, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048,
+                 "parallel_attention_mlp": parallel}
+        return evaluate_layouts(model, A100_NODE, training, layout)[0].time_breakdown_s["tp_comm_s"]
+    # four more sequential layers isolate the layers' share from the embedding's all-reduce
+    sequential_layer_s = (tp_comm_s(8, False) - tp_comm_s(4, False)) / 4
+    assert tp_comm_s(4, False) - tp_comm_s(4, True) == pytest.approx(4 * sequential_layer_s / 4)
+
+
+def test_a_parallel_block_keeps_the_layer_input_once_for_both_norms():
+    training = training_from_dict({"global_batch_sequences": 1, "sequence_parallel": True})
+    tokens, tp, none = np.array([32.0]), np.array([4.0]), np.array([RECOMPUTE_NONE])
+    kept = {parallel: float(activation_bytes_per_layer(model_from_dict({**GPT_SMALL, "parallel_attention_mlp": parallel}),
+                                                       training, tokens, tp, none)[0])
+            for parallel in (False, True)}
+    # the sequential block's second norm input (attention output plus residual): 2 bytes x h,
+    # sequence-sharded over tp
+    assert kept[False] - kept[True] == pytest.approx(32 * 2 * 64 / 4)
+
+
 def test_flash_attention_3_before_hopper_is_invalid_input_naming_the_field():
     with pytest.raises(InvalidInput) as err:
         plan_parallel_layout(GPT_SMALL, A100_NODE, {"global_batch_sequences": 8, "flash_attention_version": 3})

@@ -269,3 +269,14 @@ def test_flash_attention_3_on_a100s_is_a_422_naming_the_field(client):
                                                               "flash_attention_version": 3}))
     assert response.status_code == 422
     assert "flash_attention_version" in response.text
+
+
+def test_a_parallel_attention_and_mlp_block_spends_less_on_tensor_parallel_communication(client):
+    layout = {"tp": 8, "pp": 4, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "selective"}
+
+    def tp_comm_s(parallel):
+        response = client.post("/v1/parallel/plan", json=_request(
+            model={**LLAMA_70B, "parallel_attention_mlp": parallel}, evaluate=[layout]))
+        assert response.status_code == 200, response.text
+        return response.json()["predictions"][0]["time_breakdown_s"]["tp_comm_s"]
+    assert tp_comm_s(True) < tp_comm_s(False)

@@ -242,9 +242,10 @@ def flash_attention_slowdown(seq_length: int, cp: np.ndarray | float) -> np.ndar
     is optimistic.
     """
     cp = np.asarray(cp, dtype=float)
-    local = seq_length / cp  # the causal call's tokens: the rank's two chunks
+    chunk = seq_length / (2.0 * cp)
+    local = 2.0 * chunk  # the causal call's tokens: the rank's two chunks
     diagonal_blocks = np.maximum(local / _FLASH_BLOCK_ROWS, 1.0)
-    causal_rate = _flash_rate(local / 2.0) * diagonal_blocks / (diagonal_blocks + 1.0)
-    chunk = local / 2.0
-    unmasked_inverse = 0.5 * (1.0 / _flash_rate(chunk) + 1.0 / _flash_rate(2.0 * chunk))
+    # the causal call loops over half its keys on average: one chunk's worth
+    causal_rate = _flash_rate(chunk) * diagonal_blocks / (diagonal_blocks + 1.0)
+    unmasked_inverse = 0.5 * (1.0 / _flash_rate(chunk) + 1.0 / _flash_rate(local))
     return (1.0 / causal_rate + (cp - 1.0) * unmasked_inverse) / cp

@@ -772,6 +772,9 @@ def plan_from_request(request: Mapping[str, Any], *, rank_map_limit: int | None 
     for key in ("model", "cluster", "training"):
         if key not in request:
             raise InvalidInput(f"{key} is required", field=key, code="missing-field")
+    # the shape the prediction used: what a Hugging Face config was read as
+    model = model_from_dict(request["model"])
+    shape = {"model": model.to_dict()}
     if request.get("evaluate") is not None:
         layouts = request["evaluate"]
         if isinstance(layouts, (str, bytes, Mapping)) or not isinstance(layouts, Sequence):
@@ -779,18 +782,18 @@ def plan_from_request(request: Mapping[str, Any], *, rank_map_limit: int | None 
         if len(layouts) > 256:
             raise InputTooLarge(f"evaluate holds {len(layouts)} layouts; at most 256 per request",
                                 field="evaluate", code="too-many-layouts")
-        predictions = evaluate_layouts(request["model"], request["cluster"], request["training"], layouts,
+        predictions = evaluate_layouts(model, request["cluster"], request["training"], layouts,
                                        request.get("constraints"))
         cluster = cluster_from_dict(request["cluster"])
-        return {"mode": "evaluate",
+        return {"mode": "evaluate", **shape,
                 "predictions": [{**p.to_dict(), "rank_map": rank_map(cluster, p).to_dict(rank_map_limit)}
                                 for p in predictions]}
     top_k = request.get("top_k", 10)
     if isinstance(top_k, bool) or not isinstance(top_k, int):
         raise InvalidInput("top_k must be an integer", field="top_k", code="not-an-integer")
-    plan = plan_parallel_layout(request["model"], request["cluster"], request["training"],
-                                request.get("constraints"), top_k=top_k)
-    return {"mode": "search", **plan.to_dict(rank_map_limit)}
+    plan = plan_parallel_layout(model, request["cluster"], request["training"], request.get("constraints"),
+                                top_k=top_k)
+    return {"mode": "search", **shape, **plan.to_dict(rank_map_limit)}
 
 
 def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str, Any] | ClusterSpec,

@@ -36,6 +36,8 @@ from partitioners.inventory import (
     preset_inventory,
     within,
 )
+from partitioners.parallel3d_huggingface import model_fields_from_huggingface
+from partitioners.validation import MAX_COUNT, as_list, positive_float, positive_int, reject_unknown
 
 __all__ = [
     "MAX_COUNT",
@@ -356,6 +358,15 @@ class ModelSpec:
     # copy of the embedding, as Megatron-Core's MTP does.
     mtp_layers: int = 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The shape as ``model_from_dict`` reads it (fields left at None omitted), e.g. to echo one read from a config."""
+        def plain(value: Any) -> Any:
+            if isinstance(value, (MoESpec, MLASpec)):
+                return {f.name: plain(getattr(value, f.name)) for f in fields(value)
+                        if getattr(value, f.name) is not None}
+            return list(value) if isinstance(value, tuple) else value
+        return {f.name: plain(getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) is not None}
+
     @property
     def mtp_layer_is_moe(self) -> bool:
         """Whether the multi-token-prediction layers are MoE layers (as the model's last layer is)."""
@@ -609,52 +620,17 @@ class Constraints:
 
 # The largest counts accepted (the HTTP schema states the same bounds): beyond any model or
 # cluster built, and small enough that enumerating their divisors stays instant.
-MAX_COUNT = 10**8
 MAX_LAYERS = 100_000
 MAX_EXPERTS = 65_536
 MAX_NODES = 100_000
 MAX_GPUS_PER_NODE = 1024
 
 
-def _positive_int(value: Any, field_name: str, *, allow_zero: bool = False, maximum: int = MAX_COUNT) -> int:
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
-        raise InvalidInput(f"{field_name} must be an integer, got {value!r}", field=field_name,
-                           code="not-an-integer")
-    ivalue = int(value)
-    if ivalue < 0 or (ivalue == 0 and not allow_zero):
-        raise InvalidInput(f"{field_name} must be {'>= 0' if allow_zero else '> 0'}, got {ivalue}",
-                           field=field_name, code="out-of-range")
-    if ivalue > maximum:
-        raise InvalidInput(f"{field_name} must be <= {maximum}, got {ivalue}", field=field_name, code="out-of-range")
-    return ivalue
-
-
-def _list(value: Any, field_name: str, what: str) -> Sequence:
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
-        raise InvalidInput(f"{field_name} must be {what}, got {value!r}", field=field_name, code="not-a-list")
-    return value
-
-
-def _positive_float(value: Any, field_name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InvalidInput(f"{field_name} must be a finite number > 0, got {value!r}", field=field_name,
-                           code="out-of-range")
-    return float(value)
-
-
-def _reject_unknown(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise InvalidInput(f"unknown field(s) {unknown} in {where}; allowed: {sorted(allowed)}",
-                           field=f"{where}.{unknown[0]}", code="unknown-field")
-
-
 def _check_block(data: Any, spec_type: type, where: str) -> None:
     """A nested block (``model.moe``, ``model.mla``) must be an object naming only ``spec_type``'s fields."""
     if not isinstance(data, Mapping):
         raise InvalidInput(f"{where} must be an object", field=where, code="not-an-object")
-    _reject_unknown(data, {f.name for f in fields(spec_type)}, where)
+    reject_unknown(data, {f.name for f in fields(spec_type)}, where)
 
 
 def _moe_from_dict(data: Mapping[str, Any] | MoESpec | None) -> MoESpec | None:
@@ -663,16 +639,16 @@ def _moe_from_dict(data: Mapping[str, Any] | MoESpec | None) -> MoESpec | None:
     _check_block(data, MoESpec, "model.moe")
     layers = data.get("moe_layers")
     return MoESpec(
-        num_experts=_positive_int(data.get("num_experts"), "model.moe.num_experts", maximum=MAX_EXPERTS),
-        experts_per_token=_positive_int(data.get("experts_per_token"), "model.moe.experts_per_token"),
-        expert_ffn_hidden_size=_positive_int(data.get("expert_ffn_hidden_size"), "model.moe.expert_ffn_hidden_size"),
-        shared_experts=_positive_int(data.get("shared_experts", 0), "model.moe.shared_experts", allow_zero=True),
+        num_experts=positive_int(data.get("num_experts"), "model.moe.num_experts", maximum=MAX_EXPERTS),
+        experts_per_token=positive_int(data.get("experts_per_token"), "model.moe.experts_per_token"),
+        expert_ffn_hidden_size=positive_int(data.get("expert_ffn_hidden_size"), "model.moe.expert_ffn_hidden_size"),
+        shared_experts=positive_int(data.get("shared_experts", 0), "model.moe.shared_experts", allow_zero=True),
         moe_layers=None if layers is None else tuple(
-            _positive_int(x, "model.moe.moe_layers[]", allow_zero=True)
-            for x in _list(layers, "model.moe.moe_layers", "a list of layer indices")),
-        num_groups=None if data.get("num_groups") is None else _positive_int(data["num_groups"],
+            positive_int(x, "model.moe.moe_layers[]", allow_zero=True)
+            for x in as_list(layers, "model.moe.moe_layers", "a list of layer indices")),
+        num_groups=None if data.get("num_groups") is None else positive_int(data["num_groups"],
                                                                              "model.moe.num_groups"),
-        group_topk=None if data.get("group_topk") is None else _positive_int(data["group_topk"],
+        group_topk=None if data.get("group_topk") is None else positive_int(data["group_topk"],
                                                                              "model.moe.group_topk"),
     )
 
@@ -685,17 +661,20 @@ def _mla_from_dict(data: Mapping[str, Any] | MLASpec | None) -> MLASpec | None:
         if name not in data:
             raise InvalidInput(f"model.mla.{name} is required", field=f"model.mla.{name}", code="missing-field")
     return MLASpec(
-        kv_lora_rank=_positive_int(data["kv_lora_rank"], "model.mla.kv_lora_rank"),
-        qk_nope_head_dim=_positive_int(data["qk_nope_head_dim"], "model.mla.qk_nope_head_dim"),
-        qk_rope_head_dim=_positive_int(data["qk_rope_head_dim"], "model.mla.qk_rope_head_dim", allow_zero=True),
-        v_head_dim=_positive_int(data["v_head_dim"], "model.mla.v_head_dim"),
-        q_lora_rank=None if data.get("q_lora_rank") is None else _positive_int(data["q_lora_rank"],
+        kv_lora_rank=positive_int(data["kv_lora_rank"], "model.mla.kv_lora_rank"),
+        qk_nope_head_dim=positive_int(data["qk_nope_head_dim"], "model.mla.qk_nope_head_dim"),
+        qk_rope_head_dim=positive_int(data["qk_rope_head_dim"], "model.mla.qk_rope_head_dim", allow_zero=True),
+        v_head_dim=positive_int(data["v_head_dim"], "model.mla.v_head_dim"),
+        q_lora_rank=None if data.get("q_lora_rank") is None else positive_int(data["q_lora_rank"],
                                                                                "model.mla.q_lora_rank"),
     )
 
 
 def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
     """Validate a model description (``dict`` as sent over HTTP) into a :class:`ModelSpec`.
+
+    The description holds the shape fields, or ``huggingface_config`` (a model's
+    ``config.json``, read by :mod:`partitioners.parallel3d_huggingface`) and ``seq_length``.
 
     Raises
     ------
@@ -710,30 +689,37 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
     else:
         if not isinstance(data, Mapping):
             raise InvalidInput("model must be an object", field="model", code="not-an-object")
+        if "huggingface_config" in data:
+            reject_unknown(data, {"huggingface_config", "seq_length"}, "model")
+            if "seq_length" not in data:
+                raise InvalidInput("model.seq_length is required next to model.huggingface_config: the sequence "
+                                   "length the run trains at (max_position_embeddings is the longest the model "
+                                   "supports)", field="model.seq_length", code="missing-field")
+            data = {**model_fields_from_huggingface(data["huggingface_config"]), "seq_length": data["seq_length"]}
         names = {f.name for f in fields(ModelSpec)}
-        _reject_unknown(data, names, "model")
+        reject_unknown(data, names, "model")
         required = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")
         for name in required:
             if name not in data:
                 raise InvalidInput(f"model.{name} is required", field=f"model.{name}", code="missing-field")
         spec = ModelSpec(
-            num_layers=_positive_int(data["num_layers"], "model.num_layers", maximum=MAX_LAYERS),
-            hidden_size=_positive_int(data["hidden_size"], "model.hidden_size"),
-            num_attention_heads=_positive_int(data["num_attention_heads"], "model.num_attention_heads"),
-            seq_length=_positive_int(data["seq_length"], "model.seq_length"),
-            vocab_size=_positive_int(data["vocab_size"], "model.vocab_size"),
-            num_kv_heads=None if data.get("num_kv_heads") is None else _positive_int(
+            num_layers=positive_int(data["num_layers"], "model.num_layers", maximum=MAX_LAYERS),
+            hidden_size=positive_int(data["hidden_size"], "model.hidden_size"),
+            num_attention_heads=positive_int(data["num_attention_heads"], "model.num_attention_heads"),
+            seq_length=positive_int(data["seq_length"], "model.seq_length"),
+            vocab_size=positive_int(data["vocab_size"], "model.vocab_size"),
+            num_kv_heads=None if data.get("num_kv_heads") is None else positive_int(
                 data["num_kv_heads"], "model.num_kv_heads"),
-            ffn_hidden_size=None if data.get("ffn_hidden_size") is None else _positive_int(
+            ffn_hidden_size=None if data.get("ffn_hidden_size") is None else positive_int(
                 data["ffn_hidden_size"], "model.ffn_hidden_size"),
             gated_mlp=bool(data.get("gated_mlp", False)),
             parallel_attention_mlp=bool(data.get("parallel_attention_mlp", False)),
             tie_embeddings=bool(data.get("tie_embeddings", False)),
             learned_position_embeddings=bool(data.get("learned_position_embeddings", False)),
             moe=_moe_from_dict(data.get("moe")),
-            head_dim=None if data.get("head_dim") is None else _positive_int(data["head_dim"], "model.head_dim"),
+            head_dim=None if data.get("head_dim") is None else positive_int(data["head_dim"], "model.head_dim"),
             mla=_mla_from_dict(data.get("mla")),
-            mtp_layers=_positive_int(data.get("mtp_layers", 0), "model.mtp_layers", allow_zero=True),
+            mtp_layers=positive_int(data.get("mtp_layers", 0), "model.mtp_layers", allow_zero=True),
         )
     if spec.mla is not None and (spec.head_dim is not None or spec.kv_heads != spec.num_attention_heads):
         raise InvalidInput("model.mla sets the head widths and gives every head its own keys and values; "
@@ -802,7 +788,7 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
         if "groups" in data:
             return cluster_from_inventory(inventory_from_json(data))
         allowed = {f.name for f in fields(ClusterSpec)} | {"preset", "gpu", "nodes"}
-        _reject_unknown(data, allowed, "cluster")
+        reject_unknown(data, allowed, "cluster")
         gpu_name = data.get("gpu")
         if "preset" in data:
             preset = str(data["preset"]).lower()
@@ -810,7 +796,7 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
                 if preset in INVENTORY_PRESETS:
                     nodes = data.get("nodes", data.get("num_nodes", 1))
                     return cluster_from_inventory(preset_inventory(preset, 1),
-                                                  num_nodes=_positive_int(nodes, "cluster.nodes", maximum=MAX_NODES))
+                                                  num_nodes=positive_int(nodes, "cluster.nodes", maximum=MAX_NODES))
                 raise InvalidInput(
                     f"unknown cluster preset {data['preset']!r}; known: {sorted(set(NODE_PRESETS) | set(INVENTORY_PRESETS))}",
                     field="cluster.preset", code="unknown-preset")
@@ -845,30 +831,30 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
             raise InvalidInput("cluster.peak_flops_per_s must map dtype -> FLOP/s, e.g. {'bf16': 9.89e14}",
                                field="cluster.peak_flops_per_s", code="not-an-object")
         spec = ClusterSpec(
-            gpus_per_node=_positive_int(merged["gpus_per_node"], "cluster.gpus_per_node", maximum=MAX_GPUS_PER_NODE),
-            num_nodes=_positive_int(merged["num_nodes"], "cluster.num_nodes", maximum=MAX_NODES),
-            peak_flops_per_s={str(k).lower(): _positive_float(v, f"cluster.peak_flops_per_s.{k}")
+            gpus_per_node=positive_int(merged["gpus_per_node"], "cluster.gpus_per_node", maximum=MAX_GPUS_PER_NODE),
+            num_nodes=positive_int(merged["num_nodes"], "cluster.num_nodes", maximum=MAX_NODES),
+            peak_flops_per_s={str(k).lower(): positive_float(v, f"cluster.peak_flops_per_s.{k}")
                               for k, v in peaks.items()},
-            memory_bytes=_positive_float(merged["memory_bytes"], "cluster.memory_bytes"),
-            intra_node_bandwidth_bytes_per_s=_positive_float(merged["intra_node_bandwidth_bytes_per_s"],
+            memory_bytes=positive_float(merged["memory_bytes"], "cluster.memory_bytes"),
+            intra_node_bandwidth_bytes_per_s=positive_float(merged["intra_node_bandwidth_bytes_per_s"],
                                                              "cluster.intra_node_bandwidth_bytes_per_s"),
-            inter_node_bandwidth_bytes_per_s=_positive_float(merged["inter_node_bandwidth_bytes_per_s"],
+            inter_node_bandwidth_bytes_per_s=positive_float(merged["inter_node_bandwidth_bytes_per_s"],
                                                              "cluster.inter_node_bandwidth_bytes_per_s"),
             # Without a figure, assume A100-class HBM per unit of compute (2 TB/s per 312 TFLOP/s).
-            hbm_bandwidth_bytes_per_s=_positive_float(
+            hbm_bandwidth_bytes_per_s=positive_float(
                 merged.get("hbm_bandwidth_bytes_per_s",
                            2.039e12 * max(peaks.values()) / 312e12), "cluster.hbm_bandwidth_bytes_per_s"),
             name=str(merged.get("name", "custom")),
-            sm_count=_positive_int(merged.get("sm_count", 108), "cluster.sm_count"),
-            gemm_efficiency_max=_positive_float(merged.get("gemm_efficiency_max", 0.8),
+            sm_count=positive_int(merged.get("sm_count", 108), "cluster.sm_count"),
+            gemm_efficiency_max=positive_float(merged.get("gemm_efficiency_max", 0.8),
                                                 "cluster.gemm_efficiency_max"),
-            intra_node_latency_s=_positive_float(merged.get("intra_node_latency_s", 2e-6),
+            intra_node_latency_s=positive_float(merged.get("intra_node_latency_s", 2e-6),
                                                  "cluster.intra_node_latency_s"),
-            inter_node_latency_s=_positive_float(merged.get("inter_node_latency_s", 5e-6),
+            inter_node_latency_s=positive_float(merged.get("inter_node_latency_s", 5e-6),
                                                  "cluster.inter_node_latency_s"),
-            nvls_allreduce_speedup=_positive_float(merged.get("nvls_allreduce_speedup", 1.0),
+            nvls_allreduce_speedup=positive_float(merged.get("nvls_allreduce_speedup", 1.0),
                                                    "cluster.nvls_allreduce_speedup"),
-            fp8_gemm_efficiency_max=None if merged.get("fp8_gemm_efficiency_max") is None else _positive_float(
+            fp8_gemm_efficiency_max=None if merged.get("fp8_gemm_efficiency_max") is None else positive_float(
                 merged["fp8_gemm_efficiency_max"], "cluster.fp8_gemm_efficiency_max"),
             architecture=str(merged.get("architecture", "unknown")).lower(),
         )
@@ -990,7 +976,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
     else:
         if not isinstance(data, Mapping):
             raise InvalidInput("training must be an object", field="training", code="not-an-object")
-        _reject_unknown(data, {f.name for f in fields(TrainingSpec)} | {"software"}, "training")
+        reject_unknown(data, {f.name for f in fields(TrainingSpec)} | {"software"}, "training")
         if data.get("software") is not None:
             name = str(data["software"]).lower()
             if name not in SOFTWARE_PRESETS:
@@ -1001,18 +987,18 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             raise InvalidInput("training.global_batch_sequences is required",
                                field="training.global_batch_sequences", code="missing-field")
         spec = TrainingSpec(
-            global_batch_sequences=_positive_int(data["global_batch_sequences"], "training.global_batch_sequences"),
+            global_batch_sequences=positive_int(data["global_batch_sequences"], "training.global_batch_sequences"),
             precision=str(data.get("precision", "bf16")).lower(),
             optimizer=str(data.get("optimizer", "adam")).lower(),
             flash_attention=bool(data.get("flash_attention", True)),
-            flash_attention_version=None if data.get("flash_attention_version") is None else _positive_int(
+            flash_attention_version=None if data.get("flash_attention_version") is None else positive_int(
                 data["flash_attention_version"], "training.flash_attention_version"),
             sequence_parallel=bool(data.get("sequence_parallel", True)),
             overlap_grad_reduce=bool(data.get("overlap_grad_reduce", True)),
             overlap_tp_comm=bool(data.get("overlap_tp_comm", False)),
             overlap_p2p_comm=bool(data.get("overlap_p2p_comm", True)),
             overlap_tp_backward=bool(data.get("overlap_tp_backward", True)),
-            grad_bytes_per_param=_positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
+            grad_bytes_per_param=positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
             gradient_accumulation_fusion=bool(data.get("gradient_accumulation_fusion", True)),
             fp32_grad_copy_kept=bool(data.get("fp32_grad_copy_kept", False)),
             stage_outputs_kept=bool(data.get("stage_outputs_kept", False)),
@@ -1086,23 +1072,23 @@ def constraints_from_dict(data: Mapping[str, Any] | Constraints | None) -> Const
     else:
         if not isinstance(data, Mapping):
             raise InvalidInput("constraints must be an object", field="constraints", code="not-an-object")
-        _reject_unknown(data, {f.name for f in fields(Constraints)}, "constraints")
+        reject_unknown(data, {f.name for f in fields(Constraints)}, "constraints")
         kwargs: dict[str, Any] = {}
         for name in ("tp", "pp", "max_pp", "cp", "ep", "micro_batch_size", "virtual_stages", "recompute_num_layers"):
             if data.get(name) is not None:
-                kwargs[name] = _positive_int(data[name], f"constraints.{name}")
+                kwargs[name] = positive_int(data[name], f"constraints.{name}")
         if "zero_stages" in data:
             stages = data["zero_stages"]
             if isinstance(stages, (int, str)) or not isinstance(stages, Sequence) or not stages:
                 raise InvalidInput("constraints.zero_stages must be a non-empty list of 0..3",
                                    field="constraints.zero_stages", code="out-of-range")
-            kwargs["zero_stages"] = tuple(_positive_int(z, "constraints.zero_stages[]", allow_zero=True)
+            kwargs["zero_stages"] = tuple(positive_int(z, "constraints.zero_stages[]", allow_zero=True)
                                           for z in stages)
         if "recompute" in data:
             modes = data["recompute"]
             if isinstance(modes, str):
                 modes = [modes]
-            modes = _list(modes, "constraints.recompute", f"a list drawn from {list(RECOMPUTE_MODES)}")
+            modes = as_list(modes, "constraints.recompute", f"a list drawn from {list(RECOMPUTE_MODES)}")
             kwargs["recompute"] = tuple(str(m).lower() for m in modes)
         if "allow_uneven_pp" in data:
             kwargs["allow_uneven_pp"] = bool(data["allow_uneven_pp"])
@@ -1142,13 +1128,13 @@ def layout_from_dict(data: Any, where: str) -> dict[str, Any]:
     """
     if not isinstance(data, Mapping):
         raise InvalidInput(f"{where} must be an object", field=where, code="not-an-object")
-    _reject_unknown(data, set(LAYOUT_FIELDS), where)
+    reject_unknown(data, set(LAYOUT_FIELDS), where)
     layout: dict[str, Any] = {}
     for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size"):
         if data.get(name) is not None:
-            layout[name] = _positive_int(data[name], f"{where}.{name}")
+            layout[name] = positive_int(data[name], f"{where}.{name}")
     if data.get("zero_stage") is not None:
-        layout["zero_stage"] = _positive_int(data["zero_stage"], f"{where}.zero_stage", allow_zero=True, maximum=3)
+        layout["zero_stage"] = positive_int(data["zero_stage"], f"{where}.zero_stage", allow_zero=True, maximum=3)
     if data.get("recompute") is not None:
         mode = data["recompute"]
         if not isinstance(mode, str) or mode.lower() not in RECOMPUTE_MODES:
@@ -1156,7 +1142,7 @@ def layout_from_dict(data: Any, where: str) -> dict[str, Any]:
                                field=f"{where}.recompute", code="out-of-range")
         layout["recompute"] = mode.lower()
     if data.get("recompute_num_layers") is not None:
-        layers = _positive_int(data["recompute_num_layers"], f"{where}.recompute_num_layers", allow_zero=True)
+        layers = positive_int(data["recompute_num_layers"], f"{where}.recompute_num_layers", allow_zero=True)
         mode = layout.get("recompute")
         if layers == 0 and mode == "full":
             raise InvalidInput(f"{where}: recompute 'full' with recompute_num_layers 0 recomputes no layer; "

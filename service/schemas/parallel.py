@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
+from partitioners.parallel3d_huggingface import HUGGINGFACE_MODEL_TYPES
 from partitioners.parallel3d_specs import MAX_EXPERTS, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES
 from service.schemas.common import Name, PositiveFloat, RequestModel
 from service.schemas.plans import InventoryDocument, PresetInventory
@@ -60,6 +61,30 @@ class TransformerShape(RequestModel):
                             "run on the last pipeline stage.")
     moe: MoeBlock | None = None
     mla: MlaBlock | None = None
+
+
+class HuggingFaceModel(RequestModel):
+    """A model described by its Hugging Face ``config.json``, plus the sequence length the run trains at."""
+
+    huggingface_config: dict[str, Any] = Field(
+        max_length=1000, description="The parsed config.json (or one holding a text_config). Read by model_type: "
+        f"{', '.join(HUGGINGFACE_MODEL_TYPES)}.")
+    seq_length: int = Field(ge=1, le=10**8, description="Training sequence length (max_position_embeddings is only "
+                            "the longest the model supports).")
+
+
+def _model_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "huggingface" if "huggingface_config" in value else "shape"
+    return "huggingface" if isinstance(value, HuggingFaceModel) else "shape"
+
+
+# The shape fields, or a Hugging Face config: told apart by the huggingface_config key so that
+# a bad request gets the errors of the form it meant, not of both.
+ModelDescription = Annotated[
+    Annotated[TransformerShape, Tag("shape")] | Annotated[HuggingFaceModel, Tag("huggingface")],
+    Discriminator(_model_kind),
+]
 
 
 class ClusterShape(RequestModel):
@@ -180,7 +205,7 @@ class Layout(RequestModel):
 class ParallelPlanRequest(RequestModel):
     """Model shape + cluster + training settings -> ranked dp x tp x pp (x cp x ep) layouts."""
 
-    model: TransformerShape
+    model: ModelDescription
     cluster: ClusterShape
     training: TrainingSettings
     constraints: LayoutConstraints | None = None
@@ -188,9 +213,3 @@ class ParallelPlanRequest(RequestModel):
     top_k: int = Field(10, ge=1, le=100)
     rank_map_limit: int = Field(1024, ge=0, le=200_000, description="How many ranks of the top layout's rank map to return.")
 
-    def parts(self) -> dict[str, Any]:
-        return {
-            "model": self.model.model_dump(exclude_none=True),
-            "training": self.training.model_dump(exclude_none=True),
-            "constraints": self.constraints.model_dump(exclude_none=True) if self.constraints else None,
-        }

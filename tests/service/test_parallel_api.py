@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import pathlib
+
 import pytest
 
 from bench.published_runs import DEEPSEEK_V3
@@ -280,3 +283,31 @@ def test_a_parallel_attention_and_mlp_block_spends_less_on_tensor_parallel_commu
         assert response.status_code == 200, response.text
         return response.json()["predictions"][0]["time_breakdown_s"]["tp_comm_s"]
     assert tp_comm_s(True) < tp_comm_s(False)
+
+
+LLAMA_3_70B_CONFIG = json.loads((pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "huggingface"
+                                 / "meta-llama_Meta-Llama-3-70B.json").read_text())
+
+
+def test_a_hugging_face_config_plans_as_the_shape_it_reads_as_and_the_answer_says_which(client):
+    by_config = client.post("/v1/parallel/plan", json=_request(
+        model={"huggingface_config": LLAMA_3_70B_CONFIG, "seq_length": 4096}))
+    assert by_config.status_code == 200, by_config.text
+    by_shape = client.post("/v1/parallel/plan", json=_request()).json()
+    assert by_config.json()["model"] == by_shape["model"] == {**LLAMA_70B, "parallel_attention_mlp": False,
+                                                              "tie_embeddings": False, "mtp_layers": 0,
+                                                              "learned_position_embeddings": False}
+    assert by_config.json()["candidates"] == by_shape["candidates"]
+
+
+def test_an_unknown_hugging_face_model_type_is_a_422_naming_the_field(client):
+    response = client.post("/v1/parallel/plan", json=_request(
+        model={"huggingface_config": {**LLAMA_3_70B_CONFIG, "model_type": "rwkv"}, "seq_length": 4096}))
+    assert response.status_code == 422
+    assert "model.huggingface_config.model_type" in response.json()["detail"]
+
+
+def test_a_hugging_face_config_without_the_training_sequence_length_is_a_422(client):
+    response = client.post("/v1/parallel/plan", json=_request(model={"huggingface_config": LLAMA_3_70B_CONFIG}))
+    assert response.status_code == 422
+    assert "seq_length" in response.json()["detail"]

@@ -1,0 +1,284 @@
+"""Model shapes read from a Hugging Face ``config.json``, for the 3D-parallel planner.
+
+Whoever plans a training run usually has the model's Hugging Face config at hand
+rather than Megatron-LM's argument names. :func:`model_fields_from_huggingface`
+reads the fields a family's ``PretrainedConfig`` subclass defines (transformers,
+``models/<family>/configuration_<family>.py``; the aliases of its ``attribute_map``
+too) into the keys :func:`partitioners.parallel3d_specs.model_from_dict` takes.
+
+Families are told apart by ``model_type``, and an unknown one is refused rather
+than guessed: the same key means different things across families (Llama's
+``intermediate_size`` feeds a gated SwiGLU MLP, GPT-NeoX's a plain one; Mixtral's is
+the expert width). Defaults are the config classes' own, since a ``config.json``
+leaves out what equals them (GPT-NeoX ``use_parallel_residual``, Falcon
+``parallel_attn``, the ``tie_word_embeddings`` each family sets). The one thing no
+config says is the sequence length a run trains at (``max_position_embeddings`` is
+the longest the model supports), so the request gives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from partitioners.errors import InvalidInput
+from partitioners.validation import as_list, positive_int
+
+__all__ = ["HUGGINGFACE_MODEL_TYPES", "model_fields_from_huggingface"]
+
+
+@dataclass(frozen=True)
+class _Family:
+    """Where one family's config keeps each shape field, and what it leaves implicit.
+
+    Key fields name the config keys that may hold a value, first found wins (a
+    class's own name, then its ``attribute_map`` aliases).
+    """
+
+    layers: tuple[str, ...] = ("num_hidden_layers",)
+    hidden: tuple[str, ...] = ("hidden_size",)
+    heads: tuple[str, ...] = ("num_attention_heads",)
+    # None: multi-head attention (no GQA key in this family)
+    kv_heads: tuple[str, ...] | None = ("num_key_value_heads",)
+    # None: the MLP is 4 h wide
+    ffn: tuple[str, ...] | None = ("intermediate_size",)
+    gated_mlp: bool = True
+    # parallel attention and MLP: the config key and its class default, or a fixed answer
+    parallel_key: tuple[str, bool] | None = None
+    tie_embeddings_default: bool = False
+    learned_position_embeddings: bool = False
+    # "mixtral", "qwen_moe" or "deepseek": how the family describes its experts
+    moe: str | None = None
+    mla: bool = False
+    # the config class's defaults for keys a nested config may leave out (a sub-config is
+    # saved as its difference from them: LLaVA's text_config names no hidden_size)
+    defaults: tuple[tuple[str, int], ...] = ()
+
+
+_LLAMA = _Family()
+# transformers LlamaConfig.__init__ defaults (Llama-1/2-7B's shape)
+_LLAMA_WITH_DEFAULTS = _Family(defaults=(("vocab_size", 32000), ("hidden_size", 4096), ("intermediate_size", 11008),
+                                         ("num_hidden_layers", 32), ("num_attention_heads", 32)))
+_GPT2 = _Family(layers=("n_layer", "num_hidden_layers"), hidden=("n_embd", "hidden_size"),
+                heads=("n_head", "num_attention_heads"), kv_heads=None, ffn=("n_inner",), gated_mlp=False,
+                tie_embeddings_default=True, learned_position_embeddings=True)
+
+_FAMILIES: dict[str, _Family] = {
+    # SwiGLU/GeGLU decoders with Llama's key names
+    "llama": _LLAMA_WITH_DEFAULTS,
+    "mistral": _LLAMA,
+    "qwen2": _LLAMA,
+    "qwen3": _LLAMA,
+    "phi3": _LLAMA,
+    "olmo2": _LLAMA,
+    "granite": _LLAMA,
+    "gemma": _Family(tie_embeddings_default=True),
+    "gemma2": _Family(tie_embeddings_default=True),
+    "gemma3_text": _Family(tie_embeddings_default=True),
+    # Command-R: attention and MLP both read the layer's one norm output and are added together
+    "cohere": _Family(parallel_key=("", True), tie_embeddings_default=True),
+    # plain (non-gated) MLPs under Llama's key names: squared ReLU, GELU
+    "nemotron": _Family(gated_mlp=False),
+    "starcoder2": _Family(gated_mlp=False, tie_embeddings_default=True),
+    "gpt_neox": _Family(kv_heads=None, gated_mlp=False, parallel_key=("use_parallel_residual", True)),
+    # GPT-2 and its descendants: learned positions, tied output layer, 4 h MLP unless n_inner
+    "gpt2": _GPT2,
+    "gpt_bigcode": _GPT2,  # StarCoder: multi_query (default on) is one KV head, read below
+    "opt": _Family(kv_heads=None, ffn=("ffn_dim",), gated_mlp=False, tie_embeddings_default=True,
+                   learned_position_embeddings=True),
+    "bloom": _Family(layers=("n_layer", "num_hidden_layers"), hidden=("hidden_size", "n_embed"),
+                     heads=("n_head", "num_attention_heads"), kv_heads=None, ffn=None, gated_mlp=False,
+                     tie_embeddings_default=True),
+    # Falcon: kv heads from new_decoder_architecture / multi_query, read below
+    "falcon": _Family(layers=("num_hidden_layers", "n_layer"), heads=("num_attention_heads", "n_head"),
+                      kv_heads=None, ffn=("ffn_hidden_size",), gated_mlp=False,
+                      parallel_key=("parallel_attn", True), tie_embeddings_default=True),
+    # Mixture-of-Experts families
+    "mixtral": _Family(moe="mixtral"),
+    "qwen2_moe": _Family(moe="qwen_moe"),
+    "qwen3_moe": _Family(moe="qwen_moe"),
+    "deepseek_v2": _Family(kv_heads=None, moe="deepseek", mla=True),
+    "deepseek_v3": _Family(kv_heads=None, moe="deepseek", mla=True),
+}
+
+HUGGINGFACE_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
+
+
+class _Config:
+    """A config object read with its dotted request path in every error."""
+
+    def __init__(self, data: Mapping[str, Any], where: str, defaults: Mapping[str, int]) -> None:
+        self.data = data
+        self.where = where
+        self.defaults = defaults
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def first_key(self, keys: tuple[str, ...]) -> str | None:
+        return next((key for key in keys if self.has(key)), None)
+
+    def required_int(self, keys: tuple[str, ...] | str, *, allow_zero: bool = False) -> int:
+        keys = (keys,) if isinstance(keys, str) else keys
+        key = self.first_key(keys)
+        if key is None and keys[0] in self.defaults:
+            return self.defaults[keys[0]]
+        if key is None:
+            raise InvalidInput(f"{self.where}.{keys[0]} is required for model_type {self.data.get('model_type')!r}",
+                               field=f"{self.where}.{keys[0]}", code="missing-field")
+        return positive_int(self.data[key], f"{self.where}.{key}", allow_zero=allow_zero)
+
+    def optional_int(self, keys: tuple[str, ...] | str, default: int | None = None, *,
+                     allow_zero: bool = False) -> int | None:
+        keys = (keys,) if isinstance(keys, str) else keys
+        return self.required_int(keys, allow_zero=allow_zero) if self.first_key(keys) or keys[0] in self.defaults \
+            else default
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise InvalidInput(f"{self.where}.{key} must be true or false, got {value!r}",
+                               field=f"{self.where}.{key}", code="not-a-boolean")
+        return value
+
+    def int_list(self, key: str) -> list[int]:
+        if not self.has(key):
+            return []
+        return [positive_int(x, f"{self.where}.{key}[]", allow_zero=True)
+                for x in as_list(self.data[key], f"{self.where}.{key}", "a list of layer indices")]
+
+
+def _text_config(data: Any, where: str) -> _Config:
+    """The language model's config: the document itself, or its ``text_config`` (LLaVA, Gemma 3, ...)."""
+    for _ in range(4):  # a wrapper of a wrapper at most
+        if not isinstance(data, Mapping):
+            raise InvalidInput(f"{where} must be an object (the model's config.json)", field=where,
+                               code="not-an-object")
+        model_type = data.get("model_type")
+        if isinstance(model_type, str) and model_type in _FAMILIES:
+            return _Config(data, where, dict(_FAMILIES[model_type].defaults))
+        if not isinstance(data.get("text_config"), Mapping):
+            break
+        data, where = data["text_config"], f"{where}.text_config"
+    raise InvalidInput(f"{where}.model_type {data.get('model_type')!r} is not one hyperplace reads "
+                       f"({', '.join(HUGGINGFACE_MODEL_TYPES)}); describe the model by its shape fields instead",
+                       field=f"{where}.model_type", code="unknown-model-type")
+
+
+def _kv_heads(config: _Config, family: _Family, model_type: str, heads: int) -> int | None:
+    if model_type == "falcon":
+        # FalconConfig: num_kv_heads counts only with new_decoder_architecture (40B, 180B);
+        # otherwise multi_query (default on, Falcon-7B) means one KV head
+        if config.flag("new_decoder_architecture", False):
+            return config.optional_int(("num_kv_heads", "n_head_kv"), heads)
+        return 1 if config.flag("multi_query", True) else None
+    if model_type == "gpt_bigcode":
+        return 1 if config.flag("multi_query", True) else None
+    if family.kv_heads is None:
+        return None
+    return config.optional_int(family.kv_heads)
+
+
+def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, Any]:
+    """The ``model.moe`` block, with the MoE layers each family's modelling code builds."""
+    if family.moe == "mixtral":
+        # every layer routes over num_local_experts experts of intermediate_size
+        return {"num_experts": config.required_int("num_local_experts"),
+                "experts_per_token": config.required_int("num_experts_per_tok"),
+                "expert_ffn_hidden_size": config.required_int("intermediate_size")}
+    if family.moe == "qwen_moe":
+        # Qwen2MoeDecoderLayer: sparse when the layer is not in mlp_only_layers and
+        # (index + 1) % decoder_sparse_step == 0; one shared expert of
+        # shared_expert_intermediate_size (Qwen2-MoE), i.e. that many expert widths
+        expert_width = config.required_int("moe_intermediate_size")
+        step = config.optional_int("decoder_sparse_step", 1)
+        dense_only = set(config.int_list("mlp_only_layers"))
+        block: dict[str, Any] = {"num_experts": config.required_int("num_experts"),
+                                 "experts_per_token": config.required_int("num_experts_per_tok"),
+                                 "expert_ffn_hidden_size": expert_width}
+        shared_width = config.optional_int("shared_expert_intermediate_size", 0, allow_zero=True)
+        if shared_width:
+            if shared_width % expert_width:
+                raise InvalidInput(f"{config.where}.shared_expert_intermediate_size {shared_width} is not a multiple "
+                                   f"of moe_intermediate_size {expert_width}: hyperplace counts shared experts in "
+                                   "routed-expert widths", field=f"{config.where}.shared_expert_intermediate_size",
+                                   code="shared-expert-width")
+            block["shared_experts"] = shared_width // expert_width
+        layers = [i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0]
+        if len(layers) < num_layers:
+            block["moe_layers"] = layers
+        return block
+    # DeepSeek-V2/V3: the first first_k_dense_replace layers are dense, then every
+    # moe_layer_freq-th; n_group / topk_group limit a token's experts to its best groups
+    first_dense = config.optional_int("first_k_dense_replace", 0, allow_zero=True)
+    freq = config.optional_int("moe_layer_freq", 1)
+    block = {"num_experts": config.required_int("n_routed_experts"),
+             "experts_per_token": config.required_int("num_experts_per_tok"),
+             "expert_ffn_hidden_size": config.required_int("moe_intermediate_size"),
+             "shared_experts": config.optional_int("n_shared_experts", 0, allow_zero=True)}
+    layers = [i for i in range(num_layers) if i >= first_dense and i % freq == 0]
+    if len(layers) < num_layers:
+        block["moe_layers"] = layers
+    groups = config.optional_int("n_group", 1)
+    if groups > 1:
+        block["num_groups"] = groups
+        block["group_topk"] = config.required_int("topk_group")
+    return block
+
+
+def model_fields_from_huggingface(config: Any, where: str = "model.huggingface_config") -> dict[str, Any]:
+    """The planner's model fields (all but ``seq_length``) for a Hugging Face ``config.json``.
+
+    Parameters
+    ----------
+    config : Mapping
+        The parsed ``config.json`` (or its ``text_config`` holder), with ``model_type``.
+    where : str
+        The config's dotted path in the request, for error fields.
+
+    Raises
+    ------
+    InvalidInput
+        An unknown ``model_type``, or a required key missing or not a positive
+        integer, named by its path (``model.huggingface_config.num_hidden_layers``).
+    """
+    cfg = _text_config(config, where)
+    model_type = cfg.data["model_type"]
+    family = _FAMILIES[model_type]
+    num_layers = cfg.required_int(family.layers)
+    hidden = cfg.required_int(family.hidden)
+    heads = cfg.required_int(family.heads)
+    fields: dict[str, Any] = {
+        "num_layers": num_layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "vocab_size": cfg.required_int("vocab_size"),
+        "gated_mlp": family.gated_mlp,
+        "tie_embeddings": cfg.flag("tie_word_embeddings", family.tie_embeddings_default),
+        "learned_position_embeddings": family.learned_position_embeddings,
+    }
+    if family.ffn is not None and (cfg.first_key(family.ffn) or family.ffn[0] in cfg.defaults):
+        fields["ffn_hidden_size"] = cfg.required_int(family.ffn)
+    if family.parallel_key is not None:
+        key, default = family.parallel_key
+        fields["parallel_attention_mlp"] = cfg.flag(key, default) if key else default
+    if family.mla:
+        fields["mla"] = {"q_lora_rank": cfg.optional_int("q_lora_rank"),
+                         "kv_lora_rank": cfg.required_int("kv_lora_rank"),
+                         "qk_nope_head_dim": cfg.required_int("qk_nope_head_dim"),
+                         "qk_rope_head_dim": cfg.required_int("qk_rope_head_dim", allow_zero=True),
+                         "v_head_dim": cfg.required_int("v_head_dim")}
+        fields["mtp_layers"] = cfg.optional_int("num_nextn_predict_layers", 0, allow_zero=True)
+    else:
+        kv_heads = _kv_heads(cfg, family, model_type, heads)
+        if kv_heads is not None:
+            fields["num_kv_heads"] = kv_heads
+        head_dim = cfg.optional_int("head_dim")
+        if head_dim is not None and head_dim * heads != hidden:
+            fields["head_dim"] = head_dim
+    if family.moe is not None:
+        fields["moe"] = _moe_block(cfg, family, num_layers)
+    return fields

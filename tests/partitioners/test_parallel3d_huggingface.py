@@ -1,0 +1,145 @@
+"""Model shapes read from published Hugging Face config.json files (tests/fixtures/huggingface)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from bench.published_runs import DEEPSEEK_V3
+from partitioners.errors import InvalidInput
+from partitioners.parallel3d import plan_parallel_layout
+from partitioners.parallel3d_specs import model_from_dict
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "huggingface"
+
+
+def _config(repo_id: str) -> dict:
+    return json.loads((CONFIGS / f"{repo_id.replace('/', '_')}.json").read_text())
+
+
+def _read(repo_id: str, seq_length: int = 4096):
+    return model_from_dict({"huggingface_config": _config(repo_id), "seq_length": seq_length})
+
+
+def test_llama_3_70b_reads_as_the_shape_written_out_by_hand():
+    by_hand = model_from_dict({"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
+                               "ffn_hidden_size": 28672, "vocab_size": 128256, "seq_length": 8192,
+                               "gated_mlp": True})
+    assert _read("meta-llama/Meta-Llama-3-70B", 8192) == by_hand
+
+
+def test_deepseek_v3_reads_as_its_published_run_with_latent_attention_dense_first_layers_and_mtp():
+    model = _read("deepseek-ai/DeepSeek-V3")
+    assert model == model_from_dict({**DEEPSEEK_V3, "mtp_layers": 1})
+    assert model.moe.moe_layers == tuple(range(3, 61))  # first_k_dense_replace = 3
+    assert (model.moe.num_groups, model.moe.group_topk) == (8, 4)
+
+
+def test_mixtral_routes_every_layer_over_experts_as_wide_as_its_intermediate_size():
+    model = _read("mistralai/Mixtral-8x7B-v0.1")
+    assert (model.moe.num_experts, model.moe.experts_per_token, model.moe.expert_ffn_hidden_size) == (8, 2, 14336)
+    assert model.moe.moe_layers is None and model.gated_mlp and model.kv_heads == 8
+
+
+def test_qwen3_moe_keeps_a_head_width_apart_from_the_hidden_size():
+    model = _read("Qwen/Qwen3-30B-A3B")
+    assert model.head_dim == 128 and model.query_width == 32 * 128 != model.hidden_size
+    assert (model.moe.num_experts, model.moe.experts_per_token, model.moe.shared_experts) == (128, 8, 0)
+
+
+def test_a_qwen2_moe_shared_expert_counts_as_that_many_routed_expert_widths():
+    model = _read("Qwen/Qwen1.5-MoE-A2.7B")
+    assert (model.moe.expert_ffn_hidden_size, model.moe.shared_experts) == (1408, 5632 // 1408)
+
+
+def test_qwen_moe_layers_follow_the_sparse_step_and_skip_mlp_only_layers():
+    config = {**_config("Qwen/Qwen1.5-MoE-A2.7B"), "decoder_sparse_step": 2, "mlp_only_layers": [1]}
+    model = model_from_dict({"huggingface_config": config, "seq_length": 4096})
+    assert model.moe.moe_layers == tuple(range(3, 24, 2))  # (i + 1) % 2 == 0, without layer 1
+
+
+def test_gpt_neox_20b_is_a_parallel_block_with_a_plain_mlp_and_multi_head_attention():
+    model = _read("EleutherAI/gpt-neox-20b", 2048)
+    assert model.parallel_attention_mlp and not model.gated_mlp and not model.tie_embeddings
+    assert model.kv_heads == 64 and model.ffn == 24576
+
+
+def test_falcon_40b_takes_its_kv_heads_from_the_new_decoder_architecture_and_a_4h_mlp():
+    model = _read("tiiuae/falcon-40b", 2048)
+    assert model.kv_heads == 8 and model.ffn == 4 * 8192
+    assert model.parallel_attention_mlp and model.tie_embeddings and not model.gated_mlp
+
+
+def test_gpt2_learns_its_positions_and_ties_its_output_layer_by_its_class_defaults():
+    model = _read("openai-community/gpt2", 1024)
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads, model.ffn) == (12, 768, 12, 3072)
+    assert model.learned_position_embeddings and model.tie_embeddings
+
+
+def test_starcoder_multi_query_attention_is_one_kv_head():
+    model = _read("bigcode/starcoder", 8192)
+    assert model.kv_heads == 1 and model.ffn == 24576 and model.num_layers == 40
+
+
+def test_bloom_reads_its_n_layer_and_n_head_aliases():
+    model = _read("bigscience/bloom", 2048)
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads, model.vocab_size) == (70, 14336, 112,
+                                                                                                   250880)
+    assert model.tie_embeddings and model.ffn == 4 * 14336
+
+
+def test_a_vision_language_config_plans_its_text_model_with_the_class_defaults_it_leaves_out():
+    model = _read("llava-hf/llava-1.5-7b-hf")  # text_config names only what differs from LlamaConfig
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads, model.ffn, model.vocab_size) == (
+        32, 4096, 32, 11008, 32064)
+
+
+def test_a_model_read_from_its_config_is_planned_exactly_as_the_shape_it_reads_as():
+    cluster, training = {"preset": "dgx-h100", "nodes": 2}, {"global_batch_sequences": 256}
+    config = {"huggingface_config": _config("mistralai/Mixtral-8x7B-v0.1"), "seq_length": 4096}
+    by_config = plan_parallel_layout(config, cluster, training, top_k=3, with_rank_map=False)
+    by_shape = plan_parallel_layout(model_from_dict(config).to_dict(), cluster, training, top_k=3,
+                                    with_rank_map=False)
+    assert by_config.candidates == by_shape.candidates
+
+
+def test_an_unknown_model_type_is_refused_rather_than_guessed():
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({"huggingface_config": {"model_type": "mamba", "hidden_size": 768}, "seq_length": 2048})
+    assert info.value.field == "model.huggingface_config.model_type" and info.value.code == "unknown-model-type"
+
+
+def test_a_missing_config_key_is_named_by_its_path_in_the_config():
+    config = _config("meta-llama/Meta-Llama-3-70B")
+    del config["num_attention_heads"]
+    config["model_type"] = "mistral"  # no class defaults are assumed for Mistral
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({"huggingface_config": config, "seq_length": 2048})
+    assert info.value.field == "model.huggingface_config.num_attention_heads"
+
+
+def test_a_config_value_that_is_not_a_positive_integer_is_named():
+    config = {**_config("EleutherAI/gpt-neox-20b"), "num_hidden_layers": "44"}
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({"huggingface_config": config, "seq_length": 2048})
+    assert info.value.field == "model.huggingface_config.num_hidden_layers"
+
+
+def test_the_training_sequence_length_must_be_given_beside_a_config():
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({"huggingface_config": _config("openai-community/gpt2")})
+    assert info.value.field == "model.seq_length"
+
+
+def test_shape_fields_beside_a_config_are_refused_rather_than_silently_mixed():
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({"huggingface_config": _config("openai-community/gpt2"), "seq_length": 1024,
+                         "num_layers": 24})
+    assert info.value.field == "model.num_layers" and info.value.code == "unknown-field"
+
+
+def test_a_shape_written_back_out_reads_as_the_same_shape():
+    model = _read("deepseek-ai/DeepSeek-V3")
+    assert model_from_dict(model.to_dict()) == model

@@ -94,6 +94,7 @@ from partitioners.parallel3d_stages import (
     RECOMPUTE_SELECTIVE,
     LayoutArrays,
     balanced_end_layers,
+    end_stage_moe_layers,
     stage_layer_split,
 )
 
@@ -810,8 +811,9 @@ def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRate
     w_last, g_last, o_last = model_state_bytes(params.last_dense, params.last_expert, zero_held, shard_dense,
                                                shard_expert, training, fp8, last_unquantized)
     stages = stage_activation_bytes(model, training, tokens, tp, layouts.recompute, full_frac, split.full,
-                                    split.full_dense, split.full_moe, split.first, split.last, pp, v, m,
-                                    fp8_gemm_inputs=fp8)
+                                    split.full_moe, split.first, split.last, pp, v, m,
+                                    fp8_gemm_inputs=fp8, first_moe_layers=split.first_moe,
+                                    last_moe_layers=split.last_moe)
     act_first, act_last, act_mid = stages.first_bytes, stages.last_bytes, stages.middle_bytes
     has_mid = pp >= 3
     # a shortened middle stage holds one layer less
@@ -1014,8 +1016,9 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     first_layers, last_layers = balanced_end_layers(q, layouts.pp * q - n_layers, layouts.pp,
                                                     (ends.embedding_s + ends.embedding_tp_s) / layer_s,
                                                     (ends.logits_s + ends.mtp.total_s) / layer_s)
-    split = _StageSplit(q, q_dense, q_moe, first_layers, np.minimum(q_moe, first_layers), last_layers,
-                        np.minimum(q_moe, last_layers))
+    first_moe, last_moe = end_stage_moe_layers(n_layers, model.moe.moe_layers if model.moe else None, n_moe > 0,
+                                               first_layers, last_layers)
+    split = _StageSplit(q, q_dense, q_moe, first_layers, first_moe, last_layers, last_moe)
     params = _stage_parameters(model, counts, tp, ep, split, single)
     first = _stage_work(split.first - split.first_moe, dense, split.first_moe, moe)
     last = _stage_work(split.last - split.last_moe, dense, split.last_moe, moe)

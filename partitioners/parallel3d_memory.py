@@ -246,22 +246,26 @@ class StageActivations:
 
 def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
                            recompute: np.ndarray, full_fraction: np.ndarray, layers_per_stage: np.ndarray,
-                           dense_layers: np.ndarray, moe_layers: np.ndarray, first_layers: np.ndarray,
+                           moe_layers: np.ndarray, first_layers: np.ndarray,
                            last_layers: np.ndarray, pp: np.ndarray, v: np.ndarray, m: np.ndarray,
-                           fp8_gemm_inputs: bool = False) -> StageActivations:
+                           fp8_gemm_inputs: bool = False, first_moe_layers: np.ndarray | None = None,
+                           last_moe_layers: np.ndarray | None = None) -> StageActivations:
     """Peak activation bytes on the first, the last and the fullest middle pipeline stage.
 
     Stage ``r`` holds min(m, p - r) micro-batches in flight under 1F1B and
     2(p - r - 1) + (v-1)p + 1 model chunks under the interleaved schedule (Narayanan et
     al., SC21, Sec. 2.2; Megatron-LM's warm-up counts): the first the most, the last
     one, or (v-1)p + 1 chunks when interleaved, plus the fp32 logits. A middle stage
-    holds ``layers_per_stage`` layers of which ``dense_layers`` and ``moe_layers`` are
-    of each kind; ``first_layers`` and ``last_layers`` are what the end stages keep. A
+    holds ``layers_per_stage`` layers of which ``moe_layers`` are MoE and the others
+    dense; ``first_layers`` and ``last_layers`` are what the end stages keep. A
     middle stage keeps fewer micro-batches in flight than the first but, when the ends
     shed layers, more layers, and can be the fullest (Llama 3 405B: 8 layers x 15
     micro-batches on the second of 16 stages against 7 x 16 on the first). Layers the
     ends do not shed are taken from the middle stages nearest the first, which keep the
     most in flight.
+    ``first_moe_layers`` and ``last_moe_layers`` say how many of the end stages' layers
+    are MoE (DeepSeek-V3's first stage holds its dense layers); left out, the ends hold
+    the middle stage's mix.
     Per-layer bytes are Korthikanti et al.'s (activation_bytes_per_layer); under a
     partial full recomputation the ``1 - full_fraction`` of layers it leaves out keep
     all of theirs. Activations are counted with ``ACTIVATION_FRAGMENTATION``.
@@ -269,22 +273,27 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     h, vocab = model.hidden_size, model.vocab_size
     has_moe = model.num_moe_layers > 0
     single = pp == 1
-    q, q_dense, q_moe = layers_per_stage, dense_layers, moe_layers
+    q, q_moe = layers_per_stage, moe_layers
     dense_act = activation_bytes_per_layer(model, training, tokens, tp, recompute, moe_layer=False,
                                            fp8_gemm_inputs=fp8_gemm_inputs)
     moe_act = activation_bytes_per_layer(model, training, tokens, tp, recompute, moe_layer=True,
                                          fp8_gemm_inputs=fp8_gemm_inputs) if has_moe else 0.0
-    layer_act_avg = (q_dense * dense_act + q_moe * moe_act) / q
     # layers left out of a partial full recomputation keep everything
     no_recompute = np.zeros_like(recompute)
     kept_dense = activation_bytes_per_layer(model, training, tokens, tp, no_recompute, moe_layer=False,
                                             fp8_gemm_inputs=fp8_gemm_inputs)
     kept_moe = activation_bytes_per_layer(model, training, tokens, tp, no_recompute, moe_layer=True,
                                           fp8_gemm_inputs=fp8_gemm_inputs) if has_moe else 0.0
-    layer_act_avg = np.where(recompute == RECOMPUTE_FULL,
-                             full_fraction * layer_act_avg + (1.0 - full_fraction) * (q_dense * kept_dense
-                                                                                      + q_moe * kept_moe) / q,
-                             layer_act_avg)
+
+    def per_layer(moe_share: np.ndarray) -> np.ndarray:
+        """Average bytes of a layer on a stage whose layers are ``moe_share`` MoE."""
+        held = (1.0 - moe_share) * dense_act + moe_share * moe_act
+        kept = (1.0 - moe_share) * kept_dense + moe_share * kept_moe
+        return np.where(recompute == RECOMPUTE_FULL, full_fraction * held + (1.0 - full_fraction) * kept, held)
+
+    layer_act_avg = per_layer(q_moe / q)
+    first_act_avg = layer_act_avg if first_moe_layers is None else per_layer(first_moe_layers / first_layers)
+    last_act_avg = layer_act_avg if last_moe_layers is None else per_layer(last_moe_layers / last_layers)
 
     def chunks_in_flight(rank):
         return np.where(v == 1, np.minimum(m, pp - rank),
@@ -309,7 +318,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     # the embedding output's dropout mask
     embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
         if training.dropout else np.zeros_like(tokens)
-    act_first = layers_first * layer_act_avg + transient + embed_act
+    act_first = layers_first * first_act_avg + transient + embed_act
     act_mid = np.where(pp >= 3, layers_mid * layer_act_avg + transient, 0.0)
     if training.stage_outputs_kept:
         # each in-flight model chunk's output (the residual stream, 2 bytes per element)
@@ -321,7 +330,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     # of logits, for the one micro-batch the last stage holds in its last model chunk
     mtp_act = model.mtp_layers * ((moe_act if model.mtp_layer_is_moe else dense_act) + logits_act
                                   + 2.0 * 2.0 * h * tokens / np.where(training.sequence_parallel, tp, 1.0))
-    act_last = layers_last * layer_act_avg + transient + logits_act + mtp_act
+    act_last = layers_last * last_act_avg + transient + logits_act + mtp_act
     act_first = np.where(single, act_first + logits_act + mtp_act, act_first)
     fragmented = 1.0 + ACTIVATION_FRAGMENTATION
     return StageActivations(act_first * fragmented, act_last * fragmented, act_mid * fragmented, mid_layers,

@@ -79,6 +79,31 @@ def stage_layer_split(num_layers: int, pp: np.ndarray | int) -> tuple[np.ndarray
     return q, first, last
 
 
+def end_stage_moe_layers(num_layers: int, moe_layers: tuple[int, ...] | None, has_moe: bool,
+                         first_layers: np.ndarray, last_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """MoE layers among the first stage's ``first_layers`` and the last stage's ``last_layers``.
+
+    The first stage holds the model's first layers and the last its last ones, so where
+    the model says which layers are MoE (``moe_layers``) the ends hold exactly those:
+    DeepSeek-V3's first stage holds its three dense layers ("all FFNs except for the
+    first three layers" are MoE, DeepSeek-V3 Technical Report, Sec. 4.2). With every
+    layer MoE (``moe_layers`` None) or none, the count is all or nothing.
+    """
+    first = np.asarray(first_layers, dtype=float)
+    last = np.asarray(last_layers, dtype=float)
+    if not has_moe:
+        return np.zeros_like(first), np.zeros_like(last)
+    if moe_layers is None:
+        return first.copy(), last.copy()
+    is_moe = np.zeros(num_layers, dtype=np.int64)
+    is_moe[[i for i in set(moe_layers) if 0 <= i < num_layers]] = 1
+    # prefix[k]: MoE layers among the first k layers
+    prefix = np.concatenate([[0], np.cumsum(is_moe)]).astype(float)
+    first_index = np.clip(first, 0, num_layers).astype(np.int64)
+    last_index = np.clip(num_layers - last, 0, num_layers).astype(np.int64)
+    return prefix[first_index], prefix[-1] - prefix[last_index]
+
+
 def middle_stages_short(num_layers: int, pp: np.ndarray | int, q: np.ndarray | int, first_layers: np.ndarray | int,
                         last_layers: np.ndarray | int) -> np.ndarray:
     """How many middle stages hold ``q - 1`` layers: the leftover layers the end stages do not shed.

@@ -488,7 +488,7 @@ def test_middle_stages_shed_leftover_layers_nearest_the_first_stage():
     one = np.array([1.0])
     tokens, tp, rc = np.array([32.0]), one, np.array([RECOMPUTE_NONE])
     per_layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
-    stages = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 2 * one, 0 * one, one, one,
+    stages = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 0 * one, one, one,
                                     8 * one, one, 16 * one)
     assert (float(stages.middle_rank[0]), float(stages.middle_layers[0])) == (2, 2)
     assert float(stages.middle_bytes[0]) == pytest.approx(2 * 6 * per_layer * (1 + ACTIVATION_FRAGMENTATION))

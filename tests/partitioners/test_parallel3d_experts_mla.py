@@ -25,7 +25,7 @@ from partitioners.parallel3d_cost import predict_layouts
 from partitioners.parallel3d_flops import hardware_flops_per_step, model_flops_per_step, parameter_counts
 from partitioners.parallel3d_memory import ACTIVATION_FRAGMENTATION, activation_bytes_per_layer, stage_activation_bytes
 from partitioners.parallel3d_specs import cluster_from_dict, model_from_dict, training_from_dict
-from partitioners.parallel3d_stages import RECOMPUTE_NONE, RECOMPUTE_SELECTIVE
+from partitioners.parallel3d_stages import RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, end_stage_moe_layers
 from tests.partitioners.parallel_layouts import layouts, selective_saving_bytes
 
 NVLINK = LinkSpec(bandwidth_bytes_per_s=400e9, latency_s=2e-6)
@@ -197,6 +197,29 @@ def test_deepseek_v3_published_layout_fits_with_up_projection_recomputation():
     assert selective.memory.activations_bytes < none.memory.activations_bytes
 
 
+def test_the_end_stages_hold_the_model_s_own_first_and_last_layers_dense_or_moe():
+    def moe_at_ends(num_layers, moe_layers, first, last):
+        counts = end_stage_moe_layers(num_layers, moe_layers, True, np.array(first, float), np.array(last, float))
+        return [list(c) for c in counts]
+
+    # DeepSeek-V3: layers 0-2 dense, 3-60 MoE
+    assert moe_at_ends(61, tuple(range(3, 61)), [4, 2], [1, 3]) == [[1, 0], [1, 3]]
+    # MoE every other layer (1, 3, 5, 7)
+    assert moe_at_ends(8, (1, 3, 5, 7), [3], [3]) == [[1], [2]]
+    # every layer MoE
+    assert moe_at_ends(8, None, [3], [2]) == [[3], [2]]
+
+
+def test_deepseek_v3_with_its_prediction_module_still_fits_its_published_layout():
+    # the module sends the spare layers to the first stage, which holds the three dense
+    # layers: lighter in activations than MoE layers, so the published layout still fits
+    training = {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
+                "overlap_ep_comm": True, "fp8_params": False}
+    (published,) = evaluate_layouts({**DEEPSEEK_V3, "mtp_layers": 1}, {"preset": "hgx-h800", "nodes": 256}, training,
+                                    [{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": "selective"}])
+    assert not published.reasons
+
+
 # ---------------------------------------------------------------- multi-token prediction
 
 SMALL_MTP_MOE = {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100,
@@ -244,7 +267,7 @@ def test_the_last_stage_keeps_one_micro_batch_of_the_modules_layer_input_and_log
     last = {}
     for d in (0, 1):
         model = model_from_dict({**SMALL_MTP_MOE, "moe": None, "mtp_layers": d})
-        last[d] = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 2 * one, 0 * one,
+        last[d] = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 0 * one,
                                          2 * one, 2 * one, 2 * one, one, 4 * one).last_bytes
     layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
     logits = 4 * 32 * 100  # fp32

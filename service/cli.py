@@ -1,4 +1,4 @@
-"""The ``hyperplace`` command: serve, migrate, keys, worker, plan."""
+"""The ``hyperplace`` command: serve, migrate, keys, worker, plan, layout."""
 
 from __future__ import annotations
 
@@ -243,6 +243,86 @@ def plan(
     destination.write_text(json.dumps(result, indent=1))
     _print_plan(result)
     typer.echo(f"plan written to {destination}")
+
+
+def _layout_model(document: object, seq_length: int | None) -> dict:
+    """The request's ``model``: a Hugging Face config.json, or the planner's shape fields."""
+    if not isinstance(document, dict):
+        raise typer.BadParameter("the model file must hold a JSON object")
+    if "model_type" in document or "text_config" in document:
+        if seq_length is None:
+            raise typer.BadParameter("--seq-length is required with a Hugging Face config: the length the run "
+                                     "trains at (max_position_embeddings is only the longest the model supports)")
+        return {"huggingface_config": document, "seq_length": seq_length}
+    return document if seq_length is None else {**document, "seq_length": seq_length}
+
+
+def _print_layouts(answer: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    candidates = answer["candidates"]
+    capacity = candidates[0]["memory_per_gpu"]["capacity_bytes"] / 2**30 if candidates else 0.0
+    table = Table(title=f"{answer['num_gpus']} GPUs, {answer['model_parameters'] / 1e9:.1f}B parameters: "
+                        f"fastest predicted layouts (memory of {capacity:.1f} GiB)")
+    for column in ("layout", "v", "mbs", "ZeRO", "recompute", "step s", "MFU", "GiB"):
+        table.add_column(column, no_wrap=True)
+    for c in candidates:
+        mesh = " ".join(f"{name}{c[name]}" for name in ("tp", "pp", "cp", "ep", "dp") if name in ("tp", "pp", "dp")
+                        or c[name] > 1)
+        tight = any(note.startswith("tight memory") for note in c["notes"])
+        table.add_row(mesh, str(c["virtual_stages"]), str(c["micro_batch_size"]), str(c["zero_stage"]),
+                      c["recompute"], f"{c['step_time_s']:.3f}", f"{c['mfu']:.3f}",
+                      f"{c['memory_per_gpu']['total_bytes'] / 2**30:.1f}" + (" tight" if tight else ""))
+    console.print(table)
+    for note in answer["notes"]:
+        console.print(f"note: {note}")
+
+
+@app.command()
+def layout(
+    model: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="A Hugging Face config.json, or a JSON "
+                                          "object of the planner's model fields (num_layers, hidden_size, ...).")],
+    batch: Annotated[int, typer.Option(min=1, help="Global batch in sequences per optimizer step.")],
+    seq_length: Annotated[int | None, typer.Option(min=1, help="Training sequence length (required with a "
+                                                   "Hugging Face config).")] = None,
+    preset: Annotated[str, typer.Option(help="Node preset, e.g. dgx-h100, dgx-a100, dgx-b200.")] = "dgx-h100",
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes of the preset.")] = 1,
+    precision: Annotated[str, typer.Option(help="bf16, fp16 or fp8.")] = "bf16",
+    training: Annotated[list[str], typer.Option("--training", "-t", help="Training field name=value (repeatable), "
+                                                "e.g. -t software=megatron-lm-2021.")] = [],  # noqa: B006
+    constraint: Annotated[list[str], typer.Option("--constraint", "-c", help="Constraint name=value (repeatable), "
+                                                  "e.g. -c tp=8 -c zero_stages=[1].")] = [],  # noqa: B006
+    top_k: Annotated[int, typer.Option(min=1, max=100, help="How many (tp, pp) splits to list.")] = 5,
+    out: Annotated[Path | None, typer.Option(help="Also write the whole answer (rank map included) as JSON.")] = None,
+) -> None:
+    """Rank dp x tp x pp (x cp x ep) layouts for training a transformer, in-process (POST /v1/parallel/plan)."""
+    from partitioners.errors import InvalidInput
+    from service.domain.parallel import parallel_plan
+    from service.schemas.parallel import ParallelPlanRequest
+
+    body = {
+        "model": _layout_model(_read_json(model, "model"), seq_length),
+        "cluster": {"preset": preset, "nodes": nodes},
+        "training": {"global_batch_sequences": batch, "precision": precision, **_parse_pairs(training, "--training")},
+        "constraints": _parse_pairs(constraint, "--constraint") or None,
+        "top_k": top_k,
+    }
+    try:
+        answer = parallel_plan(ParallelPlanRequest.model_validate(body))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        typer.echo(f"error: {problems}", err=True)
+        raise typer.Exit(2) from None
+    except InvalidInput as exc:
+        typer.echo(f"error: {exc.detail}", err=True)
+        raise typer.Exit(2) from None
+    if out is not None:
+        out.write_text(json.dumps(answer, indent=1))
+    _print_layouts(answer)
+    if out is not None:
+        typer.echo(f"answer written to {out}")
 
 
 @keys_app.command("create")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -61,6 +62,35 @@ def test_a_dimension_that_is_not_a_positive_integer_is_a_usage_error(graph_file,
 def test_a_bad_plan_option_is_named(graph_file):
     result = _plan(str(graph_file), "-o", "micro_batches=0")
     assert result.exit_code == 2 and "micro_batches" in result.output and "Traceback" not in result.output
+
+
+# ------------------------------------------------- hyperplace layout (the 3D-parallel planner)
+
+LLAMA_3_70B = Path(__file__).resolve().parents[1] / "fixtures" / "huggingface" / "meta-llama_Meta-Llama-3-70B.json"
+
+
+def _layout(*args: str):
+    return runner.invoke(app, ["layout", str(LLAMA_3_70B), "--batch", "1024", "--nodes", "8", *args])
+
+
+def test_layout_ranks_a_hugging_face_model_on_a_preset_and_writes_the_whole_answer(tmp_path):
+    out = tmp_path / "layout.json"
+    result = _layout("--seq-length", "4096", "--top-k", "2", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    answer = json.loads(out.read_text())
+    assert answer["num_gpus"] == 64 and len(answer["candidates"]) == 2
+    best = answer["candidates"][0]
+    assert f"tp{best['tp']} pp{best['pp']}" in result.output and f"{best['mfu']:.3f}" in result.output
+
+
+def test_layout_needs_the_training_sequence_length_beside_a_hugging_face_config():
+    result = _layout()
+    assert result.exit_code == 2 and "--seq-length is required" in _text(result)
+
+
+def test_a_bad_training_field_for_layout_is_one_line_naming_it():
+    result = _layout("--seq-length", "4096", "-t", "precision=fp4")
+    assert result.exit_code == 2 and "training.precision" in result.output and "Traceback" not in result.output
 
 
 # ------------------------------------------------- the database the commands run against

@@ -12,7 +12,7 @@ same MPT models, sequence lengths, micro-batches and software on both
 attention, bf16). For every pair this prints the H100-over-A100 speed-up the cost model
 predicts and the published one; the factor on the Hopper ceilings that makes the median
 ratio of the two 1 is the baseline-free figure, printed next to the constant the planner
-ships (``partitioners.parallel3d_specs.HOPPER_IN_TRAINING``). Attention runs as
+ships (``partitioners.parallel3d_presets.HOPPER_IN_TRAINING``). Attention runs as
 ``bench.llm_foundry`` finds it ran in those tables: FlashAttention-1 on the A100,
 FlashAttention-2 on the H100 (with the newest on both the fit moves from 0.814 to 0.805).
 """
@@ -24,7 +24,7 @@ import functools
 import numpy as np
 
 from bench.llm_foundry import A100_FLASH_ATTENTION, H100_FLASH_ATTENTION, predicted_tokens_per_gpu
-from partitioners.parallel3d_specs import GPU_SPECS, HOPPER_IN_TRAINING
+from partitioners.parallel3d_presets import GPU_SPECS, HOPPER_IN_TRAINING
 
 # (model, sequence, GPUs, micro-batch, activation checkpointing,
 #  H100 gradient accumulation, H100 tokens/s per GPU, A100 gradient accumulation, A100 tokens/s per GPU):

@@ -1634,7 +1634,7 @@ def test_the_shipped_hopper_in_training_factor_is_what_its_benchmark_fits():
     # the constant is fitted on LLM Foundry's same-software A100/H100 pairs (bench.hopper_in_training);
     # a change to the cost model that moves the fit must re-fit the constant
     from bench.hopper_in_training import fitted_factor
-    from partitioners.parallel3d_specs import HOPPER_IN_TRAINING
+    from partitioners.parallel3d_presets import HOPPER_IN_TRAINING
 
     assert fitted_factor() == pytest.approx(HOPPER_IN_TRAINING, abs=0.01)
 

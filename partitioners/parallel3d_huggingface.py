@@ -91,7 +91,8 @@ _FAMILIES: dict[str, _Family] = {
                      heads=("n_head", "num_attention_heads"), kv_heads=None, ffn=None, gated_mlp=False,
                      tie_embeddings_default=True),
     # Falcon: kv heads from new_decoder_architecture / multi_query, read below
-    "falcon": _Family(layers=("num_hidden_layers", "n_layer"), heads=("num_attention_heads", "n_head"),
+    "falcon": _Family(layers=("num_hidden_layers", "n_layer"), hidden=("hidden_size", "n_embed"),
+                      heads=("num_attention_heads", "n_head"),
                       kv_heads=None, ffn=("ffn_hidden_size",), gated_mlp=False,
                       parallel_key=("parallel_attn", True), tie_embeddings_default=True),
     # Mixture-of-Experts families

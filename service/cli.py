@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic import ValidationError
 
+from service.schemas.common import error_path
 from service.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ def plan(
             typer.echo(f"error: {exc.detail}", err=True)
             raise typer.Exit(2) from None
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(f"{error_path(e['loc'])}: {e['msg']}" for e in exc.errors())
             typer.echo(f"error: bad --option: {problems}", err=True)
             raise typer.Exit(2) from None
     else:
@@ -312,7 +313,7 @@ def layout(
     try:
         answer = parallel_plan(ParallelPlanRequest.model_validate(body))
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        problems = "; ".join(f"{error_path(e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
         typer.echo(f"error: {problems}", err=True)
         raise typer.Exit(2) from None
     except InvalidInput as exc:

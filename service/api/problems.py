@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from partitioners.errors import InputTooLarge, InvalidInput
 from service.errors import DatabaseUnavailable, ServiceError
+from service.schemas.common import error_path
 
 __all__ = ["problem_response", "install_problem_handlers", "PROBLEM_BASE", "problem_responses"]
 
@@ -59,8 +60,8 @@ def _jsonable(value: Any) -> Any:
 def _validation_errors(exc: RequestValidationError) -> list[dict]:
     out = []
     for err in exc.errors()[:50]:
-        loc = [str(part) for part in err.get("loc", ())]
-        out.append({"field": ".".join(loc), "message": err.get("msg", ""), "type": err.get("type", "")})
+        out.append({"field": error_path(err.get("loc", ())), "message": err.get("msg", ""),
+                    "type": err.get("type", "")})
         if "input" in err:
             out[-1]["input"] = _jsonable(err["input"])
     return out

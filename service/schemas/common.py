@@ -12,7 +12,8 @@ from typing import Annotated, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-__all__ = ["Name", "Text", "FiniteFloat", "NonNegativeFloat", "PositiveFloat", "RequestModel", "Page", "Timestamp"]
+__all__ = ["Name", "Text", "FiniteFloat", "NonNegativeFloat", "PositiveFloat", "RequestModel", "Page", "Timestamp",
+           "error_path"]
 
 _NO_NUL = r"^[^\x00]*$"
 
@@ -31,6 +32,15 @@ PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
 Timestamp = datetime
 
 T = TypeVar("T")
+
+
+def error_path(loc: tuple | list) -> str:
+    """A validation error's location as a dotted field path.
+
+    A discriminated union's tag (they begin with "@", e.g. ``@shape``) says which form of
+    a field was read; it is not a field, so it is left out.
+    """
+    return ".".join(str(part) for part in loc if not str(part).startswith("@"))
 
 
 class RequestModel(BaseModel):

@@ -75,14 +75,15 @@ class HuggingFaceModel(RequestModel):
 
 def _model_kind(value: Any) -> str:
     if isinstance(value, dict):
-        return "huggingface" if "huggingface_config" in value else "shape"
-    return "huggingface" if isinstance(value, HuggingFaceModel) else "shape"
+        return "@huggingface" if "huggingface_config" in value else "@shape"
+    return "@huggingface" if isinstance(value, HuggingFaceModel) else "@shape"
 
 
 # The shape fields, or a Hugging Face config: told apart by the huggingface_config key so that
-# a bad request gets the errors of the form it meant, not of both.
+# a bad request gets the errors of the form it meant, not of both. Tags begin with "@": they
+# are not fields, and problem answers leave them out of error paths (service.api.problems).
 ModelDescription = Annotated[
-    Annotated[TransformerShape, Tag("shape")] | Annotated[HuggingFaceModel, Tag("huggingface")],
+    Annotated[TransformerShape, Tag("@shape")] | Annotated[HuggingFaceModel, Tag("@huggingface")],
     Discriminator(_model_kind),
 ]
 

@@ -310,4 +310,11 @@ def test_an_unknown_hugging_face_model_type_is_a_422_naming_the_field(client):
 def test_a_hugging_face_config_without_the_training_sequence_length_is_a_422(client):
     response = client.post("/v1/parallel/plan", json=_request(model={"huggingface_config": LLAMA_3_70B_CONFIG}))
     assert response.status_code == 422
-    assert "seq_length" in response.json()["detail"]
+    assert response.json()["detail"].startswith("body.model.seq_length:")
+
+
+def test_a_missing_shape_field_is_named_by_its_path_in_the_model(client):
+    shape = {k: v for k, v in LLAMA_70B.items() if k != "hidden_size"}
+    response = client.post("/v1/parallel/plan", json=_request(model=shape))
+    assert response.status_code == 422
+    assert [e["field"] for e in response.json()["errors"]] == ["body.model.hidden_size"]

@@ -1017,7 +1017,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
                                                     (ends.embedding_s + ends.embedding_tp_s) / layer_s,
                                                     (ends.logits_s + ends.mtp.total_s) / layer_s)
     first_moe, last_moe = end_stage_moe_layers(n_layers, model.moe.moe_layers if model.moe else None, n_moe > 0,
-                                               first_layers, last_layers)
+                                               first_layers, last_layers, q, q_moe, v)
     split = _StageSplit(q, q_dense, q_moe, first_layers, first_moe, last_layers, last_moe)
     params = _stage_parameters(model, counts, tp, ep, split, single)
     first = _stage_work(split.first - split.first_moe, dense, split.first_moe, moe)

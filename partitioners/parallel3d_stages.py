@@ -80,14 +80,18 @@ def stage_layer_split(num_layers: int, pp: np.ndarray | int) -> tuple[np.ndarray
 
 
 def end_stage_moe_layers(num_layers: int, moe_layers: tuple[int, ...] | None, has_moe: bool,
-                         first_layers: np.ndarray, last_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """MoE layers among the first stage's ``first_layers`` and the last stage's ``last_layers``.
+                         first_layers: np.ndarray, last_layers: np.ndarray, layers_per_stage: np.ndarray,
+                         moe_per_stage: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """MoE layers among the first rank's ``first_layers`` and the last rank's ``last_layers``.
 
-    The first stage holds the model's first layers and the last its last ones, so where
-    the model says which layers are MoE (``moe_layers``) the ends hold exactly those:
-    DeepSeek-V3's first stage holds its three dense layers ("all FFNs except for the
-    first three layers" are MoE, DeepSeek-V3 Technical Report, Sec. 4.2). With every
-    layer MoE (``moe_layers`` None) or none, the count is all or nothing.
+    The first pipeline rank's first model chunk holds the model's first layers and the
+    last rank's last chunk its last ones, so where the model says which layers are MoE
+    (``moe_layers``) those chunks hold exactly those: DeepSeek-V3's first stage holds its
+    three dense layers ("all FFNs except for the first three layers" are MoE, DeepSeek-V3
+    Technical Report, Sec. 4.2). Under the interleaved schedule the end ranks' other
+    ``v - 1`` chunks come from inside the model and hold a middle stage's mix
+    (``moe_per_stage`` of ``layers_per_stage``). With every layer MoE (``moe_layers``
+    None) or none, the count is all or nothing.
     """
     first = np.asarray(first_layers, dtype=float)
     last = np.asarray(last_layers, dtype=float)
@@ -97,11 +101,13 @@ def end_stage_moe_layers(num_layers: int, moe_layers: tuple[int, ...] | None, ha
         return first.copy(), last.copy()
     is_moe = np.zeros(num_layers, dtype=np.int64)
     is_moe[[i for i in set(moe_layers) if 0 <= i < num_layers]] = 1
-    # prefix[k]: MoE layers among the first k layers
+    # prefix[k]: MoE layers among the model's first k layers
     prefix = np.concatenate([[0], np.cumsum(is_moe)]).astype(float)
-    first_index = np.clip(first, 0, num_layers).astype(np.int64)
-    last_index = np.clip(num_layers - last, 0, num_layers).astype(np.int64)
-    return prefix[first_index], prefix[-1] - prefix[last_index]
+    inner_chunks = (v - 1.0) / v
+    head = np.clip(first - inner_chunks * layers_per_stage, 0, num_layers).astype(np.int64)
+    tail = np.clip(last - inner_chunks * layers_per_stage, 0, num_layers).astype(np.int64)
+    inner_moe = inner_chunks * moe_per_stage
+    return prefix[head] + inner_moe, prefix[-1] - prefix[num_layers - tail] + inner_moe
 
 
 def middle_stages_short(num_layers: int, pp: np.ndarray | int, q: np.ndarray | int, first_layers: np.ndarray | int,

@@ -198,8 +198,9 @@ def test_deepseek_v3_published_layout_fits_with_up_projection_recomputation():
 
 
 def test_the_end_stages_hold_the_model_s_own_first_and_last_layers_dense_or_moe():
-    def moe_at_ends(num_layers, moe_layers, first, last):
-        counts = end_stage_moe_layers(num_layers, moe_layers, True, np.array(first, float), np.array(last, float))
+    def moe_at_ends(num_layers, moe_layers, first, last, per_stage=4.0, moe_per_stage=4.0, v=1.0):
+        counts = end_stage_moe_layers(num_layers, moe_layers, True, np.array(first, float), np.array(last, float),
+                                      per_stage, moe_per_stage, v)
         return [list(c) for c in counts]
 
     # DeepSeek-V3: layers 0-2 dense, 3-60 MoE
@@ -208,6 +209,9 @@ def test_the_end_stages_hold_the_model_s_own_first_and_last_layers_dense_or_moe(
     assert moe_at_ends(8, (1, 3, 5, 7), [3], [3]) == [[1], [2]]
     # every layer MoE
     assert moe_at_ends(8, None, [3], [2]) == [[3], [2]]
+    # interleaved, 4 chunks of one layer per rank: the first rank's first chunk is layer 0
+    # (dense), its other three come from inside the model (MoE)
+    assert moe_at_ends(61, tuple(range(3, 61)), [4], [4], v=4.0) == [[3], [4]]
 
 
 def test_deepseek_v3_with_its_prediction_module_still_fits_its_published_layout():

@@ -263,21 +263,32 @@ def _print_layouts(answer: dict) -> None:
     from rich.table import Table
 
     console = Console()
-    candidates = answer["candidates"]
-    capacity = candidates[0]["memory_per_gpu"]["capacity_bytes"] / 2**30 if candidates else 0.0
-    table = Table(title=f"{answer['num_gpus']} GPUs, {answer['model_parameters'] / 1e9:.1f}B parameters: "
-                        f"fastest predicted layouts (memory of {capacity:.1f} GiB)")
+    evaluated = answer["mode"] == "evaluate"
+    rows = answer["predictions"] if evaluated else answer["candidates"]
+    capacity = rows[0]["memory_per_gpu"]["capacity_bytes"] / 2**30 if rows else 0.0
+    what = "the layouts asked for" if evaluated else "fastest predicted layouts"
+    title = f"{answer['model']['num_layers']}-layer model: {what} (memory of {capacity:.1f} GiB)"
+    if not evaluated:
+        title = f"{answer['num_gpus']} GPUs, {answer['model_parameters'] / 1e9:.1f}B parameters: {what} " \
+                f"(memory of {capacity:.1f} GiB)"
+    table = Table(title=title)
     for column in ("layout", "v", "mbs", "ZeRO", "recompute", "step s", "MFU", "GiB"):
         table.add_column(column, no_wrap=True)
-    for c in candidates:
+    for c in rows:
         mesh = " ".join(f"{name}{c[name]}" for name in ("tp", "pp", "cp", "ep", "dp") if name in ("tp", "pp", "dp")
                         or c[name] > 1)
         tight = any(note.startswith("tight memory") for note in c["notes"])
+        verdict = " OOM" if c["memory_per_gpu"]["total_bytes"] > c["memory_per_gpu"]["capacity_bytes"] \
+            else " tight" if tight else ""
         table.add_row(mesh, str(c["virtual_stages"]), str(c["micro_batch_size"]), str(c["zero_stage"]),
                       c["recompute"], f"{c['step_time_s']:.3f}", f"{c['mfu']:.3f}",
-                      f"{c['memory_per_gpu']['total_bytes'] / 2**30:.1f}" + (" tight" if tight else ""))
+                      f"{c['memory_per_gpu']['total_bytes'] / 2**30:.1f}{verdict}")
     console.print(table)
-    for note in answer["notes"]:
+    for c in rows if evaluated else ():
+        mesh = " ".join(f"{name}{c[name]}" for name in ("tp", "pp", "cp", "ep", "dp"))
+        for reason in c["reasons"]:
+            console.print(f"{mesh} cannot run: {reason}")
+    for note in answer.get("notes", ()):
         console.print(f"note: {note}")
 
 
@@ -296,6 +307,9 @@ def layout(
     constraint: Annotated[list[str], typer.Option("--constraint", "-c", help="Constraint name=value (repeatable), "
                                                   "e.g. -c tp=8 -c zero_stages=[1].")] = [],  # noqa: B006
     top_k: Annotated[int, typer.Option(min=1, max=100, help="How many (tp, pp) splits to list.")] = 5,
+    evaluate: Annotated[list[str], typer.Option("--evaluate", "-e", help="Predict this layout instead of searching, "
+                                                "as comma-separated name=value pairs (repeatable), e.g. "
+                                                "-e tp=8,pp=16.")] = [],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="Also write the whole answer (rank map included) as JSON.")] = None,
 ) -> None:
     """Rank dp x tp x pp (x cp x ep) layouts for training a transformer, in-process (POST /v1/parallel/plan)."""
@@ -310,6 +324,9 @@ def layout(
         "constraints": _parse_pairs(constraint, "--constraint") or None,
         "top_k": top_k,
     }
+    if evaluate:
+        body["evaluate"] = [_parse_pairs([pair for pair in layout_text.split(",") if pair], "--evaluate")
+                            for layout_text in evaluate]
     try:
         answer = parallel_plan(ParallelPlanRequest.model_validate(body))
     except ValidationError as exc:

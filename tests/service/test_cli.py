@@ -83,6 +83,15 @@ def test_layout_ranks_a_hugging_face_model_on_a_preset_and_writes_the_whole_answ
     assert f"tp{best['tp']} pp{best['pp']}" in result.output and f"{best['mfu']:.3f}" in result.output
 
 
+def test_layout_evaluates_given_layouts_and_says_why_one_cannot_run(tmp_path):
+    out = tmp_path / "layout.json"
+    result = _layout("--seq-length", "4096", "-e", "tp=8,pp=1", "-e", "tp=1,pp=1,zero_stage=1", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    fits, too_big = json.loads(out.read_text())["predictions"]
+    assert not fits["reasons"] and too_big["reasons"][0].startswith("out of memory")
+    assert "tp1 pp1 dp64" in result.output and "cannot run: out of memory" in _text(result)
+
+
 def test_layout_needs_the_training_sequence_length_beside_a_hugging_face_config():
     result = _layout()
     assert result.exit_code == 2 and "--seq-length is required" in _text(result)

@@ -120,6 +120,10 @@ class _Config:
     def first_key(self, keys: tuple[str, ...]) -> str | None:
         return next((key for key in keys if self.has(key)), None)
 
+    def gives(self, keys: tuple[str, ...]) -> bool:
+        """Whether the config, or its class's defaults, has a value under one of ``keys``."""
+        return self.first_key(keys) is not None or keys[0] in self.defaults
+
     def required_int(self, keys: tuple[str, ...] | str, *, allow_zero: bool = False) -> int:
         keys = (keys,) if isinstance(keys, str) else keys
         key = self.first_key(keys)
@@ -133,8 +137,7 @@ class _Config:
     def optional_int(self, keys: tuple[str, ...] | str, default: int | None = None, *,
                      allow_zero: bool = False) -> int | None:
         keys = (keys,) if isinstance(keys, str) else keys
-        return self.required_int(keys, allow_zero=allow_zero) if self.first_key(keys) or keys[0] in self.defaults \
-            else default
+        return self.required_int(keys, allow_zero=allow_zero) if self.gives(keys) else default
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
@@ -261,7 +264,7 @@ def model_fields_from_huggingface(config: Any, where: str = "model.huggingface_c
         "tie_embeddings": cfg.flag("tie_word_embeddings", family.tie_embeddings_default),
         "learned_position_embeddings": family.learned_position_embeddings,
     }
-    if family.ffn is not None and (cfg.first_key(family.ffn) or family.ffn[0] in cfg.defaults):
+    if family.ffn is not None and cfg.gives(family.ffn):
         fields["ffn_hidden_size"] = cfg.required_int(family.ffn)
     if family.parallel_key is not None:
         key, default = family.parallel_key

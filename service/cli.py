@@ -258,6 +258,12 @@ def _layout_model(document: object, seq_length: int | None) -> dict:
     return document if seq_length is None else {**document, "seq_length": seq_length}
 
 
+def _mesh(layout: dict) -> str:
+    """``tp4 pp8 dp2``, with cp and ep only where they split anything."""
+    return " ".join(f"{name}{layout[name]}" for name in ("tp", "pp", "cp", "ep", "dp")
+                    if name in ("tp", "pp", "dp") or layout[name] > 1)
+
+
 def _print_layouts(answer: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -266,28 +272,23 @@ def _print_layouts(answer: dict) -> None:
     evaluated = answer["mode"] == "evaluate"
     rows = answer["predictions"] if evaluated else answer["candidates"]
     capacity = rows[0]["memory_per_gpu"]["capacity_bytes"] / 2**30 if rows else 0.0
+    scale = f"{answer['model']['num_layers']}-layer model" if evaluated else \
+        f"{answer['num_gpus']} GPUs, {answer['model_parameters'] / 1e9:.1f}B parameters"
     what = "the layouts asked for" if evaluated else "fastest predicted layouts"
-    title = f"{answer['model']['num_layers']}-layer model: {what} (memory of {capacity:.1f} GiB)"
-    if not evaluated:
-        title = f"{answer['num_gpus']} GPUs, {answer['model_parameters'] / 1e9:.1f}B parameters: {what} " \
-                f"(memory of {capacity:.1f} GiB)"
-    table = Table(title=title)
+    table = Table(title=f"{scale}: {what} (memory of {capacity:.1f} GiB)")
     for column in ("layout", "v", "mbs", "ZeRO", "recompute", "step s", "MFU", "GiB"):
         table.add_column(column, no_wrap=True)
     for c in rows:
-        mesh = " ".join(f"{name}{c[name]}" for name in ("tp", "pp", "cp", "ep", "dp") if name in ("tp", "pp", "dp")
-                        or c[name] > 1)
+        memory = c["memory_per_gpu"]
         tight = any(note.startswith("tight memory") for note in c["notes"])
-        verdict = " OOM" if c["memory_per_gpu"]["total_bytes"] > c["memory_per_gpu"]["capacity_bytes"] \
-            else " tight" if tight else ""
-        table.add_row(mesh, str(c["virtual_stages"]), str(c["micro_batch_size"]), str(c["zero_stage"]),
+        verdict = " OOM" if memory["total_bytes"] > memory["capacity_bytes"] else " tight" if tight else ""
+        table.add_row(_mesh(c), str(c["virtual_stages"]), str(c["micro_batch_size"]), str(c["zero_stage"]),
                       c["recompute"], f"{c['step_time_s']:.3f}", f"{c['mfu']:.3f}",
-                      f"{c['memory_per_gpu']['total_bytes'] / 2**30:.1f}{verdict}")
+                      f"{memory['total_bytes'] / 2**30:.1f}{verdict}")
     console.print(table)
-    for c in rows if evaluated else ():
-        mesh = " ".join(f"{name}{c[name]}" for name in ("tp", "pp", "cp", "ep", "dp"))
+    for c in rows:
         for reason in c["reasons"]:
-            console.print(f"{mesh} cannot run: {reason}")
+            console.print(f"{_mesh(c)} cannot run: {reason}")
     for note in answer.get("notes", ()):
         console.print(f"note: {note}")
 

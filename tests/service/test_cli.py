@@ -89,7 +89,7 @@ def test_layout_evaluates_given_layouts_and_says_why_one_cannot_run(tmp_path):
     assert result.exit_code == 0, result.output
     fits, too_big = json.loads(out.read_text())["predictions"]
     assert not fits["reasons"] and too_big["reasons"][0].startswith("out of memory")
-    assert "tp1 pp1 dp64" in result.output and "cannot run: out of memory" in _text(result)
+    assert "tp1 pp1 dp64" in result.output and "tp1 pp1 dp64 cannot run: out of memory" in _text(result)
 
 
 def test_layout_needs_the_training_sequence_length_beside_a_hugging_face_config():

@@ -99,8 +99,9 @@ def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
     Narayanan et al. SC21 count, per layer and token, ``24h^2`` for the four
     projections and the 4h MLP plus ``4sh`` for ``QK^T`` and attention over ``V``;
     here the projections use the actual query and KV widths (a head width apart from
-    h / a, GQA) and FFN width, gated MLPs have three matrices, and MoE layers count the
-    top-k and shared experts plus the router. Multi-token-prediction modules add a
+    h / a, GQA) and FFN width, gated MLPs have three matrices, MoE layers count the
+    top-k and shared experts plus the router, and sliding-window layers the scores
+    inside their window. Multi-token-prediction modules add a
     layer, a ``2h -> h`` projection and a pass through the output head each.
     """
     h, s = model.hidden_size, model.seq_length
@@ -115,11 +116,13 @@ def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
         moe = model.moe
         moe_mlp = 2 * mats * h * moe.expert_ffn_hidden_size * (moe.experts_per_token + moe.shared_experts) \
             + 2 * h * moe.num_experts
-    layers = model.num_layers * (attn_linear + attn_scores) + (model.num_layers - n_moe) * dense_mlp + n_moe * moe_mlp
+    # sliding-window layers score only their window (ModelSpec.attention_score_share)
+    scores = model.num_layers * attn_scores * model.attention_score_share
+    layers = model.num_layers * attn_linear + scores + (model.num_layers - n_moe) * dense_mlp + n_moe * moe_mlp
     # multi-token prediction: per module one more layer, its 2h -> h projection and logits
     mtp = model.mtp_layers
     layers += mtp * (attn_linear + attn_scores + (moe_mlp if model.mtp_layer_is_moe else dense_mlp) + 2 * 2 * h * h)
-    return layers, (model.num_layers + mtp) * attn_scores, (1 + mtp) * 2 * h * model.vocab_size
+    return layers, scores + mtp * attn_scores, (1 + mtp) * 2 * h * model.vocab_size
 
 
 def model_flops_per_step(model: ModelSpec, global_batch_sequences: int, causal: bool = False) -> float:
@@ -165,9 +168,15 @@ def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recom
     up-projections (:func:`mla_up_projections`). Where ``tp`` exceeds the KV heads
     every rank projects a whole KV head (:func:`~partitioners.parallel3d_specs.kv_shard_count`),
     so the tensor group runs those projections ``tp / kv_heads`` times, forward and
-    backward, and again in a recomputed forward.
+    backward, and again in a recomputed forward. Without ``flash_attention`` a
+    sliding-window layer computes the whole score matrix and masks it, so the scores
+    outside its window are executed too.
     """
     layers, scores, _ = _forward_flops_per_token(model)
+    masked = 0.0 if flash_attention else \
+        model.num_layers * 2 * model.seq_length * (model.query_width + model.context_width) \
+        * (1.0 - model.attention_score_share)
+    layers, scores = layers + masked, scores + masked
     selective = (0.0 if flash_attention else scores) \
         + (model.num_layers + model.mtp_layers) * 2 * sum(p.in_width * p.out_width for p in mla_up_projections(model))
     tokens = global_batch_sequences * model.seq_length
@@ -180,4 +189,4 @@ def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recom
     kv_forward = (model.num_layers + model.mtp_layers) * 2 * sum(p.in_width * p.kv_out_width
                                                                  for p in model.attention_projections)
     replicated = copies * kv_forward * (3.0 + np.where(rc == RECOMPUTE_FULL, full_fraction, 0.0)) * tokens
-    return model_flops_per_step(model, global_batch_sequences) + extra + replicated
+    return model_flops_per_step(model, global_batch_sequences) + 3.0 * masked * tokens + extra + replicated

@@ -54,6 +54,13 @@ class _Family:
     # the config class's defaults for keys a nested config may leave out (a sub-config is
     # saved as its difference from them: LLaVA's text_config names no hidden_size)
     defaults: tuple[tuple[str, int], ...] = ()
+    # Which layers use ``sliding_window`` when the config has no ``layer_types`` list:
+    # "all", "alternate" (Gemma 2: even indices), "pattern" (Gemma 3: all but every
+    # sliding_window_pattern-th), "qwen" (with use_sliding_window, the layers from
+    # max_window_layers on), or None (the family has no sliding windows).
+    sliding_layers: str | None = None
+    # the config class's default window, for a config that leaves the key out
+    sliding_window_default: int | None = None
 
 
 _LLAMA = _Family()
@@ -64,23 +71,32 @@ _GPT2 = _Family(layers=("n_layer", "num_hidden_layers"), hidden=("n_embd", "hidd
                 heads=("n_head", "num_attention_heads"), kv_heads=None, ffn=("n_inner",), gated_mlp=False,
                 tie_embeddings_default=True, learned_position_embeddings=True)
 
+_QWEN = _Family(sliding_layers="qwen")
+
 _FAMILIES: dict[str, _Family] = {
     # SwiGLU/GeGLU decoders with Llama's key names
     "llama": _LLAMA_WITH_DEFAULTS,
-    "mistral": _LLAMA,
-    "qwen2": _LLAMA,
-    "qwen3": _LLAMA,
-    "phi3": _LLAMA,
+    # MistralConfig's sliding_window defaults to 4096 (Mistral 7B v0.1; later versions set null)
+    "mistral": _Family(sliding_layers="all", sliding_window_default=4096),
+    "qwen2": _QWEN,
+    "qwen3": _QWEN,
+    "phi3": _Family(sliding_layers="all"),
     "olmo2": _LLAMA,
     "granite": _LLAMA,
     "gemma": _Family(tie_embeddings_default=True),
-    "gemma2": _Family(tie_embeddings_default=True),
-    "gemma3_text": _Family(tie_embeddings_default=True),
+    "gemma2": _Family(tie_embeddings_default=True, sliding_layers="alternate", sliding_window_default=4096),
+    # transformers Gemma3TextConfig.__init__ defaults: Gemma 3's multimodal configs save a
+    # text_config with only what differs from them
+    "gemma3_text": _Family(tie_embeddings_default=True, sliding_layers="pattern",
+                           defaults=(("vocab_size", 262_208), ("hidden_size", 2304), ("intermediate_size", 9216),
+                                     ("num_hidden_layers", 26), ("num_attention_heads", 8),
+                                     ("num_key_value_heads", 4), ("head_dim", 256), ("sliding_window", 4096),
+                                     ("sliding_window_pattern", 6))),
     # Command-R: attention and MLP both read the layer's one norm output and are added together
     "cohere": _Family(parallel_key=("", True), tie_embeddings_default=True),
     # plain (non-gated) MLPs under Llama's key names: squared ReLU, GELU
     "nemotron": _Family(gated_mlp=False),
-    "starcoder2": _Family(gated_mlp=False, tie_embeddings_default=True),
+    "starcoder2": _Family(gated_mlp=False, tie_embeddings_default=True, sliding_layers="all"),
     "gpt_neox": _Family(kv_heads=None, gated_mlp=False, parallel_key=("use_parallel_residual", True)),
     # GPT-2 and its descendants: learned positions, tied output layer, 4 h MLP unless n_inner
     "gpt2": _GPT2,
@@ -96,9 +112,9 @@ _FAMILIES: dict[str, _Family] = {
                       kv_heads=None, ffn=("ffn_hidden_size",), gated_mlp=False,
                       parallel_key=("parallel_attn", True), tie_embeddings_default=True),
     # Mixture-of-Experts families
-    "mixtral": _Family(moe="mixtral"),
-    "qwen2_moe": _Family(moe="qwen_moe"),
-    "qwen3_moe": _Family(moe="qwen_moe"),
+    "mixtral": _Family(moe="mixtral", sliding_layers="all"),
+    "qwen2_moe": _Family(moe="qwen_moe", sliding_layers="qwen"),
+    "qwen3_moe": _Family(moe="qwen_moe", sliding_layers="qwen"),
     "deepseek_v2": _Family(kv_heads=None, moe="deepseek", mla=True),
     "deepseek_v3": _Family(kv_heads=None, moe="deepseek", mla=True),
 }
@@ -233,6 +249,58 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
     return block
 
 
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _sliding_window(config: _Config, family: _Family, num_layers: int) -> dict[str, Any]:
+    """``sliding_window`` and ``sliding_window_layers`` as the family's modelling code applies them.
+
+    A ``layer_types`` list (transformers' newer configs) names each layer's attention;
+    a kind hyperplace does not model (chunked, linear) is refused by its index.
+    Otherwise each family's rule: Mistral, Mixtral, Phi-3 and StarCoder2 window every
+    layer; Gemma 2 the even ones (``is_sliding = not bool(layer_idx % 2)``); Gemma 3
+    all but every ``sliding_window_pattern``-th (5 local to 1 global); Qwen 2/3 only
+    with ``use_sliding_window``, from ``max_window_layers`` on.
+    """
+    if family.sliding_layers is None:
+        return {}
+    if "sliding_window" in config.data:  # null: no window (Mistral v0.2 on)
+        window = config.optional_int("sliding_window")
+    else:
+        window = config.defaults.get("sliding_window", family.sliding_window_default)
+    if window is None:
+        return {}
+    if config.has("layer_types"):
+        kinds = as_list(config.data["layer_types"], f"{config.where}.layer_types", "a list of attention kinds")
+        if len(kinds) != num_layers:
+            raise InvalidInput(f"{config.where}.layer_types names {len(kinds)} layers, num_hidden_layers is "
+                               f"{num_layers}", field=f"{config.where}.layer_types", code="layer-count-mismatch")
+        for index, kind in enumerate(kinds):
+            if kind not in _LAYER_TYPES:
+                raise InvalidInput(f"{config.where}.layer_types[{index}] {kind!r} is not an attention hyperplace "
+                                   f"models ({', '.join(_LAYER_TYPES)})", field=f"{config.where}.layer_types",
+                                   code="unknown-attention-kind")
+        layers = [i for i, kind in enumerate(kinds) if kind == "sliding_attention"]
+    elif family.sliding_layers == "all":
+        layers = list(range(num_layers))
+    elif family.sliding_layers == "alternate":
+        layers = list(range(0, num_layers, 2))
+    elif family.sliding_layers == "pattern":
+        pattern = config.required_int("sliding_window_pattern")
+        layers = [i for i in range(num_layers) if (i + 1) % pattern]
+    else:  # qwen
+        if not config.flag("use_sliding_window", False):
+            return {}
+        first = config.optional_int("max_window_layers", 0, allow_zero=True)
+        layers = list(range(first, num_layers))
+    if not layers:
+        return {}
+    fields: dict[str, Any] = {"sliding_window": window}
+    if len(layers) < num_layers:
+        fields["sliding_window_layers"] = layers
+    return fields
+
+
 def model_fields_from_huggingface(config: Any, where: str = "model.huggingface_config") -> dict[str, Any]:
     """The planner's model fields (all but ``seq_length``) for a Hugging Face ``config.json``.
 
@@ -285,4 +353,5 @@ def model_fields_from_huggingface(config: Any, where: str = "model.huggingface_c
             fields["head_dim"] = head_dim
     if family.moe is not None:
         fields["moe"] = _moe_block(cfg, family, num_layers)
+    fields.update(_sliding_window(cfg, family, num_layers))
     return fields

@@ -205,6 +205,13 @@ class ModelSpec:
     # Report, Sec. 2.2). It runs on the last pipeline stage, which then also keeps a
     # copy of the embedding, as Megatron-Core's MTP does.
     mtp_layers: int = 0
+    # Sliding-window attention (Mistral 7B v0.1, Gemma 2/3, Phi-3, StarCoder2): each query
+    # attends to the ``sliding_window`` latest tokens only, on the ``sliding_window_layers``
+    # (indices; None = every layer). The other layers attend to the whole causal prefix.
+    # Context-parallel exchanges are counted as for full attention (Transformer Engine's
+    # ring passes every K/V chunk whatever the window).
+    sliding_window: int | None = None
+    sliding_window_layers: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The shape as ``model_from_dict`` reads it (fields left at None omitted), e.g. to echo one read from a config."""
@@ -285,6 +292,30 @@ class ModelSpec:
                                 "column", "latent"),
             AttentionProjection(self.context_width, h, "row", "heads"),
         )
+
+    @property
+    def num_sliding_window_layers(self) -> int:
+        if self.sliding_window is None:
+            return 0
+        return self.num_layers if self.sliding_window_layers is None else len(set(self.sliding_window_layers))
+
+    @property
+    def attention_score_share(self) -> float:
+        """Mean share of a causal attention's score work that the model's layers do.
+
+        1 without sliding windows. Query ``i`` of a causal layer scores ``i`` keys, of a
+        layer with window ``w`` ``min(i, w)``: over a sequence of ``s`` that is
+        ``w(w+1)/2 + (s-w)w`` against ``s(s+1)/2`` (Beltagy et al., "Longformer", 2020,
+        Sec. 3.1: the window's cost is linear in ``s``). Score FLOPs and the flash-attention
+        kernels' time scale by it; a kernel that materialises the whole ``s x s`` matrix
+        and masks it (no flash attention) saves nothing.
+        """
+        s, windowed = self.seq_length, self.num_sliding_window_layers
+        if not windowed or self.sliding_window >= s:
+            return 1.0
+        w = self.sliding_window
+        window_share = (w * (w + 1) / 2 + (s - w) * w) / (s * (s + 1) / 2)
+        return 1.0 - windowed / self.num_layers * (1.0 - window_share)
 
     @property
     def num_moe_layers(self) -> int:
@@ -568,6 +599,12 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             head_dim=None if data.get("head_dim") is None else positive_int(data["head_dim"], "model.head_dim"),
             mla=_mla_from_dict(data.get("mla")),
             mtp_layers=positive_int(data.get("mtp_layers", 0), "model.mtp_layers", allow_zero=True),
+            sliding_window=None if data.get("sliding_window") is None else positive_int(
+                data["sliding_window"], "model.sliding_window"),
+            sliding_window_layers=None if data.get("sliding_window_layers") is None else tuple(
+                positive_int(i, "model.sliding_window_layers[]", allow_zero=True)
+                for i in as_list(data["sliding_window_layers"], "model.sliding_window_layers",
+                                 "a list of layer indices")),
         )
     if spec.mla is not None and (spec.head_dim is not None or spec.kv_heads != spec.num_attention_heads):
         raise InvalidInput("model.mla sets the head widths and gives every head its own keys and values; "
@@ -580,6 +617,13 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
         raise InvalidInput(
             f"num_kv_heads {spec.kv_heads} must divide num_attention_heads {spec.num_attention_heads} (GQA groups)",
             field="model.num_kv_heads", code="kv-heads-do-not-divide-heads")
+    if spec.sliding_window_layers is not None:
+        if spec.sliding_window is None:
+            raise InvalidInput("model.sliding_window_layers needs model.sliding_window, the window's width in tokens",
+                               field="model.sliding_window", code="missing-field")
+        if any(i >= spec.num_layers for i in spec.sliding_window_layers):
+            raise InvalidInput(f"sliding_window_layers indexes a layer >= num_layers ({spec.num_layers})",
+                               field="model.sliding_window_layers", code="layer-out-of-range")
     if spec.moe is not None:
         moe = spec.moe
         if moe.experts_per_token > moe.num_experts:

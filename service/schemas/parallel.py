@@ -59,6 +59,11 @@ class TransformerShape(RequestModel):
     learned_position_embeddings: bool = Field(False, description="GPT-2/3-style learned position table (s x h).")
     mtp_layers: int = Field(0, ge=0, le=100, description="Multi-token prediction depth (DeepSeek-V3: 1), "
                             "run on the last pipeline stage.")
+    sliding_window: int | None = Field(None, ge=1, le=10**8,
+                                       description="Sliding-window attention: each query attends to this many "
+                                       "latest tokens (Mistral 7B v0.1: 4096) on sliding_window_layers.")
+    sliding_window_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
+        None, max_length=MAX_LAYERS, description="Indices of the sliding-window layers; default every layer.")
     moe: MoeBlock | None = None
     mla: MlaBlock | None = None
 

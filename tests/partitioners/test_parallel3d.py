@@ -101,6 +101,40 @@ def test_the_causal_count_halves_only_the_attention_score_flops():
     assert full - causal == pytest.approx(0.5 * 3 * 4 * s * h * l * b * s)
 
 
+def test_a_sliding_window_layer_scores_min_of_position_and_window_keys():
+    # s = 8, w = 2: queries score 1, 2, 2, ... keys, 15 in all against a causal layer's 36
+    model = model_from_dict({**GPT_SMALL, "seq_length": 8, "sliding_window": 2, "sliding_window_layers": [0]})
+    assert model.attention_score_share == pytest.approx((1 + 15 / 36) / 2)
+    assert model_from_dict({**GPT_SMALL, "sliding_window": 32}).attention_score_share == 1.0  # window >= sequence
+
+
+def test_model_flops_count_only_the_scores_inside_a_sliding_window():
+    b, s, h, w = 3, 32, 64, 8
+    windowed = model_from_dict({**GPT_SMALL, "sliding_window": w, "sliding_window_layers": [1]})
+    inside = (w * (w + 1) / 2 + (s - w) * w) / (s * (s + 1) / 2)
+    saved = 3 * 4 * s * h * (1 - inside) * b * s  # one layer's QK^T and attention x V, forward and backward
+    assert model_flops_per_step(model_from_dict(GPT_SMALL), b) - model_flops_per_step(windowed, b) \
+        == pytest.approx(saved)
+
+
+def test_without_flash_attention_a_sliding_window_is_masked_and_executes_every_score():
+    full, windowed = model_from_dict(GPT_SMALL), model_from_dict({**GPT_SMALL, "sliding_window": 8})
+    for recompute in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE):
+        assert float(hardware_flops_per_step(windowed, 3, recompute)) == \
+            pytest.approx(float(hardware_flops_per_step(full, 3, recompute)))
+    assert float(hardware_flops_per_step(windowed, 3, RECOMPUTE_NONE, flash_attention=True)) < \
+        float(hardware_flops_per_step(full, 3, RECOMPUTE_NONE, flash_attention=True))
+
+
+def test_sliding_window_layers_need_a_window_and_must_exist():
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({**GPT_SMALL, "sliding_window_layers": [0]})
+    assert info.value.field == "model.sliding_window"
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({**GPT_SMALL, "sliding_window": 8, "sliding_window_layers": [2]})
+    assert info.value.field == "model.sliding_window_layers" and info.value.code == "layer-out-of-range"
+
+
 def test_full_recomputation_flops_equal_narayanan_96_formula():
     # SC21 eq. (3) as printed: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) -- logits are not recomputed
     b, s, l, h, v = 3, 32, 2, 64, 100
@@ -1525,6 +1559,20 @@ def test_a_step_charges_context_parallel_attention_the_short_call_slowdown():
     for seq in (2048, 32768):
         assert attention_s(seq, 2) / attention_s(seq, 1) == \
             pytest.approx(float(flash_attention_slowdown(seq, 2) / flash_attention_slowdown(seq, 1)))
+
+
+def test_flash_attention_kernels_run_a_sliding_window_model_s_share_of_the_causal_work():
+    # FlashAttention-1 runs at half FlashAttention-2's speed on A100, so the two steps'
+    # compute differs by the attention kernels' time at FlashAttention-2's
+    def attention_s(model):
+        layout = [{"tp": 1, "pp": 1, "micro_batch_size": 1, "recompute": "none"}]
+        fa1, fa2 = (evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 64, "flash_attention_version": v},
+                                     layout)[0].time_breakdown_s["compute_s"] for v in (1, 2))
+        return fa1 - fa2
+    full = {**GPT_SMALL, "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 16384}
+    windowed = {**full, "sliding_window": 1024, "sliding_window_layers": [0, 1, 2]}  # Gemma-like, 3 local : 1 global
+    assert attention_s(windowed) / attention_s(full) == pytest.approx(model_from_dict(windowed).attention_score_share)
+    assert model_from_dict(windowed).attention_score_share < 0.35
 
 
 def test_context_parallel_merges_cost_a_rank_the_same_at_every_cp_and_nothing_without_it():

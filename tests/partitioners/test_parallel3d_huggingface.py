@@ -10,6 +10,7 @@ import pytest
 from bench.published_runs import DEEPSEEK_V3
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d import plan_parallel_layout
+from partitioners.parallel3d_flops import parameter_counts
 from partitioners.parallel3d_specs import model_from_dict
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "huggingface"
@@ -143,3 +144,42 @@ def test_shape_fields_beside_a_config_are_refused_rather_than_silently_mixed():
 def test_a_shape_written_back_out_reads_as_the_same_shape():
     model = _read("deepseek-ai/DeepSeek-V3")
     assert model_from_dict(model.to_dict()) == model
+
+
+def test_gemma_3_reads_its_sparse_text_config_with_five_local_layers_to_each_global_one():
+    model = _read("google/gemma-3-12b-it")  # text_config leaves head_dim, vocab and pattern to Gemma3TextConfig
+    assert (model.num_layers, model.hidden_size, model.head_dim, model.kv_heads, model.vocab_size) == (
+        48, 3840, 256, 8, 262_208)
+    assert model.sliding_window == 1024
+    assert model.sliding_window_layers == tuple(i for i in range(48) if (i + 1) % 6)  # layers 5, 11, ... global
+    assert parameter_counts(model).total == pytest.approx(11.77e9, rel=0.01)  # "Gemma 3 12B": the text model
+
+
+def test_mistral_7b_v0_1_windows_every_layer_and_later_versions_none():
+    assert _read("mistralai/Mistral-7B-v0.1").sliding_window == 4096
+    assert _read("mistralai/Mistral-7B-v0.1").sliding_window_layers is None  # every layer
+    later = {**_config("mistralai/Mistral-7B-v0.1"), "sliding_window": None}  # v0.2 on
+    assert model_from_dict({"huggingface_config": later, "seq_length": 4096}).sliding_window is None
+
+
+def test_a_layer_types_list_names_the_windowed_layers():
+    config = {**_config("mistralai/Mistral-7B-v0.1"), "num_hidden_layers": 4,
+              "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}
+    assert model_from_dict({"huggingface_config": config, "seq_length": 8192}).sliding_window_layers == (0, 2)
+
+
+def test_an_attention_kind_hyperplace_does_not_model_is_refused_rather_than_counted_as_full():
+    config = {**_config("mistralai/Mistral-7B-v0.1"), "num_hidden_layers": 2,
+              "layer_types": ["chunked_attention", "full_attention"]}
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({"huggingface_config": config, "seq_length": 8192})
+    assert info.value.field == "model.huggingface_config.layer_types"
+    assert info.value.code == "unknown-attention-kind" and "chunked_attention" in str(info.value)
+
+
+def test_qwen_windows_only_with_use_sliding_window_and_from_max_window_layers_on():
+    config = _config("Qwen/Qwen3-30B-A3B")  # sliding_window set, use_sliding_window false
+    assert model_from_dict({"huggingface_config": config, "seq_length": 4096}).sliding_window is None
+    windowed = {**config, "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 40}
+    model = model_from_dict({"huggingface_config": windowed, "seq_length": 4096})
+    assert model.sliding_window_layers == tuple(range(40, 48))

@@ -318,3 +318,21 @@ def test_a_missing_shape_field_is_named_by_its_path_in_the_model(client):
     response = client.post("/v1/parallel/plan", json=_request(model=shape))
     assert response.status_code == 422
     assert [e["field"] for e in response.json()["errors"]] == ["body.model.hidden_size"]
+
+
+def test_a_sliding_window_shortens_the_predicted_step_of_a_long_sequence_model(client):
+    layout = {"tp": 8, "pp": 4, "micro_batch_size": 1, "recompute": "selective"}
+
+    def step_s(model):
+        response = client.post("/v1/parallel/plan", json=_request(
+            model=model, training={"global_batch_sequences": 64}, evaluate=[layout]))
+        assert response.status_code == 200, response.text
+        return response.json()["predictions"][0]["step_time_s"]
+    long_context = {**LLAMA_70B, "seq_length": 32768}
+    assert step_s({**long_context, "sliding_window": 4096}) < step_s(long_context)
+
+
+def test_sliding_window_layers_without_a_window_are_a_422_naming_the_missing_field(client):
+    response = client.post("/v1/parallel/plan", json=_request(model={**LLAMA_70B, "sliding_window_layers": [0, 2]}))
+    assert response.status_code == 422
+    assert "model.sliding_window" in response.json()["detail"]

@@ -113,6 +113,14 @@ _FAMILIES: dict[str, _Family] = {
                       parallel_key=("parallel_attn", True), tie_embeddings_default=True),
     # Mixture-of-Experts families
     "mixtral": _Family(moe="mixtral", sliding_layers="all"),
+    # gpt-oss: Mixtral's expert keys (num_experts an alias), a SwiGLU expert as wide as
+    # the hidden size, 128-token windows on every other layer; GptOssConfig's defaults
+    # are gpt-oss-120b's shape
+    "gpt_oss": _Family(moe="mixtral", sliding_layers="alternate", sliding_window_default=128,
+                       defaults=(("num_hidden_layers", 36), ("num_local_experts", 128), ("vocab_size", 201_088),
+                                 ("hidden_size", 2880), ("intermediate_size", 2880), ("head_dim", 64),
+                                 ("num_attention_heads", 64), ("num_key_value_heads", 8),
+                                 ("num_experts_per_tok", 4))),
     "qwen2_moe": _Family(moe="qwen_moe", sliding_layers="qwen"),
     "qwen3_moe": _Family(moe="qwen_moe", sliding_layers="qwen"),
     "deepseek_v2": _Family(kv_heads=None, moe="deepseek", mla=True),
@@ -206,7 +214,7 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
     """The ``model.moe`` block, with the MoE layers each family's modelling code builds."""
     if family.moe == "mixtral":
         # every layer routes over num_local_experts experts of intermediate_size
-        return {"num_experts": config.required_int("num_local_experts"),
+        return {"num_experts": config.required_int(("num_local_experts", "num_experts")),
                 "experts_per_token": config.required_int("num_experts_per_tok"),
                 "expert_ffn_hidden_size": config.required_int("intermediate_size")}
     if family.moe == "qwen_moe":

@@ -183,3 +183,15 @@ def test_qwen_windows_only_with_use_sliding_window_and_from_max_window_layers_on
     windowed = {**config, "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 40}
     model = model_from_dict({"huggingface_config": windowed, "seq_length": 4096})
     assert model.sliding_window_layers == tuple(range(40, 48))
+
+
+@pytest.mark.parametrize(("overrides", "total", "active"), [
+    ({}, 117e9, 5.1e9),  # GptOssConfig's defaults: gpt-oss-120b, "117B parameters with 5.1B active"
+    ({"num_hidden_layers": 24, "num_local_experts": 32}, 21e9, 3.6e9),  # gpt-oss-20b: "21B ... 3.6B active"
+])
+def test_gpt_oss_counts_its_published_parameters_with_windows_on_every_other_layer(overrides, total, active):
+    model = model_from_dict({"huggingface_config": {"model_type": "gpt_oss", **overrides}, "seq_length": 4096})
+    counts = parameter_counts(model)
+    assert counts.total == pytest.approx(total, rel=0.01)
+    assert counts.active_per_token - counts.embedding == pytest.approx(active, rel=0.01)  # the output head counts
+    assert model.sliding_window == 128 and model.sliding_window_layers == tuple(range(0, model.num_layers, 2))

@@ -48,17 +48,16 @@ class _Family:
     parallel_key: tuple[str, bool] | None = None
     tie_embeddings_default: bool = False
     learned_position_embeddings: bool = False
-    # "mixtral", "qwen_moe" or "deepseek": how the family describes its experts
+    # "mixtral", "llama4", "qwen_moe" or "deepseek": how the family describes its experts
     moe: str | None = None
     mla: bool = False
     # the config class's defaults for keys a nested config may leave out (a sub-config is
     # saved as its difference from them: LLaVA's text_config names no hidden_size)
     defaults: tuple[tuple[str, int], ...] = ()
-    # Which layers use ``sliding_window`` when the config has no ``layer_types`` list:
-    # "all", "alternate" (Gemma 2: even indices), "pattern" (Gemma 3: all but every
-    # sliding_window_pattern-th), "qwen" (with use_sliding_window, the layers from
-    # max_window_layers on), or None (the family has no sliding windows).
-    sliding_layers: str | None = None
+    # Which layers attend locally when the config has no ``layer_types`` list (the rules
+    # of :func:`_layer_kinds`): "all", "alternate", "pattern", "qwen" (sliding windows),
+    # "no_rope" (Llama 4's chunks), or None (the family has neither).
+    local_layers: str | None = None
     # the config class's default window, for a config that leaves the key out
     sliding_window_default: int | None = None
 
@@ -71,23 +70,23 @@ _GPT2 = _Family(layers=("n_layer", "num_hidden_layers"), hidden=("n_embd", "hidd
                 heads=("n_head", "num_attention_heads"), kv_heads=None, ffn=("n_inner",), gated_mlp=False,
                 tie_embeddings_default=True, learned_position_embeddings=True)
 
-_QWEN = _Family(sliding_layers="qwen")
+_QWEN = _Family(local_layers="qwen")
 
 _FAMILIES: dict[str, _Family] = {
     # SwiGLU/GeGLU decoders with Llama's key names
     "llama": _LLAMA_WITH_DEFAULTS,
     # MistralConfig's sliding_window defaults to 4096 (Mistral 7B v0.1; later versions set null)
-    "mistral": _Family(sliding_layers="all", sliding_window_default=4096),
+    "mistral": _Family(local_layers="all", sliding_window_default=4096),
     "qwen2": _QWEN,
     "qwen3": _QWEN,
-    "phi3": _Family(sliding_layers="all"),
+    "phi3": _Family(local_layers="all"),
     "olmo2": _LLAMA,
     "granite": _LLAMA,
     "gemma": _Family(tie_embeddings_default=True),
-    "gemma2": _Family(tie_embeddings_default=True, sliding_layers="alternate", sliding_window_default=4096),
+    "gemma2": _Family(tie_embeddings_default=True, local_layers="alternate", sliding_window_default=4096),
     # transformers Gemma3TextConfig.__init__ defaults: Gemma 3's multimodal configs save a
     # text_config with only what differs from them
-    "gemma3_text": _Family(tie_embeddings_default=True, sliding_layers="pattern",
+    "gemma3_text": _Family(tie_embeddings_default=True, local_layers="pattern",
                            defaults=(("vocab_size", 262_208), ("hidden_size", 2304), ("intermediate_size", 9216),
                                      ("num_hidden_layers", 26), ("num_attention_heads", 8),
                                      ("num_key_value_heads", 4), ("head_dim", 256), ("sliding_window", 4096),
@@ -96,7 +95,7 @@ _FAMILIES: dict[str, _Family] = {
     "cohere": _Family(parallel_key=("", True), tie_embeddings_default=True),
     # plain (non-gated) MLPs under Llama's key names: squared ReLU, GELU
     "nemotron": _Family(gated_mlp=False),
-    "starcoder2": _Family(gated_mlp=False, tie_embeddings_default=True, sliding_layers="all"),
+    "starcoder2": _Family(gated_mlp=False, tie_embeddings_default=True, local_layers="all"),
     "gpt_neox": _Family(kv_heads=None, gated_mlp=False, parallel_key=("use_parallel_residual", True)),
     # GPT-2 and its descendants: learned positions, tied output layer, 4 h MLP unless n_inner
     "gpt2": _GPT2,
@@ -112,17 +111,28 @@ _FAMILIES: dict[str, _Family] = {
                       kv_heads=None, ffn=("ffn_hidden_size",), gated_mlp=False,
                       parallel_key=("parallel_attn", True), tie_embeddings_default=True),
     # Mixture-of-Experts families
-    "mixtral": _Family(moe="mixtral", sliding_layers="all"),
+    # Llama 4 (Scout, Maverick): every interleave_moe_layer_step-th layer routes top-k over
+    # experts of intermediate_size plus one shared expert of that width, the others are
+    # dense MLPs of intermediate_size_mlp; chunked attention on the rotary layers.
+    # Llama4TextConfig's defaults are Scout's shape.
+    "llama4_text": _Family(ffn=("intermediate_size_mlp",), moe="llama4", local_layers="no_rope",
+                           defaults=(("vocab_size", 202_048), ("hidden_size", 5120), ("intermediate_size", 8192),
+                                     ("intermediate_size_mlp", 16384), ("num_hidden_layers", 48),
+                                     ("num_attention_heads", 40), ("num_key_value_heads", 8), ("head_dim", 128),
+                                     ("num_experts_per_tok", 1), ("num_local_experts", 16),
+                                     ("interleave_moe_layer_step", 1), ("attention_chunk_size", 8192),
+                                     ("no_rope_layer_interval", 4))),
+    "mixtral": _Family(moe="mixtral", local_layers="all"),
     # gpt-oss: Mixtral's expert keys (num_experts an alias), a SwiGLU expert as wide as
     # the hidden size, 128-token windows on every other layer; GptOssConfig's defaults
     # are gpt-oss-120b's shape
-    "gpt_oss": _Family(moe="mixtral", sliding_layers="alternate", sliding_window_default=128,
+    "gpt_oss": _Family(moe="mixtral", local_layers="alternate", sliding_window_default=128,
                        defaults=(("num_hidden_layers", 36), ("num_local_experts", 128), ("vocab_size", 201_088),
                                  ("hidden_size", 2880), ("intermediate_size", 2880), ("head_dim", 64),
                                  ("num_attention_heads", 64), ("num_key_value_heads", 8),
                                  ("num_experts_per_tok", 4))),
-    "qwen2_moe": _Family(moe="qwen_moe", sliding_layers="qwen"),
-    "qwen3_moe": _Family(moe="qwen_moe", sliding_layers="qwen"),
+    "qwen2_moe": _Family(moe="qwen_moe", local_layers="qwen"),
+    "qwen3_moe": _Family(moe="qwen_moe", local_layers="qwen"),
     "deepseek_v2": _Family(kv_heads=None, moe="deepseek", mla=True),
     "deepseek_v3": _Family(kv_heads=None, moe="deepseek", mla=True),
 }
@@ -217,6 +227,18 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
         return {"num_experts": config.required_int(("num_local_experts", "num_experts")),
                 "experts_per_token": config.required_int("num_experts_per_tok"),
                 "expert_ffn_hidden_size": config.required_int("intermediate_size")}
+    if family.moe == "llama4":
+        # Llama4TextMoe: the routed experts and a shared_expert MLP of intermediate_size;
+        # moe_layers, or every interleave_moe_layer_step-th layer counting from the step's last
+        step = config.optional_int("interleave_moe_layer_step", 1)
+        layers = config.int_list("moe_layers") if config.has("moe_layers") else \
+            list(range(step - 1, num_layers, step))
+        block = {"num_experts": config.required_int("num_local_experts"),
+                 "experts_per_token": config.required_int("num_experts_per_tok"),
+                 "expert_ffn_hidden_size": config.required_int("intermediate_size"), "shared_experts": 1}
+        if len(set(layers)) < num_layers:
+            block["moe_layers"] = layers
+        return block
     if family.moe == "qwen_moe":
         # Qwen2MoeDecoderLayer: sparse when the layer is not in mlp_only_layers and
         # (index + 1) % decoder_sparse_step == 0; one shared expert of
@@ -257,27 +279,21 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
     return block
 
 
-_LAYER_TYPES = ("full_attention", "sliding_attention")
+_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 
-def _sliding_window(config: _Config, family: _Family, num_layers: int) -> dict[str, Any]:
-    """``sliding_window`` and ``sliding_window_layers`` as the family's modelling code applies them.
+def _layer_kinds(config: _Config, family: _Family, num_layers: int) -> list[str]:
+    """Each layer's attention kind: from ``layer_types`` where the config has it, else by the family's rule.
 
     A ``layer_types`` list (transformers' newer configs) names each layer's attention;
-    a kind hyperplace does not model (chunked, linear) is refused by its index.
-    Otherwise each family's rule: Mistral, Mixtral, Phi-3 and StarCoder2 window every
-    layer; Gemma 2 the even ones (``is_sliding = not bool(layer_idx % 2)``); Gemma 3
-    all but every ``sliding_window_pattern``-th (5 local to 1 global); Qwen 2/3 only
-    with ``use_sliding_window``, from ``max_window_layers`` on.
+    a kind hyperplace does not model (linear, ...) is refused by its index. Otherwise:
+    Mistral, Mixtral, Phi-3 and StarCoder2 window every layer; Gemma 2 and gpt-oss the
+    even ones (``is_sliding = not bool(layer_idx % 2)``); Gemma 3 all but every
+    ``sliding_window_pattern``-th (5 local to 1 global); Qwen 2/3 only with
+    ``use_sliding_window``, from ``max_window_layers`` on; Llama 4 chunks the layers
+    with rotary embeddings (``no_rope_layers``; by default all but every
+    ``no_rope_layer_interval``-th).
     """
-    if family.sliding_layers is None:
-        return {}
-    if "sliding_window" in config.data:  # null: no window (Mistral v0.2 on)
-        window = config.optional_int("sliding_window")
-    else:
-        window = config.defaults.get("sliding_window", family.sliding_window_default)
-    if window is None:
-        return {}
     if config.has("layer_types"):
         kinds = as_list(config.data["layer_types"], f"{config.where}.layer_types", "a list of attention kinds")
         if len(kinds) != num_layers:
@@ -288,24 +304,59 @@ def _sliding_window(config: _Config, family: _Family, num_layers: int) -> dict[s
                 raise InvalidInput(f"{config.where}.layer_types[{index}] {kind!r} is not an attention hyperplace "
                                    f"models ({', '.join(_LAYER_TYPES)})", field=f"{config.where}.layer_types",
                                    code="unknown-attention-kind")
-        layers = [i for i, kind in enumerate(kinds) if kind == "sliding_attention"]
-    elif family.sliding_layers == "all":
-        layers = list(range(num_layers))
-    elif family.sliding_layers == "alternate":
-        layers = list(range(0, num_layers, 2))
-    elif family.sliding_layers == "pattern":
+        return list(kinds)
+    rule, local = family.local_layers, "sliding_attention"
+    if rule == "all":
+        chosen = range(num_layers)
+    elif rule == "alternate":
+        chosen = range(0, num_layers, 2)
+    elif rule == "pattern":
         pattern = config.required_int("sliding_window_pattern")
-        layers = [i for i in range(num_layers) if (i + 1) % pattern]
-    else:  # qwen
-        if not config.flag("use_sliding_window", False):
-            return {}
+        chosen = [i for i in range(num_layers) if (i + 1) % pattern]
+    elif rule == "qwen":
         first = config.optional_int("max_window_layers", 0, allow_zero=True)
-        layers = list(range(first, num_layers))
-    if not layers:
+        chosen = range(first, num_layers) if config.flag("use_sliding_window", False) else []
+    else:  # "no_rope": Llama 4
+        local = "chunked_attention"
+        if config.has("no_rope_layers"):
+            uses_rope = config.int_list("no_rope_layers")
+            if len(uses_rope) != num_layers:
+                raise InvalidInput(f"{config.where}.no_rope_layers names {len(uses_rope)} layers, "
+                                   f"num_hidden_layers is {num_layers}", field=f"{config.where}.no_rope_layers",
+                                   code="layer-count-mismatch")
+            chosen = [i for i, rope in enumerate(uses_rope) if rope]
+        else:
+            interval = config.optional_int("no_rope_layer_interval", 4)
+            chosen = [i for i in range(num_layers) if (i + 1) % interval]
+    kinds = ["full_attention"] * num_layers
+    for index in chosen:
+        kinds[index] = local
+    return kinds
+
+
+def _local_attention(config: _Config, family: _Family, num_layers: int) -> dict[str, Any]:
+    """``sliding_window`` / ``attention_chunk_size`` and the layers they apply to, as the family's code applies them."""
+    if family.local_layers is None:
         return {}
-    fields: dict[str, Any] = {"sliding_window": window}
-    if len(layers) < num_layers:
-        fields["sliding_window_layers"] = layers
+    sizes: dict[str, int | None] = {}
+    for key, default in (("sliding_window", family.sliding_window_default), ("attention_chunk_size", None)):
+        if key in config.data:  # null: none (Mistral v0.2 on)
+            sizes[key] = config.optional_int(key)
+        else:
+            sizes[key] = config.defaults.get(key, default)
+    kinds = _layer_kinds(config, family, num_layers)
+    fields: dict[str, Any] = {}
+    for kind, size_key, layers_key in (("sliding_attention", "sliding_window", "sliding_window_layers"),
+                                       ("chunked_attention", "attention_chunk_size", "chunked_attention_layers")):
+        layers = [i for i, layer_kind in enumerate(kinds) if layer_kind == kind]
+        if layers and sizes[size_key] is None and kind == "chunked_attention":
+            raise InvalidInput(f"{config.where}.attention_chunk_size is required for the chunked_attention layers",
+                               field=f"{config.where}.attention_chunk_size", code="missing-field")
+        if not layers or sizes[size_key] is None:  # a null sliding_window attends to everything
+            continue
+        fields[size_key] = sizes[size_key]
+        if len(layers) < num_layers:
+            fields[layers_key] = layers
     return fields
 
 
@@ -361,5 +412,5 @@ def model_fields_from_huggingface(config: Any, where: str = "model.huggingface_c
             fields["head_dim"] = head_dim
     if family.moe is not None:
         fields["moe"] = _moe_block(cfg, family, num_layers)
-    fields.update(_sliding_window(cfg, family, num_layers))
+    fields.update(_local_attention(cfg, family, num_layers))
     return fields

@@ -212,6 +212,11 @@ class ModelSpec:
     # ring passes every K/V chunk whatever the window).
     sliding_window: int | None = None
     sliding_window_layers: tuple[int, ...] | None = None
+    # Chunked attention (Llama 4's ``attention_chunk_size``, "iRoPE"): the sequence is cut
+    # into chunks of this many tokens and a query attends causally inside its own chunk,
+    # on the ``chunked_attention_layers`` (None = every layer).
+    attention_chunk_size: int | None = None
+    chunked_attention_layers: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The shape as ``model_from_dict`` reads it (fields left at None omitted), e.g. to echo one read from a config."""
@@ -293,29 +298,36 @@ class ModelSpec:
             AttentionProjection(self.context_width, h, "row", "heads"),
         )
 
-    @property
-    def num_sliding_window_layers(self) -> int:
-        if self.sliding_window is None:
+    def _local_layer_count(self, size: int | None, layers: tuple[int, ...] | None) -> int:
+        if size is None:
             return 0
-        return self.num_layers if self.sliding_window_layers is None else len(set(self.sliding_window_layers))
+        return self.num_layers if layers is None else len(set(layers))
 
     @property
     def attention_score_share(self) -> float:
         """Mean share of a causal attention's score work that the model's layers do.
 
-        1 without sliding windows. Query ``i`` of a causal layer scores ``i`` keys, of a
-        layer with window ``w`` ``min(i, w)``: over a sequence of ``s`` that is
-        ``w(w+1)/2 + (s-w)w`` against ``s(s+1)/2`` (Beltagy et al., "Longformer", 2020,
-        Sec. 3.1: the window's cost is linear in ``s``). Score FLOPs and the flash-attention
-        kernels' time scale by it; a kernel that materialises the whole ``s x s`` matrix
+        1 without local attention. Query ``i`` (from 1) of a causal layer scores ``i``
+        keys: ``s(s+1)/2`` over a sequence of ``s``. Under a sliding window ``w`` it scores
+        ``min(i, w)``, ``w(w+1)/2 + (s-w)w`` in all (Beltagy et al., "Longformer", 2020,
+        Sec. 3.1: linear in ``s``); inside chunks of ``c`` it scores its position in the
+        chunk, ``c(c+1)/2`` a whole chunk. Score FLOPs and the flash-attention kernels'
+        time scale by the share; a kernel that materialises the whole ``s x s`` matrix
         and masks it (no flash attention) saves nothing.
         """
-        s, windowed = self.seq_length, self.num_sliding_window_layers
-        if not windowed or self.sliding_window >= s:
-            return 1.0
-        w = self.sliding_window
-        window_share = (w * (w + 1) / 2 + (s - w) * w) / (s * (s + 1) / 2)
-        return 1.0 - windowed / self.num_layers * (1.0 - window_share)
+        s = self.seq_length
+        causal = s * (s + 1) / 2
+        share = 1.0
+        windowed = self._local_layer_count(self.sliding_window, self.sliding_window_layers)
+        if windowed and self.sliding_window < s:
+            w = self.sliding_window
+            share -= windowed / self.num_layers * (1.0 - (w * (w + 1) / 2 + (s - w) * w) / causal)
+        chunked = self._local_layer_count(self.attention_chunk_size, self.chunked_attention_layers)
+        if chunked and self.attention_chunk_size < s:
+            whole, rest = divmod(s, self.attention_chunk_size)
+            c = self.attention_chunk_size
+            share -= chunked / self.num_layers * (1.0 - (whole * c * (c + 1) / 2 + rest * (rest + 1) / 2) / causal)
+        return share
 
     @property
     def num_moe_layers(self) -> int:
@@ -549,6 +561,41 @@ def _mla_from_dict(data: Mapping[str, Any] | MLASpec | None) -> MLASpec | None:
     )
 
 
+def _optional_positive(data: Mapping[str, Any], name: str) -> int | None:
+    return None if data.get(name) is None else positive_int(data[name], f"model.{name}")
+
+
+def _layer_indices(data: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
+    if data.get(name) is None:
+        return None
+    return tuple(positive_int(i, f"model.{name}[]", allow_zero=True)
+                 for i in as_list(data[name], f"model.{name}", "a list of layer indices"))
+
+
+def _check_local_attention(spec: ModelSpec) -> None:
+    """Sliding-window and chunked layers name existing layers, each under its own size, none under both."""
+    kinds = (("sliding_window", "sliding_window_layers", "the window's width in tokens"),
+             ("attention_chunk_size", "chunked_attention_layers", "the chunk's length in tokens"))
+    for size_name, layers_name, size_meaning in kinds:
+        layers = getattr(spec, layers_name)
+        if layers is None:
+            continue
+        if getattr(spec, size_name) is None:
+            raise InvalidInput(f"model.{layers_name} needs model.{size_name}, {size_meaning}",
+                               field=f"model.{size_name}", code="missing-field")
+        if any(i >= spec.num_layers for i in layers):
+            raise InvalidInput(f"{layers_name} indexes a layer >= num_layers ({spec.num_layers})",
+                               field=f"model.{layers_name}", code="layer-out-of-range")
+    if spec.sliding_window is not None and spec.attention_chunk_size is not None:
+        every = set(range(spec.num_layers))
+        windowed = every if spec.sliding_window_layers is None else set(spec.sliding_window_layers)
+        chunked = every if spec.chunked_attention_layers is None else set(spec.chunked_attention_layers)
+        if windowed & chunked:
+            raise InvalidInput(f"layers {sorted(windowed & chunked)[:8]} are both sliding-window and chunked; "
+                               "a layer attends one way", field="model.chunked_attention_layers",
+                               code="attention-kinds-overlap")
+
+
 def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
     """Validate a model description (``dict`` as sent over HTTP) into a :class:`ModelSpec`.
 
@@ -599,12 +646,10 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             head_dim=None if data.get("head_dim") is None else positive_int(data["head_dim"], "model.head_dim"),
             mla=_mla_from_dict(data.get("mla")),
             mtp_layers=positive_int(data.get("mtp_layers", 0), "model.mtp_layers", allow_zero=True),
-            sliding_window=None if data.get("sliding_window") is None else positive_int(
-                data["sliding_window"], "model.sliding_window"),
-            sliding_window_layers=None if data.get("sliding_window_layers") is None else tuple(
-                positive_int(i, "model.sliding_window_layers[]", allow_zero=True)
-                for i in as_list(data["sliding_window_layers"], "model.sliding_window_layers",
-                                 "a list of layer indices")),
+            sliding_window=_optional_positive(data, "sliding_window"),
+            sliding_window_layers=_layer_indices(data, "sliding_window_layers"),
+            attention_chunk_size=_optional_positive(data, "attention_chunk_size"),
+            chunked_attention_layers=_layer_indices(data, "chunked_attention_layers"),
         )
     if spec.mla is not None and (spec.head_dim is not None or spec.kv_heads != spec.num_attention_heads):
         raise InvalidInput("model.mla sets the head widths and gives every head its own keys and values; "
@@ -617,13 +662,7 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
         raise InvalidInput(
             f"num_kv_heads {spec.kv_heads} must divide num_attention_heads {spec.num_attention_heads} (GQA groups)",
             field="model.num_kv_heads", code="kv-heads-do-not-divide-heads")
-    if spec.sliding_window_layers is not None:
-        if spec.sliding_window is None:
-            raise InvalidInput("model.sliding_window_layers needs model.sliding_window, the window's width in tokens",
-                               field="model.sliding_window", code="missing-field")
-        if any(i >= spec.num_layers for i in spec.sliding_window_layers):
-            raise InvalidInput(f"sliding_window_layers indexes a layer >= num_layers ({spec.num_layers})",
-                               field="model.sliding_window_layers", code="layer-out-of-range")
+    _check_local_attention(spec)
     if spec.moe is not None:
         moe = spec.moe
         if moe.experts_per_token > moe.num_experts:

@@ -64,6 +64,12 @@ class TransformerShape(RequestModel):
                                        "latest tokens (Mistral 7B v0.1: 4096) on sliding_window_layers.")
     sliding_window_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
         None, max_length=MAX_LAYERS, description="Indices of the sliding-window layers; default every layer.")
+    attention_chunk_size: int | None = Field(None, ge=1, le=10**8,
+                                             description="Chunked attention: queries attend causally inside "
+                                             "chunks of this many tokens (Llama 4: 8192) on "
+                                             "chunked_attention_layers.")
+    chunked_attention_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
+        None, max_length=MAX_LAYERS, description="Indices of the chunked-attention layers; default every layer.")
     moe: MoeBlock | None = None
     mla: MlaBlock | None = None
 

@@ -108,6 +108,19 @@ def test_a_sliding_window_layer_scores_min_of_position_and_window_keys():
     assert model_from_dict({**GPT_SMALL, "sliding_window": 32}).attention_score_share == 1.0  # window >= sequence
 
 
+def test_a_chunked_attention_layer_scores_its_queries_positions_inside_their_chunk():
+    # s = 10, chunks of 4: 1+2+3+4 twice and 1+2, 23 keys against a causal layer's 55
+    model = model_from_dict({**GPT_SMALL, "seq_length": 10, "attention_chunk_size": 4,
+                             "chunked_attention_layers": [1]})
+    assert model.attention_score_share == pytest.approx((1 + 23 / 55) / 2)
+
+
+def test_a_layer_cannot_be_both_sliding_window_and_chunked():
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({**GPT_SMALL, "sliding_window": 8, "attention_chunk_size": 8, "chunked_attention_layers": [1]})
+    assert info.value.field == "model.chunked_attention_layers" and info.value.code == "attention-kinds-overlap"
+
+
 def test_model_flops_count_only_the_scores_inside_a_sliding_window():
     b, s, h, w = 3, 32, 64, 8
     windowed = model_from_dict({**GPT_SMALL, "sliding_window": w, "sliding_window_layers": [1]})

@@ -170,11 +170,11 @@ def test_a_layer_types_list_names_the_windowed_layers():
 
 def test_an_attention_kind_hyperplace_does_not_model_is_refused_rather_than_counted_as_full():
     config = {**_config("mistralai/Mistral-7B-v0.1"), "num_hidden_layers": 2,
-              "layer_types": ["chunked_attention", "full_attention"]}
+              "layer_types": ["linear_attention", "full_attention"]}  # Qwen3-Next's gated DeltaNet layers
     with pytest.raises(InvalidInput) as info:
         model_from_dict({"huggingface_config": config, "seq_length": 8192})
     assert info.value.field == "model.huggingface_config.layer_types"
-    assert info.value.code == "unknown-attention-kind" and "chunked_attention" in str(info.value)
+    assert info.value.code == "unknown-attention-kind" and "linear_attention" in str(info.value)
 
 
 def test_qwen_windows_only_with_use_sliding_window_and_from_max_window_layers_on():
@@ -195,3 +195,26 @@ def test_gpt_oss_counts_its_published_parameters_with_windows_on_every_other_lay
     assert counts.total == pytest.approx(total, rel=0.01)
     assert counts.active_per_token - counts.embedding == pytest.approx(active, rel=0.01)  # the output head counts
     assert model.sliding_window == 128 and model.sliding_window_layers == tuple(range(0, model.num_layers, 2))
+
+
+@pytest.mark.parametrize(("overrides", "total"), [
+    ({}, 109e9),  # Llama4TextConfig's defaults: Scout, "109B total" (with its vision encoder)
+    ({"num_local_experts": 128, "interleave_moe_layer_step": 2}, 400e9),  # Maverick, "400B total"
+])
+def test_llama_4_routes_its_moe_layers_beside_a_shared_expert_and_chunks_three_layers_in_four(overrides, total):
+    config = {"model_type": "llama4", "text_config": {"model_type": "llama4_text", **overrides}}
+    model = model_from_dict({"huggingface_config": config, "seq_length": 8192})
+    counts = parameter_counts(model)
+    assert counts.total == pytest.approx(total, rel=0.015)
+    assert counts.active_per_token == pytest.approx(17e9, rel=0.015)  # "17B active parameters"
+    assert model.moe.shared_experts == 1 and model.ffn == 16384  # dense layers: intermediate_size_mlp
+    assert model.attention_chunk_size == 8192
+    assert model.chunked_attention_layers == tuple(i for i in range(48) if (i + 1) % 4)  # every 4th is global
+
+
+def test_chunked_attention_layers_without_a_chunk_size_are_refused():
+    config = {**_config("mistralai/Mistral-7B-v0.1"), "num_hidden_layers": 2,
+              "layer_types": ["chunked_attention", "full_attention"]}
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({"huggingface_config": config, "seq_length": 8192})
+    assert info.value.field == "model.huggingface_config.attention_chunk_size"

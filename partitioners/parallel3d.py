@@ -205,7 +205,8 @@ class LayoutPrediction:
             "mfu": self.mfu,
             "mfu_causal": self.mfu_causal,
             "mfu_note": "model FLOPs only (Narayanan et al. SC21 count, no recomputation) / bf16 dense peak; "
-                        "mfu_causal counts attention over the causal half only (Megatron-Bridge's Model TFLOP/s)",
+                        "mfu_causal counts attention over the causal half only (Megatron-Bridge's Model TFLOP/s); "
+                        "sliding-window and chunked layers count only the scores inside their window or chunk",
             "hfu": self.hfu,
             "bubble_fraction": self.bubble_fraction,
             "time_breakdown_s": dict(self.time_breakdown_s),

@@ -137,7 +137,8 @@ class TrainingSettings(RequestModel):
 
     global_batch_sequences: int = Field(ge=1, le=10**8)
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
-    optimizer: Literal["adam"] = "adam"
+    optimizer: Literal["adam", "adamw"] = Field(
+        "adam", description="Mixed-precision Adam (AdamW's decoupled weight decay keeps the same state).")
     software: Literal["megatron-lm-2021", "megatron-lm-2022", "megatron-core"] | None = Field(
         None, description="The framework generation whose behaviour the flags default to (default: megatron-core)."
     )

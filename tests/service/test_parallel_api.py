@@ -336,3 +336,12 @@ def test_sliding_window_layers_without_a_window_are_a_422_naming_the_missing_fie
     response = client.post("/v1/parallel/plan", json=_request(model={**LLAMA_70B, "sliding_window_layers": [0, 2]}))
     assert response.status_code == 422
     assert "model.sliding_window" in response.json()["detail"]
+
+
+def test_adamw_is_planned_as_adam_whose_state_it_shares(client):
+    layout = {"tp": 8, "pp": 4, "micro_batch_size": 1, "recompute": "selective"}
+    answers = [client.post("/v1/parallel/plan", json=_request(
+        training={"global_batch_sequences": 1024, "optimizer": optimizer}, evaluate=[layout])) for optimizer in
+        ("adam", "adamw")]
+    assert [a.status_code for a in answers] == [200, 200]
+    assert answers[0].json()["predictions"] == answers[1].json()["predictions"]

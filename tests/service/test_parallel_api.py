@@ -345,3 +345,10 @@ def test_adamw_is_planned_as_adam_whose_state_it_shares(client):
         ("adam", "adamw")]
     assert [a.status_code for a in answers] == [200, 200]
     assert answers[0].json()["predictions"] == answers[1].json()["predictions"]
+
+
+def test_an_optimizer_other_than_adam_is_a_422_naming_the_field(client):
+    response = client.post("/v1/parallel/plan", json=_request(
+        training={"global_batch_sequences": 1024, "optimizer": "sgd"}))
+    assert response.status_code == 422
+    assert [e["field"] for e in response.json()["errors"]] == ["body.training.optimizer"]

@@ -133,6 +133,9 @@ _FAMILIES: dict[str, _Family] = {
                                  ("num_experts_per_tok", 4))),
     "qwen2_moe": _Family(moe="qwen_moe", local_layers="qwen"),
     "qwen3_moe": _Family(moe="qwen_moe", local_layers="qwen"),
+    # GLM-4.5/4.6: DeepSeek-V3's expert keys and multi-token prediction with GQA attention
+    # (heads of head_dim, 96 x 128 against a 5120-wide hidden state)
+    "glm4_moe": _Family(moe="deepseek"),
     "deepseek_v2": _Family(kv_heads=None, moe="deepseek", mla=True),
     "deepseek_v3": _Family(kv_heads=None, moe="deepseek", mla=True),
 }
@@ -402,7 +405,6 @@ def model_fields_from_huggingface(config: Any, where: str = "model.huggingface_c
                          "qk_nope_head_dim": cfg.required_int("qk_nope_head_dim"),
                          "qk_rope_head_dim": cfg.required_int("qk_rope_head_dim", allow_zero=True),
                          "v_head_dim": cfg.required_int("v_head_dim")}
-        fields["mtp_layers"] = cfg.optional_int("num_nextn_predict_layers", 0, allow_zero=True)
     else:
         kv_heads = _kv_heads(cfg, family, model_type, heads)
         if kv_heads is not None:
@@ -412,5 +414,7 @@ def model_fields_from_huggingface(config: Any, where: str = "model.huggingface_c
             fields["head_dim"] = head_dim
     if family.moe is not None:
         fields["moe"] = _moe_block(cfg, family, num_layers)
+    if family.moe == "deepseek":
+        fields["mtp_layers"] = cfg.optional_int("num_nextn_predict_layers", 0, allow_zero=True)
     fields.update(_local_attention(cfg, family, num_layers))
     return fields

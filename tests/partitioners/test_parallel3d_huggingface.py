@@ -218,3 +218,26 @@ def test_chunked_attention_layers_without_a_chunk_size_are_refused():
     with pytest.raises(InvalidInput) as info:
         model_from_dict({"huggingface_config": config, "seq_length": 8192})
     assert info.value.field == "model.huggingface_config.attention_chunk_size"
+
+
+# GLM-4.5's config.json keys (zai-org/GLM-4.5); the Air model changes the sizes below
+GLM_4_5 = {"model_type": "glm4_moe", "num_hidden_layers": 92, "hidden_size": 5120, "num_attention_heads": 96,
+           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+           "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+           "n_group": 1, "topk_group": 1, "vocab_size": 151552, "num_nextn_predict_layers": 1,
+           "tie_word_embeddings": False}
+GLM_4_5_AIR = {**GLM_4_5, "num_hidden_layers": 46, "hidden_size": 4096, "intermediate_size": 10944,
+               "moe_intermediate_size": 1408, "n_routed_experts": 128, "first_k_dense_replace": 1}
+
+
+@pytest.mark.parametrize(("config", "total", "active"), [
+    (GLM_4_5, 355e9, 32e9),  # "355 billion total parameters and 32 billion active parameters"
+    (GLM_4_5_AIR, 106e9, 12e9),  # "106 billion total parameters and 12 billion active parameters"
+])
+def test_glm_4_5_reads_deepseek_style_experts_with_grouped_query_attention(config, total, active):
+    model = model_from_dict({"huggingface_config": config, "seq_length": 4096})
+    assert model.mla is None and model.kv_heads == 8 and model.query_width == 96 * 128 != model.hidden_size
+    assert model.mtp_layers == 1 and model.moe.moe_layers[0] == config["first_k_dense_replace"]
+    counts = parameter_counts(model_from_dict({**model.to_dict(), "mtp_layers": 0}))  # the published counts
+    assert counts.total == pytest.approx(total, rel=0.01)
+    assert counts.active_per_token - counts.embedding - counts.output == pytest.approx(active, rel=0.02)

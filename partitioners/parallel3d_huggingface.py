@@ -343,8 +343,8 @@ def _local_attention(config: _Config, family: _Family, num_layers: int) -> dict[
         return {}
     sizes: dict[str, int | None] = {}
     for key, default in (("sliding_window", family.sliding_window_default), ("attention_chunk_size", None)):
-        if key in config.data:  # null: none (Mistral v0.2 on)
-            sizes[key] = config.optional_int(key)
+        if key in config.data:  # null: none (Mistral v0.2 on), whatever the class default
+            sizes[key] = None if config.data[key] is None else config.required_int(key)
         else:
             sizes[key] = config.defaults.get(key, default)
     kinds = _layer_kinds(config, family, num_layers)

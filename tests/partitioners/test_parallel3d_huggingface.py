@@ -160,6 +160,8 @@ def test_mistral_7b_v0_1_windows_every_layer_and_later_versions_none():
     assert _read("mistralai/Mistral-7B-v0.1").sliding_window_layers is None  # every layer
     later = {**_config("mistralai/Mistral-7B-v0.1"), "sliding_window": None}  # v0.2 on
     assert model_from_dict({"huggingface_config": later, "seq_length": 4096}).sliding_window is None
+    unwindowed_gemma = {"model_type": "gemma3_text", "sliding_window": None}  # null beats the class's 4096
+    assert model_from_dict({"huggingface_config": unwindowed_gemma, "seq_length": 4096}).sliding_window is None
 
 
 def test_a_layer_types_list_names_the_windowed_layers():

@@ -382,9 +382,9 @@ def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRa
         # causal flash attention skips the masked half; backward is 2.5x forward's FLOPs
         # (five matmuls against two, Dao 2023), run at a lower fraction of peak, and
         # both slower on short calls (the sequence, or its context-parallel chunks);
-        # sliding-window layers skip the blocks outside their window, counted as the
-        # layers' mean share (the windowed layers interleave with the others in every
-        # family that has them, so each stage holds about that mix)
+        # sliding-window and chunked layers skip the blocks outside their window or
+        # chunk, counted as the layers' mean share (local layers interleave with global
+        # ones in every family that has them, so each stage holds about that mix)
         forward = tokens * s * (model.query_width + model.context_width) / tp \
             * model.attention_score_share * flash_attention_slowdown(s, cp) \
             / (rates.peak_bf16_flops * rates.gemm_efficiency * _FLASH_OVER_GEMM * rates.flash_attention_speed)

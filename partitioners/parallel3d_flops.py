@@ -100,8 +100,8 @@ def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
     projections and the 4h MLP plus ``4sh`` for ``QK^T`` and attention over ``V``;
     here the projections use the actual query and KV widths (a head width apart from
     h / a, GQA) and FFN width, gated MLPs have three matrices, MoE layers count the
-    top-k and shared experts plus the router, and sliding-window layers the scores
-    inside their window. Multi-token-prediction modules add a
+    top-k and shared experts plus the router, and sliding-window and chunked layers
+    the scores inside their window or chunk. Multi-token-prediction modules add a
     layer, a ``2h -> h`` projection and a pass through the output head each.
     """
     h, s = model.hidden_size, model.seq_length
@@ -116,7 +116,7 @@ def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
         moe = model.moe
         moe_mlp = 2 * mats * h * moe.expert_ffn_hidden_size * (moe.experts_per_token + moe.shared_experts) \
             + 2 * h * moe.num_experts
-    # sliding-window layers score only their window (ModelSpec.attention_score_share)
+    # local-attention layers score only their window or chunk (ModelSpec.attention_score_share)
     scores = model.num_layers * attn_scores * model.attention_score_share
     layers = model.num_layers * attn_linear + scores + (model.num_layers - n_moe) * dense_mlp + n_moe * moe_mlp
     # multi-token prediction: per module one more layer, its 2h -> h projection and logits
@@ -169,8 +169,8 @@ def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recom
     every rank projects a whole KV head (:func:`~partitioners.parallel3d_specs.kv_shard_count`),
     so the tensor group runs those projections ``tp / kv_heads`` times, forward and
     backward, and again in a recomputed forward. Without ``flash_attention`` a
-    sliding-window layer computes the whole score matrix and masks it, so the scores
-    outside its window are executed too.
+    sliding-window or chunked layer computes the whole score matrix and masks it, so
+    the scores outside its window or chunk are executed too.
     """
     layers, scores, _ = _forward_flops_per_token(model)
     masked = 0.0 if flash_attention else \

@@ -384,7 +384,9 @@ def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRa
         # both slower on short calls (the sequence, or its context-parallel chunks);
         # sliding-window and chunked layers skip the blocks outside their window or
         # chunk, counted as the layers' mean share (local layers interleave with global
-        # ones in every family that has them, so each stage holds about that mix)
+        # ones in every family that has them, so each stage holds about that mix), at the
+        # whole sequence's kernel efficiency: a window of a few hundred tokens runs its
+        # few tiles slower, on a share of the work too small to move the step
         forward = tokens * s * (model.query_width + model.context_width) / tp \
             * model.attention_score_share * flash_attention_slowdown(s, cp) \
             / (rates.peak_bf16_flops * rates.gemm_efficiency * _FLASH_OVER_GEMM * rates.flash_attention_speed)

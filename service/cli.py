@@ -300,7 +300,7 @@ def layout(
     batch: Annotated[int, typer.Option(min=1, help="Global batch in sequences per optimizer step.")],
     seq_length: Annotated[int | None, typer.Option(min=1, help="Training sequence length (required with a "
                                                    "Hugging Face config).")] = None,
-    preset: Annotated[str, typer.Option(help="Node preset, e.g. dgx-h100, dgx-a100, dgx-b200.")] = "dgx-h100",
+    preset: Annotated[str, typer.Option(help="Node preset, e.g. dgx-h100, dgx-a100, dgx-b200, gb200-nvl72 (a 72-GPU NVLink rack).")] = "dgx-h100",
     nodes: Annotated[int, typer.Option(min=1, help="Nodes of the preset.")] = 1,
     precision: Annotated[str, typer.Option(help="bf16, fp16 or fp8.")] = "bf16",
     training: Annotated[list[str], typer.Option("--training", "-t", help="Training field name=value (repeatable), "

@@ -1737,3 +1737,14 @@ def test_an_older_flash_attention_never_makes_a_step_faster(seq_exp, tp_exp, cp,
                               {"global_batch_sequences": 64, "flash_attention_version": version}, layout)[0].step_time_s
              for version in (3, 2, 1)]
     assert steps[0] <= steps[1] <= steps[2]
+
+
+def test_a_72_gpu_nvlink_rack_keeps_a_36_way_tensor_group_inside_its_domain():
+    model = {**GPT_SMALL, "num_layers": 8, "hidden_size": 9216, "num_attention_heads": 72, "seq_length": 4096}
+    layout = [{"tp": 36, "pp": 1, "cp": 1}]
+    training = {"global_batch_sequences": 16}
+    (rack,) = evaluate_layouts(model, {"preset": "gb200-nvl72", "nodes": 1}, training, layout)
+    (nodes,) = evaluate_layouts(model, {"preset": "dgx-b200", "nodes": 9}, training, layout)
+    assert not any("spans" in reason for reason in rack.reasons)
+    assert any("nodes of 8 GPUs: its per-layer all-reduces would leave" in reason for reason in nodes.reasons)
+    assert rack.time_breakdown_s["tp_comm_s"] < nodes.time_breakdown_s["tp_comm_s"] / 5

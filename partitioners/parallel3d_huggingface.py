@@ -93,6 +93,10 @@ _FAMILIES: dict[str, _Family] = {
                                      ("sliding_window_pattern", 6))),
     # Command-R: attention and MLP both read the layer's one norm output and are added together
     "cohere": _Family(parallel_key=("", True), tie_embeddings_default=True),
+    # Command R7B / Command A: Command-R's block with 4096-token windows on three layers in
+    # four (Cohere2Config: sliding_window_pattern 4)
+    "cohere2": _Family(parallel_key=("", True), tie_embeddings_default=True, local_layers="pattern",
+                       sliding_window_default=4096, defaults=(("sliding_window_pattern", 4),)),
     # plain (non-gated) MLPs under Llama's key names: squared ReLU, GELU
     "nemotron": _Family(gated_mlp=False),
     "starcoder2": _Family(gated_mlp=False, tie_embeddings_default=True, local_layers="all"),
@@ -291,8 +295,8 @@ def _layer_kinds(config: _Config, family: _Family, num_layers: int) -> list[str]
     A ``layer_types`` list (transformers' newer configs) names each layer's attention;
     a kind hyperplace does not model (linear, ...) is refused by its index. Otherwise:
     Mistral, Mixtral, Phi-3 and StarCoder2 window every layer; Gemma 2 and gpt-oss the
-    even ones (``is_sliding = not bool(layer_idx % 2)``); Gemma 3 all but every
-    ``sliding_window_pattern``-th (5 local to 1 global); Qwen 2/3 only with
+    even ones (``is_sliding = not bool(layer_idx % 2)``); Gemma 3 and Cohere 2 all but
+    every ``sliding_window_pattern``-th (5 or 3 local to 1 global); Qwen 2/3 only with
     ``use_sliding_window``, from ``max_window_layers`` on; Llama 4 chunks the layers
     with rotary embeddings (``no_rope_layers``; by default all but every
     ``no_rope_layer_interval``-th).

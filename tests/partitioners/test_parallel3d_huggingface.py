@@ -243,3 +243,13 @@ def test_glm_4_5_reads_deepseek_style_experts_with_grouped_query_attention(confi
     counts = parameter_counts(model_from_dict({**model.to_dict(), "mtp_layers": 0}))  # the published counts
     assert counts.total == pytest.approx(total, rel=0.01)
     assert counts.active_per_token - counts.embedding - counts.output == pytest.approx(active, rel=0.02)
+
+
+def test_command_a_is_a_parallel_block_with_windows_on_three_layers_in_four():
+    # Command A's config.json sizes (CohereLabs/c4ai-command-a-03-2025), "111B parameters"
+    config = {"model_type": "cohere2", "num_hidden_layers": 64, "hidden_size": 12288, "num_attention_heads": 96,
+              "num_key_value_heads": 8, "intermediate_size": 36864, "vocab_size": 256000, "sliding_window": 4096}
+    model = model_from_dict({"huggingface_config": config, "seq_length": 8192})
+    assert model.parallel_attention_mlp and model.tie_embeddings
+    assert model.sliding_window_layers == tuple(i for i in range(64) if (i + 1) % 4)
+    assert parameter_counts(model).total == pytest.approx(111e9, rel=0.01)

@@ -289,6 +289,12 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
 _LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 
+def _check_one_per_layer(config: _Config, key: str, values: list[Any], num_layers: int) -> None:
+    if len(values) != num_layers:
+        raise InvalidInput(f"{config.where}.{key} names {len(values)} layers, num_hidden_layers is {num_layers}",
+                           field=f"{config.where}.{key}", code="layer-count-mismatch")
+
+
 def _layer_kinds(config: _Config, family: _Family, num_layers: int) -> list[str]:
     """Each layer's attention kind: from ``layer_types`` where the config has it, else by the family's rule.
 
@@ -303,9 +309,7 @@ def _layer_kinds(config: _Config, family: _Family, num_layers: int) -> list[str]
     """
     if config.has("layer_types"):
         kinds = as_list(config.data["layer_types"], f"{config.where}.layer_types", "a list of attention kinds")
-        if len(kinds) != num_layers:
-            raise InvalidInput(f"{config.where}.layer_types names {len(kinds)} layers, num_hidden_layers is "
-                               f"{num_layers}", field=f"{config.where}.layer_types", code="layer-count-mismatch")
+        _check_one_per_layer(config, "layer_types", kinds, num_layers)
         for index, kind in enumerate(kinds):
             if kind not in _LAYER_TYPES:
                 raise InvalidInput(f"{config.where}.layer_types[{index}] {kind!r} is not an attention hyperplace "
@@ -327,10 +331,7 @@ def _layer_kinds(config: _Config, family: _Family, num_layers: int) -> list[str]
         local = "chunked_attention"
         if config.has("no_rope_layers"):
             uses_rope = config.int_list("no_rope_layers")
-            if len(uses_rope) != num_layers:
-                raise InvalidInput(f"{config.where}.no_rope_layers names {len(uses_rope)} layers, "
-                                   f"num_hidden_layers is {num_layers}", field=f"{config.where}.no_rope_layers",
-                                   code="layer-count-mismatch")
+            _check_one_per_layer(config, "no_rope_layers", uses_rope, num_layers)
             chosen = [i for i, rope in enumerate(uses_rope) if rope]
         else:
             interval = config.optional_int("no_rope_layer_interval", 4)

@@ -528,19 +528,14 @@ def _moe_from_dict(data: Mapping[str, Any] | MoESpec | None) -> MoESpec | None:
     if data is None or isinstance(data, MoESpec):
         return data
     _check_block(data, MoESpec, "model.moe")
-    layers = data.get("moe_layers")
     return MoESpec(
         num_experts=positive_int(data.get("num_experts"), "model.moe.num_experts", maximum=MAX_EXPERTS),
         experts_per_token=positive_int(data.get("experts_per_token"), "model.moe.experts_per_token"),
         expert_ffn_hidden_size=positive_int(data.get("expert_ffn_hidden_size"), "model.moe.expert_ffn_hidden_size"),
         shared_experts=positive_int(data.get("shared_experts", 0), "model.moe.shared_experts", allow_zero=True),
-        moe_layers=None if layers is None else tuple(
-            positive_int(x, "model.moe.moe_layers[]", allow_zero=True)
-            for x in as_list(layers, "model.moe.moe_layers", "a list of layer indices")),
-        num_groups=None if data.get("num_groups") is None else positive_int(data["num_groups"],
-                                                                             "model.moe.num_groups"),
-        group_topk=None if data.get("group_topk") is None else positive_int(data["group_topk"],
-                                                                             "model.moe.group_topk"),
+        moe_layers=_layer_indices(data, "moe_layers", "model.moe"),
+        num_groups=_optional_positive(data, "num_groups", "model.moe"),
+        group_topk=_optional_positive(data, "group_topk", "model.moe"),
     )
 
 
@@ -556,20 +551,21 @@ def _mla_from_dict(data: Mapping[str, Any] | MLASpec | None) -> MLASpec | None:
         qk_nope_head_dim=positive_int(data["qk_nope_head_dim"], "model.mla.qk_nope_head_dim"),
         qk_rope_head_dim=positive_int(data["qk_rope_head_dim"], "model.mla.qk_rope_head_dim", allow_zero=True),
         v_head_dim=positive_int(data["v_head_dim"], "model.mla.v_head_dim"),
-        q_lora_rank=None if data.get("q_lora_rank") is None else positive_int(data["q_lora_rank"],
-                                                                               "model.mla.q_lora_rank"),
+        q_lora_rank=_optional_positive(data, "q_lora_rank", "model.mla"),
     )
 
 
-def _optional_positive(data: Mapping[str, Any], name: str) -> int | None:
-    return None if data.get(name) is None else positive_int(data[name], f"model.{name}")
+def _optional_positive(data: Mapping[str, Any], name: str, where: str = "model") -> int | None:
+    """``data[name]`` as a positive integer, or None where it is absent or null."""
+    return None if data.get(name) is None else positive_int(data[name], f"{where}.{name}")
 
 
-def _layer_indices(data: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
+def _layer_indices(data: Mapping[str, Any], name: str, where: str = "model") -> tuple[int, ...] | None:
+    """``data[name]`` as a tuple of layer indices, or None where it is absent or null."""
     if data.get(name) is None:
         return None
-    return tuple(positive_int(i, f"model.{name}[]", allow_zero=True)
-                 for i in as_list(data[name], f"model.{name}", "a list of layer indices"))
+    return tuple(positive_int(i, f"{where}.{name}[]", allow_zero=True)
+                 for i in as_list(data[name], f"{where}.{name}", "a list of layer indices"))
 
 
 def _check_local_attention(spec: ModelSpec) -> None:
@@ -634,16 +630,14 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             num_attention_heads=positive_int(data["num_attention_heads"], "model.num_attention_heads"),
             seq_length=positive_int(data["seq_length"], "model.seq_length"),
             vocab_size=positive_int(data["vocab_size"], "model.vocab_size"),
-            num_kv_heads=None if data.get("num_kv_heads") is None else positive_int(
-                data["num_kv_heads"], "model.num_kv_heads"),
-            ffn_hidden_size=None if data.get("ffn_hidden_size") is None else positive_int(
-                data["ffn_hidden_size"], "model.ffn_hidden_size"),
+            num_kv_heads=_optional_positive(data, "num_kv_heads"),
+            ffn_hidden_size=_optional_positive(data, "ffn_hidden_size"),
             gated_mlp=bool(data.get("gated_mlp", False)),
             parallel_attention_mlp=bool(data.get("parallel_attention_mlp", False)),
             tie_embeddings=bool(data.get("tie_embeddings", False)),
             learned_position_embeddings=bool(data.get("learned_position_embeddings", False)),
             moe=_moe_from_dict(data.get("moe")),
-            head_dim=None if data.get("head_dim") is None else positive_int(data["head_dim"], "model.head_dim"),
+            head_dim=_optional_positive(data, "head_dim"),
             mla=_mla_from_dict(data.get("mla")),
             mtp_layers=positive_int(data.get("mtp_layers", 0), "model.mtp_layers", allow_zero=True),
             sliding_window=_optional_positive(data, "sliding_window"),
@@ -881,8 +875,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             precision=str(data.get("precision", "bf16")).lower(),
             optimizer=str(data.get("optimizer", "adam")).lower(),
             flash_attention=bool(data.get("flash_attention", True)),
-            flash_attention_version=None if data.get("flash_attention_version") is None else positive_int(
-                data["flash_attention_version"], "training.flash_attention_version"),
+            flash_attention_version=_optional_positive(data, "flash_attention_version", "training"),
             sequence_parallel=bool(data.get("sequence_parallel", True)),
             overlap_grad_reduce=bool(data.get("overlap_grad_reduce", True)),
             overlap_tp_comm=bool(data.get("overlap_tp_comm", False)),

@@ -307,8 +307,9 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     """Every candidate layout the constraints allow, as parallel arrays.
 
     Structural impossibilities are never generated (``dp`` must be an integer,
-    ``ep`` must divide the experts and ``dp``, interleaving needs ``pp > 1``, a
-    layer count per stage that ``v`` divides and at least ``pp`` micro-batches).
+    ``ep`` must divide the experts and ``dp``, interleaving needs ``pp > 2`` (``pp > 1``
+    with asynchronous pipeline exchanges), a layer count per stage that ``v`` divides and
+    whole rounds of ``pp`` micro-batches).
     Layouts that are well-formed but cannot run (tp across a node, heads not
     divisible, out of memory, ...) are generated so the answer can say why they
     lost. Tensor-parallel sizes are powers of two up to two nodes (those beyond
@@ -378,12 +379,16 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     # must divide by v); Megatron-Core's --pipeline-model-parallel-layout can, placing an
     # identity op in an empty chunk (Megatron-LM MR 2795, "flexible asymmetric VPP")
     q = np.ceil(model.num_layers / pp)
-    # Megatron-LM's interleaved 1F1B schedule needs more than two stages ("pipeline-model-
-    # parallel size should be greater than 2 with interleaved schedule": with two, each rank's
-    # batched send and receive go to the same peer and can deadlock) and whole rounds of
-    # micro-batches ("number of microbatches is not divisible by pipeline-parallel size when
-    # using interleaved schedule"), megatron/arguments.py and schedules.py
-    v_ok = (v == 1) | ((pp > 2) & (q % v == 0) & (m % pp == 0))
+    # Megatron-LM's interleaved 1F1B schedule needs whole rounds of micro-batches ("number of
+    # microbatches is not divisible by pipeline-parallel size when using interleaved
+    # schedule", schedules.py) and, with batched synchronous exchanges, more than two stages
+    # (with two, each rank's batched send and receive go to the same peer: "pipeline-model-
+    # parallel size should be greater than 2 to avoid having multiple p2p sends and recvs
+    # between same 2 ranks per communication batch", arguments.py). With asynchronous
+    # exchanges (--overlap-p2p-comm) two stages are enough: Megatron-Bridge's Qwen3-30B-A3B
+    # H100 recipe interleaves pp 2 x vp 24.
+    min_interleaved_pp = 2 if training.overlap_p2p_comm else 3
+    v_ok = (v == 1) | ((pp >= min_interleaved_pp) & (q % v == 0) & (m % pp == 0))
     keep &= v_ok
     zero = zeros[i_z]
     if 1 in constraints.zero_stages:
@@ -845,14 +850,7 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
             keep = lay.dp == int(dp)
             lay, pred, bits = lay.take(keep), {key: val[keep] for key, val in pred.items()}, bits[keep]
         if len(lay) == 0:
-            if layout.get("virtual_stages", 1) > 1:
-                raise InvalidInput(f"layout {dict(layout)}: an interleaved schedule (virtual_stages > 1) needs "
-                                   "pp > 2, virtual_stages dividing the layers per stage and a micro-batch "
-                                   "count that is a multiple of pp (Megatron-LM's interleaved 1F1B)",
-                                   field=f"evaluate[{k}].virtual_stages", code="interleaving-not-possible")
-            raise InvalidInput(f"layout {dict(layout)} does not multiply out to the {cluster_spec.num_gpus} GPUs "
-                               "(dp x tp x pp x cp must equal the GPU count, ep must divide dp and the experts)",
-                               field=f"evaluate[{k}]", code="layout-does-not-match-cluster")
+            raise _impossible_layout(layout, cluster_spec.num_gpus, training_spec, where)
         step = pred["step_time_s"]
         valid = np.flatnonzero(bits == 0)
         pool = valid if valid.size else np.arange(len(lay))
@@ -863,6 +861,30 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
         i = int(pool[np.argmin(step[pool])])
         results.append(_prediction(i, lay, pred, bits, model_spec, cluster_spec, training_spec))
     return results
+
+
+def _impossible_layout(layout: Mapping[str, Any], num_gpus: int, training: TrainingSpec,
+                       where: str) -> InvalidInput:
+    """The error for an evaluated layout no variant of which can be built, naming the first cause."""
+    tp, pp, cp, ep = (int(layout.get(key, 1)) for key in ("tp", "pp", "cp", "ep"))
+    fixed_mesh = all(key in layout for key in ("tp", "pp")) and ("cp" in layout or not training.flash_attention)
+    if fixed_mesh and num_gpus % (tp * pp * cp) == 0:
+        dp = layout.get("dp", num_gpus // (tp * pp * cp))
+        if dp * tp * pp * cp == num_gpus and dp % ep:
+            return InvalidInput(f"layout {dict(layout)}: ep={ep} must divide dp={dp}; expert-parallel ranks are "
+                                "drawn from the data-parallel ones (experts split over tensor ranks like the "
+                                "dense layers, Megatron-Core's default expert_tensor_parallel_size = tp)",
+                                field=f"{where}.ep", code="does-not-divide")
+    if layout.get("virtual_stages", 1) > 1:
+        fewest_stages = 2 if training.overlap_p2p_comm else 3
+        return InvalidInput(f"layout {dict(layout)}: an interleaved schedule (virtual_stages > 1) needs "
+                            f"pp >= {fewest_stages}, virtual_stages dividing the layers per stage and a "
+                            "micro-batch count that is a multiple of pp (Megatron-LM's interleaved 1F1B; "
+                            "pp 2 only with overlap_p2p_comm)",
+                            field=f"{where}.virtual_stages", code="interleaving-not-possible")
+    return InvalidInput(f"layout {dict(layout)} does not multiply out to the {num_gpus} GPUs "
+                        "(dp x tp x pp x cp must equal the GPU count, ep must divide dp and the experts)",
+                        field=where, code="layout-does-not-match-cluster")
 
 
 def rank_map(cluster: Mapping[str, Any] | ClusterSpec, layout: LayoutPrediction | Mapping[str, int]) -> RankMap:

@@ -1006,16 +1006,19 @@ def test_ties_that_fit_only_if_the_allocator_wastes_little_rank_after_the_roomy_
     assert tight == sorted(tight)
 
 
-def test_interleaving_needs_more_than_two_stages_and_whole_rounds_of_micro_batches():
+def test_interleaving_needs_whole_rounds_of_micro_batches_and_two_stages_or_three_with_batched_exchanges():
     model = model_from_dict({**GPT_SMALL, "num_layers": 24})
     cluster = cluster_from_dict({"preset": "dgx-a100", "nodes": 2})
-    training = training_from_dict({"global_batch_sequences": 24})
-    lay = enumerate_layouts(model, cluster, training, constraints_from_dict(None))
-    interleaved = lay.v > 1
-    assert np.any(interleaved)
-    assert np.all(lay.pp[interleaved] > 2)
-    micro_batches = np.ceil(24 / (lay.dp * lay.mbs))
-    assert np.all(micro_batches[interleaved] % lay.pp[interleaved] == 0)
+    fewest_stages = {}
+    for overlap_p2p_comm in (True, False):
+        training = training_from_dict({"global_batch_sequences": 24, "overlap_p2p_comm": overlap_p2p_comm})
+        lay = enumerate_layouts(model, cluster, training, constraints_from_dict(None))
+        interleaved = lay.v > 1
+        fewest_stages[overlap_p2p_comm] = lay.pp[interleaved].min()
+        micro_batches = np.ceil(24 / (lay.dp * lay.mbs))
+        assert np.all(micro_batches[interleaved] % lay.pp[interleaved] == 0)
+    # 16 GPUs: pp 2, then 4 (3 does not divide them)
+    assert fewest_stages == {True: 2, False: 4}
 
 
 def test_evaluate_searches_an_unstated_interleaving_depth_and_keeps_a_stated_one():
@@ -1033,12 +1036,32 @@ def test_evaluate_searches_an_unstated_interleaving_depth_and_keeps_a_stated_one
     assert by_depth[1].virtual_stages == 1
 
 
-def test_evaluating_an_interleaved_two_stage_pipeline_is_invalid_input_naming_the_rule():
+def test_an_interleaved_two_stage_pipeline_runs_with_asynchronous_pipeline_exchanges():
+    # Megatron-LM asks for pp > 2 only when interleaved sends and receives are batched
+    # (overlap_p2p_comm off); Megatron-Bridge's Qwen3-30B-A3B H100 recipe runs pp 2 x vp 24
+    (pred,) = evaluate_layouts({**GPT_SMALL, "num_layers": 8}, A100_NODE, {"global_batch_sequences": 8},
+                               [{"tp": 1, "pp": 2, "virtual_stages": 2}])
+    assert (pred.pp, pred.virtual_stages) == (2, 2)
+
+
+def test_evaluating_an_interleaved_two_stage_pipeline_with_batched_exchanges_is_invalid_input_naming_the_rule():
     with pytest.raises(InvalidInput) as err:
-        evaluate_layouts({**GPT_SMALL, "num_layers": 8}, A100_NODE, {"global_batch_sequences": 8},
+        evaluate_layouts({**GPT_SMALL, "num_layers": 8}, A100_NODE,
+                         {"global_batch_sequences": 8, "overlap_p2p_comm": False},
                          [{"tp": 1, "pp": 2, "virtual_stages": 2}])
     assert err.value.code == "interleaving-not-possible"
-    assert "pp > 2" in str(err.value)
+    assert "pp >= 3" in str(err.value)
+
+
+def test_evaluating_an_expert_parallel_size_that_does_not_divide_dp_names_ep_not_the_schedule():
+    model = {**GPT_SMALL, "num_layers": 8,
+             "moe": {"num_experts": 16, "experts_per_token": 2, "expert_ffn_hidden_size": 128}}
+    with pytest.raises(InvalidInput) as err:
+        evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 8},
+                         [{"tp": 2, "pp": 2, "cp": 1, "ep": 4, "virtual_stages": 2}])
+    assert err.value.code == "does-not-divide"
+    assert err.value.field == "evaluate[0].ep"
+    assert "ep=4 must divide dp=2" in str(err.value)
 
 
 def test_heads_not_divisible_by_tp_is_rejected_with_reason():

@@ -113,11 +113,13 @@ def test_zero_gpus_and_unknown_presets_are_422(client):
     assert response.status_code == 422 and "dgx-h100" in response.json()["detail"]
 
 
-def test_an_interleaved_two_stage_layout_is_422_naming_the_rule(client):
-    response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 2, "virtual_stages": 2}]))
+def test_an_interleaved_two_stage_layout_with_batched_pipeline_exchanges_is_422_naming_the_rule(client):
+    response = client.post("/v1/parallel/plan", json=_request(
+        training={"global_batch_sequences": 1024, "overlap_p2p_comm": False},
+        evaluate=[{"tp": 8, "pp": 2, "virtual_stages": 2}]))
     assert response.status_code == 422
     assert response.headers["content-type"].startswith("application/problem+json")
-    assert "pp > 2" in response.json()["detail"]
+    assert "pp >= 3" in response.json()["detail"]
 
 
 def _evaluate_one(client, recompute: str, **training) -> dict:

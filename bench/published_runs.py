@@ -36,6 +36,11 @@ MEGATRON_BRIDGE_H100
     tensor-parallel communication overlap (Transformer Engine userbuffers). A benchmark of
     today's stack, not a production run: it checks the memory model of that stack (these
     layouts ran) and the H100 FP8 speed.
+MEGATRON_BRIDGE_H100_MOE
+    The same summary's DGX-H100 mixture-of-experts rows (NeMo 26.02: GPT-OSS 120B,
+    Qwen3-30B-A3B, Qwen3-235B-A22B) with their recipes' layouts, experts never split over
+    tensor ranks (Qwen3-235B's 32 expert ranks folded over tp 2 x dp 16). Also outside the
+    targets: force-balanced expert load, a benchmark of the MoE cost model.
 NEMO_2407_H100
     NVIDIA NeMo 24.07 "Performance Benchmarks" (docs/source/performance/performance_summary.md),
     DGX-H100 FP8 pre-training: GPT-3, Llama 2 and 3, Nemotron; layouts as published,
@@ -49,7 +54,7 @@ from typing import Any
 
 __all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "SC21_FIGURE17_MEMORY",
            "SC21_COMPARISONS", "KORTHIKANTI22_RECOMPUTE_COMPARISON", "MEGATRON_BRIDGE_H100", "NEMO_2407_H100",
-           "gpt"]
+           "MEGATRON_BRIDGE_H100_MOE", "gpt"]
 
 # NVIDIA A100 datasheet: 312 TFLOP/s dense BF16/FP16.
 A100_PEAK_BF16_FLOPS = 312e12
@@ -427,3 +432,62 @@ DEEPSEEK_V3_H800 = {
     "published": {"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": "selective", "zero_stage": 1},
     "published_tokens_per_s_per_gpu": 1e12 / (180_000 * 3600),
 }
+
+
+# Megatron-Bridge's H100 mixture-of-experts rows (performance summary archive, NeMo 26.02
+# container, "DGX-H100": model, GPUs, precision, GBS, MBS, sequence 4096, TP, PP, VP, EP,
+# tokens/s per GPU; "we force-balance the token distribution among experts and all
+# benchmarks are token-dropless"), with the recipes that produced them
+# (scripts/performance/configs/{qwen,gpt_oss}/*_workload_base_configs.py): experts never
+# split over tensor ranks (``expert_tensor_parallel_size=1``), so Qwen3-235B's 32 expert
+# ranks are folded over tp 2 x dp 16; its expert all-to-all overlapped with computation
+# (``moe_a2a_overlap``); GPT-OSS recomputing its norms and expert activations
+# (``recompute_modules=["layernorm", "moe_act"]``, the planner's selective mode under flash
+# attention). Shapes from the models' Hugging Face configs (Qwen3: 128 experts, 8 per token,
+# 4 KV heads of 128; GPT-OSS 120B: 128 experts, 4 per token, 128-token windows on every
+# other layer).
+_QWEN3_30B_A3B = {"num_layers": 48, "hidden_size": 2048, "num_attention_heads": 32, "num_kv_heads": 4, "head_dim": 128,
+                  "ffn_hidden_size": 6144, "gated_mlp": True, "seq_length": 4096, "vocab_size": 151936,
+                  "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 768}}
+_QWEN3_235B_A22B = {**_QWEN3_30B_A3B, "num_layers": 94, "hidden_size": 4096, "num_attention_heads": 64,
+                    "ffn_hidden_size": 12288,
+                    "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 1536}}
+_GPT_OSS_120B = {"num_layers": 36, "hidden_size": 2880, "num_attention_heads": 64, "num_kv_heads": 8, "head_dim": 64,
+                 "ffn_hidden_size": 2880, "gated_mlp": True, "seq_length": 4096, "vocab_size": 201088,
+                 "sliding_window": 128, "sliding_window_layers": list(range(0, 36, 2)),
+                 "moe": {"num_experts": 128, "experts_per_token": 4, "expert_ffn_hidden_size": 2880}}
+_BRIDGE_MOE_SOFTWARE = {"grad_bytes_per_param": 2, "overlap_tp_comm": True}
+_BRIDGE_FP8 = {"precision": "fp8", "fp8_scaling": "current"}
+
+MEGATRON_BRIDGE_H100_MOE = [
+    {
+        "source": "Megatron-Bridge performance summary, NeMo 26.02, DGX-H100",
+        "name": "GPT-OSS-120B BF16 batch 1280", "model": _GPT_OSS_120B,
+        "cluster": {"preset": "dgx-h100", "nodes": 8},
+        "training": {"global_batch_sequences": 1280, "precision": "bf16", **_BRIDGE_MOE_SOFTWARE},
+        "search": None,
+        "published": {"tp": 1, "pp": 4, "cp": 1, "ep": 8, "virtual_stages": 1, "micro_batch_size": 1,
+                      "recompute": "selective", "zero_stage": 1},
+        "published_tokens_per_s_per_gpu": 5993.0,
+    },
+    {
+        "source": "Megatron-Bridge performance summary, NeMo 26.02, DGX-H100",
+        "name": "Qwen3-30B-A3B FP8 batch 1024", "model": _QWEN3_30B_A3B,
+        "cluster": {"preset": "dgx-h100", "nodes": 2},
+        "training": {"global_batch_sequences": 1024, **_BRIDGE_FP8, **_BRIDGE_MOE_SOFTWARE},
+        "search": None,
+        "published": {"tp": 1, "pp": 2, "cp": 1, "ep": 8, "virtual_stages": 12, "micro_batch_size": 1,
+                      "zero_stage": 1},
+        "published_tokens_per_s_per_gpu": 5113.0,
+    },
+    {
+        "source": "Megatron-Bridge performance summary, NeMo 26.02, DGX-H100",
+        "name": "Qwen3-235B-A22B FP8 batch 8192", "model": _QWEN3_235B_A22B,
+        "cluster": {"preset": "dgx-h100", "nodes": 32},
+        "training": {"global_batch_sequences": 8192, "overlap_ep_comm": True, **_BRIDGE_FP8, **_BRIDGE_MOE_SOFTWARE},
+        "search": None,
+        "published": {"tp": 2, "pp": 8, "cp": 1, "ep": 32, "etp": 1, "virtual_stages": 4, "micro_batch_size": 1,
+                      "zero_stage": 1},
+        "published_tokens_per_s_per_gpu": 1633.0,
+    },
+]

@@ -154,7 +154,10 @@ class LayoutPrediction:
     ``mfu_causal`` the same over the causal half (Megatron-Bridge's count, see
     ``model_flops_per_step``): compare a published MFU with the one of its
     convention. ``hfu`` adds recomputed FLOPs and the KV projections that tensor
-    ranks beyond the KV heads repeat. ``recompute_num_layers`` is how many layers of
+    ranks beyond the KV heads repeat. ``etp`` is the expert tensor-parallel size:
+    ``tp`` (routed experts split over the tensor ranks) or 1 (folded: whole experts,
+    the ``ep`` expert groups cut from tensor x context x data-parallel ranks).
+    ``recompute_num_layers`` is how many layers of
     each model chunk full recomputation covers (Megatron-LM's
     ``--recompute-num-layers``, block method), 0 without it. ``reasons`` is empty
     for a layout that can run; otherwise it says why not.
@@ -165,6 +168,7 @@ class LayoutPrediction:
     pp: int
     cp: int
     ep: int
+    etp: int
     virtual_stages: int
     micro_batch_size: int
     num_micro_batches: int
@@ -193,7 +197,7 @@ class LayoutPrediction:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
+            "dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "etp": self.etp,
             "virtual_stages": self.virtual_stages,
             "micro_batch_size": self.micro_batch_size,
             "num_micro_batches": self.num_micro_batches,
@@ -302,12 +306,32 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+def expert_groups_fit(dp: int, tp: int, cp: int, ep: int, etp: int) -> bool:
+    """Whether ``ep`` expert groups can be cut from a stage's ranks, split over ``etp`` tensor ranks.
+
+    With experts split over the tensor ranks (``etp = tp``, Megatron-Core's default) an
+    expert group takes one rank of each of ``ep`` data-parallel replicas: ``ep`` divides
+    ``dp``. Folded (``etp = 1``; Liu et al., "MoE Parallel Folding", arXiv:2504.14960,
+    2025) it takes ``ep`` consecutive ranks of the ``tp x cp x dp`` a stage has: a divisor
+    of ``tp x cp``, or whole ``tp x cp`` blocks of ``ep / (tp cp)`` replicas (see
+    :func:`rank_map`).
+    """
+    if etp == tp:
+        return dp % ep == 0
+    if etp != 1:
+        return False
+    block = tp * cp
+    return block % ep == 0 if ep <= block else ep % block == 0 and dp % (ep // block) == 0
+
+
 def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                       constraints: Constraints) -> LayoutArrays:
     """Every candidate layout the constraints allow, as parallel arrays.
 
     Structural impossibilities are never generated (``dp`` must be an integer,
-    ``ep`` must divide the experts and ``dp``, interleaving needs ``pp > 2`` (``pp > 1``
+    ``ep`` must divide the experts and fit the ranks (:func:`expert_groups_fit`; MoE
+    models with ``tp > 1`` are searched with experts split over the tensor ranks and
+    folded), interleaving needs ``pp > 2`` (``pp > 1``
     with asynchronous pipeline exchanges), a layer count per stage that ``v`` divides and
     whole rounds of ``pp`` micro-batches).
     Layouts that are well-formed but cannot run (tp across a node, heads not
@@ -351,9 +375,13 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
                     continue
                 dp = rest // pp
                 for ep in eps:
-                    if dp % ep or (model.moe is not None and model.moe.num_experts % ep):
+                    if model.moe is not None and model.moe.num_experts % ep:
                         continue
-                    rows.append((dp, tp, pp, cp, ep))
+                    for etp in (tp, 1) if model.moe is not None and tp > 1 else (tp,):
+                        if constraints.etp is not None and etp != constraints.etp:
+                            continue
+                        if expert_groups_fit(dp, tp, cp, ep, etp):
+                            rows.append((dp, tp, pp, cp, ep, etp))
     if not rows:
         return LayoutArrays(*(np.zeros(0, dtype=np.int64) for _ in fields(LayoutArrays)))
     mesh = np.array(rows, dtype=np.int64)
@@ -365,7 +393,7 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     grid = np.meshgrid(np.arange(len(mesh)), np.arange(len(mbss)), np.arange(len(vs)), np.arange(len(zeros)),
                        np.arange(len(rcs)), indexing="ij")
     i_mesh, i_mbs, i_v, i_z, i_rc = (g.reshape(-1) for g in grid)
-    dp, tp, pp, cp, ep = (mesh[i_mesh, j] for j in range(5))
+    dp, tp, pp, cp, ep, etp = (mesh[i_mesh, j] for j in range(6))
     mbs = mbss[i_mbs]
     v = vs[i_v]
     # micro-batch sizes above the per-replica batch are meaningless
@@ -401,7 +429,7 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     if constraints.recompute_num_layers is not None:
         chunk_layers = np.minimum(chunk_layers, constraints.recompute_num_layers)
     recompute_layers = np.where(rc == RECOMPUTE_FULL, chunk_layers, 0)
-    return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], mbs[keep], v[keep], zero[keep],
+    return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], etp[keep], mbs[keep], v[keep], zero[keep],
                         rc[keep], recompute_layers[keep])
 
 
@@ -453,7 +481,8 @@ def _reason_text(name: str, model: ModelSpec, cluster: ClusterSpec, training: Tr
 def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits: np.ndarray, model: ModelSpec,
                 cluster: ClusterSpec, training: TrainingSpec, tie: bool = False,
                 notes: tuple[str, ...] = ()) -> LayoutPrediction:
-    d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute")}
+    d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero",
+                                              "recompute")}
     reasons = tuple(_reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i]))
                     for j, name in enumerate(REJECTION_REASONS) if bits[i] >> j & 1)
     extra = list(notes)
@@ -490,7 +519,7 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
     breakdown = {k: float(pred[k][i]) for k in ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
                                                 "bubble_s", "dp_comm_exposed_s", "dp_comm_total_s", "optimizer_s")}
     return LayoutPrediction(
-        dp=d["dp"], tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], virtual_stages=d["v"],
+        dp=d["dp"], tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], etp=d["etp"], virtual_stages=d["v"],
         micro_batch_size=d["mbs"], num_micro_batches=int(pred["num_micro_batches"][i]), zero_stage=d["zero"],
         recompute=RECOMPUTE_MODES[d["recompute"]], recompute_num_layers=recompute_layers,
         step_time_s=float(pred["step_time_s"][i]),
@@ -730,7 +759,8 @@ def _why_nothing_fits(model, cluster, training, lay, pred, bits, counts) -> list
         if not np.any(blocked):
             continue
         i = int(np.flatnonzero(blocked)[np.argmin(pred["step_time_s"][blocked])])
-        d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute")}
+        d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero",
+                                                  "recompute")}
         notes.append(f"tp={d['tp']} pp={d['pp']} cp={d['cp']} ep={d['ep']} would fit in memory, but "
                      + _reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i])))
     structural_ok = (bits & ~oom_bit) == 0
@@ -825,7 +855,8 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
         dp = layout.get("dp")
         fixed: dict[str, Any] = {
             "tp": layout.get("tp", base.tp), "pp": layout.get("pp", base.pp), "cp": layout.get("cp", base.cp),
-            "ep": layout.get("ep", base.ep), "micro_batch_size": layout.get("micro_batch_size", base.micro_batch_size),
+            "ep": layout.get("ep", base.ep), "etp": layout.get("etp", base.etp),
+            "micro_batch_size": layout.get("micro_batch_size", base.micro_batch_size),
             "virtual_stages": layout.get("virtual_stages", base.virtual_stages),
             "zero_stages": [layout["zero_stage"]] if "zero_stage" in layout else list(base.zero_stages),
             "recompute": [layout["recompute"]] if "recompute" in layout else list(base.recompute),
@@ -850,7 +881,7 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
             keep = lay.dp == int(dp)
             lay, pred, bits = lay.take(keep), {key: val[keep] for key, val in pred.items()}, bits[keep]
         if len(lay) == 0:
-            raise _impossible_layout(layout, cluster_spec.num_gpus, training_spec, where)
+            raise _impossible_layout(layout, model_spec, cluster_spec.num_gpus, training_spec, where)
         step = pred["step_time_s"]
         valid = np.flatnonzero(bits == 0)
         pool = valid if valid.size else np.arange(len(lay))
@@ -863,17 +894,24 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
     return results
 
 
-def _impossible_layout(layout: Mapping[str, Any], num_gpus: int, training: TrainingSpec,
+def _impossible_layout(layout: Mapping[str, Any], model: ModelSpec, num_gpus: int, training: TrainingSpec,
                        where: str) -> InvalidInput:
     """The error for an evaluated layout no variant of which can be built, naming the first cause."""
     tp, pp, cp, ep = (int(layout.get(key, 1)) for key in ("tp", "pp", "cp", "ep"))
+    etp = layout.get("etp")
+    if etp is not None and "tp" in layout and etp not in ((1, tp) if model.moe is not None else (tp,)):
+        allowed = f"1 or tp={tp}" if model.moe is not None else f"tp={tp} (a model without experts)"
+        return InvalidInput(f"layout {dict(layout)}: etp (the expert tensor-parallel size) must be {allowed}",
+                            field=f"{where}.etp", code="out-of-range")
     fixed_mesh = all(key in layout for key in ("tp", "pp")) and ("cp" in layout or not training.flash_attention)
     if fixed_mesh and num_gpus % (tp * pp * cp) == 0:
         dp = layout.get("dp", num_gpus // (tp * pp * cp))
-        if dp * tp * pp * cp == num_gpus and dp % ep:
-            return InvalidInput(f"layout {dict(layout)}: ep={ep} must divide dp={dp}; expert-parallel ranks are "
-                                "drawn from the data-parallel ones (experts split over tensor ranks like the "
-                                "dense layers, Megatron-Core's default expert_tensor_parallel_size = tp)",
+        folds = (1,) if etp == 1 else (tp,) if etp is not None or model.moe is None else (tp, 1)
+        if dp * tp * pp * cp == num_gpus and not any(expert_groups_fit(dp, tp, cp, ep, e) for e in folds):
+            return InvalidInput(f"layout {dict(layout)}: {ep} expert groups cannot be cut from dp={dp} x tp={tp} "
+                                f"x cp={cp}: ep must divide dp (experts split over the tensor ranks, etp = tp) "
+                                "or, folded (etp = 1), divide tp x cp or be a multiple of it that divides "
+                                "tp x cp x dp in whole blocks",
                                 field=f"{where}.ep", code="does-not-divide")
     if layout.get("virtual_stages", 1) > 1:
         fewest_stages = 2 if training.overlap_p2p_comm else 3
@@ -895,11 +933,18 @@ def rank_map(cluster: Mapping[str, Any] | ClusterSpec, layout: LayoutPrediction 
     ``tp`` divides ``gpus_per_node``; pipeline neighbours are ``tp*cp*ep`` GPUs
     apart (the same or the next node); data-parallel peers are
     ``tp*cp*ep*pp`` apart, i.e. on different nodes once a model replica fills a node.
+
+    Folded experts (``etp = 1`` with ``tp > 1``) take ``ep`` consecutive ranks of a
+    stage instead: the order is ``tp-cp-dp_inner-pp-dp_outer`` with ``dp_inner = ep /
+    (tp cp)`` replicas (1 when ``ep`` divides ``tp cp``) next to each other, so an expert
+    group is the NVLink neighbourhood of its tensor group, and its ``ep`` coordinate is a
+    rank's place in it.
     """
     spec = cluster_from_dict(cluster)
     get = (lambda k: int(getattr(layout, k))) if isinstance(layout, LayoutPrediction) else (
         lambda k: int(layout.get(k, 1)))
     tp, pp, cp, ep = get("tp"), get("pp"), get("cp"), get("ep")
+    etp = get("etp") if isinstance(layout, LayoutPrediction) or "etp" in layout else tp
     n = spec.num_gpus
     if tp * pp * cp <= 0 or n % (tp * pp * cp):
         raise InvalidInput(f"tp x pp x cp = {tp * pp * cp} does not divide {n} GPUs", field="layout",
@@ -907,9 +952,26 @@ def rank_map(cluster: Mapping[str, Any] | ClusterSpec, layout: LayoutPrediction 
     dp = n // (tp * pp * cp)
     if "dp" in (layout if isinstance(layout, Mapping) else {"dp": 0}) and get("dp") != dp:
         raise InvalidInput(f"dp x tp x pp x cp must equal {n} GPUs", field="layout.dp", code="does-not-divide")
+    if etp not in (1, tp):
+        raise InvalidInput(f"etp={etp} must be 1 or tp={tp}", field="layout.etp", code="out-of-range")
+    r = np.arange(n, dtype=np.int64)
+    node, local_gpu = (r // spec.gpus_per_node).astype(np.int32), (r % spec.gpus_per_node).astype(np.int32)
+    if etp < tp:
+        if not expert_groups_fit(dp, tp, cp, ep, etp):
+            raise InvalidInput(f"{ep} folded expert groups cannot be cut from tp={tp} x cp={cp} x dp={dp}",
+                               field="layout.ep", code="does-not-divide")
+        inner = max(1, ep // (tp * cp))
+        block = tp * cp * inner
+        dp_c = (r // (tp * cp * inner * pp)) * inner + (r // (tp * cp)) % inner
+        coords = np.stack([dp_c, (r // block) % pp, r % tp, (r // tp) % cp, (r % block) % ep], axis=1)
+        if inner > 1:
+            shape, names = (dp // inner, pp, inner, cp, tp), ("dp_outer", "pp", "dp_inner", "cp", "tp")
+        else:
+            shape, names = (dp, pp, cp, tp), ("dp", "pp", "cp", "tp")
+        return RankMap(coords=coords.astype(np.int32), device=r.copy(), node=node, local_gpu=local_gpu,
+                       mesh_shape=shape, mesh_dim_names=names, order="tp-cp-dp_inner-pp-dp_outer")
     if dp % ep:
         raise InvalidInput(f"ep={ep} must divide dp={dp}", field="layout.ep", code="does-not-divide")
-    r = np.arange(n, dtype=np.int64)
     tp_c = r % tp
     cp_c = (r // tp) % cp
     ep_c = (r // (tp * cp)) % ep
@@ -921,5 +983,5 @@ def rank_map(cluster: Mapping[str, Any] | ClusterSpec, layout: LayoutPrediction 
         shape, names = (dp // ep, pp, ep, cp, tp), ("edp", "pp", "ep", "cp", "tp")
     else:
         shape, names = (dp, pp, cp, tp), ("dp", "pp", "cp", "tp")
-    return RankMap(coords=coords, device=r.copy(), node=(r // spec.gpus_per_node).astype(np.int32),
-                   local_gpu=(r % spec.gpus_per_node).astype(np.int32), mesh_shape=shape, mesh_dim_names=names)
+    return RankMap(coords=coords, device=r.copy(), node=node, local_gpu=local_gpu, mesh_shape=shape,
+                   mesh_dim_names=names)

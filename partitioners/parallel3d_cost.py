@@ -249,6 +249,7 @@ class _Sizes:
     pp: np.ndarray
     cp: np.ndarray
     ep: np.ndarray
+    etp: np.ndarray
     mbs: np.ndarray
     v: np.ndarray
 
@@ -267,14 +268,27 @@ class _Sizes:
         return self.dp * self.cp
 
     @functools.cached_property
+    def folded(self) -> np.ndarray:
+        """MoE parallel folding: whole experts, expert groups drawn from tp x cp x dp."""
+        return self.etp < self.tp
+
+    @functools.cached_property
     def shard_expert(self) -> np.ndarray:
-        """The same for a routed expert's parameters, which ep already splits."""
-        return np.maximum(self.shard_dense / self.ep, 1.0)
+        """The same for a routed expert's parameters: the ranks of a stage holding the same
+        expert shard (tp x cp x dp over ep x etp; dp x cp over ep unfolded)."""
+        return np.maximum(self.tp * self.shard_dense / (self.ep * self.etp), 1.0)
+
+    @functools.cached_property
+    def dp_inner(self) -> np.ndarray:
+        """Data-parallel ranks placed inside a pipeline stage's block of consecutive GPUs,
+        below pp in the rank order: the ep of ``tp-cp-ep-pp-dp``, or the share of an expert
+        group beyond tp x cp when folded (``tp-cp-dp_inner-pp-dp_outer``; see rank_map)."""
+        return np.where(self.folded, np.maximum(self.ep / (self.tp * self.cp), 1.0), self.ep)
 
     @functools.cached_property
     def stage_ranks(self) -> np.ndarray:
-        """GPUs of one pipeline stage (tp x cp x ep)."""
-        return self.tp * self.cp * self.ep
+        """Consecutive GPUs of one pipeline stage's block (tp x cp x dp_inner)."""
+        return self.tp * self.cp * self.dp_inner
 
 
 @dataclass(frozen=True)
@@ -349,19 +363,26 @@ def _dense_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, 
 
 
 def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
-                   ep: np.ndarray) -> _BlockGemms:
-    """Routed experts (a grouped GEMM over the local experts), shared experts and the router."""
+                   ep: np.ndarray, etp: np.ndarray) -> _BlockGemms:
+    """Routed experts (a grouped GEMM over the local experts), shared experts and the router.
+
+    Split over the tensor ranks (``etp = tp``) every rank runs all of the micro-batch's
+    tokens through ``1/tp`` of each expert; folded (``etp = 1``) its own ``1/tp`` of the
+    tokens (the sequence-parallel shard it dispatches) through whole experts: the same
+    FLOPs in taller, narrower GEMMs.
+    """
     moe = model.moe
     h, up, fe = model.hidden_size, 2 if model.gated_mlp else 1, moe.expert_ffn_hidden_size
     local_experts = moe.num_experts / ep
     # the busiest expert sets the pace: dropless routing with an auxiliary balancing
     # loss still leaves it ~20% above the mean (the 1.2-1.25 capacity factors budgeted
     # by GShard, Lepikhin et al. 2021, and Switch, Fedus et al. 2022)
-    tokens_per_expert = np.maximum(_EXPERT_IMBALANCE * tokens * moe.experts_per_token * ep / moe.num_experts, 1.0)
-    forward = rates.gemm_s(tokens_per_expert, up * fe / tp, h, batch=local_experts) \
-        + rates.gemm_s(tokens_per_expert, h, fe / tp, batch=local_experts)
-    backward = rates.gemm_backward_s(tokens_per_expert, up * fe / tp, h, batch=local_experts) \
-        + rates.gemm_backward_s(tokens_per_expert, h, fe / tp, batch=local_experts)
+    tokens_per_expert = np.maximum(
+        _EXPERT_IMBALANCE * tokens * etp / tp * moe.experts_per_token * ep / moe.num_experts, 1.0)
+    forward = rates.gemm_s(tokens_per_expert, up * fe / etp, h, batch=local_experts) \
+        + rates.gemm_s(tokens_per_expert, h, fe / etp, batch=local_experts)
+    backward = rates.gemm_backward_s(tokens_per_expert, up * fe / etp, h, batch=local_experts) \
+        + rates.gemm_backward_s(tokens_per_expert, h, fe / etp, batch=local_experts)
     if moe.shared_experts:
         forward = forward + rates.gemm_s(tokens, up * fe * moe.shared_experts / tp, h) \
             + rates.gemm_s(tokens, h, fe * moe.shared_experts / tp)
@@ -370,8 +391,8 @@ def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp
     forward = forward + rates.gemm_s(tokens, float(moe.num_experts), h, linear=False)
     backward = backward + rates.gemm_backward_s(tokens, float(moe.num_experts), h, linear=False)
     return _BlockGemms(forward, backward,
-                       rates.gemm_s(tokens_per_expert, h, up * fe / tp, batch=local_experts),
-                       rates.gemm_s(h, up * fe / tp, tokens_per_expert, batch=local_experts))
+                       rates.gemm_s(tokens_per_expert, h, up * fe / etp, batch=local_experts),
+                       rates.gemm_s(h, up * fe / etp, tokens_per_expert, batch=local_experts))
 
 
 def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: np.ndarray,
@@ -446,6 +467,21 @@ def _tensor_parallel_collectives(model: ModelSpec, training: TrainingSpec) -> tu
     return (1.5, 1.5, 0.5) if sp else (1.0, 2.0, 0.0)
 
 
+def _mlp_tensor_parallel_collectives(model: ModelSpec, training: TrainingSpec) -> tuple[float, float, float]:
+    """The MLP's own share of :func:`_tensor_parallel_collectives`, which a folded MoE
+    layer (whole experts, ``etp = 1``) does not run: its tokens reach the experts by the
+    expert all-to-all from their sequence-parallel shards and come back the same way.
+
+    Sequential blocks: half of each count. Parallel blocks: the MLP's input all-gather
+    (with sequence parallelism) and its input-gradient reduction; the output reduction
+    and the output-gradient gather are shared with attention, which still needs them.
+    """
+    forward, backward, gathers = _tensor_parallel_collectives(model, training)
+    if not model.parallel_attention_mlp:
+        return forward / 2.0, backward / 2.0, gathers / 2.0
+    return (0.5, 0.5, 0.0) if training.sequence_parallel else (0.0, 1.0, 0.0)
+
+
 def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
                              cp: np.ndarray, cp_sizes: np.ndarray) -> np.ndarray:
     """The ring exchange of K and V chunks around the context-parallel group, one pass."""
@@ -480,9 +516,13 @@ def _context_parallel_merge_s(model: ModelSpec, rates: _DeviceRates, tokens: np.
 def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: np.ndarray,
                        tp: np.ndarray, layouts: LayoutArrays) -> tuple[np.ndarray, np.ndarray]:
     """One expert-parallel all-to-all (the mean of a dispatch and a combine) per MoE layer,
-    and the permute/unpermute passes around it."""
+    and the permute/unpermute passes around it.
+
+    Each rank sends its ``1/tp`` share of the tokens either way. An expert group's members
+    sit ``tp x cp`` ranks apart (``tp-cp-ep-pp-dp``), or next to each other when folded.
+    """
     h, moe = model.hidden_size, model.moe
-    stride = layouts.tp * layouts.cp
+    stride = np.where(layouts.etp < layouts.tp, 1, layouts.tp * layouts.cp)
     if training.expert_dispatch == "node-deduplicated":
         # FP8 runs dispatch the FP8 copy the expert GEMM quantizes anyway (1 byte and a
         # 4-byte scale per 128 elements, DeepSeek-V3 Sec. 3.3.2); combines stay 16-bit
@@ -506,7 +546,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
                 ) -> tuple[_LayerWork, _LayerWork, np.ndarray]:
     """Work of one dense and of one MoE layer (``_NO_WORK`` without MoE) for one
     micro-batch, and one tensor-parallel all-reduce of the activation."""
-    tp, cp, ep, mbs = sizes.tp, sizes.cp, sizes.ep, sizes.mbs
+    tp, cp, ep, etp, mbs = sizes.tp, sizes.cp, sizes.ep, sizes.etp, sizes.mbs
     rc = layouts.recompute
     h, up = model.hidden_size, 2 if model.gated_mlp else 1
     hbm_eff = rates.hbm_achieved_bytes_per_s
@@ -515,7 +555,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     mla_up_fwd = _mla_up_projection_s(model, rates, tokens, tp)
     mlp = {False: _dense_mlp_gemms(model, rates, tokens, tp)}
     if model.moe is not None:
-        mlp[True] = _moe_mlp_gemms(model, rates, tokens, tp, ep)
+        mlp[True] = _moe_mlp_gemms(model, rates, tokens, tp, ep, etp)
     attn_core_fwd, attn_core_bwd = _attention_core_s(model, training, rates, tokens, mbs, tp, cp)
 
     rep_div = np.where(training.sequence_parallel, tp, 1.0)
@@ -557,9 +597,14 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
             return overlapped_time_s(tp_ar / 2.0, dgrad) + overlapped_time_s(tp_ar / 2.0, wgrad)
         return overlapped_time_s(tp_ar, wgrad)
 
-    tp_forward, tp_backward, tp_output_grad_gathers = _tensor_parallel_collectives(model, training)
+    tp_collectives = np.array(_tensor_parallel_collectives(model, training))
+    mlp_collectives = np.array(_mlp_tensor_parallel_collectives(model, training))
 
     def layer(is_moe: bool) -> _LayerWork:
+        # a folded MoE layer's experts run no tensor-parallel collectives
+        mlp_tp = np.where(sizes.folded, 0.0, 1.0) if is_moe else np.ones_like(tokens)
+        tp_forward, tp_backward, tp_output_grad_gathers = (
+            tp_collectives[j] - (1.0 - mlp_tp) * mlp_collectives[j] for j in range(3))
         gemm_f = attention.forward_s + mlp[is_moe].forward_s
         gemm_b = attention.backward_s + mlp[is_moe].backward_s
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
@@ -580,7 +625,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
             # output gradient in front of the row-parallel linears
             in_line = tp_forward * (1.0 + full_frac) + tp_output_grad_gathers
             tp_comm = in_line * tp_ar + async_backward_tp(attention.column_dgrad_s, attention.column_wgrad_s) \
-                + async_backward_tp(mlp[is_moe].column_dgrad_s, mlp[is_moe].column_wgrad_s)
+                + mlp_tp * async_backward_tp(mlp[is_moe].column_dgrad_s, mlp[is_moe].column_wgrad_s)
         if training.overlap_tp_comm:
             # pipelined all-gather/reduce-scatter under the neighbouring GEMMs (Transformer
             # Engine userbuffers; Wang et al., "Overlap communication with dependent
@@ -683,27 +728,28 @@ class _StageParameters:
         return total, dense, expert
 
 
-def _stage_parameters(model: ModelSpec, counts: ParameterCounts, tp: np.ndarray, ep: np.ndarray,
+def _stage_parameters(model: ModelSpec, counts: ParameterCounts, tp: np.ndarray, ep: np.ndarray, etp: np.ndarray,
                       split: _StageSplit, single: np.ndarray) -> _StageParameters:
     """Parameters per GPU on each kind of stage: its layers' share plus, on the first,
     the embedding (and position table) and, on the last, the output layer and any
-    multi-token-prediction modules (all on one stage when ``single``)."""
+    multi-token-prediction modules (all on one stage when ``single``). Routed experts
+    are split over ``ep x etp`` ranks."""
     attn_gpu = counts.attention_per_gpu(tp)
     mid_dense = split.full * attn_gpu + (split.full_dense * counts.dense_mlp_per_layer
                                          + split.full_moe * counts.moe_shared_per_layer) / tp
-    mid_expert = split.full_moe * counts.experts_per_layer / (ep * tp)
+    mid_expert = split.full_moe * counts.experts_per_layer / (ep * etp)
     first_dense = split.first * attn_gpu + ((split.first - split.first_moe) * counts.dense_mlp_per_layer
                                             + split.first_moe * counts.moe_shared_per_layer) / tp \
         + counts.embedding / tp + counts.position_embedding
-    first_expert = split.first_moe * counts.experts_per_layer / (ep * tp)
+    first_expert = split.first_moe * counts.experts_per_layer / (ep * etp)
     output = (counts.output if counts.output else counts.embedding)
     last_dense = split.last * attn_gpu + ((split.last - split.last_moe) * counts.dense_mlp_per_layer
                                           + split.last_moe * counts.moe_shared_per_layer) / tp + output / tp
-    last_expert = split.last_moe * counts.experts_per_layer / (ep * tp)
+    last_expert = split.last_moe * counts.experts_per_layer / (ep * etp)
     # multi-token prediction: its layers and projections, and (untied) a copy of the embedding
     mtp_mlp = counts.moe_shared_per_layer if model.mtp_layer_is_moe else counts.dense_mlp_per_layer
     mtp_dense = model.mtp_layers * (attn_gpu + (mtp_mlp + counts.mtp_projection) / tp)
-    mtp_expert = model.mtp_layers * (counts.experts_per_layer / (ep * tp) if model.mtp_layer_is_moe else 0.0)
+    mtp_expert = model.mtp_layers * (counts.experts_per_layer / (ep * etp) if model.mtp_layer_is_moe else 0.0)
     embedding_copy = counts.embedding / tp if model.mtp_layers and counts.output else 0.0
     last_dense = last_dense + mtp_dense + embedding_copy
     last_expert = last_expert + mtp_expert
@@ -861,7 +907,7 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     The stage with the most parameters finishes its reduction last; its slowest
     micro-batch's backward is the window the reduction can hide in.
     """
-    tp, pp, cp, ep, v, single = sizes.tp, sizes.pp, sizes.cp, sizes.ep, sizes.v, sizes.single
+    tp, pp, ep, v, single = sizes.tp, sizes.pp, sizes.ep, sizes.v, sizes.single
     zero = layouts.zero
     q = layers_per_stage
     gpn = rates.gpus_per_node
@@ -870,11 +916,15 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     gb = float(training.grad_bytes_per_param)
     deferred = zero_stage_held(zero, pp) != zero
 
-    pp_in_node = np.minimum(pp, np.maximum(1.0, np.floor(gpn / (tp * cp * ep))))
+    block = sizes.stage_ranks
+    pp_in_node = np.minimum(pp, np.maximum(1.0, np.floor(gpn / block)))
     local_dense = np.clip(np.floor(gpn / (tp * pp_in_node)), 1.0, shard_dense)
     local_dense = np.where(shard_dense % local_dense == 0, local_dense, 1.0)
     groups_dense = shard_dense / local_dense
-    local_exp = np.clip(np.floor(gpn / (tp * cp * ep * pp)), 1.0, shard_expert)
+    # an expert shard's data-parallel peers: a stage block apart (tp-cp-ep-pp-dp), or
+    # folded, every ep-th rank of the block as well
+    peers_in_block = np.where(sizes.folded, np.maximum(np.minimum(block, gpn) / ep, 1.0), 1.0)
+    local_exp = np.clip(peers_in_block * np.maximum(np.floor(gpn / (block * pp)), 1.0), 1.0, shard_expert)
     local_exp = np.where(shard_expert % local_exp == 0, local_exp, 1.0)
     groups_exp = shard_expert / local_exp
 
@@ -1024,7 +1074,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     first_moe, last_moe = end_stage_moe_layers(n_layers, model.moe.moe_layers if model.moe else None, n_moe > 0,
                                                first_layers, last_layers, q, q_moe, v)
     split = _StageSplit(q, q_dense, q_moe, first_layers, first_moe, last_layers, last_moe)
-    params = _stage_parameters(model, counts, tp, ep, split, single)
+    params = _stage_parameters(model, counts, tp, ep, sizes.etp, split, single)
     first = _stage_work(split.first - split.first_moe, dense, split.first_moe, moe)
     last = _stage_work(split.last - split.last_moe, dense, split.last_moe, moe)
     stages = _stage_times(training, rates, single, first, mid, last, ends, params)

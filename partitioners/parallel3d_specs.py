@@ -489,6 +489,9 @@ class Constraints:
     max_pp: int | None = None
     cp: int | None = None
     ep: int | None = None
+    # Expert tensor-parallel size: tp (experts split like the dense MLP) or 1 (MoE parallel
+    # folding); None searches both for MoE models.
+    etp: int | None = None
     micro_batch_size: int | None = None
     virtual_stages: int | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -957,7 +960,8 @@ def constraints_from_dict(data: Mapping[str, Any] | Constraints | None) -> Const
             raise InvalidInput("constraints must be an object", field="constraints", code="not-an-object")
         reject_unknown(data, {f.name for f in fields(Constraints)}, "constraints")
         kwargs: dict[str, Any] = {}
-        for name in ("tp", "pp", "max_pp", "cp", "ep", "micro_batch_size", "virtual_stages", "recompute_num_layers"):
+        for name in ("tp", "pp", "max_pp", "cp", "ep", "etp", "micro_batch_size", "virtual_stages",
+                     "recompute_num_layers"):
             if data.get(name) is not None:
                 kwargs[name] = positive_int(data[name], f"constraints.{name}")
         if "zero_stages" in data:
@@ -994,8 +998,8 @@ def constraints_from_dict(data: Mapping[str, Any] | Constraints | None) -> Const
     return spec
 
 
-LAYOUT_FIELDS: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage",
-                                  "recompute", "recompute_num_layers")
+LAYOUT_FIELDS: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "etp", "virtual_stages", "micro_batch_size",
+                                  "zero_stage", "recompute", "recompute_num_layers")
 
 
 def layout_from_dict(data: Any, where: str) -> dict[str, Any]:
@@ -1013,7 +1017,7 @@ def layout_from_dict(data: Any, where: str) -> dict[str, Any]:
         raise InvalidInput(f"{where} must be an object", field=where, code="not-an-object")
     reject_unknown(data, set(LAYOUT_FIELDS), where)
     layout: dict[str, Any] = {}
-    for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size"):
+    for name in ("dp", "tp", "pp", "cp", "ep", "etp", "virtual_stages", "micro_batch_size"):
         if data.get(name) is not None:
             layout[name] = positive_int(data[name], f"{where}.{name}")
     if data.get("zero_stage") is not None:

@@ -32,7 +32,12 @@ class LayoutArrays:
     """Candidate layouts as parallel int64 arrays, one entry per candidate.
 
     ``recompute`` holds ``RECOMPUTE_NONE``/``SELECTIVE``/``FULL``; ``v`` is the
-    number of virtual pipeline stages (model chunks) per rank. Under full
+    number of virtual pipeline stages (model chunks) per rank. ``etp`` is the
+    expert tensor-parallel size: ``tp`` (routed experts split over the tensor ranks like
+    the dense MLP, the ``ep`` expert groups drawn from the data-parallel ranks:
+    Megatron-Core's default) or 1 (MoE parallel folding: whole experts, the expert
+    groups drawn from the tensor x context x data-parallel ranks of a stage; Liu et
+    al., "MoE Parallel Folding", arXiv:2504.14960, 2025). Under full
     recomputation ``recompute_layers`` is how many layers of each model chunk are
     recomputed (Megatron-LM's ``--recompute-method block --recompute-num-layers``):
     all of them (``q / v``) or fewer, the others keeping their activations; it is
@@ -44,6 +49,7 @@ class LayoutArrays:
     pp: np.ndarray
     cp: np.ndarray
     ep: np.ndarray
+    etp: np.ndarray
     mbs: np.ndarray
     v: np.ndarray
     zero: np.ndarray

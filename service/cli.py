@@ -259,9 +259,12 @@ def _layout_model(document: object, seq_length: int | None) -> dict:
 
 
 def _mesh(layout: dict) -> str:
-    """``tp4 pp8 dp2``, with cp and ep only where they split anything."""
-    return " ".join(f"{name}{layout[name]}" for name in ("tp", "pp", "cp", "ep", "dp")
-                    if name in ("tp", "pp", "dp") or layout[name] > 1)
+    """``tp4 pp8 dp2``, with cp and ep only where they split anything, and ``etp1`` where experts are folded."""
+    shown = [f"{name}{layout[name]}" for name in ("tp", "pp", "cp", "ep")
+             if name in ("tp", "pp") or layout[name] > 1]
+    if layout.get("etp", layout["tp"]) < layout["tp"]:
+        shown.append(f"etp{layout['etp']}")
+    return " ".join([*shown, f"dp{layout['dp']}"])
 
 
 def _print_layouts(answer: dict) -> None:

@@ -189,6 +189,8 @@ class LayoutConstraints(RequestModel):
     max_pp: Count | None = None
     cp: Count | None = None
     ep: Count | None = None
+    etp: Count | None = Field(None, description="Expert tensor-parallel size: tp (routed experts split over the "
+                              "tensor ranks, Megatron-Core's default) or 1 (MoE parallel folding); default: both.")
     micro_batch_size: Count | None = None
     virtual_stages: Count | None = None
     zero_stages: list[Annotated[int, Field(ge=0, le=3)]] | None = Field(None, min_length=1, max_length=4)
@@ -206,6 +208,8 @@ class Layout(RequestModel):
     pp: Count | None = None
     cp: Count | None = None
     ep: Count | None = None
+    etp: Count | None = Field(None, description="Expert tensor-parallel size: tp or 1 (folded experts, expert "
+                              "groups cut from tp x cp x dp ranks).")
     virtual_stages: Count | None = None
     micro_batch_size: Count | None = None
     zero_stage: int | None = Field(None, ge=0, le=3)

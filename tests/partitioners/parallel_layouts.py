@@ -9,7 +9,8 @@ from partitioners.parallel3d_stages import RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, 
 
 
 def layouts(**kw) -> LayoutArrays:
-    """A single layout: dp = tp = pp = cp = ep = mbs = v = 1, ZeRO 0, no recomputation, unless given.
+    """A single layout: dp = tp = pp = cp = ep = mbs = v = 1, ZeRO 0, no recomputation, unless given
+    (the expert tensor-parallel size ``etp`` defaults to ``tp``).
 
     Full recomputation covers every layer unless ``recompute_layers`` says how many per
     model chunk (any large number means all of them).
@@ -17,8 +18,10 @@ def layouts(**kw) -> LayoutArrays:
     base = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "v": 1, "zero": 0, "recompute": RECOMPUTE_NONE,
             "recompute_layers": 1_000_000}
     base.update(kw)
+    base.setdefault("etp", base["tp"])
     return LayoutArrays(*(np.array([base[k]], dtype=np.int64) for k in
-                          ("dp", "tp", "pp", "cp", "ep", "mbs", "v", "zero", "recompute", "recompute_layers")))
+                          ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero", "recompute",
+                           "recompute_layers")))
 
 
 def selective_saving_bytes(model, training, tokens: float, tp: float, moe_layer: bool = False) -> float:

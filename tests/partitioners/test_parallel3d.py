@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from partitioners.collectives import LinkSpec, allreduce_time_s, p2p_time_s
 from partitioners.errors import InvalidInput
-from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_from_request, plan_parallel_layout, rank_map
+from partitioners.parallel3d import (
+    enumerate_layouts,
+    evaluate_layouts,
+    expert_groups_fit,
+    plan_from_request,
+    plan_parallel_layout,
+    rank_map,
+)
 from partitioners.parallel3d_comm import OVERLAP_COMPUTE_SLOWDOWN, chunked_collective_time_s, overlapped_time_s
 from partitioners import parallel3d_cost
 from partitioners.parallel3d_cost import (
@@ -1053,15 +1060,26 @@ def test_evaluating_an_interleaved_two_stage_pipeline_with_batched_exchanges_is_
     assert "pp >= 3" in str(err.value)
 
 
-def test_evaluating_an_expert_parallel_size_that_does_not_divide_dp_names_ep_not_the_schedule():
-    model = {**GPT_SMALL, "num_layers": 8,
+SMALL_MOE = {**GPT_SMALL, "num_layers": 8,
              "moe": {"num_experts": 16, "experts_per_token": 2, "expert_ffn_hidden_size": 128}}
+
+
+def test_evaluating_expert_groups_the_ranks_cannot_hold_names_ep_not_the_schedule():
+    # 8 GPUs at tp 2, pp 2: dp 2, and 8 expert ranks are neither a divisor of dp nor whole tp blocks of it
     with pytest.raises(InvalidInput) as err:
-        evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 8},
-                         [{"tp": 2, "pp": 2, "cp": 1, "ep": 4, "virtual_stages": 2}])
+        evaluate_layouts(SMALL_MOE, A100_NODE, {"global_batch_sequences": 8},
+                         [{"tp": 2, "pp": 2, "cp": 1, "ep": 8, "virtual_stages": 2}])
     assert err.value.code == "does-not-divide"
     assert err.value.field == "evaluate[0].ep"
-    assert "ep=4 must divide dp=2" in str(err.value)
+    assert "8 expert groups cannot be cut from dp=2 x tp=2 x cp=1" in str(err.value)
+
+
+def test_expert_groups_larger_than_dp_are_folded_over_the_tensor_ranks():
+    # Megatron-Bridge's Qwen3-235B-A22B H100 recipe: tp 2, ep 32 on 256 GPUs at pp 8 (dp 16)
+    (pred,) = evaluate_layouts(SMALL_MOE, A100_NODE, {"global_batch_sequences": 8},
+                               [{"tp": 2, "pp": 2, "cp": 1, "ep": 4}])
+    assert (pred.dp, pred.ep, pred.etp) == (2, 4, 1)
+    assert pred.fits
 
 
 def test_heads_not_divisible_by_tp_is_rejected_with_reason():
@@ -1441,13 +1459,88 @@ def test_malformed_request_fields_are_invalid_input_naming_the_field(edit, field
     assert err.value.field == field
 
 
-def test_moe_layouts_use_expert_parallel_sizes_that_divide_experts_and_dp():
+def test_moe_layouts_use_expert_parallel_sizes_that_divide_experts_and_dp_or_fold_over_tensor_ranks():
     model = {**GPT_SMALL, "num_layers": 4, "moe": {"num_experts": 6, "experts_per_token": 2,
                                                    "expert_ffn_hidden_size": 64}}
     plan = plan_parallel_layout(model, A100_NODE, {"global_batch_sequences": 64}, top_k=50)
     assert plan.feasible
-    assert all(6 % c.ep == 0 and c.dp % c.ep == 0 for c in plan.candidates)
+    assert all(6 % c.ep == 0 for c in plan.candidates)
+    assert all(c.dp % c.ep == 0 for c in plan.candidates if c.etp == c.tp)
+    assert all((c.tp * c.cp) % c.ep == 0 or c.ep % (c.tp * c.cp) == 0 for c in plan.candidates if c.etp < c.tp)
     assert {c.ep for c in plan.candidates} > {1}
+
+
+def test_expert_groups_split_over_tensor_ranks_come_from_dp_and_folded_ones_from_whole_tensor_blocks():
+    assert expert_groups_fit(dp=4, tp=2, cp=1, ep=4, etp=2)
+    assert not expert_groups_fit(dp=2, tp=2, cp=1, ep=4, etp=2)
+    assert expert_groups_fit(dp=2, tp=2, cp=1, ep=4, etp=1)  # two tensor pairs
+    assert expert_groups_fit(dp=1, tp=8, cp=1, ep=4, etp=1)  # half a tensor group
+    assert not expert_groups_fit(dp=2, tp=2, cp=1, ep=8, etp=1)  # four pairs, two replicas
+    assert not expert_groups_fit(dp=4, tp=4, cp=1, ep=4, etp=2)  # etp is tp or 1
+
+
+MOE_BLOCKS = {"num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16, "seq_length": 4096,
+              "vocab_size": 32000, "moe": {"num_experts": 16, "experts_per_token": 2, "expert_ffn_hidden_size": 1408}}
+
+
+def _folded_and_split(num_layers: int = 4, **training) -> dict[int, object]:
+    """The same (tp 2, ep 2) layout on 8 H100s with experts split over the tensor ranks and folded."""
+    layout = {"tp": 2, "pp": 1, "cp": 1, "ep": 2, "micro_batch_size": 1, "recompute": "none", "zero_stage": 1}
+    return {etp: evaluate_layouts({**MOE_BLOCKS, "num_layers": num_layers}, {"preset": "dgx-h100", "nodes": 1},
+                                  {"global_batch_sequences": 8, **training}, [{**layout, "etp": etp}])[0]
+            for etp in (2, 1)}
+
+
+def test_folded_experts_are_whole_so_each_gpu_holds_tp_times_the_expert_weights():
+    by_etp = _folded_and_split()
+    counts = parameter_counts(model_from_dict(MOE_BLOCKS))
+    expert_weight_bytes = 2.0 * counts.experts_per_layer * MOE_BLOCKS["num_layers"]
+    extra = by_etp[1].memory.parameters_bytes - by_etp[2].memory.parameters_bytes
+    assert extra == pytest.approx(expert_weight_bytes / 2 - expert_weight_bytes / 4)
+
+
+def test_folded_moe_layers_run_no_tensor_parallel_collectives_in_their_expert_block():
+    # every layer is MoE: only attention's half of each layer's collectives remains (the
+    # embedding's reduction, the same either way, drops out of the difference of 8 and 4 layers)
+    four, eight = (_folded_and_split(n, overlap_tp_backward=False) for n in (4, 8))
+    per_four_layers = {etp: eight[etp].time_breakdown_s["tp_comm_s"] - four[etp].time_breakdown_s["tp_comm_s"]
+                       for etp in (2, 1)}
+    assert per_four_layers[1] == pytest.approx(per_four_layers[2] / 2)
+
+
+def test_folded_expert_groups_are_consecutive_ranks_of_neighbouring_tensor_groups():
+    rm = rank_map({"preset": "dgx-h100", "nodes": 1}, {"tp": 2, "pp": 2, "ep": 4, "etp": 1})
+    dp, pp, tp, ep = rm.coords[:, 0], rm.coords[:, 1], rm.coords[:, 2], rm.coords[:, 4]
+    assert list(ep) == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert list(tp) == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert list(dp) == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert list(pp) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert rm.mesh_dim_names == ("dp_outer", "pp", "dp_inner", "cp", "tp") and rm.mesh_shape == (1, 2, 2, 1, 2)
+
+
+def test_an_expert_tensor_parallel_size_other_than_one_or_tp_is_invalid_input():
+    with pytest.raises(InvalidInput) as err:
+        evaluate_layouts(MOE_BLOCKS, {"preset": "dgx-h100", "nodes": 1}, {"global_batch_sequences": 8},
+                         [{"tp": 4, "pp": 1, "cp": 1, "ep": 2, "etp": 2}])
+    assert err.value.field == "evaluate[0].etp"
+    assert "must be 1 or tp=4" in str(err.value)
+
+
+def test_a_dense_model_keeps_etp_equal_to_tp():
+    (pred,) = evaluate_layouts({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 8},
+                               [{"tp": 2, "pp": 1, "cp": 1}])
+    assert pred.etp == 2
+    with pytest.raises(InvalidInput) as err:
+        evaluate_layouts({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 8},
+                         [{"tp": 2, "pp": 1, "cp": 1, "etp": 1}])
+    assert "a model without experts" in str(err.value)
+
+
+def test_a_constraint_on_etp_keeps_the_search_to_split_or_folded_experts():
+    for etp in (1, 2):
+        plan = plan_parallel_layout(MOE_BLOCKS, {"preset": "dgx-h100", "nodes": 1}, {"global_batch_sequences": 8},
+                                    {"tp": 2, "etp": etp}, with_rank_map=False)
+        assert plan.feasible and {c.etp for c in plan.candidates} == {etp}
 
 
 def test_overlapping_expert_all_to_all_hides_it_under_another_micro_batch_but_still_slows_it():

@@ -215,6 +215,20 @@ def test_deepseek_v3_with_latent_attention_and_deduplicated_dispatch_is_planned(
     assert prediction["fits"] and prediction["time_breakdown_s"]["ep_comm_s"] > 0
 
 
+def test_expert_groups_wider_than_dp_are_folded_over_the_tensor_ranks_and_the_answer_says_etp_1(client):
+    # Megatron-Bridge's Qwen3-235B-A22B H100 layout in miniature: tp 2, ep 8 on 16 GPUs at pp 2 (dp 4)
+    model = {"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 64, "num_kv_heads": 4,
+             "head_dim": 128, "seq_length": 4096, "vocab_size": 151936, "gated_mlp": True,
+             "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 1536}}
+    response = client.post("/v1/parallel/plan", json=_request(
+        model=model, cluster={"preset": "dgx-h100", "nodes": 2},
+        evaluate=[{"tp": 2, "pp": 2, "cp": 1, "ep": 8, "etp": 1}]))
+    assert response.status_code == 200, response.text
+    (prediction,) = response.json()["predictions"]
+    assert (prediction["dp"], prediction["ep"], prediction["etp"]) == (4, 8, 1)
+    assert prediction["rank_map"]["order"] == "tp-cp-dp_inner-pp-dp_outer"
+
+
 def test_deepseek_v3_with_its_multi_token_prediction_module_counts_the_published_14b_less_shared_copies(client):
     # DeepSeek-V3's Hugging Face weights: 671B main model + 14B MTP module, whose files
     # repeat the embedding and output head (129,280 x 7,168 each) that the module shares

@@ -330,8 +330,8 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
 
     Structural impossibilities are never generated (``dp`` must be an integer,
     ``ep`` must divide the experts and fit the ranks (:func:`expert_groups_fit`; MoE
-    models with ``tp > 1`` are searched with experts split over the tensor ranks and
-    folded), interleaving needs ``pp > 2`` (``pp > 1``
+    models with ``tp > 1`` are searched with experts split over the tensor ranks and,
+    with sequence parallelism, folded), interleaving needs ``pp > 2`` (``pp > 1``
     with asynchronous pipeline exchanges), a layer count per stage that ``v`` divides and
     whole rounds of ``pp`` micro-batches).
     Layouts that are well-formed but cannot run (tp across a node, heads not
@@ -362,6 +362,9 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     else:
         eps = [1]
     max_pp = model.num_layers if constraints.max_pp is None else min(constraints.max_pp, model.num_layers)
+    # folded experts take their tokens from the sequence-parallel shards (Megatron-Core asks
+    # for sequence parallelism with MoE and tensor parallelism)
+    folding = model.moe is not None and training.sequence_parallel
 
     rows = []
     for tp in tps:
@@ -377,7 +380,7 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
                 for ep in eps:
                     if model.moe is not None and model.moe.num_experts % ep:
                         continue
-                    for etp in (tp, 1) if model.moe is not None and tp > 1 else (tp,):
+                    for etp in (tp, 1) if folding and tp > 1 else (tp,):
                         if constraints.etp is not None and etp != constraints.etp:
                             continue
                         if expert_groups_fit(dp, tp, cp, ep, etp):
@@ -903,10 +906,15 @@ def _impossible_layout(layout: Mapping[str, Any], model: ModelSpec, num_gpus: in
         allowed = f"1 or tp={tp}" if model.moe is not None else f"tp={tp} (a model without experts)"
         return InvalidInput(f"layout {dict(layout)}: etp (the expert tensor-parallel size) must be {allowed}",
                             field=f"{where}.etp", code="out-of-range")
+    if etp == 1 and tp > 1 and not training.sequence_parallel:
+        return InvalidInput(f"layout {dict(layout)}: folded experts (etp 1 under tp {tp}) dispatch from the "
+                            "sequence-parallel shards; turn training.sequence_parallel on",
+                            field=f"{where}.etp", code="contradiction")
     fixed_mesh = all(key in layout for key in ("tp", "pp")) and ("cp" in layout or not training.flash_attention)
     if fixed_mesh and num_gpus % (tp * pp * cp) == 0:
         dp = layout.get("dp", num_gpus // (tp * pp * cp))
-        folds = (1,) if etp == 1 else (tp,) if etp is not None or model.moe is None else (tp, 1)
+        splits_only = etp is not None or model.moe is None or not training.sequence_parallel
+        folds = (1,) if etp == 1 else (tp,) if splits_only else (tp, 1)
         if dp * tp * pp * cp == num_gpus and not any(expert_groups_fit(dp, tp, cp, ep, e) for e in folds):
             return InvalidInput(f"layout {dict(layout)}: {ep} expert groups cannot be cut from dp={dp} x tp={tp} "
                                 f"x cp={cp}: ep must divide dp (experts split over the tensor ranks, etp = tp) "

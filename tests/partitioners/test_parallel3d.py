@@ -1526,6 +1526,15 @@ def test_an_expert_tensor_parallel_size_other_than_one_or_tp_is_invalid_input():
     assert "must be 1 or tp=4" in str(err.value)
 
 
+def test_folded_experts_without_sequence_parallelism_are_invalid_input_naming_it():
+    with pytest.raises(InvalidInput) as err:
+        evaluate_layouts(MOE_BLOCKS, {"preset": "dgx-h100", "nodes": 1},
+                         {"global_batch_sequences": 8, "sequence_parallel": False},
+                         [{"tp": 2, "pp": 1, "cp": 1, "ep": 2, "etp": 1}])
+    assert err.value.field == "evaluate[0].etp"
+    assert "sequence_parallel" in str(err.value)
+
+
 def test_a_dense_model_keeps_etp_equal_to_tp():
     (pred,) = evaluate_layouts({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 8},
                                [{"tp": 2, "pp": 1, "cp": 1}])

@@ -92,6 +92,16 @@ def test_layout_evaluates_given_layouts_and_says_why_one_cannot_run(tmp_path):
     assert "tp1 pp1 dp64" in result.output and "tp1 pp1 dp64 cannot run: out of memory" in _text(result)
 
 
+QWEN3_30B_A3B = LLAMA_3_70B.with_name("Qwen_Qwen3-30B-A3B.json")
+
+
+def test_layout_shows_experts_folded_over_the_tensor_ranks_as_etp1():
+    result = runner.invoke(app, ["layout", str(QWEN3_30B_A3B), "--seq-length", "4096", "--batch", "64",
+                                 "--nodes", "1", "-e", "tp=2,pp=1,ep=8,etp=1"])
+    assert result.exit_code == 0, result.output
+    assert "tp2 pp1 ep8 etp1 dp4" in _text(result)
+
+
 def test_layout_needs_the_training_sequence_length_beside_a_hugging_face_config():
     result = _layout()
     assert result.exit_code == 2 and "--seq-length is required" in _text(result)

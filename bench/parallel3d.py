@@ -293,9 +293,10 @@ def bridge_moe_table() -> None:
         print(f"{row['name']:<32}{row['cluster']['nodes'] * 8:>6}  {shape:<16}{pred.memory.total_bytes / GIB:>11.1f}  "
               f"{verdict:<8}{per_gpu:>18.0f}{row['published_tokens_per_s_per_gpu']:>7.0f}{err:>+8.1%}  "
               f"{_top_pairs(plan)}")
-    print("etp 1: experts folded over the tensor ranks. Not part of the published-run targets. The small-expert "
-          "rows are predicted too fast: the planner counts\nGPU work only, not the host's kernel launches or the "
-          "all-to-all dispatcher's routing synchronisation, which weigh most where experts are small")
+    print("etp 1: experts folded over the tensor ranks; expert load force-balanced, as the benchmarks ran. Not part "
+          "of the published-run targets.\nEvery row is predicted too fast, the small-expert ones most: the planner "
+          "counts GPU work only, not the host's kernel launches or the all-to-all\ndispatcher's routing "
+          "synchronisation, which weigh most where experts are small")
 
 
 def mixture_of_experts_row() -> None:

@@ -456,7 +456,7 @@ _GPT_OSS_120B = {"num_layers": 36, "hidden_size": 2880, "num_attention_heads": 6
                  "ffn_hidden_size": 2880, "gated_mlp": True, "seq_length": 4096, "vocab_size": 201088,
                  "sliding_window": 128, "sliding_window_layers": list(range(0, 36, 2)),
                  "moe": {"num_experts": 128, "experts_per_token": 4, "expert_ffn_hidden_size": 2880}}
-_BRIDGE_MOE_SOFTWARE = {"grad_bytes_per_param": 2, "overlap_tp_comm": True}
+_BRIDGE_MOE_SOFTWARE = {"grad_bytes_per_param": 2, "overlap_tp_comm": True, "expert_load_imbalance": 1.0}
 _BRIDGE_FP8 = {"precision": "fp8", "fp8_scaling": "current"}
 
 MEGATRON_BRIDGE_H100_MOE = [

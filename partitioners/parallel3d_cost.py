@@ -118,8 +118,6 @@ _FLASH_OVER_GEMM = 0.8
 # Its backward kernel runs at a lower fraction of peak than its forward: up to 63% against
 # 73% on A100 (Dao, "FlashAttention-2", 2023, Sec. 4.1), i.e. 0.86 of the forward's rate.
 _FLASH_BACKWARD_OVER_FORWARD = 0.63 / 0.73
-# Load of the busiest expert over the mean (see _moe_mlp_gemms).
-_EXPERT_IMBALANCE = 1.2
 # Adam step streams fp32 param, grad, m, v in and param, m, v plus a bf16 copy out.
 _ADAM_BYTES_PER_PARAM = 30.0
 # Megatron-LM follows every batched pipeline send/recv with a device-wide
@@ -363,7 +361,7 @@ def _dense_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, 
 
 
 def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
-                   ep: np.ndarray, etp: np.ndarray) -> _BlockGemms:
+                   ep: np.ndarray, etp: np.ndarray, imbalance: float) -> _BlockGemms:
     """Routed experts (a grouped GEMM over the local experts), shared experts and the router.
 
     Split over the tensor ranks (``etp = tp``) every rank runs all of the micro-batch's
@@ -374,11 +372,9 @@ def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp
     moe = model.moe
     h, up, fe = model.hidden_size, 2 if model.gated_mlp else 1, moe.expert_ffn_hidden_size
     local_experts = moe.num_experts / ep
-    # the busiest expert sets the pace: dropless routing with an auxiliary balancing
-    # loss still leaves it ~20% above the mean (the 1.2-1.25 capacity factors budgeted
-    # by GShard, Lepikhin et al. 2021, and Switch, Fedus et al. 2022)
+    # the busiest expert sets the pace (training.expert_load_imbalance)
     tokens_per_expert = np.maximum(
-        _EXPERT_IMBALANCE * tokens * etp / tp * moe.experts_per_token * ep / moe.num_experts, 1.0)
+        imbalance * tokens * etp / tp * moe.experts_per_token * ep / moe.num_experts, 1.0)
     forward = rates.gemm_s(tokens_per_expert, up * fe / etp, h, batch=local_experts) \
         + rates.gemm_s(tokens_per_expert, h, fe / etp, batch=local_experts)
     backward = rates.gemm_backward_s(tokens_per_expert, up * fe / etp, h, batch=local_experts) \
@@ -526,7 +522,7 @@ def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceR
     if training.expert_dispatch == "node-deduplicated":
         # FP8 runs dispatch the FP8 copy the expert GEMM quantizes anyway (1 byte and a
         # 4-byte scale per 128 elements, DeepSeek-V3 Sec. 3.3.2); combines stay 16-bit
-        token_bytes = _EXPERT_IMBALANCE * tokens * h / tp
+        token_bytes = training.expert_load_imbalance * tokens * h / tp
         dispatch_bytes = 1.0 + 4.0 / 128.0 if rates.fp8 else 2.0
         one_way = functools.partial(deduplicated_dispatch_time_s, experts_per_token=moe.experts_per_token,
                                     num_groups=moe.num_groups, group_topk=moe.group_topk, stride=stride,
@@ -535,7 +531,7 @@ def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceR
         # the mean of a dispatch and a combine: _layer_work counts them in pairs
         a2a = 0.5 * (one_way(token_bytes * dispatch_bytes) + one_way(token_bytes * 2.0))
     else:
-        a2a_bytes = _EXPERT_IMBALANCE * tokens * moe.experts_per_token * h * 2.0 / tp
+        a2a_bytes = training.expert_load_imbalance * tokens * moe.experts_per_token * h * 2.0 / tp
         a2a = expert_alltoall_time_s(a2a_bytes, stride, layouts.ep, rates.gpus_per_node, rates.intra, rates.inter)
     permute = tokens * 8.0 * moe.experts_per_token * h / tp / rates.hbm_achieved_bytes_per_s
     return a2a, permute
@@ -555,7 +551,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     mla_up_fwd = _mla_up_projection_s(model, rates, tokens, tp)
     mlp = {False: _dense_mlp_gemms(model, rates, tokens, tp)}
     if model.moe is not None:
-        mlp[True] = _moe_mlp_gemms(model, rates, tokens, tp, ep, etp)
+        mlp[True] = _moe_mlp_gemms(model, rates, tokens, tp, ep, etp, training.expert_load_imbalance)
     attn_core_fwd, attn_core_bwd = _attention_core_s(model, training, rates, tokens, mbs, tp, cp)
 
     rep_div = np.where(training.sequence_parallel, tp, 1.0)

@@ -163,6 +163,9 @@ class TrainingSettings(RequestModel):
     overlap_ep_comm: bool | None = Field(None, description="Expert-parallel all-to-all hidden under another "
                                          "micro-batch's computation (DeepSeek-V3 DualPipe, Megatron "
                                          "--overlap-moe-expert-parallel-comm; default off).")
+    expert_load_imbalance: float | None = Field(None, ge=1, le=64, allow_inf_nan=False, description="Tokens of the "
+                                                "busiest expert over the mean (default 1.2, an auxiliary-loss "
+                                                "balanced router; 1 for force-balanced benchmarks).")
     expert_dispatch: Literal["all-to-all", "node-deduplicated"] | None = Field(
         None, description="all-to-all: one 16-bit message per (token, expert) pair (default); node-deduplicated: "
         "once per destination node over the network, then NVLink (DeepSeek-V3, DeepEP), FP8 in FP8 runs.")

@@ -1545,6 +1545,20 @@ def test_a_dense_model_keeps_etp_equal_to_tp():
     assert "a model without experts" in str(err.value)
 
 
+def test_force_balanced_routing_is_faster_than_the_default_twenty_percent_busiest_expert():
+    balanced, default = (_folded_and_split(expert_load_imbalance=imbalance)[1] for imbalance in (1.0, 1.2))
+    assert balanced.time_breakdown_s["ep_comm_s"] == pytest.approx(default.time_breakdown_s["ep_comm_s"] / 1.2,
+                                                                   rel=0.05)
+    assert balanced.step_time_s < default.step_time_s
+
+
+@pytest.mark.parametrize("imbalance", [0.5, 65, "high", True, float("nan")])
+def test_an_expert_load_imbalance_below_one_or_absurd_is_invalid_input(imbalance):
+    with pytest.raises(InvalidInput) as err:
+        training_from_dict({"global_batch_sequences": 8, "expert_load_imbalance": imbalance})
+    assert err.value.field == "training.expert_load_imbalance"
+
+
 def test_a_constraint_on_etp_keeps_the_search_to_split_or_folded_experts():
     for etp in (1, 2):
         plan = plan_parallel_layout(MOE_BLOCKS, {"preset": "dgx-h100", "nodes": 1}, {"global_batch_sequences": 8},

@@ -312,7 +312,8 @@ def expert_groups_fit(dp: int, tp: int, cp: int, ep: int, etp: int) -> bool:
     With experts split over the tensor ranks (``etp = tp``, Megatron-Core's default) an
     expert group takes one rank of each of ``ep`` data-parallel replicas: ``ep`` divides
     ``dp``. Folded (``etp = 1``; Liu et al., "MoE Parallel Folding", arXiv:2504.14960,
-    2025) it takes ``ep`` consecutive ranks of the ``tp x cp x dp`` a stage has: a divisor
+    2025; Megatron-Core's "Parallel Folding", Yan et al., arXiv:2603.07685, 2026) it takes
+    ``ep`` consecutive ranks of the ``tp x cp x dp`` a stage has: a divisor
     of ``tp x cp``, or whole ``tp x cp`` blocks of ``ep / (tp cp)`` replicas (see
     :func:`rank_map`).
     """

@@ -73,6 +73,7 @@ from partitioners.parallel3d_stages import (
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     LayoutArrays,
+    microbatch_group_size,
     middle_stages_short,
     stage_layer_split,
 )
@@ -411,16 +412,17 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     # must divide by v); Megatron-Core's --pipeline-model-parallel-layout can, placing an
     # identity op in an empty chunk (Megatron-LM MR 2795, "flexible asymmetric VPP")
     q = np.ceil(model.num_layers / pp)
-    # Megatron-LM's interleaved 1F1B schedule needs whole rounds of micro-batches ("number of
-    # microbatches is not divisible by pipeline-parallel size when using interleaved
-    # schedule", schedules.py) and, with batched synchronous exchanges, more than two stages
+    # Megatron-LM's interleaved 1F1B schedule needs micro-batch groups it can fill
+    # (microbatch_group_size: whole rounds of pp, or with Megatron-Core larger groups) and,
+    # with batched synchronous exchanges, more than two stages
     # (with two, each rank's batched send and receive go to the same peer: "pipeline-model-
     # parallel size should be greater than 2 to avoid having multiple p2p sends and recvs
     # between same 2 ranks per communication batch", arguments.py). With asynchronous
     # exchanges (--overlap-p2p-comm) two stages are enough: Megatron-Bridge's Qwen3-30B-A3B
     # H100 recipe interleaves pp 2 x vp 24.
     min_interleaved_pp = 2 if training.overlap_p2p_comm else 3
-    v_ok = (v == 1) | ((pp >= min_interleaved_pp) & (q % v == 0) & (m % pp == 0))
+    groups_fit = microbatch_group_size(m.astype(np.int64), pp, training.flexible_microbatch_groups) > 0
+    v_ok = (v == 1) | ((pp >= min_interleaved_pp) & (q % v == 0) & groups_fit)
     keep &= v_ok
     zero = zeros[i_z]
     if 1 in constraints.zero_stages:
@@ -514,6 +516,13 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
                      "torch.distributed.pipelining: weights and gradients stay whole across the micro-batches "
                      "(ZeRO-1's memory) and are reduce-scattered once, after the last backward (DeepSpeed "
                      "refuses ZeRO-2/3 with pipeline parallelism)")
+    micro_batches = int(pred["num_micro_batches"][i])
+    if d["v"] > 1 and micro_batches % d["pp"]:
+        group = int(microbatch_group_size(np.array([micro_batches]), np.array([d["pp"]]),
+                                          training.flexible_microbatch_groups)[0])
+        extra.append(f"{micro_batches} micro-batches are not a multiple of pp={d['pp']}: the interleaved schedule "
+                     f"takes them in groups of {group} (Megatron-Core --microbatch-group-size-per-virtual-"
+                     f"pipeline-stage {group}), {(d['v'] - 1) * (group - d['pp'])} more model chunks in flight")
     chunk_layers = q // d["v"]
     recompute_layers = int(lay.recompute_layers[i])
     if d["recompute"] == RECOMPUTE_FULL and recompute_layers < chunk_layers:
@@ -925,9 +934,10 @@ def _impossible_layout(layout: Mapping[str, Any], model: ModelSpec, num_gpus: in
     if layout.get("virtual_stages", 1) > 1:
         fewest_stages = 2 if training.overlap_p2p_comm else 3
         return InvalidInput(f"layout {dict(layout)}: an interleaved schedule (virtual_stages > 1) needs "
-                            f"pp >= {fewest_stages}, virtual_stages dividing the layers per stage and a "
-                            "micro-batch count that is a multiple of pp (Megatron-LM's interleaved 1F1B; "
-                            "pp 2 only with overlap_p2p_comm)",
+                            f"pp >= {fewest_stages}, virtual_stages dividing the layers per stage and "
+                            "micro-batches that fill groups of pp (a multiple of pp; with "
+                            "flexible_microbatch_groups, larger groups whose last is empty or at least pp) "
+                            "(Megatron-LM's interleaved 1F1B; pp 2 only with overlap_p2p_comm)",
                             field=f"{where}.virtual_stages", code="interleaving-not-possible")
     return InvalidInput(f"layout {dict(layout)} does not multiply out to the {num_gpus} GPUs "
                         "(dp x tp x pp x cp must equal the GPU count, ep must divide dp and the experts)",

@@ -33,7 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from partitioners.parallel3d_specs import ModelSpec, TrainingSpec
-from partitioners.parallel3d_stages import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, middle_stages_short
+from partitioners.parallel3d_stages import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
+    microbatch_group_size,
+    middle_stages_short,
+)
 
 __all__ = [
     "RESERVED_BYTES",
@@ -253,9 +258,11 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     """Peak activation bytes on the first, the last and the fullest middle pipeline stage.
 
     Stage ``r`` holds min(m, p - r) micro-batches in flight under 1F1B and
-    2(p - r - 1) + (v-1)p + 1 model chunks under the interleaved schedule (Narayanan et
-    al., SC21, Sec. 2.2; Megatron-LM's warm-up counts): the first the most, the last
-    one, or (v-1)p + 1 chunks when interleaved, plus the fp32 logits. A middle stage
+    2(p - r - 1) + (v-1)N + 1 model chunks under the interleaved schedule, N the
+    micro-batch group (p, or more where m is not a multiple of p:
+    :func:`~partitioners.parallel3d_stages.microbatch_group_size`) (Narayanan et al., SC21,
+    Sec. 2.2; Megatron-LM's warm-up counts): the first the most, the last one, or
+    (v-1)N + 1 chunks when interleaved, plus the fp32 logits. A middle stage
     holds ``layers_per_stage`` layers of which ``moe_layers`` are MoE and the others
     dense; ``first_layers`` and ``last_layers`` are what the end stages keep. A
     middle stage keeps fewer micro-batches in flight than the first but, when the ends
@@ -295,12 +302,17 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     first_act_avg = layer_act_avg if first_moe_layers is None else per_layer(first_moe_layers / first_layers)
     last_act_avg = layer_act_avg if last_moe_layers is None else per_layer(last_moe_layers / last_layers)
 
+    # micro-batches per group of the interleaved schedule (pp, or more when m is not a multiple)
+    group = np.where(v > 1, np.maximum(
+        microbatch_group_size(np.asarray(m, dtype=np.int64), np.asarray(pp, dtype=np.int64),
+                              training.flexible_microbatch_groups), pp), pp)
+
     def chunks_in_flight(rank):
         return np.where(v == 1, np.minimum(m, pp - rank),
-                        np.minimum(m * v, 2.0 * (pp - rank - 1.0) + (v - 1.0) * pp + 1.0))
+                        np.minimum(m * v, 2.0 * (pp - rank - 1.0) + (v - 1.0) * group + 1.0))
 
     chunks_first = chunks_in_flight(0.0)
-    chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * pp + 1.0))
+    chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * group + 1.0))
     layers_first = chunks_first * first_layers / v
     layers_last = np.where(single, layers_first, chunks_last * last_layers / v)
     # the fullest middle stage: the second (one layer short if the middle stages shed

@@ -401,6 +401,12 @@ class TrainingSpec:
     # virtual pipeline stages are used, with ``batch_p2p_comm`` off); 1F1B keeps the
     # batched, synchronised exchange.
     overlap_p2p_comm: bool = True
+    # The interleaved schedule may take micro-batches in groups larger than pp, so a
+    # micro-batch count that pp does not divide can still interleave (Megatron-Core
+    # ``--microbatch-group-size-per-virtual-pipeline-stage``; see
+    # parallel3d_stages.microbatch_group_size). Off in the 2021 and 2022 presets, whose
+    # schedule took groups of exactly pp.
+    flexible_microbatch_groups: bool = True
     # Backward tensor-parallel collectives of the column-parallel linears launched
     # asynchronously under their GEMMs: the input-gradient all-reduce (reduce-scatter with
     # sequence parallelism) under the weight-gradient GEMM, and with sequence parallelism
@@ -889,6 +895,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             overlap_grad_reduce=bool(data.get("overlap_grad_reduce", True)),
             overlap_tp_comm=bool(data.get("overlap_tp_comm", False)),
             overlap_p2p_comm=bool(data.get("overlap_p2p_comm", True)),
+            flexible_microbatch_groups=bool(data.get("flexible_microbatch_groups", True)),
             overlap_tp_backward=bool(data.get("overlap_tp_backward", True)),
             grad_bytes_per_param=positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
             gradient_accumulation_fusion=bool(data.get("gradient_accumulation_fusion", True)),

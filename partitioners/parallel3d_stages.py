@@ -19,6 +19,7 @@ __all__ = [
     "RECOMPUTE_SELECTIVE",
     "RECOMPUTE_FULL",
     "LayoutArrays",
+    "microbatch_group_size",
     "stage_layer_split",
     "middle_stages_short",
     "balanced_end_layers",
@@ -158,3 +159,30 @@ def balanced_end_layers(q: np.ndarray, short: np.ndarray, pp: np.ndarray, first_
         first = first - to_first
         remaining = np.where(remaining > 0, remaining - 1.0, 0.0)
     return first, last
+
+
+def microbatch_group_size(m: np.ndarray, pp: np.ndarray, flexible: bool) -> np.ndarray:
+    """Micro-batches the interleaved schedule runs through a model chunk before the next
+    chunk, or 0 where it cannot run.
+
+    Megatron-LM's interleaved 1F1B takes micro-batches in groups of ``pp`` and so needs
+    ``m`` to be a multiple of ``pp`` ("number of microbatches is not divisible by
+    pipeline-parallel size when using interleaved schedule"). Megatron-Core lets the group
+    size ``N`` be any value in ``[pp, m]`` (``--microbatch-group-size-per-virtual-pipeline-
+    stage``) as long as the last group is empty or holds at least ``pp`` micro-batches
+    ("should be 0, or larger than or equal to the pipeline-parallel size ... Otherwise, it
+    introduces dependency bubbles", schedules.py); ``flexible`` allows that, taking the
+    smallest such ``N``: the warm-up keeps ``(v - 1) N`` more model chunks in flight.
+    """
+    m = np.asarray(m, dtype=np.int64)
+    pp = np.asarray(pp, dtype=np.int64)
+    group = np.where((m >= pp) & (m % np.maximum(pp, 1) == 0), pp, 0)
+    if not flexible:
+        return group
+    pairs = np.unique(np.stack([m, pp], axis=1)[group == 0], axis=0)
+    for m_i, pp_i in pairs:
+        if m_i < pp_i or pp_i < 1:
+            continue
+        n = next(n for n in range(int(pp_i), int(m_i) + 1) if m_i % n == 0 or m_i % n >= pp_i)
+        group[(m == m_i) & (pp == pp_i)] = n
+    return group

@@ -66,6 +66,7 @@ from partitioners.parallel3d_stages import (
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     balanced_end_layers,
+    microbatch_group_size,
     stage_layer_split,
 )
 from tests.partitioners.parallel_layouts import layouts, selective_saving_bytes
@@ -532,6 +533,41 @@ def test_a_middle_stage_fuller_than_the_shortened_first_one_sets_the_activation_
     pred = predict_layouts(model, cluster, training, layouts(dp=1, pp=8))
     assert (int(pred["first_stage_layers"][0]), int(pred["last_stage_layers"][0])) == (1, 1)
     assert float(pred["activations_bytes"][0]) == pytest.approx(2 * 7 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
+
+
+def test_interleaved_micro_batch_groups_are_pp_or_the_smallest_megatron_core_accepts():
+    m, pp = np.array([120, 32, 250, 15, 7]), np.array([16, 8, 4, 2, 8])
+    # 120 = 6 x 20; 250 = 50 x 5; 15 = 5 x 3; 7 micro-batches cannot fill 8 stages
+    assert list(microbatch_group_size(m, pp, flexible=True)) == [20, 8, 5, 3, 0]
+    assert list(microbatch_group_size(m, pp, flexible=False)) == [0, 8, 0, 0, 0]
+
+
+def test_a_micro_batch_count_pp_does_not_divide_interleaves_only_with_flexible_groups():
+    model = {"num_layers": 16, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048, "vocab_size": 32000}
+    # dp 2: 5 micro-batches per pipeline, one group of 5
+    flexible, strict = (evaluate_layouts(model, {"preset": "dgx-h100", "nodes": 1},
+                                         {"global_batch_sequences": 10, "flexible_microbatch_groups": flag},
+                                         [{"tp": 1, "pp": 4, "cp": 1, "micro_batch_size": 1}])[0]
+                        for flag in (True, False))
+    assert flexible.virtual_stages > 1 and any("groups of 5" in note for note in flexible.notes)
+    assert strict.virtual_stages == 1
+
+
+def test_a_larger_micro_batch_group_keeps_more_model_chunks_in_flight_on_the_first_stage():
+    model = model_from_dict({**GPT_SMALL, "num_layers": 8})
+    training = training_from_dict({"global_batch_sequences": 16})
+    one = np.array([1.0])
+    tokens, tp, rc = np.array([32.0]), one, np.array([RECOMPUTE_NONE])
+    per_layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
+
+    def first_stage_bytes(m: int) -> float:
+        # 4 stages of 2 layers, 2 chunks of 1 layer each
+        return float(stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 0 * one, 2 * one,
+                                            2 * one, 4 * one, 2 * one, m * one).first_bytes[0])
+
+    # 2(p - 1) + (v - 1) N + 1 chunks of one layer: N = 4 at 16 micro-batches, 5 at 15
+    assert first_stage_bytes(16) == pytest.approx(11 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
+    assert first_stage_bytes(15) == pytest.approx(12 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
 
 
 def test_middle_stages_shed_leftover_layers_nearest_the_first_stage():
@@ -1018,7 +1054,8 @@ def test_interleaving_needs_whole_rounds_of_micro_batches_and_two_stages_or_thre
     cluster = cluster_from_dict({"preset": "dgx-a100", "nodes": 2})
     fewest_stages = {}
     for overlap_p2p_comm in (True, False):
-        training = training_from_dict({"global_batch_sequences": 24, "overlap_p2p_comm": overlap_p2p_comm})
+        training = training_from_dict({"global_batch_sequences": 24, "overlap_p2p_comm": overlap_p2p_comm,
+                                       "flexible_microbatch_groups": False})
         lay = enumerate_layouts(model, cluster, training, constraints_from_dict(None))
         interleaved = lay.v > 1
         fewest_stages[overlap_p2p_comm] = lay.pp[interleaved].min()

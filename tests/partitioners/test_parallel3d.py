@@ -553,12 +553,18 @@ def test_a_micro_batch_count_pp_does_not_divide_interleaves_only_with_flexible_g
     assert strict.virtual_stages == 1
 
 
-def test_a_larger_micro_batch_group_keeps_more_model_chunks_in_flight_on_the_first_stage():
-    model = model_from_dict({**GPT_SMALL, "num_layers": 8})
+def _small_stages(num_layers: int):
+    """GPT_SMALL with ``num_layers`` layers, 32 tokens, tp 1, no recomputation: the model, the
+    training, a one-element 1.0, tokens, tp, recompute and one layer's activation bytes."""
+    model = model_from_dict({**GPT_SMALL, "num_layers": num_layers})
     training = training_from_dict({"global_batch_sequences": 16})
     one = np.array([1.0])
     tokens, tp, rc = np.array([32.0]), one, np.array([RECOMPUTE_NONE])
-    per_layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
+    return model, training, one, tokens, tp, rc, float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
+
+
+def test_a_larger_micro_batch_group_keeps_more_model_chunks_in_flight_on_the_first_stage():
+    model, training, one, tokens, tp, rc, per_layer = _small_stages(8)
 
     def first_stage_bytes(m: int) -> float:
         # 4 stages of 2 layers, 2 chunks of 1 layer each
@@ -573,11 +579,7 @@ def test_a_larger_micro_batch_group_keeps_more_model_chunks_in_flight_on_the_fir
 def test_middle_stages_shed_leftover_layers_nearest_the_first_stage():
     # 13 layers on 8 stages of 2: the ends keep 1 each and the second stage sheds the third
     # short layer (1 x 7 in flight); the third stage's 2 x 6 is then the peak (first: 1 x 8)
-    model = model_from_dict({**GPT_SMALL, "num_layers": 13})
-    training = training_from_dict({"global_batch_sequences": 16})
-    one = np.array([1.0])
-    tokens, tp, rc = np.array([32.0]), one, np.array([RECOMPUTE_NONE])
-    per_layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
+    model, training, one, tokens, tp, rc, per_layer = _small_stages(13)
     stages = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 0 * one, one, one,
                                     8 * one, one, 16 * one)
     assert (float(stages.middle_rank[0]), float(stages.middle_layers[0])) == (2, 2)

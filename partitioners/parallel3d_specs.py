@@ -404,9 +404,10 @@ class TrainingSpec:
     # The interleaved schedule may take micro-batches in groups larger than pp, so a
     # micro-batch count that pp does not divide can still interleave (Megatron-Core
     # ``--microbatch-group-size-per-virtual-pipeline-stage``; see
-    # parallel3d_stages.microbatch_group_size). Off in the 2021 and 2022 presets, whose
-    # schedule took groups of exactly pp.
-    flexible_microbatch_groups: bool = True
+    # parallel3d_stages.microbatch_group_size). Off by default: Megatron-Core's group size
+    # defaults to pp ("Default ... to pipeline_parallel_size", ModelParallelConfig), which
+    # asks for a multiple of pp as Megatron-LM always did.
+    flexible_microbatch_groups: bool = False
     # Backward tensor-parallel collectives of the column-parallel linears launched
     # asynchronously under their GEMMs: the input-gradient all-reduce (reduce-scatter with
     # sequence parallelism) under the weight-gradient GEMM, and with sequence parallelism
@@ -895,7 +896,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             overlap_grad_reduce=bool(data.get("overlap_grad_reduce", True)),
             overlap_tp_comm=bool(data.get("overlap_tp_comm", False)),
             overlap_p2p_comm=bool(data.get("overlap_p2p_comm", True)),
-            flexible_microbatch_groups=bool(data.get("flexible_microbatch_groups", True)),
+            flexible_microbatch_groups=bool(data.get("flexible_microbatch_groups", False)),
             overlap_tp_backward=bool(data.get("overlap_tp_backward", True)),
             grad_bytes_per_param=positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
             gradient_accumulation_fusion=bool(data.get("gradient_accumulation_fusion", True)),

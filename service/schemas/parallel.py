@@ -160,8 +160,8 @@ class TrainingSettings(RequestModel):
     flexible_microbatch_groups: bool | None = Field(None, description="The interleaved schedule may take "
                                                     "micro-batches in groups larger than pp, so a count pp does not "
                                                     "divide still interleaves (Megatron-Core --microbatch-group-size-"
-                                                    "per-virtual-pipeline-stage; default on, off in the 2021/2022 "
-                                                    "presets).")
+                                                    "per-virtual-pipeline-stage set above pp; default off: its "
+                                                    "default group is pp).")
     grad_bytes_per_param: int | None = Field(None, ge=2, le=4, description="Gradient buffer bytes per parameter: 4 "
                                              "for fp32 accumulation (Megatron's bf16 default), 2 with gradients "
                                              "reduced in bf16 (grad_reduce_in_fp32 off, DeepSpeed).")

@@ -542,22 +542,22 @@ def test_interleaved_micro_batch_groups_are_pp_or_the_smallest_megatron_core_acc
     assert list(microbatch_group_size(m, pp, flexible=False)) == [0, 8, 0, 0, 0]
 
 
-def test_a_micro_batch_count_pp_does_not_divide_interleaves_only_with_flexible_groups():
+def test_a_micro_batch_count_pp_does_not_divide_interleaves_only_with_flexible_groups_asked_for():
     model = {"num_layers": 16, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048, "vocab_size": 32000}
-    # dp 2: 5 micro-batches per pipeline, one group of 5
-    flexible, strict = (evaluate_layouts(model, {"preset": "dgx-h100", "nodes": 1},
-                                         {"global_batch_sequences": 10, "flexible_microbatch_groups": flag},
-                                         [{"tp": 1, "pp": 4, "cp": 1, "micro_batch_size": 1}])[0]
-                        for flag in (True, False))
+    # dp 2: 5 micro-batches per pipeline, one group of 5; Megatron-Core's default group is pp
+    flexible, strict, default = (
+        evaluate_layouts(model, {"preset": "dgx-h100", "nodes": 1},
+                         {"global_batch_sequences": 10, **flag}, [{"tp": 1, "pp": 4, "cp": 1, "micro_batch_size": 1}])[0]
+        for flag in ({"flexible_microbatch_groups": True}, {"flexible_microbatch_groups": False}, {}))
     assert flexible.virtual_stages > 1 and any("groups of 5" in note for note in flexible.notes)
-    assert strict.virtual_stages == 1
+    assert strict.virtual_stages == default.virtual_stages == 1
 
 
 def _small_stages(num_layers: int):
     """GPT_SMALL with ``num_layers`` layers, 32 tokens, tp 1, no recomputation: the model, the
     training, a one-element 1.0, tokens, tp, recompute and one layer's activation bytes."""
     model = model_from_dict({**GPT_SMALL, "num_layers": num_layers})
-    training = training_from_dict({"global_batch_sequences": 16})
+    training = training_from_dict({"global_batch_sequences": 16, "flexible_microbatch_groups": True})
     one = np.array([1.0])
     tokens, tp, rc = np.array([32.0]), one, np.array([RECOMPUTE_NONE])
     return model, training, one, tokens, tp, rc, float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])

@@ -1598,6 +1598,15 @@ def test_an_expert_load_imbalance_below_one_or_absurd_is_invalid_input(imbalance
     assert err.value.field == "training.expert_load_imbalance"
 
 
+def test_moe_predictions_say_they_count_gpu_work_only_and_dense_ones_do_not():
+    (moe,) = evaluate_layouts(MOE_BLOCKS, {"preset": "dgx-h100", "nodes": 1}, {"global_batch_sequences": 8},
+                              [{"tp": 1, "ep": 8}])
+    (dense,) = evaluate_layouts({**GPT_SMALL, "num_layers": 4}, A100_NODE, {"global_batch_sequences": 8},
+                                [{"tp": 1}])
+    assert any(note.startswith("MoE layers are predicted from GPU work alone") for note in moe.notes)
+    assert not any(note.startswith("MoE layers") for note in dense.notes)
+
+
 def test_a_constraint_on_etp_keeps_the_search_to_split_or_folded_experts():
     for etp in (1, 2):
         plan = plan_parallel_layout(MOE_BLOCKS, {"preset": "dgx-h100", "nodes": 1}, {"global_batch_sequences": 8},

@@ -231,7 +231,9 @@ class RankMap:
     ``COORD_NAMES``); ``device[r]`` the global GPU index (``node * gpus_per_node +
     local_gpu``). ``mesh_shape``/``mesh_dim_names`` describe the same layout as a
     row-major torch ``DeviceMesh`` (outermost first); when ``ep > 1`` the data-parallel
-    dimension is split into ``edp`` (outer) and ``ep`` (inner), ``dp = edp * ep``.
+    dimension is split into ``edp`` (outer) and ``ep`` (inner), ``dp = edp * ep``, or, with
+    folded experts, into ``dp_outer`` and ``dp_inner`` (``order`` says which; see
+    :func:`rank_map`).
     """
 
     COORD_NAMES = ("dp", "pp", "tp", "cp", "ep")
@@ -335,7 +337,8 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     models with ``tp > 1`` are searched with experts split over the tensor ranks and,
     with sequence parallelism, folded), interleaving needs ``pp > 2`` (``pp > 1``
     with asynchronous pipeline exchanges), a layer count per stage that ``v`` divides and
-    whole rounds of ``pp`` micro-batches).
+    micro-batches that fill its groups: whole rounds of ``pp``, or larger groups with
+    ``training.flexible_microbatch_groups``).
     Layouts that are well-formed but cannot run (tp across a node, heads not
     divisible, out of memory, ...) are generated so the answer can say why they
     lost. Tensor-parallel sizes are powers of two up to two nodes (those beyond
@@ -951,7 +954,8 @@ def _impossible_layout(layout: Mapping[str, Any], model: ModelSpec, num_gpus: in
                             "(Megatron-LM's interleaved 1F1B; pp 2 only with overlap_p2p_comm)",
                             field=f"{where}.virtual_stages", code="interleaving-not-possible")
     return InvalidInput(f"layout {dict(layout)} does not multiply out to the {num_gpus} GPUs "
-                        "(dp x tp x pp x cp must equal the GPU count, ep must divide dp and the experts)",
+                        "(dp x tp x pp x cp must equal the GPU count, ep must divide the experts and fit the "
+                        "ranks)",
                         field=where, code="layout-does-not-match-cluster")
 
 

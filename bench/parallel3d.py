@@ -247,24 +247,34 @@ def memory_table() -> None:
     print(f"SC21 Table 1 published layouts predicted not to fit: {sc21_oom}/{len(SC21_TABLE1)}")
 
 
-def _throughput_table(rows: list[dict]) -> list[float]:
-    """Predicted against published tokens/s per GPU for published H100 layouts; the errors."""
-    print(f"{'run':<32}{'GPUs':>6}  {'tp pp cp v':<12}{'memory GiB':>11}  {'verdict':<8}{'recompute':<10}"
-          f"{'tokens/s/GPU pred':>18}{'pub':>7}{'err':>8}")
+def _throughput_table(rows: list[dict], experts: bool = False) -> list[float]:
+    """Predicted against published tokens/s per GPU for published H100 layouts; the errors.
+
+    ``experts``: MoE rows, shown with their ep and etp and the planner's top three (tp, pp).
+    """
+    shape_width = 16 if experts else 12
+    print(f"{'run':<32}{'GPUs':>6}  {'tp pp ep etp v' if experts else 'tp pp cp v':<{shape_width}}{'memory GiB':>11}  "
+          f"{'verdict':<8}{'recompute':<10}{'tokens/s/GPU pred':>18}{'pub':>7}{'err':>8}"
+          f"{'  planner top-3 (tp,pp)' if experts else ''}")
     errs = []
     for row in rows:
         (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
-        lay = row["published"]
         fits = not any(r.startswith("out of memory") for r in pred.reasons)
         tight = any(n.startswith("tight memory") for n in pred.notes)
         verdict = "OOM" if not fits else ("tight" if tight else "fits")
         per_gpu = pred.tokens_per_s / (row["cluster"]["nodes"] * 8)
         err = per_gpu / row["published_tokens_per_s_per_gpu"] - 1.0
         errs.append(err)
-        shape = f"{lay['tp']} {lay['pp']} {lay['cp']} {lay['virtual_stages']}"
-        print(f"{row['name']:<32}{row['cluster']['nodes'] * 8:>6}  {shape:<12}{pred.memory.total_bytes / GIB:>11.1f}  "
-              f"{verdict:<8}{pred.recompute:<10}{per_gpu:>18.0f}{row['published_tokens_per_s_per_gpu']:>7.0f}"
-              f"{err:>+8.1%}")
+        shape = (f"{pred.tp} {pred.pp} {pred.ep} {pred.etp} {pred.virtual_stages}" if experts
+                 else f"{pred.tp} {pred.pp} {pred.cp} {pred.virtual_stages}")
+        top_three = ""
+        if experts:
+            plan = plan_parallel_layout(row["model"], row["cluster"], row["training"], row["search"],
+                                        with_rank_map=False)
+            top_three = f"  {_top_pairs(plan)}"
+        print(f"{row['name']:<32}{row['cluster']['nodes'] * 8:>6}  {shape:<{shape_width}}"
+              f"{pred.memory.total_bytes / GIB:>11.1f}  {verdict:<8}{pred.recompute:<10}{per_gpu:>18.0f}"
+              f"{row['published_tokens_per_s_per_gpu']:>7.0f}{err:>+8.1%}{top_three}")
     return errs
 
 
@@ -281,18 +291,7 @@ def modern_stack_table() -> None:
 
 def bridge_moe_table() -> None:
     print("\n== H100, mixture of experts: Megatron-Bridge 26.02 benchmarks, layouts as their recipes ran them ==")
-    print(f"{'run':<32}{'GPUs':>6}  {'tp pp ep etp v':<16}{'memory GiB':>11}  {'verdict':<8}"
-          f"{'tokens/s/GPU pred':>18}{'pub':>7}{'err':>8}  planner top-3 (tp,pp)")
-    for row in MEGATRON_BRIDGE_H100_MOE:
-        (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
-        plan = plan_parallel_layout(row["model"], row["cluster"], row["training"], row["search"], with_rank_map=False)
-        verdict = "fits" if pred.fits else "OOM"
-        per_gpu = pred.tokens_per_s / (row["cluster"]["nodes"] * 8)
-        err = per_gpu / row["published_tokens_per_s_per_gpu"] - 1.0
-        shape = f"{pred.tp} {pred.pp} {pred.ep} {pred.etp} {pred.virtual_stages}"
-        print(f"{row['name']:<32}{row['cluster']['nodes'] * 8:>6}  {shape:<16}{pred.memory.total_bytes / GIB:>11.1f}  "
-              f"{verdict:<8}{per_gpu:>18.0f}{row['published_tokens_per_s_per_gpu']:>7.0f}{err:>+8.1%}  "
-              f"{_top_pairs(plan)}")
+    _throughput_table(MEGATRON_BRIDGE_H100_MOE, experts=True)
     # Yan et al., "Scalable Training of Mixture-of-Experts Models with Megatron Core", arXiv:2603.07685,
     # 2026: small expert GEMMs and many kernel launches make MoE layers "host-bound"; NVIDIA's fused
     # MoE kernels with sync-free CUDA graphs ("Boosting MoE Training Throughput with Advanced Fusion

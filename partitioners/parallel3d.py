@@ -328,6 +328,13 @@ def expert_groups_fit(dp: int, tp: int, cp: int, ep: int, etp: int) -> bool:
     return block % ep == 0 if ep <= block else ep % block == 0 and dp % (ep // block) == 0
 
 
+def _expert_tensor_sizes(model: ModelSpec, training: TrainingSpec, tp: int) -> tuple[int, ...]:
+    """The expert tensor-parallel sizes a search tries at ``tp``: experts split over the tensor
+    ranks and, for MoE models under sequence parallelism, folded (their tokens come from its
+    shards; Megatron-Core asks for sequence parallelism with MoE and tensor parallelism)."""
+    return (tp, 1) if model.moe is not None and training.sequence_parallel and tp > 1 else (tp,)
+
+
 def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                       constraints: Constraints) -> LayoutArrays:
     """Every candidate layout the constraints allow, as parallel arrays.
@@ -367,10 +374,6 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     else:
         eps = [1]
     max_pp = model.num_layers if constraints.max_pp is None else min(constraints.max_pp, model.num_layers)
-    # folded experts take their tokens from the sequence-parallel shards (Megatron-Core asks
-    # for sequence parallelism with MoE and tensor parallelism)
-    folding = model.moe is not None and training.sequence_parallel
-
     rows = []
     for tp in tps:
         for cp in cps:
@@ -385,7 +388,7 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
                 for ep in eps:
                     if model.moe is not None and model.moe.num_experts % ep:
                         continue
-                    for etp in (tp, 1) if folding and tp > 1 else (tp,):
+                    for etp in _expert_tensor_sizes(model, training, tp):
                         if constraints.etp is not None and etp != constraints.etp:
                             continue
                         if expert_groups_fit(dp, tp, cp, ep, etp):
@@ -937,8 +940,7 @@ def _impossible_layout(layout: Mapping[str, Any], model: ModelSpec, num_gpus: in
     fixed_mesh = all(key in layout for key in ("tp", "pp")) and ("cp" in layout or not training.flash_attention)
     if fixed_mesh and num_gpus % (tp * pp * cp) == 0:
         dp = layout.get("dp", num_gpus // (tp * pp * cp))
-        splits_only = etp is not None or model.moe is None or not training.sequence_parallel
-        folds = (1,) if etp == 1 else (tp,) if splits_only else (tp, 1)
+        folds = (etp,) if etp is not None else _expert_tensor_sizes(model, training, tp)
         if dp * tp * pp * cp == num_gpus and not any(expert_groups_fit(dp, tp, cp, ep, e) for e in folds):
             return InvalidInput(f"layout {dict(layout)}: {ep} expert groups cannot be cut from dp={dp} x tp={tp} "
                                 f"x cp={cp}: ep must divide dp (experts split over the tensor ranks, etp = tp) "

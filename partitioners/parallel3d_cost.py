@@ -510,15 +510,15 @@ def _context_parallel_merge_s(model: ModelSpec, rates: _DeviceRates, tokens: np.
 
 
 def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: np.ndarray,
-                       tp: np.ndarray, layouts: LayoutArrays) -> tuple[np.ndarray, np.ndarray]:
+                       sizes: _Sizes) -> tuple[np.ndarray, np.ndarray]:
     """One expert-parallel all-to-all (the mean of a dispatch and a combine) per MoE layer,
     and the permute/unpermute passes around it.
 
     Each rank sends its ``1/tp`` share of the tokens either way. An expert group's members
     sit ``tp x cp`` ranks apart (``tp-cp-ep-pp-dp``), or next to each other when folded.
     """
-    h, moe = model.hidden_size, model.moe
-    stride = np.where(layouts.etp < layouts.tp, 1, layouts.tp * layouts.cp)
+    h, moe, tp = model.hidden_size, model.moe, sizes.tp
+    stride = np.where(sizes.folded, 1.0, sizes.tp * sizes.cp)
     if training.expert_dispatch == "node-deduplicated":
         # FP8 runs dispatch the FP8 copy the expert GEMM quantizes anyway (1 byte and a
         # 4-byte scale per 128 elements, DeepSeek-V3 Sec. 3.3.2); combines stay 16-bit
@@ -526,13 +526,13 @@ def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceR
         dispatch_bytes = 1.0 + 4.0 / 128.0 if rates.fp8 else 2.0
         one_way = functools.partial(deduplicated_dispatch_time_s, experts_per_token=moe.experts_per_token,
                                     num_groups=moe.num_groups, group_topk=moe.group_topk, stride=stride,
-                                    ep=layouts.ep, gpus_per_node=rates.gpus_per_node, intra=rates.intra,
+                                    ep=sizes.ep, gpus_per_node=rates.gpus_per_node, intra=rates.intra,
                                     inter=rates.inter)
         # the mean of a dispatch and a combine: _layer_work counts them in pairs
         a2a = 0.5 * (one_way(token_bytes * dispatch_bytes) + one_way(token_bytes * 2.0))
     else:
         a2a_bytes = training.expert_load_imbalance * tokens * moe.experts_per_token * h * 2.0 / tp
-        a2a = expert_alltoall_time_s(a2a_bytes, stride, layouts.ep, rates.gpus_per_node, rates.intra, rates.inter)
+        a2a = expert_alltoall_time_s(a2a_bytes, stride, sizes.ep, rates.gpus_per_node, rates.intra, rates.inter)
     permute = tokens * 8.0 * moe.experts_per_token * h / tp / rates.hbm_achieved_bytes_per_s
     return a2a, permute
 
@@ -577,7 +577,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     cp_merge_fwd, cp_merge_bwd = _context_parallel_merge_s(model, rates, tokens, tp, cp)
     # expert parallel: dispatch + combine all-to-all per MoE layer forward, twice backward
     if model.moe is not None:
-        a2a, moe_elem = _expert_exchange_s(model, training, rates, tokens, tp, layouts)
+        a2a, moe_elem = _expert_exchange_s(model, training, rates, tokens, sizes)
     else:
         a2a = moe_elem = np.zeros_like(tokens)
 

@@ -41,6 +41,11 @@ MEGATRON_BRIDGE_H100_MOE
     Qwen3-30B-A3B, Qwen3-235B-A22B) with their recipes' layouts, experts never split over
     tensor ranks (Qwen3-235B's 32 expert ranks folded over tp 2 x dp 16). Also outside the
     targets: force-balanced expert load, a benchmark of the MoE cost model.
+MODELZOO_QWEN3_H100
+    NVIDIA's Megatron-MoE-ModelZoo H100 table: Qwen3-235B-A22B on 256 H100s in five layouts
+    (expert parallelism across or inside nodes, DeepEP or all-to-all dispatch, all-to-all
+    overlap, FSDP, pipeline 1 to 32) with their step times. A controlled comparison of the
+    MoE cost model, outside the targets.
 NEMO_2407_H100
     NVIDIA NeMo 24.07 "Performance Benchmarks" (docs/source/performance/performance_summary.md),
     DGX-H100 FP8 pre-training: GPT-3, Llama 2 and 3, Nemotron; layouts as published,
@@ -54,7 +59,7 @@ from typing import Any
 
 __all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "SC21_FIGURE17_MEMORY",
            "SC21_COMPARISONS", "KORTHIKANTI22_RECOMPUTE_COMPARISON", "MEGATRON_BRIDGE_H100", "NEMO_2407_H100",
-           "MEGATRON_BRIDGE_H100_MOE", "gpt"]
+           "MEGATRON_BRIDGE_H100_MOE", "MODELZOO_QWEN3_H100", "gpt"]
 
 # NVIDIA A100 datasheet: 312 TFLOP/s dense BF16/FP16.
 A100_PEAK_BF16_FLOPS = 312e12
@@ -490,4 +495,44 @@ MEGATRON_BRIDGE_H100_MOE = [
                       "zero_stage": 1},
         "published_tokens_per_s_per_gpu": 1633.0,
     },
+]
+
+
+# Five layouts of one MoE model measured side by side on one H100 cluster with one code base:
+# NVIDIA's Megatron-MoE-ModelZoo (github.com/yanring/Megatron-MoE-ModelZoo,
+# best_practice/qwen3/readme.md, "Performance Results", H100: 256 GPUs, InfiniBand 8x50 GB/s per
+# node), Qwen3-235B-A22B, sequence 4096, batch 2048, BF16, with the step time of each. Its
+# scripts (sbatch_benchmarking.sh, model_configs/benchmarking/Qwen3-235B-A22B.yaml): distributed
+# optimizer with overlapped gradient reduction and parameter gather, sequence parallelism,
+# --tp-comm-overlap for BF16, no dropout, untied embeddings, whole experts
+# (--expert-tensor-parallel-size 1), dropless routing with an auxiliary loss (the table does
+# not say force-balanced, so the default imbalance). "DeepEP": the flex dispatcher on
+# DeepEP's kernels, which cross the network once per node; "A2A": Megatron-Core's alltoall
+# dispatcher; "+1f1b overlap": --overlap-moe-expert-parallel-comm; "FSDP On": Megatron-FSDP,
+# weights, gradients and optimizer state sharded (ZeRO-3); recompute "norm, act" is
+# --recompute-modules layernorm moe_act, the planner's selective recomputation.
+_MODELZOO_SOFTWARE = {"precision": "bf16", "overlap_tp_comm": True, "dropout": False}
+_DEEPEP = {"expert_dispatch": "node-deduplicated"}
+
+
+def _modelzoo_row(label: str, layout: dict, published_step_s: float, **training: Any) -> dict:
+    return {"source": "Megatron-MoE-ModelZoo best_practice/qwen3/readme.md, H100 table",
+            "name": label, "model": _QWEN3_235B_A22B, "cluster": {"preset": "dgx-h100", "nodes": 32},
+            "training": {"global_batch_sequences": 2048, **_MODELZOO_SOFTWARE, **training},
+            "published": {"etp": 1, "micro_batch_size": 1, "zero_stage": 1, **layout},
+            "published_step_s": published_step_s}
+
+
+MODELZOO_QWEN3_H100 = [
+    _modelzoo_row("DeepEP, cross-node ep", {"tp": 2, "pp": 8, "ep": 32, "virtual_stages": 4,
+                                            "recompute": "selective"}, 19.7, **_DEEPEP),
+    _modelzoo_row("DeepEP, cross-node ep, a2a overlap", {"tp": 2, "pp": 8, "ep": 32, "virtual_stages": 4,
+                                                         "recompute": "selective"}, 17.6,
+                  overlap_ep_comm=True, **_DEEPEP),
+    _modelzoo_row("DeepEP, node ep, FSDP", {"tp": 2, "pp": 1, "ep": 8, "micro_batch_size": 4, "zero_stage": 3,
+                                            "recompute": "full"}, 17.6, **_DEEPEP),
+    _modelzoo_row("A2A, node ep, pp 32", {"tp": 2, "pp": 32, "ep": 8, "virtual_stages": 3,
+                                          "recompute": "selective"}, 24.2),
+    _modelzoo_row("DeepEP, node ep, tp 4", {"tp": 4, "pp": 8, "ep": 8, "virtual_stages": 4, "recompute": "none"},
+                  29.0, **_DEEPEP),
 ]

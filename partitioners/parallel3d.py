@@ -555,9 +555,11 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
 # Qwen3-235B-A22B ran 1.2-2.4x slower than predicted; Megatron-Core's MoE report calls small-expert
 # layers host-bound (Yan et al., arXiv:2603.07685, 2026)
 MOE_HOST_TIME_NOTE = (
-    "MoE layers are predicted from GPU work alone: published H100 MoE benchmarks (Megatron-Bridge) ran "
-    "1.2-2.4x slower than predicted, most where experts are small, whose kernel launches and routing "
-    "synchronisation leave the GPU waiting on the host; take the step time as a lower bound")
+    "MoE layers are predicted from GPU work alone, and published H100 MoE runs scatter widely around it: "
+    "Megatron-Bridge's benchmarks ran 1.2-2.4x slower than predicted, most where experts are small, whose "
+    "kernel launches and routing synchronisation leave the GPU waiting on the host; of five Qwen3-235B layouts "
+    "measured side by side (Megatron-MoE-ModelZoo), one ran 1.5x faster than predicted and three up to 1.6x "
+    "slower; read the step time as uncertain by tens of percent, and the order of MoE layouts as weak")
 
 
 def _tight_memory_note(memory: MemoryBreakdown) -> str | None:

@@ -633,13 +633,36 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
         # backward, and again when the forward is recomputed
         ep_comm = (4.0 + 2.0 * full_frac) * a2a if is_moe else np.zeros_like(compute)
         if training.overlap_ep_comm and is_moe:
-            # dispatch/combine of one micro-batch run under another's computation of the
-            # same layer (a forward paired with a backward): what that cannot cover shows
-            ep_comm = overlapped_time_s(ep_comm, compute)
+            # one micro-batch's forward of the layer paired with another's backward, each
+            # all-to-all under one block of the other's computation (_paired_expert_exchange_s)
+            attention_fwd = attention.forward_s + attn_core_fwd + cp_merge_fwd + elementwise_fwd
+            attention_bwd = attention.backward_s + attn_core_bwd + cp_merge_bwd + 2.0 * elementwise_fwd
+            mlp_fwd = mlp[True].forward_s + moe_elem + quantize_fwd[True]
+            mlp_bwd = mlp[True].backward_s + 2.0 * moe_elem + quantize_bwd[True]
+            ep_comm = _paired_expert_exchange_s(a2a, attention_fwd, mlp_fwd, attention_bwd, mlp_bwd) \
+                + 2.0 * full_frac * a2a
         cp_comm = cp_fwd + cp_bwd + full_frac * cp_fwd
         return _LayerWork(compute, tp_comm, ep_comm, cp_comm)
 
     return layer(False), (layer(True) if model.num_moe_layers else _NO_WORK), tp_ar
+
+
+def _paired_expert_exchange_s(a2a_s: np.ndarray, attention_fwd_s: np.ndarray, mlp_fwd_s: np.ndarray,
+                              attention_bwd_s: np.ndarray, mlp_bwd_s: np.ndarray) -> np.ndarray:
+    """Critical-path time of a MoE layer's four all-to-alls when a forward and a backward overlap.
+
+    Megatron-Core's ``--overlap-moe-expert-parallel-comm`` runs one micro-batch's forward
+    of a layer beside another's backward and pairs each exchange with one block of the
+    other pass (``schedule_layer_1f1b`` in its fine-grained 1F1B schedule, after
+    DeepSeek-V3's DualPipe, Technical Report Sec. 3.2.1): the backward's combine under
+    the forward's attention, the forward's dispatch under the backward's MLP, the
+    backward's dispatch under the forward's MLP, the forward's combine under the
+    backward's attention. An exchange longer than its block stays partly exposed
+    however much computation the rest of the layer has; the hidden part slows the
+    block it runs under (``overlapped_time_s``).
+    """
+    return sum(overlapped_time_s(a2a_s, window_s)
+               for window_s in (attention_fwd_s, mlp_bwd_s, mlp_fwd_s, attention_bwd_s))
 
 
 @dataclass(frozen=True)

@@ -1630,6 +1630,17 @@ def test_overlapping_expert_all_to_all_hides_it_under_another_micro_batch_but_st
     assert exposed[True] >= OVERLAP_COMPUTE_SLOWDOWN * exposed[False] - 1e-12
 
 
+
+def test_an_overlapped_all_to_all_longer_than_the_block_it_is_paired_with_stays_partly_exposed():
+    # the layer's computation (10.5 s) could cover all four exchanges (4 s) together, but the
+    # backward's combine runs only under the forward's attention (0.5 s)
+    a2a = np.array([1.0])
+    exposed = parallel3d_cost._paired_expert_exchange_s(a2a, attention_fwd_s=np.array([0.5]), mlp_fwd_s=np.array([3.0]),
+                                                        attention_bwd_s=np.array([1.0]), mlp_bwd_s=np.array([6.0]))
+    hidden = 4.0 - 0.5
+    assert exposed[0] == pytest.approx(0.5 + OVERLAP_COMPUTE_SLOWDOWN * hidden)
+
+
 # ---------------------------------------------------------------- invariants (hypothesis)
 
 

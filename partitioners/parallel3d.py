@@ -61,6 +61,7 @@ from partitioners.parallel3d_specs import (
     Constraints,
     ModelSpec,
     TrainingSpec,
+    check_precision_runs,
     cluster_from_dict,
     constraints_from_dict,
     flash_attention_speed,
@@ -628,6 +629,7 @@ def _parse(model, cluster, training, constraints):
     cluster_spec = cluster_from_dict(cluster)
     training_spec = training_from_dict(training)
     flash_attention_speed(cluster_spec, training_spec)  # a FlashAttention generation the GPUs run
+    check_precision_runs(cluster_spec, training_spec)
     cons = constraints_from_dict(constraints)
     _check_sizes({"tp": cons.tp, "pp": cons.pp, "cp": cons.cp, "ep": cons.ep}, model_spec, cluster_spec.num_gpus,
                  "constraints")

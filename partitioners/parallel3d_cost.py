@@ -1130,7 +1130,9 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "hfu": hflops / (n_gpus * peak_bf16 * step),
         "model_flops_per_step": np.full_like(step, mflops),
         "hardware_flops_per_step": hflops * np.ones_like(step),
-        "bubble_fraction": np.where(single, 0.0, (pp - 1.0) / (v * m)),
+        # the share of the step the pipeline stands idle (at most 1); SC21's (p-1)/(v m) is the
+        # bubble over the ideal time instead, and exceeds 1 with fewer micro-batches than stages
+        "bubble_fraction": bubble / step,
         "compute_s": stages.slowest.compute_s * m,
         "tp_comm_s": stages.slowest.tp_comm_s * m,
         "cp_comm_s": stages.slowest.cp_comm_s * m,

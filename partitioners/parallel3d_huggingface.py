@@ -345,6 +345,13 @@ def _layer_kinds(config: _Config, family: _Family, num_layers: int) -> list[str]
 def _local_attention(config: _Config, family: _Family, num_layers: int) -> dict[str, Any]:
     """``sliding_window`` / ``attention_chunk_size`` and the layers they apply to, as the family's code applies them."""
     if family.local_layers is None:
+        # the family's code attends fully everywhere: a layer_types list may only say so
+        if config.has("layer_types"):
+            for index, kind in enumerate(_layer_kinds(config, family, num_layers)):
+                if kind != "full_attention":
+                    raise InvalidInput(f"{config.where}.layer_types[{index}] is {kind!r}, but "
+                                       f"{config.data['model_type']} layers all attend fully",
+                                       field=f"{config.where}.layer_types", code="unknown-attention-kind")
         return {}
     sizes: dict[str, int | None] = {}
     for key, default in (("sliding_window", family.sliding_window_default), ("attention_chunk_size", None)):

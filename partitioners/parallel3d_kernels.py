@@ -70,12 +70,20 @@ def gemm_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: f
     n = np.maximum(n, 1.0)
     k = np.maximum(k, 1.0)
     batch = np.maximum(batch, 1.0)
-    tiles = np.ceil(m / _TILE) * np.ceil(n / _TILE) * batch
+    m_tiles = np.ceil(m / _TILE)
+    n_tiles = np.ceil(n / _TILE)
+    tiles = m_tiles * n_tiles * batch
     waves = np.ceil(tiles / sms)
     quantisation = (m * n * batch) / (waves * sms * _TILE * _TILE)
     # below a few thousand in any dimension, prologue/epilogue and K-loop start-up are not
-    # amortised: d / (d + d0) per dimension
-    saturation = (m / (m + _GEMM_HALF_DIM)) * (n / (n + _GEMM_HALF_DIM)) * (k / (k + _GEMM_HALF_DIM))
+    # amortised: d / (d + d0) per dimension. The output dimensions count as the tiles
+    # compute them, padded to whole tiles: the quantisation above already charges the
+    # padding, so a dimension far below one tile is not penalised twice (which made a
+    # 1-wide product cost milliseconds).
+    m_padded = m_tiles * _TILE
+    n_padded = n_tiles * _TILE
+    saturation = (m_padded / (m_padded + _GEMM_HALF_DIM)) * (n_padded / (n_padded + _GEMM_HALF_DIM)) \
+        * (k / (k + _GEMM_HALF_DIM))
     compute = 2.0 * m * n * k * batch / (peak * eff * saturation * np.minimum(quantisation, 1.0))
     memory = bytes_per_element * (m * k + k * n + m * n) * batch / hbm
     return np.maximum(compute, memory)

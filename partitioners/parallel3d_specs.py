@@ -66,6 +66,7 @@ __all__ = [
     "kv_shard_count",
     "cluster_from_inventory",
     "training_from_dict",
+    "check_precision_runs",
     "flash_attention_speed",
     "constraints_from_dict",
     "LAYOUT_FIELDS",
@@ -718,12 +719,19 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
             preset = str(data["preset"]).lower()
             if preset not in NODE_PRESETS:
                 if preset in INVENTORY_PRESETS:
+                    # an inventory preset is a whole node description: nothing else may amend it
+                    reject_unknown(data, {"preset", "nodes", "num_nodes"}, "cluster")
                     nodes = data.get("nodes", data.get("num_nodes", 1))
                     return cluster_from_inventory(preset_inventory(preset, 1),
                                                   num_nodes=positive_int(nodes, "cluster.nodes", maximum=MAX_NODES))
                 raise InvalidInput(
                     f"unknown cluster preset {data['preset']!r}; known: {sorted(set(NODE_PRESETS) | set(INVENTORY_PRESETS))}",
                     field="cluster.preset", code="unknown-preset")
+            if gpu_name is not None and gpu_spec_by_name(str(gpu_name)).name != \
+                    gpu_spec_by_name(NODE_PRESETS[preset]).name:
+                raise InvalidInput(f"cluster.gpu={gpu_name!r} conflicts with cluster.preset={data['preset']!r}, "
+                                   f"whose GPU is {NODE_PRESETS[preset]!r}: give one of them",
+                                   field="cluster.gpu", code="conflicting-fields")
             gpu_name = NODE_PRESETS[preset]
         base: dict[str, Any] = {}
         if gpu_name is not None:
@@ -946,6 +954,19 @@ def _load_imbalance(value: Any) -> float:
                            f"the mean) to 64, got {value!r}", field="training.expert_load_imbalance",
                            code="out-of-range")
     return float(value)
+
+
+def check_precision_runs(cluster: ClusterSpec, training: TrainingSpec) -> None:
+    """Refuse a precision the cluster's GPUs have no tensor-core peak for.
+
+    FP8 GEMMs need Hopper or later (an A100 has no FP8 tensor cores, NVIDIA A100 datasheet);
+    predicting such a run at the bf16 rate would silently answer another question. 16-bit
+    precisions fall back to the GPU's 16-bit peak, which every GPU has.
+    """
+    if training.precision == "fp8" and "fp8" not in cluster.peak_flops_per_s:
+        raise InvalidInput(f"training.precision='fp8' needs FP8 tensor cores, and the cluster's GPUs "
+                           f"({cluster.name}) have no FP8 peak: use bf16, or give cluster.peak_flops_per_s.fp8",
+                           field="training.precision", code="not-on-this-gpu")
 
 
 def flash_attention_speed(cluster: ClusterSpec, training: TrainingSpec) -> float:

@@ -179,6 +179,17 @@ def test_an_attention_kind_hyperplace_does_not_model_is_refused_rather_than_coun
     assert info.value.code == "unknown-attention-kind" and "linear_attention" in str(info.value)
 
 
+def test_a_layer_types_list_in_a_family_without_local_attention_may_only_say_full_attention():
+    config = {**_config("meta-llama/Meta-Llama-3-70B"), "num_hidden_layers": 2}
+    assert model_from_dict({"huggingface_config": {**config, "layer_types": ["full_attention"] * 2},
+                            "seq_length": 8192}).num_layers == 2
+    for kinds in (["linear_attention", "full_attention"], ["full_attention", "sliding_attention"]):
+        with pytest.raises(InvalidInput) as info:
+            model_from_dict({"huggingface_config": {**config, "layer_types": kinds}, "seq_length": 8192})
+        assert info.value.field == "model.huggingface_config.layer_types"
+        assert info.value.code == "unknown-attention-kind"
+
+
 def test_qwen_windows_only_with_use_sliding_window_and_from_max_window_layers_on():
     config = _config("Qwen/Qwen3-30B-A3B")  # sliding_window set, use_sliding_window false
     assert model_from_dict({"huggingface_config": config, "seq_length": 4096}).sliding_window is None

@@ -290,6 +290,13 @@ def test_flash_attention_3_on_a100s_is_a_422_naming_the_field(client):
     assert "flash_attention_version" in response.text
 
 
+def test_fp8_on_a100s_is_a_422_naming_the_precision(client):
+    response = client.post("/v1/parallel/plan", json=_request(
+        cluster={"preset": "dgx-a100", "nodes": 8}, training={"global_batch_sequences": 1024, "precision": "fp8"}))
+    assert response.status_code == 422
+    assert "training.precision" in response.text
+
+
 def test_a_parallel_attention_and_mlp_block_spends_less_on_tensor_parallel_communication(client):
     layout = {"tp": 8, "pp": 4, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "selective"}
 

@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from typing import Sequence
 
 import numpy as np
@@ -131,19 +132,51 @@ class BalanceStats:
     Attributes
     ----------
     per_layer : numpy.ndarray
-        ``(num_layers,)`` float64; 1.0 is perfect balance (a layer with no load counts as 1.0).
+        ``(num_layers,)`` float64, never below 1; 1.0 is perfect balance (a layer with no
+        load counts as 1.0). ``inf`` for a layer whose placement holds no copy of an
+        expert that receives load: it cannot serve those tokens (MoE here is dropless),
+        so no finite max/mean describes it.
     mean, worst : float
-        Mean and maximum of ``per_layer``.
+        Mean and maximum of ``per_layer`` (``inf`` when any layer is).
+    unhosted_layer, unhosted_expert : numpy.ndarray
+        ``(n,)`` int64, by layer then expert: the experts that receive load but have no
+        copy (empty for any placement :func:`rebalance` returns).
     """
 
     per_layer: np.ndarray
     mean: float
     worst: float
+    unhosted_layer: np.ndarray = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unhosted_expert: np.ndarray = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
-    def of(cls, per_layer: np.ndarray) -> "BalanceStats":
-        per_layer = np.asarray(per_layer, dtype=np.float64)
-        return cls(per_layer, float(per_layer.mean()), float(per_layer.max()))
+    def of(cls, per_layer: np.ndarray, unhosted: np.ndarray | None = None) -> "BalanceStats":
+        """Summarise ``per_layer``; ``unhosted`` is the ``(num_layers, num_experts)`` mask of
+        loaded experts without a copy (their layers read ``inf``)."""
+        per_layer = np.array(per_layer, dtype=np.float64)
+        if unhosted is None:
+            unhosted = np.zeros((per_layer.size, 0), dtype=bool)
+        per_layer[unhosted.any(axis=1)] = np.inf
+        layer, expert = np.nonzero(unhosted)
+        return cls(per_layer, float(per_layer.mean()), float(per_layer.max()),
+                   layer.astype(np.int64), expert.astype(np.int64))
+
+    def unhosted_lists(self) -> list[list[int]]:
+        """Per layer, the experts that receive load but have no copy."""
+        ends = np.searchsorted(self.unhosted_layer, np.arange(1, self.per_layer.size))
+        return [part.tolist() for part in np.split(self.unhosted_expert, ends)]
+
+    def as_dict(self) -> dict:
+        """JSON-ready: ``null`` for the unbounded figures of a placement that cannot serve its
+        load (JSON has no infinity), and ``unhosted_experts`` (per layer) when there are any."""
+        out = {
+            "per_layer": [value if math.isfinite(value) else None for value in self.per_layer.tolist()],
+            "mean": self.mean if math.isfinite(self.mean) else None,
+            "worst": self.worst if math.isfinite(self.worst) else None,
+        }
+        if self.unhosted_layer.size:
+            out["unhosted_experts"] = self.unhosted_lists()
+        return out
 
 
 @dataclass(frozen=True)
@@ -210,7 +243,9 @@ class RebalanceResult:
         ``(num_layers, num_experts)`` int64 replica counts (each >= 1).
     balance_before : BalanceStats or None
         The current placement under the new load (``None`` without one). Copies on
-        unavailable GPUs are not counted.
+        unavailable GPUs are not counted; a layer where it holds no copy of an expert
+        that receives load reads ``inf`` (it cannot serve that load; those experts are
+        re-created).
     balance_after : BalanceStats
         The returned placement.
     lower_bound : BalanceStats
@@ -267,9 +302,7 @@ class RebalanceResult:
         column-wise, so large answers stay cheap."""
 
         def stats(value: BalanceStats | None) -> dict | None:
-            if value is None:
-                return None
-            return {"per_layer": value.per_layer.tolist(), "mean": value.mean, "worst": value.worst}
+            return None if value is None else value.as_dict()
 
         m = self.migrations
         return {
@@ -525,10 +558,18 @@ def lower_bound(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np.nd
 # ----------------------------------------------------------------------------- public entry points
 
 
-def _slot_loads(load: np.ndarray, placement: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """GPU loads ``(L, A)`` of a placement ``(L, A, S)`` and its replica counts ``(L, E)``."""
+def _measure(load: np.ndarray, placement: np.ndarray) -> tuple[BalanceStats, np.ndarray]:
+    """Balance of a placement ``(L, A, S)`` on the available GPUs, and its replica counts ``(L, E)``.
+
+    The one place a reported max/mean is computed (``balance_before``, ``balance_after``,
+    :func:`balance_stats`), so they agree. A layer serving all its load has max >= mean, so
+    its ratio is at least 1 (rounding of split loads aside, which is clipped away); a layer
+    where an expert with load has no copy cannot serve it at all and reads ``inf`` rather
+    than the flattering max/mean of the load it happens to hold.
+    """
     state = PlacementState(load, placement)
-    return state.gpu_load, state.counts
+    ratio = np.maximum(balance_ratio(state.gpu_load, load.sum(axis=1)), 1.0)
+    return BalanceStats.of(ratio, unhosted=(state.counts == 0) & (load > 0)), state.counts
 
 
 def balance_stats(
@@ -544,9 +585,10 @@ def balance_stats(
 
     A GPU's load is the sum over its slots of the expert's load divided by the
     expert's number of copies on available GPUs (tokens split evenly over
-    replicas); the mean is the layer's total load over the available GPUs, so a
-    placement missing an expert is not flattered. Copies on unavailable GPUs
-    count for nothing.
+    replicas); the mean is the layer's total load over the available GPUs. Copies
+    on unavailable GPUs count for nothing. A layer where an expert that receives
+    load has no copy (on an available GPU) cannot serve those tokens: it reads
+    ``inf`` and the experts are listed in ``unhosted_layer`` / ``unhosted_expert``.
 
     Parameters
     ----------
@@ -572,8 +614,7 @@ def balance_stats(
     available = _available_gpus(num_gpus, unavailable_gpus)
     current = _check_current(physical_to_logical, (array.shape[0], num_gpus * slots_per_gpu), array.shape[1])
     slots = _dedupe(current.reshape(array.shape[0], num_gpus, slots_per_gpu)[:, available])
-    gpu_load, _ = _slot_loads(array, slots)
-    return BalanceStats.of(balance_ratio(gpu_load, array.sum(axis=1)))
+    return _measure(array, slots)[0]
 
 
 def _dedupe(slots: np.ndarray) -> np.ndarray:
@@ -623,7 +664,9 @@ def rebalance(
     current_physical_to_logical : array_like of int, optional
         Shape ``(num_moe_layers, num_nodes * gpus_per_node * slots_per_gpu)``.
         The placement in service (``-1``: empty slot). Without it the answer is a
-        fresh plan and every copy is a migration from storage.
+        fresh plan and every copy is a migration from storage. It may lack experts
+        (emptied slots, a failed GPU): they are re-created, and ``balance_before``
+        reads ``inf`` for the layers where one of them receives load.
     unavailable_gpus : sequence of int
         GPUs that must hold nothing (failed, drained); their slots come back ``-1``
         and experts whose only copies were there are re-created elsewhere.
@@ -723,7 +766,7 @@ def rebalance(
             array, current, counts, bound, cluster, hierarchy, min_improvement=min_improvement,
             ignore_sampling_noise=ignore_sampling_noise, max_replicas_moved=max_replicas_moved, node_local=node_local,
         )
-        reason = _reason(decision.action, min_improvement, ignore_sampling_noise)
+        reason = _reason(decision.action, min_improvement, ignore_sampling_noise, decision.before)
     return _result(array, decision, cluster, int(expert_bytes), bound, reason, had_current=current is not None)
 
 
@@ -837,7 +880,7 @@ def _replace_incrementally(
     action = np.full(layers, "kept", dtype="<U9")
     policy = np.full(layers, "", dtype="<U12")
     # final, action and policy are filled in place below for the layers that change
-    decision = _Decision(final, original, BalanceStats.of(before_ratio), action, policy, original_node_gpu=None)
+    decision = _Decision(final, original, _measure(load, original)[0], action, policy, original_node_gpu=None)
     if candidates.size == 0:
         return decision
     fresh_slots, fresh_ratio, fresh_policy = _fresh_plan(
@@ -951,15 +994,33 @@ def _repaired_or_fresh(
     return chosen, chosen_ratio, use_fresh
 
 
-def _reason(action: np.ndarray, min_improvement: float, ignore_sampling_noise: bool) -> str:
-    """One sentence saying what changed and why the other layers did not."""
+def _reason(action: np.ndarray, min_improvement: float, ignore_sampling_noise: bool, before: BalanceStats) -> str:
+    """One sentence saying what changed and why the other layers did not, and which loaded
+    experts the current placement could not serve (why ``balance_before`` is unbounded)."""
     margin = f"{min_improvement:g}{' plus sampling noise' if ignore_sampling_noise else ''}"
     changed = action != "kept"
     if not changed.any():
         return f"kept the current placement: no layer's max/mean would improve by more than {margin}"
+    reason = f"{int(changed.sum())} of {action.size} layers changed ({int((action == 'replanned').sum())} replanned)"
+    if not changed.all():
+        reason += f"; the others are within {margin} of a fresh plan's max/mean"
+    if before.unhosted_layer.size:
+        reason += f"; {_unhosted_summary(before)}"
+    return reason
+
+
+def _unhosted_summary(before: BalanceStats, max_layers: int = 3, max_experts: int = 8) -> str:
+    """The loaded experts without a copy, a few layers and experts named (all are in ``unhosted_experts``)."""
+    lists = before.unhosted_lists()
+    named = []
+    for layer in np.flatnonzero(np.isinf(before.per_layer))[:max_layers].tolist():
+        experts = ", ".join(str(e) for e in lists[layer][:max_experts])
+        named.append(f"layer {layer}: {experts}{', ...' if len(lists[layer]) > max_experts else ''}")
+    more = "; ..." if int(np.isinf(before.per_layer).sum()) > max_layers else ""
     return (
-        f"{int(changed.sum())} of {action.size} layers changed ({int((action == 'replanned').sum())} replanned);"
-        f" the others are within {margin} of a fresh plan's max/mean"
+        f"the current placement held no copy of {before.unhosted_expert.size} expert(s) that receive load"
+        f" ({'; '.join(named)}{more}), so it could not serve their tokens: balance_before is unbounded"
+        " for those layers, and the experts were re-created"
     )
 
 
@@ -1061,8 +1122,7 @@ def _result(load: np.ndarray, decision: _Decision, cluster: _Cluster, expert_byt
     final, original = decision.final, decision.original
     available, gpus_per_node, slots_per_gpu = cluster.available, cluster.gpus_per_node, cluster.slots_per_gpu
     num_gpus, original_node_gpu = cluster.num_gpus, decision.original_node_gpu
-    gpu_load, counts = _slot_loads(load, final)
-    after = BalanceStats.of(balance_ratio(gpu_load, load.sum(axis=1)))
+    after, counts = _measure(load, final)
     physical = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
     physical[:, available] = final
     physical = physical.reshape(layers, -1)

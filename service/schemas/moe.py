@@ -5,15 +5,26 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from partitioners.moe import MAX_NODES, MAX_OPTION, MAX_PER_NODE
-from service.schemas.common import Name, RequestModel
+from service.schemas.common import RequestModel
 
-__all__ = ["MoeModel", "MoeCluster", "MoePlacementIn", "MoeRebalanceRequest", "MoeRebalanceResponse", "MoeDeploymentRead"]
+__all__ = ["DEPLOYMENT_NAME_MAX_LENGTH", "DEPLOYMENT_NAME_PATTERN", "DeploymentName", "MoeModel", "MoeCluster",
+           "MoePlacementIn", "MoeRebalanceRequest", "MoeRebalanceResponse", "MoeDeploymentRead"]
 
 Load = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False, strict=True)]  # tokens; bounded so sums stay finite
 ExpertId = Annotated[int, Field(ge=-1, le=1_000_000)]
+# A deployment is read back at /v1/moe/deployments/{name}, one path segment: a name with "/",
+# "%", "?", "#", a space or a leading "." (".", "..") could be stored but never read back.
+DEPLOYMENT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+DEPLOYMENT_NAME_MAX_LENGTH = 200  # the moe_deployments.name column
+DeploymentName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=DEPLOYMENT_NAME_MAX_LENGTH, pattern=DEPLOYMENT_NAME_PATTERN),
+    Field(description="Letters, digits, '.', '_' and '-', starting with a letter or digit; read back at "
+                      "GET /v1/moe/deployments/{name}."),
+]
 
 
 class MoeModel(RequestModel):
@@ -50,13 +61,19 @@ class MoeRebalanceRequest(RequestModel):
     max_replicas_moved: int | None = Field(None, ge=0, le=10**9, description="Hard cap on expert copies written by this call.")
     min_improvement: float | None = Field(None, ge=0, le=10, allow_inf_nan=False, description="Keep the placement unless max/mean improves by more.")
     node_local: bool = Field(False, description="Only copy experts within a node.")
-    deployment: Name | None = None
+    deployment: DeploymentName | None = None
 
 
 class BalanceRead(BaseModel):
-    mean: float
-    worst: float
-    per_layer: list[float]
+    """Max over mean GPU load (>= 1). null where a placement holds no copy of an expert that
+    receives load: it cannot serve those tokens, so no max/mean describes it."""
+
+    mean: float | None
+    worst: float | None
+    per_layer: list[float | None]
+    unhosted_experts: list[list[int]] | None = Field(
+        None, description="Per layer, the experts that receive load but have no copy; present only when there are any."
+    )
 
 
 class MigrationsRead(BaseModel):

@@ -338,6 +338,76 @@ def test_result_as_dict_is_plain_json():
     assert answer["layer_action"] == result.layer_action.tolist()
 
 
+# The acceptance report's case: two layers, 8 experts, 4 GPUs x 3 slots.
+UAT_LOAD = np.array([[900.0, 80, 70, 60, 50, 40, 30, 20], [10.0, 20, 30, 40, 50, 60, 70, 800]])
+UAT_CLUSTER = dict(num_nodes=1, gpus_per_node=4, slots_per_gpu=3)
+
+
+def test_a_current_placement_hosting_no_copy_of_a_loaded_expert_has_unbounded_balance_before():
+    only_expert_0 = np.zeros((2, 12), dtype=np.int64)  # experts 1..7 receive tokens nobody can serve
+    result = rebalance(UAT_LOAD, current_physical_to_logical=only_expert_0, **UAT_CLUSTER)
+    assert np.isinf(result.balance_before.per_layer).all()  # it read 0.72 and 0.009, below the bound of 1
+    assert result.balance_before.worst == result.balance_before.mean == np.inf
+    assert result.balance_before.unhosted_lists() == [[1, 2, 3, 4, 5, 6, 7]] * 2
+    assert "no copy of 14 expert(s)" in result.reason and "layer 0: 1, 2, 3, 4, 5, 6, 7" in result.reason
+    _assert_valid(result, 8, 4, 3)
+
+
+def test_an_all_empty_current_placement_is_replaced_and_its_balance_before_is_unbounded():
+    empty = np.full((2, 12), -1, dtype=np.int64)
+    result = rebalance(UAT_LOAD, current_physical_to_logical=empty, **UAT_CLUSTER)
+    assert np.isinf(result.balance_before.per_layer).all()  # it read 1.0, perfect balance
+    assert result.balance_before.unhosted_lists() == [list(range(8))] * 2
+    assert result.migrations.from_storage_count == result.migrations.count > 0  # nothing to copy from
+    _assert_valid(result, 8, 4, 3)
+
+
+def test_an_expert_without_load_and_without_a_copy_leaves_balance_before_finite():
+    load = np.array([[40.0, 30.0, 20.0, 0.0]])
+    current = np.array([[0, 1, 2, 0]])  # expert 3 has no copy, but no tokens either
+    result = rebalance(load, current_physical_to_logical=current, num_nodes=1, gpus_per_node=2, slots_per_gpu=2)
+    assert result.balance_before.per_layer.tolist() == [pytest.approx(50.0 / 45.0)]  # GPUs carry 20+30 and 20+20
+    assert result.balance_before.unhosted_lists() == [[]]
+    _assert_valid(result, 4, 2, 2)
+
+
+def test_balance_stats_of_a_placement_missing_a_loaded_expert_is_unbounded_and_names_it():
+    stats = balance_stats(UAT_LOAD, np.zeros((2, 12), dtype=np.int64), **UAT_CLUSTER)
+    assert np.isinf(stats.per_layer).all()
+    assert stats.unhosted_lists() == [[1, 2, 3, 4, 5, 6, 7]] * 2
+
+
+def test_a_copy_lost_on_an_unavailable_gpu_makes_balance_before_unbounded_for_its_layer_only():
+    current = np.array([[0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]] * 2)
+    result = rebalance(UAT_LOAD, current_physical_to_logical=current, unavailable_gpus=[2], **UAT_CLUSTER)
+    # GPU 2 held experts 6 and 7 alone (and a copy of 0): both layers load them, so both are unbounded
+    assert result.balance_before.unhosted_lists() == [[6, 7], [6, 7]]
+    load = UAT_LOAD.copy()
+    load[0, 6:] = 0.0  # layer 0 no longer sends them tokens
+    result = rebalance(load, current_physical_to_logical=current, unavailable_gpus=[2], **UAT_CLUSTER)
+    assert np.isfinite(result.balance_before.per_layer[0]) and np.isinf(result.balance_before.per_layer[1])
+
+
+def test_balance_after_is_what_balance_stats_reports_for_the_returned_placement():
+    load = _zipf_load(3, 32, seed=19)
+    current = _deployed(load, **CLUSTER)
+    result = rebalance(load[:, ::-1].copy(), current_physical_to_logical=current, unavailable_gpus=[3], **CLUSTER)
+    measured = balance_stats(load[:, ::-1].copy(), result.physical_to_logical, unavailable_gpus=[3], **CLUSTER)
+    assert measured.per_layer.tolist() == result.balance_after.per_layer.tolist()
+    assert (result.balance_after.per_layer >= result.lower_bound.per_layer).all()
+
+
+def test_unbounded_balance_is_null_in_json_with_the_unhosted_experts_per_layer():
+    import json
+
+    result = rebalance(UAT_LOAD, current_physical_to_logical=np.zeros((2, 12), dtype=np.int64), **UAT_CLUSTER)
+    answer = json.loads(json.dumps(result.as_dict(), allow_nan=False))
+    assert answer["balance_before"] == {
+        "per_layer": [None, None], "mean": None, "worst": None, "unhosted_experts": [[1, 2, 3, 4, 5, 6, 7]] * 2
+    }
+    assert "unhosted_experts" not in answer["balance_after"]
+
+
 # ----------------------------------------------------------------------------- bad input
 
 
@@ -454,6 +524,8 @@ def test_every_placement_is_valid_and_never_beats_the_bound(case):
     gpus = cluster["num_nodes"] * cluster["gpus_per_node"]
     _assert_valid(result, load.shape[1], gpus, cluster["slots_per_gpu"], unavailable=down)
     assert (result.balance_after.per_layer >= result.lower_bound.per_layer - 1e-9).all()
+    if current is not None:  # inf where the current placement cannot serve its load, never below the bound
+        assert (result.balance_before.per_layer >= result.lower_bound.per_layer - 1e-9).all()
     if cap is not None and current is not None:  # a first placement loads, it moves nothing
         assert result.migrations.count <= cap
     if node_local:

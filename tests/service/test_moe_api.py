@@ -108,3 +108,66 @@ def test_a_deployment_that_grows_starts_from_a_fresh_plan(client):
     assert response.status_code == 200, response.text
     assert len(response.json()["physical_to_logical"][0]) == 16 * SLOTS_PER_GPU
     assert client.get("/v1/moe/deployments/growing").json()["current_version"] == 2
+
+
+UAT_REQUEST = {
+    "model": {"num_moe_layers": 2, "num_logical_experts": 8, "expert_bytes": 44040192},
+    "cluster": {"num_nodes": 1, "gpus_per_node": 4, "slots_per_gpu": 3},
+    "load": [[900, 80, 70, 60, 50, 40, 30, 20], [10, 20, 30, 40, 50, 60, 70, 800]],
+}
+
+
+def test_a_current_placement_hosting_no_copy_of_a_loaded_expert_reports_balance_before_as_null(client):
+    request = {**UAT_REQUEST, "current_placement": {"physical_to_logical": [[0] * 12] * 2}}
+    response = client.post("/v1/moe/rebalance", json=request)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["balance_before"] == {  # it read 0.72 and 0.009, below the lower bound of 1
+        "per_layer": [None, None], "mean": None, "worst": None, "unhosted_experts": [[1, 2, 3, 4, 5, 6, 7]] * 2
+    }
+    assert "no copy of 14 expert(s)" in body["reason"]
+    assert body["balance_after"]["worst"] >= body["lower_bound"]["worst"]
+    assert all(set(range(8)) <= set(layer) for layer in body["physical_to_logical"])  # every expert re-created
+
+
+def test_an_all_empty_current_placement_gets_a_full_placement_and_a_null_balance_before(client):
+    request = {**UAT_REQUEST, "current_placement": {"physical_to_logical": [[-1] * 12] * 2}}
+    response = client.post("/v1/moe/rebalance", json=request)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["balance_before"]["per_layer"] == [None, None]  # it read 1.0, perfect balance
+    assert body["balance_before"]["unhosted_experts"] == [list(range(8))] * 2
+    assert body["migrations"]["from_storage_count"] == body["migrations"]["count"]
+
+
+def test_a_deployment_whose_placement_lost_an_expert_records_a_null_balance_before_in_its_history(client):
+    client.post("/v1/moe/rebalance", json={**UAT_REQUEST, "deployment": "lossy"})
+    request = {**UAT_REQUEST, "deployment": "lossy", "current_placement": {"physical_to_logical": [[0] * 12] * 2}}
+    assert client.post("/v1/moe/rebalance", json=request).status_code == 200
+    history = client.get("/v1/moe/deployments/lossy").json()["history"]
+    assert history[0]["balance"]["before"] == {"mean": None, "worst": None}
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a/b", "a%2Fb", "a b", "a?b", "a#b", ".", "..", ".hidden", "-leading-dash", "naïve", "tab\t", "line\n", "x" * 201],
+)
+def test_a_deployment_name_that_cannot_be_read_back_is_a_422_naming_the_field(client, name):
+    response = client.post("/v1/moe/rebalance", json={**UAT_REQUEST, "deployment": name})
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert [error["field"] for error in response.json()["errors"]] == ["body.deployment"]
+
+
+@pytest.mark.parametrize("name", ["my-moe", "serve_v1.2", "A", "9", "x" * 200, "fuzz-deployment"])
+def test_a_deployment_name_of_letters_digits_dots_dashes_and_underscores_is_read_back(client, name):
+    assert client.post("/v1/moe/rebalance", json={**UAT_REQUEST, "deployment": name}).status_code == 200
+    response = client.get(f"/v1/moe/deployments/{name}")
+    assert response.status_code == 200, response.text
+    assert response.json()["name"] == name
+
+
+def test_reading_a_deployment_by_a_name_no_deployment_can_have_is_a_422_naming_it(client):
+    response = client.get("/v1/moe/deployments/a%20b")
+    assert response.status_code == 422, response.text
+    assert [error["field"] for error in response.json()["errors"]] == ["path.name"]

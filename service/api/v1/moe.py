@@ -10,7 +10,13 @@ from fastapi.responses import JSONResponse
 from service.api.deps import Principal, SessionDep, SettingsDep, require_scope
 from service.api.problems import problem_responses
 from service.domain.moe import deployment_read, rebalance_request
-from service.schemas.moe import MoeDeploymentRead, MoeRebalanceRequest, MoeRebalanceResponse
+from service.schemas.moe import (
+    DEPLOYMENT_NAME_MAX_LENGTH,
+    DEPLOYMENT_NAME_PATTERN,
+    MoeDeploymentRead,
+    MoeRebalanceRequest,
+    MoeRebalanceResponse,
+)
 
 router = APIRouter(prefix="/moe", tags=["moe"])
 MoeCaller = Annotated[Principal, Depends(require_scope("moe"))]
@@ -30,10 +36,11 @@ def rebalance(request: MoeRebalanceRequest, session: SessionDep, settings: Setti
     "/deployments/{name}",
     response_model=MoeDeploymentRead,
     summary="A deployment's current placement and its history of reports",
-    responses=problem_responses(404),
+    responses=problem_responses(404, 422),
 )
 def read_deployment(
-    name: Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00/]+$")],
+    name: Annotated[str, Path(min_length=1, max_length=DEPLOYMENT_NAME_MAX_LENGTH, pattern=DEPLOYMENT_NAME_PATTERN,
+                              description="The deployment name given to POST /v1/moe/rebalance.")],
     session: SessionDep,
     principal: MoeCaller,
     history: Annotated[int, Query(ge=0, le=1000)] = 50,

@@ -58,6 +58,8 @@ from partitioners.inventory import LINK_CLASS_NAMES, Inventory
 
 __all__ = [
     "HUBER_K",
+    "MAX_DEVICE_SLOWDOWN",
+    "MIN_DEVICE_SLOWDOWN",
     "MIN_CELL_OPS",
     "MIN_OVERHEAD_OPS",
     "CalibrationFit",
@@ -80,6 +82,12 @@ MIN_OVERHEAD_OPS = 3
 CELL_PRIOR_OPS = 5.0
 #: Log-ratios are clipped to +-log(1000): a measurement 1000x off the model is an error, not a factor.
 _LOG_CLIP = float(np.log(1e3))
+#: A load report's slowdown factor (1.6 = 60% slower than the model says; under 1 =
+#: faster) is bounded like calibration's own factors, symmetrically in log space: a
+#: device 1000x off the model is an error in the report, and a factor near zero would
+#: make the device look infinitely fast and draw every operator onto it.
+MAX_DEVICE_SLOWDOWN = 1e3
+MIN_DEVICE_SLOWDOWN = 1.0 / MAX_DEVICE_SLOWDOWN
 
 
 def weighted_median(values: np.ndarray, weights: np.ndarray | None = None) -> float:
@@ -370,15 +378,16 @@ def calibrated_cost_model(
     """``base`` with calibration multipliers and optional per-device slowdowns applied.
 
     ``device_slowdown`` (a load report: ``{"node0/gpu3": 1.6}`` = 1.6x slower than
-    the model says) multiplies every class of that device on top of whatever
-    multiplier already applies to it (device, type or wildcard entry); it needs the
-    ``inventory`` to resolve those. Names the inventory does not have are ignored
-    (a calibration may name devices that have since been removed).
+    the model says, ``0.5`` = twice as fast) multiplies every class of that device on
+    top of whatever multiplier already applies to it (device, type or wildcard
+    entry); it needs the ``inventory`` to resolve those. Names the inventory does not
+    have are ignored (a calibration may name devices that have since been removed).
 
     Raises
     ------
     InvalidInput
-        A non-positive or non-finite slowdown, or slowdowns without an inventory.
+        A slowdown outside [:data:`MIN_DEVICE_SLOWDOWN`, :data:`MAX_DEVICE_SLOWDOWN`]
+        (or not a finite number), or slowdowns without an inventory.
     """
     base = base or CostModel()
     table = dict(base.device_class_multiplier)
@@ -396,8 +405,12 @@ def calibrated_cost_model(
     index = {str(n): i for i, n in enumerate(inventory.device_names)}
     for device, slow in device_slowdown.items():
         slow = float(slow)
-        if not (slow > 0 and np.isfinite(slow)):
-            raise InvalidInput(f"slowdown of {device!r} must be a positive number", field="load_report.slow_devices")
+        if not MIN_DEVICE_SLOWDOWN <= slow <= MAX_DEVICE_SLOWDOWN:  # NaN fails too
+            raise InvalidInput(
+                f"slowdown of {device!r} is {slow:g}; it must be from {MIN_DEVICE_SLOWDOWN:g} (1000x faster than "
+                f"the model says) to {MAX_DEVICE_SLOWDOWN:g} (1000x slower)",
+                field=f"load_report.slow_devices.{device}",
+            )
         d = index.get(str(device))
         if d is None:
             continue

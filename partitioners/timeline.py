@@ -19,6 +19,12 @@ Two input forms (``docs/feedback.md`` has examples):
   "step"?}], "peak_memory_bytes"?: {device: bytes}, "transfers"?: [{"tensor",
   "src", "dst", "duration_s", "step"?}]}``.
 
+Every number is checked where it is read: times and durations finite and
+non-negative, timestamps up to :data:`MAX_TIMESTAMP_S`, durations and the whole
+timeline's span up to :data:`MAX_TIMELINE_SPAN_S` (one week), steps integers up to
+:data:`MAX_STEP`, peak memory up to :data:`MAX_PEAK_MEMORY_BYTES`. Anything else is
+:class:`~partitioners.errors.InvalidInput` naming the field.
+
 Matching (:func:`match_timeline`) pairs events with the plan's operators:
 
 ``name``
@@ -58,9 +64,14 @@ import numpy as np
 
 from partitioners.cost import OP_CLASS_NAMES, op_class_of
 from partitioners.errors import InputTooLarge, InvalidInput
+from partitioners.inventory import CAPACITY_RANGE_BYTES
 
 __all__ = [
     "MATCH_RULES",
+    "MAX_STEP",
+    "MAX_TIMESTAMP_S",
+    "MAX_TIMELINE_SPAN_S",
+    "MAX_PEAK_MEMORY_BYTES",
     "TimelineEvents",
     "TimelineMatch",
     "parse_timeline",
@@ -74,6 +85,22 @@ __all__ = [
 MATCH_RULES = ("auto", "name", "order")
 _US = 1e-6
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+#: Largest step number: the bound of the plan's ``step_index`` (an SQL ``INTEGER``). Steps go
+#: into int64 arrays and the stored observations; 2^31 steps is far beyond any real run.
+MAX_STEP = 2**31 - 1
+#: Largest timestamp (``start_s``, a trace event's ``ts``). Traces keep their clock's own
+#: origin: torch.profiler writes microseconds of a monotonic or Unix-epoch clock (~1.8e9 s
+#: today); 1e10 s is the year 2286 as Unix time. Beyond it the number is a wrong unit
+#: (nanoseconds sent as microseconds) or garbage, and float64 resolves no better than
+#: microseconds there.
+MAX_TIMESTAMP_S = 1e10
+#: Longest duration of one event and longest span of a whole timeline (first start to
+#: last end): one week. A profiler records a few steps, seconds to minutes; even a trace
+#: of a multi-day run fills the event limit long before. A longer timeline is not a
+#: runtime trace (a unit error, or made-up numbers) and would only poison calibration.
+MAX_TIMELINE_SPAN_S = 7 * 24 * 3600.0
+#: Largest peak memory a device may report: the largest capacity an inventory accepts.
+MAX_PEAK_MEMORY_BYTES = CAPACITY_RANGE_BYTES[1]
 #: Chrome-trace categories that are not operators (Python stack, CUDA API calls, profiler bookkeeping).
 IGNORED_CATEGORIES = frozenset(
     {
@@ -235,14 +262,45 @@ class TimelineMatch:
 # ----------------------------------------------------------------------------- parsing
 
 
-def _finite(value: Any, where: str, *, minimum: float | None = None) -> float:
+def _finite(value: Any, where: str, *, minimum: float = 0.0, maximum: float = MAX_TIMESTAMP_S,
+            unit: str = "s") -> float:
+    """``value`` as a float in ``[minimum, maximum]``, or :class:`InvalidInput` naming ``where``.
+
+    JSON integers are unbounded in Python: one with hundreds of digits overflows
+    ``float()``, and is as out of range as ``1e308``.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInput(f"{where} must be a number", field=where)
-    out = float(value)
-    if not math.isfinite(out) or (minimum is not None and out < minimum):
-        bound = f" >= {minimum:g}" if minimum is not None else ""
-        raise InvalidInput(f"{where} must be a finite number{bound}", field=where)
+    try:
+        out = float(value)
+    except OverflowError:
+        out = math.inf
+    if not (math.isfinite(out) and minimum <= out <= maximum):
+        raise InvalidInput(f"{where} must be a finite number from {minimum:g} to {maximum:g} {unit}", field=where)
     return out
+
+
+def _seconds(value: Any, where: str) -> float:
+    """A duration in seconds: finite, from 0 to :data:`MAX_TIMELINE_SPAN_S`."""
+    return _finite(value, where, maximum=MAX_TIMELINE_SPAN_S)
+
+
+def _step(value: Any, where: str) -> int:
+    """A step number: an integer from 0 to :data:`MAX_STEP`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_STEP:
+        raise InvalidInput(f"{where} must be an integer from 0 to {MAX_STEP}", field=where)
+    return value
+
+
+def _check_span(starts: np.ndarray, ends: np.ndarray, where: str) -> None:
+    """A timeline from first start to last end within :data:`MAX_TIMELINE_SPAN_S`."""
+    span_s = float(np.max(ends) - np.min(starts)) if starts.size else 0.0
+    if span_s > MAX_TIMELINE_SPAN_S:
+        raise InvalidInput(
+            f"the timeline spans {span_s:.6g} s from its first start to its last end; a runtime trace spans at "
+            f"most {MAX_TIMELINE_SPAN_S:g} s (one week): are the times in the right unit?",
+            field=where,
+        )
 
 
 def _text(value: Any, where: str) -> str:
@@ -374,11 +432,18 @@ class _CompleteEvents:
         name = ev.get("name")
         if not isinstance(name, str) or not name:
             raise InvalidInput(f"complete event {i} has no name", field=f"{where}.name")
-        ts = _finite(ev.get("ts"), f"{where}.ts") * _US
-        dur = _finite(ev.get("dur", 0.0), f"{where}.dur", minimum=0.0) * _US
+        ts = _finite(ev.get("ts"), f"{where}.ts", maximum=MAX_TIMESTAMP_S / _US, unit="us") * _US
+        dur = _finite(ev.get("dur", 0.0), f"{where}.dur", maximum=MAX_TIMELINE_SPAN_S / _US, unit="us") * _US
         step_match = _STEP_RE.match(name)
         if step_match:
-            self.step_windows.append((ts, ts + dur, int(step_match.group(1))))
+            digits = step_match.group(1).lstrip("0") or "0"
+            # the length first: int() of a megabyte of digits is slow, or refused outright
+            if len(digits) > len(str(MAX_STEP)) or int(digits) > MAX_STEP:
+                raise InvalidInput(
+                    f"complete event {i} is {name[:40]!r}: profiler step numbers go up to {MAX_STEP}",
+                    field=f"{where}.name",
+                )
+            self.step_windows.append((ts, ts + dur, int(digits)))
             return
         category = str(ev.get("cat", "")).lower()
         if category in IGNORED_CATEGORIES:
@@ -455,7 +520,10 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
     Raises
     ------
     InvalidInput
-        Not a trace, or a complete event without a name or with a bad ``ts``/``dur``.
+        Not a trace; a complete event without a name, with a ``ts``/``dur`` that is not
+        a finite number in range (:data:`MAX_TIMESTAMP_S`, :data:`MAX_TIMELINE_SPAN_S`),
+        or a ``ProfilerStep#N`` with ``N`` over :data:`MAX_STEP`; events spanning more
+        than :data:`MAX_TIMELINE_SPAN_S`.
     InputTooLarge
         More than ``max_events`` events.
     """
@@ -468,6 +536,16 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
     names, devices, threads, kernels, transfers = read.names, read.devices, read.threads, read.kernels, read.transfers
     start_s = np.asarray(read.starts, dtype=np.float64)
     duration_s = np.asarray(read.durations, dtype=np.float64)
+    others = np.array(
+        [(k[1], k[1] + k[2]) for k in kernels]
+        + [(t["start_s"], t["start_s"] + t["duration_s"]) for t in transfers]
+        + [w[:2] for w in read.step_windows],
+        dtype=np.float64,
+    ).reshape(-1, 2)
+    _check_span(
+        np.concatenate([start_s, others[:, 0]]), np.concatenate([start_s + duration_s, others[:, 1]]),
+        "timeline.traceEvents",
+    )
     # nesting and steps from the CPU side; then device time from the kernels, if any
     parent = _parents(threads, start_s, start_s + duration_s)
     step = _steps_of(read.step_windows, start_s, transfers)
@@ -503,7 +581,11 @@ def parse_simple_timeline(document: Any, *, max_events: int = 2_000_000) -> Time
     Raises
     ------
     InvalidInput
-        Missing ``ops``, a negative or non-finite duration, a bad step.
+        Missing ``ops``; a time, duration or peak memory that is negative, not finite
+        or over its bound (:data:`MAX_TIMESTAMP_S`, :data:`MAX_TIMELINE_SPAN_S`,
+        :data:`MAX_PEAK_MEMORY_BYTES`); a step that is not an integer from 0 to
+        :data:`MAX_STEP`; operators and transfers spanning more than
+        :data:`MAX_TIMELINE_SPAN_S`.
     InputTooLarge
         More than ``max_events`` operator events.
     """
@@ -525,21 +607,21 @@ def parse_simple_timeline(document: Any, *, max_events: int = 2_000_000) -> Time
         device = op.get("device")
         if device is not None:
             device = _text(device, f"{where}.device")
-        step = op.get("step", 0)
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise InvalidInput(f"{where}.step must be a non-negative integer", field=f"{where}.step")
+        step = _step(op.get("step", 0), f"{where}.step")
         names.append(name)
         devices.append((device,) if device is not None else ())
         threads.append(device or "")
         starts.append(_finite(op.get("start_s", 0.0), f"{where}.start_s"))
-        durations.append(_finite(op.get("duration_s"), f"{where}.duration_s", minimum=0.0))
+        durations.append(_seconds(op.get("duration_s"), f"{where}.duration_s"))
         steps.append(step)
     peak: dict[str, float] = {}
     raw_peak = document.get("peak_memory_bytes", {}) or {}
     if not isinstance(raw_peak, dict):
         raise InvalidInput("peak_memory_bytes must map device names to bytes", field="timeline.peak_memory_bytes")
     for dev, n_bytes in raw_peak.items():
-        peak[str(dev)] = _finite(n_bytes, f"timeline.peak_memory_bytes[{dev!r}]", minimum=0.0)
+        peak[str(dev)] = _finite(
+            n_bytes, f"timeline.peak_memory_bytes[{dev!r}]", maximum=MAX_PEAK_MEMORY_BYTES, unit="bytes"
+        )
     transfers = []
     raw_transfers = document.get("transfers", []) or []
     if not isinstance(raw_transfers, list):
@@ -548,21 +630,25 @@ def parse_simple_timeline(document: Any, *, max_events: int = 2_000_000) -> Time
         where = f"timeline.transfers[{i}]"
         if not isinstance(tr, dict):
             raise InvalidInput(f"{where} is not an object", field=where)
-        step = tr.get("step", 0)
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise InvalidInput(f"{where}.step must be a non-negative integer", field=f"{where}.step")
+        step = _step(tr.get("step", 0), f"{where}.step")
         transfers.append(
             {
                 "tensor": _text(tr.get("tensor"), f"{where}.tensor"),
                 "src": _text(tr.get("src"), f"{where}.src"),
                 "dst": _text(tr.get("dst"), f"{where}.dst"),
                 "start_s": _finite(tr.get("start_s", 0.0), f"{where}.start_s"),
-                "duration_s": _finite(tr.get("duration_s"), f"{where}.duration_s", minimum=0.0),
+                "duration_s": _seconds(tr.get("duration_s"), f"{where}.duration_s"),
                 "step": step,
             }
         )
     start_s = np.asarray(starts, dtype=np.float64)
     duration_s = np.asarray(durations, dtype=np.float64)
+    transfer_start_s = np.array([t["start_s"] for t in transfers], dtype=np.float64)
+    transfer_end_s = transfer_start_s + np.array([t["duration_s"] for t in transfers], dtype=np.float64)
+    _check_span(
+        np.concatenate([start_s, transfer_start_s]), np.concatenate([start_s + duration_s, transfer_end_s]),
+        "timeline",
+    )
     return TimelineEvents(
         source_format="simple",
         name=names,

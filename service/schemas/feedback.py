@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from partitioners.calibration import MAX_DEVICE_SLOWDOWN, MIN_DEVICE_SLOWDOWN
+from partitioners.timeline import MAX_STEP, MAX_TIMELINE_SPAN_S, MAX_TIMESTAMP_S
 from service.schemas.common import Name, RequestModel, Text
 from service.schemas.plans import PlanRead
 
@@ -51,7 +53,10 @@ class FeedbackCreate(RequestModel):
         "auto: by shape.",
     )
     timeline: dict[str, Any] | list[Any] = Field(
-        description="The timeline document, stored in full (compressed). See docs/feedback.md for both forms."
+        description="The timeline document, stored in full (compressed). See docs/feedback.md for both forms. "
+        f"Times are finite and non-negative: timestamps up to {MAX_TIMESTAMP_S:g} s, each duration and the whole "
+        f"timeline (first start to last end) up to {MAX_TIMELINE_SPAN_S:g} s (one week); steps (and "
+        f"ProfilerStep#N) are integers up to {MAX_STEP}."
     )
     mapping: FeedbackMapping = Field(default_factory=FeedbackMapping)
     match: Literal["auto", "name", "order"] = Field(
@@ -131,10 +136,14 @@ class AccuracyRead(BaseModel):
 
 
 class LoadReport(RequestModel):
-    slow_devices: dict[Name, Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]] = Field(
+    slow_devices: dict[
+        Name, Annotated[float, Field(ge=MIN_DEVICE_SLOWDOWN, le=MAX_DEVICE_SLOWDOWN, allow_inf_nan=False)]
+    ] = Field(
         default_factory=dict,
         max_length=100_000,
-        description="Device -> how many times slower than the model says (1.6 = 60% slower).",
+        description="Device -> how many times slower than the model says (1.6 = 60% slower, 0.5 = twice as "
+        f"fast), from {MIN_DEVICE_SLOWDOWN:g} to {MAX_DEVICE_SLOWDOWN:g}: a device 1000x off the model is an "
+        "error in the report, and a factor near zero would draw every operator onto that device.",
     )
     gone_devices: list[Name] = Field(
         default_factory=list, max_length=100_000, description="Devices that are no longer available."

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from partitioners.calibration import (
+    MAX_DEVICE_SLOWDOWN,
+    MIN_DEVICE_SLOWDOWN,
     calibrated_cost_model,
     fit_calibration,
     group_medians,
@@ -25,6 +27,8 @@ from partitioners.onnx_import import graph_from_onnx_bytes
 from partitioners.replan import minimal_movement, placement_result
 from partitioners.simulate import simulate
 from partitioners.timeline import (
+    MAX_STEP,
+    MAX_TIMELINE_SPAN_S,
     match_timeline,
     normalize_op_name,
     parse_chrome_trace,
@@ -442,3 +446,74 @@ def test_a_placement_result_is_built_for_exactly_the_given_placement():
     result = placement_result(graph, inventory, PlacementOptions(), placement)
     assert result.placement.tolist() == placement.tolist()
     assert result.makespan_s == pytest.approx(simulate(graph, inventory, placement).makespan_s, rel=0.05)
+
+
+# ----------------------------------------------------------------------------- bounds on measured numbers
+
+
+def test_a_profiler_step_number_over_the_step_bound_is_rejected_naming_the_event():
+    trace = {"traceEvents": [{"ph": "X", "name": f"ProfilerStep#{MAX_STEP + 1}", "ts": 0, "dur": 5}]}
+    with pytest.raises(InvalidInput) as error:
+        parse_chrome_trace(trace)
+    assert error.value.field == "timeline.traceEvents[0].name"
+
+
+def test_a_profiler_step_number_with_leading_zeros_is_its_number():
+    trace = {
+        "traceEvents": [
+            {"ph": "X", "name": "ProfilerStep#000000000007", "ts": 0, "dur": 50},
+            {"ph": "X", "name": "a", "ts": 1, "dur": 5},
+        ]
+    }
+    assert parse_chrome_trace(trace).step.tolist() == [7]
+
+
+def test_an_integer_timestamp_too_large_for_a_float_is_rejected_not_overflowed():
+    with pytest.raises(InvalidInput) as error:
+        parse_chrome_trace({"traceEvents": [{"ph": "X", "name": "a", "ts": 10**400, "dur": 5}]})
+    assert error.value.field == "timeline.traceEvents[0].ts"
+
+
+def test_a_simple_step_that_does_not_fit_int64_is_rejected():
+    with pytest.raises(InvalidInput) as error:
+        parse_simple_timeline({"ops": [{"name": "a", "start_s": 0, "duration_s": 1e-3, "step": 2**63}]})
+    assert error.value.field == "timeline.ops[0].step"
+
+
+def test_a_duration_over_the_timeline_span_bound_is_rejected():
+    too_long = MAX_TIMELINE_SPAN_S * 1.01
+    with pytest.raises(InvalidInput) as error:
+        parse_simple_timeline({"ops": [{"name": "a", "start_s": 0, "duration_s": too_long}]})
+    assert error.value.field == "timeline.ops[0].duration_s"
+
+
+def test_a_timeline_whose_events_lie_further_apart_than_the_span_bound_is_rejected():
+    ops = [
+        {"name": "a", "start_s": 0, "duration_s": 1e-3},
+        {"name": "a", "start_s": MAX_TIMELINE_SPAN_S, "duration_s": 1e-3},
+    ]
+    with pytest.raises(InvalidInput) as error:
+        parse_simple_timeline({"ops": ops})
+    assert error.value.field == "timeline"
+
+
+def test_a_trace_at_unix_epoch_timestamps_is_accepted():
+    epoch_us = 1.79e15  # torch.profiler's microseconds since 1970, in 2026
+    events = parse_chrome_trace({"traceEvents": [{"ph": "X", "name": "a", "ts": epoch_us, "dur": 5}]})
+    np.testing.assert_allclose(events.duration_s, [5e-6])
+
+
+@pytest.mark.parametrize("factor", [1e-308, 0.0009, 1000.1])
+def test_a_load_report_slowdown_beyond_a_thousandfold_either_way_is_rejected(factor):
+    with pytest.raises(InvalidInput) as error:
+        calibrated_cost_model(device_slowdown={"node0/gpu0": factor}, inventory=preset_inventory("dgx-h100", 1))
+    assert error.value.field == "load_report.slow_devices.node0/gpu0"
+
+
+def test_a_load_report_may_say_a_device_is_a_thousand_times_faster_or_slower():
+    inventory = preset_inventory("dgx-h100", 1)
+    model = calibrated_cost_model(
+        device_slowdown={"node0/gpu0": MIN_DEVICE_SLOWDOWN, "node0/gpu1": MAX_DEVICE_SLOWDOWN}, inventory=inventory
+    )
+    matmul = OP_CLASS_NAMES.index("matmul")
+    assert model.multiplier_matrix(inventory)[:2, matmul] == pytest.approx([1e-3, 1e3])

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from service.api import health
-from service.api.middleware import BodySizeLimitMiddleware, HttpMetrics, RequestContextMiddleware
+from service.api.middleware import BodySizeLimitMiddleware, HeadMiddleware, HttpMetrics, RequestContextMiddleware
 from service.api.problems import install_problem_handlers
 from service.api.v1 import router as v1_router
 from service.logging import configure_logging
@@ -129,7 +129,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     install_problem_handlers(app)
     _hoist_request_schema_defs(app)
-    # Added last runs first: the request id exists before the size check answers.
+    # Added last runs first: the request id exists before the size check answers, and
+    # a HEAD is logged and counted as a HEAD though it runs as a GET.
+    app.add_middleware(HeadMiddleware)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)
 

@@ -31,7 +31,8 @@ def _settings() -> Settings:
     except ValidationError as exc:
         for error in exc.errors():
             name = "HYPERPLACE_" + "_".join(str(part) for part in error["loc"]).upper()
-            typer.echo(f"{name} {error['msg'].removeprefix('Value error, ')}", err=True)
+            message = error["msg"].removeprefix("Value error, ")
+            typer.echo(message if message.startswith(name) else f"{name} {message}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -138,11 +139,11 @@ def _parse_dims(pairs: list[str]) -> dict[str, int]:
     return dims
 
 
-def _print_plan(plan: dict) -> None:
+def _print_plan(plan: dict, *, to_stderr: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(stderr=to_stderr)
     summary = plan["summary"]
     table = Table(title=f"plan {plan.get('id') or '(offline)'}: strategy {plan['strategy']}", show_header=False)
     table.add_row("makespan", f"{summary['makespan_s'] * 1e3:.3f} ms")
@@ -194,9 +195,15 @@ def plan(
     dim: Annotated[list[str], typer.Option("--dim", "-d", help="ONNX dimension name=value (repeatable), e.g. -d batch=8.")] = [],  # noqa: B006
     server: Annotated[str | None, typer.Option(help="Service URL; without it, plans in-process with no database.")] = None,
     api_key: Annotated[str | None, typer.Option(envvar="HYPERPLACE_API_KEY", help="API key for --server.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON (default: <model>.plan.json).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON (default: standard output, "
+                                             "with the summary table on standard error).")] = None,
 ) -> None:
-    """Plan a model: print a summary table and write the plan JSON."""
+    """Plan a model: print a summary table and the plan JSON.
+
+    Without --out the plan JSON goes to standard output and the table to standard
+    error, so `hyperplace plan model.onnx > plan.json` works and nothing is written
+    beside the model.
+    """
     inventory_doc = _read_json(inventory, "--inventory") if inventory else {"preset": preset, "nodes": nodes}
     options = _parse_pairs(option, "--option")
     if dim:
@@ -216,6 +223,7 @@ def plan(
             typer.echo(f"error: bad --option: {problems}", err=True)
             raise typer.Exit(2) from None
     else:
+        from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         from service.client import ApiError, HyperplaceClient
@@ -227,7 +235,9 @@ def plan(
                 else:
                     result = client.submit_plan(onnx_path=model, inventory=inventory_doc, options=options)
                 if result["status"] not in ("done", "failed"):
-                    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:
+                    # on standard error: standard output may be carrying the plan JSON
+                    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                                  console=Console(stderr=True)) as progress:
                         task = progress.add_task(f"plan {result['id']} {result['status']}", total=1.0)
 
                         def report(state: dict) -> None:
@@ -240,10 +250,13 @@ def plan(
         if result["status"] == "failed":
             typer.echo(f"planning failed: {result.get('error')}", err=True)
             raise typer.Exit(1)
-    destination = out or model.with_suffix(".plan.json")
-    destination.write_text(json.dumps(result, indent=1))
+    if out is None:
+        _print_plan(result, to_stderr=True)
+        typer.echo(json.dumps(result, indent=1))
+        return
+    out.write_text(json.dumps(result, indent=1))
     _print_plan(result)
-    typer.echo(f"plan written to {destination}")
+    typer.echo(f"plan written to {out}")
 
 
 def _layout_model(document: object, seq_length: int | None) -> dict:
@@ -347,9 +360,16 @@ def layout(
         typer.echo(f"answer written to {out}")
 
 
+def _tenant_name(name: str) -> str:
+    """A tenant name must name something: an empty or blank one would be a tenant nobody can tell apart."""
+    if not name.strip():
+        raise typer.BadParameter("must name a tenant, not be empty or only spaces")
+    return name
+
+
 @keys_app.command("create")
 def keys_create(
-    tenant: Annotated[str, typer.Option(help="Tenant name; created if new.")],
+    tenant: Annotated[str, typer.Option(help="Tenant name; created if new.", callback=_tenant_name)],
     scopes: Annotated[str, typer.Option(help="Space-separated: read write moe.")] = "read write moe",
     name: Annotated[str, typer.Option(help="A label for the key.")] = "",
 ) -> None:

@@ -14,11 +14,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-__all__ = ["Settings", "get_settings", "DEFAULT_API_KEY_SECRET"]
+__all__ = ["Settings", "get_settings", "DEFAULT_API_KEY_SECRET", "LOG_LEVELS"]
 
 #: Used to HMAC API keys when no secret is configured. Fine for a laptop; the
 #: service logs a warning when it is used with PostgreSQL.
 DEFAULT_API_KEY_SECRET = "hyperplace-development-secret"
+
+#: The levels HYPERPLACE_LOG_LEVEL may name, most verbose first.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class Settings(BaseSettings):
@@ -63,8 +66,18 @@ class Settings(BaseSettings):
     moe_min_improvement: float = Field(
         0.01, ge=0, description="A MoE load report must improve max/mean balance by this much to move experts."
     )
-    log_level: str = "INFO"
+    log_level: str = Field("INFO", description="One of DEBUG, INFO, WARNING, ERROR, CRITICAL (any case).")
     log_json: bool = True
+
+    @field_validator("log_level")
+    @classmethod
+    def _a_known_log_level(cls, log_level: str) -> str:
+        """Refuse a level ``logging`` does not know: it would otherwise fall back to INFO unnoticed."""
+        level = log_level.strip().upper()
+        if level not in LOG_LEVELS:
+            # named in full: the server can be started without the CLI (uvicorn --factory)
+            raise ValueError(f"HYPERPLACE_LOG_LEVEL is {log_level!r}, not a log level; use one of {', '.join(LOG_LEVELS)}")
+        return level
 
     @field_validator("database_url")
     @classmethod

@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["HttpMetrics", "RequestContextMiddleware", "BodySizeLimitMiddleware", "route_template"]
+__all__ = ["HttpMetrics", "RequestContextMiddleware", "BodySizeLimitMiddleware", "HeadMiddleware", "route_template"]
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 log = structlog.get_logger("hyperplace.http")
@@ -104,6 +104,38 @@ class RequestContextMiddleware:
                     duration_ms=round(elapsed_s * 1000, 2),
                     **({"tenant": tenant} if tenant else {}),
                 )
+
+
+class HeadMiddleware:
+    """Answer HEAD wherever GET is answered: the GET answer's status and headers, no body (RFC 9110 9.3.2).
+
+    FastAPI routes match only the methods they declare, so without this a HEAD is
+    405 on every API route. The request runs as a GET on a copy of the scope: the
+    server keeps reading the original, which still says HEAD (uvicorn then expects
+    no body), and what routing adds to the copy (the matched route, for the metrics
+    label) is carried back to it.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        as_get = {**scope, "method": "GET"}
+
+        async def send_headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        try:
+            await self.app(as_get, receive, send_headers_only)
+        finally:
+            scope.update({key: value for key, value in as_get.items() if key != "method"})
 
 
 class BodySizeLimitMiddleware:

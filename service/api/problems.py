@@ -8,7 +8,9 @@ log with the request id.
 
 from __future__ import annotations
 
+import json
 import math
+from collections import defaultdict
 from typing import Any
 
 import structlog
@@ -19,10 +21,17 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from service.errors import DatabaseUnavailable, ServiceError
+from service.errors import DatabaseUnavailable, ServiceError, UnprocessableInput
 from service.schemas.common import error_path
 
-__all__ = ["problem_response", "install_problem_handlers", "PROBLEM_BASE", "problem_responses"]
+__all__ = [
+    "problem_response",
+    "install_problem_handlers",
+    "PROBLEM_BASE",
+    "problem_responses",
+    "unreadable_body_detail",
+    "most_relevant_first",
+]
 
 PROBLEM_BASE = "https://hyperplace.dev/problems/"
 log = structlog.get_logger("hyperplace.errors")
@@ -57,9 +66,94 @@ def _jsonable(value: Any) -> Any:
     return None
 
 
+def unreadable_body_detail(exc: BaseException, what: str = "The body") -> str:
+    """Why a body (or a multipart part) is not JSON this service can read, in the same words on every route.
+
+    A syntax error says where (``line 1 column 10 (char 9)``); the other failures of
+    ``json.loads`` are a body that is not UTF-8, an integer of more than 4300 digits
+    and nesting past the interpreter's recursion limit.
+    """
+    if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
+        return f"{what} is not valid JSON: {exc}."
+    reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+    return f"{what} is not JSON this service can read: {reason}."
+
+
+def _body_decode_error(exc: RequestValidationError) -> json.JSONDecodeError | None:
+    """FastAPI's own "JSON decode error" for a body, rebuilt with its line and column."""
+    for err in exc.errors():
+        loc = tuple(err.get("loc", ()))
+        if err.get("type") == "json_invalid" and len(loc) == 2 and loc[0] == "body" and isinstance(loc[1], int):
+            document = exc.body if isinstance(exc.body, str) else ""
+            message = (err.get("ctx") or {}).get("error") or "invalid JSON"
+            return json.JSONDecodeError(str(message), document, min(loc[1], len(document)))
+    return None
+
+
+#: Location parts pydantic gives the members of a plain union (``int | str``): the
+#: model's class name, ``list[int]``, ``constrained-int``, ``literal['a']``, ``int``.
+_SCALAR_MEMBER_NAMES = frozenset({"int", "float", "str", "bool", "bytes", "none", "any", "date", "datetime"})
+#: Error types that say the input has another shape than the member: it is the wrong member.
+_SHAPE_MISMATCH = frozenset({"missing", "extra_forbidden"})
+
+
+def _looks_like_union_member(part: object) -> bool:
+    if not isinstance(part, str) or not part:
+        return False
+    return part[0].isupper() or "[" in part or "-" in part or part in _SCALAR_MEMBER_NAMES
+
+
+def most_relevant_first(errors: list[dict]) -> list[dict]:
+    """Pydantic's errors, reordered so the first says what the client most likely has to fix.
+
+    When a value matches no member of a union (``inventory: InventoryDocument |
+    PresetInventory``) pydantic reports every member's errors, the wrong members'
+    first, so ``{"preset": "dgx-h100", "nodes": 0}`` would open with "groups: Field
+    required". The member the client meant is the one the input fits best: fewest
+    fields missing or unknown at its top level (a ``preset`` key is unknown to the
+    explicit form), and never one that rejects the value's type outright. Its errors
+    come first, then the other members' in the same order of fit. Within that order an
+    error on a value sent comes before a required field not sent. Every error is kept.
+    """
+    locations = [tuple(err.get("loc", ())) for err in errors]
+    members: dict[tuple, set] = defaultdict(set)
+    for loc in locations:
+        for depth, part in enumerate(loc):
+            if _looks_like_union_member(part):
+                members[loc[:depth]].add(part)
+    unions = {prefix for prefix, names in members.items() if len(names) > 1}
+
+    def member_of(loc: tuple) -> tuple[tuple, object] | None:
+        for depth in range(len(loc)):
+            if loc[:depth] in unions and loc[depth] in members[loc[:depth]]:
+                return loc[:depth], loc[depth]
+        return None
+
+    branches = [member_of(loc) for loc in locations]
+    misfit: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for err, loc, branch in zip(errors, locations, branches):
+        if branch is None:
+            continue
+        depth = len(branch[0]) + 1
+        score = misfit[branch]
+        score[0] += len(loc) == depth  # the value is not this member's type at all
+        score[1] += len(loc) == depth + 1 and err.get("type") in _SHAPE_MISMATCH
+        score[2] += 1
+    rank: dict[tuple, int] = {}
+    for prefix in unions:
+        fits = sorted((branch for branch in misfit if branch[0] == prefix), key=lambda branch: misfit[branch])
+        rank.update({branch: position for position, branch in enumerate(fits)})
+
+    def relevance(index: int) -> tuple[int, bool, int]:
+        branch = branches[index]
+        return rank.get(branch, 0) if branch else 0, errors[index].get("type") == "missing", index
+
+    return [errors[index] for index in sorted(range(len(errors)), key=relevance)]
+
+
 def _validation_errors(exc: RequestValidationError) -> list[dict]:
     out = []
-    for err in exc.errors()[:50]:
+    for err in most_relevant_first(list(exc.errors()))[:50]:
         out.append({"field": error_path(err.get("loc", ())), "message": err.get("msg", ""),
                     "type": err.get("type", "")})
         if "input" in err:
@@ -85,6 +179,9 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
+        decode_error = _body_decode_error(exc)
+        if decode_error is not None:
+            return _unreadable_body(request, decode_error)
         errors = _validation_errors(exc)
         first = errors[0] if errors else {"field": "body", "message": "invalid"}
         detail = f"{first['field']}: {first['message']}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
@@ -92,6 +189,11 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
+            # FastAPI's "There was an error parsing the body": json.loads failed on bytes
+            # that are not UTF-8, a huge integer or deep nesting. The body is as
+            # unprocessable as a syntax error, and answered the same way.
+            return _unreadable_body(request, exc.__cause__)
         slug = {404: "not-found", 405: "method-not-allowed", 413: "too-large"}.get(exc.status_code, "http")
         title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
         return problem_response(request, exc.status_code, title, str(exc.detail), slug, headers=getattr(exc, "headers", None))
@@ -123,16 +225,22 @@ def install_problem_handlers(app: FastAPI) -> None:
         return problem_response(request, 500, "Internal error", "An internal error occurred; it has been logged.", "internal")
 
 
+def _unreadable_body(request: Request, exc: BaseException) -> JSONResponse:
+    """A body ``json.loads`` refused: 422 with the words ``POST /v1/plans`` uses, on every route."""
+    err = UnprocessableInput(unreadable_body_detail(exc))
+    return problem_response(request, err.status, err.title, err.detail, err.type_slug)
+
+
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries so clients see which problems a route may answer."""
     descriptions = {
-        400: "Bad request (e.g. a body that is not UTF-8 JSON)",
+        400: "Bad request (e.g. a multipart body that cannot be parsed)",
         401: "Missing or invalid API key",
         403: "The key lacks the scope this route needs",
         404: "Not found (or owned by another tenant)",
         409: "Conflict",
         413: "Body or graph over the configured limit",
-        422: "Invalid input; `detail` and `errors` say what to fix",
+        422: "Invalid input (a body that is not JSON included); `detail` and `errors` say what to fix",
         503: "Database unavailable; retry after `Retry-After` seconds",
     }
     schema = {

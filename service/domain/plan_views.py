@@ -16,8 +16,21 @@ from service.storage import plans as plans_repo
 __all__ = ["plan_read", "etag", "graph_read", "finished_plan", "chrome_trace", "html_view", "inline_json", "plan_body"]
 
 
-def etag(plan: Plan) -> str:
-    stamp = f"{plan.id}:{plan.status}:{plan.updated_at.isoformat() if plan.updated_at else ''}"
+def etag(plan: Plan, representation: str | None = None, *, cached: bool = False) -> str:
+    """A strong entity tag for one representation of the plan.
+
+    It names the plan's state (id, status, last update) *and* the representation:
+    ``representation`` is whatever shapes the body besides the plan (the ``detail``
+    level of ``GET /v1/plans/{id}``, or another rendering such as a re-plan's answer)
+    and ``cached`` is the body's ``cached`` flag. Two bodies that differ must never
+    share a tag, or a cache revalidating one with the other's tag is told 304 and
+    serves the wrong body (RFC 9110 8.8.3). A caller that names no representation
+    gets a tag no named one shares: a missed match costs a 200, a false one a wrong
+    body. Computed from columns only, so a 304 never loads the stored result.
+    """
+    updated = plan.updated_at.isoformat() if plan.updated_at else ""
+    shape = "(unnamed)" if representation is None else f"representation={representation}"
+    stamp = f"{plan.id}:{plan.status}:{updated}:{shape}:{'cached' if cached else 'fresh'}"
     return '"' + hashlib.sha256(stamp.encode()).hexdigest()[:32] + '"'
 
 

@@ -38,6 +38,14 @@ def test_plan_offline_writes_the_plan_json_and_prints_the_makespan(graph_file, t
     assert json.loads(out.read_text())["summary"]["makespan_s"] > 0
 
 
+def test_plan_without_out_prints_the_plan_json_on_stdout_and_writes_no_file(graph_file, tmp_path):
+    result = _plan(str(graph_file), "--preset", "dgx-h100")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["summary"]["makespan_s"] > 0
+    assert "makespan" in result.stderr  # the table, out of the way of a redirect
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["diamond.json"]
+
+
 def test_an_inventory_file_that_is_not_json_is_a_usage_error(graph_file, tmp_path):
     inventory = tmp_path / "inventory.json"
     inventory.write_text("not json")
@@ -160,3 +168,39 @@ def test_a_plain_postgresql_url_means_the_psycopg_driver_the_service_ships():
 
     settings = Settings(database_url="postgresql://planner:s3cret@db.internal/hyperplace")
     assert settings.database_url == "postgresql+psycopg://planner:s3cret@db.internal/hyperplace"
+
+
+@pytest.fixture
+def environment(monkeypatch):
+    """Set one HYPERPLACE_* variable for one command (the settings are cached per process)."""
+    from service.settings import get_settings
+
+    def use(name: str, value: str) -> None:
+        monkeypatch.setenv(name, value)
+        get_settings.cache_clear()
+
+    yield use
+    get_settings.cache_clear()
+
+
+def test_an_unknown_log_level_is_one_line_naming_the_variable_and_the_levels(environment):
+    environment("HYPERPLACE_LOG_LEVEL", "LOUD")
+    result = runner.invoke(app, ["migrate"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert _text(result) == "HYPERPLACE_LOG_LEVEL is 'LOUD', not a log level; use one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+
+
+def test_a_log_level_is_read_in_any_case():
+    from service.settings import Settings
+
+    assert Settings(log_level="warning").log_level == "WARNING"
+
+
+@pytest.mark.parametrize("tenant", ["", "   "])
+def test_keys_create_refuses_a_tenant_with_no_name(database_url, tmp_path, tenant):
+    database_url(f"sqlite:///{tmp_path / 'keys.sqlite3'}")
+    assert runner.invoke(app, ["migrate"]).exit_code == 0
+    result = runner.invoke(app, ["keys", "create", "--tenant", tenant])
+    assert result.exit_code == 2
+    assert "Invalid value for '--tenant': must name a tenant, not be empty or only spaces" in _text(result)
+    assert "hp_" not in result.output

@@ -1,5 +1,6 @@
 """Operations endpoints: liveness, readiness, metrics, docs."""
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
@@ -10,6 +11,14 @@ def test_healthz_answers_ok_without_a_key(base_client):
     response = base_client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_head_on_a_health_check_answers_200_without_a_body(base_client, path):
+    get = base_client.get(path)
+    head = base_client.head(path)
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-length"] == get.headers["content-length"]
 
 
 def test_readyz_reports_the_migrated_revision(base_client, app):

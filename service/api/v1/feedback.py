@@ -167,7 +167,7 @@ async def create_replan(
     plan = outcome.plan
     document = plan_views.plan_read(plan, cached=outcome.cached)
     document["replan"] = (plan.summary or {}).get("replan")
-    headers = {"ETag": plan_views.etag(plan), "Location": f"/v1/plans/{plan.id}"}
+    headers = {"ETag": plan_views.etag(plan, "replan", cached=outcome.cached), "Location": f"/v1/plans/{plan.id}"}
     return JSONResponse(document, status_code=outcome.status_code, headers=headers)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -18,8 +18,19 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from service.api.deps import SessionDep, SettingsDep
-from service.api.params import Cursor, IdempotencyKey, Limit, ModelHash, PlanId, Reader, Writer, cursor_position
-from service.api.problems import problem_responses
+from service.api.params import (
+    Cursor,
+    IdempotencyKey,
+    IfNoneMatch,
+    Limit,
+    ModelHash,
+    PlanId,
+    Reader,
+    Writer,
+    cursor_position,
+    none_match,
+)
+from service.api.problems import problem_responses, unreadable_body_detail
 from service.domain import plan_views
 from service.domain.planning import PlanSubmission, submit_plan
 from service.errors import NotFound, UnprocessableInput
@@ -40,20 +51,14 @@ _MULTIPART_SCHEMA = {
 }
 
 
-def _unreadable(exc: Exception) -> str:
-    return "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
-
-
 def _json_part(value, part: str) -> dict:
     if value is None:
         return {}
     text = value if isinstance(value, str) else value.decode("utf-8", "replace")
     try:
         document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UnprocessableInput(f"The '{part}' part is not valid JSON: {exc.msg} at position {exc.pos}.") from None
-    except (ValueError, RecursionError) as exc:  # integers of > 4300 digits, nesting past the recursion limit
-        raise UnprocessableInput(f"The '{part}' part is not JSON this service can read: {_unreadable(exc)}.") from None
+    except (ValueError, RecursionError) as exc:  # bad JSON, integers of > 4300 digits, nesting past the recursion limit
+        raise UnprocessableInput(unreadable_body_detail(exc, f"The '{part}' part")) from None
     if not isinstance(document, dict):
         raise UnprocessableInput(f"The '{part}' part must be a JSON object.")
     return document
@@ -72,10 +77,8 @@ def _validated(model, document: dict, prefix: str):
 def _submission_from_json(body: bytes) -> PlanSubmission:
     try:
         document = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UnprocessableInput(f"The body is not valid JSON: {exc}.") from None
-    except (ValueError, RecursionError) as exc:  # integers of > 4300 digits, nesting past the recursion limit
-        raise UnprocessableInput(f"The body is not JSON this service can read: {_unreadable(exc)}.") from None
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, integers of > 4300 digits, deep nesting
+        raise UnprocessableInput(unreadable_body_detail(exc)) from None
     if not isinstance(document, dict):
         raise UnprocessableInput("The body must be a JSON object with 'graph' (or 'graph_id'), 'inventory' and 'options'.")
     graph = document.get("graph")
@@ -109,7 +112,7 @@ async def _submission_from_multipart(request: Request) -> PlanSubmission:
 
 def _plan_response(plan, status_code: int, cached: bool, detail: str = "full") -> JSONResponse:
     document = plan_views.plan_read(plan, cached=cached, detail=detail)
-    headers = {"ETag": plan_views.etag(plan)}
+    headers = {"ETag": plan_views.etag(plan, detail, cached=cached)}
     if status_code in (201, 202):
         headers["Location"] = f"/v1/plans/{plan.id}"
     return JSONResponse(document, status_code=status_code, headers=headers)
@@ -156,13 +159,13 @@ def read_plan(
     session: SessionDep,
     principal: Reader,
     detail: Annotated[Literal["full", "summary"], Query(description="summary leaves out ops, tensors and transfers.")] = "full",
-    if_none_match: Annotated[str | None, Header(alias="If-None-Match", max_length=200)] = None,
+    if_none_match: IfNoneMatch = None,
 ):
     plan = plans_repo.get_plan(session, principal.tenant_id, plan_id)
     if plan is None:
         raise NotFound(f"No plan with id {plan_id}.")
-    tag = plan_views.etag(plan)
-    if if_none_match and if_none_match.strip() == tag:
+    tag = plan_views.etag(plan, detail, cached=False)
+    if none_match(if_none_match, tag):
         return Response(status_code=304, headers={"ETag": tag})
     return _plan_response(plan, 200, cached=False, detail=detail)
 

@@ -16,7 +16,10 @@ Choices made here for scale (10^6 operators in seconds, pure Python inner loop):
   devices of its producers and the earliest-free device of each group (the
   device HEFT picks is almost always one of those);
 * a device whose resident parameters would pass its memory budget is skipped, so
-  the schedule stays memory-feasible where parameters dominate.
+  the schedule stays memory-feasible where parameters dominate;
+* an operator restricted to some device types (the graph's ``device_types``)
+  only considers devices of those types, and its rank uses its mean time over
+  them.
 
 References
 ----------
@@ -105,6 +108,8 @@ def heft_schedule(
     param_scale: float = 1.0,
     op_static_bytes: np.ndarray | None = None,
     contention: bool = False,
+    op_allowed_set: np.ndarray | None = None,
+    allowed_devices: np.ndarray | None = None,
 ) -> HeftSchedule:
     """Place and order every operator with HEFT (non-insertion).
 
@@ -135,6 +140,13 @@ def heft_schedule(
         so a transfer waits for both ports (the contention-aware list scheduling of Sinnen &
         Sousa [2]_, in its non-insertion form). Classic HEFT assumes every transfer
         starts when its producer finishes.
+    op_allowed_set : numpy.ndarray of int64, shape (n_ops,), optional
+        Row of ``allowed_devices`` of every operator (see
+        :class:`~partitioners.device_types.DeviceTypeConstraint`).
+    allowed_devices : numpy.ndarray of bool, shape (n_sets, n_devices), optional
+        Inventory devices each row admits. An operator only goes to an admitted
+        device among ``devices``; a row that admits none of ``devices`` does not
+        restrict (the caller repairs such operators afterwards).
 
     Returns
     -------
@@ -144,14 +156,18 @@ def heft_schedule(
     time_s = op_time_s[:, devices]
     lat = latency_s[np.ix_(devices, devices)]
     spb = s_per_byte[np.ix_(devices, devices)]
-    order = _priority_order(graph, levels, time_s, lat, spb)
     groups = device_group[devices].tolist() if device_group is not None else [0] * len(devices)
+    restriction = None
+    if op_allowed_set is not None and allowed_devices is not None:
+        restriction = _Restriction.build(np.asarray(op_allowed_set, dtype=np.int64),
+                                         np.asarray(allowed_devices, dtype=bool)[:, devices], groups)
+    order = _priority_order(graph, levels, time_s, lat, spb, restriction)
     links = _Links(lat.tolist(), spb.tolist(), groups, graph.tensor_bytes.tolist(), contention)
     budget = None
     if param_budget_bytes is not None:
         budget = _ParameterBudget(graph, param_budget_bytes[devices].astype(float).tolist(), param_scale,
                                   op_static_bytes)
-    scheduler = _Scheduler(graph, time_s.tolist(), groups, links, budget)
+    scheduler = _Scheduler(graph, time_s.tolist(), groups, links, budget, restriction)
     for v in order.tolist():
         scheduler.place(v)
     local = np.asarray(scheduler.device_of, dtype=np.int64)
@@ -165,15 +181,48 @@ def heft_schedule(
 
 
 def _priority_order(graph: Hypergraph, levels: np.ndarray, time_s: np.ndarray, lat: np.ndarray,
-                    spb: np.ndarray) -> np.ndarray:
-    """Operators by descending upward rank, ties in topological order (level, then id)."""
+                    spb: np.ndarray, restriction: _Restriction | None = None) -> np.ndarray:
+    """Operators by descending upward rank, ties in topological order (level, then id).
+
+    A restricted operator's compute cost is its mean time over the devices it may use.
+    """
     k = time_s.shape[1]
     off = ~np.eye(k, dtype=bool)
     mean_spb = float(spb[off].mean()) if k > 1 else 0.0
     mean_lat = float(lat[off].mean()) if k > 1 else 0.0
-    rank = upward_rank(graph, levels, time_s.mean(axis=1), mean_spb, mean_lat)
+    mean_time_s = time_s.mean(axis=1)
+    if restriction is not None:
+        ops = np.flatnonzero(restriction.op_set_array >= 0)
+        admitted = restriction.local_allowed[restriction.op_set_array[ops]]
+        mean_time_s[ops] = (time_s[ops] * admitted).sum(axis=1) / admitted.sum(axis=1)
+    rank = upward_rank(graph, levels, mean_time_s, mean_spb, mean_lat)
     topo_pos = np.argsort(np.lexsort((np.arange(graph.n_ops), levels)), kind="stable")
     return np.lexsort((topo_pos, -rank))
+
+
+class _Restriction:
+    """Devices (positions in ``devices``) each restricted operator may use.
+
+    Only rows that admit some but not all of the devices restrict; other operators
+    have row ``-1`` and take the unrestricted path.
+    """
+
+    def __init__(self, op_set_array: np.ndarray, local_allowed: np.ndarray, groups: list[int]) -> None:
+        self.op_set_array = op_set_array
+        self.local_allowed = local_allowed
+        self.op_set = op_set_array.tolist()
+        self.set_devices = [np.flatnonzero(row).tolist() for row in local_allowed]
+        self.set_members = [set(devs) for devs in self.set_devices]
+        self.set_group_members = [
+            [[j for j in devs if groups[j] == g] for g in sorted({groups[j] for j in devs})] for devs in self.set_devices
+        ]
+
+    @classmethod
+    def build(cls, op_allowed_set: np.ndarray, local_allowed: np.ndarray, groups: list[int]) -> _Restriction | None:
+        binding = local_allowed.any(axis=1) & ~local_allowed.all(axis=1)
+        if not binding.any():
+            return None
+        return cls(np.where(binding[op_allowed_set], op_allowed_set, -1), local_allowed, groups)
 
 
 class _Links:
@@ -258,8 +307,8 @@ class _Scheduler:
     the inner loop of planning 10^6 operators)."""
 
     def __init__(self, graph: Hypergraph, time_s: list[list[float]], groups: list[int], links: _Links,
-                 budget: _ParameterBudget | None) -> None:
-        self.time_s, self.links, self.budget = time_s, links, budget
+                 budget: _ParameterBudget | None, restriction: _Restriction | None = None) -> None:
+        self.time_s, self.links, self.budget, self.restriction = time_s, links, budget, restriction
         self.input_ptr = graph.input_ptr.tolist()
         self.input_tensors = graph.input_tensors.tolist()
         self.producer = graph.tensor_producer.tolist()
@@ -273,9 +322,19 @@ class _Scheduler:
         self.finish_s = [0.0] * graph.n_ops
         self.free_s = [0.0] * k
 
-    def candidates(self, inputs: list[tuple[int, int]]) -> list[int]:
+    def candidates(self, op: int, inputs: list[tuple[int, int]]) -> list[int]:
         """Every device on small clusters; else the producers' devices and each group's
-        earliest-free device."""
+        earliest-free device; only devices ``op`` may use when it is restricted."""
+        restriction = self.restriction
+        row = restriction.op_set[op] if restriction is not None else -1
+        if row >= 0:
+            if self.full_scan:
+                return restriction.set_devices[row]
+            members = restriction.set_members[row]
+            chosen = {self.device_of[p] for _, p in inputs} & members
+            for group in restriction.set_group_members[row]:
+                chosen.add(min(group, key=self.free_s.__getitem__))
+            return sorted(chosen)
         if self.full_scan:
             return self.all_devices
         chosen = {self.device_of[p] for _, p in inputs}
@@ -294,7 +353,7 @@ class _Scheduler:
         row, device_of, finish_s, free_s = self.time_s[op], self.device_of, self.finish_s, self.free_s
         arrival, arrival_s = self.links.arrival, self.links.arrival_s
         best, best_finish, fallback, fallback_finish = -1, float("inf"), -1, float("inf")
-        for d in self.candidates(inputs):
+        for d in self.candidates(op, inputs):
             ready = 0.0
             for t, p in inputs:
                 pd = device_of[p]

@@ -43,6 +43,20 @@ schedule into a memory tier with byte offsets; operators whose tensors landed in
 a faster tier are re-timed with that tier's bandwidth and the plan is simulated
 once more with the same operator priorities.
 
+Device types
+------------
+A node of the graph may name the device types it can run on (``device_types`` in
+the graph JSON: a custom kernel that exists for one accelerator only, an op pinned
+to the host). :func:`~partitioners.device_types.device_type_constraint` turns those lists into one allowed-
+device row per distinct list; a list that matches no device of the inventory is
+:class:`~partitioners.errors.InvalidInput`. Every candidate is built as it would be
+without the lists, then every restricted operator on a device it may not use moves
+to an allowed one (where most of its neighbours' bytes are, else the least loaded,
+keeping operators that METIS put together together); HEFT only considers allowed
+devices and refinement only proposes allowed moves. Across node groups METIS moves
+restricted operators to a group that has their types before splitting each group
+between its devices. Graphs without lists take none of these steps.
+
 Determinism: no clocks and no global RNG; METIS gets ``seed``; ties break by
 candidate order and device id. The same request gives the same plan.
 """
@@ -56,6 +70,7 @@ import numpy as np
 
 from partitioners.acyclic import acyclic_repair
 from partitioners.cost import CostModel, link_time_tables
+from partitioners.device_types import device_type_constraint, move_to_allowed, op_working_set_bytes, type_list
 from partitioners.errors import Infeasible, InvalidInput
 from partitioners.graph import Hypergraph, op_levels
 from partitioners.heft import heft_schedule
@@ -386,6 +401,11 @@ class _Planner:
         self.forward_edge_mask = fwd
         self.backward_edge_mask = (phase[src] == PHASE_BACKWARD) & (phase[dst] == PHASE_BACKWARD)
         self.twin = self._forward_twins()
+        self.input_op_names = graph.op_names
+        self.constraint = device_type_constraint(graph, inventory, self.expanded.op_origin)
+        self._constraint_edges: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        if self.constraint is not None:
+            self._check_constraint_fits()
         self.candidates: list[Candidate] = []
         self.evaluated: list[tuple[Candidate, np.ndarray, np.ndarray | None, SimulationResult]] = []
         self.budget_sims = simulation_budget(self.n)
@@ -394,6 +414,89 @@ class _Planner:
         self._origin_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._links: tuple[np.ndarray, np.ndarray] | None = None
         self.notes: list[str] = []
+
+    # -- device types ----------------------------------------------------------------
+
+    def _check_constraint_fits(self) -> None:
+        """Every restricted operator has an allowed device among the usable ones, and
+        (unless infeasible plans are allowed) one whose budget holds its inputs and outputs."""
+        c = self.constraint
+        usable = np.zeros(self.inventory.n_devices, dtype=bool)
+        usable[self.devices] = True
+        usable_rows = c.allowed & usable
+        missing = ~usable_rows.any(axis=1)
+        if missing.any():
+            op = int(np.flatnonzero(missing[c.op_allowed_set])[0])
+            offered = dict.fromkeys(self.inventory.device_types[self.devices].tolist())
+            raise InvalidInput(
+                f"operator '{self._origin_name(op)}' may run only on device type(s) "
+                f"{type_list(c.set_types[c.op_allowed_set[op]])}, and the {self.devices.shape[0]} device(s) "
+                f"max_devices={self.options.max_devices} leaves are of type(s) {type_list(tuple(offered))}; "
+                "raise max_devices or leave it out",
+                field="options.max_devices",
+                code="no-device-of-type",
+            )
+        if self.options.allow_infeasible:
+            return
+        need = op_working_set_bytes(self.graph)
+        largest = np.where(usable_rows, self.budget[None, :], -np.inf).max(axis=1)
+        restricted = ~usable_rows[:, self.devices].all(axis=1)
+        over = restricted[c.op_allowed_set] & (need > largest[c.op_allowed_set])
+        if over.any():
+            op = int(np.flatnonzero(over)[0])
+            row = int(c.op_allowed_set[op])
+            raise Infeasible(
+                f"operator '{self._origin_name(op)}' may run only on device type(s) {type_list(c.set_types[row])}, "
+                f"and it needs {_fmt_bytes(need[op])} for its inputs and outputs while the largest memory budget "
+                f"among those devices is {_fmt_bytes(largest[row])}; add a device of those types with more memory, "
+                "lower memory_headroom_fraction, or allow more device types for it"
+            )
+
+    def _origin_name(self, op: int) -> str:
+        """Name of the submitted operator an (expanded) operator derives from."""
+        return str(self.input_op_names[int(self.expanded.op_origin[op])])
+
+    def _edges_with_bytes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._constraint_edges is None:
+            src, dst, tensors = self.graph.op_edges()
+            self._constraint_edges = (src, dst, self.graph.tensor_bytes[tensors])
+        return self._constraint_edges
+
+    def constrain(self, placement: np.ndarray) -> tuple[np.ndarray, int]:
+        """Move restricted operators off devices they may not use, to usable devices they may;
+        returns the placement and how many operators moved."""
+        c = self.constraint
+        if c is None:
+            return placement, 0
+        usable = np.zeros(self.inventory.n_devices, dtype=bool)
+        usable[self.devices] = True
+        return move_to_allowed(placement, c.op_allowed_set, c.allowed & usable, self.times[:, self.devices[0]],
+                                self.speed, self._edges_with_bytes())
+
+    def _groups_allowed(self, group_part: np.ndarray, group_devices: np.ndarray, group_speed: np.ndarray) -> np.ndarray:
+        """Level 1: restricted operators to a group that has a device of their types.
+
+        ``group_devices[i, d]`` says whether device ``d`` is one of group ``i``'s
+        devices in this split.
+        """
+        c = self.constraint
+        row_groups = (c.allowed.astype(np.int64) @ group_devices.T.astype(np.int64)) > 0
+        moved, _ = move_to_allowed(group_part, c.op_allowed_set, row_groups, self.times[:, self.devices[0]],
+                                    group_speed, self._edges_with_bytes())
+        return moved
+
+    def _devices_in_groups_allowed(self, placement: np.ndarray, group_part: np.ndarray,
+                                   group_devices: np.ndarray) -> np.ndarray:
+        """Level 2: restricted operators to an allowed device of the group level 1 chose.
+
+        One row per (list of types, group): the list's devices inside that group.
+        """
+        c = self.constraint
+        n_groups = group_devices.shape[0]
+        rows = (c.allowed[:, None, :] & group_devices[None, :, :]).reshape(-1, self.inventory.n_devices)
+        moved, _ = move_to_allowed(placement, c.op_allowed_set * n_groups + group_part, rows,
+                                    self.times[:, self.devices[0]], self.speed, self._edges_with_bytes())
+        return moved
 
     # -- bookkeeping -----------------------------------------------------------------
 
@@ -488,10 +591,19 @@ class _Planner:
     def score(
         self, name: str, placement: np.ndarray, priority: np.ndarray | None = None, note: str = ""
     ) -> tuple[Candidate, np.ndarray, SimulationResult]:
-        """Simulate a placement (after acyclic repair in pipeline mode) and score it."""
-        placement = np.asarray(placement, dtype=np.int64)
+        """Simulate a placement (after the device-type and, in pipeline mode, acyclic repairs) and score it.
+
+        The device-type repair comes last: a restricted operator never runs where it may
+        not, and a stage graph it makes cyclic marks the candidate as not acyclic.
+        """
+        placement, moved = self.constrain(np.asarray(placement, dtype=np.int64))
         if self.options.pipeline:
-            placement = self.pipeline_repair(placement)
+            repaired = self.pipeline_repair(placement)
+            if repaired is not placement:
+                placement, moved_again = self.constrain(repaired)
+                moved += moved_again
+        if moved:
+            note = "; ".join(x for x in (note, f"{moved} operators moved to a device of a type they may run on") if x)
         sim = simulate(
             self.graph, self.inventory, placement, context=self.ctx, priority=priority, record_timeline=True
         )
@@ -552,8 +664,20 @@ class _Planner:
     # -- candidate builders ----------------------------------------------------------
 
     def single(self) -> tuple[np.ndarray, str]:
+        """Everything on the fastest device every operator may run on; when device types
+        leave no such device, on the fastest one with the restricted operators moved off it."""
         d = int(self.devices[0])
-        return np.full(self.n, d, dtype=np.int64), f"device {self.inventory.device_names[d]}"
+        c = self.constraint
+        if c is None:
+            return np.full(self.n, d, dtype=np.int64), f"device {self.inventory.device_names[d]}"
+        rows = np.unique(c.op_allowed_set)
+        common = self.devices[c.allowed[np.ix_(rows, self.devices)].all(axis=0)]
+        if common.shape[0]:
+            d = int(common[0])
+            return np.full(self.n, d, dtype=np.int64), f"device {self.inventory.device_names[d]}"
+        placement, moved = self.constrain(np.full(self.n, d, dtype=np.int64))
+        return placement, (f"device {self.inventory.device_names[d]}; no device takes every operator's type, "
+                           f"{moved} operators on devices of their types")
 
     def heft(
         self, devices: np.ndarray, *, contention: bool = True, budget_scale: float = 0.85
@@ -574,6 +698,8 @@ class _Planner:
             param_budget_bytes=self.budget * budget_scale,
             op_static_bytes=static,
             contention=contention,
+            op_allowed_set=None if self.constraint is None else self.constraint.op_allowed_set,
+            allowed_devices=None if self.constraint is None else self.constraint.allowed,
         )
         priority = np.empty(self.n, dtype=np.float64)
         priority[sched.order] = np.arange(self.n, 0, -1, dtype=np.float64)
@@ -606,6 +732,11 @@ class _Planner:
             return devices[parts]
         group_speed = np.array([self.speed[devices[groups == g]].sum() for g in uniq_groups])
         gparts = metis_partition(mg, len(uniq_groups), speeds=group_speed, seed=seed)
+        if self.constraint is not None:
+            group_devices = np.zeros((len(uniq_groups), self.inventory.n_devices), dtype=bool)
+            for gi, g in enumerate(uniq_groups):
+                group_devices[gi, devices[groups == g]] = True
+            gparts = self._groups_allowed(gparts, group_devices, group_speed)
         for gi, g in enumerate(uniq_groups):
             verts = np.flatnonzero(gparts == gi)
             devs = devices[groups == g]
@@ -614,6 +745,8 @@ class _Planner:
             sub = induced_subgraph(mg, verts)
             p = metis_partition(sub, len(devs), speeds=self.speed[devs], seed=seed)
             placement[verts] = devs[p]
+        if self.constraint is not None:
+            placement = self._devices_in_groups_allowed(placement, gparts, group_devices)
         return placement
 
     def _origin_profile(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -826,7 +959,8 @@ def _run_candidates(p: _Planner, on_progress: Callable[[float], None]) -> None:
 
     if allowed("single"):
         placement, note = p.single()
-        if p.n > ANALYTIC_SINGLE_OPS and want == "auto" and k_max > 1:
+        on_one_device = p.constraint is None or bool((placement == placement[0]).all())
+        if p.n > ANALYTIC_SINGLE_OPS and want == "auto" and k_max > 1 and on_one_device:
             if p.single_analytic(placement, note) is None:
                 p.evaluate("single", placement, note=note)
         else:
@@ -910,6 +1044,8 @@ def refine_best(p: _Planner, best: int) -> int:
         max_steps=p.sims_left,
         levels=p.levels,
         op_micro_batch=p.expanded.op_micro_batch if p.m > 1 else None,
+        op_allowed_set=None if p.constraint is None else p.constraint.op_allowed_set,
+        allowed_devices=None if p.constraint is None else p.constraint.allowed,
     )
     if outcome.accepted == 0:
         return best
@@ -1005,6 +1141,12 @@ def _finish(p: _Planner, best: int, *, raise_infeasible: bool) -> PlacementResul
     if not feasible and raise_infeasible:
         name = inv.device_names[worst]
         if not (cand.acyclic or not p.options.pipeline):
+            if p.constraint is not None:
+                raise Infeasible(
+                    "no acyclic stage assignment found for pipeline mode that keeps every operator on a device of "
+                    "its device_types (operators restricted to one type alternate with others along the graph); "
+                    "allow more device types for them, or plan without pipeline mode"
+                )
             raise Infeasible("no acyclic stage assignment found for pipeline mode")
         raise Infeasible(
             f"no placement fits in memory: the best plan ({cand.strategy}) needs "

@@ -16,8 +16,9 @@ improves. Proposals, most promising first:
 * *interleave*: every other operator of the critical device in topological-level
   order, which splits a depth slice that would otherwise run alone.
 
-A rejected proposal halves the step for that device pair; a pair rejected three
-times is not proposed again. The number of simulations is the caller's budget, so
+Operators restricted to device types the target does not have are left out of
+every proposal. A rejected proposal halves the step for that device pair; a pair
+rejected three times is not proposed again. The number of simulations is the caller's budget, so
 the pass is deterministic and bounded.
 
 References
@@ -76,7 +77,10 @@ def _proposals(
     hi: int,
     lo: int,
     fraction: float,
+    movable: np.ndarray | None = None,
 ) -> list[tuple[str, np.ndarray]]:
+    """Batch moves from ``hi`` to ``lo``, most promising first; ``movable`` (per operator,
+    optional) says which operators may run on ``lo``."""
     on_hi = placement == hi
     gap = float(sim.device_busy_s[hi] - sim.device_busy_s[lo])
     allowance = max(gap, 0.0) * fraction
@@ -84,6 +88,8 @@ def _proposals(
     out: list[tuple[str, np.ndarray]] = []
 
     def take(ops: np.ndarray) -> np.ndarray:
+        if movable is not None:
+            ops = ops[movable[ops]]
         if ops.shape[0] == 0 or allowance <= 0:
             return ops[:0]
         cum = np.cumsum(t_lo[ops])
@@ -108,6 +114,8 @@ def _proposals(
             counts = np.bincount(mbs)
             mb = int(np.argmax(counts))
             ops = np.flatnonzero(on_hi & (op_micro_batch == mb))
+            if movable is not None:
+                ops = ops[movable[ops]]
             if t_lo[ops].sum() <= max(gap, 0.0):
                 out.append(("micro-batch", ops))
     # interleave: alternate levels of the critical device
@@ -131,6 +139,8 @@ def refine_placement(
     max_steps: int,
     levels: np.ndarray,
     op_micro_batch: np.ndarray | None = None,
+    op_allowed_set: np.ndarray | None = None,
+    allowed_devices: np.ndarray | None = None,
 ) -> RefineOutcome:
     """Improve ``placement`` by batch moves scored with the simulator.
 
@@ -155,6 +165,13 @@ def refine_placement(
         Topological level of every operator.
     op_micro_batch : numpy.ndarray of int64, optional
         Micro-batch of every operator (enables micro-batch moves).
+    op_allowed_set : numpy.ndarray of int64, shape (n_ops,), optional
+        Row of ``allowed_devices`` of every operator.
+    allowed_devices : numpy.ndarray of bool, shape (n_sets, n_devices), optional
+        Devices each row may run on (the graph's ``device_types``, see
+        :class:`~partitioners.device_types.DeviceTypeConstraint`); a move only takes
+        operators the target device admits, so every simulation spent is on an
+        allowed placement.
 
     Returns
     -------
@@ -179,7 +196,10 @@ def refine_placement(
         lo = lows[0]
         pair = (hi, lo)
         frac = fraction.get(pair, 0.5)
-        props = _proposals(graph, best, best_sim, times_s, levels, op_micro_batch, src, dst, hi, lo, frac)
+        movable = None
+        if op_allowed_set is not None and allowed_devices is not None:
+            movable = allowed_devices[op_allowed_set, lo]
+        props = _proposals(graph, best, best_sim, times_s, levels, op_micro_batch, src, dst, hi, lo, frac, movable)
         if not props:
             strikes[pair] = 3
             continue

@@ -3,7 +3,9 @@
 Flow of ``submit_plan``:
 
 1. ingest the graph (JSON, ONNX bytes, or a stored graph by id) and the inventory,
-   and derive the cache key from model hash, inventory hash and options;
+   refuse operators whose ``device_types`` match no device of the inventory (a 422
+   now, for large graphs too, rather than a failed job later), and derive the
+   cache key from model hash, inventory hash and options;
 2. a stored plan with that key is the answer (no recomputation);
 3. small graphs are planned right here, outside any transaction; large ones become a
    queued plan plus a job row for a worker;
@@ -22,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from partitioners.cost import CostModel
 from partitioners.graph import Hypergraph, graph_from_json
+from partitioners.device_types import check_device_types
 from partitioners.hierarchical import PlacementOptions, place
 from partitioners.inventory import Inventory, inventory_from_json
 from service.domain.idempotency import StoredAnswer, check_idempotency_key, remember_idempotency_key
@@ -147,6 +150,7 @@ def submit_plan(
     """
     ingested_inventory = ingest_inventory(submission.inventory, max_devices=settings.max_plan_devices)
     ingested_graph = _ingest_graph(session, tenant_id, submission, settings)
+    check_device_types(ingested_graph.graph, ingested_inventory.inventory)
     key = cache_key_for(ingested_graph.model_hash, ingested_inventory.inventory_hash, submission.options, submission.extra_cache_parts)
 
     earlier = check_idempotency_key(session, tenant_id, idempotency_key, route, key)

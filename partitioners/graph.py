@@ -19,6 +19,7 @@ per-node Python object with attributes.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from dataclasses import dataclass, field
 from itertools import chain
@@ -450,6 +451,11 @@ def op_levels(graph: Hypergraph) -> np.ndarray:
 
 _TENSOR_KINDS = {None: -1, "activation": TENSOR_ACTIVATION, "input": TENSOR_INPUT, "parameter": TENSOR_PARAMETER}
 _NUMBER_TYPES = frozenset({int, float})
+#: The fields of the JSON graph form (DESIGN.md, "Data shapes"); any other is a typo
+#: that would otherwise be ignored. ``warnings`` is what :func:`graph_to_json` carries.
+_GRAPH_FIELDS = ("name", "nodes", "tensors", "warnings")
+_NODE_FIELDS = ("name", "op", "inputs", "outputs", "flops", "param_bytes", "device_types")
+_TENSOR_FIELDS = ("name", "bytes", "shape", "dtype", "kind")
 _OPTIONAL_NUMBER_TYPES = frozenset({int, float, type(None)})
 #: Bytes per element assumed when an operator has neither flops nor shapes and its
 #: work is estimated from its output bytes (float32, the ONNX export default).
@@ -485,6 +491,7 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
         where = f"tensors[{i}]"
         if not isinstance(t, dict):
             raise InvalidInput(f"{where} must be an object, got {_describe(t)}", field=where, code="invalid-tensor")
+        _unknown_field_first(t, where, "tensor", _TENSOR_FIELDS)
         if not isinstance(t.get("name"), str):
             raise InvalidInput(f'{where} needs a string "name"', field=f"{where}.name", code="invalid-tensor")
         if type(t.get("bytes")) not in _NUMBER_TYPES:
@@ -522,6 +529,7 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
         where = f"nodes[{i}]"
         if not isinstance(n, dict):
             raise InvalidInput(f"{where} must be an object, got {_describe(n)}", field=where, code="invalid-node")
+        _unknown_field_first(n, where, "operator", _NODE_FIELDS)
         if not isinstance(n.get("name"), str):
             raise InvalidInput(f'{where} needs a string "name"', field=f"{where}.name", code="invalid-node")
         label = f"operator '{n['name']}'"
@@ -558,6 +566,15 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
                 code="invalid-node",
             )
     raise InvalidInput("the graph is malformed", field="nodes", code="invalid-graph")  # pragma: no cover
+
+
+def _unknown_field_first(entry: dict, where: str, kind: str, fields: tuple[str, ...]) -> None:
+    """An unknown field is reported before a missing one: ``"nmae"`` is a typo of ``"name"``."""
+    unknown = [key for key in entry if key not in fields]
+    if unknown:
+        name = entry.get("name")
+        owner = f"{kind} '{_field_label(name)}'" if isinstance(name, str) else where
+        _raise_unknown_field(owner, unknown[0], where, fields)
 
 
 def _check_numbers(values: np.ndarray, present: np.ndarray | None, owner_names: list, what: str, section: str,
@@ -674,11 +691,14 @@ def graph_from_json(
         ``invalid-graph``, ``empty-graph``, ``invalid-node``, ``invalid-tensor``,
         ``invalid-number`` (negative, non-finite or over ``MAX_TENSOR_BYTES`` / ``MAX_OP_FLOPS``), ``duplicate-op``,
         ``duplicate-tensor``, ``unknown-tensor``, ``duplicate-producer``,
-        ``kind-mismatch``, ``cycle``.
+        ``kind-mismatch``, ``cycle``, ``unknown-field`` (a field the form does not have:
+        a typo such as ``"flop"`` is an error, never silently ignored); an empty node or
+        tensor name is ``invalid-node`` / ``invalid-tensor``.
     """
     nodes, tensors, name = _document_lists(doc)
     _check_graph_size(len(nodes), len(tensors), max_ops, max_tensors)
     columns = _JsonColumns.read(nodes, tensors)
+    _check_fields(nodes, tensors)
     n_ops = len(nodes)
     index = _unique_names(columns)
 
@@ -749,7 +769,45 @@ def _document_lists(doc: object) -> tuple[list, list, str]:
     name = doc.get("name", "")
     if not isinstance(name, str):
         raise InvalidInput('"name" must be a string', field="name", code="invalid-graph")
+    unknown = [key for key in doc if key not in _GRAPH_FIELDS]
+    if unknown:
+        _raise_unknown_field("the graph", unknown[0], "", _GRAPH_FIELDS[:3])
     return nodes, tensors, name
+
+
+def _field_label(key: object) -> str:
+    """A field name fit to quote in a message and a field path: short, printable text."""
+    if isinstance(key, str) and len(key) <= 100 and key.isprintable():
+        return key
+    return _describe(key)
+
+
+def _raise_unknown_field(owner: str, key: object, where: str, fields: tuple[str, ...]) -> None:
+    label = _field_label(key)
+    close = difflib.get_close_matches(label, fields, n=1)
+    hint = f' (did you mean "{close[0]}"?)' if close else ""
+    listed = ", ".join(f'"{f}"' for f in fields)
+    raise InvalidInput(
+        f'{owner} has an unknown field "{label}"{hint}; the fields are {listed}',
+        field=f"{where}.{label}" if where else label,
+        code="unknown-field",
+    )
+
+
+def _check_fields(nodes: list, tensors: list) -> None:
+    """Reject a node or tensor field the graph form does not have, naming the first one.
+
+    One C-level pass collects every key in use; only when one is unknown does a second
+    pass find which entry holds it.
+    """
+    for entries, fields, section in ((tensors, _TENSOR_FIELDS, "tensors"), (nodes, _NODE_FIELDS, "nodes")):
+        if set(chain.from_iterable(entries)) <= set(fields):
+            continue
+        for i, entry in enumerate(entries):
+            unknown = [key for key in entry if key not in fields]
+            if unknown:
+                owner = f"{'tensor' if section == 'tensors' else 'operator'} '{_field_label(entry['name'])}'"
+                _raise_unknown_field(owner, unknown[0], f"{section}[{i}]", fields)
 
 
 def _check_graph_size(n_ops: int, n_tensors: int, max_ops: int | None, max_tensors: int | None) -> None:
@@ -854,9 +912,19 @@ class _JsonColumns:
 
 
 def _unique_names(columns: _JsonColumns) -> dict:
-    """Tensor name -> index, once tensor names and operator names are each known to be unique."""
+    """Tensor name -> index, once tensor and operator names are each known to be unique and
+    non-empty (an empty name cannot be referred to, shown or told apart in a plan)."""
     t_names, op_names = columns.t_names, columns.op_names
     index = dict(zip(t_names, range(len(t_names))))
+    if "" in index:
+        i = t_names.index("")
+        raise InvalidInput(f'tensors[{i}] has an empty "name"; every tensor needs a name', field=f"tensors[{i}].name",
+                           code="invalid-tensor")
+    op_name_set = set(op_names)
+    if "" in op_name_set:
+        i = op_names.index("")
+        raise InvalidInput(f'nodes[{i}] has an empty "name"; every operator needs a name', field=f"nodes[{i}].name",
+                           code="invalid-node")
     if len(index) != len(t_names):
         first, again = _first_duplicate(t_names)
         raise InvalidInput(
@@ -864,7 +932,7 @@ def _unique_names(columns: _JsonColumns) -> dict:
             field=f"tensors[{again}].name",
             code="duplicate-tensor",
         )
-    if len(set(op_names)) != len(op_names):
+    if len(op_name_set) != len(op_names):
         first, again = _first_duplicate(op_names)
         raise InvalidInput(
             f"operator name '{op_names[again]}' is used twice (nodes[{first}] and nodes[{again}])",

@@ -14,6 +14,15 @@ parameter tensors. Control-flow operators (``If``, ``Loop``, ``Scan``) keep thei
 bodies opaque: one operator that reads everything its bodies read from the outer
 graph, with a warning, because their cost depends on run-time trip counts.
 
+An upload is untrusted: a 141-byte model can describe a ``Range`` of 10^10 elements,
+and dims can be bound to 10^8. No value is built before its size is checked, tensors
+over :data:`MAX_TENSOR_BYTES` are rejected as soon as inference finds their shape, and
+ONNX's own data propagation is never shown a long vector (:func:`_infer_with_folding`),
+so binding large dims costs no memory. ONNX's static shape inference itself stays out
+of reach: declared ranks are capped (:data:`MAX_RANK`), but a crafted chain that grows
+the rank at every operator (``Gather(x, x)`` repeated) still costs memory in proportion
+to the rank it reaches; only a memory-capped process bounds that.
+
 References
 ----------
 ONNX IR specification, https://onnx.ai/onnx/repo-docs/IR.html (graphs, external
@@ -23,6 +32,7 @@ https://onnx.ai/onnx/repo-docs/ShapeInference.html.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -126,6 +136,43 @@ def _check_names(graph: onnx.GraphProto) -> None:
                 )
 
 
+#: Attributes that give a node's output rank (``Unsqueeze`` axes, ``Reshape``-1 shape,
+#: ``Transpose`` perm): longer than :data:`MAX_RANK`, they are no shape.
+_RANK_ATTRIBUTES = frozenset({"axes", "shape", "perm"})
+
+
+def _check_ranks(graph: onnx.GraphProto) -> None:
+    """Reject declared tensors, constants and rank-giving attributes with more than
+    :data:`MAX_RANK` dimensions.
+
+    Shape inference copies a tensor's dimensions into every tensor computed from it, so
+    a rank in the thousands, a few kilobytes in the file, costs gigabytes over a chain of
+    operators. No runtime accepts such a rank; it is a malformed model.
+    """
+    def too_deep(rank: int, what: str, where: str) -> None:
+        if rank > MAX_RANK:
+            raise InvalidInput(
+                f"{what} has {rank} dimensions; a tensor has at most {MAX_RANK}",
+                field=where,
+                code="malformed-onnx",
+            )
+
+    for kind, entries in (("input", graph.input), ("output", graph.output)):
+        for i, value in enumerate(entries):
+            if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape"):
+                too_deep(len(value.type.tensor_type.shape.dim), f"graph {kind} '{value.name}'", f"graph.{kind}[{i}]")
+    for i, init in enumerate(graph.initializer):
+        too_deep(len(init.dims), f"initializer '{init.name}'", f"graph.initializer[{i}]")
+    for i, sparse in enumerate(graph.sparse_initializer):
+        too_deep(len(sparse.dims), f"sparse initializer '{sparse.values.name}'", f"graph.sparse_initializer[{i}]")
+    for i, node in enumerate(graph.node):
+        for attr in node.attribute:
+            if attr.type == AttributeProto.TENSOR:
+                too_deep(len(attr.t.dims), f"operator {i} ({node.op_type}) attribute '{attr.name}'", f"graph.node[{i}]")
+            elif attr.type == AttributeProto.INTS and attr.name in _RANK_ATTRIBUTES:
+                too_deep(len(attr.ints), f"operator {i} ({node.op_type}) attribute '{attr.name}'", f"graph.node[{i}]")
+
+
 def _check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
     if dims is None:
         return {}
@@ -195,6 +242,53 @@ def _bind_dims(
 
 _VALUE_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
 
+#: Folded values larger than this are left to shape inference (a shape vector, a mask
+#: of a few thousand entries is what the folding is for). Checked on the output's
+#: size *before* it is computed: a ``Range`` to 10^10 is never built.
+FOLD_MAX_ELEMENTS = 1 << 16
+#: Elements all folded values of one import may hold together: without it a chain of
+#: operators, each folding a value just under the limit, costs memory in proportion to
+#: the chain's length.
+FOLD_BUDGET_ELEMENTS = 1 << 22
+#: Longest tensor ONNX shape inference is shown the values of. Shapes, axes, pads and
+#: slice bounds are at most twice a rank long. ONNX's data propagation turns every 1-D
+#: tensor of known length that reaches a shape operator into one protobuf entry per
+#: element, values known or not, and ``Concat`` adds lengths up: a ``Range`` over a
+#: sequence bound to 10^8 took tens of gigabytes. Longer tensors are shown to it as
+#: constants with dims and no values (:func:`_without_long_values`).
+SHAPE_DATA_MAX_ELEMENTS = 128
+#: Most dimensions a declared tensor may have (numpy's own limit). Every tensor a node
+#: writes repeats its input's dimensions, so a rank of thousands costs memory in
+#: proportion to rank times operators during shape inference.
+MAX_RANK = 64
+#: Rounds of (shape inference, folding); each round unblocks at least one Shape chain.
+MAX_FOLD_ROUNDS = 8
+#: Prefix of the shape-only stand-ins that replace long tensors in the copy given to
+#: ONNX data propagation (never a name of the model: see :func:`_without_long_values`).
+_STAND_IN_PREFIX = "hyperplace::shape-only::"
+
+
+def _mark_external(tensor: TensorProto) -> None:
+    """Keep a tensor's dims and dtype, drop its values, in place.
+
+    The tensor then reads as a graph-only upload's weight: shape inference sizes it from
+    its dims and cannot parse values from it (external data is never resolved).
+    """
+    for field_name in _VALUE_FIELDS:
+        tensor.ClearField(field_name)
+    tensor.data_location = TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "dropped-by-hyperplace"
+
+
+def _shape_only(dims, data_type: int) -> TensorProto:
+    tensor = TensorProto()
+    tensor.data_type = data_type
+    tensor.dims.extend(int(d) for d in dims)
+    _mark_external(tensor)
+    return tensor
+
 
 def _drop_large_values(model: onnx.ModelProto) -> None:
     """Forget the values of initializers too large to be shape data, in place.
@@ -206,27 +300,15 @@ def _drop_large_values(model: onnx.ModelProto) -> None:
     for init in model.graph.initializer:
         if init.data_location == TensorProto.EXTERNAL or math.prod(init.dims) <= FOLD_MAX_ELEMENTS:
             continue
-        for field_name in _VALUE_FIELDS:
-            init.ClearField(field_name)
-        init.data_location = TensorProto.EXTERNAL
-        del init.external_data[:]
-        entry = init.external_data.add()
-        entry.key, entry.value = "location", "dropped-by-hyperplace"
+        _mark_external(init)
 
 
-def _infer(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
+def _infer(model: onnx.ModelProto, warnings: list[str], *, data_prop: bool) -> onnx.ModelProto:
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception as exc:  # onnx raises several types (InferenceError, ValidationError, RuntimeError)
         warnings.append(f"ONNX shape inference failed ({exc}); sizes come from declared shapes only")
         return model
-
-
-#: Folded values larger than this are left to shape inference (a shape vector, a mask
-#: of a few thousand entries is what the folding is for).
-FOLD_MAX_ELEMENTS = 1 << 16
-#: Rounds of (shape inference, folding); each round unblocks at least one Shape chain.
-MAX_FOLD_ROUNDS = 8
 
 
 def _int_attr(node: onnx.NodeProto, name: str, default):
@@ -237,9 +319,13 @@ def _int_attr(node: onnx.NodeProto, name: str, default):
 
 
 def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The value a ``Constant`` node holds, or None when it is large, external or unreadable.
+
+    The element count is read from the dims before anything is decoded.
+    """
     for attr in node.attribute:
         if attr.name == "value" and attr.type == AttributeProto.TENSOR:
-            if attr.t.data_location == TensorProto.EXTERNAL:
+            if attr.t.data_location == TensorProto.EXTERNAL or math.prod(attr.t.dims) > FOLD_MAX_ELEMENTS:
                 return None
             try:
                 return onnx.numpy_helper.to_array(attr.t)
@@ -248,8 +334,10 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
             except (ValueError, TypeError, KeyError):
                 return None
         if attr.name in ("value_int", "value_float", "value_ints", "value_floats"):
-            dtype = np.int64 if "int" in attr.name else np.float32
-            return np.array(onnx.helper.get_attribute_value(attr), dtype=dtype)
+            value = onnx.helper.get_attribute_value(attr)
+            if isinstance(value, list) and len(value) > FOLD_MAX_ELEMENTS:
+                return None
+            return np.array(value, dtype=np.int64 if "int" in attr.name else np.float32)
     return None
 
 
@@ -260,11 +348,38 @@ def _axes(node: onnx.NodeProto, args: list, position: int) -> list[int] | None:
     return None if value is None else [int(a) for a in value]
 
 
+def _fits(shape) -> bool:
+    """Whether a value of this shape is small enough to fold (checked before it is built)."""
+    return math.prod(int(d) for d in shape) <= FOLD_MAX_ELEMENTS
+
+
+def _range_length(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> int | None:
+    """Elements of ``Range(start, limit, delta)``: max(ceil((limit - start) / delta), 0).
+
+    Computed from the three scalars, so the length is known before anything is built;
+    None when the inputs are not scalars, the step is zero or a bound is not finite.
+    """
+    if start.size != 1 or limit.size != 1 or delta.size != 1:
+        return None
+    first, last, step = (x.reshape(-1)[0].item() for x in (start, limit, delta))
+    if step == 0:
+        return None
+    if all(isinstance(v, int) for v in (first, last, step)):
+        quotient, remainder = divmod(last - first, step)
+        return max(quotient + (1 if remainder else 0), 0)
+    span = (float(last) - float(first)) / float(step)
+    return max(math.ceil(span), 0) if math.isfinite(span) else None
+
+
 def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.ndarray] | None:
     """Evaluate one shape-computation node with numpy, or None when it is not one.
 
     Covers what exporters emit between ``Shape`` and ``Reshape``/``Expand``/``Range``
     (ONNX operator semantics, opset 13+ input forms with the attribute forms as fallback).
+    Every operator whose output can be larger than its inputs (``Range``,
+    ``ConstantOfShape``, ``Expand``, ``Gather``, ``Concat``, broadcasting) has the size
+    of its output checked against :data:`FOLD_MAX_ELEMENTS` before the output is built;
+    an output over it is not folded (None).
     """
     op = node.op_type
     a = args[0] if args else None
@@ -280,7 +395,12 @@ def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.nda
     if op == "Identity":
         return [a]
     if op == "Gather":
-        return [np.take(a, args[1].astype(np.int64), axis=_int_attr(node, "axis", 0))]
+        indices = args[1].astype(np.int64)
+        axis = _int_attr(node, "axis", 0)
+        axis = axis + a.ndim if axis < 0 else axis
+        if not 0 <= axis < a.ndim or not _fits(a.shape[:axis] + indices.shape + a.shape[axis + 1 :]):
+            return None
+        return [np.take(a, indices, axis=axis)]
     if op == "Unsqueeze":
         out = a
         axes = _axes(node, args, 1)
@@ -292,6 +412,8 @@ def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.nda
         axes = _axes(node, args, 1)
         return [np.squeeze(a) if axes is None else np.squeeze(a, axis=tuple(axes))]
     if op == "Concat":
+        if sum(x.size for x in args) > FOLD_MAX_ELEMENTS:
+            return None
         return [np.concatenate([np.atleast_1d(x) if x.ndim == 0 else x for x in args], axis=_int_attr(node, "axis", 0))]
     if op == "Slice":
         starts, ends = args[1].reshape(-1), args[2].reshape(-1)
@@ -304,17 +426,22 @@ def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.nda
     if op == "Cast":
         return [a.astype(onnx.helper.tensor_dtype_to_np_dtype(_int_attr(node, "to", TensorProto.INT64)))]
     if op == "Range":
+        length = _range_length(a, args[1], args[2])
+        if length is None or length > FOLD_MAX_ELEMENTS:
+            return None
         return [np.arange(a, args[1], args[2]).astype(np.result_type(a, args[1], args[2]))]
     if op == "ConstantOfShape":
-        value = _int_attr(node, "value", None)
-        fill = onnx.numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
         shape = tuple(int(d) for d in a.reshape(-1))
-        if math.prod(shape) > FOLD_MAX_ELEMENTS:
+        if any(d < 0 for d in shape) or not _fits(shape):
             return None
+        value = _int_attr(node, "value", None)
+        if value is not None and math.prod(value.dims) != 1:
+            return None
+        fill = onnx.numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
         return [np.full(shape, fill[0], dtype=fill.dtype)]
     if op == "Expand":
         shape = np.broadcast_shapes(a.shape, tuple(int(d) for d in args[1].reshape(-1)))
-        if math.prod(shape) > FOLD_MAX_ELEMENTS:
+        if not _fits(shape):
             return None
         return [np.broadcast_to(a, shape).copy()]
     if op == "Reshape":
@@ -324,6 +451,9 @@ def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.nda
         return [a.reshape(target)]
     if op == "Transpose":
         return [np.transpose(a, _int_attr(node, "perm", None))]
+    # the rest broadcast their inputs against each other: the output can be far larger
+    if not _fits(np.broadcast_shapes(*(x.shape for x in args))):
+        return None
     if op == "Where":
         return [np.where(a, args[1], args[2])]
     if op in _FOLD_BINARY:
@@ -334,7 +464,8 @@ def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.nda
     if op in _FOLD_UNARY:
         return [np.asarray(_FOLD_UNARY[op](a))]
     if op in ("Min", "Max"):
-        return [np.asarray((np.minimum if op == "Min" else np.maximum).reduce(np.broadcast_arrays(*args)))]
+        # pairwise: ``np.minimum.reduce`` of a list would first stack every input
+        return [np.asarray(functools.reduce(np.minimum if op == "Min" else np.maximum, args))]
     return None
 
 
@@ -356,6 +487,131 @@ _FOLDABLE = frozenset(
 )  # fmt: skip
 
 
+def _is_constant(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
+def _constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Values of the initializers and ``Constant`` nodes small enough to fold, by name."""
+    values: dict[str, np.ndarray] = {}
+    for init in graph.initializer:
+        if init.data_location != TensorProto.EXTERNAL and math.prod(init.dims) <= FOLD_MAX_ELEMENTS:
+            try:
+                values[init.name] = onnx.numpy_helper.to_array(init)
+            except Exception:  # unusual encodings: leave the tensor to inference
+                continue
+    for node in graph.node:
+        if _is_constant(node) and len(node.output) == 1 and node.output[0] and node.output[0] not in values:
+            value = _constant_value(node)
+            if value is not None:
+                values[node.output[0]] = value
+    return values
+
+
+def _hide_long_constants(graph: onnx.GraphProto) -> None:
+    """Show ONNX inference only the dims of constants over :data:`SHAPE_DATA_MAX_ELEMENTS`, in place.
+
+    Their values stay with the folding (:func:`_constant_values` reads them first); to
+    ONNX they become constants of known shape and unknown values, so neither data
+    propagation nor a ``Reshape``/``ConstantOfShape`` reading them as a shape can turn
+    one into a vector or a rank of that length.
+    """
+    for init in graph.initializer:
+        if init.data_location != TensorProto.EXTERNAL and math.prod(init.dims) > SHAPE_DATA_MAX_ELEMENTS:
+            _mark_external(init)
+    for node in graph.node:
+        if not _is_constant(node):
+            continue
+        for k, attr in enumerate(node.attribute):
+            if attr.name == "value" and attr.type == AttributeProto.TENSOR:
+                if attr.t.data_location != TensorProto.EXTERNAL and math.prod(attr.t.dims) > SHAPE_DATA_MAX_ELEMENTS:
+                    _mark_external(attr.t)
+            elif attr.name in ("value_ints", "value_floats"):
+                count = len(attr.ints) if attr.name == "value_ints" else len(attr.floats)
+                if count > SHAPE_DATA_MAX_ELEMENTS:
+                    data_type = TensorProto.INT64 if attr.name == "value_ints" else TensorProto.FLOAT
+                    node.attribute[k].CopyFrom(onnx.helper.make_attribute("value", _shape_only([count], data_type)))
+
+
+def _without_long_values(model: onnx.ModelProto, static: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` for ONNX data propagation, which then meets no long vector.
+
+    ``static`` is ``model`` inferred without data propagation. Every 1-D tensor it shows
+    longer than :data:`SHAPE_DATA_MAX_ELEMENTS` (a runtime input bound to a long
+    sequence, a ``Range``) is read by its consumers through a stand-in: a constant with
+    its dims and no values. Inputs of a ``Concat`` whose output is that long get one too,
+    since data propagation adds their lengths up. Shapes are those of ``static``;
+    only the element-by-element copies are avoided.
+    """
+    lengths: dict[str, int] = {}
+    for value in (*static.graph.input, *static.graph.value_info, *static.graph.output):
+        shape, elem = _value_shape(value)
+        if shape is not None and len(shape) == 1 and shape[0] is not None:
+            lengths[value.name] = shape[0]
+    for init in model.graph.initializer:
+        if len(init.dims) == 1:
+            lengths[init.name] = int(init.dims[0])
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    elem_types = {v.name: _value_shape(v)[1] for v in (*static.graph.input, *static.graph.value_info, *static.graph.output)}
+    elem_types.update((init.name, init.data_type) for init in model.graph.initializer)
+    stand_ins: dict[str, str] = {}
+    for node in copy.graph.node:
+        if _is_constant(node):
+            continue
+        long_concat = node.op_type == "Concat" and any(lengths.get(o, 0) > SHAPE_DATA_MAX_ELEMENTS for o in node.output)
+        for k, name in enumerate(node.input):
+            length = lengths.get(name)
+            if length is None or not (length > SHAPE_DATA_MAX_ELEMENTS or long_concat):
+                continue
+            if elem_types.get(name) is None:
+                continue
+            if name not in stand_ins:
+                stand_ins[name] = f"{_STAND_IN_PREFIX}{len(stand_ins)}"
+            node.input[k] = stand_ins[name]
+    if stand_ins:
+        constants = [
+            onnx.helper.make_node("Constant", [], [stand_in], value=_shape_only([lengths[name]], elem_types[name]))
+            for name, stand_in in stand_ins.items()
+        ]
+        nodes = constants + list(copy.graph.node)
+        del copy.graph.node[:]
+        copy.graph.node.extend(nodes)
+    return copy
+
+
+def _check_sizes(inferred: onnx.ModelProto) -> None:
+    """Raise ``absurd-size`` for the first tensor whose inferred shape is over
+    :data:`MAX_TENSOR_BYTES`, as soon as shape inference has found it."""
+    for value in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+        if value.name.startswith(_STAND_IN_PREFIX):
+            continue
+        shape, elem = _value_shape(value)
+        if shape is not None and elem in _BITS and all(d is not None for d in shape):
+            _check_tensor_size(value.name, shape, elem)
+
+
+def _check_tensor_size(name: str, shape: tuple, elem: int) -> float:
+    """Bytes of a tensor with a static shape, or ``absurd-size`` over :data:`MAX_TENSOR_BYTES`."""
+    size = float(math.prod(shape)) * _BITS[elem] / 8.0
+    if size > MAX_TENSOR_BYTES:
+        raise InvalidInput(
+            f"tensor '{name}' would hold {size:.3g} bytes (shape {list(shape)}), over the "
+            f"{MAX_TENSOR_BYTES:.3g}-byte limit; check the dims bound for its inputs",
+            field="dims",
+            code="absurd-size",
+        )
+    return size
+
+
+def _has_bodies(model: onnx.ModelProto) -> bool:
+    """Whether some operator holds a graph (control flow) or the model defines functions:
+    ONNX data propagation runs inside those too, out of :func:`_without_long_values`' reach."""
+    if len(model.functions):
+        return True
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in model.graph.node for a in n.attribute)
+
+
 def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
     """Shape inference that also sees through ``Shape -> ... -> Reshape`` chains.
 
@@ -365,22 +621,38 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
     evaluates every node whose inputs are now known values (:func:`_eval_node`), and
     rewrites it as a ``Constant`` in a working copy, until nothing changes. The
     caller's model keeps its operators; only the shapes come from the copy.
+
+    Binding large dims costs no memory: each round first infers without data
+    propagation, which gives every tensor's shape without its values, rejects a tensor
+    over :data:`MAX_TENSOR_BYTES` right there (``absurd-size``), and then runs data
+    propagation on a copy in which long vectors are stand-ins (:func:`_without_long_values`). Folded values are capped one by one
+    (:data:`FOLD_MAX_ELEMENTS`, checked before they are built) and together
+    (:data:`FOLD_BUDGET_ELEMENTS`). Models with control flow or local functions are
+    inferred without data propagation.
     """
     work = onnx.ModelProto()
     work.CopyFrom(model)
-    values: dict[str, np.ndarray] = {}
-    dims_of: dict[str, tuple] = {}
-    for init in work.graph.initializer:
-        dims_of[init.name] = tuple(int(d) for d in init.dims)
-        if init.data_location != TensorProto.EXTERNAL and math.prod(init.dims) <= FOLD_MAX_ELEMENTS:
-            try:
-                values[init.name] = onnx.numpy_helper.to_array(init)
-            except Exception:  # unusual encodings: leave the tensor to inference
-                continue
-    inferred = _infer(work, warnings)
-    for _ in range(MAX_FOLD_ROUNDS):
-        infos = {v.name: v for v in inferred.graph.value_info}
-        infos.update((v.name, v) for v in inferred.graph.input)
+    values = _constant_values(work.graph)
+    _hide_long_constants(work.graph)
+    use_data_prop = not _has_bodies(work)
+    folded_elements = 0
+    budget_spent = False
+    inferred = work
+    for round_number in range(MAX_FOLD_ROUNDS + 1):  # the last round only infers
+        notes = warnings if round_number == 0 else []
+        static = _infer(work, notes, data_prop=False)
+        if static is work:  # inference failed (warned): declared shapes only
+            return work
+        _check_sizes(static)
+        inferred = static
+        if use_data_prop:
+            inferred = _infer(_without_long_values(work, static), notes, data_prop=True)
+            _check_sizes(inferred)
+        if round_number == MAX_FOLD_ROUNDS:
+            break
+        infos = {v.name: v for v in (*static.graph.input, *static.graph.value_info)}
+        infos.update((v.name, v) for v in (*inferred.graph.input, *inferred.graph.value_info))
+        dims_of = {init.name: tuple(int(d) for d in init.dims) for init in work.graph.initializer}
 
         def shape_of(name: str) -> tuple | None:
             if name in dims_of:
@@ -390,12 +662,6 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
         replaced = False
         for node in work.graph.node:
             op_type = node.op_type
-            if op_type == "Constant":
-                if node.output and node.output[0] not in values:
-                    value = _constant_value(node)
-                    if value is not None and value.size <= FOLD_MAX_ELEMENTS:
-                        values[node.output[0]] = value
-                continue
             if (
                 op_type not in _FOLDABLE
                 or node.domain not in ("", "ai.onnx")
@@ -411,17 +677,34 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
                 outputs = None
             if outputs is None or len(outputs) != 1 or outputs[0].size > FOLD_MAX_ELEMENTS:
                 continue
+            value = outputs[0]
+            if folded_elements + value.size > FOLD_BUDGET_ELEMENTS:
+                budget_spent = True
+                continue
+            try:
+                shown = (
+                    onnx.numpy_helper.from_array(value)
+                    if value.size <= SHAPE_DATA_MAX_ELEMENTS
+                    else _shape_only(value.shape, onnx.helper.np_dtype_to_tensor_dtype(value.dtype))
+                )
+            except (TypeError, ValueError, KeyError):  # a dtype ONNX has no tensor type for
+                continue
+            folded_elements += value.size
             # rewrite in place as a Constant: same output name, no inputs
-            values[node.output[0]] = outputs[0]
+            values[node.output[0]] = value
             node.op_type = "Constant"
             node.domain = ""
             del node.input[:]
             del node.attribute[:]
-            node.attribute.append(onnx.helper.make_attribute("value", onnx.numpy_helper.from_array(outputs[0])))
+            node.attribute.append(onnx.helper.make_attribute("value", shown))
             replaced = True
         if not replaced:
             break
-        inferred = _infer(work, [])
+    if budget_spent:
+        warnings.append(
+            f"constant folding stopped at {FOLD_BUDGET_ELEMENTS} folded elements: shapes computed "
+            "from the remaining values are unknown"
+        )
     return inferred
 
 
@@ -549,7 +832,9 @@ def graph_from_onnx_bytes(
         ``unbound-dim`` (a symbolic input dimension missing from ``dims``),
         ``invalid-dims``, ``unknown-tensor`` (a node reads a name nothing defines),
         ``duplicate-producer``, ``absurd-size`` (a tensor over
-        :data:`MAX_TENSOR_BYTES`), ``cycle``.
+        :data:`MAX_TENSOR_BYTES`, found as soon as shape inference gives its shape, and
+        never by building it), ``cycle``; ``malformed-onnx`` also for a declared rank
+        over :data:`MAX_RANK`.
     InputTooLarge
         ``too-many-ops`` when the graph has more than ``max_ops`` operators.
     """
@@ -563,6 +848,7 @@ def graph_from_onnx_bytes(
             code="too-many-ops",
         )
     _check_names(model.graph)
+    _check_ranks(model.graph)
     bound = _check_dims(dims)
     warnings: list[str] = []
     initializer_names = {t.name for t in model.graph.initializer} | {
@@ -647,7 +933,8 @@ class _TensorTable:
             if shape is not None or value.name not in shapes:
                 shapes[value.name] = shape
                 elems[value.name] = elem if elem is not None else elems.get(value.name)
-        runtime_inputs = [v.name for v in graph.input if v.name not in parameters]
+        # a nameless graph input is one no operator can read (an empty input name means "absent")
+        runtime_inputs = [v.name for v in graph.input if v.name and v.name not in parameters]
         return cls(shapes, elems, parameters, runtime_inputs)
 
 
@@ -765,14 +1052,6 @@ def _tensor_bytes(names: list[str], shapes: list, elems: list) -> tuple[np.ndarr
         if shape is None or any(d is None or d < 0 for d in shape) or elem not in _BITS:
             unknown_size += 1
             continue
-        size = float(math.prod(shape)) * _BITS[elem] / 8.0
-        if size > MAX_TENSOR_BYTES:
-            raise InvalidInput(
-                f"tensor '{names[k]}' would hold {size:.3g} bytes (shape {list(shape)}), over the "
-                f"{MAX_TENSOR_BYTES:.3g}-byte limit; check the dims bound for its inputs",
-                field="dims",
-                code="absurd-size",
-            )
-        tensor_bytes[k] = np.ceil(size)
+        tensor_bytes[k] = np.ceil(_check_tensor_size(names[k], shape, elem))
     return tensor_bytes, unknown_size
 

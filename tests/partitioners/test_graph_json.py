@@ -326,3 +326,51 @@ def test_json_form_of_a_synthetic_graph_rebuilds_the_same_arrays():
     assert np.array_equal(graph.tensor_bytes, np.trunc(built.tensor_bytes))  # the JSON form writes int(bytes)
     assert np.array_equal(graph.op_flops, built.op_flops)
     assert np.array_equal(graph.op_param_bytes, built.op_param_bytes)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "suggestion"),
+    [
+        (lambda d: d["nodes"][1].update(flop=1e20), "nodes[1].flop", "flops"),
+        (lambda d: d["tensors"][4].update(byte=96), "tensors[4].byte", "bytes"),
+        (lambda d: d.update(tensor=[]), "tensor", "tensors"),
+    ],
+)
+def test_a_misspelt_field_is_rejected_naming_it_and_the_field_meant(mutate, field, suggestion):
+    doc = _mlp()
+    mutate(doc)
+    err = _error(doc)
+    assert (err.code, err.field) == ("unknown-field", field)
+    assert f'did you mean "{suggestion}"?' in err.detail
+
+
+def test_a_misspelt_required_field_is_reported_as_unknown_rather_than_missing():
+    doc = _mlp()
+    doc["nodes"][1]["nmae"] = doc["nodes"][1].pop("name")
+    err = _error(doc)
+    assert (err.code, err.field) == ("unknown-field", "nodes[1].nmae")
+
+
+def test_an_unprintable_unknown_field_is_named_escaped():
+    doc = _mlp()
+    doc["nodes"][0]["a\x00b"] = 1
+    err = _error(doc)
+    assert err.field == "nodes[0].'a\\x00b'"
+    assert "\x00" not in err.detail
+
+
+@pytest.mark.parametrize(("section", "index", "code"), [("nodes", 1, "invalid-node"), ("tensors", 0, "invalid-tensor")])
+def test_an_empty_name_is_rejected(section, index, code):
+    doc = _mlp()
+    doc[section][index]["name"] = ""
+    err = _error(doc)
+    assert (err.code, err.field) == (code, f"{section}[{index}].name")
+
+
+def test_the_stored_form_with_its_warnings_is_read_back():
+    doc = _mlp()
+    doc["nodes"][1]["op"] = "FancyOp"
+    del doc["nodes"][1]["flops"]  # estimated, with a warning that the stored form carries
+    stored = graph_to_json(graph_from_json(doc))
+    assert "warnings" in stored
+    assert graph_from_json(stored).warnings == stored["warnings"]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -13,6 +17,7 @@ from onnx import TensorProto, external_data_helper, helper
 
 from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.graph import TENSOR_INPUT, TENSOR_PARAMETER, graph_from_json, graph_summary, graph_to_json, model_hash
+from partitioners import onnx_import
 from partitioners.onnx_import import graph_from_onnx_bytes
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "onnx"
@@ -509,3 +514,162 @@ def test_imported_graph_round_trips_through_canonical_json_with_the_same_hash(fi
     again = graph_from_json(graph_to_json(graph))
     assert model_hash(again) == model_hash(graph)
     assert again.op_flops.sum() == graph.op_flops.sum()
+
+
+# --------------------------------------------------------------------------------------
+# Memory: an upload of a few hundred bytes, or dims bound to 10^8, must not make the
+# importer build values, or ONNX build shape data, in proportion to the tensor sizes.
+# --------------------------------------------------------------------------------------
+
+
+def _int64(name: str, value) -> TensorProto:
+    return onnx.numpy_helper.from_array(np.array(value, dtype=np.int64), name)
+
+
+def _built_values(monkeypatch) -> list[int]:
+    """Sizes of every value the constant folding builds, recorded as it builds them."""
+    sizes: list[int] = []
+    evaluate = onnx_import._eval_node
+
+    def recording(node, args, in_shapes):
+        outputs = evaluate(node, args, in_shapes)
+        sizes.extend(int(np.asarray(x).size) for x in outputs or [])
+        return outputs
+
+    monkeypatch.setattr(onnx_import, "_eval_node", recording)
+    return sizes
+
+
+def test_gpt2_with_a_sequence_of_a_hundred_million_is_rejected_naming_the_size_limit():
+    with pytest.raises(InvalidInput, match=r"over the 1\.13e\+15-byte limit") as info:
+        graph_from_onnx_bytes((FIXTURES / "gpt2.onnx").read_bytes(), dims={"batch": 1, "sequence": 100_000_000})
+    assert info.value.code == "absurd-size"
+    assert info.value.field == "dims"
+    assert "[1, 12, 100000000, 100000000]" in info.value.detail  # the attention scores, named with their shape
+
+
+_OUTPUT_LARGER_THAN_INPUTS = {
+    "Range": helper.make_node("Range", ["zero", "hundred", "one"], ["y"]),
+    "ConstantOfShape": helper.make_node("ConstantOfShape", ["shape_100"], ["y"]),
+    "Expand": helper.make_node("Expand", ["one_1d", "shape_100"], ["y"]),
+    "Add": helper.make_node("Add", ["column_8", "row_8"], ["y"]),
+    "Where": helper.make_node("Where", ["mask_column_8", "column_8", "row_8"], ["y"]),
+    "Gather": helper.make_node("Gather", ["matrix_2x8", "indices_8"], ["y"]),
+    "Concat": helper.make_node("Concat", ["vector_16", "vector_16"], ["y"], axis=0),
+}
+
+
+@pytest.mark.parametrize("op_type", sorted(_OUTPUT_LARGER_THAN_INPUTS))
+def test_constant_folding_checks_an_outputs_size_before_building_it(monkeypatch, op_type):
+    monkeypatch.setattr(onnx_import, "FOLD_MAX_ELEMENTS", 16)  # every input fits, no output does
+    constants = [
+        _int64("zero", 0), _int64("one", 1), _int64("hundred", 100), _int64("one_1d", [1]),
+        _int64("shape_100", [100]), _int64("column_8", np.zeros((8, 1))), _int64("row_8", np.zeros((1, 8))),
+        onnx.numpy_helper.from_array(np.ones((8, 1), dtype=bool), "mask_column_8"),
+        _int64("matrix_2x8", np.zeros((2, 8))), _int64("indices_8", np.zeros(8)), _int64("vector_16", np.arange(16)),
+    ]  # fmt: skip
+    node = _OUTPUT_LARGER_THAN_INPUTS[op_type]
+    data = _model([node], [], [helper.make_tensor_value_info("y", TensorProto.INT64, None)], constants)
+    built = _built_values(monkeypatch)
+    graph = graph_from_onnx_bytes(data)
+    assert graph.n_ops == 1
+    assert max(built, default=0) <= 16
+
+
+def test_constant_folding_stops_at_its_total_budget_with_a_warning(monkeypatch):
+    monkeypatch.setattr(onnx_import, "FOLD_BUDGET_ELEMENTS", 40)  # two folds of 16 elements, not three
+    nodes = [helper.make_node("Neg", [f"t{i}"], [f"t{i + 1}"]) for i in range(5)]
+    data = _model(nodes, [], [helper.make_tensor_value_info("t5", TensorProto.INT64, None)], [_int64("t0", np.arange(16))])
+    graph = graph_from_onnx_bytes(data)
+    assert graph.n_ops == 5
+    assert any(w.startswith("constant folding stopped at 40 folded elements") for w in graph.warnings)
+
+
+def _import_under_a_memory_cap(data: bytes, dims: dict[str, int], cap_bytes: int = 1 << 30) -> dict:
+    """Import ``data`` in a child Python whose address space is capped (RLIMIT_AS), and
+    report what it got: allocations past the cap fail there instead of in the test run."""
+    script = (
+        "import json, resource, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({cap_bytes}, {cap_bytes}))\n"
+        "from partitioners.onnx_import import graph_from_onnx_bytes\n"
+        "graph = graph_from_onnx_bytes(sys.stdin.buffer.read(), dims=json.loads(sys.argv[1]))\n"
+        "print(json.dumps({'shapes': dict(zip(graph.tensor_names.tolist(), graph.tensor_shapes)),"
+        " 'warnings': graph.warnings}))\n"
+    )
+    threads = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(dims)],
+        input=data,
+        capture_output=True,
+        cwd=pathlib.Path(__file__).resolve().parents[2],
+        env={**os.environ, **threads},
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux")
+def test_a_range_node_with_a_huge_output_is_imported_within_a_memory_cap():
+    data = _model(  # Range(0, 10^10, 1) -> Cast: under 200 bytes describing two 80 GB tensors
+        [
+            helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="range"),
+            helper.make_node("Cast", ["r"], ["y"], name="cast", to=TensorProto.INT64),
+        ],
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+        [_int64("start", 0), _int64("limit", 10**10), _int64("delta", 1)],
+    )
+    imported = _import_under_a_memory_cap(data, {})
+    assert imported["shapes"]["r"] == imported["shapes"]["y"] == [10**10]
+    assert imported["warnings"] == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux")
+def test_shape_vectors_that_double_at_every_operator_are_inferred_within_a_memory_cap():
+    # 786 bytes: 40 Concats of a vector with itself. ONNX data propagation alone would
+    # hold 2^41 entries for the last one.
+    nodes = [helper.make_node("Concat", [f"c{i}", f"c{i}"], [f"c{i + 1}"], axis=0) for i in range(40)]
+    data = _model(nodes, [], [helper.make_tensor_value_info("c40", TensorProto.INT64, None)], [_int64("c0", [1, 2])])
+    imported = _import_under_a_memory_cap(data, {})
+    assert imported["shapes"]["c40"] == [2**41]
+    assert imported["warnings"] == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux")
+def test_a_runtime_vector_bound_to_a_huge_length_is_inferred_within_a_memory_cap():
+    # positions[sequence] through a chain of shape operators, sequence = 10^8: ONNX data
+    # propagation would hold 10^8 entries per operator.
+    nodes = [helper.make_node("Cast", [f"t{i}"], [f"t{i + 1}"], to=TensorProto.INT64) for i in range(20)]
+    nodes[0].input[0] = "positions"
+    data = _model(
+        nodes,
+        [helper.make_tensor_value_info("positions", TensorProto.INT64, ["sequence"])],
+        [helper.make_tensor_value_info("t20", TensorProto.INT64, None)],
+    )
+    imported = _import_under_a_memory_cap(data, {"sequence": 100_000_000})
+    assert imported["shapes"]["t20"] == [100_000_000]
+    assert imported["warnings"] == []
+
+
+def test_a_declared_rank_over_the_limit_is_malformed():
+    data = _model(
+        [helper.make_node("Relu", ["x"], ["y"], name="act")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1] * (onnx_import.MAX_RANK + 1))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(InvalidInput, match="graph input 'x' has 65 dimensions") as info:
+        graph_from_onnx_bytes(data)
+    assert info.value.code == "malformed-onnx"
+    assert info.value.field == "graph.input[0]"
+
+
+def test_unsqueeze_axes_longer_than_the_rank_limit_are_malformed():
+    data = _model(
+        [helper.make_node("Unsqueeze", ["x"], ["y"], name="grow", axes=list(range(onnx_import.MAX_RANK + 1)))],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        opset=11,
+    )
+    with pytest.raises(InvalidInput, match="attribute 'axes' has 65 dimensions") as info:
+        graph_from_onnx_bytes(data)
+    assert info.value.field == "graph.node[0]"

@@ -44,7 +44,14 @@ def error_path(loc: tuple | list) -> str:
 
 
 class RequestModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields are refused, and so are values of the wrong JSON type.
+
+    Strict: ``"4"`` is not a number and ``"no"`` is not ``false`` (pydantic's lax mode
+    would read it so, and ``"yes"`` as ``true``); a client that sends them has a bug
+    worth hearing about. A field that must parse text (a timestamp) says ``strict=False``.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Page(BaseModel, Generic[T]):

@@ -65,7 +65,7 @@ class FeedbackCreate(RequestModel):
         "aligned by operator class in topological order per device and step; auto: name, or order when names match "
         "nothing.",
     )
-    measured_at: datetime | None = Field(None, description="When the run happened.")
+    measured_at: datetime | None = Field(None, strict=False, description="When the run happened (ISO 8601).")
     hardware_notes: Text = Field("", description="Driver, clocks, anything that explains the numbers.")
     step_index: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = Field(
         None, description="Training/inference step the run was."

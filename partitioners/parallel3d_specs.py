@@ -44,7 +44,7 @@ from partitioners.parallel3d_presets import (
     SOFTWARE_PRESETS,
     gpu_spec_by_name,
 )
-from partitioners.validation import MAX_COUNT, as_list, positive_float, positive_int, reject_unknown
+from partitioners.validation import MAX_COUNT, as_list, flag, positive_float, positive_int, reject_unknown
 
 __all__ = [
     "MAX_COUNT",
@@ -649,10 +649,11 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
             vocab_size=positive_int(data["vocab_size"], "model.vocab_size"),
             num_kv_heads=_optional_positive(data, "num_kv_heads"),
             ffn_hidden_size=_optional_positive(data, "ffn_hidden_size"),
-            gated_mlp=bool(data.get("gated_mlp", False)),
-            parallel_attention_mlp=bool(data.get("parallel_attention_mlp", False)),
-            tie_embeddings=bool(data.get("tie_embeddings", False)),
-            learned_position_embeddings=bool(data.get("learned_position_embeddings", False)),
+            gated_mlp=flag(data.get("gated_mlp", False), "model.gated_mlp"),
+            parallel_attention_mlp=flag(data.get("parallel_attention_mlp", False), "model.parallel_attention_mlp"),
+            tie_embeddings=flag(data.get("tie_embeddings", False), "model.tie_embeddings"),
+            learned_position_embeddings=flag(data.get("learned_position_embeddings", False),
+                                             "model.learned_position_embeddings"),
             moe=_moe_from_dict(data.get("moe")),
             head_dim=_optional_positive(data, "head_dim"),
             mla=_mla_from_dict(data.get("mla")),
@@ -898,27 +899,29 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             global_batch_sequences=positive_int(data["global_batch_sequences"], "training.global_batch_sequences"),
             precision=str(data.get("precision", "bf16")).lower(),
             optimizer=str(data.get("optimizer", "adam")).lower(),
-            flash_attention=bool(data.get("flash_attention", True)),
+            flash_attention=flag(data.get("flash_attention", True), "training.flash_attention"),
             flash_attention_version=_optional_positive(data, "flash_attention_version", "training"),
-            sequence_parallel=bool(data.get("sequence_parallel", True)),
-            overlap_grad_reduce=bool(data.get("overlap_grad_reduce", True)),
-            overlap_tp_comm=bool(data.get("overlap_tp_comm", False)),
-            overlap_p2p_comm=bool(data.get("overlap_p2p_comm", True)),
-            flexible_microbatch_groups=bool(data.get("flexible_microbatch_groups", False)),
-            overlap_tp_backward=bool(data.get("overlap_tp_backward", True)),
+            sequence_parallel=flag(data.get("sequence_parallel", True), "training.sequence_parallel"),
+            overlap_grad_reduce=flag(data.get("overlap_grad_reduce", True), "training.overlap_grad_reduce"),
+            overlap_tp_comm=flag(data.get("overlap_tp_comm", False), "training.overlap_tp_comm"),
+            overlap_p2p_comm=flag(data.get("overlap_p2p_comm", True), "training.overlap_p2p_comm"),
+            flexible_microbatch_groups=flag(data.get("flexible_microbatch_groups", False),
+                                            "training.flexible_microbatch_groups"),
+            overlap_tp_backward=flag(data.get("overlap_tp_backward", True), "training.overlap_tp_backward"),
             grad_bytes_per_param=positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
-            gradient_accumulation_fusion=bool(data.get("gradient_accumulation_fusion", True)),
-            fp32_grad_copy_kept=bool(data.get("fp32_grad_copy_kept", False)),
-            stage_outputs_kept=bool(data.get("stage_outputs_kept", False)),
-            ddp_bucket_copy=bool(data.get("ddp_bucket_copy", False)),
-            pipeline_scatter_gather=bool(data.get("pipeline_scatter_gather", True)),
-            overlap_ep_comm=bool(data.get("overlap_ep_comm", False)),
+            gradient_accumulation_fusion=flag(data.get("gradient_accumulation_fusion", True),
+                                              "training.gradient_accumulation_fusion"),
+            fp32_grad_copy_kept=flag(data.get("fp32_grad_copy_kept", False), "training.fp32_grad_copy_kept"),
+            stage_outputs_kept=flag(data.get("stage_outputs_kept", False), "training.stage_outputs_kept"),
+            ddp_bucket_copy=flag(data.get("ddp_bucket_copy", False), "training.ddp_bucket_copy"),
+            pipeline_scatter_gather=flag(data.get("pipeline_scatter_gather", True), "training.pipeline_scatter_gather"),
+            overlap_ep_comm=flag(data.get("overlap_ep_comm", False), "training.overlap_ep_comm"),
             expert_dispatch=str(data.get("expert_dispatch", "all-to-all")).lower(),
             expert_load_imbalance=_load_imbalance(data.get("expert_load_imbalance", 1.2)),
-            dropout=bool(data.get("dropout", False)),
+            dropout=flag(data.get("dropout", False), "training.dropout"),
             fp8_scaling=str(data.get("fp8_scaling", "delayed")).lower(),
-            partial_recompute=bool(data.get("partial_recompute", True)),
-            fp8_params=bool(data.get("fp8_params", True)),
+            partial_recompute=flag(data.get("partial_recompute", True), "training.partial_recompute"),
+            fp8_params=flag(data.get("fp8_params", True), "training.fp8_params"),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):
         raise InvalidInput(f"training.precision must be 'bf16', 'fp16' or 'fp8', got {spec.precision!r}",
@@ -1024,7 +1027,7 @@ def constraints_from_dict(data: Mapping[str, Any] | Constraints | None) -> Const
             modes = as_list(modes, "constraints.recompute", f"a list drawn from {list(RECOMPUTE_MODES)}")
             kwargs["recompute"] = tuple(str(m).lower() for m in modes)
         if "allow_uneven_pp" in data:
-            kwargs["allow_uneven_pp"] = bool(data["allow_uneven_pp"])
+            kwargs["allow_uneven_pp"] = flag(data["allow_uneven_pp"], "constraints.allow_uneven_pp")
         if "tie_tolerance" in data:
             tolerance = data["tie_tolerance"]
             if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not math.isfinite(tolerance):

@@ -13,7 +13,7 @@ from typing import Any
 
 from partitioners.errors import InvalidInput
 
-__all__ = ["MAX_COUNT", "positive_int", "positive_float", "as_list", "reject_unknown"]
+__all__ = ["MAX_COUNT", "positive_int", "positive_float", "flag", "as_list", "reject_unknown"]
 
 # The largest count a request may carry where no tighter limit applies.
 MAX_COUNT = 10**8
@@ -40,6 +40,14 @@ def positive_float(value: Any, field_name: str) -> float:
         raise InvalidInput(f"{field_name} must be a finite number > 0, got {value!r}", field=field_name,
                            code="out-of-range")
     return float(value)
+
+
+def flag(value: Any, field_name: str) -> bool:
+    """A JSON boolean. ``bool("no")`` is true, so a string or a number is refused, not coerced."""
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{field_name} must be true or false, got {value!r}", field=field_name,
+                           code="not-a-boolean")
+    return value
 
 
 def as_list(value: Any, field_name: str, what: str) -> Sequence:

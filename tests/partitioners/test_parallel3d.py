@@ -1878,6 +1878,17 @@ def test_flash_attention_3_before_hopper_is_invalid_input_naming_the_field():
     assert err.value.field == "training.flash_attention_version" and err.value.code == "not-on-this-gpu"
 
 
+@pytest.mark.parametrize(("parse", "field"), [
+    (lambda: training_from_dict({"global_batch_sequences": 8, "overlap_tp_comm": "no"}), "training.overlap_tp_comm"),
+    (lambda: model_from_dict({**GPT_SMALL, "gated_mlp": 1}), "model.gated_mlp"),
+])
+def test_a_flag_that_is_not_a_json_boolean_is_invalid_input_rather_than_truthy(parse, field):
+    # bool("no") is True: a string from a command line (-t overlap_tp_comm=no) must not turn a flag on
+    with pytest.raises(InvalidInput) as err:
+        parse()
+    assert err.value.field == field and err.value.code == "not-a-boolean"
+
+
 def test_fp8_on_gpus_without_fp8_tensor_cores_is_invalid_input_naming_the_precision():
     with pytest.raises(InvalidInput) as err:
         plan_parallel_layout(GPT_SMALL, A100_NODE, {"global_batch_sequences": 8, "precision": "fp8"})

@@ -306,6 +306,10 @@ def _drop_large_values(model: onnx.ModelProto) -> None:
 def _infer(model: onnx.ModelProto, warnings: list[str], *, data_prop: bool) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
+    except MemoryError:
+        # not a model ONNX cannot type: one too big to infer. Reading it as "sizes unknown"
+        # would plan every tensor at 0 bytes; the caller's memory cap decides what it is.
+        raise
     except Exception as exc:  # onnx raises several types (InferenceError, ValidationError, RuntimeError)
         warnings.append(f"ONNX shape inference failed ({exc}); sizes come from declared shapes only")
         return model

@@ -18,6 +18,7 @@ from service.api import health
 from service.api.middleware import BodySizeLimitMiddleware, HeadMiddleware, HttpMetrics, RequestContextMiddleware
 from service.api.problems import install_problem_handlers
 from service.api.v1 import router as v1_router
+from service.domain.onnx_worker import serving_onnx_imports
 from service.logging import configure_logging
 from service.settings import DEFAULT_API_KEY_SECRET, Settings, get_settings
 from service.storage.db import make_engine, make_session_factory
@@ -105,7 +106,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             runner.start()
         app.state.job_runner = runner
         try:
-            yield
+            with serving_onnx_imports(settings.onnx_import_memory_bytes):  # stops the import workers
+                yield
         finally:
             if runner is not None:
                 runner.stop()

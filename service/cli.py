@@ -176,7 +176,8 @@ def _plan_offline(model: Path, inventory: dict, options: dict) -> dict:
     if model.suffix == ".json":
         ingested = ingest_json_graph(_read_json(model, "model"), max_ops=settings.max_graph_ops)
     else:
-        ingested = ingest_onnx_graph(model.read_bytes(), dims=options["dims"], max_ops=settings.max_graph_ops)
+        ingested = ingest_onnx_graph(model.read_bytes(), dims=options["dims"], max_ops=settings.max_graph_ops,
+                                     memory_bytes=settings.onnx_import_memory_bytes)
     inv = ingest_inventory(inventory)
     strategy, summary, body = compute_plan(ingested.as_stored(), inv.inventory, options)
     for internal in ("trace", "view", "start_order"):

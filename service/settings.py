@@ -52,6 +52,19 @@ class Settings(BaseSettings):
     moe_max_slots: int = Field(
         4_194_304, ge=1, description="MoE requests over this many layers x physical slots are rejected (413)."
     )
+    # Measured (Linux x86-64, Python 3.11, onnx 1.23): the ONNX fixtures take at most
+    # 23 MiB over the import worker's start-up footprint, a 1,000,000-operator chain
+    # (HYPERPLACE_MAX_GRAPH_OPS) 3.3 GiB and a 63 MiB graph-only model of 511,000
+    # operators (about HYPERPLACE_MAX_BODY_BYTES) 4.0 GiB, all as address space
+    # (RLIMIT_AS). 6 GiB leaves half as much again; a crafted rank-doubling Gather
+    # chain asks for more than any machine has and is refused here instead.
+    onnx_import_memory_bytes: int = Field(
+        6 * 2**30,
+        ge=0,
+        description="Address space one ONNX import may use on top of its worker process's start-up footprint; "
+        "a model that needs more is refused (413). Imports run in separate processes so that running out "
+        "kills no server. 0: import in the server process, unbounded (platforms without RLIMIT_AS).",
+    )
     gc_gen0_threshold: int = Field(
         50_000,
         ge=0,

@@ -15,7 +15,7 @@ from functools import cached_property
 from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.graph import Hypergraph, graph_from_json, graph_summary, graph_to_json, model_hash
 from partitioners.inventory import PRESETS, Inventory, inventory_from_json, inventory_hash, inventory_to_json
-from partitioners.onnx_import import graph_from_onnx_bytes
+from service.domain.onnx_worker import import_onnx_graph
 
 __all__ = ["IngestedGraph", "IngestedInventory", "ingest_json_graph", "ingest_onnx_graph", "ingest_inventory", "canonical_hash"]
 
@@ -99,10 +99,16 @@ def ingest_json_graph(document: dict, *, max_ops: int) -> IngestedGraph:
     return IngestedGraph(graph=graph, model_hash=model_hash(graph), source_format="json")
 
 
-def ingest_onnx_graph(data: bytes, *, dims: dict[str, int], max_ops: int) -> IngestedGraph:
+def ingest_onnx_graph(data: bytes, *, dims: dict[str, int], max_ops: int, memory_bytes: int | None = None) -> IngestedGraph:
+    """Import ONNX bytes in a memory-capped worker process (:mod:`service.domain.onnx_worker`).
+
+    ONNX shape inference can be made to allocate without bound, in C++, by a model of
+    a few hundred bytes; in a worker that only fails the request (413). ``memory_bytes``
+    is the cap, by default the running app's HYPERPLACE_ONNX_IMPORT_MEMORY_BYTES.
+    """
     if not data:
         raise InvalidInput("The ONNX part is empty; send the model file's bytes.", field="model", code="malformed-onnx")
-    graph = _storable_text(graph_from_onnx_bytes(data, dims=dims, max_ops=max_ops))
+    graph = _storable_text(import_onnx_graph(data, dims=dims, max_ops=max_ops, memory_bytes=memory_bytes))
     return IngestedGraph(graph=graph, model_hash=model_hash(graph), source_format="onnx")
 
 

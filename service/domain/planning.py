@@ -102,7 +102,8 @@ def _ingest_graph(session: Session, tenant_id: str, submission: PlanSubmission, 
         return IngestedGraph(graph=graph, model_hash=row.model_hash, source_format=row.source_format,
                              from_storage=True)
     if submission.onnx_bytes is not None:
-        return ingest_onnx_graph(submission.onnx_bytes, dims=submission.options.get("dims", {}), max_ops=settings.max_graph_ops)
+        return ingest_onnx_graph(submission.onnx_bytes, dims=submission.options.get("dims", {}), max_ops=settings.max_graph_ops,
+                                 memory_bytes=settings.onnx_import_memory_bytes)
     return ingest_json_graph(submission.graph, max_ops=settings.max_graph_ops)
 
 

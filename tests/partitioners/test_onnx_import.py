@@ -651,6 +651,17 @@ def test_a_runtime_vector_bound_to_a_huge_length_is_inferred_within_a_memory_cap
     assert imported["warnings"] == []
 
 
+def test_running_out_of_memory_in_shape_inference_is_raised_not_read_as_unknown_sizes(monkeypatch):
+    # other inference failures leave sizes to the declared shapes, with a warning; this one
+    # would plan every tensor at 0 bytes, so it goes to the caller (the service caps memory)
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("std::bad_alloc")
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", out_of_memory)
+    with pytest.raises(MemoryError):
+        graph_from_onnx_bytes((FIXTURES / "resnet50.onnx").read_bytes(), dims={"batch": 1})
+
+
 def test_a_declared_rank_over_the_limit_is_malformed():
     data = _model(
         [helper.make_node("Relu", ["x"], ["y"], name="act")],

@@ -124,3 +124,47 @@ def test_an_onnx_range_over_ten_billion_elements_is_sized_and_found_too_large_fo
     body = _problem(_upload(client, model, {}))  # a 200-byte upload; r and y are never built
     assert body["type"].endswith("infeasible")
     assert "needs 120.00 GB" in body["detail"]  # r: 10^10 int64, y: 10^10 float32, both live in the Cast
+
+
+@pytest.fixture(scope="module")
+def small_import_cap_client(database_url, session_factory):
+    """A service whose ONNX imports may use 64 MiB over their worker's footprint."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from tests.conftest import TenantClient, make_settings, new_api_key
+
+    settings = make_settings(database_url, onnx_import_memory_bytes=64 * 2**20)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        tenant_id, key = new_api_key(session_factory, settings)
+        yield TenantClient(test_client, tenant_id, key)
+
+
+def test_an_onnx_model_whose_import_needs_more_than_the_cap_is_a_4xx_and_the_server_plans_on(
+    small_import_cap_client, session_factory
+):
+    from tests.service.test_onnx_worker import rank_doubling_gather_chain
+
+    client = small_import_cap_client
+    response = _upload(client, rank_doubling_gather_chain(18), {})  # 470 bytes, about 100 MiB to import
+    assert response.status_code in (413, 422), response.text  # 422 when ONNX died of running out
+    body = _problem(response, response.status_code)
+    assert body["type"].endswith(("import-memory", "import-crashed")) and _fields(body) == ["model"]
+    assert "HYPERPLACE_ONNX_IMPORT_MEMORY_BYTES" in body["detail"]
+    assert _stored(session_factory, client.tenant_id) == (0, 0)
+    onnx_plan = _upload(client, (ONNX_DIR / "resnet50.onnx").read_bytes(), {"dims": {"batch": 1}})
+    assert onnx_plan.status_code == 201, onnx_plan.text
+    assert client.post("/v1/plans", json=plan_request()).status_code == 201
+
+
+def test_an_onnx_import_whose_worker_dies_is_a_422_and_the_next_upload_is_planned(client, monkeypatch):
+    from service.domain import onnx_worker
+    from tests.service.test_onnx_worker import _die_mid_import
+
+    model = (ONNX_DIR / "resnet50.onnx").read_bytes()
+    monkeypatch.setattr(onnx_worker, "_import_in_worker", _die_mid_import)
+    body = _problem(_upload(client, model, {"dims": {"batch": 1}}))
+    assert body["type"].endswith("import-crashed") and _fields(body) == ["model"]
+    monkeypatch.undo()
+    response = _upload(client, model, {"dims": {"batch": 1}})
+    assert response.status_code == 201, response.text

@@ -440,6 +440,10 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     # full recomputation starts out covering every layer of a model chunk (see _search)
     chunk_layers = (q // v).astype(np.int64)
     if constraints.recompute_num_layers is not None:
+        if constraints.recompute_num_layers < model.num_layers:
+            # an explicit count of layers per chunk: only chunks that have that many (a count
+            # of the model's layers or more means every layer of each chunk)
+            keep &= (rc != RECOMPUTE_FULL) | (chunk_layers >= constraints.recompute_num_layers)
         chunk_layers = np.minimum(chunk_layers, constraints.recompute_num_layers)
     recompute_layers = np.where(rc == RECOMPUTE_FULL, chunk_layers, 0)
     return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], etp[keep], mbs[keep], v[keep], zero[keep],
@@ -630,10 +634,30 @@ def _parse(model, cluster, training, constraints):
     training_spec = training_from_dict(training)
     flash_attention_speed(cluster_spec, training_spec)  # a FlashAttention generation the GPUs run
     check_precision_runs(cluster_spec, training_spec)
-    cons = constraints_from_dict(constraints)
+    cons = _consistent(constraints_from_dict(constraints), model_spec)
     _check_sizes({"tp": cons.tp, "pp": cons.pp, "cp": cons.cp, "ep": cons.ep}, model_spec, cluster_spec.num_gpus,
                  "constraints")
     return model_spec, cluster_spec, training_spec, cons
+
+
+def _consistent(cons: Constraints, model: ModelSpec) -> Constraints:
+    """Constraints that do not contradict each other or the model; ``recompute_num_layers``
+    alone implies full recomputation (Megatron-LM's ``--recompute-num-layers`` goes with
+    ``--recompute-granularity full``)."""
+    if cons.pp is not None and cons.max_pp is not None and cons.pp > cons.max_pp:
+        raise InvalidInput(f"constraints.pp={cons.pp} is more than constraints.max_pp={cons.max_pp}",
+                           field="constraints.pp", code="contradiction")
+    rnl = cons.recompute_num_layers
+    if rnl is None:
+        return cons
+    if rnl > model.num_layers:
+        raise InvalidInput(f"constraints.recompute_num_layers={rnl} is more than the model's {model.num_layers} "
+                           "layers", field="constraints.recompute_num_layers", code="out-of-range")
+    if "full" not in cons.recompute:
+        raise InvalidInput(f"constraints.recompute_num_layers={rnl} recomputes layers fully, which "
+                           f"constraints.recompute {list(cons.recompute)} leaves out",
+                           field="constraints.recompute_num_layers", code="contradiction")
+    return replace(cons, recompute=("full",))
 
 
 def _predict(model_spec, cluster_spec, training_spec, lay):
@@ -745,8 +769,7 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
     mflops = model_flops_per_step(model_spec, training_spec.global_batch_sequences)
     rejection_counts = {name: int(np.count_nonzero(bits >> j & 1)) for j, name in enumerate(REJECTION_REASONS)}
     if len(lay) == 0:
-        note = (f"no layout of {cluster_spec.num_gpus} GPUs satisfies the constraints "
-                f"(fixed sizes must multiply to a divisor of the GPU count)")
+        note = _why_no_layout(model_spec, cluster_spec, training_spec, cons)
         return ParallelPlan(cluster_spec.num_gpus, (), (), rejection_counts, 0, counts.total, mflops, None, (note,))
     step = pred["step_time_s"]
     valid = np.flatnonzero(bits == 0)
@@ -780,6 +803,32 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
         top_map = rank_map(cluster_spec, candidates[0])
     return ParallelPlan(cluster_spec.num_gpus, tuple(candidates), rejected, rejection_counts, len(lay), counts.total,
                         mflops, top_map, tuple(notes))
+
+
+# constraints that can leave no layout at all, in the order a note blames them
+_EMPTYING_CONSTRAINTS = ("virtual_stages", "recompute_num_layers", "micro_batch_size", "etp", "ep", "cp", "pp",
+                         "max_pp", "tp")
+
+
+def _why_no_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, cons: Constraints) -> str:
+    """Which fixed constraint leaves no layout to search: the first whose removal leaves some."""
+    for name in _EMPTYING_CONSTRAINTS:
+        value = getattr(cons, name)
+        if value is None:
+            continue
+        relaxed = replace(cons, **{name: None})
+        if name == "recompute_num_layers" and cons.recompute == ("full",):
+            relaxed = replace(relaxed, recompute=RECOMPUTE_MODES)
+        if len(enumerate_layouts(model, cluster, training, relaxed)):
+            why = {
+                "virtual_stages": f"interleaving {value} model chunks per stage needs a pipeline whose stages hold "
+                                  f"a multiple of {value} of the {model.num_layers} layers and micro-batches in "
+                                  "whole rounds of pp",
+                "recompute_num_layers": f"no pipeline split gives model chunks of {value} layers or more",
+            }.get(name, f"no layout of {cluster.num_gpus} GPUs has it with the other constraints")
+            return f"constraints.{name}={value} leaves no layout to search: {why}"
+    return (f"no layout of {cluster.num_gpus} GPUs satisfies the constraints "
+            f"(fixed sizes must multiply to a divisor of the GPU count)")
 
 
 def _why_nothing_fits(model, cluster, training, lay, pred, bits, counts) -> list[str]:
@@ -886,6 +935,10 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
         where = f"evaluate[{k}]"
         layout = layout_from_dict(data, where)
         _check_sizes(layout, model_spec, cluster_spec.num_gpus, where)
+        if layout.get("recompute_num_layers", 0) > model_spec.num_layers:
+            raise InvalidInput(f"{where}.recompute_num_layers={layout['recompute_num_layers']} is more than the "
+                               f"model's {model_spec.num_layers} layers", field=f"{where}.recompute_num_layers",
+                               code="out-of-range")
         dp = layout.get("dp")
         fixed: dict[str, Any] = {
             "tp": layout.get("tp", base.tp), "pp": layout.get("pp", base.pp), "cp": layout.get("cp", base.cp),
@@ -951,6 +1004,14 @@ def _impossible_layout(layout: Mapping[str, Any], model: ModelSpec, num_gpus: in
                                 "or, folded (etp = 1), divide tp x cp or be a multiple of it that divides "
                                 "tp x cp x dp in whole blocks",
                                 field=f"{where}.ep", code="does-not-divide")
+    rnl = layout.get("recompute_num_layers") or 0
+    if 0 < rnl < model.num_layers and "pp" in layout \
+            and -(-model.num_layers // pp) // int(layout.get("virtual_stages", 1)) < rnl:
+        chunk = -(-model.num_layers // pp) // int(layout.get("virtual_stages", 1))
+        return InvalidInput(f"layout {dict(layout)}: recompute_num_layers={rnl} counts layers of one model chunk, "
+                            f"and a chunk of pp={pp} x virtual_stages={layout.get('virtual_stages', 1)} holds "
+                            f"{chunk} of the {model.num_layers} layers", field=f"{where}.recompute_num_layers",
+                            code="out-of-range")
     if layout.get("virtual_stages", 1) > 1:
         fewest_stages = 2 if training.overlap_p2p_comm else 3
         return InvalidInput(f"layout {dict(layout)}: an interleaved schedule (virtual_stages > 1) needs "

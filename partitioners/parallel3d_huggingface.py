@@ -253,6 +253,10 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
         expert_width = config.required_int("moe_intermediate_size")
         step = config.optional_int("decoder_sparse_step", 1)
         dense_only = set(config.int_list("mlp_only_layers"))
+        if any(index >= num_layers for index in dense_only):
+            raise InvalidInput(f"{config.where}.mlp_only_layers names layer {max(dense_only)} of a "
+                               f"{num_layers}-layer model", field=f"{config.where}.mlp_only_layers",
+                               code="layer-out-of-range")
         block: dict[str, Any] = {"num_experts": config.required_int("num_experts"),
                                  "experts_per_token": config.required_int("num_experts_per_tok"),
                                  "expert_ffn_hidden_size": expert_width}

@@ -581,8 +581,13 @@ def _layer_indices(data: Mapping[str, Any], name: str, where: str = "model") -> 
     """``data[name]`` as a tuple of layer indices, or None where it is absent or null."""
     if data.get(name) is None:
         return None
-    return tuple(positive_int(i, f"{where}.{name}[]", allow_zero=True)
-                 for i in as_list(data[name], f"{where}.{name}", "a list of layer indices"))
+    indices = tuple(positive_int(i, f"{where}.{name}[]", allow_zero=True)
+                    for i in as_list(data[name], f"{where}.{name}", "a list of layer indices"))
+    if len(set(indices)) < len(indices):
+        twice = next(i for i in indices if indices.count(i) > 1)
+        raise InvalidInput(f"{where}.{name} lists layer {twice} more than once", field=f"{where}.{name}",
+                           code="duplicate-layer")
+    return indices
 
 
 def _check_local_attention(spec: ModelSpec) -> None:

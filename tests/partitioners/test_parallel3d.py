@@ -1889,6 +1889,56 @@ def test_a_flag_that_is_not_a_json_boolean_is_invalid_input_rather_than_truthy(p
     assert err.value.field == field and err.value.code == "not-a-boolean"
 
 
+def test_a_layer_listed_twice_is_invalid_input_naming_the_list():
+    with pytest.raises(InvalidInput) as err:
+        model_from_dict({**GPT_SMALL, "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 64,
+                                              "moe_layers": [1, 1]}})
+    assert err.value.field == "model.moe.moe_layers" and err.value.code == "duplicate-layer"
+
+
+_RECOMPUTE_MODEL = {"num_layers": 32, "hidden_size": 1024, "num_attention_heads": 8, "vocab_size": 32000,
+                    "seq_length": 2048}
+_RECOMPUTE_CLUSTER = {"preset": "dgx-h100", "nodes": 1}
+
+
+def test_recompute_num_layers_alone_constrains_the_search_to_full_recomputation_of_that_many_layers():
+    plan = plan_parallel_layout(_RECOMPUTE_MODEL, _RECOMPUTE_CLUSTER, {"global_batch_sequences": 64},
+                                {"recompute_num_layers": 8}, with_rank_map=False)
+    assert plan.candidates
+    assert all(c.recompute == "full" and c.recompute_num_layers == 8 for c in plan.candidates)
+
+
+@pytest.mark.parametrize(("constraints", "field"), [
+    ({"recompute": ["none"], "recompute_num_layers": 8}, "constraints.recompute_num_layers"),
+    ({"recompute_num_layers": 33}, "constraints.recompute_num_layers"),
+    ({"pp": 4, "max_pp": 2}, "constraints.pp"),
+])
+def test_constraints_that_contradict_each_other_or_the_model_are_invalid_input(constraints, field):
+    with pytest.raises(InvalidInput) as err:
+        plan_parallel_layout(_RECOMPUTE_MODEL, _RECOMPUTE_CLUSTER, {"global_batch_sequences": 64}, constraints)
+    assert err.value.field == field
+
+
+def test_an_evaluated_recompute_num_layers_is_predicted_as_asked_or_refused_naming_it():
+    layout = {"tp": 1, "pp": 2, "recompute": "full"}
+    (asked,) = evaluate_layouts(_RECOMPUTE_MODEL, _RECOMPUTE_CLUSTER, {"global_batch_sequences": 64},
+                                [{**layout, "recompute_num_layers": 15}])
+    # 15 layers of a chunk: only 1F1B's 16-layer chunks have them, not an interleaved split
+    assert (asked.recompute_num_layers, asked.virtual_stages) == (15, 1)
+    for too_many in (20, 1000):
+        with pytest.raises(InvalidInput) as err:
+            evaluate_layouts(_RECOMPUTE_MODEL, _RECOMPUTE_CLUSTER, {"global_batch_sequences": 64},
+                             [{**layout, "recompute_num_layers": too_many}])
+        assert err.value.field == "evaluate[0].recompute_num_layers"
+
+
+def test_a_virtual_stage_count_no_split_admits_is_the_reason_given_for_an_empty_answer():
+    plan = plan_parallel_layout(_RECOMPUTE_MODEL, _RECOMPUTE_CLUSTER, {"global_batch_sequences": 64},
+                                {"virtual_stages": 3}, with_rank_map=False)
+    assert not plan.candidates
+    assert plan.notes[0].startswith("constraints.virtual_stages=3 leaves no layout")
+
+
 def test_fp8_on_gpus_without_fp8_tensor_cores_is_invalid_input_naming_the_precision():
     with pytest.raises(InvalidInput) as err:
         plan_parallel_layout(GPT_SMALL, A100_NODE, {"global_batch_sequences": 8, "precision": "fp8"})

@@ -190,6 +190,13 @@ def test_a_layer_types_list_in_a_family_without_local_attention_may_only_say_ful
         assert info.value.code == "unknown-attention-kind"
 
 
+def test_mlp_only_layers_beyond_the_model_are_invalid_input_naming_the_key():
+    config = {**_config("Qwen/Qwen3-30B-A3B"), "num_hidden_layers": 4, "mlp_only_layers": [99]}
+    with pytest.raises(InvalidInput) as info:
+        model_from_dict({"huggingface_config": config, "seq_length": 4096})
+    assert info.value.field == "model.huggingface_config.mlp_only_layers"
+
+
 def test_qwen_windows_only_with_use_sliding_window_and_from_max_window_layers_on():
     config = _config("Qwen/Qwen3-30B-A3B")  # sliding_window set, use_sliding_window false
     assert model_from_dict({"huggingface_config": config, "seq_length": 4096}).sliding_window is None

@@ -452,8 +452,8 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
     ------
     InvalidInput
         With ``field`` naming the bad entry: unknown preset, nodes out of range, no
-        groups or devices, duplicate device names, non-positive capacity, bandwidth
-        or peak, malformed links.
+        groups or devices, duplicate group names or device names (across groups too),
+        non-positive capacity, bandwidth or peak, malformed links.
     InputTooLarge
         More than :data:`MAX_DEVICES` devices.
     """
@@ -483,9 +483,18 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
     devices = _DeviceColumns()
     group_names: list[str] = []
     group_links: list[LinkSpec] = []
+    group_where: dict[str, str] = {}  # name -> where it was declared
     for gi, g in enumerate(groups):
         gwhere = f"inventory.groups[{gi}]"
         gname, members, link = _parse_group(g, gi, gwhere)
+        if gname in group_where:
+            # plans, traces and the plan view report traffic and devices by group name
+            raise InvalidInput(
+                f"group name '{gname}' appears twice ({group_where[gname]} and {gwhere}); names must be unique",
+                field=f"{gwhere}.name",
+                code="duplicate-name",
+            )
+        group_where[gname] = gwhere
         group_names.append(gname)
         group_links.append(link)
         for di, d in enumerate(members):
@@ -534,7 +543,7 @@ def _parse_group(g: Any, gi: int, gwhere: str) -> tuple[str, list, LinkSpec]:
     if not isinstance(g, Mapping):
         raise InvalidInput(f"{gwhere} must be an object", field=gwhere)
     gname = g.get("name", f"group{gi}")
-    if not isinstance(gname, str) or not gname:
+    if not isinstance(gname, str) or not gname or "\x00" in gname:
         raise InvalidInput(f"{gwhere}.name must be a non-empty string", field=f"{gwhere}.name")
     members = g.get("devices")
     if not isinstance(members, list) or not members:

@@ -761,13 +761,22 @@ def rebalance(
             original_node_gpu=None,
         )
         reason = "no current placement: fresh plan"
+        unused = [name for name, given in (("max_replicas_moved", max_replicas_moved is not None),
+                                           ("node_local", node_local)) if given]
+        if unused:
+            # a first placement loads every copy from storage: there is nothing to cap or keep local
+            reason += f" ({' and '.join(unused)} not applied: there is no placement in service to move copies from)"
     else:
         decision = _replace_incrementally(
             array, current, counts, bound, cluster, hierarchy, min_improvement=min_improvement,
             ignore_sampling_noise=ignore_sampling_noise, max_replicas_moved=max_replicas_moved, node_local=node_local,
         )
-        reason = _reason(decision.action, min_improvement, ignore_sampling_noise, decision.before)
-    return _result(array, decision, cluster, int(expert_bytes), bound, reason, had_current=current is not None)
+    after, after_counts = _measure(array, decision.final)
+    if current is not None:
+        reason = _reason(decision, after, min_improvement=min_improvement,
+                         ignore_sampling_noise=ignore_sampling_noise, max_replicas_moved=max_replicas_moved)
+    return _result(array, decision, cluster, int(expert_bytes), bound, reason, had_current=current is not None,
+                   measured=(after, after_counts))
 
 
 @dataclass(frozen=True)
@@ -825,6 +834,13 @@ class _Decision:
     action: np.ndarray  # (L,) "kept", "moved" or "replanned"
     policy: np.ndarray  # (L,) "global" / "hierarchical" for replanned layers, else ""
     original_node_gpu: np.ndarray | None  # gpu_in_node of ``original``, when it was needed
+    # (L,) max/mean of the fresh plan for layers a fresh plan would improve by more than the
+    # keep threshold ("active" layers), NaN elsewhere: what the reason compares against
+    fresh_ratio: np.ndarray | None = None
+    # (L,) the fresh plan was wanted (the repair fell short of it) but max_replicas_moved /
+    # node_local ruled it out: the constraint, not a lack of gain, kept the layer where it is
+    held_by_budget: np.ndarray | None = None
+    held_by_node_local: np.ndarray | None = None
 
 
 def _keep_threshold(mean: np.ndarray, num_available: int, min_improvement: float,
@@ -909,7 +925,7 @@ def _replace_incrementally(
     repaired = state.slots[active]
     repaired_ratio = balance_ratio(state.gpu_load[active], total[active])
     repaired_writes = ((repaired != original[active]) & (repaired >= 0)).sum(axis=(1, 2))
-    chosen, chosen_ratio, use_fresh = _repaired_or_fresh(
+    chosen, chosen_ratio, use_fresh, blocked_by_budget, blocked_by_node_local = _repaired_or_fresh(
         repaired, repaired_ratio, repaired_writes, fresh_slots, fresh_ratio, original[active],
         ctx.original_node_has[active], threshold[active], cluster, experts, node_local, max_replicas_moved,
     )
@@ -917,7 +933,16 @@ def _replace_incrementally(
     final[active[worth]] = chosen[worth]
     action[active[worth]] = np.where(use_fresh[worth], "replanned", "moved")
     policy[active[worth & use_fresh]] = fresh_policy[worth & use_fresh]
-    return replace(decision, original_node_gpu=original_node_gpu)
+    layer_fresh_ratio = np.full(layers, np.nan)
+    layer_fresh_ratio[active] = fresh_ratio
+    held_by_budget = np.zeros(layers, dtype=bool)
+    held_by_budget[active] = blocked_by_budget
+    held_by_node_local = np.zeros(layers, dtype=bool)
+    held_by_node_local[active] = blocked_by_node_local
+    return replace(
+        decision, original_node_gpu=original_node_gpu, fresh_ratio=layer_fresh_ratio,
+        held_by_budget=held_by_budget, held_by_node_local=held_by_node_local,
+    )
 
 
 def _repair(state: PlacementState, active: np.ndarray, current: np.ndarray, counts: np.ndarray,
@@ -958,9 +983,10 @@ def _repaired_or_fresh(
     experts: int,
     node_local: bool,
     max_replicas_moved: int | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per layer, the repaired placement or the (relabelled) fresh plan, its max/mean and
-    whether it is the fresh plan.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per layer, the repaired placement or the (relabelled) fresh plan, its max/mean,
+    whether it is the fresh plan, and whether ``max_replicas_moved`` / ``node_local``
+    ruled out a fresh plan that the layer needed (its repair fell short of it).
 
     The fresh plan replaces a repair that fell short of it, or one that writes more
     copies for no better balance, as far as ``max_replicas_moved`` allows (the layers
@@ -971,8 +997,10 @@ def _repaired_or_fresh(
     consider = np.flatnonzero(~ok | (repaired_writes > 0.5 * cluster.num_available * cluster.slots_per_gpu))
     chosen, chosen_ratio = repaired.copy(), repaired_ratio.copy()
     use_fresh = np.zeros(repaired.shape[0], dtype=bool)
+    blocked_by_budget = np.zeros(repaired.shape[0], dtype=bool)
+    blocked_by_node_local = np.zeros(repaired.shape[0], dtype=bool)
     if consider.size == 0:
-        return chosen, chosen_ratio, use_fresh
+        return chosen, chosen_ratio, use_fresh, blocked_by_budget, blocked_by_node_local
     relabelled = relabel(fresh_slots[consider], original[consider], experts)
     fresh_writes = ((relabelled != original[consider]) & (relabelled >= 0)).sum(axis=(1, 2))
     fresh_considered = fresh_ratio[consider]
@@ -986,27 +1014,88 @@ def _repaired_or_fresh(
     spent = int(repaired_writes.sum())
     for idx in np.argsort(-(repaired_ratio[consider] - fresh_considered), kind="stable"):
         extra = int(fresh_writes[idx] - repaired_writes[consider[idx]])
-        if want[idx] and (max_replicas_moved is None or spent + extra <= max_replicas_moved):
+        affordable = max_replicas_moved is None or spent + extra <= max_replicas_moved
+        if want[idx] and affordable:
             use_fresh[consider[idx]] = True
             chosen[consider[idx]] = relabelled[idx]
             chosen_ratio[consider[idx]] = fresh_considered[idx]
             spent += extra
-    return chosen, chosen_ratio, use_fresh
+        elif not ok[consider[idx]]:
+            # the repair fell short and the fresh plan that would close the gap was ruled out
+            blocked_by_budget[consider[idx]] = not affordable
+            blocked_by_node_local[consider[idx]] = not allowed[idx]
+    return chosen, chosen_ratio, use_fresh, blocked_by_budget, blocked_by_node_local
 
 
-def _reason(action: np.ndarray, min_improvement: float, ignore_sampling_noise: bool, before: BalanceStats) -> str:
+def _reason(decision: _Decision, after: BalanceStats, *, min_improvement: float, ignore_sampling_noise: bool,
+            max_replicas_moved: int | None) -> str:
     """One sentence saying what changed and why the other layers did not, and which loaded
-    experts the current placement could not serve (why ``balance_before`` is unbounded)."""
+    experts the current placement could not serve (why ``balance_before`` is unbounded).
+
+    A layer stays where it is for one of three reasons, and the sentence names the one
+    that applies, since they call for different actions from the caller: a fresh plan
+    would gain no more than the keep threshold (nothing to do); ``max_replicas_moved`` or
+    ``node_local`` ruled out the moves that would gain more (raise the cap, allow
+    cross-node copies); or the moves found gain no more than ``min_improvement``.
+    """
     margin = f"{min_improvement:g}{' plus sampling noise' if ignore_sampling_noise else ''}"
+    action = decision.action
+    layers = action.size
     changed = action != "kept"
-    if not changed.any():
-        return f"kept the current placement: no layer's max/mean would improve by more than {margin}"
-    reason = f"{int(changed.sum())} of {action.size} layers changed ({int((action == 'replanned').sum())} replanned)"
-    if not changed.all():
-        reason += f"; the others are within {margin} of a fresh plan's max/mean"
-    if before.unhosted_layer.size:
-        reason += f"; {_unhosted_summary(before)}"
-    return reason
+    fresh_ratio = decision.fresh_ratio if decision.fresh_ratio is not None else np.full(layers, np.nan)
+    no_hold = np.zeros(layers, dtype=bool)
+    by_budget = decision.held_by_budget if decision.held_by_budget is not None else no_hold
+    by_node_local = decision.held_by_node_local if decision.held_by_node_local is not None else no_hold
+    held = by_budget | by_node_local
+    active = ~np.isnan(fresh_ratio)
+    within_margin = ~changed & ~active
+    small_gain = ~changed & active & ~held
+
+    clauses = []
+    if held.any():
+        written = int(((decision.final != decision.original) & (decision.final >= 0)).sum())
+        clauses.append(_held_clause(np.flatnonzero(held), bool(by_budget.any()), bool(by_node_local.any()),
+                                    max_replicas_moved, written, after.per_layer, fresh_ratio))
+    if within_margin.all():
+        clauses.append(f"no layer's max/mean would improve by more than {margin}")
+    elif within_margin.any():
+        others = "the others are" if (within_margin == ~changed).all() else f"{int(within_margin.sum())} kept layer(s) are"
+        clauses.append(f"{others} within {margin} of a fresh plan's max/mean")
+    if small_gain.any():
+        clauses.append(
+            f"{int(small_gain.sum())} kept layer(s) would gain no more than {min_improvement:g} in max/mean"
+            " from the moves found"
+        )
+    if decision.before is not None and decision.before.unhosted_layer.size:
+        clauses.append(_unhosted_summary(decision.before))
+    if changed.any():
+        head = f"{int(changed.sum())} of {layers} layers changed ({int((action == 'replanned').sum())} replanned)"
+        return "; ".join([head, *clauses])
+    return "kept the current placement: " + "; ".join(clauses)
+
+
+def _held_clause(held: np.ndarray, by_budget: bool, by_node_local: bool, max_replicas_moved: int | None,
+                 written: int, after_ratio: np.ndarray, fresh_ratio: np.ndarray, max_layers: int = 3) -> str:
+    """The constraint that kept the ``held`` layers short of a fresh plan, and by how much
+    (the worst few layers named, their max/mean against the fresh plan's)."""
+    constraints = []
+    if by_budget:
+        if max_replicas_moved == 0:
+            constraints.append("max_replicas_moved=0 lets no copy be written")
+        else:
+            constraints.append(
+                f"max_replicas_moved={max_replicas_moved} is too small to reach a fresh plan's balance"
+                f" ({written} {'copy' if written == 1 else 'copies'} written)"
+            )
+    if by_node_local:
+        constraints.append("node_local=true rules out the cross-node copies a fresh plan needs")
+    worst = held[np.argsort(-(after_ratio[held] - fresh_ratio[held]), kind="stable")]
+    named = "; ".join(
+        f"layer {layer}: max/mean {after_ratio[layer]:.4g} where a fresh plan reaches {fresh_ratio[layer]:.4g}"
+        for layer in worst[:max_layers].tolist()
+    )
+    more = "; ..." if worst.size > max_layers else ""
+    return f"{' and '.join(constraints)}, so {worst.size} layer(s) stay above a fresh plan's max/mean ({named}{more})"
 
 
 def _unhosted_summary(before: BalanceStats, max_layers: int = 3, max_experts: int = 8) -> str:
@@ -1115,14 +1204,15 @@ def _cross_writes(
 
 
 def _result(load: np.ndarray, decision: _Decision, cluster: _Cluster, expert_bytes: int, bound: np.ndarray,
-            reason: str, had_current: bool) -> RebalanceResult:
+            reason: str, had_current: bool, measured: tuple[BalanceStats, np.ndarray]) -> RebalanceResult:
     """The answer: the placement on every physical slot, the slots of each expert, the
-    copies to write (each with the nearest GPU that already holds it) and the balance."""
+    copies to write (each with the nearest GPU that already holds it) and the balance
+    (``measured``: :func:`_measure` of the final placement, also used for the reason)."""
     layers, experts = load.shape
     final, original = decision.final, decision.original
     available, gpus_per_node, slots_per_gpu = cluster.available, cluster.gpus_per_node, cluster.slots_per_gpu
     num_gpus, original_node_gpu = cluster.num_gpus, decision.original_node_gpu
-    after, counts = _measure(load, final)
+    after, counts = measured
     physical = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
     physical[:, available] = final
     physical = physical.reshape(layers, -1)

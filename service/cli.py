@@ -19,8 +19,11 @@ from service.settings import Settings, get_settings
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-app = typer.Typer(help="hyperplace: placement backend for deep-learning compilers.", no_args_is_help=True)
-keys_app = typer.Typer(help="API keys (stored only as HMAC hashes).", no_args_is_help=True)
+# No local variables in tracebacks: they hold API keys, the key-hashing secret and database passwords.
+app = typer.Typer(help="hyperplace: placement backend for deep-learning compilers.", no_args_is_help=True,
+                  pretty_exceptions_show_locals=False)
+keys_app = typer.Typer(help="API keys (stored only as HMAC hashes).", no_args_is_help=True,
+                       pretty_exceptions_show_locals=False)
 app.add_typer(keys_app, name="keys")
 
 
@@ -111,6 +114,79 @@ def worker() -> None:
         run_worker(make_session_factory(engine), settings, stop)
 
 
+def _shown_url(url: str) -> str:
+    """``url`` as it may be printed: a password in it becomes ``***``."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return parts._replace(netloc=netloc).geturl()
+    except ValueError:  # not even a URL: nothing in it can be told apart as a password
+        return url
+
+
+def _one_line(text: str, secret: str | None) -> str:
+    """``text`` on one line, with ``secret`` (the API key) never shown."""
+    line = " ".join(str(text).split())
+    return line.replace(secret, "***") if secret else line
+
+
+def _problem_text(problem: object) -> str:
+    """The title, detail and first few field errors of a problem-details answer."""
+    if not isinstance(problem, dict):
+        return str(problem)
+    text = ": ".join(str(problem[key]) for key in ("title", "detail") if problem.get(key))
+    errors = problem.get("errors") if isinstance(problem.get("errors"), list) else []
+    named = [f"{e.get('field', '?')}: {e.get('message', '')}" for e in errors
+             if isinstance(e, dict) and str(e.get("message", "")) not in text]  # the detail often says it already
+    if named:
+        text += f" ({'; '.join(named[:3])}{'; ...' if len(named) > 3 else ''})"
+    return text
+
+
+class _NotAPlan(ValueError):
+    """A JSON answer to a plan request that is not a plan."""
+
+
+@contextmanager
+def _talking_to(server: str, api_key: str | None) -> Iterator[None]:
+    """Any failure to get an answer from ``server`` as one line naming the server and why,
+    not a traceback (whose local variables would show the API key): exit 2 when the
+    server refused the request (4xx: fix the request), 1 otherwise."""
+    import httpx
+
+    from service.client import ApiError
+
+    shown = _shown_url(server)
+
+    def fail(message: str, code: int = 1) -> typer.Exit:
+        typer.echo(_one_line(f"error: {message}", api_key), err=True)
+        return typer.Exit(code)
+
+    try:
+        yield
+    except ApiError as exc:
+        raise fail(f"the server at {shown} answered {exc.status} {_problem_text(exc.problem)}",
+                   2 if 400 <= exc.status < 500 else 1) from None
+    except httpx.TimeoutException as exc:
+        kind = type(exc).__name__.removesuffix("Timeout").lower() or "read"
+        raise fail(f"the server at {shown} did not answer in time ({kind} timeout)") from None
+    except httpx.ConnectError as exc:
+        reason = str(exc).split("] ", 1)[-1] or "connection failed"  # "[Errno 111] Connection refused"
+        raise fail(f"cannot connect to the server at {shown}: {reason.lower()}") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise fail(f"cannot talk to the server at {shown}: {exc or type(exc).__name__}") from None
+    except json.JSONDecodeError:  # a 2xx answer that is not JSON
+        raise fail(f"the server at {shown} did not answer with JSON: is it a hyperplace service?") from None
+    except _NotAPlan as exc:
+        raise fail(f"the server at {shown} did not answer with a plan ({exc}): is it a hyperplace service?") from None
+    except TimeoutError as exc:  # wait_for_plan gave up polling
+        raise fail(f"the server at {shown}: {exc}") from None
+
+
 def _parse_pairs(pairs: list[str], what: str) -> dict:
     parsed = {}
     for pair in pairs:
@@ -196,6 +272,7 @@ def plan(
     dim: Annotated[list[str], typer.Option("--dim", "-d", help="ONNX dimension name=value (repeatable), e.g. -d batch=8.")] = [],  # noqa: B006
     server: Annotated[str | None, typer.Option(help="Service URL; without it, plans in-process with no database.")] = None,
     api_key: Annotated[str | None, typer.Option(envvar="HYPERPLACE_API_KEY", help="API key for --server.")] = None,
+    timeout_s: Annotated[float, typer.Option(min=0.001, max=86400, help="Seconds to wait for each answer from --server.")] = 300.0,
     out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON (default: standard output, "
                                              "with the summary table on standard error).")] = None,
 ) -> None:
@@ -227,27 +304,26 @@ def plan(
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from service.client import ApiError, HyperplaceClient
+        from service.client import HyperplaceClient
 
-        with HyperplaceClient(server, api_key) as client:
-            try:
-                if model.suffix == ".json":
-                    result = client.submit_plan(graph=_read_json(model, "model"), inventory=inventory_doc, options=options)
-                else:
-                    result = client.submit_plan(onnx_path=model, inventory=inventory_doc, options=options)
-                if result["status"] not in ("done", "failed"):
-                    # on standard error: standard output may be carrying the plan JSON
-                    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                                  console=Console(stderr=True)) as progress:
-                        task = progress.add_task(f"plan {result['id']} {result['status']}", total=1.0)
+        graph = _read_json(model, "model") if model.suffix == ".json" else None
+        with _talking_to(server, api_key), HyperplaceClient(server, api_key, timeout_s=timeout_s) as client:
+            if graph is not None:
+                result = client.submit_plan(graph=graph, inventory=inventory_doc, options=options)
+            else:
+                result = client.submit_plan(onnx_path=model, inventory=inventory_doc, options=options)
+            if not isinstance(result, dict) or "status" not in result:
+                raise _NotAPlan("no status")
+            if result["status"] not in ("done", "failed"):
+                # on standard error: standard output may be carrying the plan JSON
+                with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                              console=Console(stderr=True)) as progress:
+                    task = progress.add_task(f"plan {result['id']} {result['status']}", total=1.0)
 
-                        def report(state: dict) -> None:
-                            progress.update(task, completed=state.get("progress", 0.0), description=f"plan {state['id']} {state['status']}")
+                    def report(state: dict) -> None:
+                        progress.update(task, completed=state.get("progress", 0.0), description=f"plan {state['id']} {state['status']}")
 
-                        result = client.wait_for_plan(result["id"], on_progress=report)
-            except ApiError as exc:
-                typer.echo(f"error: {exc}", err=True)
-                raise typer.Exit(2) from None
+                    result = client.wait_for_plan(result["id"], on_progress=report)
         if result["status"] == "failed":
             typer.echo(f"planning failed: {result.get('error')}", err=True)
             raise typer.Exit(1)
@@ -368,10 +444,26 @@ def _tenant_name(name: str) -> str:
     return name
 
 
+def _scope_names(text: str) -> str:
+    """The scopes of a new key, space-separated: at least one, each a known one (a key with none
+    can do nothing), each once; commas are read as spaces."""
+    from service.storage.tenants import ALL_SCOPES
+
+    names = tuple(dict.fromkeys(name for name in text.replace(",", " ").split()))
+    allowed = ", ".join(ALL_SCOPES)
+    if not names:
+        raise typer.BadParameter(f"must name at least one scope; allowed: {allowed}")
+    unknown = [name for name in names if name not in ALL_SCOPES]
+    if unknown:
+        raise typer.BadParameter(f"unknown scope(s) {', '.join(map(repr, unknown))}; allowed: {allowed}")
+    return " ".join(names)
+
+
 @keys_app.command("create")
 def keys_create(
     tenant: Annotated[str, typer.Option(help="Tenant name; created if new.", callback=_tenant_name)],
-    scopes: Annotated[str, typer.Option(help="Space-separated: read write moe.")] = "read write moe",
+    scopes: Annotated[str, typer.Option(help="Space-separated, at least one of: read write moe.",
+                                        callback=_scope_names)] = "read write moe",
     name: Annotated[str, typer.Option(help="A label for the key.")] = "",
 ) -> None:
     """Create an API key for a tenant and print it (it is shown only once)."""
@@ -381,7 +473,8 @@ def keys_create(
     settings = _settings()
     with _database(settings) as engine, make_session_factory(engine)() as session, session.begin():
         try:
-            issued = issue_api_key(session, get_or_create_tenant(session, tenant), settings.api_key_secret, scopes=tuple(scopes.split()), name=name)
+            issued = issue_api_key(session, get_or_create_tenant(session, tenant), settings.api_key_secret,
+                                   scopes=tuple(scopes.split()), name=name)
         except ValueError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from None

@@ -102,7 +102,11 @@ class MoeRebalanceResponse(BaseModel):
     migrations: MigrationsRead
     slots_moved_fraction: float
     kept_current: bool
-    reason: str
+    reason: str = Field(
+        description="Why the layers changed or stayed: a gain within min_improvement (plus sampling noise), or the"
+        " constraint (max_replicas_moved, node_local) that ruled out a better placement, with the max/mean a fresh"
+        " plan would reach."
+    )
     layer_action: list[str]
     layer_policy: list[str]
     compute_ms: float

@@ -98,14 +98,14 @@ class LinkDocument(RequestModel):
 
 
 class DeviceDocument(RequestModel):
-    name: Name
+    name: Name = Field(description="Unique across the whole inventory (every group); a repeated name is a 422.")
     type: Name = "gpu"
     peak_flops: PositiveFloat | dict[Name, PositiveFloat]
     memory_tiers: list[MemoryTierDocument] = Field(min_length=1, max_length=8)
 
 
 class GroupDocument(RequestModel):
-    name: Name
+    name: Name = Field(description="Unique in the inventory; a repeated name is a 422 (plans report traffic by group).")
     devices: list[DeviceDocument] = Field(min_length=1, max_length=4096)
     link: LinkDocument
 

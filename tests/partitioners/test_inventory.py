@@ -170,6 +170,33 @@ def test_duplicate_device_names_are_rejected_naming_the_second():
     assert "appears twice" in err.value.detail
 
 
+def test_duplicate_group_names_are_rejected_naming_the_second_and_the_name():
+    doc = _doc([_device("a")], [_device("b")])
+    doc["groups"][1]["name"] = "g0"
+    with pytest.raises(InvalidInput) as err:
+        inventory_from_json(doc)
+    assert err.value.field == "inventory.groups[1].name"
+    assert err.value.code == "duplicate-name"
+    assert err.value.detail == (
+        "group name 'g0' appears twice (inventory.groups[0] and inventory.groups[1]); names must be unique"
+    )
+
+
+def test_a_group_name_with_a_nul_character_is_rejected():
+    doc = _doc([_device("a")])
+    doc["groups"][0]["name"] = "g\x00"
+    with pytest.raises(InvalidInput) as err:
+        inventory_from_json(doc)
+    assert err.value.field == "inventory.groups[0].name"
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_on_many_nodes_has_unique_group_and_device_names(preset):
+    inv = inventory_from_json({"preset": preset, "nodes": 16})
+    assert len(set(inv.group_names)) == inv.n_groups == 16
+    assert len(set(inv.device_names)) == inv.n_devices
+
+
 def test_peak_flops_object_must_include_the_default_dtype():
     with pytest.raises(InvalidInput) as err:
         inventory_from_json(_doc([_device("a", peak={"fp32": 1e12})]))

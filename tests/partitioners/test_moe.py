@@ -200,7 +200,7 @@ def test_unchanged_load_keeps_the_current_placement_and_says_so():
     assert result.kept_current
     assert result.migrations.count == 0
     assert (result.physical_to_logical == current).all()
-    assert "kept" in result.reason
+    assert result.reason.startswith("kept the current placement: no layer's max/mean would improve by more than")
 
 
 def test_sampling_noise_alone_moves_nothing():
@@ -245,6 +245,56 @@ def test_max_replicas_moved_is_a_hard_cap():
         result = rebalance(drifted, current_physical_to_logical=current, max_replicas_moved=cap, **CLUSTER)
         assert result.migrations.count <= cap
         _assert_valid(result, 32, 8, 5)
+
+
+def _hot_expert_moved_to_the_end():
+    """A placement in service for one hot expert, and a load where another expert is hot."""
+    cluster = dict(num_nodes=1, gpus_per_node=4, slots_per_gpu=3)
+    current = rebalance(np.array([[900.0, 80, 70, 60, 50, 40, 30, 20]]), **cluster).physical_to_logical
+    return current, np.array([[1.0, 1, 1, 1, 1, 1, 1, 900]]), cluster
+
+
+def test_a_zero_move_cap_that_keeps_an_imbalanced_placement_names_the_cap_not_a_small_gain():
+    current, load, cluster = _hot_expert_moved_to_the_end()
+    result = rebalance(load, current_physical_to_logical=current, max_replicas_moved=0, **cluster)
+    assert result.kept_current and result.balance_after.worst > 3.0
+    assert "max_replicas_moved=0" in result.reason
+    assert "would improve by more than" not in result.reason
+    assert "a fresh plan reaches 1.00" in result.reason
+
+
+def test_a_cap_too_small_to_reach_a_fresh_plan_is_named_in_the_reason():
+    current, load, cluster = _hot_expert_moved_to_the_end()
+    result = rebalance(load, current_physical_to_logical=current, max_replicas_moved=1, **cluster)
+    assert result.migrations.count == 1 and result.balance_after.worst > 1.5
+    assert "max_replicas_moved=1 is too small" in result.reason
+
+
+def test_a_cap_that_does_not_bind_is_not_blamed():
+    current, load, cluster = _hot_expert_moved_to_the_end()
+    result = rebalance(load, current_physical_to_logical=current, max_replicas_moved=100, **cluster)
+    assert result.balance_after.worst < 1.01
+    assert "max_replicas_moved" not in result.reason
+
+
+def test_a_move_cap_on_a_first_placement_is_reported_as_not_applied():
+    result = rebalance(np.array([[8.0, 1.0, 1.0, 1.0, 1.0]]), max_replicas_moved=0, **CLUSTER_SMALL)
+    assert result.migrations.count == 6  # every slot loaded from storage
+    assert result.reason == (
+        "no current placement: fresh plan (max_replicas_moved not applied: there is no placement in service"
+        " to move copies from)"
+    )
+
+
+def test_node_local_that_rules_out_a_fresh_plan_is_named_in_the_reason():
+    load = _zipf_load(4, 32, seed=14)
+    current = _deployed(load, **CLUSTER)
+    drifted = load[:, ::-1].copy()
+    free = rebalance(drifted, current_physical_to_logical=current, **CLUSTER)
+    local = rebalance(drifted, current_physical_to_logical=current, node_local=True, **CLUSTER)
+    assert local.balance_after.worst > free.balance_after.worst + 0.1
+    assert "node_local=true rules out" in local.reason
+    assert "node_local" not in free.reason
 
 
 def test_failed_gpu_is_emptied_and_its_only_copies_recreated():

@@ -1,4 +1,4 @@
-"""The ``hyperplace plan`` command offline (no server, no database): usage errors are one line, not a traceback."""
+"""The ``hyperplace`` commands: usage errors, unreachable databases and servers are one line, not a traceback."""
 
 from __future__ import annotations
 
@@ -52,6 +52,22 @@ def test_an_inventory_file_that_is_not_json_is_a_usage_error(graph_file, tmp_pat
     result = _plan(str(graph_file), "--inventory", str(inventory))
     assert result.exit_code == 2
     assert "is not JSON" in _text(result) and "Traceback" not in result.output
+
+
+def test_an_inventory_that_repeats_a_group_name_is_one_line_naming_it(graph_file, tmp_path):
+    device = {"type": "gpu", "peak_flops": 1e14,
+              "memory_tiers": [{"name": "HBM", "capacity_bytes": 1e10, "bandwidth_bytes_per_s": 1e12}]}
+    link = {"bandwidth_bytes_per_s": 1e11}
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps({"link": link, "groups": [
+        {"name": "node", "link": link, "devices": [{**device, "name": "a"}]},
+        {"name": "node", "link": link, "devices": [{**device, "name": "b"}]},
+    ]}))
+    result = _plan(str(graph_file), "--inventory", str(inventory))
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "error: group name 'node' appears twice (inventory.groups[0] and inventory.groups[1]); names must be unique"
+    )
 
 
 def test_a_model_file_that_is_not_json_is_a_usage_error(tmp_path):
@@ -204,3 +220,140 @@ def test_keys_create_refuses_a_tenant_with_no_name(database_url, tmp_path, tenan
     assert result.exit_code == 2
     assert "Invalid value for '--tenant': must name a tenant, not be empty or only spaces" in _text(result)
     assert "hp_" not in result.output
+
+
+@pytest.mark.parametrize("scopes", ["", "  ", ","])
+def test_keys_create_refuses_a_key_with_no_scope(database_url, tmp_path, scopes):
+    database_url(f"sqlite:///{tmp_path / 'keys.sqlite3'}")
+    assert runner.invoke(app, ["migrate"]).exit_code == 0
+    result = runner.invoke(app, ["keys", "create", "--tenant", "bob", "--scopes", scopes])
+    assert result.exit_code == 2
+    assert "Invalid value for '--scopes': must name at least one scope; allowed: read, write, moe" in _text(result)
+    assert "hp_" not in result.output
+
+
+def test_keys_create_names_the_unknown_scopes_and_the_allowed_ones(database_url, tmp_path):
+    database_url(f"sqlite:///{tmp_path / 'keys.sqlite3'}")
+    assert runner.invoke(app, ["migrate"]).exit_code == 0
+    result = runner.invoke(app, ["keys", "create", "--tenant", "bob", "--scopes", "read admin"])
+    assert result.exit_code == 2
+    assert "unknown scope(s) 'admin'; allowed: read, write, moe" in _text(result)
+    assert "hp_" not in result.output
+
+
+def test_keys_create_reads_commas_as_spaces_and_each_scope_once(database_url, tmp_path):
+    database_url(f"sqlite:///{tmp_path / 'keys.sqlite3'}")
+    assert runner.invoke(app, ["migrate"]).exit_code == 0
+    result = runner.invoke(app, ["keys", "create", "--tenant", "bob", "--scopes", "read,moe read"])
+    assert result.exit_code == 0, result.output
+    assert "scopes read moe" in result.stderr
+
+
+# ------------------------------------------------- plan --server: a server that gives no plan
+
+API_KEY = "hp_0badc0de_never-printed-anywhere"
+
+
+@pytest.fixture
+def http_server():
+    """A loopback HTTP server answering every request with ``(status, content type, body)``
+    set by the test; its URL."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answer = {"value": (200, "application/json", b"{}")}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _reply(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            self.rfile.read(length)
+            status, content_type, body = answer["value"]
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _reply
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def set_answer(status: int, content_type: str, body: bytes) -> str:
+        answer["value"] = (status, content_type, body)
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield set_answer
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_unreachable_server_is_one_line_naming_it_and_why(graph_file):
+    from tests.service.live_server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    result = _plan(str(graph_file), "--server", url, "--api-key", API_KEY)
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: cannot connect to the server at {url}: connection refused"
+
+
+def test_a_server_password_in_the_url_is_hidden(graph_file):
+    from tests.service.live_server import free_port
+
+    result = _plan(str(graph_file), "--server", f"http://planner:s3cret@127.0.0.1:{free_port()}")
+    assert result.exit_code == 1 and "planner:***@127.0.0.1" in result.output and "s3cret" not in result.output
+
+
+def test_a_server_that_does_not_answer_in_time_is_one_line(graph_file):
+    import socket
+
+    with socket.socket() as listening:  # accepts connections (the kernel's backlog) and never answers
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(4)
+        url = f"http://127.0.0.1:{listening.getsockname()[1]}"
+        result = _plan(str(graph_file), "--server", url, "--api-key", API_KEY, "--timeout-s", "0.2")
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: the server at {url} did not answer in time (read timeout)"
+
+
+def test_a_problem_answer_is_one_line_with_its_status_and_detail_and_no_api_key(graph_file, http_server):
+    problem = {"type": "about:blank", "title": "Unauthorized", "status": 401,
+               "detail": f"The API key {API_KEY} is unknown or revoked."}
+    url = http_server(401, "application/problem+json", json.dumps(problem).encode())
+    result = _plan(str(graph_file), "--server", url, "--api-key", API_KEY)
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: the server at {url} answered 401 Unauthorized: The API key *** is unknown or revoked."
+    )
+
+
+def test_a_problem_answer_names_the_fields_its_detail_does_not(graph_file, http_server):
+    problem = {"title": "Request validation failed", "status": 422, "detail": "1 field is invalid",
+               "errors": [{"field": "body.options.micro_batches", "message": "Input should be >= 1"}]}
+    url = http_server(422, "application/problem+json", json.dumps(problem).encode())
+    result = _plan(str(graph_file), "--server", url)
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"error: the server at {url} answered 422 Request validation failed: "
+                                     "1 field is invalid (body.options.micro_batches: Input should be >= 1)")
+
+
+def test_a_server_error_exits_1_naming_the_status(graph_file, http_server):
+    url = http_server(502, "text/html", b"<html>Bad Gateway</html>")
+    result = _plan(str(graph_file), "--server", url)
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: the server at {url} answered 502 Bad Gateway: <html>Bad Gateway</html>"
+
+
+@pytest.mark.parametrize(("content_type", "body", "says"), [
+    ("text/html", b"<html>hello</html>", "did not answer with JSON"),
+    ("application/json", b"[1, 2]", "did not answer with a plan"),
+])
+def test_a_server_that_is_not_hyperplace_is_one_line(graph_file, http_server, content_type, body, says):
+    url = http_server(200, content_type, body)
+    result = _plan(str(graph_file), "--server", url)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.startswith(f"error: the server at {url} {says}")

@@ -171,3 +171,15 @@ def test_reading_a_deployment_by_a_name_no_deployment_can_have_is_a_422_naming_i
     response = client.get("/v1/moe/deployments/a%20b")
     assert response.status_code == 422, response.text
     assert [error["field"] for error in response.json()["errors"]] == ["path.name"]
+
+
+def test_a_deployment_kept_by_a_zero_move_cap_says_the_cap_is_why(client):
+    first = client.post("/v1/moe/rebalance", json={**UAT_REQUEST, "deployment": "capped"})
+    assert first.status_code == 200, first.text
+    hot_last = [[1, 1, 1, 1, 1, 1, 1, 900]] * 2
+    body = client.post(
+        "/v1/moe/rebalance", json={"deployment": "capped", "load": hot_last, "max_replicas_moved": 0}
+    ).json()
+    assert body["kept_current"] is True and body["balance_after"]["worst"] > 3.0
+    assert body["reason"].startswith("kept the current placement: max_replicas_moved=0 lets no copy be written")
+    assert "would improve by more than" not in body["reason"]

@@ -29,10 +29,16 @@ such outliers from dominating a class. Link classes get one Huber location each 
 
 The fixed per-operator overhead is fitted too when enough operators are dominated
 by it (roofline under a fifth of the assumed overhead, at least
-:data:`MIN_OVERHEAD_OPS` of them): a CPU framework dispatch costs ~2-3 us where a
-CUDA launch costs ~5 us. An operator whose measured time is under twice the
-overhead says nothing about its roofline part and is left out of the multiplier fit
-(it would otherwise pull a whole class towards zero).
+:data:`MIN_OVERHEAD_OPS` of them), as their measured time less their roofline: a
+CPU framework dispatch costs ~2-3 us where a CUDA launch costs ~5 us. An operator
+whose measured time is under twice the overhead says nothing about its roofline part
+and is left out of the multiplier fit (it would otherwise pull a whole class towards
+zero).
+
+Factors within :data:`MODEL_AGREEMENT_REL_TOL` of the model's are the model's, so a
+plan's own predicted trace, read back as a measured one, calibrates nothing.
+:func:`tiers_realized` says which prediction a run should be compared with where the
+plan's times used its memory tiers.
 
 All estimates are deterministic; nothing here reads clocks, files or global RNG.
 
@@ -62,12 +68,15 @@ __all__ = [
     "MIN_DEVICE_SLOWDOWN",
     "MIN_CELL_OPS",
     "MIN_OVERHEAD_OPS",
+    "MODEL_AGREEMENT_REL_TOL",
+    "TIE_SPREAD_PER_OP",
     "CalibrationFit",
     "weighted_median",
     "huber_location",
     "group_medians",
     "fit_calibration",
     "calibrated_cost_model",
+    "tiers_realized",
     "relative_errors",
     "prediction_error",
 ]
@@ -88,6 +97,15 @@ _LOG_CLIP = float(np.log(1e3))
 #: make the device look infinitely fast and draw every operator onto it.
 MAX_DEVICE_SLOWDOWN = 1e3
 MIN_DEVICE_SLOWDOWN = 1.0 / MAX_DEVICE_SLOWDOWN
+#: A fitted factor (multiplier, slowdown, overhead) within this relative distance of the
+#: model's value is the model's value: the factors are stored to six digits, and a plan's
+#: own trace reproduces its times to ~1e-13.
+MODEL_AGREEMENT_REL_TOL = 1e-6
+#: :func:`tiers_realized`: two predictions whose spreads of ``log(measured / predicted)``
+#: differ by less than this per operator explain a run equally well. A plan's own trace
+#: carries its times through microsecond timestamps, exact to ~1e-13 relative; any real
+#: difference between the two (a tier speed-up of 1% on one operator) is ~1e-2.
+TIE_SPREAD_PER_OP = 1e-9
 
 
 def weighted_median(values: np.ndarray, weights: np.ndarray | None = None) -> float:
@@ -263,6 +281,7 @@ def fit_calibration(
     fitted_launch = _fitted_launch_overhead(op_key, roofline, measured, valid, launch_overhead_s) \
         if fit_launch_overhead else None
     if fitted_launch is not None:
+        fitted_launch = _snapped(fitted_launch, launch_overhead_s)
         launch_overhead_s = fitted_launch
     keys, y, weight, dev, cls = _operator_log_ratios(op_key, op_device, op_class, roofline, measured, valid,
                                                      launch_overhead_s)
@@ -274,15 +293,43 @@ def fit_calibration(
         _fit_device_type(fit, dtype, y[sel], dev[sel], cls[sel], weight[sel], names, n_iter)
     if transfer_key is not None and np.asarray(transfer_key).size:
         _fit_link_classes(fit, transfer_key, transfer_link_class, transfer_predicted_s, transfer_measured_s)
+    for factors in (fit.type_class, fit.device_class, fit.device_slowdown, fit.link_class):
+        for name, value in factors.items():
+            factors[name] = _snapped(value, 1.0)
     return fit
+
+
+def _snapped(value: float, model_value: float) -> float:
+    """``model_value`` where ``value`` is within :data:`MODEL_AGREEMENT_REL_TOL` of it, else ``value``.
+
+    A factor that differs from the model's in its last digits is rounding (a trace's
+    microsecond timestamps, a Huber mean), not a measurement, and it is not harmless:
+    list scheduling turns a 1e-15 change in every operator's time into a different
+    schedule (0.05% on the makespan of GPT-2 training), so a plan's own trace would
+    no longer replay its own schedule.
+    """
+    if abs(value - model_value) <= MODEL_AGREEMENT_REL_TOL * abs(model_value):
+        return float(model_value)
+    return float(value)
 
 
 def _fitted_launch_overhead(op_key: np.ndarray, roofline: np.ndarray, measured: np.ndarray, valid: np.ndarray,
                             launch_overhead_s: float) -> float | None:
     """The per-operator overhead from operators whose roofline is under a fifth of the model's,
-    or None with fewer than ``MIN_OVERHEAD_OPS`` of them."""
+    or None with fewer than ``MIN_OVERHEAD_OPS`` of them.
+
+    Each such operator's overhead is its measured time less its roofline (at multiplier
+    1, the multipliers are fitted after the overhead): the model says ``roofline +
+    overhead``, and the roofline is up to a fifth of the overhead, so taking the whole
+    measured time as overhead would overstate it by up to 20%, and the multipliers,
+    fitted on ``measured - overhead``, would all come out too small (a plan's own
+    predicted trace would calibrate conv to 0.95). A measurement under its roofline
+    keeps a thousandth of its time, like the multiplier fit's floor.
+    """
     overhead_bound = valid & (roofline < 0.2 * launch_overhead_s)
-    o_keys, o_med, _ = group_medians(op_key[overhead_bound], np.log(measured[overhead_bound]))
+    excess = measured[overhead_bound] - roofline[overhead_bound]
+    overhead = np.maximum(excess, 1e-3 * measured[overhead_bound])
+    o_keys, o_med, _ = group_medians(op_key[overhead_bound], np.log(overhead))
     if o_keys.size < MIN_OVERHEAD_OPS:
         return None
     return float(np.exp(huber_location(o_med)))
@@ -417,6 +464,67 @@ def calibrated_cost_model(
         for c, cls in enumerate(OP_CLASS_NAMES):
             table[(str(device), cls)] = float(matrix[d, c] * slow)
     return replace(model, device_class_multiplier=table)
+
+
+def tiers_realized(
+    measured_s: np.ndarray,
+    main_s: np.ndarray,
+    tiered_s: np.ndarray,
+    device: np.ndarray,
+    op_class: np.ndarray,
+) -> bool:
+    """Whether a run got the speed-ups of its plan's memory tiers.
+
+    Calibration explains a run by one multiplier per (device, operator class), so the
+    right prediction is the one whose ratios to the measured times vary least inside
+    those cells: the sum of absolute deviations of ``log(measured / predicted)`` from
+    each cell's median, with the tiers (``tiered_s``) and without (``main_s``). A
+    runtime that ignores the tiers fits the main-memory times up to noise, while the
+    tiered ones then scatter with each operator's own speed-up; a runtime that lays
+    tensors out as planned (the plan's own predicted trace) fits the tiered times.
+
+    The two spreads tie when every operator of a cell got the same speed-up (an MLP
+    whose only elementwise operator reads a tensor from L2, once per micro-batch):
+    either prediction then explains the run, one with the multipliers the run shows
+    and the other with those multipliers times the speed-up. The tie goes to the one
+    whose multipliers are nearer 1 (the smaller sum over operators of ``|cell
+    median|``): the model as it stands explains the run, so a plan's own trace
+    calibrates nothing and a run that ignored the tiers is not learnt as faster
+    operators. Spreads within :data:`TIE_SPREAD_PER_OP` per operator tie (a trace's
+    microsecond timestamps round in the last digits).
+
+    Parameters
+    ----------
+    measured_s, main_s, tiered_s : numpy.ndarray of float64, shape (n_obs,)
+        Measured time of each operator run, and the model's with its tensors in main
+        memory and at the plan's tiers (equal where the plan claims no speed-up).
+    device, op_class : numpy.ndarray of int64, shape (n_obs,)
+        The device it ran on and its :data:`~partitioners.cost.OP_CLASS_NAMES` index.
+
+    Returns
+    -------
+    bool
+        ``False`` when no usable run had a tier speed-up to bear out.
+    """
+    measured, main, tiered = (np.asarray(a, dtype=np.float64) for a in (measured_s, main_s, tiered_s))
+    usable = (measured > 0) & (main > 0) & (tiered > 0) & np.isfinite(measured) & np.isfinite(main) \
+        & np.isfinite(tiered)
+    if not np.any(usable & (tiered != main)):
+        return False
+    cell = np.asarray(device, dtype=np.int64)[usable] * len(OP_CLASS_NAMES) \
+        + np.asarray(op_class, dtype=np.int64)[usable]
+
+    def spread_and_offset(predicted: np.ndarray) -> tuple[float, float]:
+        ratio = np.log(measured[usable] / predicted[usable])
+        keys, medians, _ = group_medians(cell, ratio)
+        own_median = medians[np.searchsorted(keys, cell)]
+        return float(np.abs(ratio - own_median).sum()), float(np.abs(own_median).sum())
+
+    tiered_spread, tiered_offset = spread_and_offset(tiered)
+    main_spread, main_offset = spread_and_offset(main)
+    if abs(tiered_spread - main_spread) > TIE_SPREAD_PER_OP * int(usable.sum()):
+        return tiered_spread < main_spread
+    return tiered_offset < main_offset
 
 
 def relative_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:

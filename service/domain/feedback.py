@@ -5,7 +5,7 @@
   (measured time next to what the uncalibrated model predicts for that run), then
   refit the tenant's calibration for the plan's inventory from its newest timelines.
   Where the plan was timed with memory tiers, the prediction is the roofline with or
-  without the tiers' speed-ups, whichever the run bears out (:func:`_tiers_realized`):
+  without the tiers' speed-ups, whichever the run bears out (:func:`~partitioners.calibration.tiers_realized`):
   a runtime that lays tensors out as planned gets them, an eager framework does not.
   Either way a tier speed-up is never learnt as a faster operator class.
 * ``plan_accuracy``: prediction error of the model the plan was made with and of
@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import structlog
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from partitioners.calibration import calibrated_cost_model, prediction_error
+from partitioners.calibration import calibrated_cost_model, prediction_error, tiers_realized
 from partitioners.cost import CostModel, op_class_of, transfer_times_s
 from partitioners.errors import InvalidInput
 from partitioners.graph import Hypergraph, topological_order
@@ -34,16 +35,28 @@ from partitioners.inventory import Inventory, inventory_to_json, link_class_ids,
 from partitioners.replan import minimal_movement, placement_result
 from partitioners.simulate import simulate
 from partitioners.timeline import TimelineEvents, TimelineMatch, match_timeline, parse_timeline, step_makespans_s
-from service.domain.calibration import CALIBRATION_WINDOW, calibration_read, cost_model_from_factors, refit_calibration
-from service.domain.idempotency import StoredAnswer, check_idempotency_key, remember_idempotency_key
+from service.domain.calibration import (
+    CALIBRATION_WINDOW,
+    calibration_in_use,
+    calibration_read,
+    cost_model_from_factors,
+    refit_calibration,
+)
+from service.domain.idempotency import (
+    StoredAnswer,
+    check_idempotency_key,
+    forget_idempotency_key,
+    remember_idempotency_key,
+)
 from service.domain.ingest import canonical_hash
 from service.domain.plan_document import plan_document
 from service.domain.planning import PlanSubmission, SubmitOutcome, placement_options, submit_plan
 from service.domain.stored_plan import PlanContext, plan_context, plan_op_times_s, plan_predictions
-from service.errors import Conflict, UnprocessableInput
+from service.errors import Conflict, NotFound, UnprocessableInput
 from service.schemas.feedback import FeedbackCreate, ReplanCreate
 from service.settings import Settings
 from service.storage import feedback as feedback_repo
+from service.storage import plans as plans_repo
 from service.storage.models import Feedback, utcnow
 
 __all__ = ["submit_feedback", "feedback_read", "plan_accuracy", "replan", "REPLAN_ROUTE", "FEEDBACK_ROUTE"]
@@ -53,32 +66,6 @@ REPLAN_ROUTE = "POST /v1/plans/{plan_id}/replan"
 FEEDBACK_ROUTE = "POST /v1/plans/{plan_id}/feedback"
 #: Timelines with more events than this are refused (the body limit usually answers first).
 MAX_TIMELINE_EVENTS = 2_000_000
-
-
-def _tiers_realized(measured_s: np.ndarray, main_s: np.ndarray, tiered_s: np.ndarray, device: np.ndarray,
-                    op_class: np.ndarray) -> bool:
-    """Whether a run got the speed-ups of the plan's memory tiers.
-
-    Calibration explains a run by one multiplier per (device, operator class), so the
-    right prediction is the one whose ratios to the measured times vary least inside
-    those groups: the sum of absolute deviations of ``log(measured / predicted)`` from
-    each group's median, with and without the tiers. A plan's own predicted trace fits
-    the tiered times exactly; a runtime that ignores the tiers fits the main-memory
-    ones up to noise, while the tiered ones then scatter with each operator's own
-    speed-up.
-    """
-    usable = (measured_s > 0) & (main_s > 0) & (tiered_s > 0)
-    if not np.any(usable & (tiered_s != main_s)):
-        return False
-    group = np.unique(np.stack([device[usable], op_class[usable]], axis=1), axis=0, return_inverse=True)[1]
-    group = group.reshape(-1)
-
-    def spread(predicted_s: np.ndarray) -> float:
-        ratio = np.log(measured_s[usable] / predicted_s[usable])
-        medians = np.array([np.median(ratio[group == g]) for g in range(int(group.max()) + 1)])
-        return float(np.abs(ratio - medians[group]).sum())
-
-    return spread(tiered_s) < spread(main_s)
 
 
 def _topological_rank(graph: Hypergraph) -> np.ndarray:
@@ -106,6 +93,8 @@ def submit_feedback(
             calibration = feedback_repo.get_calibration(session, tenant_id, row.inventory_hash)
             return feedback_read(row, detail=True, calibration=calibration_read(calibration)), 200
     ctx = plan_context(session, tenant_id, plan_id)
+    if earlier is not None:  # the timeline it stored went with its plan: the key is free again
+        forget_idempotency_key(session, tenant_id, idempotency_key, earlier)
     events = parse_timeline(request.timeline, request.format, max_events=MAX_TIMELINE_EVENTS)
     match = _match_or_explain(events, ctx, request)
     step_spans = step_makespans_s(match.step, match.start_s, match.duration_s)
@@ -122,24 +111,13 @@ def submit_feedback(
         blob = feedback_repo.pack_timeline(derived, request.timeline)
     except ValueError:
         raise UnprocessableInput("The timeline holds NaN or infinity somewhere; JSON numbers must be finite.") from None
-    row = feedback_repo.insert_feedback(
-        session,
-        tenant_id,
-        Feedback(
-            plan_id=ctx.plan_id,
-            model_hash=ctx.model_hash,
-            inventory_hash=ctx.inventory_hash,
-            source_format=events.source_format,
-            step_index=request.step_index,
-            hardware_notes=request.hardware_notes,
-            measured_at=request.measured_at,
-            matched_events=match.matched_events,
-            unmatched_events=match.unmatched_events,
-            measured_makespan_s=measured_makespan,
-            timeline=blob,
-            created_at=utcnow(),
-        ),
-    )
+    row = _feedback_row(ctx, events, request, match, measured_makespan, blob)
+    try:
+        row = feedback_repo.insert_feedback(session, tenant_id, row)
+    except IntegrityError:  # the plan's delete committed since plan_context read it
+        if plans_repo.get_plan(session, tenant_id, ctx.plan_id) is None:
+            raise NotFound(f"No plan with id {plan_id}; it was deleted while its timeline was being stored.") from None
+        raise
     answer = remember_idempotency_key(
         session,
         tenant_id,
@@ -159,6 +137,24 @@ def submit_feedback(
         unmatched=match.unmatched_events,
     )
     return feedback_read(row, match=report, calibration=calibration_read(calibration)), 201
+
+
+def _feedback_row(ctx: PlanContext, events: TimelineEvents, request: FeedbackCreate, match: TimelineMatch,
+                  measured_makespan_s: float | None, blob: bytes) -> Feedback:
+    return Feedback(
+        plan_id=ctx.plan_id,
+        model_hash=ctx.model_hash,
+        inventory_hash=ctx.inventory_hash,
+        source_format=events.source_format,
+        step_index=request.step_index,
+        hardware_notes=request.hardware_notes,
+        measured_at=request.measured_at,
+        matched_events=match.matched_events,
+        unmatched_events=match.unmatched_events,
+        measured_makespan_s=measured_makespan_s,
+        timeline=blob,
+        created_at=utcnow(),
+    )
 
 
 def _match_or_explain(events: TimelineEvents, ctx: PlanContext, request: FeedbackCreate) -> TimelineMatch:
@@ -211,7 +207,7 @@ def _observations(match: TimelineMatch, ctx: PlanContext) -> dict:
     base = CostModel()
     classes = op_class_of(g.op_types)
     main, tiered = plan_op_times_s(ctx, base, match.op, match.device)
-    realized = _tiers_realized(match.duration_s, main, tiered, match.device, classes[match.op])
+    realized = tiers_realized(match.duration_s, main, tiered, match.device, classes[match.op])
     roofline = (tiered if realized else main) - base.launch_overhead_s
     device_names = inv.device_names
     t_bytes = g.tensor_bytes[match.transfer_tensor]
@@ -436,7 +432,9 @@ def replan(
     inv = ctx.inventory
     gone, slow = _load_report_devices(request, inv)
     calibration = (
-        feedback_repo.get_calibration(session, tenant_id, ctx.inventory_hash) if request.use_calibration else None
+        calibration_in_use(feedback_repo.get_calibration(session, tenant_id, ctx.inventory_hash))
+        if request.use_calibration
+        else None
     )
     calibrated = cost_model_from_factors(calibration.factors if calibration else None, inv)
     model = calibrated_cost_model(calibrated, device_slowdown=slow, inventory=inv)

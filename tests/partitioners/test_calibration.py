@@ -16,6 +16,7 @@ from partitioners.calibration import (
     group_medians,
     huber_location,
     prediction_error,
+    tiers_realized,
     weighted_median,
 )
 from partitioners.cost import OP_CLASS_NAMES, CostModel, op_class_of, op_times_s
@@ -182,6 +183,30 @@ def test_the_per_operator_overhead_is_fitted_from_overhead_bound_operators():
     assert fit.type_class[(H100, "matmul")] == pytest.approx(1.0, rel=1e-3)
 
 
+def test_the_overhead_of_an_overhead_bound_operator_is_its_measured_time_less_its_roofline():
+    # 1 MB in and out: a roofline of ~0.75 us, under a fifth of the 5 us overhead but not nothing
+    tiny = [(f"add{i}", "Add", 1e3) for i in range(4)]
+    inventory, (key, dev, cls, roof, meas) = observe(truth_model(), devices=[0], ops=BIG_OPS + tiny, tensor_bytes=MB)
+    assert ((roof[-4:] > 0.1 * 5e-6) & (roof[-4:] < 0.2 * 5e-6)).all()
+    fit = fit_calibration(inventory, key, dev, cls, roof, meas)
+    assert fit.launch_overhead_s == pytest.approx(5e-6, rel=1e-9)
+    assert all(m == pytest.approx(1.0, rel=1e-9) for m in fit.multipliers().values())
+
+
+def test_factors_that_differ_from_the_model_only_by_rounding_are_the_models_own():
+    tiny = [(f"add{i}", "Add", 1e3) for i in range(4)]
+    inventory, (key, dev, cls, roof, meas) = observe(truth_model(), devices=[0, 1], ops=BIG_OPS + tiny, tensor_bytes=MB)
+    rounding = 1.0 + 1e-12 * np.cos(np.arange(meas.size))  # what microsecond timestamps leave
+    fit = fit_calibration(
+        inventory, key, dev, cls, roof, meas * rounding,
+        transfer_key=np.arange(3), transfer_link_class=np.array([1, 1, 1]),
+        transfer_predicted_s=np.full(3, 1e-4), transfer_measured_s=1e-4 * (1.0 + np.array([1e-12, -1e-12, 3e-13])),
+    )
+    assert fit.launch_overhead_s == 5e-6
+    factors = [*fit.multipliers().values(), *fit.device_slowdown.values(), *fit.link_class.values()]
+    assert factors == [1.0] * len(factors)
+
+
 def test_without_enough_overhead_bound_operators_the_overhead_is_kept():
     inventory, obs = observe(truth_model(), devices=[0])
     assert fit_calibration(inventory, *obs).launch_overhead_s is None
@@ -217,6 +242,40 @@ def test_a_load_report_slowdown_multiplies_what_calibration_already_says():
     assert matrix[0, attention] == pytest.approx(2.6)
     assert matrix[1, attention] == pytest.approx(1.3)
     assert matrix[0, OP_CLASS_NAMES.index("matmul")] == pytest.approx(2.0)
+
+
+# ----------------------------------------------------------------------------- did the run get its tiers
+
+
+ELEMENTWISE, MATMUL = OP_CLASS_NAMES.index("elementwise"), OP_CLASS_NAMES.index("matmul")
+#: Six operators on device 0: three matmuls the tiers do not speed up, three elementwise ones they do.
+TIER_CLASSES = np.array([MATMUL] * 3 + [ELEMENTWISE] * 3)
+MAIN_S = np.array([4e-4, 5e-4, 6e-4, 1e-4, 2e-4, 3e-4])
+
+
+def tiered_times(speed_ups: list[float]) -> np.ndarray:
+    return MAIN_S * np.array([1.0, 1.0, 1.0, *speed_ups])
+
+
+def test_a_run_with_each_operators_own_tier_speed_up_got_the_tiers():
+    tiered = tiered_times([0.5, 0.7, 0.9])
+    assert tiers_realized(tiered * 1.2, MAIN_S, tiered, np.zeros(6), TIER_CLASSES)
+
+
+def test_a_run_at_the_main_memory_times_did_not_get_the_tiers():
+    tiered = tiered_times([0.5, 0.7, 0.9])
+    assert not tiers_realized(MAIN_S * 1.2, MAIN_S, tiered, np.zeros(6), TIER_CLASSES)
+
+
+def test_when_a_class_got_one_speed_up_throughout_the_times_that_need_no_factor_explain_the_run():
+    # either prediction explains these runs with one factor per class: 1, or the speed-up
+    tiered = tiered_times([0.8, 0.8, 0.8])
+    assert tiers_realized(tiered, MAIN_S, tiered, np.zeros(6), TIER_CLASSES)
+    assert not tiers_realized(MAIN_S, MAIN_S, tiered, np.zeros(6), TIER_CLASSES)
+
+
+def test_a_plan_without_tier_speed_ups_has_none_to_realise():
+    assert not tiers_realized(MAIN_S, MAIN_S, MAIN_S, np.zeros(6), TIER_CLASSES)
 
 
 def test_prediction_error_reports_median_p90_and_makespan_error():

@@ -1,4 +1,4 @@
-"""Pure ASGI middleware: request context (id, logs, metrics) and the body-size limit.
+"""Pure ASGI middleware: request context (id, logs, metrics), the body-size limit, HEAD and ``Allow``.
 
 Pure ASGI rather than ``BaseHTTPMiddleware`` so streaming bodies are counted as
 they arrive and nothing is buffered twice.
@@ -14,9 +14,17 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["HttpMetrics", "RequestContextMiddleware", "BodySizeLimitMiddleware", "HeadMiddleware", "route_template"]
+__all__ = [
+    "HttpMetrics",
+    "RequestContextMiddleware",
+    "BodySizeLimitMiddleware",
+    "HeadMiddleware",
+    "allowed_methods",
+    "route_template",
+]
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 log = structlog.get_logger("hyperplace.http")
@@ -106,22 +114,59 @@ class RequestContextMiddleware:
                 )
 
 
-class HeadMiddleware:
-    """Answer HEAD wherever GET is answered: the GET answer's status and headers, no body (RFC 9110 9.3.2).
+#: Methods a route may declare, in the order ``Allow`` lists them (HEAD follows GET, see HeadMiddleware).
+_ROUTE_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
-    FastAPI routes match only the methods they declare, so without this a HEAD is
-    405 on every API route. The request runs as a GET on a copy of the scope: the
-    server keeps reading the original, which still says HEAD (uvicorn then expects
-    no body), and what routing adds to the copy (the matched route, for the metrics
+
+def allowed_methods(app: ASGIApp, path: str, root_path: str) -> list[str]:
+    """Every method some route of ``app`` answers on ``path``, HEAD wherever GET is.
+
+    Starlette's 405 names only the methods of the first route whose path matched,
+    and FastAPI makes one route per method, so ``PUT /v1/plans/{id}`` was told
+    ``Allow: GET`` though DELETE (and HEAD) are served too. Each method is tried
+    against the whole routing table instead, with the router's own matching.
+    """
+    routes = getattr(getattr(app, "router", None), "routes", ())
+    allowed: list[str] = []
+    for method in _ROUTE_METHODS:
+        probe = {"type": "http", "method": method, "path": path, "root_path": root_path, "headers": [], "fastapi": {}}
+        if any(route.matches(probe)[0] == Match.FULL for route in routes):
+            allowed += ["GET", "HEAD"] if method == "GET" else [method]
+    return allowed
+
+
+class HeadMiddleware:
+    """Method semantics the routes leave out: HEAD wherever GET is answered, and a full ``Allow`` on 405.
+
+    HEAD gets the GET answer's status and headers, no body (RFC 9110 9.3.2). FastAPI
+    routes match only the methods they declare, so without this a HEAD is 405 on
+    every API route. The request runs as a GET on a copy of the scope: the server
+    keeps reading the original, which still says HEAD (uvicorn then expects no
+    body), and what routing adds to the copy (the matched route, for the metrics
     label) is carried back to it.
+
+    A 405 must list every method the path supports (RFC 9110 15.5.6); its ``Allow``
+    is rewritten with :func:`allowed_methods`, HEAD included where GET is.
     """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "HEAD":
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        path, root_path = scope["path"], scope.get("root_path", "")
+
+        async def send_with_full_allow(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 405:
+                allow = ", ".join(allowed_methods(scope.get("app"), path, root_path)).encode("latin-1")
+                headers = [(name, value) for name, value in message.get("headers", []) if name.lower() != b"allow"]
+                message = {**message, "headers": headers + [(b"allow", allow)]}
+            await send(message)
+
+        if scope["method"] != "HEAD":
+            await self.app(scope, receive, send_with_full_allow)
             return
         as_get = {**scope, "method": "GET"}
 
@@ -130,7 +175,7 @@ class HeadMiddleware:
                 if message.get("more_body", False):
                     return
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
-            await send(message)
+            await send_with_full_allow(message)
 
         try:
             await self.app(as_get, receive, send_headers_only)

@@ -1,7 +1,9 @@
 """Calibration use case: fit a tenant's cost-model factors for one inventory from its stored timelines.
 
 Factors live in the ``calibrations`` table, one row per (tenant, inventory hash),
-with a version that increments on every refit. The JSON document is::
+with a version that increments on every refit: after each new timeline, and after
+a plan with timelines is deleted (then from the timelines left, so nothing fitted
+from deleted data survives; an empty calibration when none is left). The JSON document is::
 
     {"type_class":   [{"device_type", "op_class", "multiplier"}],
      "device_class": [{"device", "op_class", "multiplier", "n_ops"}],
@@ -24,7 +26,15 @@ from partitioners.inventory import LINK_CLASS_NAMES, Inventory
 from service.storage import feedback as feedback_repo
 from service.storage.models import Calibration, utcnow
 
-__all__ = ["CALIBRATION_WINDOW", "cost_model_from_factors", "factors_document", "refit_calibration", "calibration_read"]
+__all__ = [
+    "CALIBRATION_WINDOW",
+    "EMPTY_FIT",
+    "cost_model_from_factors",
+    "factors_document",
+    "refit_calibration",
+    "calibration_read",
+    "calibration_in_use",
+]
 
 #: Calibration fits the newest this-many timelines of an inventory.
 CALIBRATION_WINDOW = 50
@@ -118,13 +128,30 @@ def _observation_arrays(rows, inventory: Inventory):
     )
 
 
+#: What a calibration holds once none of its timelines is left: no factor, the model as it is.
+EMPTY_FIT = CalibrationFit()
+
+
 def refit_calibration(
     session: Session, tenant_id: str, inventory_hash: str, inventory: Inventory
 ) -> Calibration | None:
-    """Fit factors from the newest :data:`CALIBRATION_WINDOW` timelines of this inventory and store them."""
+    """Fit factors from the newest :data:`CALIBRATION_WINDOW` timelines of this inventory and store them.
+
+    Runs after a timeline is stored and after a plan with timelines is deleted, each
+    time as a new version. When no timeline is left the calibration stays, empty
+    (``n_timelines`` 0, no factor), rather than disappearing: its version keeps
+    counting, so a re-plan cached under an old version (whose factors came from the
+    deleted timelines) is never taken for one made with a later calibration.
+    Returns None when there is neither a timeline nor a calibration.
+    """
+    feedback_repo.lock_calibration(session, tenant_id, inventory_hash)
     rows = feedback_repo.recent_feedback_for_inventory(session, tenant_id, inventory_hash, limit=CALIBRATION_WINDOW)
     if not rows:
-        return None
+        if feedback_repo.get_calibration(session, tenant_id, inventory_hash) is None:
+            return None
+        return feedback_repo.save_calibration(
+            session, tenant_id, inventory_hash, factors_document(EMPTY_FIT, 0), 0, utcnow()
+        )
     (key, dev, cls, roof, meas), (t_key, t_cls, t_pred, t_meas) = _observation_arrays(rows, inventory)
     fit = fit_calibration(
         inventory,
@@ -142,6 +169,11 @@ def refit_calibration(
     return feedback_repo.save_calibration(
         session, tenant_id, inventory_hash, factors_document(fit, int(key.size)), len(rows), utcnow()
     )
+
+
+def calibration_in_use(row: Calibration | None) -> Calibration | None:
+    """The calibration re-plans apply: none when it was fitted from no timeline (all deleted)."""
+    return row if row is not None and row.n_timelines > 0 else None
 
 
 def calibration_read(row: Calibration | None) -> dict | None:

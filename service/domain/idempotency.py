@@ -19,13 +19,19 @@ from sqlalchemy.orm import Session
 from service.errors import UnprocessableInput
 from service.storage.blobs import pack_json, unpack_json
 from service.storage.models import IdempotencyKey
-from service.storage.plans import get_idempotency_key
+from service.storage.plans import delete_idempotency_key, get_idempotency_key
 
-__all__ = ["StoredAnswer", "check_idempotency_key", "remember_idempotency_key"]
+__all__ = ["StoredAnswer", "check_idempotency_key", "remember_idempotency_key", "forget_idempotency_key"]
 
 
 @dataclass(frozen=True)
 class StoredAnswer:
+    """What a key answered: status, the id of what it made or found, and that thing's path.
+
+    ``location`` is also how deleting the thing finds the key, so store it even for
+    answers that send no ``Location`` header (a 200 with a cached plan).
+    """
+
     status_code: int
     resource_id: str
     location: str | None
@@ -71,3 +77,14 @@ def remember_idempotency_key(
             raise
         return earlier
     return answer
+
+
+def forget_idempotency_key(session: Session, tenant_id: str, key: str | None, stale: StoredAnswer) -> None:
+    """Free ``key`` whose stored answer ``stale`` names something since deleted.
+
+    Call it in the transaction that will store the new answer (after any rollback),
+    so the key is never free in the database without being bound again. A key that a
+    concurrent request has bound anew (another ``location``) is left alone.
+    """
+    if key:
+        delete_idempotency_key(session, tenant_id, key, stale.location)

@@ -11,6 +11,9 @@ Flow of ``submit_plan``:
    queued plan plus a job row for a worker;
 4. graph, inventory, plan (and job, and Idempotency-Key) are written in one
    transaction by the request's session.
+
+``delete_plan`` is the other end of a plan's life: it takes with the plan what was
+derived from it (timelines, Idempotency-Keys, the calibration's fit).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from partitioners.cost import CostModel
@@ -27,16 +31,32 @@ from partitioners.graph import Hypergraph, graph_from_json
 from partitioners.device_types import check_device_types
 from partitioners.hierarchical import PlacementOptions, place
 from partitioners.inventory import Inventory, inventory_from_json
-from service.domain.idempotency import StoredAnswer, check_idempotency_key, remember_idempotency_key
+from service.domain.calibration import refit_calibration
+from service.domain.idempotency import (
+    StoredAnswer,
+    check_idempotency_key,
+    forget_idempotency_key,
+    remember_idempotency_key,
+)
 from service.domain.ingest import IngestedGraph, IngestedInventory, canonical_hash, ingest_inventory, ingest_json_graph, ingest_onnx_graph
 from service.domain.plan_document import plan_document
-from service.errors import NotFound
+from service.errors import Conflict, NotFound
 from service.settings import Settings
 from service.storage.blobs import pack_json, unpack_json
 from service.storage.models import Graph, InventoryRow, Job, Plan, utcnow
+from service.storage import feedback as feedback_repo
 from service.storage import plans as plans_repo
 
-__all__ = ["PlanSubmission", "SubmitOutcome", "submit_plan", "compute_plan", "run_planning_job", "load_plan_inputs", "cache_key_for"]
+__all__ = [
+    "PlanSubmission",
+    "SubmitOutcome",
+    "submit_plan",
+    "delete_plan",
+    "compute_plan",
+    "run_planning_job",
+    "load_plan_inputs",
+    "cache_key_for",
+]
 
 log = structlog.get_logger("hyperplace.planning")
 ROUTE = "POST /v1/plans"
@@ -159,10 +179,14 @@ def submit_plan(
         plan = plans_repo.get_plan(session, tenant_id, earlier.resource_id)
         if plan is not None:
             return SubmitOutcome(plan=plan, status_code=earlier.status_code, cached=earlier.status_code == 200)
+    # ``earlier`` is now None, or names a plan deleted since: then the key is free
+    # again and this is a new request (see service.domain.idempotency).
+    stale_answer = earlier
     existing = plans_repo.get_plan_by_cache_key(session, tenant_id, key)
     if existing is not None:
-        remember_idempotency_key(session, tenant_id, idempotency_key, route, key, StoredAnswer(200, existing.id, None))
-        return SubmitOutcome(plan=existing, status_code=200, cached=True)
+        answer = _bind_key(session, tenant_id, idempotency_key, route, key, stale_answer,
+                           StoredAnswer(200, existing.id, plans_repo.plan_location(existing.id)))
+        return _outcome(session, tenant_id, existing, answer)
 
     n_ops = ingested_graph.graph.n_ops
     run_now = compute is not None or n_ops <= settings.sync_max_ops
@@ -198,15 +222,63 @@ def submit_plan(
     else:
         plan.status = "queued"
         job = Job(status="queued", created_at=now)
-    plan, created = plans_repo.insert_plan(session, tenant_id, plan, job)
+    try:
+        plan, created = plans_repo.insert_plan(session, tenant_id, plan, job)
+    except IntegrityError:
+        # A re-plan whose parent was deleted while it planned: the child's foreign key
+        # finds no parent. Retrying cannot help, so say what happened.
+        if parent_id is not None and plans_repo.get_plan(session, tenant_id, parent_id) is None:
+            raise NotFound(f"No plan with id {parent_id}; it was deleted while it was being re-planned.") from None
+        raise
     status_code = (202 if job is not None else 201) if created else 200
-    answer = remember_idempotency_key(
-        session, tenant_id, idempotency_key, route, key, StoredAnswer(status_code, plan.id, f"/v1/plans/{plan.id}")
-    )
+    answer = _bind_key(session, tenant_id, idempotency_key, route, key, stale_answer,
+                       StoredAnswer(status_code, plan.id, plans_repo.plan_location(plan.id)))
+    outcome = _outcome(session, tenant_id, plan, answer)
+    log.info("plan submitted", plan_id=outcome.plan.id, status=outcome.plan.status, n_ops=n_ops, created=created)
+    return outcome
+
+
+def _bind_key(session: Session, tenant_id: str, idempotency_key: str | None, route: str, fingerprint: str,
+              stale_answer: StoredAnswer | None, answer: StoredAnswer) -> StoredAnswer:
+    """Store ``answer`` under the key (freeing it first if it named a deleted plan); the answer that won."""
+    if stale_answer is not None:
+        forget_idempotency_key(session, tenant_id, idempotency_key, stale_answer)
+    return remember_idempotency_key(session, tenant_id, idempotency_key, route, fingerprint, answer)
+
+
+def _outcome(session: Session, tenant_id: str, plan: Plan, answer: StoredAnswer) -> SubmitOutcome:
+    """The answer the key holds (ours, or a concurrent request's with the same key and request),
+    ``cached`` exactly when it is a 200, as on a replay."""
     if answer.resource_id != plan.id:
         plan = plans_repo.get_plan(session, tenant_id, answer.resource_id)
-    log.info("plan submitted", plan_id=plan.id, status=plan.status, n_ops=n_ops, created=created)
-    return SubmitOutcome(plan=plan, status_code=answer.status_code, cached=not created)
+        if plan is None:  # the winner's plan was deleted meanwhile; a retry plans again
+            raise Conflict("The plan made for this Idempotency-Key was deleted meanwhile; send the request again.")
+    return SubmitOutcome(plan=plan, status_code=answer.status_code, cached=answer.status_code == 200)
+
+
+def delete_plan(session: Session, tenant_id: str, plan_id: str) -> bool:
+    """Delete a plan and what was derived from it; False if the tenant has no such plan.
+
+    Goes with it: its job, its timelines (foreign-key cascade), the Idempotency-Keys
+    that answered with the plan or one of its timelines (a retry with one plans
+    again), and, where it had timelines, the calibration fitted from them, refitted
+    from the inventory's remaining timelines as a new version. Its child plans stay,
+    with no parent. The plan is locked first so a timeline or a child being written
+    for it concurrently lands before the delete or fails after it with a 404.
+    """
+    plan = plans_repo.lock_plan(session, tenant_id, plan_id)
+    if plan is None:
+        return False
+    had_timelines = feedback_repo.plan_has_feedback(session, tenant_id, plan_id)
+    plans_repo.delete_idempotency_keys_of_plan(session, tenant_id, plan_id)
+    if not plans_repo.delete_plan(session, tenant_id, plan_id):
+        return False
+    if had_timelines:
+        inventory_row = session.get(InventoryRow, plan.inventory_id)
+        inventory = inventory_from_json(unpack_json(inventory_row.body))
+        refit_calibration(session, tenant_id, plan.inventory_hash, inventory)
+    log.info("plan deleted", plan_id=plan_id, refitted_calibration=had_timelines)
+    return True
 
 
 def load_plan_inputs(session: Session, plan: Plan) -> tuple[Hypergraph, Inventory]:

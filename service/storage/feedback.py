@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, exists, or_, select
 from sqlalchemy.orm import Session
 
 from service.storage.blobs import pack_json, unpack_json
 from service.storage.db import insert_or_fetch
-from service.storage.models import Calibration, Feedback
+from service.storage.models import Calibration, Feedback, InventoryRow
 
 __all__ = [
     "pack_timeline",
@@ -25,7 +25,9 @@ __all__ = [
     "get_feedback",
     "list_feedback_for_plan",
     "list_feedback_for_model",
+    "plan_has_feedback",
     "recent_feedback_for_inventory",
+    "lock_calibration",
     "get_calibration",
     "save_calibration",
 ]
@@ -59,9 +61,12 @@ def unpack_posted(blob: bytes):
 
 
 def insert_feedback(session: Session, tenant_id: str, row: Feedback) -> Feedback:
+    """Insert inside a SAVEPOINT: if the plan was deleted meanwhile the foreign key fails
+    (``IntegrityError``) and the caller's transaction stays usable to say so."""
     row.tenant_id = tenant_id
-    session.add(row)
-    session.flush()
+    with session.begin_nested():
+        session.add(row)
+        session.flush()
     return row
 
 
@@ -92,6 +97,28 @@ def list_feedback_for_model(
     """Newest first (index ix_plan_feedback_tenant_model_created)."""
     stmt = select(Feedback).where(Feedback.tenant_id == tenant_id, Feedback.model_hash == model_hash)
     return list(session.scalars(_page(stmt, limit, cursor)))
+
+
+def plan_has_feedback(session: Session, tenant_id: str, plan_id: str) -> bool:
+    return bool(
+        session.scalar(select(exists().where(Feedback.tenant_id == tenant_id, Feedback.plan_id == plan_id)))
+    )
+
+
+def lock_calibration(session: Session, tenant_id: str, inventory_hash: str) -> None:
+    """Serialise refits of one (tenant, inventory) calibration until the transaction ends.
+
+    A refit reads the timelines, then writes the factors; two at once (a new timeline,
+    a deleted plan) would each read without the other's change and the later write
+    would win with stale factors. Locking the inventory row first (``FOR NO KEY
+    UPDATE``, which plans referencing it do not wait for) makes the second refit read
+    after the first commits. On SQLite the writer lock already serialises them.
+    """
+    session.execute(
+        select(InventoryRow.id)
+        .where(InventoryRow.tenant_id == tenant_id, InventoryRow.inventory_hash == inventory_hash)
+        .with_for_update(key_share=True)
+    )
 
 
 def recent_feedback_for_inventory(

@@ -12,12 +12,12 @@ import base64
 import json
 from datetime import datetime
 
-from sqlalchemy import and_, delete, or_, select
+from sqlalchemy import and_, delete, literal, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.storage.db import insert_or_fetch
-from service.storage.models import Graph, IdempotencyKey, InventoryRow, Job, Plan
+from service.storage.models import Feedback, Graph, IdempotencyKey, InventoryRow, Job, Plan
 
 __all__ = [
     "get_graph",
@@ -26,11 +26,15 @@ __all__ = [
     "get_or_create_inventory",
     "get_inventory",
     "get_plan",
+    "lock_plan",
     "get_plan_by_cache_key",
     "insert_plan",
     "delete_plan",
     "list_plans_for_model",
     "get_idempotency_key",
+    "delete_idempotency_key",
+    "delete_idempotency_keys_of_plan",
+    "plan_location",
     "encode_cursor",
     "decode_cursor",
 ]
@@ -74,6 +78,16 @@ def get_inventory(session: Session, tenant_id: str, inventory_id: str) -> Invent
 
 def get_plan(session: Session, tenant_id: str, plan_id: str) -> Plan | None:
     return session.scalar(select(Plan).where(Plan.tenant_id == tenant_id, Plan.id == plan_id))
+
+
+def lock_plan(session: Session, tenant_id: str, plan_id: str) -> Plan | None:
+    """The plan, row-locked on PostgreSQL until the transaction ends (SQLite's writer lock already is one).
+
+    A delete takes it first so that a timeline or a child plan being written for the
+    plan at the same moment either lands before (and is deleted with it) or fails
+    after (its foreign key finds no plan), never in between.
+    """
+    return session.scalar(select(Plan).where(Plan.tenant_id == tenant_id, Plan.id == plan_id).with_for_update())
 
 
 def get_plan_by_cache_key(session: Session, tenant_id: str, cache_key: str) -> Plan | None:
@@ -141,3 +155,33 @@ def list_plans_for_model(
 
 def get_idempotency_key(session: Session, tenant_id: str, key: str) -> IdempotencyKey | None:
     return session.scalar(select(IdempotencyKey).where(IdempotencyKey.tenant_id == tenant_id, IdempotencyKey.key == key))
+
+
+def plan_location(plan_id: str) -> str:
+    """The ``location`` an Idempotency-Key that answered with this plan stores (how a delete finds it)."""
+    return f"/v1/plans/{plan_id}"
+
+
+def delete_idempotency_key(session: Session, tenant_id: str, key: str, location: str | None) -> None:
+    """Forget ``key`` if it still stores ``location`` (a concurrent request may have bound it anew)."""
+    stored = IdempotencyKey.location.is_(None) if location is None else IdempotencyKey.location == location
+    session.execute(
+        delete(IdempotencyKey).where(IdempotencyKey.tenant_id == tenant_id, IdempotencyKey.key == key, stored)
+    )
+
+
+def delete_idempotency_keys_of_plan(session: Session, tenant_id: str, plan_id: str) -> None:
+    """Forget the keys whose stored answer is this plan or one of its timelines.
+
+    Run before the plan is deleted (its timelines go with it, by cascade), in the same
+    transaction, so on both dialects a key outlives neither what it made nor the delete.
+    """
+    feedback_locations = select(literal("/v1/feedback/") + Feedback.id).where(
+        Feedback.tenant_id == tenant_id, Feedback.plan_id == plan_id
+    )
+    session.execute(
+        delete(IdempotencyKey).where(
+            IdempotencyKey.tenant_id == tenant_id,
+            or_(IdempotencyKey.location == plan_location(plan_id), IdempotencyKey.location.in_(feedback_locations)),
+        )
+    )

@@ -142,3 +142,13 @@ def test_an_onnx_model_is_accepted_as_multipart(client):
     plan = response.json()
     assert plan["status"] == "done" and len(plan["ops"]) > 100
     assert client.get(f"/v1/models/{plan['model_hash']}").json()["source_format"] == "onnx"
+
+
+def test_a_405_on_a_plan_allows_every_method_the_plan_route_serves(client):
+    plan = client.post("/v1/plans", json=plan_request(diamond_graph("allow"))).json()
+    response = client.request("PUT", f"/v1/plans/{plan['id']}")
+    assert response.status_code == 405
+    assert {m.strip() for m in response.headers["allow"].split(",")} == {"GET", "HEAD", "DELETE"}
+    for method in ("GET", "HEAD"):
+        assert client.request(method, f"/v1/plans/{plan['id']}").status_code == 200
+    assert client.delete(f"/v1/plans/{plan['id']}").status_code == 204

@@ -31,7 +31,7 @@ from service.api.params import (
     none_match,
 )
 from service.api.problems import problem_responses, unreadable_body_detail
-from service.domain import plan_views
+from service.domain import plan_views, planning
 from service.domain.planning import PlanSubmission, submit_plan
 from service.errors import NotFound, UnprocessableInput
 from service.schemas.common import Page
@@ -170,9 +170,14 @@ def read_plan(
     return _plan_response(plan, 200, cached=False, detail=detail)
 
 
-@router.delete("/plans/{plan_id}", status_code=204, summary="Delete a plan", responses=problem_responses(404))
+@router.delete(
+    "/plans/{plan_id}",
+    status_code=204,
+    summary="Delete a plan, its timelines and its Idempotency-Keys; refit the calibration they fed",
+    responses=problem_responses(404),
+)
 def delete_plan(plan_id: PlanId, session: SessionDep, principal: Writer) -> Response:
-    if not plans_repo.delete_plan(session, principal.tenant_id, plan_id):
+    if not planning.delete_plan(session, principal.tenant_id, plan_id):
         raise NotFound(f"No plan with id {plan_id}.")
     return Response(status_code=204)
 

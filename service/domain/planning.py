@@ -117,7 +117,8 @@ def _ingest_graph(session: Session, tenant_id: str, submission: PlanSubmission, 
     if submission.graph_id is not None:
         row = plans_repo.get_graph(session, tenant_id, submission.graph_id)
         if row is None:
-            raise NotFound(f"No graph with id {submission.graph_id}; submit the graph itself or use an id from a plan of yours.")
+            raise NotFound(f"No graph with id {submission.graph_id}; submit the graph itself, or use the id that "
+                           "GET /v1/models/{model_hash} returns for one of your plans' model_hash.")
         graph = graph_from_json(unpack_json(row.canonical))
         return IngestedGraph(graph=graph, model_hash=row.model_hash, source_format=row.source_format,
                              from_storage=True)

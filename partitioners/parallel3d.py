@@ -401,7 +401,8 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     mbss = np.array([constraints.micro_batch_size] if constraints.micro_batch_size else _MICRO_BATCH_SIZES)
     vs = np.array([constraints.virtual_stages] if constraints.virtual_stages else _VIRTUAL_STAGES)
     zeros = np.array(sorted(set(constraints.zero_stages)))
-    rcs = np.array(sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute}))
+    rcs = np.array(sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute
+                           if r != "selective" or training.selective_recompute}), dtype=np.int64)
     grid = np.meshgrid(np.arange(len(mesh)), np.arange(len(mbss)), np.arange(len(vs)), np.arange(len(zeros)),
                        np.arange(len(rcs)), indexing="ij")
     i_mesh, i_mbs, i_v, i_z, i_rc = (g.reshape(-1) for g in grid)
@@ -515,6 +516,13 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
             middle = f"; the {middle_short} stages after the first hold {q - 1}"
         extra.append(f"uneven stages: at most {q} layers per stage, {first} on the first (which also holds "
                      f"the embedding) and {last} on the last (which also holds the output layer){middle}")
+        if d["v"] > 1 and (first % d["v"] or last % d["v"] or middle_short):
+            # per-stage layer counts that v does not divide: Megatron-Core states them with
+            # --pipeline-model-parallel-layout, which may leave a chunk empty; the
+            # --decoder-first/last-pipeline-num-layers flags need counts that v divides
+            extra.append(f"{d['pp']} stages x {d['v']} model chunks for {model.num_layers} layers: some chunks "
+                         f"hold fewer layers{' (or none)' if d['pp'] * d['v'] > model.num_layers else ''}, which "
+                         "Megatron-Core states with --pipeline-model-parallel-layout")
     memory = MemoryBreakdown(
         parameters_bytes=float(pred["parameters_bytes"][i]), gradients_bytes=float(pred["gradients_bytes"][i]),
         optimizer_state_bytes=float(pred["optimizer_state_bytes"][i]),
@@ -635,6 +643,10 @@ def _parse(model, cluster, training, constraints):
     flash_attention_speed(cluster_spec, training_spec)  # a FlashAttention generation the GPUs run
     check_precision_runs(cluster_spec, training_spec)
     cons = _consistent(constraints_from_dict(constraints), model_spec)
+    if not training_spec.selective_recompute and cons.recompute == ("selective",):
+        raise InvalidInput("constraints.recompute allows only selective recomputation, which this software "
+                           "(training.selective_recompute false, as in megatron-lm-2021) does not have",
+                           field="constraints.recompute", code="not-in-this-software")
     _check_sizes({"tp": cons.tp, "pp": cons.pp, "cp": cons.cp, "ep": cons.ep}, model_spec, cluster_spec.num_gpus,
                  "constraints")
     return model_spec, cluster_spec, training_spec, cons
@@ -935,6 +947,10 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
         where = f"evaluate[{k}]"
         layout = layout_from_dict(data, where)
         _check_sizes(layout, model_spec, cluster_spec.num_gpus, where)
+        if layout.get("recompute") == "selective" and not training_spec.selective_recompute:
+            raise InvalidInput(f"{where}.recompute: selective recomputation is not in this software "
+                               "(training.selective_recompute false, as in megatron-lm-2021)",
+                               field=f"{where}.recompute", code="not-in-this-software")
         if layout.get("recompute_num_layers", 0) > model_spec.num_layers:
             raise InvalidInput(f"{where}.recompute_num_layers={layout['recompute_num_layers']} is more than the "
                                f"model's {model_spec.num_layers} layers", field=f"{where}.recompute_num_layers",

@@ -207,7 +207,7 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
     "megatron-lm-2021": {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
                          "overlap_tp_backward": False, "gradient_accumulation_fusion": False, "overlap_p2p_comm": False,
                          "fp32_grad_copy_kept": True, "stage_outputs_kept": True, "dropout": True,
-                         "partial_recompute": False},
+                         "partial_recompute": False, "selective_recompute": False},
     # Megatron-LM as released with sequence parallelism and selective recomputation
     # (Korthikanti et al. 2022): asynchronous backward tensor-parallel collectives and
     # gradient-accumulation fusion, still no flash attention, gradients reduced after the

@@ -472,6 +472,11 @@ class TrainingSpec:
     # since 2023 use none, and PyTorch's dropout at p = 0 returns its input without making
     # a mask (aten ``_dropout_impl``), so the default is off: no masks are kept.
     dropout: bool = False
+    # Selective recomputation (Korthikanti et al. 2022: rebuild the attention scores, or with
+    # flash attention the cheap element-wise outputs, in the backward pass). Megatron-LM
+    # released it in 2022 (``--recompute-granularity selective``); the 2021 code had only
+    # full recomputation (``--checkpoint-activations``).
+    selective_recompute: bool = True
     # Full recomputation may cover only the first k layers of each model chunk, the others
     # keeping all their activations (Megatron-LM ``--recompute-granularity full
     # --recompute-method block --recompute-num-layers k``, per virtual pipeline stage when
@@ -700,6 +705,11 @@ def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
     return spec
 
 
+# The GPU whose measured kernel ceilings stand for its generation when a cluster is given
+# by its figures and an architecture only.
+_ARCHITECTURE_REFERENCE_GPU = {"ampere": "a100-80gb", "hopper": "h100-sxm", "blackwell": "b200"}
+
+
 def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
     """Validate a cluster description into a :class:`ClusterSpec`.
 
@@ -756,6 +766,13 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
                 "fp8_gemm_efficiency_max": gpu.fp8_gemm_efficiency_max,
                 "architecture": gpu.architecture,
             }
+        if gpu_name is None and str(data.get("architecture", "")).lower() in _ARCHITECTURE_REFERENCE_GPU:
+            # figures without a GPU name: the kernel ceilings measured on that generation
+            # (a GEMM never reaches the datasheet peak, and Hopper's share is lower than
+            # Ampere's, see GPUSpec.gemm_efficiency_max), unless the cluster gives its own
+            reference = gpu_spec_by_name(_ARCHITECTURE_REFERENCE_GPU[str(data["architecture"]).lower()])
+            base = {"gemm_efficiency_max": reference.gemm_efficiency_max,
+                    "fp8_gemm_efficiency_max": reference.fp8_gemm_efficiency_max, "sm_count": reference.sm_count}
         merged = {**base, **{k: v for k, v in data.items() if k not in ("preset", "gpu", "nodes")}}
         if "nodes" in data and "num_nodes" not in data:
             merged["num_nodes"] = data["nodes"]
@@ -926,6 +943,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
             dropout=flag(data.get("dropout", False), "training.dropout"),
             fp8_scaling=str(data.get("fp8_scaling", "delayed")).lower(),
             partial_recompute=flag(data.get("partial_recompute", True), "training.partial_recompute"),
+            selective_recompute=flag(data.get("selective_recompute", True), "training.selective_recompute"),
             fp8_params=flag(data.get("fp8_params", True), "training.fp8_params"),
         )
     if spec.precision not in ("bf16", "fp16", "fp8"):

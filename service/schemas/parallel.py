@@ -186,6 +186,9 @@ class TrainingSettings(RequestModel):
     partial_recompute: bool | None = Field(None, description="Full recomputation may cover only some layers of each "
                                            "model chunk (Megatron --recompute-method block); the planner then "
                                            "recomputes the fewest that fit (default on; off in megatron-lm-2021).")
+    selective_recompute: bool | None = Field(None, description="Selective recomputation is searched (Megatron "
+                                             "--recompute-granularity selective, 2022; default on; off in "
+                                             "megatron-lm-2021, which had only full recomputation).")
     fp8_params: bool | None = Field(None, description="FP8 runs keep linear weights in FP8 only and gather them in "
                                     "FP8 (Megatron --fp8-param-gather, NeMo's FP8 recipes; default on); off: a "
                                     "16-bit weight beside its FP8 cast.")

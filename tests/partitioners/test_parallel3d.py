@@ -1939,6 +1939,39 @@ def test_a_virtual_stage_count_no_split_admits_is_the_reason_given_for_an_empty_
     assert plan.notes[0].startswith("constraints.virtual_stages=3 leaves no layout")
 
 
+def test_the_2021_software_searches_no_selective_recomputation_and_refuses_it_when_asked():
+    training = {"global_batch_sequences": 64, "software": "megatron-lm-2021"}
+    plan = plan_parallel_layout(_RECOMPUTE_MODEL, _RECOMPUTE_CLUSTER, training, with_rank_map=False)
+    assert plan.candidates and all(c.recompute != "selective" for c in plan.candidates)
+    with pytest.raises(InvalidInput) as err:
+        evaluate_layouts(_RECOMPUTE_MODEL, _RECOMPUTE_CLUSTER, training, [{"tp": 8, "recompute": "selective"}])
+    assert err.value.field == "evaluate[0].recompute"
+    with pytest.raises(InvalidInput) as err:
+        plan_parallel_layout(_RECOMPUTE_MODEL, _RECOMPUTE_CLUSTER, training, {"recompute": ["selective"]})
+    assert err.value.field == "constraints.recompute"
+
+
+def test_a_cluster_given_by_figures_and_an_architecture_gets_that_generations_kernel_ceilings():
+    figures = {"num_nodes": 1, "gpus_per_node": 8, "peak_flops_per_s": {"bf16": 989e12, "fp8": 1979e12},
+               "memory_bytes": 80e9, "hbm_bandwidth_bytes_per_s": 3.35e12,
+               "intra_node_bandwidth_bytes_per_s": 450e9, "inter_node_bandwidth_bytes_per_s": 50e9}
+    hopper = cluster_from_dict({**figures, "architecture": "hopper"})
+    h100 = cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
+    assert (hopper.gemm_efficiency_max, hopper.fp8_gemm_efficiency_max, hopper.sm_count) == \
+        (h100.gemm_efficiency_max, h100.fp8_gemm_efficiency_max, h100.sm_count)
+    # a ceiling the cluster states is its own
+    assert cluster_from_dict({**figures, "architecture": "hopper", "gemm_efficiency_max": 0.7}).gemm_efficiency_max \
+        == 0.7
+
+
+def test_interleaved_uneven_stages_say_they_need_an_explicit_pipeline_layout():
+    model = {**_RECOMPUTE_MODEL, "num_layers": 11}  # stages of 4, 4 and 3 layers: 3 is no multiple of 2
+    cluster = {"gpu": "h100", "num_nodes": 1, "gpus_per_node": 3}
+    (prediction,) = evaluate_layouts(model, cluster, {"global_batch_sequences": 6},
+                                     [{"tp": 1, "pp": 3, "virtual_stages": 2, "micro_batch_size": 1}])
+    assert any("--pipeline-model-parallel-layout" in note for note in prediction.notes)
+
+
 def test_fp8_on_gpus_without_fp8_tensor_cores_is_invalid_input_naming_the_precision():
     with pytest.raises(InvalidInput) as err:
         plan_parallel_layout(GPT_SMALL, A100_NODE, {"global_batch_sequences": 8, "precision": "fp8"})

@@ -214,8 +214,10 @@ _H100 = _device_spec(
     "H100-SXM5-80GB",
     {"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12, "fp32": 66.9e12},
     [
-        # "80 GB" is 80 GiB of HBM3 (5 stacks of 16 GiB; nvidia-smi shows 81,559 MiB)
-        ("HBM", 80 * GiB, 3.35 * TB),
+        # "80 GB" is 80 GiB of HBM3 (5 stacks of 16 GiB; nvidia-smi shows 81,559 MiB), of which
+        # the CUDA driver hands a process 79.11 GiB (cudaDeviceProp.totalGlobalMem, the "total
+        # capacity" of PyTorch's out-of-memory message, vllm-project/vllm#27508): what a plan can use
+        ("HBM", 79.11 * GiB, 3.35 * TB),
         ("L2", 50 * MiB, 5.5 * TB),
         ("SMEM", 132 * 228 * KiB, 30.9 * TB),
     ],
@@ -230,8 +232,10 @@ _A100 = _device_spec(
     "A100-SXM4-80GB",
     {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
     [
-        # "80 GB" is 80 GiB of HBM2e (5 stacks of 16 GiB; nvidia-smi shows 81,920 MiB)
-        ("HBM", 80 * GiB, 2.039 * TB),
+        # "80 GB" is 80 GiB of HBM2e (5 stacks of 16 GiB; nvidia-smi shows 81,920 MiB), of which
+        # the CUDA driver hands a process 79.35 GiB (cudaDeviceProp.totalGlobalMem, as PyTorch's
+        # out-of-memory message reports it): what a plan can use
+        ("HBM", 79.35 * GiB, 2.039 * TB),
         ("L2", 40 * MiB, 4.96 * TB),
         ("SMEM", 108 * 164 * KiB, 19.5 * TB),
     ],

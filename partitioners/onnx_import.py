@@ -10,9 +10,12 @@ Pipeline: parse the protobuf from bytes, bind the caller's dynamic dimensions
 (``{"batch": 8, "sequence": 2048}``) on the graph inputs, run ONNX shape inference
 with data propagation on the in-memory model, then one pass over the nodes that
 records tensor sizes and FLOPs (:mod:`partitioners.flops`). Initializers become
-parameter tensors. Control-flow operators (``If``, ``Loop``, ``Scan``) keep their
-bodies opaque: one operator that reads everything its bodies read from the outer
-graph, with a warning, because their cost depends on run-time trip counts.
+parameter tensors, and so do the outputs of ``Constant`` nodes and of shape
+computations whose values are known once the dims are bound: those nodes are folded
+away as ONNX Runtime's constant folding would (:func:`_folded_nodes`), so they are not
+costed as kernels nor sent between devices. Control-flow operators (``If``, ``Loop``,
+``Scan``) keep their bodies opaque: one operator that reads everything its bodies read
+from the outer graph, with a warning, because their cost depends on run-time trip counts.
 
 An upload is untrusted: a 141-byte model can describe a ``Range`` of 10^10 elements,
 and dims can be bound to 10^8. No value is built before its size is checked, tensors
@@ -616,8 +619,9 @@ def _has_bodies(model: onnx.ModelProto) -> bool:
     return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in model.graph.node for a in n.attribute)
 
 
-def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
-    """Shape inference that also sees through ``Shape -> ... -> Reshape`` chains.
+def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Shape inference that also sees through ``Shape -> ... -> Reshape`` chains; and the
+    values of the operator outputs it folded, by name.
 
     ONNX inference stops where a shape is *computed* (``Range``, ``Slice`` of a
     ``Shape``, ``Expand`` to a computed shape), which exporters emit for every dynamic
@@ -633,10 +637,19 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
     (:data:`FOLD_MAX_ELEMENTS`, checked before they are built) and together
     (:data:`FOLD_BUDGET_ELEMENTS`). Models with control flow or local functions are
     inferred without data propagation.
+
+    The folded values (``Constant`` nodes small enough to read, and every node rewritten
+    as one) are what :func:`graph_from_onnx_bytes` drops from the operators, as a
+    deployment compiler's constant folding would; initializers are not among them.
     """
     work = onnx.ModelProto()
     work.CopyFrom(model)
     values = _constant_values(work.graph)
+    initializer_names = {init.name for init in work.graph.initializer}
+
+    def folded() -> dict[str, np.ndarray]:
+        return {name: value for name, value in values.items() if name not in initializer_names}
+
     _hide_long_constants(work.graph)
     use_data_prop = not _has_bodies(work)
     folded_elements = 0
@@ -646,7 +659,7 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
         notes = warnings if round_number == 0 else []
         static = _infer(work, notes, data_prop=False)
         if static is work:  # inference failed (warned): declared shapes only
-            return work
+            return work, folded()
         _check_sizes(static)
         inferred = static
         if use_data_prop:
@@ -709,7 +722,7 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> onnx.Mod
             f"constant folding stopped at {FOLD_BUDGET_ELEMENTS} folded elements: shapes computed "
             "from the remaining values are unknown"
         )
-    return inferred
+    return inferred, folded()
 
 
 def _value_shape(value: onnx.ValueInfoProto) -> tuple[tuple | None, int | None]:
@@ -826,7 +839,8 @@ def graph_from_onnx_bytes(
     Returns
     -------
     Hypergraph
-        Operators in file order; ``tensor_shapes``/``tensor_dtypes`` filled; one
+        Operators in file order, less the ones folded into constants (see
+        :func:`_folded_nodes`); ``tensor_shapes``/``tensor_dtypes`` filled; one
         ``warnings`` line per kind of estimate or simplification made.
 
     Raises
@@ -864,11 +878,12 @@ def graph_from_onnx_bytes(
             f"dims {sorted(set(bound) - used_dims)} name no dimension of the model's inputs and were ignored"
         )
     _drop_large_values(model)
-    inferred = _infer_with_folding(model, warnings).graph
+    inferred, folded_values = _infer_with_folding(model, warnings)
     graph = model.graph  # operators as uploaded; shapes and dtypes come from ``inferred``
 
-    table = _TensorTable.of(graph, inferred)
-    ops = _read_operators(graph, table)
+    table = _TensorTable.of(graph, inferred.graph)
+    ops = _read_operators(graph, table, _folded_nodes(graph, folded_values))
+    table.add_folded(ops.folded_outputs, folded_values)
     warnings += ops.warnings()
     tensor_names, unused_params = _tensor_order(graph, table, ops)
     if unused_params:
@@ -895,7 +910,9 @@ def graph_from_onnx_bytes(
         output_tensors=out_ids,
         tensor_names=np.array(tensor_names, dtype=object),
         tensor_bytes=tensor_bytes,
-        tensor_is_parameter=np.array([t in table.parameters for t in tensor_names], dtype=bool),
+        tensor_is_parameter=np.array(
+            [t in table.parameters or t in ops.folded_outputs for t in tensor_names], dtype=bool
+        ),
         tensor_shapes=tensor_shapes,
         tensor_dtypes=[_DTYPE_NAMES.get(e) if e else None for e in tensor_elems],
         warnings=warnings,
@@ -941,6 +958,25 @@ class _TensorTable:
         runtime_inputs = [v.name for v in graph.input if v.name and v.name not in parameters]
         return cls(shapes, elems, parameters, runtime_inputs)
 
+    def add_folded(self, names: dict[str, None], values: Mapping[str, np.ndarray]) -> None:
+        """Give folded tensors that inference left without a full shape or a type the ones of their value.
+
+        Shape inference types every ``Constant`` it is shown, so this only matters where
+        it failed; a folded value's shape is exact either way.
+        """
+        for name in names:
+            value = values.get(name)
+            if value is None:
+                continue
+            shape = self.shapes.get(name)
+            if shape is None or any(d is None for d in shape):
+                self.shapes[name] = tuple(int(d) for d in value.shape)
+            if self.elems.get(name) is None:
+                try:
+                    self.elems[name] = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+                except (TypeError, ValueError, KeyError):  # a dtype ONNX has no tensor type for
+                    continue
+
 
 @dataclass
 class _Operators:
@@ -956,9 +992,18 @@ class _Operators:
     shape_notes: dict[str, int]  # operator type -> count with incomplete shapes
     opaque: list[str]  # control-flow operators placed whole
     deep_truncated: bool  # some subgraph was nested deeper than MAX_SUBGRAPH_DEPTH
+    n_folded: int  # nodes folded away (not operators)
+    folded_outputs: dict[str, None]  # what they wrote, in node order: parameter tensors now
+    folded_reads: set[str]  # what they read (an initializer read only by them is not "unused")
 
     def warnings(self) -> list[str]:
         lines = []
+        if self.n_folded:
+            lines.append(
+                f"{self.n_folded} ONNX nodes folded away as constants (Constant nodes, and shape "
+                "computations whose values are known once dims are bound): their outputs are "
+                "parameter tensors, not operators"
+            )
         if self.opaque:
             shown = ", ".join(self.opaque[:5]) + (f" and {len(self.opaque) - 5} more" if len(self.opaque) > 5 else "")
             lines.append(
@@ -977,14 +1022,46 @@ class _Operators:
         return lines
 
 
-def _read_operators(graph: onnx.GraphProto, table: _TensorTable) -> _Operators:
+def _folded_nodes(graph: onnx.GraphProto, folded_values: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Which nodes are not operators: their outputs are constants once dims are bound.
+
+    ONNX Runtime and TensorRT fold these at load time, so they launch no kernel; as
+    operators they would each cost a launch overhead and send their few bytes between
+    devices. A node is folded when it is
+
+    * a ``Constant`` (default domain), whatever its size: its value is in the file, like
+      an initializer's; a large one becomes a parameter tensor of its full size (its
+      values are never decoded, as for weights);
+    * any other node whose outputs the importer folded to known values
+      (:func:`_infer_with_folding`: each at most :data:`FOLD_MAX_ELEMENTS` elements, all
+      inputs known), e.g. ``Shape -> Gather -> Unsqueeze -> Concat`` feeding a ``Reshape``.
+
+    A node that writes a graph output stays an operator, so every output of the model
+    is still produced by something placed. Returns a boolean mask over ``graph.node``.
+    """
+    graph_outputs = {value.name for value in graph.output}
+    dropped = np.zeros(len(graph.node), dtype=bool)
+    for i, node in enumerate(graph.node):
+        outputs = [o for o in node.output if o]
+        if any(o in graph_outputs for o in outputs):
+            continue
+        dropped[i] = _is_constant(node) or (bool(outputs) and all(o in folded_values for o in outputs))
+    return dropped
+
+
+def _read_operators(graph: onnx.GraphProto, table: _TensorTable, folded: np.ndarray) -> _Operators:
     """Walk the nodes once: every output has one producer, every input is defined before
-    it is read, control flow reads what its subgraphs read from outside; FLOPs estimated."""
-    n_nodes = len(graph.node)
-    ops = _Operators(names=_op_names(graph.node), types=[], inputs=[], outputs=[],
-                     flops=np.zeros(n_nodes, dtype=np.float64), fallback_types={}, shape_notes={}, opaque=[],
-                     deep_truncated=False)
-    op_names, parameters, runtime_inputs = ops.names, table.parameters, table.runtime_inputs
+    it is read, control flow reads what its subgraphs read from outside; FLOPs estimated.
+
+    Nodes marked in ``folded`` are checked like the others but become no operator: their
+    outputs are listed in ``folded_outputs`` instead.
+    """
+    all_names = _op_names(graph.node)  # over every node, so names do not depend on what was folded
+    ops = _Operators(names=[], types=[], inputs=[], outputs=[], flops=np.zeros(0), fallback_types={},
+                     shape_notes={}, opaque=[], deep_truncated=False, n_folded=int(folded.sum()),
+                     folded_outputs={}, folded_reads=set())
+    flops: list[float] = []
+    op_names, parameters, runtime_inputs = all_names, table.parameters, table.runtime_inputs
     producer: dict[str, int] = {}
     defined = set(parameters) | set(runtime_inputs)
     for i, node in enumerate(graph.node):
@@ -1016,6 +1093,11 @@ def _read_operators(graph: onnx.GraphProto, table: _TensorTable) -> _Operators:
                     field=f"graph.node[{i}].input",
                     code="unknown-tensor",
                 )
+        defined.update(outputs)
+        if folded[i]:
+            ops.folded_outputs.update(dict.fromkeys(outputs))
+            ops.folded_reads.update(inputs)
+            continue
         in_shapes = [table.shapes.get(x) for x in inputs]
         out_shapes = [table.shapes.get(x) for x in outputs]
         if op_type in _CONTROL_FLOW:
@@ -1027,22 +1109,26 @@ def _read_operators(graph: onnx.GraphProto, table: _TensorTable) -> _Operators:
                     ops.fallback_types[op_type] = ops.fallback_types.get(op_type, 0) + 1
                 else:
                     ops.shape_notes[op_type] = ops.shape_notes.get(op_type, 0) + 1
-        ops.flops[i] = estimate.flops
+        flops.append(estimate.flops)
+        ops.names.append(all_names[i])
         ops.types.append(op_type)
         ops.inputs.append(inputs)
         ops.outputs.append(outputs)
-        defined.update(outputs)
+    ops.flops = np.array(flops, dtype=np.float64)
     return ops
 
 
 def _tensor_order(graph: onnx.GraphProto, table: _TensorTable, ops: _Operators) -> tuple[list[str], int]:
-    """The graph's tensors: runtime inputs, then the weights something reads, then operator
-    outputs; and how many weights nothing reads (left out)."""
+    """The graph's tensors: runtime inputs, then the weights something reads, then the
+    folded constants something reads, then operator outputs; and how many weights no
+    node reads (left out). Weights and constants read only by folded nodes are left out
+    too: folding consumed them."""
     used = {x for ins in ops.inputs for x in ins}
-    unused_params = sum(1 for p in table.parameters if p not in used)
+    unused_params = sum(1 for p in table.parameters if p not in used and p not in ops.folded_reads)
     tensor_names = list(table.runtime_inputs)
     tensor_names += [t.name for t in graph.initializer if t.name in used]
     tensor_names += [t.values.name for t in graph.sparse_initializer if t.values.name in used]
+    tensor_names += [t for t in ops.folded_outputs if t in used]
     tensor_names += [o for outs in ops.outputs for o in outs]
     return tensor_names, unused_params
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -21,6 +22,18 @@ from partitioners import onnx_import
 from partitioners.onnx_import import graph_from_onnx_bytes
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "onnx"
+_FOLDING_NOTE = re.compile(r"^(\d+) ONNX nodes folded away as constants")
+
+
+def _folded(warnings: list[str]) -> int:
+    """How many nodes the import says it folded away (its one warning line about it)."""
+    counts = [int(m.group(1)) for m in map(_FOLDING_NOTE.match, warnings) if m]
+    assert len(counts) <= 1
+    return counts[0] if counts else 0
+
+
+def _other_warnings(warnings: list[str]) -> list[str]:
+    return [w for w in warnings if not _FOLDING_NOTE.match(w)]
 
 
 def _external_weight(name: str, dims: list[int]) -> TensorProto:
@@ -98,10 +111,11 @@ def test_shapes_computed_from_bound_dims_are_folded_so_downstream_flops_are_exac
         [_external_weight("W", [4, 3])],
     )
     graph = graph_from_onnx_bytes(data, dims={"batch": 2, "seq": 5})
-    assert graph.op_types.tolist()[-3:] == ["Concat", "Reshape", "MatMul"]  # operators kept as uploaded
+    # the shape arithmetic is folded away (8 nodes): only the Reshape and MatMul are operators
+    assert graph.op_types.tolist() == ["Reshape", "MatMul"]
     assert graph.op_flops[-1] == 2 * (2 * 5 * 2 * 3) * 4  # [2,5,2,4] @ [4,3]
     assert graph.tensor_shapes[graph.tensor_names.tolist().index("y")] == (2, 5, 2, 3)
-    assert graph.warnings == []
+    assert _folded(graph.warnings) == 8 and _other_warnings(graph.warnings) == []
 
 
 def test_inline_weights_give_the_same_graph_as_missing_external_ones():
@@ -242,20 +256,129 @@ def test_unknown_operator_type_is_kept_with_an_estimate_and_a_warning():
     assert any("FancyOp" in w for w in graph.warnings)
 
 
-def test_constant_and_shape_ops_are_cheap_operators():
-    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [3, 2])
+def _constant_matmul(weight: np.ndarray) -> bytes:
+    """x [2, n] @ W, with W a ``Constant`` node rather than an initializer."""
+    return _model(
+        [
+            helper.make_node("Constant", [], ["W"], name="const", value=onnx.numpy_helper.from_array(weight)),
+            helper.make_node("MatMul", ["x", "W"], ["y"], name="fc"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, weight.shape[0]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+
+
+def test_a_constant_feeding_a_matmul_imports_as_one_operator_reading_a_parameter_tensor():
+    # ONNX Runtime and TensorRT load a Constant as an initializer: no kernel, no transfer
+    graph = graph_from_onnx_bytes(_constant_matmul(np.ones((4, 3), dtype=np.float32)))
+    assert graph.op_types.tolist() == ["MatMul"]
+    w = graph.tensor_names.tolist().index("W")
+    assert graph.tensor_kind[w] == TENSOR_PARAMETER and graph.tensor_producer[w] == -1
+    assert graph.tensor_bytes[w] == 4 * 3 * 4 and graph.tensor_shapes[w] == (4, 3)
+    assert graph.op_param_bytes.tolist() == [48.0]
+    assert graph.op_flops.tolist() == [2 * (2 * 3) * 4]
+    assert _folded(graph.warnings) == 1
+
+
+def test_a_constant_too_large_to_fold_is_a_parameter_of_its_full_size():
+    # 300 x 300 is over FOLD_MAX_ELEMENTS: its values are never read, but it is still a
+    # weight written in the file, not a kernel
+    weight = np.ones((300, 300), dtype=np.float32)
+    assert weight.size > onnx_import.FOLD_MAX_ELEMENTS
+    graph = graph_from_onnx_bytes(_constant_matmul(weight))
+    assert graph.op_types.tolist() == ["MatMul"]
+    w = graph.tensor_names.tolist().index("W")
+    assert graph.tensor_kind[w] == TENSOR_PARAMETER
+    assert graph.tensor_bytes[w] == 300 * 300 * 4
+
+
+def test_a_folded_constant_is_sized_from_its_value_when_shape_inference_fails(monkeypatch):
+    def failing(*args, **kwargs):
+        raise RuntimeError("inference bug")
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", failing)
+    graph = graph_from_onnx_bytes(_constant_matmul(np.ones((4, 3), dtype=np.float32)))
+    w = graph.tensor_names.tolist().index("W")
+    assert graph.tensor_bytes[w] == 4 * 3 * 4 and graph.tensor_dtypes[w] == "float32"
+    assert any(w.startswith("ONNX shape inference failed") for w in graph.warnings)
+
+
+def test_a_computed_value_too_large_to_fold_stays_an_operator_of_its_full_size():
+    # ConstantOfShape([300, 300]) is known, but over FOLD_MAX_ELEMENTS: left to run time
     data = _model(
         [
-            helper.make_node("Constant", [], ["s"], name="const", value=shape),
-            helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape"),
+            helper.make_node("ConstantOfShape", ["shape"], ["W"], name="fill",
+                             value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+            helper.make_node("MatMul", ["x", "W"], ["y"], name="fc"),
         ],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 300])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_int64("shape", [300, 300])],
     )
     graph = graph_from_onnx_bytes(data)
-    assert graph.op_types.tolist() == ["Constant", "Reshape"]
-    assert graph.op_flops.tolist() == [0.0, 0.0]
-    assert graph.tensor_bytes[graph.tensor_names.tolist().index("s")] == 16
+    assert graph.op_types.tolist() == ["ConstantOfShape", "MatMul"]
+    assert graph.tensor_bytes[graph.tensor_names.tolist().index("W")] == 300 * 300 * 4
+    assert _folded(graph.warnings) == 0
+
+
+def test_a_shape_gather_unsqueeze_concat_chain_on_a_bound_input_leaves_only_the_reshape():
+    # x [batch, 6] -> Reshape(x, [Shape(x)[0], 2, 3]), as exporters write a view
+    def const(name, values):
+        return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, TensorProto.INT64,
+                                                                                  [len(values)], values))
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", TensorProto.INT64, [], [0])),
+        helper.make_node("Gather", ["s", "zero"], ["b"], name="gather", axis=0),
+        const("axes", [0]),
+        helper.make_node("Unsqueeze", ["b", "axes"], ["b1"], name="unsqueeze"),
+        const("tail", [2, 3]),
+        helper.make_node("Concat", ["b1", "tail"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape"),
+    ]
+    data = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    graph = graph_from_onnx_bytes(data, dims={"batch": 4})
+    assert graph.op_types.tolist() == ["Reshape"]
+    names = graph.tensor_names.tolist()
+    assert sorted(names) == ["target", "x", "y"]  # intermediate shape values read by no operator are gone
+    target = names.index("target")
+    assert graph.tensor_kind[target] == TENSOR_PARAMETER and graph.tensor_bytes[target] == 3 * 8
+    assert graph.tensor_shapes[names.index("y")] == (4, 2, 3)
+    assert graph.warnings == ["7 ONNX nodes folded away as constants (Constant nodes, and shape computations "
+                              "whose values are known once dims are bound): their outputs are parameter "
+                              "tensors, not operators"]
+
+
+def test_a_folded_node_that_writes_a_graph_output_stays_an_operator():
+    # every output of the model is still produced by a placed operator
+    data = _model(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape"), helper.make_node("Relu", ["x"], ["y"], name="act")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6])],
+        [helper.make_tensor_value_info("s", TensorProto.INT64, None),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    graph = graph_from_onnx_bytes(data, dims={"batch": 4})
+    assert graph.op_types.tolist() == ["Shape", "Relu"]
+    assert _folded(graph.warnings) == 0
+
+
+def test_an_initializer_read_only_by_folded_nodes_is_not_reported_as_unused():
+    data = _model(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+         helper.make_node("Gather", ["s", "index"], ["b"], name="gather", axis=0),
+         helper.make_node("Mul", ["x", "b"], ["y"], name="scale")],
+        [helper.make_tensor_value_info("x", TensorProto.INT64, ["batch", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+        [_int64("index", 1)],
+    )
+    graph = graph_from_onnx_bytes(data, dims={"batch": 4})
+    assert graph.op_types.tolist() == ["Mul"]
+    assert _folded(graph.warnings) == 2 and _other_warnings(graph.warnings) == []
 
 
 def _if_node(name: str, cond: str, outer: str, out: str, depth: int) -> onnx.NodeProto:
@@ -443,22 +566,67 @@ GPT2_PARAMETERS = 124_439_808  # GPT2Model, gpt2 (small) geometry, no LM head
 def test_bert_base_fixture_matches_the_analytic_flop_and_parameter_counts():
     graph = graph_from_onnx_bytes((FIXTURES / "bert_base.onnx").read_bytes(), dims={"batch": 1, "sequence": 128})
     summary = graph_summary(graph)
-    assert graph.n_ops == 977  # exported node count, Constant and shape arithmetic included
+    # 977 exported nodes; the 552 Constant nodes and shape computations fold away once
+    # batch and sequence are bound (ONNX Runtime's constant folding), leaving 425 operators
+    assert graph.n_ops == 425
     assert (graph.op_types == "MatMul").sum() == 12 * 8  # Q, K, V, scores, context, out, 2 x MLP
     assert summary["total_flops"] == pytest.approx(_transformer_flops(12, 768, 128), rel=0.05)  # ~22.4e9
-    assert summary["parameter_bytes"] == 4 * BERT_PARAMETERS
-    assert graph.warnings == []  # every shape resolved once batch and sequence are bound
+    # the weights, plus 8,000 bytes of folded constants (position ids, attention mask, shape vectors)
+    assert summary["parameter_bytes"] == 4 * BERT_PARAMETERS + 8_000
+    assert _folded(graph.warnings) == 552
+    assert _other_warnings(graph.warnings) == []  # every shape resolved once batch and sequence are bound
 
 
 def test_gpt2_fixture_matches_the_analytic_flop_and_parameter_counts():
     graph = graph_from_onnx_bytes((FIXTURES / "gpt2.onnx").read_bytes(), dims={"batch": 1, "sequence": 128})
     summary = graph_summary(graph)
-    assert graph.n_ops == 2262
+    # 2262 exported nodes, 1787 of them Constant nodes and shape computations folded away
+    assert graph.n_ops == 475
     # GPT-2's Conv1D layers export as Gemm (QKV, out, 2 x MLP per layer), attention as MatMul
     assert ((graph.op_types == "Gemm").sum(), (graph.op_types == "MatMul").sum()) == (48, 24)
     assert summary["total_flops"] == pytest.approx(_transformer_flops(12, 768, 128), rel=0.05)
-    assert summary["parameter_bytes"] == 4 * GPT2_PARAMETERS
-    assert graph.warnings == []
+    # the weights, plus 70,536 bytes of folded constants: the 128 x 128 float causal mask
+    # (65,536 bytes), position ids and shape vectors
+    assert summary["parameter_bytes"] == 4 * GPT2_PARAMETERS + 70_536
+    assert _folded(graph.warnings) == 1787 and _other_warnings(graph.warnings) == []
+
+
+def test_gpt2_imports_with_no_constant_or_shape_operators_once_dims_are_bound():
+    graph = graph_from_onnx_bytes((FIXTURES / "gpt2.onnx").read_bytes(), dims={"batch": 1, "sequence": 128})
+    shape_ops = {"Constant", "ConstantOfShape", "Shape", "Unsqueeze", "Squeeze", "Concat", "Slice", "Range"}
+    assert set(graph.op_types.tolist()) & shape_ops == set()
+    # what remains reads a runtime tensor: the two embedding lookups are the only Gathers
+    assert sorted(graph.op_names[graph.op_types == "Gather"].tolist()) == ["/model/wpe/Gather", "/model/wte/Gather"]
+
+
+def _import_without_folding(monkeypatch, data: bytes, dims: dict) -> "onnx_import.Hypergraph":
+    """The import with every node kept as an operator, as before folding."""
+    with monkeypatch.context() as patch:
+        patch.setattr(onnx_import, "_folded_nodes", lambda graph, values: np.zeros(len(graph.node), dtype=bool))
+        return graph_from_onnx_bytes(data, dims=dims)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "dims"),
+    [("bert_base", {"batch": 2, "sequence": 64}), ("gpt2", {"batch": 1, "sequence": 128}),
+     ("lstm_seq2seq", {"batch": 1, "source": 20, "target": 16})],
+)
+def test_folding_changes_neither_the_flops_nor_the_tensor_bytes_of_the_operators_it_keeps(monkeypatch, fixture, dims):
+    data = (FIXTURES / f"{fixture}.onnx").read_bytes()
+    folded = graph_from_onnx_bytes(data, dims=dims)
+    whole = _import_without_folding(monkeypatch, data, dims)
+    assert whole.n_ops - folded.n_ops == _folded(folded.warnings) > 0
+    kept = [whole.op_names.tolist().index(name) for name in folded.op_names.tolist()]
+    assert whole.op_types[kept].tolist() == folded.op_types.tolist()
+    assert whole.op_flops[kept].tolist() == folded.op_flops.tolist()
+
+    def tensor_bytes(graph, ops, ptr, ids):
+        return [{graph.tensor_names[t]: graph.tensor_bytes[t] for t in ids[ptr[op]:ptr[op + 1]]} for op in ops]
+
+    assert tensor_bytes(whole, kept, whole.input_ptr, whole.input_tensors) == tensor_bytes(
+        folded, range(folded.n_ops), folded.input_ptr, folded.input_tensors)
+    assert tensor_bytes(whole, kept, whole.output_ptr, whole.output_tensors) == tensor_bytes(
+        folded, range(folded.n_ops), folded.output_ptr, folded.output_tensors)
 
 
 def test_lstm_seq2seq_fixture_counts_both_recurrences():
@@ -469,8 +637,9 @@ def test_lstm_seq2seq_fixture_counts_both_recurrences():
     # per step: 2 * 1024 * (128 + 256) gates + 2048 bias + 9 * 256 cell update = 790_784
     assert by_type["LSTM"] == 790_784 * (20 + 16)
     assert by_type["MatMul"] == 2 * 16 * 1000 * 256  # projection to the vocabulary
-    # torch: 1,175,528 parameters (embedding 128k, two LSTMs 2 x 395,264, linear 257k)
-    assert graph_summary(graph)["parameter_bytes"] == 4 * 1_175_528
+    # torch: 1,175,528 parameters (embedding 128k, two LSTMs 2 x 395,264, linear 257k), plus
+    # 1,032 bytes of folded constants (the zero initial state and a shape vector)
+    assert graph_summary(graph)["parameter_bytes"] == 4 * 1_175_528 + 1_032
 
 
 def test_a_constant_of_a_data_type_onnx_does_not_know_is_input_error_or_a_graph_not_a_crash():
@@ -487,7 +656,7 @@ def test_a_constant_of_a_data_type_onnx_does_not_know_is_input_error_or_a_graph_
         graph = graph_from_onnx_bytes(data)
     except InvalidInput:
         return
-    assert graph.op_types.tolist() == ["Constant", "Add"]
+    assert graph.op_types.tolist() == ["Add"]  # the Constant is a parameter tensor
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -581,7 +750,8 @@ def test_constant_folding_stops_at_its_total_budget_with_a_warning(monkeypatch):
     nodes = [helper.make_node("Neg", [f"t{i}"], [f"t{i + 1}"]) for i in range(5)]
     data = _model(nodes, [], [helper.make_tensor_value_info("t5", TensorProto.INT64, None)], [_int64("t0", np.arange(16))])
     graph = graph_from_onnx_bytes(data)
-    assert graph.n_ops == 5
+    assert graph.n_ops == 3  # the two folded Negs are constants, not operators
+    assert _folded(graph.warnings) == 2
     assert any(w.startswith("constant folding stopped at 40 folded elements") for w in graph.warnings)
 
 
@@ -632,7 +802,8 @@ def test_shape_vectors_that_double_at_every_operator_are_inferred_within_a_memor
     data = _model(nodes, [], [helper.make_tensor_value_info("c40", TensorProto.INT64, None)], [_int64("c0", [1, 2])])
     imported = _import_under_a_memory_cap(data, {})
     assert imported["shapes"]["c40"] == [2**41]
-    assert imported["warnings"] == []
+    # c1..c15 (up to 2^16 elements, FOLD_MAX_ELEMENTS) fold away; the 25 longer Concats stay
+    assert _folded(imported["warnings"]) == 15 and _other_warnings(imported["warnings"]) == []
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux")

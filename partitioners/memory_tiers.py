@@ -8,7 +8,8 @@ start until its last consumer there has finished; parameters for the whole step)
 and assigns each (tensor, device) an address range in one tier:
 
 * tiers are tried fastest first (shared memory / SRAM, then L2, then the main
-  memory), activations only: parameters stay in main memory;
+  memory), intermediate activations only: parameters, and the graph's inputs and
+  outputs (which the runtime hands over in main memory), stay in main memory;
 * inside a tier, addresses come from a best-fit allocator replayed over the
   lifetimes in time order (frees before allocations at equal times), so no two
   live tensors overlap and nothing is placed above the tier's capacity; a tensor
@@ -342,6 +343,9 @@ def plan_memory_tiers(
     budget = inventory.device_memory_bytes if memory_budget_bytes is None else memory_budget_bytes
     size = ((np.ceil(graph.tensor_bytes[t] / ALIGNMENT_BYTES)).astype(np.int64) * ALIGNMENT_BYTES)
     is_param = graph.tensor_kind[t] == TENSOR_PARAMETER
+    # the graph's inputs arrive from, and its outputs leave for, the runtime through main
+    # memory: no on-chip tier holds them across the kernels before and after the step
+    at_boundary = ((graph.tensor_producer[t] < 0) | (np.diff(graph.consumer_ptr)[t] == 0)).tolist()
     want_l = _previous_tiers(tiers, t, d, n_dev).tolist()
 
     tier_out = [0] * t.shape[0]
@@ -361,6 +365,9 @@ def plan_memory_tiers(
         idx = np.arange(a, b)
         _place_parameters(idx[is_param[a:b]].tolist(), allocators[main_t], main_t, size_l, tier_out, offset_out)
         act = idx[~is_param[a:b]]
+        for e in act.tolist():
+            if at_boundary[e]:
+                want_l[e] = main_t
         _replay_activations(act, alloc[act], free[act], allocators, main_t, size_l, want_l, tier_out, offset_out)
         for x, al in allocators.items():
             high[dev, x] = al.high

@@ -70,14 +70,21 @@ def tier_of(g, plan, name, dev=0):
     return int(plan.tier[e]), int(plan.offset_bytes[e])
 
 
-def test_small_activations_go_to_the_faster_tier():
-    g = chain([1 * KB, 1 * KB, 1 * KB])
-    _, plan = plan_for(g, cluster(), [0, 0])
-    assert {tier_of(g, plan, n)[0] for n in ("t0", "t1", "t2")} == {1}  # L2
+def test_small_intermediate_activations_go_to_the_faster_tier():
+    g = chain([1 * KB, 1 * KB, 1 * KB, 1 * KB])
+    _, plan = plan_for(g, cluster(), [0, 0, 0])
+    assert {tier_of(g, plan, n)[0] for n in ("t1", "t2")} == {1}  # L2
+
+
+def test_the_graphs_inputs_and_outputs_stay_in_main_memory():
+    # the runtime hands them over in main memory, before the first kernel and after the last
+    g = chain([1 * KB, 1 * KB, 1 * KB, 1 * KB])
+    _, plan = plan_for(g, cluster(), [0, 0, 0])
+    assert tier_of(g, plan, "t0")[0] == 0 and tier_of(g, plan, "t3")[0] == 0
 
 
 def test_a_tensor_larger_than_the_fast_tier_goes_to_main_memory():
-    g = chain([1 * KB, 8 * KB, 1 * KB])
+    g = chain([1 * KB, 8 * KB, 1 * KB])  # t1 is an intermediate, but too big for the 4 KB L2
     _, plan = plan_for(g, cluster(l2_bytes=4 * KB), [0, 0])
     assert tier_of(g, plan, "t1")[0] == 0  # HBM
 
@@ -89,12 +96,12 @@ def test_parameters_stay_in_main_memory():
 
 
 def test_freed_space_is_reused_and_live_tensors_do_not_overlap():
-    # t0 (2K) is dead once op0 ends, so t2 can take its address; t1 is live with both
-    g = chain([2 * KB, 2 * KB, 2 * KB])
-    _, plan = plan_for(g, cluster(l2_bytes=4 * KB), [0, 0])
-    assert tier_of(g, plan, "t0") == (1, 0)
-    assert tier_of(g, plan, "t1") == (1, 2 * KB)
-    assert tier_of(g, plan, "t2") == (1, 0)
+    # t1 (2K) is dead once op1 ends, so t3 can take its address; t2 is live with both
+    g = chain([2 * KB, 2 * KB, 2 * KB, 2 * KB, 2 * KB])
+    _, plan = plan_for(g, cluster(l2_bytes=4 * KB), [0, 0, 0, 0])
+    assert tier_of(g, plan, "t1") == (1, 0)
+    assert tier_of(g, plan, "t2") == (1, 2 * KB)
+    assert tier_of(g, plan, "t3") == (1, 0)
     assert plan.high_water_bytes[0, 1] == 4 * KB
 
 
@@ -112,15 +119,15 @@ def test_sizes_are_aligned():
 
 
 def test_tier_bandwidth_speeds_up_memory_bound_operators():
-    # op0 moves 2 KB: 2.048 us from HBM at 1 GB/s, a tenth of that from L2 (10 GB/s);
-    # compute is 1e6 FLOPs / 1e12 = 1 us
-    g = chain([1 * KB, 1 * KB])
+    # op1 moves 2 KB: 2.048 us from HBM at 1 GB/s; its input t1 comes from L2 (10 GB/s) and
+    # its output t2, the graph's, goes to HBM; compute is 1e6 FLOPs / 1e12 = 1 us
+    g = chain([1 * KB, 1 * KB, 1 * KB])
     inv = cluster()
-    sim, plan = plan_for(g, inv, [0])
-    base = sim.op_end_s[0] - sim.op_start_s[0]
+    sim, plan = plan_for(g, inv, [0, 0])
+    base = sim.op_end_s[1] - sim.op_start_s[1]
     assert base == pytest.approx(2 * KB / 1e9)
-    times = tier_op_times_s(g, inv, np.array([0]), plan, cost_model=IDEAL)
-    assert times[0, 0] == pytest.approx(max(1e-6, 2 * KB / 1e10))
+    times = tier_op_times_s(g, inv, np.array([0, 0]), plan, cost_model=IDEAL)
+    assert times[1, 0] == pytest.approx(max(1e-6, KB / 1e10 + KB / 1e9))
 
 
 def test_what_fits_nowhere_is_reported_unplaced_never_above_capacity():
@@ -131,7 +138,8 @@ def test_what_fits_nowhere_is_reported_unplaced_never_above_capacity():
     plan = plan_memory_tiers(g, inv, sim, memory_budget_bytes=np.array([1e6]))
     assert not plan.hbm_fits
     assert tier_of(g, plan, "t1") == (UNPLACED, -1)
-    assert plan.unplaced_bytes.tolist() == [8 * KB]
+    # the 1 KB graph input t0, held in main memory, finds no room either
+    assert plan.unplaced_bytes.tolist() == [9 * KB]
     assert plan.capacity_violations == 0
 
 

@@ -23,7 +23,6 @@ from partitioners.inventory import Inventory
 __all__ = [
     "DeviceTypeConstraint",
     "device_type_constraint",
-    "check_device_types",
     "move_to_allowed",
     "op_working_set_bytes",
     "type_list",
@@ -135,16 +134,6 @@ def op_working_set_bytes(graph: Hypergraph) -> np.ndarray:
     reads = np.bincount(pairs // graph.n_tensors, weights=graph.tensor_bytes[pairs % graph.n_tensors],
                         minlength=graph.n_ops)
     return reads + graph.op_output_bytes()
-
-
-def check_device_types(graph: Hypergraph, inventory: Inventory) -> None:
-    """Raise :class:`~partitioners.errors.InvalidInput` when an operator's ``device_types``
-    match no device of ``inventory`` (see :func:`device_type_constraint`).
-
-    Cheap (one pass over the operators), so a service can refuse such a request
-    before it queues the planning.
-    """
-    device_type_constraint(graph, inventory)
 
 
 def move_to_allowed(

@@ -301,7 +301,7 @@ def _drop_large_values(model: onnx.ModelProto) -> None:
     several times over. The tensor is marked external, as in a graph-only upload.
     """
     for init in model.graph.initializer:
-        if init.data_location == TensorProto.EXTERNAL or math.prod(init.dims) <= FOLD_MAX_ELEMENTS:
+        if init.data_location == TensorProto.EXTERNAL or _fits(init.dims):
             continue
         _mark_external(init)
 
@@ -332,7 +332,7 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
     """
     for attr in node.attribute:
         if attr.name == "value" and attr.type == AttributeProto.TENSOR:
-            if attr.t.data_location == TensorProto.EXTERNAL or math.prod(attr.t.dims) > FOLD_MAX_ELEMENTS:
+            if attr.t.data_location == TensorProto.EXTERNAL or not _fits(attr.t.dims):
                 return None
             try:
                 return onnx.numpy_helper.to_array(attr.t)
@@ -502,7 +502,7 @@ def _constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """Values of the initializers and ``Constant`` nodes small enough to fold, by name."""
     values: dict[str, np.ndarray] = {}
     for init in graph.initializer:
-        if init.data_location != TensorProto.EXTERNAL and math.prod(init.dims) <= FOLD_MAX_ELEMENTS:
+        if init.data_location != TensorProto.EXTERNAL and _fits(init.dims):
             try:
                 values[init.name] = onnx.numpy_helper.to_array(init)
             except Exception:  # unusual encodings: leave the tensor to inference

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioners.errors import InvalidInput
-from partitioners.validation import as_list, positive_int
+from partitioners.validation import as_list, flag, positive_int
 
 __all__ = ["HUGGINGFACE_MODEL_TYPES", "model_fields_from_huggingface"]
 
@@ -182,12 +182,7 @@ class _Config:
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise InvalidInput(f"{self.where}.{key} must be true or false, got {value!r}",
-                               field=f"{self.where}.{key}", code="not-a-boolean")
-        return value
+        return default if value is None else flag(value, f"{self.where}.{key}")
 
     def int_list(self, key: str) -> list[int]:
         if not self.has(key):

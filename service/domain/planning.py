@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from partitioners.cost import CostModel
 from partitioners.graph import Hypergraph, graph_from_json
-from partitioners.device_types import check_device_types
+from partitioners.device_types import device_type_constraint
 from partitioners.hierarchical import PlacementOptions, place
 from partitioners.inventory import Inventory, inventory_from_json
 from service.domain.calibration import refit_calibration
@@ -172,7 +172,8 @@ def submit_plan(
     """
     ingested_inventory = ingest_inventory(submission.inventory, max_devices=settings.max_plan_devices)
     ingested_graph = _ingest_graph(session, tenant_id, submission, settings)
-    check_device_types(ingested_graph.graph, ingested_inventory.inventory)
+    # a device type no device has is a 422 now, not a failed job later (one pass over the operators)
+    device_type_constraint(ingested_graph.graph, ingested_inventory.inventory)
     key = cache_key_for(ingested_graph.model_hash, ingested_inventory.inventory_hash, submission.options, submission.extra_cache_parts)
 
     earlier = check_idempotency_key(session, tenant_id, idempotency_key, route, key)

@@ -27,11 +27,8 @@ MAX_LIST = 2_000_000
 
 
 class PlanOptions(RequestModel):
-    """How to place. Every field has a default; ``{}`` is a valid options object.
-
-    Numbers and flags are strict: ``"4"`` is not a number of micro-batches and ``"yes"``
-    is not ``true``; a client that sends them has a bug worth hearing about.
-    """
+    """How to place. Every field has a default; ``{}`` is a valid options object (strict
+    types, as every request body: see RequestModel)."""
 
     objective: Literal["makespan", "throughput", "communication"] = Field(
         "makespan", description="makespan: one step's time; throughput: steady stream of micro-batches; communication: bytes moved."
@@ -39,13 +36,13 @@ class PlanOptions(RequestModel):
     mode: Literal["inference", "training"] = Field(
         "inference", description="training synthesises the backward pass and counts weights + gradients + optimizer state."
     )
-    micro_batches: int = Field(1, ge=1, le=256, strict=True, description="The graph is one micro-batch; plan for this many sharing parameters.")
-    pipeline: bool = Field(False, strict=True, description="Parts must form an acyclic stage order.")
-    max_devices: int | None = Field(None, ge=1, le=100_000, strict=True)
-    memory_headroom_fraction: float = Field(0.0, ge=0.0, le=0.9, allow_inf_nan=False, strict=True, description="Capacity kept free on every device.")
+    micro_batches: int = Field(1, ge=1, le=256, description="The graph is one micro-batch; plan for this many sharing parameters.")
+    pipeline: bool = Field(False, description="Parts must form an acyclic stage order.")
+    max_devices: int | None = Field(None, ge=1, le=100_000)
+    memory_headroom_fraction: float = Field(0.0, ge=0.0, le=0.9, allow_inf_nan=False, description="Capacity kept free on every device.")
     strategy: Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")] = Field("auto", description="auto runs every applicable strategy and keeps the best.")
-    seed: int = Field(0, ge=0, le=2**31 - 1, strict=True)
-    dims: dict[Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00]*$")], Annotated[int, Field(ge=1, le=2**31 - 1, strict=True)]] = Field(
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    dims: dict[Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00]*$")], Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(
         default_factory=dict, max_length=64, description="ONNX dynamic dimensions, e.g. {\"batch\": 8, \"sequence\": 2048}."
     )
 
@@ -68,7 +65,7 @@ class NodeDocument(RequestModel):
 class TensorDocument(RequestModel):
     name: Name
     bytes: NonNegativeFloat
-    shape: list[Annotated[int, Field(ge=0, le=2**63 - 1, strict=True)] | None] | None = Field(
+    shape: list[Annotated[int, Field(ge=0, le=2**63 - 1)] | None] | None = Field(
         None, max_length=16, description="Dimensions; null for one the exporter could not resolve. Bind symbolic ones first."
     )
     dtype: Name | None = None
@@ -122,7 +119,7 @@ class PresetInventory(RequestModel):
     """A named cluster preset expanded to ``nodes`` nodes."""
 
     preset: Name
-    nodes: int = Field(1, ge=1, le=4096, strict=True)
+    nodes: int = Field(1, ge=1, le=4096)
 
 
 class PlanCreate(RequestModel):

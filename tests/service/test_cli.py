@@ -222,29 +222,30 @@ def test_keys_create_refuses_a_tenant_with_no_name(database_url, tmp_path, tenan
     assert "hp_" not in result.output
 
 
-@pytest.mark.parametrize("scopes", ["", "  ", ","])
-def test_keys_create_refuses_a_key_with_no_scope(database_url, tmp_path, scopes):
+def _create_key_for_bob(database_url, tmp_path, scopes: str):
+    """``hyperplace keys create --tenant bob --scopes SCOPES`` on a fresh, migrated database."""
     database_url(f"sqlite:///{tmp_path / 'keys.sqlite3'}")
     assert runner.invoke(app, ["migrate"]).exit_code == 0
-    result = runner.invoke(app, ["keys", "create", "--tenant", "bob", "--scopes", scopes])
+    return runner.invoke(app, ["keys", "create", "--tenant", "bob", "--scopes", scopes])
+
+
+@pytest.mark.parametrize("scopes", ["", "  ", ","])
+def test_keys_create_refuses_a_key_with_no_scope(database_url, tmp_path, scopes):
+    result = _create_key_for_bob(database_url, tmp_path, scopes)
     assert result.exit_code == 2
     assert "Invalid value for '--scopes': must name at least one scope; allowed: read, write, moe" in _text(result)
     assert "hp_" not in result.output
 
 
 def test_keys_create_names_the_unknown_scopes_and_the_allowed_ones(database_url, tmp_path):
-    database_url(f"sqlite:///{tmp_path / 'keys.sqlite3'}")
-    assert runner.invoke(app, ["migrate"]).exit_code == 0
-    result = runner.invoke(app, ["keys", "create", "--tenant", "bob", "--scopes", "read admin"])
+    result = _create_key_for_bob(database_url, tmp_path, "read admin")
     assert result.exit_code == 2
     assert "unknown scope(s) 'admin'; allowed: read, write, moe" in _text(result)
     assert "hp_" not in result.output
 
 
 def test_keys_create_reads_commas_as_spaces_and_each_scope_once(database_url, tmp_path):
-    database_url(f"sqlite:///{tmp_path / 'keys.sqlite3'}")
-    assert runner.invoke(app, ["migrate"]).exit_code == 0
-    result = runner.invoke(app, ["keys", "create", "--tenant", "bob", "--scopes", "read,moe read"])
+    result = _create_key_for_bob(database_url, tmp_path, "read,moe read")
     assert result.exit_code == 0, result.output
     assert "scopes read moe" in result.stderr
 

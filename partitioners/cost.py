@@ -9,6 +9,13 @@ device's achievable memory bandwidth, and every kernel pays a launch overhead:
 ``eff_class`` is the fraction of peak an op class reaches in practice, ``eff_mem`` the
 fraction of memory bandwidth a streaming kernel reaches; ``calib`` multipliers start
 at 1.0 and are set by calibration against measured timelines (DESIGN.md, feedback).
+
+View operators (``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Flatten``, ``Identity``:
+:data:`VIEW_OP_TYPES`) touch no bytes: their output is their input's buffer under
+another shape [7]_. They still pay the per-operator overhead: a runtime dispatches them
+like any other operator (torch.profiler shows ``aten::flatten`` at 3 us on a CPU, as
+long as an ``aten::add``: ``tests/fixtures/feedback/small_cnn.trace.json``), and
+calibration fits that overhead from runtimes' timelines, views included.
 Transfers use the alpha-beta model of :mod:`partitioners.collectives` on the link
 :func:`partitioners.inventory.link_between` picks, times a per-link-class multiplier.
 
@@ -29,6 +36,11 @@ References
    theoretical HBM bandwidth (0.8 used).
 .. [6] NVIDIA CUDA C++ Best Practices Guide and e.g. Y. Zhang et al., "Understanding
    the Overheads of Launching CUDA Kernels", ICPP poster 2019: ~5 us per kernel launch.
+.. [7] ONNX Runtime registers its Reshape, Squeeze, Unsqueeze, Flatten and Identity
+   kernels with ``KernelDefBuilder().Alias(0, 0)`` (onnxruntime/core/providers/cpu/),
+   so its allocation planner hands the output the input's buffer and nothing is
+   copied; PyTorch's ``view``/``reshape`` of a contiguous tensor, which an ONNX tensor
+   always is, is a view too.
 """
 
 from __future__ import annotations
@@ -71,8 +83,10 @@ __all__ = [
     "OP_REDUCTION",
     "OP_DATA_MOVEMENT",
     "OP_OTHER",
+    "VIEW_OP_TYPES",
     "CostModel",
     "op_class_of",
+    "is_view_op",
     "op_times_s",
     "op_times_by_profile_s",
     "transfer_time_s",
@@ -151,6 +165,20 @@ def op_class_of(op_types: np.ndarray | Sequence[str]) -> np.ndarray:
         [_CLASS_OF_TYPE.get(str(u).lower().replace("_", ""), OP_OTHER) for u in uniq], dtype=np.int8
     )
     return classes[inverse.reshape(-1)]
+
+
+#: Operators whose output aliases their input (lower-case type names): no bytes touched.
+VIEW_OP_TYPES = frozenset({"reshape", "squeeze", "unsqueeze", "flatten", "identity"})
+
+
+def is_view_op(op_types: np.ndarray | Sequence[str]) -> np.ndarray:
+    """Whether each operator is a view (:data:`VIEW_OP_TYPES`, case-insensitive), as a bool array."""
+    arr = np.asarray(op_types, dtype=object)
+    if arr.size == 0:
+        return np.zeros(0, dtype=bool)
+    uniq, inverse = np.unique(arr.astype(str), return_inverse=True)
+    views = np.array([str(u).lower().replace("_", "") in VIEW_OP_TYPES for u in uniq], dtype=bool)
+    return views[inverse.reshape(-1)]
 
 
 def _default_efficiency() -> tuple[float, ...]:
@@ -287,7 +315,8 @@ def op_times_by_profile_s(
     classes = op_class_of(graph.op_types)
     eff = np.asarray(cm.efficiency, dtype=np.float64)[classes]
     flops = graph.op_flops
-    touched = graph.op_input_bytes() + graph.op_output_bytes()
+    # a view's output is its input's buffer: it reads and writes nothing
+    touched = np.where(is_view_op(graph.op_types), 0.0, graph.op_input_bytes() + graph.op_output_bytes())
     times = np.empty((graph.n_ops, profiles.shape[0]), dtype=np.float64)
     for p in range(profiles.shape[0]):
         p_peak, p_bw = profiles[p, 0], profiles[p, 1]
@@ -304,7 +333,8 @@ def op_times_s(graph: Hypergraph, inventory: Inventory, cost_model: CostModel | 
     """Roofline time of every operator on every device, shape ``(n_ops, n_devices)``.
 
     ``max(flops / (peak * eff_class), (input + output bytes) / (bw * eff_mem))``
-    times the calibration multiplier, plus the launch overhead (module docstring).
+    times the calibration multiplier, plus the launch overhead (module docstring); a
+    view operator touches no bytes.
     10^6 operators x 16 devices is 128 MB; for larger clusters use
     :func:`op_times_by_profile_s`.
 

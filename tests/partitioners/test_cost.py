@@ -19,6 +19,7 @@ from partitioners.cost import (
     collective_time_s,
     cost_model_from_json,
     cost_model_to_json,
+    is_view_op,
     op_class_of,
     op_times_by_profile_s,
     op_times_s,
@@ -79,6 +80,21 @@ def test_efficiency_and_launch_overhead_apply():
     g = graph_from_ops("c", [("mm", "MatMul", 1e12, [], ["y"])], {"y": 1})
     cm = CostModel(efficiency=(0.5,) + (1.0,) * 7, memory_efficiency=1.0, launch_overhead_s=1e-3)
     assert op_times_s(g, _inventory(), cm)[0, 0] == pytest.approx(2.0 + 1e-3)
+
+
+def test_view_operators_touch_no_bytes_but_pay_the_operator_overhead():
+    # x -> Reshape -> Squeeze -> Identity -> Transpose: the views alias x's buffer, the
+    # Transpose writes a new one (read 1e9 + write 1e9 bytes at 1e9 B/s), every one is dispatched
+    ops = [("r", "Reshape", 0, ["x"], ["a"]), ("s", "Squeeze", 0, ["a"], ["b"]), ("i", "identity", 0, ["b"], ["c"]),
+           ("t", "Transpose", 0, ["c"], ["y"])]
+    g = graph_from_ops("v", ops, {"x": 1e9, "a": 1e9, "b": 1e9, "c": 1e9, "y": 1e9})
+    cm = CostModel(efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=1e-3)
+    assert op_times_s(g, _inventory(), cm).tolist() == [[1e-3, 1e-3]] * 3 + [[2.001, 2.001]]
+
+
+def test_view_operators_are_recognised_by_type_case_insensitively():
+    types = np.array(["Reshape", "UNSQUEEZE", "Flatten", "Identity", "Transpose", "Expand", "Gather"], dtype=object)
+    assert is_view_op(types).tolist() == [True, True, True, True, False, False, False]
 
 
 def test_parameters_count_as_bytes_touched():

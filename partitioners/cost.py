@@ -151,34 +151,39 @@ for _cls, _types in (
         _CLASS_OF_TYPE[_t] = _cls
 
 
-def op_class_of(op_types: np.ndarray | Sequence[str]) -> np.ndarray:
-    """Op class (``OP_*`` int8) of each operator type, ONNX / PyTorch names, case-insensitive.
-
-    Types are mapped once per distinct name (``np.unique``), so 10^6 operators of a
-    few dozen types cost one pass. Unknown types are ``OP_OTHER``.
-    """
-    arr = np.asarray(op_types, dtype=object)
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int8)
-    uniq, inverse = np.unique(arr.astype(str), return_inverse=True)
-    classes = np.array(
-        [_CLASS_OF_TYPE.get(str(u).lower().replace("_", ""), OP_OTHER) for u in uniq], dtype=np.int8
-    )
-    return classes[inverse.reshape(-1)]
-
-
 #: Operators whose output aliases their input (lower-case type names): no bytes touched.
 VIEW_OP_TYPES = frozenset({"reshape", "squeeze", "unsqueeze", "flatten", "identity"})
 
 
-def is_view_op(op_types: np.ndarray | Sequence[str]) -> np.ndarray:
-    """Whether each operator is a view (:data:`VIEW_OP_TYPES`, case-insensitive), as a bool array."""
+def _type_table(op_types: np.ndarray | Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(class of each distinct type, whether it is a view, index of each operator's type)``.
+
+    Types are mapped once per distinct name (``np.unique``), so 10^6 operators of a few
+    dozen types cost one pass, and one such pass serves both questions.
+    """
     arr = np.asarray(op_types, dtype=object)
     if arr.size == 0:
-        return np.zeros(0, dtype=bool)
+        return np.zeros(0, dtype=np.int8), np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64)
     uniq, inverse = np.unique(arr.astype(str), return_inverse=True)
-    views = np.array([str(u).lower().replace("_", "") in VIEW_OP_TYPES for u in uniq], dtype=bool)
-    return views[inverse.reshape(-1)]
+    names = [str(u).lower().replace("_", "") for u in uniq]
+    classes = np.array([_CLASS_OF_TYPE.get(n, OP_OTHER) for n in names], dtype=np.int8)
+    views = np.array([n in VIEW_OP_TYPES for n in names], dtype=bool)
+    return classes, views, inverse.reshape(-1)
+
+
+def op_class_of(op_types: np.ndarray | Sequence[str]) -> np.ndarray:
+    """Op class (``OP_*`` int8) of each operator type, ONNX / PyTorch names, case-insensitive.
+
+    Unknown types are ``OP_OTHER``.
+    """
+    classes, _, inverse = _type_table(op_types)
+    return classes[inverse]
+
+
+def is_view_op(op_types: np.ndarray | Sequence[str]) -> np.ndarray:
+    """Whether each operator is a view (:data:`VIEW_OP_TYPES`, case-insensitive), as a bool array."""
+    _, views, inverse = _type_table(op_types)
+    return views[inverse]
 
 
 def _default_efficiency() -> tuple[float, ...]:
@@ -312,11 +317,12 @@ def op_times_by_profile_s(
     profiles, device_profile = np.unique(signature, axis=0, return_inverse=True)
     device_profile = device_profile.reshape(-1).astype(np.int64)
 
-    classes = op_class_of(graph.op_types)
+    type_classes, type_views, type_of_op = _type_table(graph.op_types)
+    classes = type_classes[type_of_op]
     eff = np.asarray(cm.efficiency, dtype=np.float64)[classes]
     flops = graph.op_flops
     # a view's output is its input's buffer: it reads and writes nothing
-    touched = np.where(is_view_op(graph.op_types), 0.0, graph.op_input_bytes() + graph.op_output_bytes())
+    touched = np.where(type_views[type_of_op], 0.0, graph.op_input_bytes() + graph.op_output_bytes())
     times = np.empty((graph.n_ops, profiles.shape[0]), dtype=np.float64)
     for p in range(profiles.shape[0]):
         p_peak, p_bw = profiles[p, 0], profiles[p, 1]

@@ -13,9 +13,10 @@ at 1.0 and are set by calibration against measured timelines (DESIGN.md, feedbac
 View operators (``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Flatten``, ``Identity``:
 :data:`VIEW_OP_TYPES`) touch no bytes: their output is their input's buffer under
 another shape [7]_. They still pay the per-operator overhead: a runtime dispatches them
-like any other operator (torch.profiler shows ``aten::flatten`` at 3 us on a CPU, as
-long as an ``aten::add``: ``tests/fixtures/feedback/small_cnn.trace.json``), and
+like any other operator (torch.profiler shows ``aten::flatten`` at 3.1 us on a CPU,
+an ``aten::add`` at 2.3 us: ``tests/fixtures/feedback/small_cnn.trace.json``), and
 calibration fits that overhead from runtimes' timelines, views included.
+
 Transfers use the alpha-beta model of :mod:`partitioners.collectives` on the link
 :func:`partitioners.inventory.link_between` picks, times a per-link-class multiplier.
 

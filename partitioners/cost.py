@@ -88,6 +88,8 @@ __all__ = [
     "CostModel",
     "op_class_of",
     "is_view_op",
+    "timing_dtype",
+    "timing_dtype_note",
     "op_times_s",
     "op_times_by_profile_s",
     "transfer_time_s",
@@ -287,7 +289,7 @@ class CostModel:
 
 
 def _peak(inventory: Inventory, cost_model: CostModel) -> np.ndarray:
-    dtype = cost_model.dtype or inventory.default_dtype
+    dtype = timing_dtype(inventory, cost_model)
     peak = inventory.device_peak_flops_by_dtype.get(dtype)
     if peak is None or np.isnan(peak).any():
         have = ", ".join(sorted(inventory.device_peak_flops_by_dtype))
@@ -298,6 +300,56 @@ def _peak(inventory: Inventory, cost_model: CostModel) -> np.ndarray:
     if dtype == inventory.default_dtype:
         return inventory.device_peak_flops  # carries with_device_speed scaling
     return peak
+
+
+#: Tensor dtype names (ONNX's, lower-case, as ingestion keeps them, and the short ones a
+#: JSON graph may use) -> the name a device's peak FLOP/s goes by.
+_PEAK_NAME_OF_TENSOR_DTYPE = {
+    "float32": "fp32", "fp32": "fp32", "float16": "fp16", "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16",
+    "float64": "fp64", "fp64": "fp64", "float8e4m3fn": "fp8", "float8e4m3fnuz": "fp8", "float8e5m2": "fp8",
+    "float8e5m2fnuz": "fp8", "fp8": "fp8",
+}
+
+
+def timing_dtype(inventory: Inventory, cost_model: CostModel | None = None) -> str:
+    """The dtype whose peak FLOP/s times every operator: the cost model's, else the inventory's default."""
+    return (cost_model.dtype if cost_model is not None else None) or inventory.default_dtype
+
+
+def timing_dtype_note(graph: Hypergraph, inventory: Inventory, cost_model: CostModel | None = None) -> str | None:
+    """A plan note when most of the graph's floating-point bytes are of another dtype than the one timing it.
+
+    Every operator is timed at one peak (:func:`timing_dtype`), as if a compiler lowered
+    the graph to that precision; an fp32 export run as exported on an H100 computes at
+    its TF32 or FP32 peak, 2x and 15x below the BF16 one the presets time with. Returns
+    None when the graph declares no floating-point dtypes, or when the dtype holding the
+    most bytes is the timing one (fp32 tensors timed at the ``tf32`` peak count as such).
+    """
+    if graph.tensor_dtypes is None:
+        return None
+    peak_names = np.array([_PEAK_NAME_OF_TENSOR_DTYPE.get(str(d).lower(), "") if d else "" for d in graph.tensor_dtypes],
+                          dtype=object)
+    floating = peak_names != ""
+    if not floating.any():
+        return None
+    names, inverse = np.unique(peak_names[floating].astype(str), return_inverse=True)
+    bytes_by_name = np.bincount(inverse.reshape(-1), weights=graph.tensor_bytes[floating], minlength=names.size)
+    total = float(bytes_by_name.sum())
+    if total <= 0.0:
+        return None
+    dominant = str(names[int(np.argmax(bytes_by_name))])
+    timing = timing_dtype(inventory, cost_model)
+    if dominant == timing or (dominant == "fp32" and timing == "tf32"):
+        return None
+    share = float(bytes_by_name.max()) / total
+    published = sorted(k for k, v in inventory.device_peak_flops_by_dtype.items() if not np.isnan(v).any())
+    options = [k for k in ([dominant, "tf32"] if dominant == "fp32" else [dominant]) if k in published]
+    advice = (f"set the inventory's default_dtype to {' or '.join(repr(k) for k in options)} to time it as it runs"
+              if options else f"its devices publish no {dominant} peak")
+    whose = " (the inventory's default_dtype)" if timing == inventory.default_dtype else ""
+    return (f"operators are timed at the {timing} peak{whose}, as if compiled to {timing}; {share:.0%} of the bytes "
+            f"of the graph's tensors that declare a floating-point dtype are {dominant}: a runtime that computes in "
+            f"{dominant} is slower than predicted ({advice})")
 
 
 def op_times_by_profile_s(

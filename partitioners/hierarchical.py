@@ -69,7 +69,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from partitioners.acyclic import acyclic_repair
-from partitioners.cost import CostModel, link_time_tables
+from partitioners.cost import CostModel, link_time_tables, timing_dtype_note
 from partitioners.device_types import device_type_constraint, move_to_allowed, op_working_set_bytes, type_list
 from partitioners.errors import Infeasible, InvalidInput
 from partitioners.graph import Hypergraph, op_levels
@@ -414,6 +414,9 @@ class _Planner:
         self._origin_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._links: tuple[np.ndarray, np.ndarray] | None = None
         self.notes: list[str] = []
+        dtype_note = timing_dtype_note(graph, inventory, self.cost_model)
+        if dtype_note:
+            self.notes.append(dtype_note)
 
     # -- device types ----------------------------------------------------------------
 

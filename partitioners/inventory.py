@@ -367,6 +367,21 @@ def _preset_to_doc(preset: Any, nodes: Any) -> dict[str, Any]:
     }
 
 
+def _preset_dtype(preset: str, dtype: Any) -> Any:
+    """A ``default_dtype`` asked of a preset, checked against the peaks its spec sheet gives.
+
+    Anything but a name is left to the general check; a name the preset's devices have
+    no peak for is a 422 naming the field and the dtypes that preset has.
+    """
+    published = PRESETS[preset]["device"]["peak_flops"]
+    if isinstance(dtype, str) and dtype and dtype not in published:
+        raise InvalidInput(
+            f"preset {preset!r} publishes peaks for {', '.join(sorted(published))}, not {dtype!r}",
+            field="inventory.default_dtype",
+        )
+    return dtype
+
+
 # ----------------------------------------------------------------------- validation
 
 # The figures a device or link may have: far beyond any real hardware on either side (a
@@ -444,11 +459,13 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
     Parameters
     ----------
     doc : mapping
-        Either ``{"preset": name, "nodes": n}`` or ``{"name", "groups": [{"name",
+        Either ``{"preset": name, "nodes": n, "default_dtype"?}`` or ``{"name", "default_dtype"?, "groups": [{"name",
         "devices": [{"name", "type", "peak_flops", "memory_tiers": [{"name",
         "capacity_bytes", "bandwidth_bytes_per_s"}]}], "link": {...}}], "link": {...}}``.
         ``peak_flops`` is a number (dense FLOP/s in ``default_dtype``, default
-        ``"bf16"``) or a ``{dtype: FLOP/s}`` object that includes ``default_dtype``.
+        ``"bf16"``) or a ``{dtype: FLOP/s}`` object that includes ``default_dtype``;
+        ``default_dtype`` is the dtype whose peak times every operator (a preset's
+        devices publish several: ``"tf32"`` or ``"fp32"`` time an fp32 export as exported).
         Optional ``"bandwidth_matrix_bytes_per_s"`` / ``"latency_matrix_s"``: full
         ``n_devices x n_devices`` lists overriding the link classes (diagonal ignored).
 
@@ -466,7 +483,10 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
     preset = None
     if "preset" in doc:
         preset = doc["preset"]
-        doc = _preset_to_doc(preset, doc.get("nodes", 1))
+        expanded = _preset_to_doc(preset, doc.get("nodes", 1))
+        if "default_dtype" in doc:
+            expanded["default_dtype"] = _preset_dtype(preset, doc["default_dtype"])
+        doc = expanded
     name = doc.get("name", "inventory")
     if not isinstance(name, str):
         raise InvalidInput("inventory.name must be a string", field="inventory.name")

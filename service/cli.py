@@ -267,6 +267,8 @@ def plan(
     model: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="An .onnx file or a JSON graph.")],
     preset: Annotated[str, typer.Option(help="Inventory preset, e.g. dgx-h100.")] = "dgx-h100",
     nodes: Annotated[int, typer.Option(min=1, max=4096, help="Nodes of the preset.")] = 1,
+    dtype: Annotated[str | None, typer.Option(help="The preset's dtype whose peak times the operators "
+                                              "(default bf16; e.g. tf32 or fp32 for an fp32 export run as exported).")] = None,
     inventory: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Inventory JSON file (instead of a preset).")] = None,
     option: Annotated[list[str], typer.Option("--option", "-o", help="Plan option name=value (repeatable), e.g. -o micro_batches=4.")] = [],  # noqa: B006
     dim: Annotated[list[str], typer.Option("--dim", "-d", help="ONNX dimension name=value (repeatable), e.g. -d batch=8.")] = [],  # noqa: B006
@@ -283,6 +285,8 @@ def plan(
     beside the model.
     """
     inventory_doc = _read_json(inventory, "--inventory") if inventory else {"preset": preset, "nodes": nodes}
+    if dtype is not None and not inventory:
+        inventory_doc["default_dtype"] = dtype
     options = _parse_pairs(option, "--option")
     if dim:
         options["dims"] = _parse_dims(dim)

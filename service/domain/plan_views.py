@@ -64,6 +64,7 @@ def plan_read(plan: Plan, *, cached: bool, detail: str = "full") -> dict:
     body = plan_body(plan) if plan.status == "done" else {}
     document["candidates"] = body.get("candidates")
     document["warnings"] = body.get("warnings", [])
+    document["notes"] = body.get("notes", [])
     if detail == "full":
         document["ops"] = body.get("ops")
         document["tensors"] = body.get("tensors")

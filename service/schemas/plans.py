@@ -101,6 +101,12 @@ class DeviceDocument(RequestModel):
     memory_tiers: list[MemoryTierDocument] = Field(min_length=1, max_length=8)
 
 
+_DEFAULT_DTYPE_HELP = (
+    "The dtype whose peak FLOP/s times every operator: a key of each device's peak_flops (bf16 when left out; "
+    "a preset has the dtypes its spec sheet gives, e.g. tf32 and fp32 for the H100, to time an fp32 export as it runs)."
+)
+
+
 class GroupDocument(RequestModel):
     name: Name = Field(description="Unique in the inventory; a repeated name is a 422 (plans report traffic by group).")
     devices: list[DeviceDocument] = Field(min_length=1, max_length=4096)
@@ -111,6 +117,7 @@ class InventoryDocument(RequestModel):
     """An explicit cluster: groups (nodes, NVSwitch domains) of devices with memory tiers and links."""
 
     name: Name = "cluster"
+    default_dtype: Name | None = Field(None, description=_DEFAULT_DTYPE_HELP)
     groups: list[GroupDocument] = Field(min_length=1, max_length=4096)
     link: LinkDocument | None = None
 
@@ -120,6 +127,7 @@ class PresetInventory(RequestModel):
 
     preset: Name
     nodes: int = Field(1, ge=1, le=4096)
+    default_dtype: Name | None = Field(None, description=_DEFAULT_DTYPE_HELP)
 
 
 class PlanCreate(RequestModel):
@@ -194,7 +202,12 @@ class PlanRead(BaseModel):
     ops: dict[str, str] | None = None
     tensors: dict[str, list[TensorPlacement]] | None = None
     transfers: list[Transfer] | None = None
-    warnings: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list, description="What importing the graph could not resolve.")
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the planner assumed or could not do for this plan: the dtype whose peak timed it when the "
+        "graph's tensors are of another, memory tiers it did not re-time.",
+    )
     links: dict[str, str] = Field(default_factory=dict)
 
 

@@ -23,11 +23,12 @@ from partitioners.cost import (
     op_class_of,
     op_times_by_profile_s,
     op_times_s,
+    timing_dtype_note,
     transfer_time_s,
     transfer_times_s,
 )
 from partitioners.errors import InvalidInput
-from partitioners.graph import graph_from_ops
+from partitioners.graph import graph_from_json, graph_from_ops
 from partitioners.inventory import inventory_from_json, preset_inventory
 
 #: efficiency 1, no launch cost: the bare roofline
@@ -95,6 +96,31 @@ def test_view_operators_touch_no_bytes_but_pay_the_operator_overhead():
 def test_view_operators_are_recognised_by_type_case_insensitively():
     types = np.array(["Reshape", "UNSQUEEZE", "Flatten", "Identity", "Transpose", "Expand", "Gather"], dtype=object)
     assert is_view_op(types).tolist() == [True, True, True, True, False, False, False]
+
+
+def _dtype_graph(dtypes: dict[str, str | None]) -> object:
+    """mm: x, w -> y, each tensor 1e6 bytes of the dtype given (None: undeclared)."""
+    tensors = [{"name": n, "bytes": 1e6, **({"dtype": d} if d else {})} for n, d in dtypes.items()]
+    tensors[1]["kind"] = "parameter"
+    return graph_from_json({"name": "g", "tensors": tensors,
+                            "nodes": [{"name": "mm", "op": "MatMul", "inputs": ["x", "w"], "outputs": ["y"]}]})
+
+
+def test_a_graph_mostly_of_another_dtype_than_the_timing_peak_gets_a_note_saying_how_to_time_it():
+    graph = _dtype_graph({"x": "float32", "w": "float32", "y": "int64"})
+    note = timing_dtype_note(graph, preset_inventory("dgx-h100"))
+    assert "timed at the bf16 peak" in note
+    assert "100% of the bytes of the graph's tensors that declare a floating-point dtype are fp32" in note
+    assert "'fp32' or 'tf32'" in note
+
+
+@pytest.mark.parametrize(("dtypes", "inventory"), [
+    ({"x": "bfloat16", "w": "bfloat16", "y": "float32"}, {"preset": "dgx-h100"}),  # most bytes in bf16
+    ({"x": "float32", "w": "float32", "y": "float32"}, {"preset": "dgx-h100", "default_dtype": "tf32"}),
+    ({"x": None, "w": None, "y": None}, {"preset": "dgx-h100"}),  # nothing declared
+])
+def test_no_dtype_note_where_the_timing_peak_is_the_graphs_dtype_or_none_is_declared(dtypes, inventory):
+    assert timing_dtype_note(_dtype_graph(dtypes), inventory_from_json(inventory)) is None
 
 
 def test_parameters_count_as_bytes_touched():

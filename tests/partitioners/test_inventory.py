@@ -81,6 +81,21 @@ def test_a100_has_no_fp8_peak():
     assert inv.device_peak_flops_by_dtype["fp32"][0] == 19.5e12
 
 
+def test_a_preset_times_at_the_default_dtype_asked_for_and_hashes_apart():
+    tf32 = inventory_from_json({"preset": "dgx-h100", "nodes": 1, "default_dtype": "tf32"})
+    assert tf32.default_dtype == "tf32"
+    assert tf32.device_peak_flops[0] == 494.7e12
+    assert inventory_hash(tf32) != inventory_hash(preset_inventory("dgx-h100"))
+    assert inventory_from_json(inventory_to_json(tf32)).device_peak_flops[0] == 494.7e12
+
+
+def test_a_preset_asked_for_a_dtype_its_spec_sheet_lacks_names_default_dtype_and_what_it_has():
+    with pytest.raises(InvalidInput) as err:
+        inventory_from_json({"preset": "ascend-910b", "nodes": 1, "default_dtype": "tf32"})
+    assert err.value.field == "inventory.default_dtype"
+    assert "bf16, fp16" in err.value.detail
+
+
 def test_unknown_preset_lists_the_valid_ones():
     with pytest.raises(InvalidInput) as err:
         inventory_from_json({"preset": "dgx-h200", "nodes": 1})

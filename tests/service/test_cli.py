@@ -46,6 +46,20 @@ def test_plan_without_out_prints_the_plan_json_on_stdout_and_writes_no_file(grap
     assert sorted(path.name for path in tmp_path.iterdir()) == ["diamond.json"]
 
 
+def test_plan_dtype_times_the_preset_at_that_peak(graph_file):
+    bf16 = json.loads(_plan(str(graph_file), "--preset", "dgx-h100").stdout)
+    fp32 = json.loads(_plan(str(graph_file), "--preset", "dgx-h100", "--dtype", "fp32").stdout)
+    assert fp32["summary"]["makespan_s"] > 2 * bf16["summary"]["makespan_s"]
+    assert any("timed at the bf16 peak" in note for note in bf16["notes"])
+    assert not any("peak" in note for note in fp32["notes"])
+
+
+def test_a_dtype_the_preset_does_not_publish_is_one_line_naming_what_it_has(graph_file):
+    result = _plan(str(graph_file), "--preset", "ascend-910b", "--dtype", "tf32")
+    assert result.exit_code == 2
+    assert "publishes peaks for bf16, fp16" in _text(result) and "Traceback" not in result.output
+
+
 def test_an_inventory_file_that_is_not_json_is_a_usage_error(graph_file, tmp_path):
     inventory = tmp_path / "inventory.json"
     inventory.write_text("not json")

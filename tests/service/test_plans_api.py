@@ -152,3 +152,25 @@ def test_a_405_on_a_plan_allows_every_method_the_plan_route_serves(client):
     for method in ("GET", "HEAD"):
         assert client.request(method, f"/v1/plans/{plan['id']}").status_code == 200
     assert client.delete(f"/v1/plans/{plan['id']}").status_code == 204
+
+
+def test_an_inventory_default_dtype_times_the_plan_at_that_peak_and_is_another_plan(client):
+    # the diamond's declared tensors are float32: timed at bf16 the plan says so; at fp32 it is slower and silent
+    bf16 = client.post("/v1/plans", json=plan_request(diamond_graph("dtype"))).json()
+    body = plan_request(diamond_graph("dtype"))
+    body["inventory"]["default_dtype"] = "fp32"
+    response = client.post("/v1/plans", json=body)
+    assert response.status_code == 201, response.text
+    fp32 = response.json()
+    assert fp32["inventory_hash"] != bf16["inventory_hash"]
+    assert fp32["summary"]["makespan_s"] > 2 * bf16["summary"]["makespan_s"]
+    assert any("timed at the bf16 peak" in note for note in bf16["notes"])
+    assert not any("peak" in note for note in fp32["notes"])
+
+
+def test_a_default_dtype_the_preset_does_not_publish_is_a_422_naming_it(client):
+    body = plan_request(diamond_graph("dtype-unknown"), preset="ascend-910b")
+    body["inventory"]["default_dtype"] = "tf32"
+    response = client.post("/v1/plans", json=body)
+    assert response.status_code == 422
+    assert "inventory.default_dtype" in response.text and "bf16, fp16" in response.text

@@ -240,6 +240,8 @@ def _print_plan(plan: dict, *, to_stderr: bool = False) -> None:
         comm = "-" if c["comm_bytes"] is None else f"{c['comm_bytes'] / 1e6:.2f}"
         candidates.add_row(c["strategy"], makespan, "yes" if c["feasible"] else "no", str(c["devices_used"]), comm)
     console.print(candidates)
+    for note in plan.get("notes") or []:
+        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 def _plan_offline(model: Path, inventory: dict, options: dict) -> dict:

@@ -54,6 +54,12 @@ def test_plan_dtype_times_the_preset_at_that_peak(graph_file):
     assert not any("peak" in note for note in fp32["notes"])
 
 
+def test_plan_prints_the_plans_notes_under_its_table(graph_file):
+    result = _plan(str(graph_file), "--preset", "dgx-h100")
+    assert result.exit_code == 0, result.output
+    assert "note: operators are timed at the bf16 peak" in " ".join(result.stderr.split())
+
+
 def test_a_dtype_the_preset_does_not_publish_is_one_line_naming_what_it_has(graph_file):
     result = _plan(str(graph_file), "--preset", "ascend-910b", "--dtype", "tf32")
     assert result.exit_code == 2

@@ -325,15 +325,15 @@ def timing_dtype_note(graph: Hypergraph, inventory: Inventory, cost_model: CostM
     None when the graph declares no floating-point dtypes, or when the dtype holding the
     most bytes is the timing one (fp32 tensors timed at the ``tf32`` peak count as such).
     """
-    if graph.tensor_dtypes is None:
+    if not graph.tensor_dtypes:
         return None
-    peak_names = np.array([_PEAK_NAME_OF_TENSOR_DTYPE.get(str(d).lower(), "") if d else "" for d in graph.tensor_dtypes],
-                          dtype=object)
-    floating = peak_names != ""
-    if not floating.any():
-        return None
-    names, inverse = np.unique(peak_names[floating].astype(str), return_inverse=True)
-    bytes_by_name = np.bincount(inverse.reshape(-1), weights=graph.tensor_bytes[floating], minlength=names.size)
+    # one lookup per distinct dtype name, as op_class_of does for operator types (None: undeclared)
+    declared, of_tensor = np.unique(np.asarray(graph.tensor_dtypes, dtype=object).astype(str), return_inverse=True)
+    peak_name = np.array([_PEAK_NAME_OF_TENSOR_DTYPE.get(d.lower(), "") for d in declared.tolist()], dtype=object)
+    names, name_of_declared = np.unique(peak_name.astype(str), return_inverse=True)
+    bytes_by_name = np.bincount(name_of_declared.reshape(-1)[of_tensor.reshape(-1)], weights=graph.tensor_bytes,
+                                minlength=names.size)
+    bytes_by_name[names == ""] = 0.0  # integers, booleans, undeclared
     total = float(bytes_by_name.sum())
     if total <= 0.0:
         return None

@@ -116,6 +116,8 @@ def html_view(session: Session, plan: Plan) -> str:
         "model_hash": plan.model_hash,
         "inventory_hash": plan.inventory_hash,
         "candidates": body.get("candidates", []),
+        "notes": body.get("notes", []),
+        "warnings": body.get("warnings", []),
     }
     template = resources.files("service.api").joinpath("static/plan_view.html").read_text()
     return template.replace("__PLAN_ID__", plan.id).replace("__PLAN_DATA__", inline_json(data))

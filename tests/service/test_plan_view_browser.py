@@ -96,3 +96,32 @@ def test_names_that_hold_markup_are_shown_as_text_and_run_nothing(live_server, b
     shown = browser.execute_script("return JSON.parse(document.getElementById('plan-data').textContent)")
     assert any(bar[3] == markup for bar in shown["gantt"])
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_the_plan_view_lists_the_plans_notes_and_the_graphs_warnings(live_server, browser):
+    from selenium.webdriver.common.by import By
+
+    graph = diamond_graph("caveats")
+    del graph["nodes"][3]["flops"]  # the join has neither FLOPs nor shapes: the importer warns
+    plan = httpx.post(f"{live_server}/v1/plans", json=plan_request(graph), timeout=120).json()
+    assert plan["notes"] and plan["warnings"]
+    browser.get(f"{live_server}/v1/plans/{plan['id']}/view")
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-rendered") == "true"
+    assert browser.find_element(By.ID, "caveats").is_displayed()
+    shown_notes = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#notes li")]
+    shown_warnings = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#warnings li")]
+    assert shown_notes == plan["notes"]
+    assert shown_warnings == [f"graph warning: {warning}" for warning in plan["warnings"]]
+
+
+def test_the_plan_view_hides_the_caveats_section_of_a_plan_without_any(live_server, browser):
+    from selenium.webdriver.common.by import By
+
+    graph = diamond_graph("no-caveats")
+    for tensor in graph["tensors"]:
+        tensor.pop("dtype", None)  # nothing declared in another dtype than the one timing the plan
+    plan = httpx.post(f"{live_server}/v1/plans", json=plan_request(graph), timeout=120).json()
+    assert plan["notes"] == [] and plan["warnings"] == []
+    browser.get(f"{live_server}/v1/plans/{plan['id']}/view")
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-rendered") == "true"
+    assert not browser.find_element(By.ID, "caveats").is_displayed()

@@ -50,6 +50,7 @@ browser-deps:
 
 bench: install-dev
 	$(BIN)/python -m bench.ingest
+	$(BIN)/python -m bench.onnx_ingest
 	$(BIN)/python -m bench.simulate
 	$(BIN)/python -m bench.placement
 	$(BIN)/python -m bench.moe

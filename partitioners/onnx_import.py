@@ -121,14 +121,20 @@ def _check_names(graph: onnx.GraphProto) -> None:
     def bad(value: object) -> bool:
         return type(value) is not str or "\x00" in value
 
-    for i, node in enumerate(graph.node):
-        for value in (node.name, node.op_type, node.domain, *node.input, *node.output):
-            if bad(value):
-                raise InvalidInput(
-                    f"operator {i} has a name, type or tensor name that is not valid UTF-8 text ({value!r})",
-                    field=f"graph.node[{i}]",
-                    code="malformed-onnx",
-                )
+    def node_strings(node: onnx.NodeProto) -> tuple:
+        return (node.name, node.op_type, node.domain, *node.input, *node.output)
+
+    strings = [value for node in graph.node for value in node_strings(node)]
+    # one pass at C speed over every string; the node at fault is looked for only when one is bad
+    if not all(type(value) is str for value in strings) or "\x00" in "".join(strings):
+        for i, node in enumerate(graph.node):
+            for value in node_strings(node):
+                if bad(value):
+                    raise InvalidInput(
+                        f"operator {i} has a name, type or tensor name that is not valid UTF-8 text ({value!r})",
+                        field=f"graph.node[{i}]",
+                        code="malformed-onnx",
+                    )
     for kind, entries in (("initializer", graph.initializer), ("input", graph.input), ("output", graph.output)):
         for i, entry in enumerate(entries):
             if bad(entry.name):
@@ -269,6 +275,9 @@ MAX_FOLD_ROUNDS = 8
 #: Prefix of the shape-only stand-ins that replace long tensors in the copy given to
 #: ONNX data propagation (never a name of the model: see :func:`_without_long_values`).
 _STAND_IN_PREFIX = "hyperplace::shape-only::"
+#: (name, shape with None for unknown dims or None for no shape, ONNX element type or None)
+#: of one graph value, as shape inference left it (:func:`_value_shapes`).
+_ValueShape = tuple[str, "tuple | None", "int | None"]
 
 
 def _mark_external(tensor: TensorProto) -> None:
@@ -540,28 +549,37 @@ def _hide_long_constants(graph: onnx.GraphProto) -> None:
                     node.attribute[k].CopyFrom(onnx.helper.make_attribute("value", _shape_only([count], data_type)))
 
 
-def _without_long_values(model: onnx.ModelProto, static: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` for ONNX data propagation, which then meets no long vector.
+def _without_long_values(model: onnx.ModelProto, static: list[_ValueShape]) -> onnx.ModelProto:
+    """``model`` as ONNX data propagation may see it: one that meets no long vector.
 
-    ``static`` is ``model`` inferred without data propagation. Every 1-D tensor it shows
-    longer than :data:`SHAPE_DATA_MAX_ELEMENTS` (a runtime input bound to a long
-    sequence, a ``Range``) is read by its consumers through a stand-in: a constant with
-    its dims and no values. Inputs of a ``Concat`` whose output is that long get one too,
-    since data propagation adds their lengths up. Shapes are those of ``static``;
-    only the element-by-element copies are avoided.
+    ``static`` is :func:`_value_shapes` of ``model`` inferred without data propagation.
+    Every 1-D tensor it shows longer than :data:`SHAPE_DATA_MAX_ELEMENTS` (a runtime
+    input bound to a long sequence, a ``Range``) is read by its consumers through a
+    stand-in: a constant with its dims and no values. Inputs of a ``Concat`` whose output
+    is that long get one too, since data propagation adds their lengths up. Shapes are
+    those of ``static``; only the element-by-element copies are avoided. A model with no
+    such vector is returned as it is (inference does not change its argument), a copy
+    with the stand-ins otherwise.
     """
+    # Initializers with external data (a graph-only upload's weights, and every one
+    # :func:`_hide_long_constants` found long) already show ONNX dims and no values, as a
+    # stand-in would; the inline ones are short, but a long Concat may read them.
+    inline = [init for init in model.graph.initializer if init.data_location != TensorProto.EXTERNAL]
+    if not any(shape is not None and len(shape) == 1 and shape[0] is not None and shape[0] > SHAPE_DATA_MAX_ELEMENTS
+               for _, shape, _ in static):
+        return model  # no long vector, and so no Concat that adds up to one
     lengths: dict[str, int] = {}
-    for value in (*static.graph.input, *static.graph.value_info, *static.graph.output):
-        shape, elem = _value_shape(value)
+    elem_types: dict[str, int | None] = {}
+    for name, shape, elem in static:
+        elem_types[name] = elem
         if shape is not None and len(shape) == 1 and shape[0] is not None:
-            lengths[value.name] = shape[0]
-    for init in model.graph.initializer:
+            lengths[name] = shape[0]
+    for init in inline:
         if len(init.dims) == 1:
             lengths[init.name] = int(init.dims[0])
+        elem_types[init.name] = init.data_type
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    elem_types = {v.name: _value_shape(v)[1] for v in (*static.graph.input, *static.graph.value_info, *static.graph.output)}
-    elem_types.update((init.name, init.data_type) for init in model.graph.initializer)
     stand_ins: dict[str, str] = {}
     for node in copy.graph.node:
         if _is_constant(node):
@@ -587,15 +605,24 @@ def _without_long_values(model: onnx.ModelProto, static: onnx.ModelProto) -> onn
     return copy
 
 
-def _check_sizes(inferred: onnx.ModelProto) -> None:
+def _check_sizes(values: list[_ValueShape]) -> None:
     """Raise ``absurd-size`` for the first tensor whose inferred shape is over
-    :data:`MAX_TENSOR_BYTES`, as soon as shape inference has found it."""
-    for value in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
-        if value.name.startswith(_STAND_IN_PREFIX):
-            continue
-        shape, elem = _value_shape(value)
-        if shape is not None and elem in _BITS and all(d is not None for d in shape):
-            _check_tensor_size(value.name, shape, elem)
+    :data:`MAX_TENSOR_BYTES`, as soon as shape inference has found it (``values``: its
+    :func:`_value_shapes`)."""
+    for name, shape, elem in values:
+        if shape is not None and elem in _BITS and None not in shape and not name.startswith(_STAND_IN_PREFIX):
+            _check_tensor_size(name, shape, elem)
+
+
+def _all_shaped(values: list[_ValueShape], produced: list[str]) -> bool:
+    """Whether inference gave every operator output (``produced``) a whole shape and an element type.
+
+    Then neither data propagation nor another round of inference can add anything:
+    they only fill in what is unknown, and folding a node into a ``Constant`` keeps its
+    output's shape.
+    """
+    whole = {name for name, shape, elem in values if shape is not None and elem is not None and None not in shape}
+    return whole.issuperset(produced)
 
 
 def _check_tensor_size(name: str, shape: tuple, elem: int) -> float:
@@ -619,8 +646,9 @@ def _has_bodies(model: onnx.ModelProto) -> bool:
     return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in model.graph.node for a in n.attribute)
 
 
-def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """Shape inference that also sees through ``Shape -> ... -> Reshape`` chains; and the
+def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[list[_ValueShape], dict[str, np.ndarray]]:
+    """Shape inference that also sees through ``Shape -> ... -> Reshape`` chains: the
+    (name, shape, element type) it gave every value (:func:`_value_shapes`), and the
     values of the operator outputs it folded, by name.
 
     ONNX inference stops where a shape is *computed* (``Range``, ``Slice`` of a
@@ -636,7 +664,10 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[on
     propagation on a copy in which long vectors are stand-ins (:func:`_without_long_values`). Folded values are capped one by one
     (:data:`FOLD_MAX_ELEMENTS`, checked before they are built) and together
     (:data:`FOLD_BUDGET_ELEMENTS`). Models with control flow or local functions are
-    inferred without data propagation.
+    inferred without data propagation. Once inference has left no operator output
+    without a whole shape (:func:`_all_shaped`), data propagation and later rounds of
+    inference have nothing to add: such a round skips the first, and the rounds after it
+    only fold.
 
     The folded values (``Constant`` nodes small enough to read, and every node rewritten
     as one) are what :func:`graph_from_onnx_bytes` drops from the operators, as a
@@ -654,27 +685,28 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[on
     use_data_prop = not _has_bodies(work)
     folded_elements = 0
     budget_spent = False
-    inferred = work
+    inferred_values = _value_shapes(work)
+    produced = [output for node in work.graph.node for output in node.output if output]  # folding keeps them
+    shapes_final = False  # every operator output has a whole shape: inference has no more to say
     for round_number in range(MAX_FOLD_ROUNDS + 1):  # the last round only infers
-        notes = warnings if round_number == 0 else []
-        static = _infer(work, notes, data_prop=False)
-        if static is work:  # inference failed (warned): declared shapes only
-            return work, folded()
-        _check_sizes(static)
-        inferred = static
-        if use_data_prop:
-            inferred = _infer(_without_long_values(work, static), notes, data_prop=True)
-            _check_sizes(inferred)
+        if not shapes_final:
+            notes = warnings if round_number == 0 else []
+            static = _infer(work, notes, data_prop=False)
+            if static is work:  # inference failed (warned): declared shapes only
+                return inferred_values, folded()
+            static_values = _value_shapes(static)
+            _check_sizes(static_values)
+            inferred_values = static_values
+            if use_data_prop and not _all_shaped(static_values, produced):
+                inferred = _infer(_without_long_values(work, static_values), notes, data_prop=True)
+                inferred_values = _value_shapes(inferred)
+                _check_sizes(inferred_values)
+            known_shapes = {name: shape for name, shape, _ in static_values}
+            known_shapes.update((name, shape) for name, shape, _ in inferred_values)
+            known_shapes.update((init.name, tuple(int(d) for d in init.dims)) for init in work.graph.initializer)
+            shapes_final = _all_shaped(inferred_values, produced)
         if round_number == MAX_FOLD_ROUNDS:
             break
-        infos = {v.name: v for v in (*static.graph.input, *static.graph.value_info)}
-        infos.update((v.name, v) for v in (*inferred.graph.input, *inferred.graph.value_info))
-        dims_of = {init.name: tuple(int(d) for d in init.dims) for init in work.graph.initializer}
-
-        def shape_of(name: str) -> tuple | None:
-            if name in dims_of:
-                return dims_of[name]
-            return _value_shape(infos[name])[0] if name in infos else None
 
         replaced = False
         for node in work.graph.node:
@@ -686,9 +718,11 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[on
                 or not node.output[0]
             ):
                 continue
+            if op_type != "Shape" and node.input and node.input[0] not in values:
+                continue  # _eval_node needs the first input's value (every operator but Shape)
             args = [values.get(x) if x else None for x in node.input]
             try:
-                in_shapes = [shape_of(node.input[0])] if op_type == "Shape" else []
+                in_shapes = [known_shapes.get(node.input[0])] if op_type == "Shape" else []
                 outputs = _eval_node(node, args, in_shapes)
             except Exception:  # anything numpy refuses is simply not folded
                 outputs = None
@@ -699,10 +733,12 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[on
                 budget_spent = True
                 continue
             try:
-                shown = (
+                data_type = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+                # inference sees the value only while shapes are still being learnt
+                shown = None if shapes_final else (
                     onnx.numpy_helper.from_array(value)
                     if value.size <= SHAPE_DATA_MAX_ELEMENTS
-                    else _shape_only(value.shape, onnx.helper.np_dtype_to_tensor_dtype(value.dtype))
+                    else _shape_only(value.shape, data_type)
                 )
             except (TypeError, ValueError, KeyError):  # a dtype ONNX has no tensor type for
                 continue
@@ -713,7 +749,8 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[on
             node.domain = ""
             del node.input[:]
             del node.attribute[:]
-            node.attribute.append(onnx.helper.make_attribute("value", shown))
+            if shown is not None:
+                node.attribute.append(onnx.helper.make_attribute("value", shown))
             replaced = True
         if not replaced:
             break
@@ -722,7 +759,17 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[on
             f"constant folding stopped at {FOLD_BUDGET_ELEMENTS} folded elements: shapes computed "
             "from the remaining values are unknown"
         )
-    return inferred, folded()
+    return inferred_values, folded()
+
+
+def _value_shapes(model: onnx.ModelProto) -> list[_ValueShape]:
+    """(name, shape, element type) of the graph's inputs, intermediate values and outputs, in that order.
+
+    Reading a shape walks protobuf messages dim by dim, the import's main Python cost on a
+    large model: each inferred model is read once, here, and the lists are passed on.
+    """
+    graph = model.graph
+    return [(value.name, *_value_shape(value)) for value in (*graph.input, *graph.value_info, *graph.output)]
 
 
 def _value_shape(value: onnx.ValueInfoProto) -> tuple[tuple | None, int | None]:
@@ -732,7 +779,7 @@ def _value_shape(value: onnx.ValueInfoProto) -> tuple[tuple | None, int | None]:
     elem = tensor_type.elem_type or None
     if not tensor_type.HasField("shape"):
         return None, elem
-    shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tensor_type.shape.dim)
+    shape = tuple([d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tensor_type.shape.dim])
     return shape, elem
 
 
@@ -878,10 +925,10 @@ def graph_from_onnx_bytes(
             f"dims {sorted(set(bound) - used_dims)} name no dimension of the model's inputs and were ignored"
         )
     _drop_large_values(model)
-    inferred, folded_values = _infer_with_folding(model, warnings)
-    graph = model.graph  # operators as uploaded; shapes and dtypes come from ``inferred``
+    inferred_values, folded_values = _infer_with_folding(model, warnings)
+    graph = model.graph  # operators as uploaded; shapes and dtypes come from inference
 
-    table = _TensorTable.of(graph, inferred.graph)
+    table = _TensorTable.of(graph, inferred_values)
     ops = _read_operators(graph, table, _folded_nodes(graph, folded_values))
     table.add_folded(ops.folded_outputs, folded_values)
     warnings += ops.warnings()
@@ -935,7 +982,7 @@ class _TensorTable:
     runtime_inputs: list[str]
 
     @classmethod
-    def of(cls, graph: onnx.GraphProto, inferred: onnx.GraphProto) -> "_TensorTable":
+    def of(cls, graph: onnx.GraphProto, inferred: list[_ValueShape]) -> "_TensorTable":
         shapes: dict[str, tuple | None] = {}
         elems: dict[str, int | None] = {}
         parameters: set[str] = set()
@@ -947,13 +994,12 @@ class _TensorTable:
             shapes[sparse.values.name] = tuple(int(d) for d in sparse.dims)
             elems[sparse.values.name] = sparse.values.data_type
             parameters.add(sparse.values.name)
-        for value in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
-            if value.name in parameters:
+        for name, shape, elem in inferred:
+            if name in parameters:
                 continue
-            shape, elem = _value_shape(value)
-            if shape is not None or value.name not in shapes:
-                shapes[value.name] = shape
-                elems[value.name] = elem if elem is not None else elems.get(value.name)
+            if shape is not None or name not in shapes:
+                shapes[name] = shape
+                elems[name] = elem if elem is not None else elems.get(name)
         # a nameless graph input is one no operator can read (an empty input name means "absent")
         runtime_inputs = [v.name for v in graph.input if v.name and v.name not in parameters]
         return cls(shapes, elems, parameters, runtime_inputs)
@@ -1042,10 +1088,15 @@ def _folded_nodes(graph: onnx.GraphProto, folded_values: Mapping[str, np.ndarray
     graph_outputs = {value.name for value in graph.output}
     dropped = np.zeros(len(graph.node), dtype=bool)
     for i, node in enumerate(graph.node):
+        constant = _is_constant(node)
+        if not constant and not folded_values:
+            continue
         outputs = [o for o in node.output if o]
+        if not constant and (not outputs or outputs[0] not in folded_values):
+            continue  # most nodes: their first output was not folded
         if any(o in graph_outputs for o in outputs):
             continue
-        dropped[i] = _is_constant(node) or (bool(outputs) and all(o in folded_values for o in outputs))
+        dropped[i] = constant or all(o in folded_values for o in outputs)
     return dropped
 
 
@@ -1078,9 +1129,10 @@ def _read_operators(graph: onnx.GraphProto, table: _TensorTable, folded: np.ndar
                 )
             producer[out] = i
         inputs = [x for x in node.input if x]
-        if op_type in _CONTROL_FLOW or any(
-            a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute
-        ):
+        attributes = node.attribute
+        if op_type in _CONTROL_FLOW or (attributes and any(
+            a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in attributes
+        )):
             reads, body_nodes, truncated = _outer_reads(node)
             inputs = inputs + [r for r in reads if (r in defined or r in producer) and r not in inputs]
             ops.opaque.append(f"'{op_names[i]}' ({op_type}, {body_nodes} operators inside)")
@@ -1103,7 +1155,7 @@ def _read_operators(graph: onnx.GraphProto, table: _TensorTable, folded: np.ndar
         if op_type in _CONTROL_FLOW:
             estimate = estimate_flops("", [], out_shapes)
         else:
-            estimate = estimate_flops(op_type, in_shapes, out_shapes, _attrs(node))
+            estimate = estimate_flops(op_type, in_shapes, out_shapes, _attrs(node) if attributes else {})
             if estimate.note is not None:
                 if estimate.note.startswith("no FLOP formula"):
                     ops.fallback_types[op_type] = ops.fallback_types.get(op_type, 0) + 1

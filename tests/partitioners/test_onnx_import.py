@@ -855,3 +855,29 @@ def test_unsqueeze_axes_longer_than_the_rank_limit_are_malformed():
     with pytest.raises(InvalidInput, match="attribute 'axes' has 65 dimensions") as info:
         graph_from_onnx_bytes(data)
     assert info.value.field == "graph.node[0]"
+
+
+def _inference_passes(monkeypatch, data: bytes, dims: dict) -> list[bool]:
+    """The ``data_prop`` flag of every ONNX shape inference one import runs."""
+    passes: list[bool] = []
+    infer = onnx_import._infer
+
+    def counted(model, warnings, *, data_prop):
+        passes.append(data_prop)
+        return infer(model, warnings, data_prop=data_prop)
+
+    monkeypatch.setattr(onnx_import, "_infer", counted)
+    graph_from_onnx_bytes(data, dims=dims)
+    return passes
+
+
+def test_a_model_that_static_inference_shapes_whole_is_inferred_once_without_data_propagation(monkeypatch):
+    # ResNet-50 computes no shape at run time: once the batch is bound, one pass knows every tensor
+    assert _inference_passes(monkeypatch, (FIXTURES / "resnet50.onnx").read_bytes(), {"batch": 2}) == [False]
+
+
+def test_inference_stops_once_a_round_has_shaped_every_operator_output(monkeypatch):
+    # GPT-2's head splits read the activation's shape: data propagation is needed once, and
+    # after its Shape chains are folded a static pass shapes everything, so no round follows
+    passes = _inference_passes(monkeypatch, (FIXTURES / "gpt2.onnx").read_bytes(), {"batch": 8, "sequence": 128})
+    assert passes == [False, True, False]

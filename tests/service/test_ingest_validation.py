@@ -146,7 +146,7 @@ def test_an_onnx_model_whose_import_needs_more_than_the_cap_is_a_4xx_and_the_ser
     from tests.service.test_onnx_worker import rank_doubling_gather_chain
 
     client = small_import_cap_client
-    response = _upload(client, rank_doubling_gather_chain(18), {})  # 470 bytes, about 100 MiB to import
+    response = _upload(client, rank_doubling_gather_chain(20), {})  # 531 bytes, about 220 MiB to import
     assert response.status_code in (413, 422), response.text  # 422 when ONNX died of running out
     body = _problem(response, response.status_code)
     assert body["type"].endswith(("import-memory", "import-crashed")) and _fields(body) == ["model"]

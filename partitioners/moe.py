@@ -774,7 +774,8 @@ def rebalance(
     after, after_counts = _measure(array, decision.final)
     if current is not None:
         reason = _reason(decision, after, min_improvement=min_improvement,
-                         ignore_sampling_noise=ignore_sampling_noise, max_replicas_moved=max_replicas_moved)
+                         ignore_sampling_noise=ignore_sampling_noise, max_replicas_moved=max_replicas_moved,
+                         num_experts=array.shape[1])
     return _result(array, decision, cluster, int(expert_bytes), bound, reason, had_current=current is not None,
                    measured=(after, after_counts))
 
@@ -1028,7 +1029,7 @@ def _repaired_or_fresh(
 
 
 def _reason(decision: _Decision, after: BalanceStats, *, min_improvement: float, ignore_sampling_noise: bool,
-            max_replicas_moved: int | None) -> str:
+            max_replicas_moved: int | None, num_experts: int | None = None) -> str:
     """One sentence saying what changed and why the other layers did not, and which loaded
     experts the current placement could not serve (why ``balance_before`` is unbounded).
 
@@ -1068,6 +1069,10 @@ def _reason(decision: _Decision, after: BalanceStats, *, min_improvement: float,
         )
     if decision.before is not None and decision.before.unhosted_layer.size:
         clauses.append(_unhosted_summary(decision.before))
+    if num_experts is not None:
+        unloaded = _unhosted_unloaded_summary(decision, num_experts)
+        if unloaded:
+            clauses.append(unloaded)
     if changed.any():
         head = f"{int(changed.sum())} of {layers} layers changed ({int((action == 'replanned').sum())} replanned)"
         return "; ".join([head, *clauses])
@@ -1110,6 +1115,39 @@ def _unhosted_summary(before: BalanceStats, max_layers: int = 3, max_experts: in
         f"the current placement held no copy of {before.unhosted_expert.size} expert(s) that receive load"
         f" ({'; '.join(named)}{more}), so it could not serve their tokens: balance_before is unbounded"
         " for those layers, and the experts were re-created"
+    )
+
+
+def _unhosted_unloaded_summary(decision: _Decision, num_experts: int, max_layers: int = 3,
+                               max_experts: int = 8) -> str | None:
+    """The experts the current placement held no copy of although they received no load, or None.
+
+    Their layers' ``balance_before`` is finite (no token went unserved in this window) and
+    can even lie below ``lower_bound``, which holds for placements that host every expert.
+    A dropless runtime needs a copy of each one for the tokens routed to it later, so the
+    new placement has one, and that layer's max/mean can read worse than before.
+    """
+    original = decision.original
+    layers = original.shape[0]
+    flat = original.reshape(layers, -1)
+    counts = np.zeros((layers, num_experts), dtype=np.int64)
+    rows, cols = np.nonzero(flat >= 0)
+    np.add.at(counts, (rows, flat[rows, cols]), 1)
+    missing = counts == 0
+    if decision.before is not None and decision.before.unhosted_layer.size:
+        missing[decision.before.unhosted_layer, decision.before.unhosted_expert] = False  # said already
+    if not missing.any():
+        return None
+    named = []
+    for layer in np.flatnonzero(missing.any(axis=1))[:max_layers].tolist():
+        experts = np.flatnonzero(missing[layer])
+        listed = ", ".join(str(e) for e in experts[:max_experts].tolist())
+        named.append(f"layer {layer}: {listed}{', ...' if experts.size > max_experts else ''}")
+    more = "; ..." if int(missing.any(axis=1).sum()) > max_layers else ""
+    return (
+        f"the current placement held no copy of {int(missing.sum())} expert(s) that received no load"
+        f" ({'; '.join(named)}{more}); every expert needs one for the tokens routed to it later, so"
+        " they were re-created, which can raise those layers' max/mean above balance_before"
     )
 
 

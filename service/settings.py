@@ -54,10 +54,11 @@ class Settings(BaseSettings):
     )
     # Measured (Linux x86-64, Python 3.11, onnx 1.23): the ONNX fixtures take at most
     # 23 MiB over the import worker's start-up footprint, a 1,000,000-operator chain
-    # (HYPERPLACE_MAX_GRAPH_OPS) 3.3 GiB and a 63 MiB graph-only model of 511,000
-    # operators (about HYPERPLACE_MAX_BODY_BYTES) 4.0 GiB, all as address space
-    # (RLIMIT_AS). 6 GiB leaves half as much again; a crafted rank-doubling Gather
-    # chain asks for more than any machine has and is refused here instead.
+    # (HYPERPLACE_MAX_GRAPH_OPS) 2.3 GiB and a 63 MiB graph-only GPT export of 765,004
+    # nodes (bench/synthetic_onnx.py, 15,000 layers; about HYPERPLACE_MAX_BODY_BYTES)
+    # 3.1 GiB, all as address space (RLIMIT_AS). 6 GiB leaves twice as much again; a
+    # crafted rank-doubling Gather chain asks for more than any machine has and is
+    # refused here instead.
     onnx_import_memory_bytes: int = Field(
         6 * 2**30,
         ge=0,

@@ -773,13 +773,16 @@ def _value_shapes(model: onnx.ModelProto) -> list[_ValueShape]:
 
 
 def _value_shape(value: onnx.ValueInfoProto) -> tuple[tuple | None, int | None]:
-    if not value.type.HasField("tensor_type"):
+    type_proto = value.type
+    if not type_proto.HasField("tensor_type"):
         return None, None
-    tensor_type = value.type.tensor_type
+    tensor_type = type_proto.tensor_type
     elem = tensor_type.elem_type or None
     if not tensor_type.HasField("shape"):
         return None, elem
-    shape = tuple([d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tensor_type.shape.dim])
+    # a dim is a value, a symbol or neither (the oneof); WhichOneof reads it in one call
+    shape = tuple([d.dim_value if d.WhichOneof("value") == "dim_value" and d.dim_value >= 0 else None
+                   for d in tensor_type.shape.dim])
     return shape, elem
 
 

@@ -881,3 +881,30 @@ def test_inference_stops_once_a_round_has_shaped_every_operator_output(monkeypat
     # after its Shape chains are folded a static pass shapes everything, so no round follows
     passes = _inference_passes(monkeypatch, (FIXTURES / "gpt2.onnx").read_bytes(), {"batch": 8, "sequence": 128})
     assert passes == [False, True, False]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux")
+def test_a_long_external_vector_feeding_shape_operators_is_imported_within_a_memory_cap():
+    # a graph-only 10^9-element int64 weight concatenated with a shape and reshaped by it:
+    # data propagation sees its dims and never a value, as it would see a stand-in
+    weight = TensorProto()
+    weight.name, weight.data_type = "w", TensorProto.INT64
+    weight.dims.append(10**9)
+    weight.data_location = TensorProto.EXTERNAL
+    entry = weight.external_data.add()
+    entry.key, entry.value = "location", "weights.bin"
+    data = _model(
+        [
+            helper.make_node("Shape", ["x"], ["s"], name="shape"),
+            helper.make_node("Concat", ["s", "w"], ["c"], name="concat", axis=0),
+            helper.make_node("Size", ["c"], ["n"], name="size"),
+            helper.make_node("Relu", ["x"], ["y"], name="relu"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+         helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        [weight],
+    )
+    imported = _import_under_a_memory_cap(data, {"batch": 2})
+    assert imported["shapes"]["c"] == [10**9 + 2]
+    assert imported["shapes"]["y"] == [2, 4]

@@ -1035,8 +1035,9 @@ def _estimate_missing_flops(
         owners = np.repeat(np.arange(flops.shape[0]), np.diff(out_ptr))
         np.add.at(out_bytes, owners, tensor_bytes[out_ids])
         flops[rest] = out_bytes[rest] / _FALLBACK_ELEMENT_BYTES
+        subject = "1 operator has" if rest.size == 1 else f"{rest.size} operators have"
         warnings.append(
-            f'{rest.size} operators have neither "flops" nor tensor shapes: estimated one FLOP per '
+            f'{subject} neither "flops" nor tensor shapes: estimated one FLOP per '
             f"{_FALLBACK_ELEMENT_BYTES:g} output bytes (one float32 element)"
         )
 

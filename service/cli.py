@@ -388,6 +388,10 @@ def _print_layouts(answer: dict) -> None:
     for c in rows:
         for reason in c["reasons"]:
             console.print(f"{_mesh(c)} cannot run: {reason}")
+    # what the first layout's prediction assumed or warns of (ties, uneven stages, tight
+    # memory, MoE uncertainty); the others' are in --out
+    for note in rows[0]["notes"] if rows else ():
+        console.print(f"{_mesh(rows[0])}: {note}")
     for note in answer.get("notes", ()):
         console.print(f"note: {note}")
 

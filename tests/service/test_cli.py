@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from service.cli import app
+from service.cli import _mesh, app
 from tests.service.graphs import diamond_graph
 
 runner = CliRunner()
@@ -134,6 +134,16 @@ def test_layout_evaluates_given_layouts_and_says_why_one_cannot_run(tmp_path):
     fits, too_big = json.loads(out.read_text())["predictions"]
     assert not fits["reasons"] and too_big["reasons"][0].startswith("out of memory")
     assert "tp1 pp1 dp64" in result.output and "tp1 pp1 dp64 cannot run: out of memory" in _text(result)
+
+
+def test_layout_prints_the_notes_of_the_first_layout(tmp_path):
+    out = tmp_path / "layout.json"
+    result = _layout("--seq-length", "4096", "--top-k", "2", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    best = json.loads(out.read_text())["candidates"][0]
+    assert best["notes"]  # a 70B model on 64 H100s: its fastest layouts are ties, with tight memory
+    for note in best["notes"]:
+        assert f"{_mesh(best)}: {note}" in _text(result)
 
 
 QWEN3_30B_A3B = LLAMA_3_70B.with_name("Qwen_Qwen3-30B-A3B.json")

@@ -86,7 +86,7 @@ import numpy as np
 
 from partitioners.errors import Infeasible, InvalidInput
 from partitioners.moe_moves import MoveContext, adjust_counts, swap_refine
-from partitioners.moe_packing import PlacementState, balance_ratio, pack_rounds
+from partitioners.moe_packing import PlacementState, balance_ratio, count_rows, pack_rounds
 from partitioners.moe_relabel import gpu_in_node, relabel
 from partitioners.moe_replicas import bound_ratio, water_fill
 
@@ -1029,7 +1029,7 @@ def _repaired_or_fresh(
 
 
 def _reason(decision: _Decision, after: BalanceStats, *, min_improvement: float, ignore_sampling_noise: bool,
-            max_replicas_moved: int | None, num_experts: int | None = None) -> str:
+            max_replicas_moved: int | None, num_experts: int) -> str:
     """One sentence saying what changed and why the other layers did not, and which loaded
     experts the current placement could not serve (why ``balance_before`` is unbounded).
 
@@ -1068,11 +1068,10 @@ def _reason(decision: _Decision, after: BalanceStats, *, min_improvement: float,
             " from the moves found"
         )
     if decision.before is not None and decision.before.unhosted_layer.size:
-        clauses.append(_unhosted_summary(decision.before))
-    if num_experts is not None:
-        unloaded = _unhosted_unloaded_summary(decision, num_experts)
-        if unloaded:
-            clauses.append(unloaded)
+        clauses.append(_unhosted_summary(decision.before, num_experts))
+    unloaded = _unhosted_unloaded_summary(decision, num_experts)
+    if unloaded:
+        clauses.append(unloaded)
     if changed.any():
         head = f"{int(changed.sum())} of {layers} layers changed ({int((action == 'replanned').sum())} replanned)"
         return "; ".join([head, *clauses])
@@ -1103,23 +1102,29 @@ def _held_clause(held: np.ndarray, by_budget: bool, by_node_local: bool, max_rep
     return f"{' and '.join(constraints)}, so {worst.size} layer(s) stay above a fresh plan's max/mean ({named}{more})"
 
 
-def _unhosted_summary(before: BalanceStats, max_layers: int = 3, max_experts: int = 8) -> str:
-    """The loaded experts without a copy, a few layers and experts named (all are in ``unhosted_experts``)."""
-    lists = before.unhosted_lists()
+def _named_experts(missing: np.ndarray, max_layers: int = 3, max_experts: int = 8) -> str:
+    """``layer 0: 1, 4; layer 2: 7, ...`` for a ``(num_layers, num_experts)`` mask, a few of each named."""
+    layers = np.flatnonzero(missing.any(axis=1))
     named = []
-    for layer in np.flatnonzero(np.isinf(before.per_layer))[:max_layers].tolist():
-        experts = ", ".join(str(e) for e in lists[layer][:max_experts])
-        named.append(f"layer {layer}: {experts}{', ...' if len(lists[layer]) > max_experts else ''}")
-    more = "; ..." if int(np.isinf(before.per_layer).sum()) > max_layers else ""
+    for layer in layers[:max_layers].tolist():
+        experts = np.flatnonzero(missing[layer])
+        listed = ", ".join(str(e) for e in experts[:max_experts].tolist())
+        named.append(f"layer {layer}: {listed}{', ...' if experts.size > max_experts else ''}")
+    return "; ".join(named) + ("; ..." if layers.size > max_layers else "")
+
+
+def _unhosted_summary(before: BalanceStats, num_experts: int) -> str:
+    """The loaded experts without a copy, a few layers and experts named (all are in ``unhosted_experts``)."""
+    missing = np.zeros((before.per_layer.size, num_experts), dtype=bool)
+    missing[before.unhosted_layer, before.unhosted_expert] = True
     return (
         f"the current placement held no copy of {before.unhosted_expert.size} expert(s) that receive load"
-        f" ({'; '.join(named)}{more}), so it could not serve their tokens: balance_before is unbounded"
+        f" ({_named_experts(missing)}), so it could not serve their tokens: balance_before is unbounded"
         " for those layers, and the experts were re-created"
     )
 
 
-def _unhosted_unloaded_summary(decision: _Decision, num_experts: int, max_layers: int = 3,
-                               max_experts: int = 8) -> str | None:
+def _unhosted_unloaded_summary(decision: _Decision, num_experts: int) -> str | None:
     """The experts the current placement held no copy of although they received no load, or None.
 
     Their layers' ``balance_before`` is finite (no token went unserved in this window) and
@@ -1128,25 +1133,15 @@ def _unhosted_unloaded_summary(decision: _Decision, num_experts: int, max_layers
     new placement has one, and that layer's max/mean can read worse than before.
     """
     original = decision.original
-    layers = original.shape[0]
-    flat = original.reshape(layers, -1)
-    counts = np.zeros((layers, num_experts), dtype=np.int64)
-    rows, cols = np.nonzero(flat >= 0)
-    np.add.at(counts, (rows, flat[rows, cols]), 1)
-    missing = counts == 0
-    if decision.before is not None and decision.before.unhosted_layer.size:
+    slots = np.where(original >= 0, original, num_experts).reshape(original.shape[0], -1)
+    missing = count_rows(slots, num_experts + 1)[:, :num_experts] == 0
+    if decision.before is not None:
         missing[decision.before.unhosted_layer, decision.before.unhosted_expert] = False  # said already
     if not missing.any():
         return None
-    named = []
-    for layer in np.flatnonzero(missing.any(axis=1))[:max_layers].tolist():
-        experts = np.flatnonzero(missing[layer])
-        listed = ", ".join(str(e) for e in experts[:max_experts].tolist())
-        named.append(f"layer {layer}: {listed}{', ...' if experts.size > max_experts else ''}")
-    more = "; ..." if int(missing.any(axis=1).sum()) > max_layers else ""
     return (
         f"the current placement held no copy of {int(missing.sum())} expert(s) that received no load"
-        f" ({'; '.join(named)}{more}); every expert needs one for the tokens routed to it later, so"
+        f" ({_named_experts(missing)}); every expert needs one for the tokens routed to it later, so"
         " they were re-created, which can raise those layers' max/mean above balance_before"
     )
 

@@ -564,10 +564,10 @@ def _without_long_values(model: onnx.ModelProto, static: list[_ValueShape]) -> o
     # Initializers with external data (a graph-only upload's weights, and every one
     # :func:`_hide_long_constants` found long) already show ONNX dims and no values, as a
     # stand-in would; the inline ones are short, but a long Concat may read them.
-    inline = [init for init in model.graph.initializer if init.data_location != TensorProto.EXTERNAL]
     if not any(shape is not None and len(shape) == 1 and shape[0] is not None and shape[0] > SHAPE_DATA_MAX_ELEMENTS
                for _, shape, _ in static):
         return model  # no long vector, and so no Concat that adds up to one
+    inline = [init for init in model.graph.initializer if init.data_location != TensorProto.EXTERNAL]
     lengths: dict[str, int] = {}
     elem_types: dict[str, int | None] = {}
     for name, shape, elem in static:
@@ -697,14 +697,15 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[li
             static_values = _value_shapes(static)
             _check_sizes(static_values)
             inferred_values = static_values
-            if use_data_prop and not _all_shaped(static_values, produced):
+            shapes_final = _all_shaped(static_values, produced)
+            if use_data_prop and not shapes_final:
                 inferred = _infer(_without_long_values(work, static_values), notes, data_prop=True)
                 inferred_values = _value_shapes(inferred)
                 _check_sizes(inferred_values)
+                shapes_final = _all_shaped(inferred_values, produced)
             known_shapes = {name: shape for name, shape, _ in static_values}
             known_shapes.update((name, shape) for name, shape, _ in inferred_values)
             known_shapes.update((init.name, tuple(int(d) for d in init.dims)) for init in work.graph.initializer)
-            shapes_final = _all_shaped(inferred_values, produced)
         if round_number == MAX_FOLD_ROUNDS:
             break
 

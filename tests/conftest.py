@@ -32,6 +32,7 @@ POSTGRES_URL = os.environ.get("HYPERPLACE_TEST_POSTGRES_URL")
 hypothesis_settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 

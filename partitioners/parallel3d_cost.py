@@ -792,9 +792,15 @@ class _StageTimes:
     slowest: _LayerWork
 
 
-def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: np.ndarray, first: _LayerWork,
-                 mid: _LayerWork, last: _LayerWork, ends: _EndStageWork, params: _StageParameters) -> _StageTimes:
-    """Per-micro-batch time of the first, a middle and the last stage, and which one paces the pipeline."""
+def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: np.ndarray, has_middle: np.ndarray,
+                 first: _LayerWork, mid: _LayerWork, last: _LayerWork, ends: _EndStageWork,
+                 params: _StageParameters) -> _StageTimes:
+    """Per-micro-batch time of the first, a middle and the last stage, and which one paces the pipeline.
+
+    A pipeline of two stages has no middle one (``has_middle`` False): there the full
+    ``ceil(L/p)``-layer stage that ``mid`` describes does not exist, and only the first
+    and last stages can pace it, as in :func:`pipeline_time_s`.
+    """
     # unfused weight-gradient accumulation: one pass over the stage's parameters per micro-batch
     def accumulation_s(params_per_gpu: np.ndarray) -> np.ndarray:
         if training.gradient_accumulation_fusion:
@@ -812,10 +818,11 @@ def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: np.ndarray
     last_total = last.total_s + logits + mtp_time + last_acc
     # the slowest stage paces the steady state (Narayanan et al. SC21, Sec. 2.2: every
     # stage runs one forward and one backward per micro-batch in lock-step)
+    pacing_mid_total = np.where(has_middle, mid_total, 0.0)
     slowest_s = np.where(single, first_total + logits + mtp_time,
-                         np.maximum(first_total, np.maximum(mid_total, last_total)))
-    use_last = (~single) & (last_total >= first_total) & (last_total > mid_total)
-    use_first = (~single) & (~use_last) & (first_total > mid_total)
+                         np.maximum(first_total, np.maximum(pacing_mid_total, last_total)))
+    use_last = (~single) & (last_total >= first_total) & (last_total > pacing_mid_total)
+    use_first = (~single) & (~use_last) & (first_total > pacing_mid_total)
     which = [single, use_last, use_first]
     slowest = _LayerWork(
         np.select(which, [first.compute_s + logits + mtp.compute_s + ends.embedding_s + first_acc,
@@ -1096,7 +1103,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     params = _stage_parameters(model, counts, tp, ep, sizes.etp, split, single)
     first = _stage_work(split.first - split.first_moe, dense, split.first_moe, moe)
     last = _stage_work(split.last - split.last_moe, dense, split.last_moe, moe)
-    stages = _stage_times(training, rates, single, first, mid, last, ends, params)
+    stages = _stage_times(training, rates, single, pp > 2, first, mid, last, ends, params)
 
     p2p_bytes, p2p_per_mb = _pipeline_exchange_s(model, training, rates, layouts, sizes, tokens, stages.slowest_s)
     # unequal stages (embedding first, logits last): see pipeline_time_s

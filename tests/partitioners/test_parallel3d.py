@@ -772,6 +772,23 @@ def test_time_breakdown_accounts_for_the_whole_step(lay):
     assert sum(float(pred[k][0]) for k in parts) == pytest.approx(float(pred["step_time_s"][0]))
 
 
+def test_a_two_stage_pipeline_is_paced_by_its_two_stages_not_by_a_full_middle_one():
+    # 7 layers on 2 stages: 4 on one, 3 on the other, MoE on 4 of them. The full 4-layer
+    # "middle" stage with its share of MoE layers rounded up does not exist at pp 2, so it
+    # must not pace the steady state: the bubble stays >= 0 and the parts add up.
+    model = model_from_dict({"num_layers": 7, "hidden_size": 2048, "num_attention_heads": 8, "num_kv_heads": 4,
+                             "vocab_size": 1, "seq_length": 2048,
+                             "moe": {"num_experts": 60, "experts_per_token": 8, "expert_ffn_hidden_size": 2048,
+                                     "moe_layers": [1, 3, 5, 6]}})
+    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
+    training = training_from_dict({"global_batch_sequences": 2})
+    pred = predict_layouts(model, cluster, training, layouts(tp=4, pp=2, mbs=1, v=4))
+    assert float(pred["bubble_s"][0]) > 0.0
+    parts = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "bubble_s", "dp_comm_exposed_s",
+             "optimizer_s")
+    assert sum(float(pred[k][0]) for k in parts) == pytest.approx(float(pred["step_time_s"][0]))
+
+
 def test_tensor_parallel_time_is_four_allreduces_per_layer_plus_the_embedding_on_nvlink():
     model = model_from_dict(GPT_SMALL)
     cluster = cluster_from_dict(A100_NODE)

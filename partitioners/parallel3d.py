@@ -550,6 +550,11 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
         extra.append(f"partial recomputation: the first {recompute_layers} of the {chunk_layers} layers of each "
                      f"model chunk are recomputed, the rest keep their activations (Megatron-LM "
                      f"--recompute-method block --recompute-num-layers {recompute_layers})")
+    mfu = float(pred["mfu"][i])
+    if mfu > 1.0:
+        extra.append(f"mfu {mfu:.2f} is above 1 because the SC21 count it follows takes attention over the whole "
+                     "s x s matrix, twice the causal work the kernels do, and attention dominates at this "
+                     f"sequence length; mfu_causal ({float(pred['mfu_causal'][i]):.2f}) counts what runs")
     breakdown = {k: float(pred[k][i]) for k in ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
                                                 "bubble_s", "dp_comm_exposed_s", "dp_comm_total_s", "optimizer_s")}
     return LayoutPrediction(
@@ -557,7 +562,7 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
         micro_batch_size=d["mbs"], num_micro_batches=int(pred["num_micro_batches"][i]), zero_stage=d["zero"],
         recompute=RECOMPUTE_MODES[d["recompute"]], recompute_num_layers=recompute_layers,
         step_time_s=float(pred["step_time_s"][i]),
-        tokens_per_s=float(pred["tokens_per_s"][i]), mfu=float(pred["mfu"][i]),
+        tokens_per_s=float(pred["tokens_per_s"][i]), mfu=mfu,
         mfu_causal=float(pred["mfu_causal"][i]), hfu=float(pred["hfu"][i]),
         bubble_fraction=float(pred["bubble_fraction"][i]), time_breakdown_s=breakdown, memory=memory,
         reasons=reasons, notes=tuple(extra), tie_with_best=tie,

@@ -1312,6 +1312,20 @@ def test_layout_that_fits_only_at_low_allocator_fragmentation_is_noted_as_tight(
     assert tight.fits and any(n.startswith("tight memory") for n in tight.notes)
 
 
+def test_an_mfu_above_one_from_counting_the_whole_attention_matrix_is_explained_in_the_notes():
+    # 128K tokens through a narrow model: attention is nearly all the work, and SC21's count
+    # of the whole s x s matrix is twice what causal kernels compute
+    model = {"num_layers": 12, "hidden_size": 2048, "num_attention_heads": 8, "num_kv_heads": 1,
+             "ffn_hidden_size": 1, "vocab_size": 1, "seq_length": 131072}
+    (long_context,) = evaluate_layouts(model, {"preset": "dgx-a100", "nodes": 4}, {"global_batch_sequences": 64},
+                                       [{"tp": 1, "pp": 2}])
+    (short_context,) = evaluate_layouts({**model, "seq_length": 2048}, {"preset": "dgx-a100", "nodes": 4},
+                                        {"global_batch_sequences": 64}, [{"tp": 1, "pp": 2}])
+    assert long_context.mfu > 1.0 > long_context.mfu_causal
+    assert any(n.startswith(f"mfu {long_context.mfu:.2f} is above 1") for n in long_context.notes)
+    assert not any("is above 1" in n for n in short_context.notes)
+
+
 def test_each_layout_reports_the_allocator_fragmentation_at_which_it_stops_fitting():
     model = {"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
              "vocab_size": 32000}

@@ -1725,6 +1725,31 @@ def test_every_ranked_layout_uses_all_gpus_splits_the_batch_and_fits(layers, hea
     assert times == sorted(times)
 
 
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(2, 13), moe_layers=st.sets(st.integers(0, 12)), experts_exp=st.integers(1, 6),
+       top_k=st.sampled_from([1, 2, 8]), vocab=st.sampled_from([256, 32000]), batch=st.sampled_from([2, 8, 64]),
+       nodes=st.sampled_from([1, 2]))
+def test_every_searched_layouts_time_parts_are_non_negative_and_add_up_to_its_step(layers, moe_layers, experts_exp,
+                                                                                  top_k, vocab, batch, nodes):
+    # dense or MoE layers anywhere (uneven stages hold different MoE shares), small or large vocabularies
+    model = {"num_layers": layers, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 4,
+             "seq_length": 2048, "vocab_size": vocab}
+    moe_layers = sorted(i for i in moe_layers if i < layers)
+    if moe_layers:
+        experts = 2**experts_exp
+        model["moe"] = {"num_experts": experts, "experts_per_token": min(top_k, experts),
+                        "expert_ffn_hidden_size": 2048, "moe_layers": moe_layers}
+    spec = model_from_dict(model)
+    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": nodes})
+    training = training_from_dict({"global_batch_sequences": batch})
+    lay = enumerate_layouts(spec, cluster, training, constraints_from_dict(None))
+    pred = predict_layouts(spec, cluster, training, lay)
+    parts = np.stack([pred[k] for k in ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "bubble_s",
+                                        "dp_comm_exposed_s", "optimizer_s")])
+    assert np.all(parts >= 0.0)
+    np.testing.assert_allclose(parts.sum(axis=0), pred["step_time_s"], rtol=1e-9)
+
+
 @settings(max_examples=10, deadline=None)
 @given(memory_gib=st.sampled_from([16, 24, 40, 80]), layers=st.sampled_from([8, 12, 16]))
 def test_more_memory_per_gpu_never_slows_the_best_layout(memory_gib, layers):

@@ -275,7 +275,9 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     the middle stage's mix.
     Per-layer bytes are Korthikanti et al.'s (activation_bytes_per_layer); under a
     partial full recomputation the ``1 - full_fraction`` of layers it leaves out keep
-    all of theirs. Activations are counted with ``ACTIVATION_FRAGMENTATION``.
+    all of theirs. The layer being recomputed is whole again during its backward, so each
+    stage also holds one layer's rebuilt bytes. Activations are counted with
+    ``ACTIVATION_FRAGMENTATION``.
     """
     h, vocab = model.hidden_size, model.vocab_size
     has_moe = model.num_moe_layers > 0
@@ -325,8 +327,13 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     mid_rank = np.where(second >= past_short, 1.0, middle_short + 1.0)
     mid_layers = np.where(second >= past_short, second_layers, q)
     chunks_mid = chunks_in_flight(mid_rank)
-    # full recomputation rebuilds one layer's activations at a time during backward
-    transient = np.where(recompute == RECOMPUTE_FULL, kept_moe if has_moe else kept_dense, 0.0)
+    # recomputation rebuilds what it dropped one layer at a time during backward: all but the
+    # checkpointed input under full recomputation (the recomputed forward reads that tensor,
+    # not a copy), the attention core (and what else it recomputes) under selective, whose
+    # s x s scores are then back for that layer; that layer's bytes come on top
+    transient = kept_dense - dense_act
+    if has_moe:
+        transient = np.maximum(transient, kept_moe - moe_act)
     # the embedding output's dropout mask
     embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
         if training.dropout else np.zeros_like(tokens)

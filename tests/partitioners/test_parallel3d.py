@@ -647,7 +647,7 @@ def test_kept_stage_outputs_add_one_residual_stream_per_micro_batch_in_flight():
 
 def test_partial_recomputation_keeps_the_activations_of_the_layers_it_does_not_recompute():
     # 8 layers on one stage, the first 2 recomputed: 2 layer inputs + 6 whole layers, plus the
-    # one layer rebuilt at a time during backward
+    # rest of the one layer rebuilt at a time during backward (its input is already held)
     model = model_from_dict({**GPT_SMALL, "num_layers": 8})
     cluster = cluster_from_dict(A100_NODE)
     training = training_from_dict({"global_batch_sequences": 8})
@@ -657,7 +657,33 @@ def test_partial_recomputation_keeps_the_activations_of_the_layers_it_does_not_r
     none = float(predict_layouts(model, cluster, training, layouts(dp=8))["activations_bytes"][0])
     partial = float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=RECOMPUTE_FULL,
                                                                       recompute_layers=2))["activations_bytes"][0])
-    assert partial - none == pytest.approx((2 * (layer_input - whole) + whole) * (1 + ACTIVATION_FRAGMENTATION))
+    assert partial - none == pytest.approx((2 * (layer_input - whole) + whole - layer_input)
+                                           * (1 + ACTIVATION_FRAGMENTATION))
+
+
+@pytest.mark.parametrize("recompute", [RECOMPUTE_SELECTIVE, RECOMPUTE_FULL])
+def test_a_recomputed_layer_is_whole_again_during_its_backward(recompute):
+    # one layer, one micro-batch: at its backward the recomputed layer holds exactly what keeping
+    # it would have held (full: all but the input checkpoint, counted once; selective without
+    # flash attention: the s x s scores), so the peak is the same as without recomputation
+    model = model_from_dict({**GPT_SMALL, "num_layers": 1})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 8, "flash_attention": False})
+    none, recomputed = (float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=rc))
+                              ["activations_bytes"][0]) for rc in (RECOMPUTE_NONE, recompute))
+    assert recomputed == pytest.approx(none)
+
+
+def test_recomputation_saves_activation_memory_on_every_layer_but_the_one_it_rebuilds():
+    model = model_from_dict({**GPT_SMALL, "num_layers": 8})
+    cluster = cluster_from_dict(A100_NODE)
+    training = training_from_dict({"global_batch_sequences": 8, "flash_attention": False})
+    tokens, tp = np.array([32]), np.array([1])
+    whole, selective = (float(activation_bytes_per_layer(model, training, tokens, tp, np.array([rc]))[0])
+                        for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE))
+    none, kept = (float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=rc))["activations_bytes"][0])
+                  for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE))
+    assert none - kept == pytest.approx(7 * (whole - selective) * (1 + ACTIVATION_FRAGMENTATION))
 
 
 def test_partial_recomputation_repeats_the_forward_of_only_the_layers_it_covers():

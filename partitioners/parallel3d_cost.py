@@ -1094,11 +1094,20 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     ends = _end_stage_work(model, rates, tokens, tp, tp_ar, dense, moe)
     mid = _stage_work(q_dense, dense, q_moe, moe)
     layer_s = mid.total_s / q
+    moe_layer_indices = model.moe.moe_layers if model.moe else None
+
+    def end_layer_units(first_layers: np.ndarray, last_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # the end stages' own layers, dense or MoE by position, in middle-stage layer times
+        first_moe, last_moe = end_stage_moe_layers(n_layers, moe_layer_indices, n_moe > 0, first_layers,
+                                                   last_layers, q, q_moe, v)
+        return (_stage_work(first_layers - first_moe, dense, first_moe, moe).total_s / layer_s,
+                _stage_work(last_layers - last_moe, dense, last_moe, moe).total_s / layer_s)
+
     first_layers, last_layers = balanced_end_layers(q, layouts.pp * q - n_layers, layouts.pp,
                                                     (ends.embedding_s + ends.embedding_tp_s) / layer_s,
-                                                    (ends.logits_s + ends.mtp.total_s) / layer_s)
-    first_moe, last_moe = end_stage_moe_layers(n_layers, model.moe.moe_layers if model.moe else None, n_moe > 0,
-                                               first_layers, last_layers, q, q_moe, v)
+                                                    (ends.logits_s + ends.mtp.total_s) / layer_s, end_layer_units)
+    first_moe, last_moe = end_stage_moe_layers(n_layers, moe_layer_indices, n_moe > 0, first_layers, last_layers,
+                                               q, q_moe, v)
     split = _StageSplit(q, q_dense, q_moe, first_layers, first_moe, last_layers, last_moe)
     params = _stage_parameters(model, counts, tp, ep, sizes.etp, split, single)
     first = _stage_work(split.first - split.first_moe, dense, split.first_moe, moe)

@@ -10,6 +10,7 @@ stages (:func:`middle_stages_short`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,7 +129,9 @@ def middle_stages_short(num_layers: int, pp: np.ndarray | int, q: np.ndarray | i
 
 
 def balanced_end_layers(q: np.ndarray, short: np.ndarray, pp: np.ndarray, first_extra_layers: np.ndarray,
-                        last_extra_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                        last_extra_layers: np.ndarray,
+                        end_layer_units: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """Layers on the first and last pipeline stage when the ``short`` layers a pipeline of
     ``q``-layer stages leaves over come off the stages that need them most.
 
@@ -144,14 +147,20 @@ def balanced_end_layers(q: np.ndarray, short: np.ndarray, pp: np.ndarray, first_
     and Llama 3's 405B run chose ("we reduce one Transformer layer each from the first
     and the last stages", Llama Team, 2024, Sec. 3.3.2). With a cheap output layer it
     reduces to :func:`stage_layer_split`'s one layer off each end.
+
+    ``end_layer_units(first, last)`` gives the time of the first stage's ``first`` and the
+    last stage's ``last`` layers in the same units, where the end layers are not average
+    ones: a model whose first layers are dense and the rest MoE (DeepSeek-V3) has cheap
+    layers at the front. Left out, every layer counts one unit.
     """
     q = np.asarray(q, dtype=float)
     pp = np.asarray(pp, dtype=float)
     first, last = q.copy(), q.copy()
     remaining = np.where(pp > 1, np.asarray(short, dtype=float), 0.0)
     for _ in range(int(remaining.max(initial=0.0))):
-        first_s = first + first_extra_layers
-        last_s = last + last_extra_layers
+        first_units, last_units = (first, last) if end_layer_units is None else end_layer_units(first, last)
+        first_s = first_units + first_extra_layers
+        last_s = last_units + last_extra_layers
         slower_end = (np.maximum(first_s, last_s) > q) | (pp == 2)
         to_last = (remaining > 0) & slower_end & (last_s > first_s) & (last > 1)
         to_first = (remaining > 0) & slower_end & ~to_last & (first > 1)

@@ -1273,6 +1273,36 @@ def test_the_stage_that_also_embeds_or_computes_logits_sheds_the_short_layers(q,
     assert (float(first[0]), float(last[0])) == ends
 
 
+def test_an_end_stage_of_cheap_dense_layers_keeps_them_when_the_layer_costs_say_so():
+    # DeepSeek-V3's shape: 61 layers on 16 stages of 4, the first three dense at a third of an
+    # MoE layer's time. Counted as average layers the first stage would shed one; counted as
+    # what they are, 3 x 1/3 + 1 + the embedding is under a middle stage's 4, so it keeps four
+    def end_layer_units(first, last):
+        dense_on_first = np.minimum(first, 3.0)
+        return first - dense_on_first * (2.0 / 3.0), last
+
+    args = (np.array([4.0]), np.array([3.0]), np.array([16.0]), np.array([0.1]), np.array([0.3]))
+    assert tuple(float(x[0]) for x in balanced_end_layers(*args)) == (3.0, 3.0)
+    assert tuple(float(x[0]) for x in balanced_end_layers(*args, end_layer_units)) == (4.0, 3.0)
+
+
+def test_faster_nvlink_never_slows_a_fixed_layout_whose_end_stages_hold_different_layers():
+    # 3 layers on 2 stages, the first two MoE: which end sheds the short layer must follow the
+    # layers it would hold, not the average layer, or a cheaper embedding all-reduce tips the
+    # two MoE layers onto one stage and the step slows down
+    model = {"num_layers": 3, "hidden_size": 12288, "num_attention_heads": 48, "num_kv_heads": 8, "vocab_size": 7,
+             "seq_length": 1000, "moe": {"num_experts": 60, "experts_per_token": 6, "expert_ffn_hidden_size": 14336,
+                                         "moe_layers": [0, 1]}}
+    training = {"global_batch_sequences": 256, "precision": "fp8", "software": "megatron-lm-2022"}
+    layout = [{"tp": 2, "pp": 2, "ep": 4, "etp": 2, "virtual_stages": 1, "micro_batch_size": 4, "zero_stage": 1,
+               "recompute": "none"}]
+    nvlink = cluster_from_dict({"preset": "dgx-h100", "nodes": 2}).intra_node_bandwidth_bytes_per_s
+    steps = [evaluate_layouts(model, {"preset": "dgx-h100", "nodes": 2,
+                                      "intra_node_bandwidth_bytes_per_s": nvlink * factor},
+                              training, layout)[0].step_time_s for factor in (1.0, 1.2, 2.0)]
+    assert steps == sorted(steps, reverse=True)
+
+
 def test_an_expensive_output_layer_moves_layers_off_the_last_stage():
     # a 256K vocabulary makes the logits cost several layers of this small model
     model = model_from_dict({"num_layers": 13, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048,

@@ -331,14 +331,22 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     # checkpointed input under full recomputation (the recomputed forward reads that tensor,
     # not a copy), the attention core (and what else it recomputes) under selective, whose
     # s x s scores are then back for that layer; that layer's bytes come on top
-    transient = kept_dense - dense_act
-    if has_moe:
-        transient = np.maximum(transient, kept_moe - moe_act)
+    # (the larger of a dense and an MoE layer's, of the kinds the stage holds)
+    rebuilt_dense = kept_dense - dense_act
+    rebuilt_moe = kept_moe - moe_act if has_moe else rebuilt_dense
+
+    def rebuilt(moe_count: np.ndarray | None, layer_count: np.ndarray) -> np.ndarray:
+        if not has_moe:
+            return rebuilt_dense
+        if moe_count is None:  # the middle stage's mix
+            moe_count, layer_count = q_moe, q
+        return np.where(moe_count >= layer_count, rebuilt_moe,
+                        np.where(moe_count <= 0, rebuilt_dense, np.maximum(rebuilt_dense, rebuilt_moe)))
     # the embedding output's dropout mask
     embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
         if training.dropout else np.zeros_like(tokens)
-    act_first = layers_first * first_act_avg + transient + embed_act
-    act_mid = np.where(pp >= 3, layers_mid * layer_act_avg + transient, 0.0)
+    act_first = layers_first * first_act_avg + rebuilt(first_moe_layers, first_layers) + embed_act
+    act_mid = np.where(pp >= 3, layers_mid * layer_act_avg + rebuilt(None, q), 0.0)
     if training.stage_outputs_kept:
         # each in-flight model chunk's output (the residual stream, 2 bytes per element)
         stage_output = tokens * h * 2.0 / np.where(training.sequence_parallel, tp, 1.0)
@@ -349,7 +357,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     # of logits, for the one micro-batch the last stage holds in its last model chunk
     mtp_act = model.mtp_layers * ((moe_act if model.mtp_layer_is_moe else dense_act) + logits_act
                                   + 2.0 * 2.0 * h * tokens / np.where(training.sequence_parallel, tp, 1.0))
-    act_last = layers_last * last_act_avg + transient + logits_act + mtp_act
+    act_last = layers_last * last_act_avg + rebuilt(last_moe_layers, last_layers) + logits_act + mtp_act
     act_first = np.where(single, act_first + logits_act + mtp_act, act_first)
     fragmented = 1.0 + ACTIVATION_FRAGMENTATION
     return StageActivations(act_first * fragmented, act_last * fragmented, act_mid * fragmented, mid_layers,

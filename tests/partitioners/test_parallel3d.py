@@ -1806,6 +1806,52 @@ def test_every_searched_layouts_time_parts_are_non_negative_and_add_up_to_its_st
     np.testing.assert_allclose(parts.sum(axis=0), pred["step_time_s"], rtol=1e-9)
 
 
+@settings(max_examples=60, deadline=None)
+@given(layers=st.integers(2, 13), moe_layers=st.sets(st.integers(0, 12)), pp=st.sampled_from([1, 2, 4]),
+       tp=st.sampled_from([1, 2, 4]), field=st.sampled_from(["inter_node_bandwidth_bytes_per_s",
+                                                            "intra_node_bandwidth_bytes_per_s", "peak_flops_per_s"]))
+def test_faster_hardware_never_slows_a_fixed_layout(layers, moe_layers, pp, tp, field):
+    model = {"num_layers": layers, "hidden_size": 4096, "num_attention_heads": 32, "num_kv_heads": 8,
+             "seq_length": 2048, "vocab_size": 32000}
+    moe_layers = sorted(i for i in moe_layers if i < layers)
+    if moe_layers:
+        model["moe"] = {"num_experts": 16, "experts_per_token": 2, "expert_ffn_hidden_size": 4096,
+                        "moe_layers": moe_layers}
+    cluster = {"preset": "dgx-h100", "nodes": 2}
+    spec = cluster_from_dict(cluster)
+    faster_value = ({k: 1.5 * v for k, v in spec.peak_flops_per_s.items()} if field == "peak_flops_per_s"
+                    else 1.5 * getattr(spec, field))
+    training = {"global_batch_sequences": 64}
+    layout = [{"tp": tp, "pp": pp, "cp": 1, "ep": 2 if moe_layers else 1, "virtual_stages": 1, "micro_batch_size": 1,
+               "zero_stage": 1, "recompute": "none"}]
+    (base,) = evaluate_layouts(model, cluster, training, layout)
+    (faster,) = evaluate_layouts(model, {**cluster, field: faster_value}, training, layout)
+    assert faster.step_time_s <= base.step_time_s * (1 + 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(layers=st.integers(1, 9), moe_layers=st.sets(st.integers(0, 8)), pp=st.sampled_from([1, 2, 4]),
+       seq=st.sampled_from([2048, 16384]), flash=st.booleans(), recompute=st.sampled_from(["selective", "full"]))
+def test_recomputation_never_needs_more_memory_than_keeping_everything(layers, moe_layers, pp, seq, flash,
+                                                                         recompute):
+    model = {"num_layers": layers, "hidden_size": 2048, "num_attention_heads": 16, "seq_length": seq,
+             "vocab_size": 32000}
+    moe_layers = sorted(i for i in moe_layers if i < layers)
+    if moe_layers:
+        model["moe"] = {"num_experts": 8, "experts_per_token": 2, "expert_ffn_hidden_size": 1024,
+                        "moe_layers": moe_layers}
+    training = {"global_batch_sequences": 16, "flash_attention": flash}
+    cluster = {"preset": "dgx-h100", "nodes": 1}
+    layout = {"tp": 1, "pp": pp, "cp": 1, "ep": 1, "virtual_stages": 1, "micro_batch_size": 1, "zero_stage": 1}
+    try:
+        kept, recomputed = evaluate_layouts(model, cluster, training,
+                                            [{**layout, "recompute": "none"}, {**layout, "recompute": recompute}])
+    except InvalidInput:  # more stages than layers
+        assert pp > layers
+        return
+    assert recomputed.memory.total_bytes <= kept.memory.total_bytes * (1 + 1e-12)
+
+
 @settings(max_examples=10, deadline=None)
 @given(memory_gib=st.sampled_from([16, 24, 40, 80]), layers=st.sampled_from([8, 12, 16]))
 def test_more_memory_per_gpu_never_slows_the_best_layout(memory_gib, layers):

@@ -333,12 +333,12 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     # s x s scores are then back for that layer; that layer's bytes come on top
     # (the larger of a dense and an MoE layer's, of the kinds the stage holds)
     rebuilt_dense = kept_dense - dense_act
-    rebuilt_moe = kept_moe - moe_act if has_moe else rebuilt_dense
+    rebuilt_moe = kept_moe - moe_act
 
     def rebuilt(moe_count: np.ndarray | None, layer_count: np.ndarray) -> np.ndarray:
         if not has_moe:
             return rebuilt_dense
-        if moe_count is None:  # the middle stage's mix
+        if moe_count is None:  # an end stage left to the middle stage's mix
             moe_count, layer_count = q_moe, q
         return np.where(moe_count >= layer_count, rebuilt_moe,
                         np.where(moe_count <= 0, rebuilt_dense, np.maximum(rebuilt_dense, rebuilt_moe)))
@@ -346,7 +346,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
         if training.dropout else np.zeros_like(tokens)
     act_first = layers_first * first_act_avg + rebuilt(first_moe_layers, first_layers) + embed_act
-    act_mid = np.where(pp >= 3, layers_mid * layer_act_avg + rebuilt(None, q), 0.0)
+    act_mid = np.where(pp >= 3, layers_mid * layer_act_avg + rebuilt(q_moe, q), 0.0)
     if training.stage_outputs_kept:
         # each in-flight model chunk's output (the residual stream, 2 bytes per element)
         stage_output = tokens * h * 2.0 / np.where(training.sequence_parallel, tp, 1.0)

@@ -468,6 +468,16 @@ def test_without_overlapped_gradient_reduction_interleaving_hides_none_of_it():
     assert float(pred["dp_comm_exposed_s"][0]) == pytest.approx(float(pred["dp_comm_total_s"][0]))
 
 
+def test_zero_3_hides_its_gathers_under_computation_even_without_overlapped_gradient_reduction():
+    # DeepSpeed stage 3 and FSDP prefetch by construction; Megatron's DDP flag does not govern them
+    model = model_from_dict({**GPT_SMALL, "hidden_size": 4096, "num_attention_heads": 32})
+    cluster = cluster_from_dict({"preset": "dgx-a100", "nodes": 2})
+    training = training_from_dict({"global_batch_sequences": 64, "overlap_grad_reduce": False})
+    pred = {z: predict_layouts(model, cluster, training, layouts(dp=16, mbs=4, zero=z)) for z in (2, 3)}
+    assert float(pred[2]["dp_comm_exposed_s"][0]) == pytest.approx(float(pred[2]["dp_comm_total_s"][0]))
+    assert float(pred[3]["dp_comm_exposed_s"][0]) < float(pred[3]["dp_comm_total_s"][0])
+
+
 @pytest.mark.parametrize("zero", [2, 3])
 def test_zero_2_and_3_under_a_pipeline_hold_zero_1_bytes_between_micro_batches(zero):
     # torch.distributed.pipelining keeps an FSDP stage's weights and gradients whole until its last backward

@@ -924,6 +924,22 @@ def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRate
     }
 
 
+def gradient_bucket_count(params_gpu: np.ndarray, dp: np.ndarray, overlap_grad_reduce: bool) -> np.ndarray:
+    """Collectives a stage's data-parallel gradient reduction is issued as.
+
+    Megatron-Core's DDP fills buckets of ``max(40M, 1M x dp)`` parameters, "larger DP sizes
+    need larger buckets to ensure collectives do not become latency-bound"
+    (``DistributedDataParallelConfig.bucket_size``), and without ``overlap_grad_reduce``
+    reduces each gradient buffer in one collective (``DistributedDataParallel.__init__``
+    sets the bucket size to infinity; Megatron-LM's 2021 local DDP all-reduced its
+    contiguous buffer whole). Each collective pays its latency once
+    (:func:`~partitioners.parallel3d_comm.two_level_allreduce_time_s`).
+    """
+    if not overlap_grad_reduce:
+        return np.ones_like(np.asarray(params_gpu, dtype=float))
+    return np.maximum(np.ceil(params_gpu / np.maximum(40e6, 1e6 * dp)), 1.0)
+
+
 def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: LayoutArrays, sizes: _Sizes,
                      layers_per_stage: np.ndarray, m: np.ndarray, dense_params_gpu: np.ndarray,
                      expert_params_gpu: np.ndarray, slowest: _LayerWork) -> tuple[np.ndarray, np.ndarray]:
@@ -959,10 +975,9 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
                                           algorithms) + \
             two_level_allreduce_time_s(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
 
-    # gradients travel in buckets of 40M parameters (Megatron-Core DDP default bucket size);
-    # ZeRO-3 gathers one layer at a time
-    buckets_dense = np.maximum(np.ceil(dense_params_gpu / 40e6), 1.0)
-    buckets_expert = np.maximum(np.ceil(expert_params_gpu / 40e6), 1.0)
+    # ZeRO-3 gathers one layer at a time; other gradients travel in Megatron-Core's buckets
+    buckets_dense = gradient_bucket_count(dense_params_gpu, sizes.dp, training.overlap_grad_reduce)
+    buckets_expert = gradient_bucket_count(expert_params_gpu, sizes.dp, training.overlap_grad_reduce)
     per_layer = np.maximum(q, 1.0)
     ar_grads = dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu, buckets_dense, buckets_expert)
     ring = ("ring",)

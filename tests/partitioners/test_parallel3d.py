@@ -32,6 +32,7 @@ from partitioners.parallel3d_cost import (
     _P2P_SYNC_S,
     _context_parallel_merge_s,
     _device_rates,
+    gradient_bucket_count,
     pipeline_bubble_fraction,
     pipeline_time_s,
     predict_layouts,
@@ -466,6 +467,27 @@ def test_without_overlapped_gradient_reduction_interleaving_hides_none_of_it():
     training = training_from_dict({"global_batch_sequences": 64, "overlap_grad_reduce": False})
     pred = predict_layouts(model, cluster, training, layouts(dp=8, pp=4, v=4, zero=1))
     assert float(pred["dp_comm_exposed_s"][0]) == pytest.approx(float(pred["dp_comm_total_s"][0]))
+
+
+def test_gradient_buckets_grow_with_the_data_parallel_size_so_large_dp_pays_fewer_latencies():
+    # Megatron-Core: max(40M, 1M x dp) parameters per bucket
+    params = np.array([1.95e9, 1.95e9])
+    assert gradient_bucket_count(params, np.array([8, 384]), True).tolist() == [49, 6]
+
+
+def test_without_overlapped_gradient_reduction_each_buffer_is_reduced_in_one_collective():
+    assert gradient_bucket_count(np.array([1.95e9]), np.array([8]), False).tolist() == [1]
+
+
+def test_a_larger_data_parallel_group_spends_less_of_its_reduction_on_latency():
+    model = model_from_dict({**GPT_SMALL, "num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32})
+    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": 64})
+    training = training_from_dict({"global_batch_sequences": 512})
+    pred = predict_layouts(model, cluster, training, layouts(dp=512, zero=1))
+    unbucketed = training_from_dict({"global_batch_sequences": 512, "overlap_grad_reduce": False})
+    one_call = predict_layouts(model, cluster, unbucketed, layouts(dp=512, zero=1))
+    # 1.6B parameters fill four 512M-parameter buckets: four latencies, not forty
+    assert float(pred["dp_comm_total_s"][0]) < 1.1 * float(one_call["dp_comm_total_s"][0])
 
 
 def test_zero_3_hides_its_gathers_under_computation_even_without_overlapped_gradient_reduction():

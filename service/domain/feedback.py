@@ -53,6 +53,7 @@ from service.domain.plan_document import plan_document
 from service.domain.planning import PlanSubmission, SubmitOutcome, placement_options, submit_plan
 from service.domain.stored_plan import PlanContext, plan_context, plan_op_times_s, plan_predictions
 from service.errors import Conflict, NotFound, UnprocessableInput
+from service.native_output import native_stdout_to_stderr
 from service.schemas.feedback import FeedbackCreate, ReplanCreate
 from service.settings import Settings
 from service.storage import feedback as feedback_repo
@@ -384,7 +385,8 @@ def _place_against_parent(graph: Hypergraph, inventory: Inventory, opts: Placeme
     """Place anew (or with minimal movement from the parent), and keep the parent's placement
     unless the new one gains at least ``min_gain_fraction``: a gain within the model's error
     may be a loss on the real cluster."""
-    result = place(graph, inventory, opts, cost_model=model)
+    with native_stdout_to_stderr():  # METIS prints some diagnostics to descriptor 1
+        result = place(graph, inventory, opts, cost_model=model)
     g = result.graph
     index = {str(n): i for i, n in enumerate(inventory.device_names)}
     current = np.array([index.get(parent_ops.get(str(n)), -1) for n in g.op_names], dtype=np.int64)

@@ -41,6 +41,7 @@ from service.domain.idempotency import (
 from service.domain.ingest import IngestedGraph, IngestedInventory, canonical_hash, ingest_inventory, ingest_json_graph, ingest_onnx_graph
 from service.domain.plan_document import plan_document
 from service.errors import Conflict, NotFound
+from service.native_output import native_stdout_to_stderr
 from service.settings import Settings
 from service.storage.blobs import pack_json, unpack_json
 from service.storage.models import Graph, InventoryRow, Job, Plan, utcnow
@@ -107,7 +108,8 @@ def compute_plan(
 ) -> tuple[str, dict, dict]:
     """Place and describe: ``(strategy, summary, body)`` where body is the stored result document."""
     started = time.perf_counter()
-    result = place(graph, inventory, placement_options(options), cost_model=cost_model, on_progress=on_progress)
+    with native_stdout_to_stderr():  # METIS prints some diagnostics to descriptor 1
+        result = place(graph, inventory, placement_options(options), cost_model=cost_model, on_progress=on_progress)
     strategy, summary, body = plan_document(result, inventory)
     summary["planning_s"] = round(time.perf_counter() - started, 4)
     return strategy, summary, body

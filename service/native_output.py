@@ -41,6 +41,22 @@ def _flush_python_streams() -> None:
             pass
 
 
+def _redirect() -> int | None:
+    """Point descriptor 1 at descriptor 2 and return a copy of the old one, or None (and
+    leave everything as it was) where either descriptor is closed: a plan must not fail
+    over where diagnostics go."""
+    try:
+        saved = os.dup(_STDOUT_FD)
+    except OSError:
+        return None
+    try:
+        os.dup2(_STDERR_FD, _STDOUT_FD)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
+
+
 @contextmanager
 def native_stdout_to_stderr() -> Iterator[None]:
     """While inside, anything written to file descriptor 1 goes to descriptor 2."""
@@ -48,8 +64,7 @@ def native_stdout_to_stderr() -> Iterator[None]:
     with _lock:
         if _depth == 0:
             _flush_python_streams()
-            _saved_stdout_fd = os.dup(_STDOUT_FD)
-            os.dup2(_STDERR_FD, _STDOUT_FD)
+            _saved_stdout_fd = _redirect()
         _depth += 1
     try:
         yield

@@ -164,6 +164,12 @@ def balanced_end_layers(q: np.ndarray, short: np.ndarray, pp: np.ndarray, first_
         slower_end = (np.maximum(first_s, last_s) > q) | (pp == 2)
         to_last = (remaining > 0) & slower_end & (last_s > first_s) & (last > 1)
         to_first = (remaining > 0) & slower_end & ~to_last & (first > 1)
+        # a layout that keeps its ends this round keeps them for good (its ends stay as they
+        # are while ``remaining`` only shrinks), so the rounds end with the last move: at
+        # most 2 (q - 1) per layout, not ``short``, which reaches tens of thousands for
+        # thousands of one- or two-layer stages
+        if not (to_last | to_first).any():
+            break
         last = last - to_last
         first = first - to_first
         remaining = np.where(remaining > 0, remaining - 1.0, 0.0)

@@ -1318,6 +1318,21 @@ def test_an_end_stage_of_cheap_dense_layers_keeps_them_when_the_layer_costs_say_
     assert tuple(float(x[0]) for x in balanced_end_layers(*args, end_layer_units)) == (4.0, 3.0)
 
 
+def test_end_stage_balancing_stops_once_no_layout_moves_a_layer():
+    # 55,440 layers on 50,400 two-layer stages leave 45,360 layers short; each end can give up
+    # only one, so the balancing is two rounds and a round that moves nothing, not 45,360
+    rounds = []
+
+    def end_layer_units(first, last):
+        rounds.append(1)
+        return first, last
+
+    first, last = balanced_end_layers(np.array([2.0]), np.array([45_360.0]), np.array([50_400.0]),
+                                      np.array([0.1]), np.array([1.5]), end_layer_units)
+    assert (float(first[0]), float(last[0])) == (1.0, 1.0)
+    assert len(rounds) == 3
+
+
 def test_faster_nvlink_never_slows_a_fixed_layout_whose_end_stages_hold_different_layers():
     # 3 layers on 2 stages, the first two MoE: which end sheds the short layer must follow the
     # layers it would hold, not the average layer, or a cheaper embedding all-reduce tips the

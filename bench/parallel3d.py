@@ -35,7 +35,8 @@ Prints
    published layout against the report's GPU-hour figure;
 6. wall time of a full search on 16,384 and 100,000 GPUs, next to the time a
    one-candidate-at-a-time evaluation of the same search space would take
-   (measured on a sample in the same run).
+   (measured on a sample in the same run), and of a worst case on 100,800 GPUs whose
+   layer, expert and GPU counts have the most divisors.
 """
 
 from __future__ import annotations
@@ -403,6 +404,12 @@ def timing_table() -> None:
                    {"global_batch_sequences": 25000})
     _search_timing("MoE 128x8 experts, seq 8192 (dgx-h100)", moe, {"preset": "dgx-h100", "nodes": 12500},
                    {"global_batch_sequences": 25000, "precision": "fp8"})
+    # a worst case: 5,040 layers and experts and 100,800 GPUs have 60, 60 and 126 divisors,
+    # so every pipeline, expert and data-parallel size multiplies the search
+    worst = {"num_layers": 5040, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096,
+             "vocab_size": 32000, "moe": {"num_experts": 5040, "experts_per_token": 8, "expert_ffn_hidden_size": 1024}}
+    _search_timing("MoE 5040 layers x 5040 experts (worst case)", worst, {"preset": "dgx-h100", "nodes": 12600},
+                   {"global_batch_sequences": 50400})
 
 
 def main() -> None:

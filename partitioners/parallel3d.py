@@ -403,10 +403,12 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     zeros = np.array(sorted(set(constraints.zero_stages)))
     rcs = np.array(sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute
                            if r != "selective" or training.selective_recompute}), dtype=np.int64)
-    grid = np.meshgrid(np.arange(len(mesh)), np.arange(len(mbss)), np.arange(len(vs)), np.arange(len(zeros)),
-                       np.arange(len(rcs)), indexing="ij")
-    i_mesh, i_mbs, i_v, i_z, i_rc = (g.reshape(-1) for g in grid)
-    dp, tp, pp, cp, ep, etp = (mesh[i_mesh, j] for j in range(6))
+    # (mesh, micro-batch, v) first: most of those fail on their own, before each survivor
+    # is crossed with the ZeRO stages and recomputation modes (in the same order as one
+    # grid over all five would give: mesh, micro-batch, v, ZeRO, recomputation)
+    grid = np.meshgrid(np.arange(len(mesh)), np.arange(len(mbss)), np.arange(len(vs)), indexing="ij")
+    i_mesh, i_mbs, i_v = (g.reshape(-1) for g in grid)
+    dp, pp = mesh[i_mesh, 0], mesh[i_mesh, 2]
     mbs = mbss[i_mbs]
     v = vs[i_v]
     # micro-batch sizes above the per-replica batch are meaningless
@@ -430,8 +432,17 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     # H100 recipe interleaves pp 2 x vp 24.
     min_interleaved_pp = 2 if training.overlap_p2p_comm else 3
     groups_fit = microbatch_group_size(m.astype(np.int64), pp, training.flexible_microbatch_groups) > 0
-    v_ok = (v == 1) | ((pp >= min_interleaved_pp) & (q % v == 0) & groups_fit)
-    keep &= v_ok
+    keep &= (v == 1) | ((pp >= min_interleaved_pp) & (q % v == 0) & groups_fit)
+    survivors = np.flatnonzero(keep)
+    per_survivor = len(zeros) * len(rcs)
+    i_mesh, i_mbs, i_v = (np.repeat(index[survivors], per_survivor) for index in (i_mesh, i_mbs, i_v))
+    i_z = np.tile(np.repeat(np.arange(len(zeros)), len(rcs)), len(survivors))
+    i_rc = np.tile(np.arange(len(rcs)), len(survivors) * len(zeros))
+    dp, tp, pp, cp, ep, etp = (mesh[i_mesh, j] for j in range(6))
+    mbs = mbss[i_mbs]
+    v = vs[i_v]
+    q = np.ceil(model.num_layers / pp)
+    keep = np.ones(len(i_mesh), dtype=bool)
     zero = zeros[i_z]
     if 1 in constraints.zero_stages:
         # under a pipeline ZeRO-2/3 hold ZeRO-1's bytes, so they are searched only where

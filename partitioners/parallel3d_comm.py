@@ -119,11 +119,12 @@ def expert_alltoall_time_s(n_bytes: np.ndarray, stride: np.ndarray, ep: np.ndarr
     spanning two nodes sends half of its bytes, not all of them, over the slower network.
     """
     local, groups = expert_group_placement(stride, ep, gpus_per_node)
-    keys = np.stack([np.asarray(n_bytes, dtype=float) * np.ones(local.shape), local.astype(float),
-                     groups.astype(float)], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    times = np.array([hierarchical_alltoall_time_s(n, int(r), int(g), intra, inter) for n, r, g in uniq])
-    return np.where(local * groups > 1, times[inverse.reshape(-1)], 0.0)
+    byte_values, byte_code = np.unique(np.asarray(n_bytes, dtype=float) * np.ones(local.shape), return_inverse=True)
+    placements, placement_code = _distinct_pairs(local, groups)
+    uniq, inverse = _distinct_pairs(byte_code, placement_code)
+    times = np.array([hierarchical_alltoall_time_s(float(byte_values[b]), int(placements[p][0]), int(placements[p][1]),
+                                                   intra, inter) for b, p in uniq])
+    return np.where(local * groups > 1, times[inverse].reshape(local.shape), 0.0)
 
 
 def expected_distinct(n_bins: np.ndarray | float, n_draws: np.ndarray | float) -> np.ndarray:
@@ -183,6 +184,20 @@ def point_to_point_time_s(n_bytes: np.ndarray, link: LinkSpec) -> np.ndarray:
     return np.where(n_bytes > 0, at_1 + (at_2 - at_1) * (n_bytes - 1.0), 0.0)
 
 
+def _distinct_pairs(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (first, second) integer pairs, and each candidate's index among them.
+
+    One int64 key per pair sorts as fast as the numbers themselves; ``np.unique(...,
+    axis=0)`` sorts rows as opaque records, tens of times slower on the millions of
+    candidates of a large MoE search.
+    """
+    first_i = np.asarray(first, dtype=np.int64).reshape(-1)
+    second_i = np.asarray(second, dtype=np.int64).reshape(-1)
+    span = int(second_i.max(initial=0)) + 1
+    keys, inverse = np.unique(first_i * span + second_i, return_inverse=True)
+    return np.stack([keys // span, keys % span], axis=1), inverse.reshape(-1)
+
+
 def two_level_allreduce_time_s(n_bytes: np.ndarray, local: np.ndarray, groups: np.ndarray, intra: LinkSpec,
                                inter: LinkSpec, n_calls: np.ndarray | float = 1.0,
                                algorithms: tuple[str, ...] = ("ring", "tree")) -> np.ndarray:
@@ -193,9 +208,7 @@ def two_level_allreduce_time_s(n_bytes: np.ndarray, local: np.ndarray, groups: n
     faster taken, as NCCL's tuner does (trees win at thousands of ranks). Reduce-scatter
     and all-gather have no tree variant in NCCL, so they pass ``algorithms=("ring",)``.
     """
-    pairs = np.stack([local, groups], axis=1).astype(np.int64)
-    uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    uniq, inverse = _distinct_pairs(local, groups)
     best = None
     for algorithm in algorithms:
         at_1 = np.array([hierarchical_allreduce_time_s(1.0, int(a), int(b), intra, inter, algorithm) for a, b in uniq])

@@ -1,6 +1,6 @@
 """Validate the 3D-parallel planner on published runs and time full searches.
 
-Run: ``.venv/bin/python -m bench.parallel3d`` (a few seconds on one core).
+Run: ``.venv/bin/python -m bench.parallel3d`` (about half a minute on one core, most of it the worst-case search).
 
 Prints
 1. for every published row (Narayanan et al. SC21 Table 1, Korthikanti et al. 2022):

@@ -997,16 +997,15 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     tail = 1.0 / np.maximum(q, 1.0)  # the first layer's gradients are ready only at the very end
     overlap = training.overlap_grad_reduce
 
-    def exposed(t_comm, window):
-        return overlapped_time_s(t_comm, window, t_comm * tail) if overlap else t_comm
-
     # ZeRO-3 overlaps by construction, whatever the DDP flag says: DeepSpeed stage 3
     # prefetches the next parameters and reduces gradients during the backward
     # (``overlap_comm`` defaults to true for stage 3 only, DeepSpeed config docs), and
     # PyTorch FSDP issues each unit's all-gather and reduce-scatter on their own stream
     # ahead of or behind its computation (Zhao et al., "PyTorch FSDP", VLDB 2023, Sec. 4.3)
-    def sharded_exposed(t_comm, window):
-        return overlapped_time_s(t_comm, window, t_comm * tail)
+    hidden = overlap | (zero >= 3)
+
+    def exposed(t_comm, window):
+        return np.where(hidden, overlapped_time_s(t_comm, window, t_comm * tail), t_comm)
 
     # Under the interleaved schedule Megatron-Core synchronises each model chunk on its own
     # (``grad_sync_func`` / ``param_sync_func`` per chunk in
@@ -1035,12 +1034,12 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     exposed_s = np.select(
         [deferred, zero == 0, zero == 1, zero == 2],
         [
-            np.where(zero >= 3, sharded_exposed(ag_params, fwd_window), exposed(ag_params, fwd_window)) + rs_grads,
+            exposed(ag_params, fwd_window) + rs_grads,
             reduce_exposed(ar_grads, bwd_window),
             reduce_exposed(rs_grads, bwd_window) + gather_exposed(ag_params, fwd_window),
             m * exposed(rs_grads, bwd_window) + exposed(ag_params, fwd_window),
         ],
-        default=m * (sharded_exposed(ag_params, fwd_window) + sharded_exposed(ag_params + rs_grads, bwd_window)),
+        default=m * (exposed(ag_params, fwd_window) + exposed(ag_params + rs_grads, bwd_window)),
     )
     exposed_s = np.where(shard_dense * np.maximum(shard_expert, 1) > 1, exposed_s, 0.0)
     total_s = np.select([deferred, zero == 0, zero == 1, zero == 2],

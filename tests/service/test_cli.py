@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from bench.synthetic import synthetic_graph_json
 from service.cli import _mesh, app
 from tests.service.graphs import diamond_graph
 
@@ -48,17 +49,6 @@ def test_plan_without_out_prints_the_plan_json_on_stdout_and_writes_no_file(grap
     assert sorted(path.name for path in tmp_path.iterdir()) == ["diamond.json"]
 
 
-def _chain_graph(n_ops: int) -> dict:
-    """A chain of matrix products of mixed sizes: small enough that METIS gives some device nothing."""
-    flops = [1e9, 5e9, 2e10, 8e10, 3e11]
-    nodes = [{"name": f"op{i}", "op": "MatMul", "inputs": [f"x{i}", f"w{i}"], "outputs": [f"x{i + 1}"],
-              "flops": flops[i % len(flops)]} for i in range(n_ops)]
-    tensors = [{"name": "x0", "bytes": 4_000_000}]
-    for i in range(n_ops):
-        tensors += [{"name": f"w{i}", "bytes": 8_000_000, "kind": "parameter"}, {"name": f"x{i + 1}", "bytes": 4_000_000}]
-    return {"name": "chain", "nodes": nodes, "tensors": tensors}
-
-
 def _mixed_inventory() -> dict:
     """One node of eight devices whose speeds span two orders of magnitude."""
     devices = [{"name": f"d{i}", "type": f"t{i}", "peak_flops": peak,
@@ -72,7 +62,7 @@ def test_plan_json_on_stdout_stays_valid_when_metis_prints_its_diagnostics(tmp_p
     # METIS printf()s "Cannot bisect a graph with 0 vertices" to descriptor 1 for this request;
     # only a real process shows it (CliRunner captures Python's sys.stdout, not the descriptor)
     graph, inventory = tmp_path / "chain.json", tmp_path / "mixed.json"
-    graph.write_text(json.dumps(_chain_graph(9)))
+    graph.write_text(json.dumps(synthetic_graph_json(9)))  # too few operators for eight devices
     inventory.write_text(json.dumps(_mixed_inventory()))
     done = subprocess.run([sys.executable, "-m", "service.cli", "plan", str(graph), "--inventory", str(inventory)],
                           capture_output=True, text=True, timeout=120, check=False)

@@ -39,6 +39,7 @@ References
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -226,7 +227,7 @@ class LayoutPrediction:
 
 @dataclass(frozen=True)
 class RankMap:
-    """Every rank's mesh coordinates and the GPU it runs on.
+    """Every rank's mesh coordinates and the GPU it runs on, computed for the ranks asked for.
 
     ``coords[r]`` is ``(dp, pp, tp, cp, ep)`` of rank ``r`` (columns named by
     ``COORD_NAMES``); ``device[r]`` the global GPU index (``node * gpus_per_node +
@@ -235,21 +236,69 @@ class RankMap:
     dimension is split into ``edp`` (outer) and ``ep`` (inner), ``dp = edp * ep``, or, with
     folded experts, into ``dp_outer`` and ``dp_inner`` (``order`` says which; see
     :func:`rank_map`).
+
+    A rank's coordinates are a closed-form function of its index, so the map stores the
+    mesh and computes rows on demand: :meth:`ranks` for a range, ``to_dict`` for the
+    ranks an answer returns. A cluster may have tens of millions of GPUs, where the whole
+    map would take gigabytes; ``coords`` and the other whole-map arrays build it in full
+    (and keep it), for callers that want every rank.
     """
 
     COORD_NAMES = ("dp", "pp", "tp", "cp", "ep")
 
-    coords: np.ndarray
-    device: np.ndarray
-    node: np.ndarray
-    local_gpu: np.ndarray
+    num_ranks: int
+    gpus_per_node: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    # folded experts (etp 1 with tp > 1): data-parallel replicas side by side in one expert
+    # group, ``dp_inner``; 0 when experts are not folded
+    folded_inner: int
     mesh_shape: tuple[int, ...]
     mesh_dim_names: tuple[str, ...]
     order: str = "tp-cp-ep-pp-dp"
 
+    def ranks(self, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(coords, device, node, local_gpu)`` of ranks ``start`` to ``stop`` (exclusive)."""
+        stop = self.num_ranks if stop is None else min(stop, self.num_ranks)
+        r = np.arange(max(start, 0), max(stop, start, 0), dtype=np.int64)
+        tp, pp, cp, ep = self.tp, self.pp, self.cp, self.ep
+        if self.folded_inner:
+            inner = self.folded_inner
+            block = tp * cp * inner
+            dp_c = (r // (block * pp)) * inner + (r // (tp * cp)) % inner
+            columns = [dp_c, (r // block) % pp, r % tp, (r // tp) % cp, (r % block) % ep]
+        else:
+            ep_c = (r // (tp * cp)) % ep
+            columns = [(r // (tp * cp * ep * pp)) * ep + ep_c, (r // (tp * cp * ep)) % pp, r % tp, (r // tp) % cp, ep_c]
+        coords = np.stack(columns, axis=1).astype(np.int32)
+        return coords, r, (r // self.gpus_per_node).astype(np.int32), (r % self.gpus_per_node).astype(np.int32)
+
+    @functools.cached_property
+    def _whole(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.ranks()
+
+    @property
+    def coords(self) -> np.ndarray:
+        return self._whole[0]
+
+    @property
+    def device(self) -> np.ndarray:
+        return self._whole[1]
+
+    @property
+    def node(self) -> np.ndarray:
+        return self._whole[2]
+
+    @property
+    def local_gpu(self) -> np.ndarray:
+        return self._whole[3]
+
     def to_dict(self, limit: int | None = 1024) -> dict[str, Any]:
-        n = self.coords.shape[0]
-        k = n if limit is None else min(n, limit)
+        n = self.num_ranks
+        k = n if limit is None else min(n, max(limit, 0))
+        coords, device, node, local_gpu = (column.tolist() for column in self.ranks(0, k))
         return {
             "num_ranks": int(n),
             "order": self.order,
@@ -257,8 +306,8 @@ class RankMap:
             "mesh_dim_names": list(self.mesh_dim_names),
             "coord_names": list(self.COORD_NAMES),
             "ranks": [
-                {"rank": r, **{name: int(self.coords[r, j]) for j, name in enumerate(self.COORD_NAMES)},
-                 "device": int(self.device[r]), "node": int(self.node[r]), "local_gpu": int(self.local_gpu[r])}
+                {"rank": r, **dict(zip(self.COORD_NAMES, coords[r])), "device": device[r], "node": node[r],
+                 "local_gpu": local_gpu[r]}
                 for r in range(k)
             ],
             "truncated": k < n,
@@ -1087,34 +1136,20 @@ def rank_map(cluster: Mapping[str, Any] | ClusterSpec, layout: LayoutPrediction 
         raise InvalidInput(f"dp x tp x pp x cp must equal {n} GPUs", field="layout.dp", code="does-not-divide")
     if etp not in (1, tp):
         raise InvalidInput(f"etp={etp} must be 1 or tp={tp}", field="layout.etp", code="out-of-range")
-    r = np.arange(n, dtype=np.int64)
-    node, local_gpu = (r // spec.gpus_per_node).astype(np.int32), (r % spec.gpus_per_node).astype(np.int32)
     if etp < tp:
         if not expert_groups_fit(dp, tp, cp, ep, etp):
             raise InvalidInput(f"{ep} folded expert groups cannot be cut from tp={tp} x cp={cp} x dp={dp}",
                                field="layout.ep", code="does-not-divide")
         inner = max(1, ep // (tp * cp))
-        block = tp * cp * inner
-        dp_c = (r // (tp * cp * inner * pp)) * inner + (r // (tp * cp)) % inner
-        coords = np.stack([dp_c, (r // block) % pp, r % tp, (r // tp) % cp, (r % block) % ep], axis=1)
         if inner > 1:
             shape, names = (dp // inner, pp, inner, cp, tp), ("dp_outer", "pp", "dp_inner", "cp", "tp")
         else:
             shape, names = (dp, pp, cp, tp), ("dp", "pp", "cp", "tp")
-        return RankMap(coords=coords.astype(np.int32), device=r.copy(), node=node, local_gpu=local_gpu,
-                       mesh_shape=shape, mesh_dim_names=names, order="tp-cp-dp_inner-pp-dp_outer")
+        return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, inner, shape, names, order="tp-cp-dp_inner-pp-dp_outer")
     if dp % ep:
         raise InvalidInput(f"ep={ep} must divide dp={dp}", field="layout.ep", code="does-not-divide")
-    tp_c = r % tp
-    cp_c = (r // tp) % cp
-    ep_c = (r // (tp * cp)) % ep
-    pp_c = (r // (tp * cp * ep)) % pp
-    edp_c = r // (tp * cp * ep * pp)
-    dp_c = edp_c * ep + ep_c
-    coords = np.stack([dp_c, pp_c, tp_c, cp_c, ep_c], axis=1).astype(np.int32)
     if ep > 1:
         shape, names = (dp // ep, pp, ep, cp, tp), ("edp", "pp", "ep", "cp", "tp")
     else:
         shape, names = (dp, pp, cp, tp), ("dp", "pp", "cp", "tp")
-    return RankMap(coords=coords, device=r.copy(), node=node, local_gpu=local_gpu, mesh_shape=shape,
-                   mesh_dim_names=names)
+    return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, 0, shape, names)

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from service.api import health
+from service.api.compute_slots import ComputeSlots
 from service.api.middleware import BodySizeLimitMiddleware, HeadMiddleware, HttpMetrics, RequestContextMiddleware
 from service.api.problems import install_problem_handlers
 from service.api.v1 import router as v1_router
@@ -128,6 +129,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.session_factory = make_session_factory(engine)
     app.state.head_revision = head_revision(settings.database_url)
     app.state.metrics = HttpMetrics(CollectorRegistry())
+    app.state.parallel_plan_slots = ComputeSlots("3D-parallel searches", settings.parallel_plan_slots,
+                                                 settings.parallel_plan_wait_s)
 
     install_problem_handlers(app)
     _hoist_request_schema_defs(app)

@@ -15,6 +15,7 @@ __all__ = [
     "PayloadTooLarge",
     "UnprocessableInput",
     "DatabaseUnavailable",
+    "ServerBusy",
 ]
 
 
@@ -63,4 +64,11 @@ class DatabaseUnavailable(ServiceError):
     status, title, type_slug = 503, "Database unavailable", "database-unavailable"
 
     def __init__(self, detail: str = "The database is unreachable; retry shortly.", retry_after_s: int = 5) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after_s)})
+
+
+class ServerBusy(ServiceError):
+    status, title, type_slug = 503, "Server busy", "server-busy"
+
+    def __init__(self, detail: str, retry_after_s: int = 5) -> None:
         super().__init__(detail, headers={"Retry-After": str(retry_after_s)})

@@ -72,6 +72,15 @@ class Settings(BaseSettings):
         description="Python GC generation-0 threshold (0: interpreter default, 700). Higher means fewer full "
         "collections in the middle of MoE requests: bench/moe_http.py p99.",
     )
+    # A worst-case 3D-parallel search (bench.parallel3d: 5,040 layers x 5,040 experts on
+    # 100,800 GPUs, 2.6M layouts) holds ~1.5 GiB and one core for 10-20 s; FastAPI's thread
+    # pool would otherwise run 40 of them at once.
+    parallel_plan_slots: int = Field(
+        2, ge=1, description="3D-parallel searches (POST /v1/parallel/plan) computed at once; more wait for a slot."
+    )
+    parallel_plan_wait_s: float = Field(
+        30.0, ge=0, description="How long a 3D-parallel search waits for a free slot before the answer is 503."
+    )
     job_lease_s: float = Field(30.0, gt=0, description="A running job whose lease is older is claimed again.")
     worker_poll_s: float = Field(0.5, gt=0)
     embedded_worker: bool | None = Field(

@@ -241,7 +241,7 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "Conflict",
         413: "Body or graph over the configured limit",
         422: "Invalid input (a body that is not JSON included); `detail` and `errors` say what to fix",
-        503: "Database unavailable; retry after `Retry-After` seconds",
+        503: "Database unavailable, or every slot for this kind of computation busy; retry after `Retry-After` seconds",
     }
     schema = {
         "type": "object",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -1593,6 +1594,29 @@ def test_expert_parallel_rank_map_splits_dp_into_edp_times_ep():
     assert rm.mesh_dim_names == ("edp", "pp", "ep", "cp", "tp") and rm.mesh_shape == (2, 1, 4, 1, 2)
     dp, ep = rm.coords[:, 0], rm.coords[:, 4]
     assert np.array_equal(ep, dp % 4)
+
+
+@pytest.mark.parametrize("layout", [{"tp": 4, "pp": 4, "cp": 2}, {"tp": 2, "ep": 8},
+                                    {"tp": 4, "pp": 2, "ep": 16, "etp": 1}])
+def test_a_range_of_the_rank_map_is_that_range_of_the_whole_map(layout):
+    rm = rank_map({"preset": "dgx-h100", "nodes": 8}, layout)
+    coords, device, node, local_gpu = rm.ranks(13, 29)
+    assert np.array_equal(coords, rm.coords[13:29]) and np.array_equal(device, rm.device[13:29])
+    assert np.array_equal(node, rm.node[13:29]) and np.array_equal(local_gpu, rm.local_gpu[13:29])
+    assert [r["dp"] for r in rm.to_dict(limit=20)["ranks"]] == rm.coords[:20, 0].tolist()
+
+
+def test_the_rank_map_of_a_huge_cluster_is_computed_only_for_the_ranks_an_answer_returns():
+    # 1.6M GPUs: the whole map is ~200 MB of coordinates; an answer returns a few ranks
+    cluster = {"preset": "dgx-h100", "nodes": 100_000, "gpus_per_node": 16}
+    tracemalloc.start()
+    try:
+        answer = rank_map(cluster, {"tp": 8, "pp": 4, "cp": 2}).to_dict(limit=8)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert answer["num_ranks"] == 1_600_000 and len(answer["ranks"]) == 8 and answer["truncated"]
+    assert peak_bytes < 4 * 2**20
 
 
 # ---------------------------------------------------------------- request-level API and MoE

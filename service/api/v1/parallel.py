@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from service.api.deps import Principal, require_scope
 from service.api.problems import problem_responses
@@ -17,7 +17,9 @@ router = APIRouter(prefix="/parallel", tags=["parallel"])
 @router.post(
     "/plan",
     summary="Model shape + cluster + batch -> ranked 3D-parallel layouts with memory, MFU and the rank map",
-    responses=problem_responses(413, 422),
+    responses=problem_responses(413, 422, 503),
 )
-def plan(request: ParallelPlanRequest, principal: Annotated[Principal, Depends(require_scope("read"))]) -> dict:
-    return parallel_plan(request)
+async def plan(request: ParallelPlanRequest, principal: Annotated[Principal, Depends(require_scope("read"))],
+               http_request: Request) -> dict:
+    # a search can hold a core and ~1.5 GiB for seconds: a few at a time (HYPERPLACE_PARALLEL_PLAN_SLOTS)
+    return await http_request.app.state.parallel_plan_slots.run(parallel_plan, request)

@@ -72,6 +72,13 @@ class Settings(BaseSettings):
         description="Python GC generation-0 threshold (0: interpreter default, 700). Higher means fewer full "
         "collections in the middle of MoE requests: bench/moe_http.py p99.",
     )
+    sync_plan_slots: int = Field(
+        2, ge=1, description="Graphs planned inside requests at once (see service.domain.planning_slots); with all "
+        "busy a new submission is queued as a job (202) and a re-plan waits, then gets 503."
+    )
+    sync_plan_wait_s: float = Field(
+        10.0, ge=0, description="How long a re-plan waits for a planning slot before the answer is 503."
+    )
     # A worst-case 3D-parallel search (bench.parallel3d: 5,040 layers x 5,040 experts on
     # 100,800 GPUs, 2.6M layouts) holds ~1.5 GiB and one core for 10-20 s; FastAPI's thread
     # pool would otherwise run 40 of them at once.

@@ -18,6 +18,7 @@ derived from it (timelines, Idempotency-Keys, the calibration's fit).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +41,8 @@ from service.domain.idempotency import (
 )
 from service.domain.ingest import IngestedGraph, IngestedInventory, canonical_hash, ingest_inventory, ingest_json_graph, ingest_onnx_graph
 from service.domain.plan_document import plan_document
-from service.errors import Conflict, NotFound
+from service.domain.planning_slots import PlanningSlots
+from service.errors import Conflict, NotFound, ServerBusy
 from service.native_output import native_stdout_to_stderr
 from service.settings import Settings
 from service.storage.blobs import pack_json, unpack_json
@@ -166,11 +168,15 @@ def submit_plan(
     cost_model: CostModel | None = None,
     route: str = ROUTE,
     compute: Callable[[Hypergraph, Inventory, dict, CostModel | None], tuple[str, dict, dict]] | None = None,
+    slots: PlanningSlots | None = None,
 ) -> SubmitOutcome:
     """Ingest, look up the cache, plan (now or as a job) and store; see the module docstring.
 
     ``compute`` replaces :func:`compute_plan` and always runs now (re-plans, which
-    compare against their parent); ``route`` scopes the Idempotency-Key.
+    compare against their parent); ``route`` scopes the Idempotency-Key. ``slots``
+    bounds how many plans are computed inside requests at once: with none free, a graph
+    small enough to plan now is queued as a job instead, and ``compute`` waits up to
+    ``settings.sync_plan_wait_s`` for one, then is a 503 (:class:`ServerBusy`).
     """
     ingested_inventory = ingest_inventory(submission.inventory, max_devices=settings.max_plan_devices)
     ingested_graph = _ingest_graph(session, tenant_id, submission, settings)
@@ -199,8 +205,15 @@ def submit_plan(
         # End the read transaction before the CPU-heavy part: on SQLite an open
         # transaction holds the database lock (BEGIN IMMEDIATE) for its whole length.
         session.rollback()
-        computed = (compute or compute_plan)(ingested_graph.as_stored(), ingested_inventory.inventory,
-                                             submission.options, cost_model)
+        slots = slots or PlanningSlots(1)  # a caller outside a server plans without a limit
+        with slots.hold(settings.sync_plan_wait_s if compute is not None else 0.0) as free:
+            if free:
+                computed = (compute or compute_plan)(ingested_graph.as_stored(), ingested_inventory.inventory,
+                                                     submission.options, cost_model)
+            elif compute is not None:
+                raise ServerBusy(f"all {slots.slots} slots for planning inside a request are busy and none freed "
+                                 f"within {settings.sync_plan_wait_s:g} s; retry later",
+                                 retry_after_s=max(1, math.ceil(settings.sync_plan_wait_s)))
 
     graph_row = plans_repo.get_or_create_graph(session, tenant_id, _graph_row(ingested_graph))
     inventory_row = plans_repo.get_or_create_inventory(session, tenant_id, _inventory_row(ingested_inventory))

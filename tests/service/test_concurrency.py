@@ -24,7 +24,10 @@ N = 8
 
 @pytest.fixture(scope="module")
 def server(database_url, tmp_path_factory):
-    live = start_server(database_url, tmp_path_factory.mktemp("concurrency") / "server.log", log_level="WARNING")
+    # a slot per racer: every one plans, and the races are the database's (with fewer, the
+    # ones that find no slot become jobs: test_planning_slots)
+    live = start_server(database_url, tmp_path_factory.mktemp("concurrency") / "server.log", log_level="WARNING",
+                        sync_plan_slots=N)
     yield live
     live.stop()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
@@ -150,7 +150,7 @@ def read_calibration(inventory_hash: InventoryHash, session: SessionDep, princip
     summary="Plan again with the calibrated model and an optional load report; a new plan linked to its parent",
     responses={
         200: {"description": "The same re-plan was made before: the stored plan.", "model": ReplanRead},
-        **problem_responses(404, 409, 422),
+        **problem_responses(404, 409, 422, 503),
     },
 )
 async def create_replan(
@@ -158,11 +158,13 @@ async def create_replan(
     session: SessionDep,
     settings: SettingsDep,
     principal: Writer,
+    request: Request,
     body: ReplanCreate | None = None,
     idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     outcome = await run_in_threadpool(
-        replan, session, principal.tenant_id, plan_id, body or ReplanCreate(), settings, idempotency_key=idempotency_key
+        replan, session, principal.tenant_id, plan_id, body or ReplanCreate(), settings, idempotency_key=idempotency_key,
+        slots=request.app.state.planning_slots,
     )
     plan = outcome.plan
     document = plan_views.plan_read(plan, cached=outcome.cached)

@@ -148,7 +148,8 @@ async def create_plan(request: Request, session: SessionDep, settings: SettingsD
     else:
         raise UnprocessableInput(f"Unsupported content type {content_type!r}; send application/json or multipart/form-data.")
     outcome = await run_in_threadpool(
-        submit_plan, session, principal.tenant_id, submission, settings, idempotency_key=idempotency_key
+        submit_plan, session, principal.tenant_id, submission, settings, idempotency_key=idempotency_key,
+        slots=request.app.state.planning_slots,
     )
     return await run_in_threadpool(_plan_response, outcome.plan, outcome.status_code, outcome.cached)
 

@@ -6,7 +6,7 @@ import copy
 
 from bench.synthetic import diamond_graph_json as diamond_graph
 
-__all__ = ["diamond_graph", "measured_timeline", "plan_request"]
+__all__ = ["LLAMA_70B", "diamond_graph", "measured_timeline", "parallel_plan_request", "plan_request"]
 
 
 def plan_request(graph: dict | None = None, *, preset: str = "dgx-h100", nodes: int = 1, **options) -> dict:
@@ -21,3 +21,22 @@ def measured_timeline(plan: dict) -> dict:
         ops.append({"name": name, "device": device, "start_s": start_s, "duration_s": 1e-3})
         start_s += 1e-3
     return {"ops": ops}
+
+
+LLAMA_70B = {
+    "num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
+    "ffn_hidden_size": 28672, "vocab_size": 128256, "seq_length": 4096, "gated_mlp": True,
+}
+
+
+def parallel_plan_request(**overrides) -> dict:
+    """A ``POST /v1/parallel/plan`` body: a Llama-70B shape on 64 H100s, top 3, 64 ranks of the map."""
+    request = {
+        "model": LLAMA_70B,
+        "cluster": {"preset": "dgx-h100", "nodes": 8},
+        "training": {"global_batch_sequences": 1024},
+        "top_k": 3,
+        "rank_map_limit": 64,
+    }
+    request.update(overrides)
+    return request

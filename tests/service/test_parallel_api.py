@@ -6,29 +6,11 @@ import json
 import pathlib
 
 import pytest
-from fastapi.testclient import TestClient
 
 from bench.published_runs import DEEPSEEK_V3
 from partitioners.parallel3d_specs import Constraints
-from service.app import create_app
-from tests.conftest import make_settings
-
-LLAMA_70B = {
-    "num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
-    "ffn_hidden_size": 28672, "vocab_size": 128256, "seq_length": 4096, "gated_mlp": True,
-}
-
-
-def _request(**overrides) -> dict:
-    request = {
-        "model": LLAMA_70B,
-        "cluster": {"preset": "dgx-h100", "nodes": 8},
-        "training": {"global_batch_sequences": 1024},
-        "top_k": 3,
-        "rank_map_limit": 64,
-    }
-    request.update(overrides)
-    return request
+from tests.service.graphs import LLAMA_70B
+from tests.service.graphs import parallel_plan_request as _request
 
 
 def test_a_70b_model_on_64_h100_gets_ranked_layouts_that_use_every_gpu(client):
@@ -379,32 +361,3 @@ def test_an_optimizer_other_than_adam_is_a_422_naming_the_field(client):
     assert response.status_code == 422
     assert [e["field"] for e in response.json()["errors"]] == ["body.training.optimizer"]
 
-
-# ---------------------------------------------------------------- a few searches at a time
-
-
-@pytest.fixture
-def one_slot_client(database_url):
-    """A server that runs one 3D-parallel search at a time and waits 50 ms for a slot."""
-    app = create_app(make_settings(database_url, auth="disabled", parallel_plan_slots=1, parallel_plan_wait_s=0.05))
-    with TestClient(app, raise_server_exceptions=False) as client:
-        yield client, app.state.parallel_plan_slots
-
-
-def test_a_search_that_finds_every_slot_taken_is_answered_503_with_retry_after(one_slot_client):
-    client, slots = one_slot_client
-    holder = object()  # a search in progress, as the limiter sees it
-    client.portal.call(lambda: slots.limiter.acquire_on_behalf_of_nowait(holder))
-    busy = client.post("/v1/parallel/plan", json=_request())
-    client.portal.call(lambda: slots.limiter.release_on_behalf_of(holder))
-    assert busy.status_code == 503 and busy.headers["Retry-After"] == "1"
-    assert busy.headers["content-type"].startswith("application/problem+json")
-    assert busy.json()["type"].endswith("server-busy") and "busy" in busy.json()["detail"]
-    assert client.post("/v1/parallel/plan", json=_request()).status_code == 200
-
-
-def test_a_search_that_fails_gives_its_slot_back(one_slot_client):
-    client, _ = one_slot_client
-    bad = client.post("/v1/parallel/plan", json=_request(training={"global_batch_sequences": 1024, "precision": "fp4"}))
-    assert bad.status_code == 422
-    assert client.post("/v1/parallel/plan", json=_request()).status_code == 200

@@ -36,12 +36,14 @@ Prints
 6. wall time of a full search on 16,384 and 100,000 GPUs, next to the time a
    one-candidate-at-a-time evaluation of the same search space would take
    (measured on a sample in the same run), and of a worst case on 100,800 GPUs whose
-   layer, expert and GPU counts have the most divisors.
+   layer, expert and GPU counts have the most divisors; and the peak memory of a whole answer
+   (search, candidates, a 1,024-rank map) on 100,000 GPUs against 12.8 million.
 """
 
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import numpy as np
 
@@ -61,7 +63,7 @@ from bench.published_runs import (
     SC21_SOFTWARE,
     SC21_TABLE1,
 )
-from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_parallel_layout
+from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_from_request, plan_parallel_layout
 from partitioners.parallel3d_cost import predict_layouts
 from partitioners.parallel3d_memory import ACTIVATION_FRAGMENTATION, ACTIVATION_FRAGMENTATION_HIGH
 from partitioners.parallel3d_specs import (
@@ -410,6 +412,30 @@ def timing_table() -> None:
              "vocab_size": 32000, "moe": {"num_experts": 5040, "experts_per_token": 8, "expert_ffn_hidden_size": 1024}}
     _search_timing("MoE 5040 layers x 5040 experts (worst case)", worst, {"preset": "dgx-h100", "nodes": 12600},
                    {"global_batch_sequences": 50400})
+    answer_memory(dense)
+
+
+def _peak_traced_mib(request: dict) -> tuple[float, int]:
+    tracemalloc.start()
+    try:
+        answer = plan_from_request(request)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak_bytes / 2**20, answer["rank_map"]["num_ranks"]
+
+
+def answer_memory(model: dict) -> None:
+    """Peak memory of a whole search answer (search, candidates, rank map) as the cluster grows
+    128-fold: the rank map computes only the ranks it returns."""
+    rows = []
+    for gpus_per_node in (8, 1024):
+        request = {"model": model, "cluster": {"preset": "dgx-h100", "nodes": 12500, "gpus_per_node": gpus_per_node},
+                   "training": {"global_batch_sequences": 25000}}
+        rows.append(_peak_traced_mib(request))
+    (small_mib, small_gpus), (large_mib, large_gpus) = rows
+    print(f"peak traced memory of a search answer with a 1,024-rank map: {small_gpus:,} GPUs {small_mib:.0f} MiB, "
+          f"{large_gpus:,} GPUs {large_mib:.0f} MiB ({large_mib / small_mib:.2f}x for {large_gpus // small_gpus}x the GPUs)")
 
 
 def main() -> None:

@@ -25,8 +25,8 @@ T = TypeVar("T")
 class ComputeSlots:
     """Run at most ``slots`` calls of one kind at once, each in a worker thread.
 
-    The limiter is made on first use, inside the running event loop (an anyio
-    limiter belongs to the loop that made it).
+    The limiter is made on first use: anyio makes one only inside a running event loop,
+    which ``create_app`` is not.
     """
 
     def __init__(self, what: str, slots: int, wait_s: float) -> None:

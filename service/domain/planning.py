@@ -7,8 +7,9 @@ Flow of ``submit_plan``:
    now, for large graphs too, rather than a failed job later), and derive the
    cache key from model hash, inventory hash and options;
 2. a stored plan with that key is the answer (no recomputation);
-3. small graphs are planned right here, outside any transaction; large ones become a
-   queued plan plus a job row for a worker;
+3. small graphs are planned right here, outside any transaction, in one of the
+   server's planning slots (``service.domain.planning_slots``); large ones, and small
+   ones that find every slot busy, become a queued plan plus a job row for a worker;
 4. graph, inventory, plan (and job, and Idempotency-Key) are written in one
    transaction by the request's session.
 

@@ -6,6 +6,8 @@ handler turns both into RFC 9457 problem details (``service.api.problems``).
 
 from __future__ import annotations
 
+import math
+
 __all__ = [
     "ServiceError",
     "NotFound",
@@ -68,7 +70,10 @@ class DatabaseUnavailable(ServiceError):
 
 
 class ServerBusy(ServiceError):
+    """Every slot for one kind of computation stayed taken for as long as a request may wait."""
+
     status, title, type_slug = 503, "Server busy", "server-busy"
 
-    def __init__(self, detail: str, retry_after_s: int = 5) -> None:
-        super().__init__(detail, headers={"Retry-After": str(retry_after_s)})
+    def __init__(self, what: str, slots: int, waited_s: float) -> None:
+        super().__init__(f"all {slots} slots for {what} are busy and none freed within {waited_s:g} s; retry later",
+                         headers={"Retry-After": str(max(1, math.ceil(waited_s)))})

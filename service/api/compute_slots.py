@@ -8,7 +8,6 @@ line hold no thread and no memory, and the other routes keep their threads.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -53,11 +52,7 @@ class ComputeSlots:
                 await limiter.acquire()
                 acquired = True
         if not acquired:
-            raise ServerBusy(
-                f"all {self.slots} slots for {self.what} are busy and none freed within {self.wait_s:g} s; "
-                "retry later",
-                retry_after_s=max(1, math.ceil(self.wait_s)),
-            )
+            raise ServerBusy(self.what, self.slots, self.wait_s)
         try:
             return await anyio.to_thread.run_sync(work, *args)
         finally:

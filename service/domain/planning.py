@@ -19,7 +19,6 @@ derived from it (timelines, Idempotency-Keys, the calibration's fit).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -212,9 +211,7 @@ def submit_plan(
                 computed = (compute or compute_plan)(ingested_graph.as_stored(), ingested_inventory.inventory,
                                                      submission.options, cost_model)
             elif compute is not None:
-                raise ServerBusy(f"all {slots.slots} slots for planning inside a request are busy and none freed "
-                                 f"within {settings.sync_plan_wait_s:g} s; retry later",
-                                 retry_after_s=max(1, math.ceil(settings.sync_plan_wait_s)))
+                raise ServerBusy("planning inside a request", slots.slots, settings.sync_plan_wait_s)
 
     graph_row = plans_repo.get_or_create_graph(session, tenant_id, _graph_row(ingested_graph))
     inventory_row = plans_repo.get_or_create_inventory(session, tenant_id, _inventory_row(ingested_inventory))

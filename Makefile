@@ -55,6 +55,7 @@ bench: install-dev
 	$(BIN)/python -m bench.placement
 	$(BIN)/python -m bench.moe
 	$(BIN)/python -m bench.moe_http
+	$(BIN)/python -m bench.request_bodies
 	$(BIN)/python -m bench.parallel3d
 	$(BIN)/python -m bench.hopper_in_training
 	$(BIN)/python -m bench.llm_foundry

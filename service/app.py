@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from service.api import health
+from service.api.body_budget import BodyBudget, BodyBudgetMiddleware
 from service.api.compute_slots import ComputeSlots
 from service.api.middleware import BodySizeLimitMiddleware, HeadMiddleware, HttpMetrics, RequestContextMiddleware
 from service.api.problems import install_problem_handlers
@@ -131,14 +132,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.head_revision = head_revision(settings.database_url)
     app.state.metrics = HttpMetrics(CollectorRegistry())
     app.state.planning_slots = PlanningSlots(settings.sync_plan_slots)
+    app.state.body_budget = BodyBudget(settings.max_body_bytes_in_flight, settings.body_wait_s)
     app.state.parallel_plan_slots = ComputeSlots("3D-parallel searches", settings.parallel_plan_slots,
                                                  settings.parallel_plan_wait_s)
 
     install_problem_handlers(app)
     _hoist_request_schema_defs(app)
-    # Added last runs first: the request id exists before the size check answers, and
+    # Added last runs first: the request id exists before the size check answers, a body
+    # over the limit is refused before it waits for the budget of bodies in flight, and
     # a HEAD is logged and counted as a HEAD though it runs as a GET.
     app.add_middleware(HeadMiddleware)
+    app.add_middleware(BodyBudgetMiddleware, budget=app.state.body_budget, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)
 

@@ -42,6 +42,17 @@ class Settings(BaseSettings):
     api_key_secret: str = Field(DEFAULT_API_KEY_SECRET, description="HMAC key for stored API key hashes.")
     auto_migrate: bool = Field(False, description="Run `alembic upgrade head` at start-up instead of refusing.")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Larger request bodies get 413.")
+    # A JSON body costs the server far more than its bytes while it is parsed and handled:
+    # a 27 MiB MoE load matrix (512 layers x 8,000 experts, about HYPERPLACE_MOE_MAX_SLOTS)
+    # took 2.1 GiB and 15 s (bench/request_bodies.py). One body limit's worth at a time
+    # keeps the process near that; smaller bodies share it (service.api.body_budget).
+    max_body_bytes_in_flight: int = Field(
+        64 * 1024 * 1024, ge=1024, description="Bytes of request bodies over 1 MiB handled at once per process; "
+        "a body that would pass it waits, then gets 503 (a larger one still runs alone)."
+    )
+    body_wait_s: float = Field(
+        10.0, ge=0, description="How long a large body waits for HYPERPLACE_MAX_BODY_BYTES_IN_FLIGHT before 503."
+    )
     max_graph_ops: int = Field(1_000_000, ge=1, description="Graphs with more operators are rejected (413).")
     sync_max_ops: int = Field(
         20_000, ge=0, description="Graphs up to this many operators are planned in the request; larger ones become jobs."

@@ -13,7 +13,9 @@ resident memory (``VmHWM``) over its idle footprint, for
   answered and both runs do the same work.
 
 A single request is measured first, which shows the memory per body byte. The budget
-trades memory for queueing: the wall time of both runs is printed too.
+trades memory for queueing: the wall time of both runs is printed too, and the longest
+``/healthz`` answer while the bodies were handled (a thread holding the GIL in one long
+C call, such as encoding a large answer, stalls every other request).
 """
 
 from __future__ import annotations
@@ -52,9 +54,11 @@ def resident_bytes(pid: int, field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/{pid}/status")
 
 
-def burst(body: bytes, clients: int, **settings: str) -> tuple[float, float, Counter]:
-    """Peak memory over idle (bytes), wall seconds and status counts of ``clients`` simultaneous posts."""
+def burst(body: bytes, clients: int, **settings: str) -> tuple[float, float, float, Counter]:
+    """Peak memory over idle (bytes), wall seconds, the longest ``/healthz`` answer meanwhile
+    (seconds) and the status counts of ``clients`` simultaneous posts."""
     statuses: Counter = Counter()
+    health_s: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, \
             running_server(f"sqlite:///{tmp}/bench.sqlite", auto_migrate="true", **settings) as (base, process):
         idle = resident_bytes(process.pid, "VmRSS")
@@ -69,15 +73,29 @@ def burst(body: bytes, clients: int, **settings: str) -> tuple[float, float, Cou
             except httpx.HTTPError as error:
                 statuses[type(error).__name__] += 1
 
+        done = threading.Event()
+
+        def probe_health() -> None:
+            with httpx.Client(timeout=60) as probe:
+                while not done.is_set():
+                    asked = time.monotonic()
+                    probe.get(f"{base}/healthz")
+                    health_s.append(time.monotonic() - asked)
+                    done.wait(0.05)
+
         threads = [threading.Thread(target=post) for _ in range(clients)]
+        prober = threading.Thread(target=probe_health)
         began = time.monotonic()
+        prober.start()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         wall_s = time.monotonic() - began
+        done.set()
+        prober.join()
         peak = resident_bytes(process.pid, "VmHWM")
-    return peak - idle, wall_s, statuses
+    return peak - idle, wall_s, max(health_s), statuses
 
 
 def main() -> None:
@@ -89,18 +107,20 @@ def main() -> None:
     budget = Settings.model_fields["max_body_bytes_in_flight"].default
     print(f"== {args.clients} simultaneous MoE rebalances of {args.layers} x {EXPERTS} "
           f"({len(body) / MIB:.1f} MiB of JSON each, {args.clients * len(body) / MIB:.0f} MiB in all) ==")
-    one, one_s, _ = burst(body, 1)
-    print(f"one request alone: peak +{one / MIB:,.0f} MiB ({one / len(body):.0f}x its body), {one_s:.1f} s")
+    one, one_s, one_health_s, _ = burst(body, 1)
+    print(f"one request alone: peak +{one / MIB:,.0f} MiB ({one / len(body):.0f}x its body), {one_s:.1f} s, "
+          f"longest /healthz meanwhile {one_health_s * 1000:.0f} ms")
     rows = [
         ("no budget (baseline)", {"max_body_bytes_in_flight": str(2**40)}),
         (f"budget {budget / MIB:.0f} MiB (default)", {"body_wait_s": "900"}),
     ]
     results = []
     for label, settings in rows:
-        peak, wall_s, statuses = burst(body, args.clients, **settings)
+        peak, wall_s, health_s, statuses = burst(body, args.clients, **settings)
         results.append(peak)
         answered = ", ".join(f"{count} x {status}" for status, count in sorted(statuses.items(), key=str))
-        print(f"{label:<28} peak +{peak / MIB:>7,.0f} MiB   wall {wall_s:6.1f} s   answers: {answered}")
+        print(f"{label:<28} peak +{peak / MIB:>7,.0f} MiB   wall {wall_s:6.1f} s   longest /healthz "
+              f"{health_s * 1000:5.0f} ms   answers: {answered}")
     print(f"peak memory with the default budget: {results[1] / results[0]:.2f}x the baseline's")
 
 

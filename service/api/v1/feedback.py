@@ -13,10 +13,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 
 from service.api.deps import SessionDep, SettingsDep
 from service.api.params import Cursor, IdempotencyKey, Limit, ModelHash, PlanId, Reader, Writer, cursor_position
+from service.api.json_response import DocumentResponse
 from service.api.problems import problem_responses
 from service.domain import plan_views
 from service.domain.calibration import calibration_read
@@ -64,11 +64,11 @@ def create_feedback(
     session: SessionDep,
     principal: Writer,
     idempotency_key: IdempotencyKey = None,
-) -> JSONResponse:
+) -> DocumentResponse:
     document, status_code = submit_feedback(
         session, principal.tenant_id, plan_id, body, idempotency_key=idempotency_key
     )
-    return JSONResponse(document, status_code=status_code, headers={"Location": document["links"]["self"]})
+    return DocumentResponse(document, status_code=status_code, headers={"Location": document["links"]["self"]})
 
 
 @router.get(
@@ -161,7 +161,7 @@ async def create_replan(
     request: Request,
     body: ReplanCreate | None = None,
     idempotency_key: IdempotencyKey = None,
-) -> JSONResponse:
+) -> DocumentResponse:
     outcome = await run_in_threadpool(
         replan, session, principal.tenant_id, plan_id, body or ReplanCreate(), settings, idempotency_key=idempotency_key,
         slots=request.app.state.planning_slots,
@@ -170,7 +170,7 @@ async def create_replan(
     document = plan_views.plan_read(plan, cached=outcome.cached)
     document["replan"] = (plan.summary or {}).get("replan")
     headers = {"ETag": plan_views.etag(plan, "replan", cached=outcome.cached), "Location": f"/v1/plans/{plan.id}"}
-    return JSONResponse(document, status_code=outcome.status_code, headers=headers)
+    return DocumentResponse(document, status_code=outcome.status_code, headers=headers)
 
 
 __all__ = ["router"]

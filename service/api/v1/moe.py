@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
-from fastapi.responses import JSONResponse
 
 from service.api.deps import Principal, SessionDep, SettingsDep, require_scope
+from service.api.json_response import DocumentResponse
 from service.api.problems import problem_responses
 from service.domain.moe import deployment_read, rebalance_request
 from service.schemas.moe import (
@@ -28,8 +28,8 @@ MoeCaller = Annotated[Principal, Depends(require_scope("moe"))]
     summary="Expert loads per layer -> a balanced expert-to-GPU placement with few moves",
     responses=problem_responses(409, 413, 422),
 )
-def rebalance(request: MoeRebalanceRequest, session: SessionDep, settings: SettingsDep, principal: MoeCaller) -> JSONResponse:
-    return JSONResponse(rebalance_request(session, principal.tenant_id, request, settings))
+def rebalance(request: MoeRebalanceRequest, session: SessionDep, settings: SettingsDep, principal: MoeCaller) -> DocumentResponse:
+    return DocumentResponse(rebalance_request(session, principal.tenant_id, request, settings))
 
 
 @router.get(

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
@@ -30,6 +30,7 @@ from service.api.params import (
     cursor_position,
     none_match,
 )
+from service.api.json_response import DocumentResponse
 from service.api.problems import problem_responses, unreadable_body_detail
 from service.domain import plan_views, planning
 from service.domain.planning import PlanSubmission, submit_plan
@@ -110,12 +111,12 @@ async def _submission_from_multipart(request: Request) -> PlanSubmission:
     return PlanSubmission(inventory=envelope.inventory.model_dump(exclude_none=True), options=envelope.options.model_dump(), onnx_bytes=data)
 
 
-def _plan_response(plan, status_code: int, cached: bool, detail: str = "full") -> JSONResponse:
+def _plan_response(plan, status_code: int, cached: bool, detail: str = "full") -> DocumentResponse:
     document = plan_views.plan_read(plan, cached=cached, detail=detail)
     headers = {"ETag": plan_views.etag(plan, detail, cached=cached)}
     if status_code in (201, 202):
         headers["Location"] = f"/v1/plans/{plan.id}"
-    return JSONResponse(document, status_code=status_code, headers=headers)
+    return DocumentResponse(document, status_code=status_code, headers=headers)
 
 
 @router.post(
@@ -213,10 +214,10 @@ def read_model(model_hash: ModelHash, session: SessionDep, principal: Reader) ->
 
 
 @router.get("/plans/{plan_id}/trace", summary="The simulated timeline as Chrome trace JSON (opens in Perfetto)", responses=problem_responses(404, 409))
-def plan_trace(plan_id: PlanId, session: SessionDep, principal: Reader) -> JSONResponse:
+def plan_trace(plan_id: PlanId, session: SessionDep, principal: Reader) -> DocumentResponse:
     plan = plan_views.finished_plan(session, principal.tenant_id, plan_id)
     trace = plan_views.chrome_trace(session, plan)
-    return JSONResponse(trace, headers={"Content-Disposition": f'inline; filename="plan-{plan.id}.trace.json"'})
+    return DocumentResponse(trace, headers={"Content-Disposition": f'inline; filename="plan-{plan.id}.trace.json"'})
 
 
 @router.get("/plans/{plan_id}/view", response_class=HTMLResponse, summary="An HTML page: Gantt chart, memory, link traffic, candidates", responses=problem_responses(404, 409))

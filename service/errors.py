@@ -70,10 +70,15 @@ class DatabaseUnavailable(ServiceError):
 
 
 class ServerBusy(ServiceError):
-    """Every slot for one kind of computation stayed taken for as long as a request may wait."""
+    """A capacity the request needs (slots, a budget of bytes) stayed taken for as long as it may wait."""
 
     status, title, type_slug = 503, "Server busy", "server-busy"
 
-    def __init__(self, what: str, slots: int, waited_s: float) -> None:
-        super().__init__(f"all {slots} slots for {what} are busy and none freed within {waited_s:g} s; retry later",
+    def __init__(self, busy: str, waited_s: float) -> None:
+        super().__init__(f"{busy} and none freed within {waited_s:g} s; retry later",
                          headers={"Retry-After": str(max(1, math.ceil(waited_s)))})
+
+    @classmethod
+    def slots_taken(cls, what: str, slots: int, waited_s: float) -> ServerBusy:
+        """Every one of ``slots`` slots for ``what`` stayed taken."""
+        return cls(f"all {slots} slots for {what} are busy", waited_s)

@@ -17,16 +17,15 @@ reports of real MoE models) never wait.
 
 from __future__ import annotations
 
-import math
-
 import anyio
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.problems import problem_response
+from service.api.problems import service_error_response
+from service.errors import ServerBusy
 
-__all__ = ["EXEMPT_BYTES", "BodyBudget", "BodyBudgetMiddleware"]
+__all__ = ["EXEMPT_BYTES", "BodyBudget", "BodyBudgetMiddleware", "reserved_bytes"]
 
 # Bodies up to this size skip the budget: a DeepSeek-V3 load report (58 layers x 256
 # experts) is about 150 KB of JSON, a 1,000-operator graph a few hundred KB.
@@ -45,6 +44,11 @@ class BodyBudget:
         self.wait_s = wait_s
         self.in_flight_bytes = 0
         self._freed: anyio.Event | None = None
+
+    @property
+    def has_waiters(self) -> bool:
+        """Some request is waiting for bytes to be given back."""
+        return self._freed is not None
 
     def try_reserve(self, n_bytes: int) -> bool:
         """Take ``n_bytes`` now if they fit (or nothing else is in flight); say whether they were taken."""
@@ -102,12 +106,10 @@ class BodyBudgetMiddleware:
             return
         budget = self.budget
         if not budget.try_reserve(n_bytes) and not await budget.reserve(n_bytes):
-            detail = (f"{budget.in_flight_bytes} bytes of request bodies are being processed, and this one's "
-                      f"{n_bytes} would pass the {budget.budget_bytes}-byte budget "
-                      f"(HYPERPLACE_MAX_BODY_BYTES_IN_FLIGHT); none was freed within {budget.wait_s:g} s; retry later")
-            busy = problem_response(Request(scope), 503, "Server busy", detail, "server-busy",
-                                    headers={"Retry-After": str(max(1, math.ceil(budget.wait_s)))})
-            await busy(scope, receive, send)
+            busy = ServerBusy(f"{budget.in_flight_bytes} bytes of request bodies are being processed, this one's "
+                              f"{n_bytes} would pass the {budget.budget_bytes}-byte budget "
+                              "(HYPERPLACE_MAX_BODY_BYTES_IN_FLIGHT),", budget.wait_s)
+            await service_error_response(Request(scope), busy)(scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)

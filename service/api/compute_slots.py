@@ -52,7 +52,7 @@ class ComputeSlots:
                 await limiter.acquire()
                 acquired = True
         if not acquired:
-            raise ServerBusy(self.what, self.slots, self.wait_s)
+            raise ServerBusy.slots_taken(self.what, self.slots, self.wait_s)
         try:
             return await anyio.to_thread.run_sync(work, *args)
         finally:

@@ -26,6 +26,7 @@ from service.schemas.common import error_path
 
 __all__ = [
     "problem_response",
+    "service_error_response",
     "install_problem_handlers",
     "PROBLEM_BASE",
     "problem_responses",
@@ -55,6 +56,12 @@ def problem_response(
     if errors:
         body["errors"] = errors
     return JSONResponse(body, status_code=status, headers=headers, media_type="application/problem+json")
+
+
+def service_error_response(request: Request | None, exc: ServiceError) -> JSONResponse:
+    """The problem a :class:`~service.errors.ServiceError` stands for (also for middleware, outside the handlers)."""
+    return problem_response(request, exc.status, exc.title, exc.detail, exc.type_slug, headers=exc.headers,
+                            errors=exc.errors)
 
 
 def _jsonable(value: Any) -> Any:
@@ -166,9 +173,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
-        return problem_response(
-            request, exc.status, exc.title, exc.detail, exc.type_slug, headers=exc.headers, errors=exc.errors
-        )
+        return service_error_response(request, exc)
 
     @app.exception_handler(InvalidInput)
     async def _invalid_input(request: Request, exc: InvalidInput):

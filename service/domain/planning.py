@@ -211,7 +211,7 @@ def submit_plan(
                 computed = (compute or compute_plan)(ingested_graph.as_stored(), ingested_inventory.inventory,
                                                      submission.options, cost_model)
             elif compute is not None:
-                raise ServerBusy("planning inside a request", slots.slots, settings.sync_plan_wait_s)
+                raise ServerBusy.slots_taken("planning inside a request", slots.slots, settings.sync_plan_wait_s)
 
     graph_row = plans_repo.get_or_create_graph(session, tenant_id, _graph_row(ingested_graph))
     inventory_row = plans_repo.get_or_create_inventory(session, tenant_id, _inventory_row(ingested_inventory))

@@ -76,7 +76,7 @@ def test_a_waiting_body_is_admitted_once_the_bytes_ahead_of_it_are_given_back(sm
         waiting = threading.Thread(target=lambda: answers.append(_post(client, _padded(parallel_plan_request(), 2 * MIB))))
         waiting.start()
         for _ in range(10_000):  # until the request is seen waiting for room (bounded, not timed)
-            if client.portal.call(lambda: budget._freed is not None):
+            if client.portal.call(lambda: budget.has_waiters):
                 break
             waiting.join(0.001)
         assert not answers, "the request was answered while the budget was taken"

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from service.api.deps import SessionDep, SettingsDep
-from service.api.params import Cursor, IdempotencyKey, Limit, ModelHash, PlanId, Reader, Writer, cursor_position
 from service.api.json_response import DocumentResponse
+from service.api.params import Cursor, IdempotencyKey, Limit, ModelHash, PlanId, Reader, Writer, cursor_position
 from service.api.problems import problem_responses
 from service.domain import plan_views
 from service.domain.calibration import calibration_read

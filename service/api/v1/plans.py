@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from service.api.deps import SessionDep, SettingsDep
+from service.api.json_response import DocumentResponse
 from service.api.params import (
     Cursor,
     IdempotencyKey,
@@ -30,7 +31,6 @@ from service.api.params import (
     cursor_position,
     none_match,
 )
-from service.api.json_response import DocumentResponse
 from service.api.problems import problem_responses, unreadable_body_detail
 from service.domain import plan_views, planning
 from service.domain.planning import PlanSubmission, submit_plan

@@ -13,9 +13,12 @@ import uuid
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.datastructures import Headers
-from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.api.problems import service_error_response
+from service.errors import PayloadTooLarge
 
 __all__ = [
     "HttpMetrics",
@@ -207,7 +210,7 @@ class BodySizeLimitMiddleware:
             except ValueError:
                 too_large = False
             if too_large:
-                await _send_413(scope, send, limit)
+                await service_error_response(Request(scope), _over_the_limit(limit))(scope, receive, send)
                 return
         received = 0
 
@@ -217,30 +220,13 @@ class BodySizeLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise HTTPException(413, f"Request body is over the {limit}-byte limit (HYPERPLACE_MAX_BODY_BYTES).")
+                    raise _over_the_limit(limit)
             return message
 
         await self.app(scope, counting_receive, send)
 
 
-async def _send_413(scope: Scope, send: Send, limit: int) -> None:
-    import json
-
-    request_id = scope.get("state", {}).get("request_id")
-    body = {
-        "type": "https://hyperplace.dev/problems/too-large",
-        "title": "Payload too large",
-        "status": 413,
-        "detail": f"Request body is over the {limit}-byte limit (HYPERPLACE_MAX_BODY_BYTES).",
-    }
-    if request_id:
-        body["instance"] = f"urn:request:{request_id}"
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/problem+json"), (b"content-length", str(len(payload)).encode()), (b"connection", b"close")],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
+def _over_the_limit(limit: int) -> PayloadTooLarge:
+    """The 413 for a body past ``limit``; the connection closes, since the rest of the body is never read."""
+    return PayloadTooLarge(f"Request body is over the {limit}-byte limit (HYPERPLACE_MAX_BODY_BYTES).",
+                           headers={"Connection": "close"})

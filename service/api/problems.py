@@ -194,6 +194,10 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and isinstance(exc.__cause__, ServiceError):
+            # Raised while FastAPI read the body (the body-size limit counts it as it
+            # streams); FastAPI wrapped it in its generic 400.
+            return service_error_response(request, exc.__cause__)
         if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
             # FastAPI's "There was an error parsing the body": json.loads failed on bytes
             # that are not UTF-8, a huge integer or deep nesting. The body is as
@@ -206,8 +210,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(OperationalError)
     async def _db_down(request: Request, exc: OperationalError):
         log.warning("database unavailable", error=str(exc.orig)[:300] if exc.orig else str(exc)[:300])
-        err = DatabaseUnavailable()
-        return problem_response(request, err.status, err.title, err.detail, err.type_slug, headers=err.headers)
+        return service_error_response(request, DatabaseUnavailable())
 
     @app.exception_handler(IntegrityError)
     async def _conflict(request: Request, exc: IntegrityError):
@@ -219,8 +222,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(DBAPIError)
     async def _db_error(request: Request, exc: DBAPIError):
         if exc.connection_invalidated:
-            err = DatabaseUnavailable()
-            return problem_response(request, err.status, err.title, err.detail, err.type_slug, headers=err.headers)
+            return service_error_response(request, DatabaseUnavailable())
         log.exception("database error")
         return problem_response(request, 500, "Internal error", "An internal error occurred; it has been logged.", "internal")
 
@@ -232,8 +234,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
 def _unreadable_body(request: Request, exc: BaseException) -> JSONResponse:
     """A body ``json.loads`` refused: 422 with the words ``POST /v1/plans`` uses, on every route."""
-    err = UnprocessableInput(unreadable_body_detail(exc))
-    return problem_response(request, err.status, err.title, err.detail, err.type_slug)
+    return service_error_response(request, UnprocessableInput(unreadable_body_detail(exc)))
 
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

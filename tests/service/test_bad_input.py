@@ -129,13 +129,13 @@ def test_a_validation_error_is_problem_json_with_field_errors(client):
     assert any(error["field"].endswith("inventory") for error in body["errors"])
 
 
-def test_a_chunked_body_over_the_limit_is_413_on_a_route_whose_body_fastapi_parses(client, settings):
-    """FastAPI turns most errors raised while it reads a body into a 400; the limit's must stay a 413."""
+@pytest.mark.parametrize("path", ["/v1/parallel/plan", "/v1/moe/rebalance", "/v1/plans/00000000-0000-0000-0000-000000000000/feedback"])
+def test_a_chunked_body_over_the_limit_is_413_on_every_route_that_takes_a_body(client, settings, path):
+    """FastAPI turns an error raised while it reads a body into its generic 400; the limit's stays a 413."""
     def chunks():
         chunk = b" " * 1_000_000
         for _ in range(settings.max_body_bytes // len(chunk) + 2):
             yield chunk
 
-    body = _problem(client.post("/v1/parallel/plan", content=chunks(), headers={"Content-Type": "application/json"}),
-                    413)
+    body = _problem(client.post(path, content=chunks(), headers={"Content-Type": "application/json"}), 413)
     assert "HYPERPLACE_MAX_BODY_BYTES" in body["detail"]

@@ -129,18 +129,20 @@ class MemoryBreakdown:
     total_bytes: float
     capacity_bytes: float
     fullest_stage: int = 0
+    activation_fragmentation: float = ACTIVATION_FRAGMENTATION
 
     @property
     def fragmentation_that_fills(self) -> float | None:
         """Caching-allocator waste on activations at which this footprint reaches capacity.
 
-        The prediction counts ``ACTIVATION_FRAGMENTATION`` (10%); a user who knows
-        their stack wastes more (30% is the high end GMLake measured) can compare.
-        None when the layout keeps no activations to fragment.
+        The prediction counts ``activation_fragmentation`` (the request's; 10% unless it
+        says otherwise); a user who knows their stack wastes more (30% is the high end
+        GMLake measured) can compare. None when the layout keeps no activations to fragment.
         """
         if self.activations_bytes <= 0.0:
             return None
-        return fragmentation_that_fills(self.total_bytes, self.activations_bytes, self.capacity_bytes)
+        return fragmentation_that_fills(self.total_bytes, self.activations_bytes, self.capacity_bytes,
+                                        self.activation_fragmentation)
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {**{k: float(getattr(self, k)) for k in self.__dataclass_fields__ if k != "fullest_stage"},
@@ -588,7 +590,7 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits:
         optimizer_state_bytes=float(pred["optimizer_state_bytes"][i]),
         activations_bytes=float(pred["activations_bytes"][i]), buffers_bytes=float(pred["buffers_bytes"][i]),
         total_bytes=float(pred["memory_bytes"][i]), capacity_bytes=float(cluster.memory_bytes),
-        fullest_stage=int(pred["fullest_stage"][i]))
+        fullest_stage=int(pred["fullest_stage"][i]), activation_fragmentation=training.activation_fragmentation)
     memory_note = _tight_memory_note(memory) if not reasons else None
     if memory_note:
         extra.append(memory_note)
@@ -643,24 +645,27 @@ MOE_HOST_TIME_NOTE = (
 def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
     """Say so when a layout fits only if the allocator wastes little.
 
-    Activations are counted with 10% caching-allocator fragmentation, the low end of
-    what GMLake (Guo et al., ASPLOS 2024) measured in LLM training; at the 30% high end
-    such a layout would not fit. The prediction stands; the note tells the user the
+    Activations are counted with the request's caching-allocator fragmentation (10%, the
+    low end of what GMLake, Guo et al., ASPLOS 2024, measured in LLM training, unless it
+    states its own); at the 30% high end such a layout would not fit. The prediction stands; the note tells the user the
     margin is inside the model's uncertainty.
     """
     fills_at = memory.fragmentation_that_fills
     if fills_at is None or fills_at >= ACTIVATION_FRAGMENTATION_HIGH:
         return None
     total_bytes, capacity_bytes = memory.total_bytes, memory.capacity_bytes
-    worst_bytes = bytes_at_high_fragmentation(total_bytes, memory.activations_bytes)
+    worst_bytes = bytes_at_high_fragmentation(total_bytes, memory.activations_bytes, memory.activation_fragmentation)
     return (f"tight memory: {total_bytes / _GIB:.1f} of {capacity_bytes / _GIB:.1f} GiB fits with "
-            f"{ACTIVATION_FRAGMENTATION:.0%} allocator fragmentation of activations but not with "
+            f"{memory.activation_fragmentation:.0%} allocator fragmentation of activations but not with "
             f"{ACTIVATION_FRAGMENTATION_HIGH:.0%} ({worst_bytes / _GIB:.1f} GiB); measure peak memory before a long run")
 
 
-def _tight_memory(pred: Mapping[str, np.ndarray], index: np.ndarray, capacity_bytes: float) -> np.ndarray:
-    """True where a layout fits only with less allocator waste than ``ACTIVATION_FRAGMENTATION_HIGH``."""
-    return bytes_at_high_fragmentation(pred["memory_bytes"][index], pred["activations_bytes"][index]) > capacity_bytes
+def _tight_memory(pred: Mapping[str, np.ndarray], index: np.ndarray, capacity_bytes: float,
+                  counted: float) -> np.ndarray:
+    """True where a layout fits only with less allocator waste than ``ACTIVATION_FRAGMENTATION_HIGH``
+    (its prediction counted ``counted``)."""
+    return bytes_at_high_fragmentation(pred["memory_bytes"][index], pred["activations_bytes"][index],
+                                       counted) > capacity_bytes
 
 
 def _best_per_split(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> np.ndarray:
@@ -783,8 +788,10 @@ def _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred
         drop = np.maximum(at_zero - at_all, 1e-9)
         return np.where(at_all <= capacity, np.clip((at_zero - capacity) / drop, 0.0, 1.0), np.inf)
 
-    roomy = least_fraction(bytes_at_high_fragmentation(at_none["memory_bytes"], at_none["activations_bytes"]),
-                           bytes_at_high_fragmentation(pred["memory_bytes"][full], pred["activations_bytes"][full]))
+    counted = training_spec.activation_fragmentation
+    roomy = least_fraction(bytes_at_high_fragmentation(at_none["memory_bytes"], at_none["activations_bytes"], counted),
+                           bytes_at_high_fragmentation(pred["memory_bytes"][full], pred["activations_bytes"][full],
+                                                       counted))
     tight = least_fraction(at_none["memory_bytes"], pred["memory_bytes"][full])
     share = np.where(np.isfinite(roomy), roomy, np.where(np.isfinite(tight), tight, 1.0))
     layers = np.clip(np.ceil(share * chunk_layers - 1e-9), 1.0, chunk_layers).astype(np.int64)
@@ -857,7 +864,7 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
         best_time = step[ranked[0]]
         in_band = step[ranked] <= best_time * (1.0 + cons.tie_tolerance)
         band = ranked[in_band]
-        tight = _tight_memory(pred, band, float(cluster_spec.memory_bytes))
+        tight = _tight_memory(pred, band, float(cluster_spec.memory_bytes), training_spec.activation_fragmentation)
         band = band[np.lexsort((step[band], tight))]
         ordered = np.concatenate([band, ranked[~in_band]])[:top_k]
         for i in ordered:

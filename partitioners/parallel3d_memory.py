@@ -19,8 +19,9 @@ Published models this follows:
   ``torch.distributed.pipelining`` keeps an FSDP stage's weights and gradients whole
   across the micro-batches and reduce-scatters once, after the last backward.
 * What the caching allocator cannot hand out again: activations are counted with
-  ``ACTIVATION_FRAGMENTATION`` on top, and a layout that would not fit at
-  ``ACTIVATION_FRAGMENTATION_HIGH`` is "tight" (the planner says so).
+  ``training.activation_fragmentation`` (default ``ACTIVATION_FRAGMENTATION``) on top,
+  and a layout that would not fit at ``ACTIVATION_FRAGMENTATION_HIGH`` is "tight" (the
+  planner says so).
 
 The time of a step, and which stage's memory is the peak, are in
 :mod:`partitioners.parallel3d_cost`.
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioners.parallel3d_specs import ModelSpec, TrainingSpec
+from partitioners.parallel3d_specs import ACTIVATION_FRAGMENTATION, ModelSpec, TrainingSpec
 from partitioners.parallel3d_stages import (
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
@@ -57,36 +58,35 @@ __all__ = [
 # communication buffers, PyTorch caching-allocator fragmentation. PyTorch reports
 # 1-3 GiB of such overhead on large-model runs (torch.cuda.memory_reserved vs allocated).
 RESERVED_BYTES = 3.0 * 1024**3
-# Activations are allocated and freed every micro-batch in blocks of many sizes; the
-# caching allocator's reserved-but-unusable share is 10-30% in LLM training
-# (Guo et al., "GMLake", ASPLOS 2024). Counted at the low end on activations; the
-# planner notes layouts that would not fit at the high end (parallel3d).
-ACTIVATION_FRAGMENTATION = 0.10
+# The high end of what GMLake measured (ACTIVATION_FRAGMENTATION, the low end, is the
+# default counted; see parallel3d_specs): a layout that fits only below it is "tight".
 ACTIVATION_FRAGMENTATION_HIGH = 0.30
 
 
-def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capacity_bytes: float) -> float:
+def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capacity_bytes: float,
+                             counted: float = ACTIVATION_FRAGMENTATION) -> float:
     """Allocator fragmentation of activations at which a predicted footprint reaches capacity.
 
-    ``total_bytes`` and ``activations_bytes`` are predictions made at
-    ``ACTIVATION_FRAGMENTATION``; a layout whose answer lies below
-    ``ACTIVATION_FRAGMENTATION_HIGH`` fits only if the allocator wastes little.
+    ``total_bytes`` and ``activations_bytes`` are predictions made with ``counted``
+    fragmentation (the request's ``training.activation_fragmentation``); a layout whose
+    answer lies below ``ACTIVATION_FRAGMENTATION_HIGH`` fits only if the allocator
+    wastes little.
     """
-    raw_activations = activations_bytes / (1.0 + ACTIVATION_FRAGMENTATION)
+    raw_activations = activations_bytes / (1.0 + counted)
     if raw_activations <= 0.0:
         return float("inf") if total_bytes <= capacity_bytes else float("-inf")
     return (capacity_bytes - (total_bytes - activations_bytes)) / raw_activations - 1.0
 
 
-def bytes_at_high_fragmentation(total_bytes: np.ndarray | float, activations_bytes: np.ndarray | float
-                                ) -> np.ndarray | float:
-    """A footprint predicted at ``ACTIVATION_FRAGMENTATION``, recounted at ``ACTIVATION_FRAGMENTATION_HIGH``.
+def bytes_at_high_fragmentation(total_bytes: np.ndarray | float, activations_bytes: np.ndarray | float,
+                                counted: float = ACTIVATION_FRAGMENTATION) -> np.ndarray | float:
+    """A footprint predicted with ``counted`` fragmentation, recounted at ``ACTIVATION_FRAGMENTATION_HIGH``.
 
     A layout whose recount exceeds capacity fits only if the allocator wastes little
-    ("tight memory").
+    ("tight memory"). Where ``counted`` is already above the high end (a user who
+    measured a wasteful stack) the recount is below the prediction and nothing is tight.
     """
-    return total_bytes + activations_bytes * (ACTIVATION_FRAGMENTATION_HIGH - ACTIVATION_FRAGMENTATION) \
-        / (1.0 + ACTIVATION_FRAGMENTATION)
+    return total_bytes + activations_bytes * (ACTIVATION_FRAGMENTATION_HIGH - counted) / (1.0 + counted)
 
 
 def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
@@ -277,7 +277,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     partial full recomputation the ``1 - full_fraction`` of layers it leaves out keep
     all of theirs. The layer being recomputed is whole again during its backward, so each
     stage also holds one layer's rebuilt bytes. Activations are counted with
-    ``ACTIVATION_FRAGMENTATION``.
+    ``training.activation_fragmentation`` of allocator waste on top.
     """
     h, vocab = model.hidden_size, model.vocab_size
     has_moe = model.num_moe_layers > 0
@@ -359,6 +359,6 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
                                   + 2.0 * 2.0 * h * tokens / np.where(training.sequence_parallel, tp, 1.0))
     act_last = layers_last * last_act_avg + rebuilt(last_moe_layers, last_layers) + logits_act + mtp_act
     act_first = np.where(single, act_first + logits_act + mtp_act, act_first)
-    fragmented = 1.0 + ACTIVATION_FRAGMENTATION
+    fragmented = 1.0 + training.activation_fragmentation
     return StageActivations(act_first * fragmented, act_last * fragmented, act_mid * fragmented, mid_layers,
                             np.where(pp >= 3, mid_rank, 0.0))

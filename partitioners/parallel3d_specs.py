@@ -47,6 +47,7 @@ from partitioners.parallel3d_presets import (
 from partitioners.validation import MAX_COUNT, as_list, flag, positive_float, positive_int, reject_unknown
 
 __all__ = [
+    "ACTIVATION_FRAGMENTATION",
     "MAX_COUNT",
     "MAX_LAYERS",
     "MAX_EXPERTS",
@@ -74,6 +75,12 @@ __all__ = [
 ]
 
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+# Activations are allocated and freed every micro-batch in blocks of many sizes; the
+# caching allocator's reserved-but-unusable share is 10-30% in LLM training
+# (Guo et al., "GMLake", ASPLOS 2024). Counted at the low end on activations unless a
+# request states its own (``training.activation_fragmentation``); the planner notes
+# layouts that would not fit at the high end (parallel3d_memory.ACTIVATION_FRAGMENTATION_HIGH).
+ACTIVATION_FRAGMENTATION = 0.10
 EXPERT_DISPATCH_MODES: tuple[str, ...] = ("all-to-all", "node-deduplicated")
 
 
@@ -418,6 +425,11 @@ class TrainingSpec:
     overlap_tp_backward: bool = True
     # Megatron keeps fp32 "main_grad" buffers (4 B/param); DeepSpeed ZeRO keeps bf16 (2 B).
     grad_bytes_per_param: int = 4
+    # Caching-allocator waste counted on top of activations (reserved but unusable
+    # between the blocks of many sizes a step allocates and frees). A user who measured
+    # their stack (torch.cuda.memory_reserved against memory_allocated at the peak)
+    # states theirs.
+    activation_fragmentation: float = ACTIVATION_FRAGMENTATION
     # Weight gradients accumulated inside the weight-gradient GEMM (Megatron-LM
     # ``--gradient-accumulation-fusion``, cuBLAS/CUTLASS ``wgrad_gemm_accum_fp32``, default
     # since 2022). Without it every micro-batch writes a separate gradient that a second
@@ -931,6 +943,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
                                             "training.flexible_microbatch_groups"),
             overlap_tp_backward=flag(data.get("overlap_tp_backward", True), "training.overlap_tp_backward"),
             grad_bytes_per_param=positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
+            activation_fragmentation=_fragmentation(data.get("activation_fragmentation", ACTIVATION_FRAGMENTATION)),
             gradient_accumulation_fusion=flag(data.get("gradient_accumulation_fusion", True),
                                               "training.gradient_accumulation_fusion"),
             fp32_grad_copy_kept=flag(data.get("fp32_grad_copy_kept", False), "training.fp32_grad_copy_kept"),
@@ -970,6 +983,16 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
         raise InvalidInput("training.grad_bytes_per_param must be 2 (bf16) or 4 (fp32)",
                            field="training.grad_bytes_per_param", code="out-of-range")
     return spec
+
+
+def _fragmentation(value: Any) -> float:
+    """``training.activation_fragmentation``: a share of the activations' bytes, from 0 to 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0.0 <= value <= 1.0:
+        raise InvalidInput(f"training.activation_fragmentation must be a number from 0 (no allocator waste) to 1 "
+                           f"(as much again as the activations), got {value!r}",
+                           field="training.activation_fragmentation", code="out-of-range")
+    return float(value)
 
 
 def _load_imbalance(value: Any) -> float:

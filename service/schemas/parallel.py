@@ -165,6 +165,10 @@ class TrainingSettings(RequestModel):
     grad_bytes_per_param: int | None = Field(None, ge=2, le=4, description="Gradient buffer bytes per parameter: 4 "
                                              "for fp32 accumulation (Megatron's bf16 default), 2 with gradients "
                                              "reduced in bf16 (grad_reduce_in_fp32 off, DeepSpeed).")
+    activation_fragmentation: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="Caching-"
+                                                   "allocator waste counted on top of activations, as a share of "
+                                                   "them (default 0.10, the low end GMLake measured; a stack "
+                                                   "measured to waste more states its own).")
     overlap_ep_comm: bool | None = Field(None, description="Expert-parallel all-to-all hidden under another "
                                          "micro-batch's computation (DeepSeek-V3 DualPipe, Megatron "
                                          "--overlap-moe-expert-parallel-comm; default off).")

@@ -1444,6 +1444,51 @@ def test_each_layout_reports_the_allocator_fragmentation_at_which_it_stops_fitti
     assert fills_at > ACTIVATION_FRAGMENTATION  # it fits as predicted
 
 
+_EIGHT_LAYERS = {"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
+                 "vocab_size": 32000}
+_NO_RECOMPUTE = [{"tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 4, "recompute": "none", "zero_stage": 0}]
+
+
+def test_a_stated_allocator_fragmentation_is_counted_on_the_activations_instead_of_the_default():
+    cluster = {"gpu": "a100-80gb", "num_nodes": 1}
+    (default,) = evaluate_layouts(_EIGHT_LAYERS, cluster, {"global_batch_sequences": 32}, _NO_RECOMPUTE)
+    (wasteful,) = evaluate_layouts(_EIGHT_LAYERS, cluster, {"global_batch_sequences": 32,
+                                                            "activation_fragmentation": 0.3}, _NO_RECOMPUTE)
+    assert wasteful.memory.activations_bytes == pytest.approx(
+        default.memory.activations_bytes * 1.3 / (1 + ACTIVATION_FRAGMENTATION))
+    extra = wasteful.memory.activations_bytes - default.memory.activations_bytes
+    assert wasteful.memory.total_bytes == pytest.approx(default.memory.total_bytes + extra)
+    assert wasteful.memory.to_dict()["activation_fragmentation"] == 0.3
+
+
+def test_the_fragmentation_at_which_a_layout_fills_does_not_depend_on_the_fragmentation_counted():
+    cluster = {"gpu": "a100-80gb", "num_nodes": 1}
+    fills_at = [evaluate_layouts(_EIGHT_LAYERS, cluster, {"global_batch_sequences": 32,
+                                                          "activation_fragmentation": counted},
+                                 _NO_RECOMPUTE)[0].memory.fragmentation_that_fills for counted in (0.0, 0.1, 0.25)]
+    assert fills_at == pytest.approx([fills_at[0]] * 3)
+
+
+def test_a_layout_tight_at_the_default_fragmentation_runs_out_of_memory_at_a_measured_higher_one():
+    (roomy,) = evaluate_layouts(_EIGHT_LAYERS, {"gpu": "a100-80gb", "num_nodes": 1},
+                                {"global_batch_sequences": 32}, _NO_RECOMPUTE)
+    # capacity at which the layout fills at 20% allocator waste: tight at 10%, out of memory at 25%
+    raw_activations = roomy.memory.activations_bytes / (1 + ACTIVATION_FRAGMENTATION)
+    capacity = roomy.memory.total_bytes - roomy.memory.activations_bytes + 1.2 * raw_activations
+    cluster = {"gpu": "a100-80gb", "num_nodes": 1, "memory_bytes": capacity}
+    (tight,) = evaluate_layouts(_EIGHT_LAYERS, cluster, {"global_batch_sequences": 32}, _NO_RECOMPUTE)
+    (measured,) = evaluate_layouts(_EIGHT_LAYERS, cluster, {"global_batch_sequences": 32,
+                                                            "activation_fragmentation": 0.25}, _NO_RECOMPUTE)
+    assert tight.fits and any(n.startswith("tight memory") for n in tight.notes)
+    assert not measured.fits and any(r.startswith("out of memory") for r in measured.reasons)
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan"), True, "0.2"])
+def test_an_allocator_fragmentation_outside_zero_to_one_is_refused(value):
+    with pytest.raises(InvalidInput, match="training.activation_fragmentation"):
+        training_from_dict({"global_batch_sequences": 8, "activation_fragmentation": value})
+
+
 def test_model_too_large_for_the_cluster_answers_infeasible_with_a_reason():
     huge = {"num_layers": 48, "hidden_size": 16384, "num_attention_heads": 128, "seq_length": 2048,
             "vocab_size": 51200}

@@ -361,3 +361,24 @@ def test_an_optimizer_other_than_adam_is_a_422_naming_the_field(client):
     assert response.status_code == 422
     assert [e["field"] for e in response.json()["errors"]] == ["body.training.optimizer"]
 
+
+
+def test_a_measured_allocator_fragmentation_is_counted_and_echoed_with_each_layouts_memory(client):
+    default = client.post("/v1/parallel/plan", json=_request()).json()["candidates"][0]
+    layout = {key: default[key] for key in ("dp", "tp", "pp", "cp", "virtual_stages", "micro_batch_size",
+                                            "zero_stage", "recompute")}
+    training = {"global_batch_sequences": 1024, "activation_fragmentation": 0.3}
+    response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=[layout]))
+    assert response.status_code == 200, response.text
+    (measured,) = response.json()["predictions"]
+    assert measured["memory_per_gpu"]["activation_fragmentation"] == 0.3
+    assert default["memory_per_gpu"]["activation_fragmentation"] == 0.1
+    if default["memory_per_gpu"]["activations_bytes"] > 0:
+        assert measured["memory_per_gpu"]["activations_bytes"] > default["memory_per_gpu"]["activations_bytes"]
+
+
+def test_an_allocator_fragmentation_above_one_is_a_422_naming_the_field(client):
+    training = {"global_batch_sequences": 1024, "activation_fragmentation": 1.5}
+    response = client.post("/v1/parallel/plan", json=_request(training=training))
+    assert response.status_code == 422
+    assert "activation_fragmentation" in response.text

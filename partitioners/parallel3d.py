@@ -647,8 +647,8 @@ def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
 
     Activations are counted with the request's caching-allocator fragmentation (10%, the
     low end of what GMLake, Guo et al., ASPLOS 2024, measured in LLM training, unless it
-    states its own); at the 30% high end such a layout would not fit. The prediction stands; the note tells the user the
-    margin is inside the model's uncertainty.
+    states its own); at the 30% high end such a layout would not fit. The prediction
+    stands; the note tells the user the margin is inside the model's uncertainty.
     """
     fills_at = memory.fragmentation_that_fills
     if fills_at is None or fills_at >= ACTIVATION_FRAGMENTATION_HIGH:

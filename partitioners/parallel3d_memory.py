@@ -64,7 +64,7 @@ ACTIVATION_FRAGMENTATION_HIGH = 0.30
 
 
 def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capacity_bytes: float,
-                             counted: float = ACTIVATION_FRAGMENTATION) -> float:
+                             counted: float) -> float:
     """Allocator fragmentation of activations at which a predicted footprint reaches capacity.
 
     ``total_bytes`` and ``activations_bytes`` are predictions made with ``counted``
@@ -79,7 +79,7 @@ def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capac
 
 
 def bytes_at_high_fragmentation(total_bytes: np.ndarray | float, activations_bytes: np.ndarray | float,
-                                counted: float = ACTIVATION_FRAGMENTATION) -> np.ndarray | float:
+                                counted: float) -> np.ndarray | float:
     """A footprint predicted with ``counted`` fragmentation, recounted at ``ACTIVATION_FRAGMENTATION_HIGH``.
 
     A layout whose recount exceeds capacity fits only if the allocator wastes little

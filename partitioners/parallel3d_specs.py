@@ -44,7 +44,15 @@ from partitioners.parallel3d_presets import (
     SOFTWARE_PRESETS,
     gpu_spec_by_name,
 )
-from partitioners.validation import MAX_COUNT, as_list, flag, positive_float, positive_int, reject_unknown
+from partitioners.validation import (
+    MAX_COUNT,
+    as_list,
+    flag,
+    is_finite_number,
+    positive_float,
+    positive_int,
+    reject_unknown,
+)
 
 __all__ = [
     "ACTIVATION_FRAGMENTATION",
@@ -987,8 +995,7 @@ def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
 
 def _fragmentation(value: Any) -> float:
     """``training.activation_fragmentation``: a share of the activations' bytes, from 0 to 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0.0 <= value <= 1.0:
+    if not is_finite_number(value) or not 0.0 <= value <= 1.0:
         raise InvalidInput(f"training.activation_fragmentation must be a number from 0 (no allocator waste) to 1 "
                            f"(as much again as the activations), got {value!r}",
                            field="training.activation_fragmentation", code="out-of-range")
@@ -997,8 +1004,7 @@ def _fragmentation(value: Any) -> float:
 
 def _load_imbalance(value: Any) -> float:
     """``training.expert_load_imbalance``: a number from 1 (balanced) to 64."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 1.0 <= value <= 64.0:
+    if not is_finite_number(value) or not 1.0 <= value <= 64.0:
         raise InvalidInput(f"training.expert_load_imbalance must be a number from 1 (every expert as busy as "
                            f"the mean) to 64, got {value!r}", field="training.expert_load_imbalance",
                            code="out-of-range")

@@ -13,7 +13,7 @@ from typing import Any
 
 from partitioners.errors import InvalidInput
 
-__all__ = ["MAX_COUNT", "positive_int", "positive_float", "flag", "as_list", "reject_unknown"]
+__all__ = ["MAX_COUNT", "is_finite_number", "positive_int", "positive_float", "flag", "as_list", "reject_unknown"]
 
 # The largest count a request may carry where no tighter limit applies.
 MAX_COUNT = 10**8
@@ -34,9 +34,14 @@ def positive_int(value: Any, field_name: str, *, allow_zero: bool = False, maxim
     return ivalue
 
 
+def is_finite_number(value: Any) -> bool:
+    """A JSON number that is neither a boolean (Python's ``True`` is an int) nor NaN or infinite."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def positive_float(value: Any, field_name: str) -> float:
     """A finite number above zero."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if not is_finite_number(value) or value <= 0:
         raise InvalidInput(f"{field_name} must be a finite number > 0, got {value!r}", field=field_name,
                            code="out-of-range")
     return float(value)

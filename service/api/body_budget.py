@@ -58,7 +58,7 @@ class BodyBudget:
         return True
 
     async def reserve(self, n_bytes: int) -> bool:
-        """Take ``n_bytes``, waiting up to ``wait_s`` for other bodies to be given back."""
+        """Take ``n_bytes`` now if they fit, else wait up to ``wait_s`` for other bodies to be given back."""
         with anyio.move_on_after(self.wait_s):
             while not self.try_reserve(n_bytes):
                 if self._freed is None:
@@ -105,7 +105,7 @@ class BodyBudgetMiddleware:
             await self.app(scope, receive, send)
             return
         budget = self.budget
-        if not budget.try_reserve(n_bytes) and not await budget.reserve(n_bytes):
+        if not await budget.reserve(n_bytes):
             busy = ServerBusy(f"{budget.in_flight_bytes} bytes of request bodies are being processed, this one's "
                               f"{n_bytes} would pass the {budget.budget_bytes}-byte budget "
                               "(HYPERPLACE_MAX_BODY_BYTES_IN_FLIGHT),", budget.wait_s)

@@ -1397,8 +1397,9 @@ def test_layout_known_to_run_out_of_memory_is_predicted_not_to_fit():
 def test_fragmentation_that_fills_is_where_activations_reach_capacity():
     # 20 GiB of other state + 11 GiB of activations counted at 10% (10 GiB raw): 40 GiB fills at 100%
     gib = 1024**3
-    assert fragmentation_that_fills(31 * gib, 11 * gib, 40 * gib) == pytest.approx(1.0)
-    assert fragmentation_that_fills(31 * gib, 11 * gib, 31 * gib) == pytest.approx(ACTIVATION_FRAGMENTATION)
+    assert fragmentation_that_fills(31 * gib, 11 * gib, 40 * gib, ACTIVATION_FRAGMENTATION) == pytest.approx(1.0)
+    assert fragmentation_that_fills(31 * gib, 11 * gib, 31 * gib, ACTIVATION_FRAGMENTATION) == pytest.approx(
+        ACTIVATION_FRAGMENTATION)
 
 
 def test_layout_that_fits_only_at_low_allocator_fragmentation_is_noted_as_tight():

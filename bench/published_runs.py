@@ -233,6 +233,20 @@ SC21_FIGURE17_MEMORY = [
     for batch, fits in ((8, True), (16, False))
 ]
 
+# The same figure's throughput, which says where the curve without recomputation ends: at
+# large batches recomputation's throughput is "up to 2x higher than the best throughput
+# achieved without activation recomputation (for a smaller batch size)", and at small
+# batches recomputation "leads to up to 33% lower throughput" (Sec. 5.6). run_figure_17.sh
+# sweeps batch 1-256 with and without recomputation. bench.parallel3d reads the "2x" against
+# the predicted throughput: the batch it points to is the largest one run without recomputation.
+SC21_FIGURE17_THROUGHPUT = {
+    "source": "SC21 Sec. 5.6, Figure 17",
+    "row": SC21_FIGURE17_MEMORY[0],
+    "batches": (1, 2, 4, 8, 16, 32, 64, 128, 256),
+    "stated_best_ratio": 2.0,
+    "stated_small_batch_loss": 0.33,
+}
+
 
 def _sc21_point(label: str, layers: int, hidden: int, heads: int, nodes: int, tp: int, pp: int,
                 micro_batch_size: int = 1, virtual_stages: int = 1, **training: Any) -> dict:

@@ -4,8 +4,9 @@ Narayanan et al. (SC21, Sec. 5.3-5.5 and 5.9) ran one model on one cluster with 
 differ in a single choice and state in the text which way each choice goes; Korthikanti
 et al. (2022) ran one 530B layout with full recomputation and with sequence parallelism +
 selective recomputation. These specifications hold the model to those findings; the
-runs are ``bench.published_runs.SC21_COMPARISONS`` (the authors' examples/sc21 scripts)
-and ``KORTHIKANTI22_RECOMPUTE_COMPARISON``, and ``bench.parallel3d`` prints the predictions.
+runs are ``bench.published_runs.SC21_COMPARISONS`` (the authors' examples/sc21 scripts),
+``KORTHIKANTI22_RECOMPUTE_COMPARISON`` and ``SC21_FIGURE17_THROUGHPUT``, and
+``bench.parallel3d`` prints the predictions.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.parallel3d import predicted_tflops
-from bench.published_runs import KORTHIKANTI22_RECOMPUTE_COMPARISON, SC21_COMPARISONS
+from bench.parallel3d import figure17_last_batch_without_recompute, figure17_sequences_per_s, predicted_tflops
+from bench.published_runs import KORTHIKANTI22_RECOMPUTE_COMPARISON, SC21_COMPARISONS, SC21_FIGURE17_MEMORY
 from partitioners.parallel3d import evaluate_layouts
 from partitioners.parallel3d_specs import Constraints
 
@@ -89,3 +90,20 @@ def test_sequence_parallel_selective_recompute_beats_full_recompute_by_about_the
     assert full.step_time_s / selective.step_time_s - 1.0 == pytest.approx(0.29, abs=0.06)
     for case, prediction in zip(comparison["cases"], (selective, full)):
         assert prediction.mfu == pytest.approx(case["published_mfu"], rel=0.10)
+
+
+def test_figure17_up_to_twice_points_to_batch_8_as_the_last_batch_run_without_recomputation():
+    without, full = figure17_sequences_per_s("none"), figure17_sequences_per_s("full")
+    assert figure17_last_batch_without_recompute(without, full) == 8
+
+
+def test_figure17_memory_without_recomputation_stops_growing_once_a_pipeline_of_micro_batches_is_in_flight():
+    row = SC21_FIGURE17_MEMORY[0]
+    totals = {
+        batch: evaluate_layouts(row["model"], row["cluster"], {**row["training"], "global_batch_sequences": batch},
+                                [row["published"]], row["search"])[0].memory.total_bytes
+        for batch in (8, 16, 256)
+    }
+    # 1F1B keeps min(micro-batches, pp = 16) in flight: if any batch of the sweep runs out
+    # of memory without recomputation, batch 16 does
+    assert totals[8] < totals[16] == totals[256]

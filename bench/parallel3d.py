@@ -66,7 +66,13 @@ from bench.published_runs import (
     SC21_SOFTWARE,
     SC21_TABLE1,
 )
-from partitioners.parallel3d import enumerate_layouts, evaluate_layouts, plan_from_request, plan_parallel_layout
+from partitioners.parallel3d import (
+    LayoutPrediction,
+    enumerate_layouts,
+    evaluate_layouts,
+    plan_from_request,
+    plan_parallel_layout,
+)
 from partitioners.parallel3d_cost import predict_layouts
 from partitioners.parallel3d_memory import ACTIVATION_FRAGMENTATION, ACTIVATION_FRAGMENTATION_HIGH
 from partitioners.parallel3d_specs import (
@@ -256,17 +262,20 @@ def memory_table() -> None:
     print(f"SC21 Table 1 published layouts predicted not to fit: {sc21_oom}/{len(SC21_TABLE1)}")
 
 
-def figure17_sequences_per_s(recompute: str) -> dict[int, float]:
-    """Predicted sequences/s of SC21 Figure 17's (8,16) pipeline at each batch of its sweep,
-    with ``recompute`` ("none" or "full")."""
-    figure = SC21_FIGURE17_THROUGHPUT
-    row = figure["row"]
-    throughput = {}
-    for batch in figure["batches"]:
-        (pred,) = evaluate_layouts(row["model"], row["cluster"], {**row["training"], "global_batch_sequences": batch},
-                                   [{**row["published"], "recompute": recompute}], row["search"])
-        throughput[batch] = batch / pred.step_time_s
-    return throughput
+def figure17_predictions(recompute: str) -> dict[int, LayoutPrediction]:
+    """Predictions for SC21 Figure 17's (8,16) pipeline at each batch of its sweep, with
+    ``recompute`` ("none" or "full")."""
+    row = SC21_FIGURE17_THROUGHPUT["row"]
+    return {
+        batch: evaluate_layouts(row["model"], row["cluster"], {**row["training"], "global_batch_sequences": batch},
+                                [{**row["published"], "recompute": recompute}], row["search"])[0]
+        for batch in SC21_FIGURE17_THROUGHPUT["batches"]
+    }
+
+
+def sequences_per_s(predictions: dict[int, LayoutPrediction]) -> dict[int, float]:
+    """Predicted sequences/s at each batch (the unit of SC21 Figure 17)."""
+    return {batch: batch / prediction.step_time_s for batch, prediction in predictions.items()}
 
 
 def figure17_last_batch_without_recompute(without: dict[int, float], full: dict[int, float]) -> int:
@@ -281,7 +290,7 @@ def figure17_last_batch_without_recompute(without: dict[int, float], full: dict[
 def figure17_throughput_table() -> None:
     figure = SC21_FIGURE17_THROUGHPUT
     print(f"\n{figure['source']}: where the curve without recomputation ends, read from the paper's throughput statements")
-    without, full = figure17_sequences_per_s("none"), figure17_sequences_per_s("full")
+    without, full = (sequences_per_s(figure17_predictions(recompute)) for recompute in ("none", "full"))
     print("  batch                   " + "".join(f"{batch:>7}" for batch in figure["batches"]))
     for label, throughput in (("no recomputation seq/s", without), ("full recomputation seq/s", full)):
         print(f"  {label:<24}" + "".join(f"{throughput[batch]:>7.2f}" for batch in figure["batches"]))

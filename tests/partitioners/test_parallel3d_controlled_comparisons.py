@@ -14,8 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.parallel3d import figure17_last_batch_without_recompute, figure17_sequences_per_s, predicted_tflops
-from bench.published_runs import KORTHIKANTI22_RECOMPUTE_COMPARISON, SC21_COMPARISONS, SC21_FIGURE17_MEMORY
+from bench.parallel3d import (
+    figure17_last_batch_without_recompute,
+    figure17_predictions,
+    predicted_tflops,
+    sequences_per_s,
+)
+from bench.published_runs import KORTHIKANTI22_RECOMPUTE_COMPARISON, SC21_COMPARISONS
 from partitioners.parallel3d import evaluate_layouts
 from partitioners.parallel3d_specs import Constraints
 
@@ -93,17 +98,12 @@ def test_sequence_parallel_selective_recompute_beats_full_recompute_by_about_the
 
 
 def test_figure17_up_to_twice_points_to_batch_8_as_the_last_batch_run_without_recomputation():
-    without, full = figure17_sequences_per_s("none"), figure17_sequences_per_s("full")
+    without, full = (sequences_per_s(figure17_predictions(recompute)) for recompute in ("none", "full"))
     assert figure17_last_batch_without_recompute(without, full) == 8
 
 
 def test_figure17_memory_without_recomputation_stops_growing_once_a_pipeline_of_micro_batches_is_in_flight():
-    row = SC21_FIGURE17_MEMORY[0]
-    totals = {
-        batch: evaluate_layouts(row["model"], row["cluster"], {**row["training"], "global_batch_sequences": batch},
-                                [row["published"]], row["search"])[0].memory.total_bytes
-        for batch in (8, 16, 256)
-    }
+    totals = {batch: prediction.memory.total_bytes for batch, prediction in figure17_predictions("none").items()}
     # 1F1B keeps min(micro-batches, pp = 16) in flight: if any batch of the sweep runs out
     # of memory without recomputation, batch 16 does
     assert totals[8] < totals[16] == totals[256]

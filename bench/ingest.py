@@ -1,6 +1,6 @@
 """JSON graph ingestion speed against the floor of parsing the same file.
 
-For each size, writes ``bench.synthetic.synthetic_graph_json(n_ops)`` to a temporary
+For each size, writes ``partitioners.graph.generators.synthetic_graph_json(n_ops)`` to a temporary
 file, then in a fresh subprocess (so peak memory is that size's alone) measures:
 
 * ``json.loads`` of the file's text: the floor, work any ingestion must do;
@@ -26,7 +26,7 @@ from pathlib import Path
 
 _CHILD = r"""
 import json, resource, sys, time
-from partitioners.graph import graph_from_json, model_hash
+from partitioners.graph.hypergraph import graph_from_json, model_hash
 path, mode = sys.argv[1], sys.argv[2]
 text = open(path).read()
 c0, t0 = time.process_time(), time.perf_counter()
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench.synthetic import synthetic_graph_json
+    from partitioners.graph.generators import synthetic_graph_json
 
     print(
         f"{'n_ops':>9} {'file_MB':>8} {'loads_cpu_s':>11} {'ingest+hash_cpu_s':>17} {'ratio':>6} "

@@ -158,7 +158,7 @@ def run(database_url: str, duration_s: float, clients: int, max_requests: int, w
 
 def _drive(base_url: str, api_key: str, duration_s: float, clients: int, max_requests: int) -> tuple[Recorder, float]:
     """Warm up, then run the client threads until the deadline; ``(recorder, wall seconds)``."""
-    from bench.synthetic import diamond_graph_json, synthetic_graph_json
+    from partitioners.graph.generators import diamond_graph_json, synthetic_graph_json
 
     graphs = {"diamond": diamond_graph_json("load-diamond"), "synthetic": synthetic_graph_json(60, seed=7)}
     rec = Recorder()

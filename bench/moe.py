@@ -17,7 +17,7 @@ the first sample:
 Baselines measured in the same run: greedy LPT (EPLB's two steps done one item
 at a time: give a spare slot to the expert with the largest per-replica load,
 then put replicas, largest first, on the least-loaded GPU with a free slot that
-does not hold the expert yet), and the lower bound of :func:`partitioners.moe.lower_bound`.
+does not hold the expert yet), and the lower bound of :func:`partitioners.moe.rebalance.lower_bound`.
 EPLB's ``rebalance_experts`` is timed as well when an ``eplb`` module is
 importable (it is not vendored here: put DeepSeek's ``eplb.py`` on ``PYTHONPATH``
 and run with a Python that has torch, e.g. ``.venv-eplb/bin/python``); otherwise
@@ -29,13 +29,13 @@ charged as the runtime would charge them.
 from __future__ import annotations
 
 import argparse
-import heapq
 import importlib
 import time
 
 import numpy as np
 
-from partitioners.moe import rebalance
+from partitioners.moe.baselines import greedy_lpt
+from partitioners.moe.rebalance import rebalance
 
 TOKENS_PER_LAYER = 8 * 131072  # top-8 routing of 128k tokens per report window
 EXPERT_BYTES = 3 * 7168 * 2048  # DeepSeek-V3 routed expert: gate, up, down projections at 1 byte (FP8)
@@ -63,40 +63,6 @@ def drift(pop: np.ndarray, rng: np.random.Generator, fraction: float = 0.1) -> n
     for layer in range(layers):
         chosen = rng.choice(experts, size=k, replace=False)
         out[layer, chosen] = out[layer, rng.permutation(chosen)]
-    return out
-
-
-def greedy_lpt(load: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
-    """Baseline: greedy replica counts, then LPT one replica at a time (physical_to_logical)."""
-    layers, experts = load.shape
-    out = np.full((layers, num_gpus * slots_per_gpu), -1, dtype=np.int64)
-    n_fill = min(num_gpus * slots_per_gpu, experts * num_gpus)
-    for layer in range(layers):
-        w = load[layer]
-        counts = np.ones(experts, dtype=np.int64)
-        heap = [(-w[e], e) for e in range(experts)]
-        heapq.heapify(heap)
-        for _ in range(n_fill - experts):
-            while True:
-                _, e = heapq.heappop(heap)
-                if counts[e] < num_gpus:
-                    break
-            counts[e] += 1
-            if counts[e] < num_gpus:
-                heapq.heappush(heap, (-w[e] / counts[e], e))
-        items = np.repeat(np.arange(experts), counts)
-        size = w[items] / counts[items]
-        gpu_load = np.zeros(num_gpus)
-        free = np.full(num_gpus, slots_per_gpu)
-        holds = np.zeros((num_gpus, experts), dtype=bool)
-        for idx in np.argsort(-size, kind="stable"):
-            e = items[idx]
-            score = np.where((free > 0) & ~holds[:, e], gpu_load, np.inf)
-            g = int(score.argmin())
-            out[layer, g * slots_per_gpu + slots_per_gpu - free[g]] = e
-            free[g] -= 1
-            holds[g, e] = True
-            gpu_load[g] += size[idx]
     return out
 
 

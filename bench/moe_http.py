@@ -14,7 +14,7 @@ free loopback port, then
    throughput, p50/p99 and the error count.
 
 The baseline measured in the same run is the in-process call of
-``partitioners.moe.rebalance`` on the same inputs: the difference is what HTTP,
+``partitioners.moe.rebalance.rebalance`` on the same inputs: the difference is what HTTP,
 validation, JSON and the database cost. Loopback only; every loop is bounded in
 count and time.
 """
@@ -32,7 +32,7 @@ import numpy as np
 
 from bench.moe import GPUS_PER_NODE, popularity, sample
 from bench.server import running_server
-from partitioners.moe import rebalance
+from partitioners.moe.rebalance import rebalance
 
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")

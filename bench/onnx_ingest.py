@@ -1,7 +1,7 @@
 """ONNX import speed against the floor of parsing and shape-inferring the same model.
 
 For the repository's ONNX fixtures and for GPT-style exports of growing depth
-(``bench.synthetic_onnx``: dynamic batch and sequence axes, the exporter's
+(``partitioners.graph.synthetic_onnx``: dynamic batch and sequence axes, the exporter's
 ``Shape -> Gather -> Unsqueeze -> Concat -> Reshape`` chains), measures:
 
 * the floor: ``onnx.load_model_from_string`` of the bytes, the input dims bound, and one
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import onnx
 
-from bench.synthetic_onnx import synthetic_transformer_onnx
-from partitioners.onnx_import import graph_from_onnx_bytes
+from partitioners.graph.synthetic_onnx import synthetic_transformer_onnx
+from partitioners.graph.onnx_import import graph_from_onnx_bytes
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "onnx"
 # the symbolic input dims of each fixture and of the synthetic exports, bound as a user would

@@ -32,17 +32,17 @@ import time
 
 import numpy as np
 
-from bench.synthetic import synthetic_graph_json
-from partitioners.cost import link_time_tables
-from partitioners.graph import graph_from_json, op_levels
-from partitioners.heft import heft_schedule
-from partitioners.hierarchical import PlacementOptions, place
-from partitioners.inventory import inventory_from_json
-from partitioners.metis_adapter import metis_graph, metis_partition
-from partitioners.onnx_import import graph_from_onnx_bytes
-from partitioners.pipeline import hybrid_layout, quotient_is_acyclic, stage_of_origin
-from partitioners.simulate import prepare_simulation, simulate
-from partitioners.transforms import PHASE_BACKWARD, PHASE_FORWARD
+from partitioners.graph.generators import synthetic_graph_json
+from partitioners.costmodel.costs import link_time_tables
+from partitioners.graph.hypergraph import graph_from_json, op_levels
+from partitioners.placement.heft import heft_schedule
+from partitioners.placement.engine import PlacementOptions, place
+from partitioners.hardware.inventory import inventory_from_json
+from partitioners.placement.metis_adapter import metis_graph, metis_partition
+from partitioners.graph.onnx_import import graph_from_onnx_bytes
+from partitioners.placement.pipeline import hybrid_layout, quotient_is_acyclic, stage_of_origin
+from partitioners.costmodel.simulator import prepare_simulation, simulate
+from partitioners.graph.transforms import PHASE_BACKWARD, PHASE_FORWARD
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "onnx"
 MODELS = {
@@ -201,7 +201,7 @@ def main() -> None:
 
 
 def _first(inv, k):
-    from partitioners.inventory import without_devices
+    from partitioners.hardware.inventory import without_devices
 
     return without_devices(inv, inv.device_names[k:].tolist())
 

@@ -3,7 +3,7 @@
 For each size the script times, on the same graph and placement:
 
 * ``baseline``: one pure-Python pass over every edge in reverse topological order
-  (the upward-rank computation, :func:`partitioners.simulate.critical_path_priority`),
+  (the upward-rank computation, :func:`partitioners.costmodel.simulator.critical_path_priority`),
   i.e. the cheapest O(V + E) interpreted loop; the simulator cannot beat it by
   much, so ``sim/base`` says how much the event loop costs on top;
 * ``prepare``: :func:`prepare_simulation` (op time table, topological order, lists);
@@ -26,9 +26,9 @@ import time
 
 import numpy as np
 
-from bench.synthetic import synthetic_hypergraph
-from partitioners.inventory import preset_inventory
-from partitioners.simulate import critical_path_priority, estimate_makespan_s, prepare_simulation, simulate
+from partitioners.graph.generators import synthetic_hypergraph
+from partitioners.hardware.inventory import preset_inventory
+from partitioners.costmodel.simulator import critical_path_priority, estimate_makespan_s, prepare_simulation, simulate
 
 
 def _placement(n_ops: int, n_devices: int, kind: str, seed: int) -> np.ndarray:

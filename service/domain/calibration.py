@@ -11,7 +11,7 @@ from deleted data survives; an empty calibration when none is left). The JSON do
      "link_class": {link class: multiplier}, "n_transfers": {link class: n},
      "launch_overhead_s": fitted per-operator overhead or null, "n_observations": n}
 
-``cost_model_from_factors`` turns it back into a :class:`~partitioners.cost.CostModel`
+``cost_model_from_factors`` turns it back into a :class:`~partitioners.costmodel.costs.CostModel`
 (the planning worker uses it for re-plans queued as jobs).
 """
 
@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 from sqlalchemy.orm import Session
 
-from partitioners.calibration import CalibrationFit, fit_calibration
-from partitioners.cost import OP_CLASS_NAMES, CostModel
-from partitioners.inventory import LINK_CLASS_NAMES, Inventory
+from partitioners.feedback.calibration import CalibrationFit, fit_calibration
+from partitioners.costmodel.costs import OP_CLASS_NAMES, CostModel
+from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory
 from service.storage import feedback as feedback_repo
 from service.storage.models import Calibration, utcnow
 

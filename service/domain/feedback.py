@@ -5,7 +5,7 @@
   (measured time next to what the uncalibrated model predicts for that run), then
   refit the tenant's calibration for the plan's inventory from its newest timelines.
   Where the plan was timed with memory tiers, the prediction is the roofline with or
-  without the tiers' speed-ups, whichever the run bears out (:func:`~partitioners.calibration.tiers_realized`):
+  without the tiers' speed-ups, whichever the run bears out (:func:`~partitioners.feedback.calibration.tiers_realized`):
   a runtime that lays tensors out as planned gets them, an eager framework does not.
   Either way a tier speed-up is never learnt as a faster operator class.
 * ``plan_accuracy``: prediction error of the model the plan was made with and of
@@ -26,15 +26,15 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from partitioners.calibration import calibrated_cost_model, prediction_error, tiers_realized
-from partitioners.cost import CostModel, op_class_of, transfer_times_s
+from partitioners.feedback.calibration import calibrated_cost_model, prediction_error, tiers_realized
+from partitioners.costmodel.costs import CostModel, op_class_of, transfer_times_s
 from partitioners.errors import InvalidInput
-from partitioners.graph import Hypergraph, topological_order
-from partitioners.hierarchical import PlacementOptions, PlacementResult, place
-from partitioners.inventory import Inventory, inventory_to_json, link_class_ids, without_devices
-from partitioners.replan import minimal_movement, placement_result
-from partitioners.simulate import simulate
-from partitioners.timeline import TimelineEvents, TimelineMatch, match_timeline, parse_timeline, step_makespans_s
+from partitioners.graph.hypergraph import Hypergraph, topological_order
+from partitioners.placement.engine import PlacementOptions, PlacementResult, place
+from partitioners.hardware.inventory import Inventory, inventory_to_json, link_class_ids, without_devices
+from partitioners.feedback.replan import minimal_movement, placement_result
+from partitioners.costmodel.simulator import simulate
+from partitioners.feedback.timeline import TimelineEvents, TimelineMatch, match_timeline, parse_timeline, step_makespans_s
 from service.domain.calibration import (
     CALIBRATION_WINDOW,
     calibration_in_use,

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.graph import Hypergraph, graph_from_json, graph_summary, graph_to_json, model_hash
-from partitioners.inventory import PRESETS, Inventory, inventory_from_json, inventory_hash, inventory_to_json
+from partitioners.graph.hypergraph import Hypergraph, graph_from_json, graph_summary, graph_to_json, model_hash
+from partitioners.hardware.inventory import PRESETS, Inventory, inventory_from_json, inventory_hash, inventory_to_json
 from service.domain.onnx_worker import import_onnx_graph
 
 __all__ = ["IngestedGraph", "IngestedInventory", "ingest_json_graph", "ingest_onnx_graph", "ingest_inventory", "canonical_hash"]

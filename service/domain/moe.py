@@ -13,7 +13,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from partitioners.moe import rebalance
+from partitioners.moe.rebalance import rebalance
 from service.errors import NotFound, PayloadTooLarge, UnprocessableInput
 from service.schemas.moe import MoeRebalanceRequest
 from service.settings import Settings

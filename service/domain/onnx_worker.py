@@ -5,7 +5,7 @@ a crafted model of a few hundred bytes (``Gather(x, x)`` chained, each doubling 
 rank) makes it ask for more memory than any machine has. Nothing in Python can bound
 an allocation made in C++, and in the server process the kernel's OOM killer would
 take the whole service. So :func:`import_onnx_graph` runs
-:func:`~partitioners.onnx_import.graph_from_onnx_bytes` in a worker process capped
+:func:`~partitioners.graph.onnx_import.graph_from_onnx_bytes` in a worker process capped
 with ``RLIMIT_AS`` (``HYPERPLACE_ONNX_IMPORT_MEMORY_BYTES`` on top of the worker's
 start-up footprint): a model that needs more fails there, with ``MemoryError``
 (``std::bad_alloc``), or kills only its worker, and the request gets a 4xx problem
@@ -36,8 +36,8 @@ from contextlib import contextmanager
 import onnx
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.graph import Hypergraph
-from partitioners.onnx_import import graph_from_onnx_bytes
+from partitioners.graph.hypergraph import Hypergraph
+from partitioners.graph.onnx_import import graph_from_onnx_bytes
 from service.settings import get_settings
 
 __all__ = [
@@ -155,7 +155,7 @@ class OnnxImportPool:
             self._free.put(slot)
 
     def import_graph(self, data: bytes, *, dims: Mapping[str, int], max_ops: int | None) -> Hypergraph:
-        """:func:`~partitioners.onnx_import.graph_from_onnx_bytes` in a worker.
+        """:func:`~partitioners.graph.onnx_import.graph_from_onnx_bytes` in a worker.
 
         Raises
         ------
@@ -174,7 +174,7 @@ class OnnxImportPool:
                     return slot.started(self.memory_bytes).submit(_import_in_worker, data, dims, max_ops).result()
                 except BrokenProcessPool:
                     slot.stop()
-                except MemoryError:  # the importer lets it through (partitioners.onnx_import._infer)
+                except MemoryError:  # the importer lets it through (partitioners.graph.onnx_import._infer)
                     slot.stop()  # the next import starts in a fresh address space
                     raise InputTooLarge(
                         f"Importing this model needs more than {_amount(self.memory_bytes)} of memory, the most one "

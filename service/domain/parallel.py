@@ -1,4 +1,4 @@
-"""3D-parallel planning use case: request -> ``partitioners.parallel3d`` -> JSON.
+"""3D-parallel planning use case: request -> ``partitioners.parallel3d.planner`` -> JSON.
 
 Stateless: nothing is stored. A cluster may be given as a hyperplace inventory
 (``cluster.inventory``); the planner reads its figures through
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 
-from partitioners.inventory import inventory_from_json
-from partitioners.parallel3d import plan_from_request
-from partitioners.parallel3d_specs import cluster_from_inventory
+from partitioners.hardware.inventory import inventory_from_json
+from partitioners.parallel3d.planner import plan_from_request
+from partitioners.parallel3d.specs import cluster_from_inventory
 from service.schemas.parallel import ParallelPlanRequest
 
 __all__ = ["parallel_plan"]

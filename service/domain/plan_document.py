@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioners.hierarchical import PlacementResult
-from partitioners.inventory import Inventory
-from partitioners.trace import to_chrome_trace
+from partitioners.placement.engine import PlacementResult
+from partitioners.hardware.inventory import Inventory
+from partitioners.costmodel.trace import to_chrome_trace
 
 __all__ = ["plan_document", "TIMELINE_MAX_OPS", "GANTT_MAX_OPS"]
 

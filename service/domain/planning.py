@@ -27,11 +27,11 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from partitioners.cost import CostModel
-from partitioners.graph import Hypergraph, graph_from_json
-from partitioners.device_types import device_type_constraint
-from partitioners.hierarchical import PlacementOptions, place
-from partitioners.inventory import Inventory, inventory_from_json
+from partitioners.costmodel.costs import CostModel
+from partitioners.graph.hypergraph import Hypergraph, graph_from_json
+from partitioners.hardware.device_types import device_type_constraint
+from partitioners.placement.engine import PlacementOptions, place
+from partitioners.hardware.inventory import Inventory, inventory_from_json
 from service.domain.calibration import refit_calibration
 from service.domain.idempotency import (
     StoredAnswer,

@@ -1,6 +1,6 @@
 """How many graph placements a server computes inside requests at once.
 
-A graph at ``HYPERPLACE_SYNC_MAX_OPS`` (20,000 operators of ``bench.synthetic``) on
+A graph at ``HYPERPLACE_SYNC_MAX_OPS`` (20,000 operators of ``partitioners.graph.generators``) on
 ``HYPERPLACE_MAX_PLAN_DEVICES`` (2,048 devices, 256 DGX H100 nodes) plans in about
 35 s holding about 2.9 GiB (``hyperplace plan``); the request thread pool would
 start 40 of them at once. Beyond the slots a new submission becomes a job, as a

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy.orm import Session
 
-from partitioners.cost import CostModel, op_times_by_profile_s
-from partitioners.graph import Hypergraph
-from partitioners.inventory import Inventory
-from partitioners.memory_tiers import UNPLACED, placed_tier_op_times_s
-from partitioners.simulate import simulate
-from partitioners.transforms import expand_graph
+from partitioners.costmodel.costs import CostModel, op_times_by_profile_s
+from partitioners.graph.hypergraph import Hypergraph
+from partitioners.hardware.inventory import Inventory
+from partitioners.placement.memory_tiers import UNPLACED, placed_tier_op_times_s
+from partitioners.costmodel.simulator import simulate
+from partitioners.graph.transforms import expand_graph
 from service.domain import plan_views
 from service.domain.planning import load_plan_inputs
 from service.errors import Conflict

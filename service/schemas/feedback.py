@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from partitioners.calibration import MAX_DEVICE_SLOWDOWN, MIN_DEVICE_SLOWDOWN
-from partitioners.timeline import MAX_STEP, MAX_TIMELINE_SPAN_S, MAX_TIMESTAMP_S
+from partitioners.feedback.calibration import MAX_DEVICE_SLOWDOWN, MIN_DEVICE_SLOWDOWN
+from partitioners.feedback.timeline import MAX_STEP, MAX_TIMELINE_SPAN_S, MAX_TIMESTAMP_S
 from service.schemas.common import Name, RequestModel, Text
 from service.schemas.plans import PlanRead
 

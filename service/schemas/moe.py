@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from partitioners.moe import MAX_NODES, MAX_OPTION, MAX_PER_NODE
+from partitioners.moe.rebalance import MAX_NODES, MAX_OPTION, MAX_PER_NODE
 from service.schemas.common import RequestModel
 
 __all__ = ["DEPLOYMENT_NAME_MAX_LENGTH", "DEPLOYMENT_NAME_PATTERN", "DeploymentName", "MoeModel", "MoeCluster",

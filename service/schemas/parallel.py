@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
-from partitioners.parallel3d_huggingface import HUGGINGFACE_MODEL_TYPES
-from partitioners.parallel3d_specs import MAX_EXPERTS, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES
+from partitioners.parallel3d.huggingface import HUGGINGFACE_MODEL_TYPES
+from partitioners.parallel3d.specs import MAX_EXPERTS, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES
 from service.schemas.common import Name, PositiveFloat, RequestModel
 from service.schemas.plans import InventoryDocument, PresetInventory
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from bench.synthetic import diamond_graph_json as diamond_graph
+from partitioners.graph.generators import diamond_graph_json as diamond_graph
 
 __all__ = ["LLAMA_70B", "diamond_graph", "measured_timeline", "parallel_plan_request", "plan_request"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench.synthetic import synthetic_graph_json
+from partitioners.graph.generators import synthetic_graph_json
 from service.cli import _mesh, app
 from tests.service.graphs import diamond_graph
 

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from bench.synthetic import synthetic_graph_json
-from partitioners.cost import OP_CLASS_NAMES, CostModel, op_times_s
-from partitioners.graph import graph_from_json
-from partitioners.inventory import preset_inventory
-from partitioners.simulate import simulate
-from partitioners.trace import to_chrome_trace
+from partitioners.graph.generators import synthetic_graph_json
+from partitioners.costmodel.costs import OP_CLASS_NAMES, CostModel, op_times_s
+from partitioners.graph.hypergraph import graph_from_json
+from partitioners.hardware.inventory import preset_inventory
+from partitioners.costmodel.simulator import simulate
+from partitioners.costmodel.trace import to_chrome_trace
 from service.app import create_app
 from service.domain.jobs import new_worker_id, process_one
 from tests.conftest import TenantClient, make_settings, new_api_key

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from bench.synthetic import synthetic_graph_json
+from partitioners.graph.generators import synthetic_graph_json
 from service.app import create_app
 from service.domain.jobs import claim_next_job, complete_job, new_worker_id, process_one
 from service.storage.models import Job, Plan

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.onnx_import import graph_from_onnx_bytes
+from partitioners.graph.onnx_import import graph_from_onnx_bytes
 from service.domain import onnx_worker
 from service.domain.ingest import ingest_onnx_graph
 from service.domain.onnx_worker import OnnxImportPool

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from bench.published_runs import DEEPSEEK_V3
-from partitioners.parallel3d_specs import Constraints
+from partitioners.parallel3d.published.runs import DEEPSEEK_V3
+from partitioners.parallel3d.specs import Constraints
 from tests.service.graphs import LLAMA_70B
 from tests.service.graphs import parallel_plan_request as _request
 

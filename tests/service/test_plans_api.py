@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.synthetic import synthetic_graph_json
+from partitioners.graph.generators import synthetic_graph_json
 from tests.service.graphs import diamond_graph, plan_request
 
 ONNX_DIR = Path(__file__).parents[1] / "fixtures" / "onnx"

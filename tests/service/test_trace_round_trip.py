@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from partitioners.cost import CostModel
+from partitioners.costmodel.costs import CostModel
 
 ONNX_FIXTURES = Path(__file__).parents[1] / "fixtures" / "onnx"
 

@@ -1,0 +1,938 @@
+"""The cluster a plan runs on: groups -> devices -> memory tiers, and the links between.
+
+The hierarchy follows DESIGN.md: *groups* are the units joined by slow links (DGX
+nodes, NVLink domains, racks); *devices* inside a group share a fast fabric
+(NVSwitch, HCCS, PCIe); each device has *memory tiers* ordered outermost first
+(tier 0 is the device's main memory: HBM, or GDDR on workstation cards; then L2,
+then shared memory / SRAM).
+
+Everything that scales with the device count is a numpy array so a 4096-node
+cluster is a few arrays, not 32768 objects. Links are described per *link class*
+(one :class:`~partitioners.hardware.collectives.LinkSpec` inside each group, one between
+groups), which is how the fabrics are built: every GPU in an NVSwitch domain can
+drive the same per-direction bandwidth to any peer, and every GPU owns one NIC rail
+to the rest of the cluster. A full ``device x device`` bandwidth matrix may be given
+instead for irregular topologies (small clusters only).
+
+References
+----------
+.. [H100] NVIDIA H100 Tensor Core GPU datasheet (2023) and "NVIDIA H100 Tensor Core
+   GPU Architecture" whitepaper (2022).
+.. [DGXH100] NVIDIA DGX H100 datasheet / DGX H100 User Guide, "Hardware Overview".
+.. [A100] NVIDIA A100 Tensor Core GPU datasheet (2021) and "NVIDIA A100 Tensor Core
+   GPU Architecture" whitepaper (2020).
+.. [DGXA100] NVIDIA DGX A100 datasheet (2020).
+.. [B200] NVIDIA DGX B200 datasheet (2024) and HGX B200 specifications (nvidia.com
+   /data-center/hgx, 2024): 8-GPU totals, divided by 8 here.
+.. [GB200] NVIDIA GB200 NVL72 specifications (nvidia.com/data-center/gb200-nvl72,
+   2024): 72-GPU rack totals, divided by 72 here; DGX GB200 datasheet (2024) for the
+   ConnectX-7 400 Gb/s scale-out port per GPU.
+.. [L40S] NVIDIA L40S datasheet (2023).
+.. [PCIE4] PCI-SIG, PCI Express Base Specification 4.0 (16 GT/s per lane,
+   128b/130b encoding: 31.5 GB/s per direction for x16).
+.. [ASCEND] Huawei Atlas 800T A2 training server and Ascend 910B figures as reported
+   publicly (Huawei does not publish a single datasheet; see the preset comments).
+.. [NVLAT] A. Li et al., "Evaluating Modern GPU Interconnect: PCIe, NVLink, NV-SLI,
+   NVSwitch and GPUDirect", IEEE TPDS 31(1), 2020 (microsecond-level GPU-GPU
+   latencies over NVLink/NVSwitch; ~10 us over PCIe).
+.. [IBLAT] NVIDIA ConnectX-7 product brief (sub-microsecond adapter latency) and
+   NCCL-tests small-message all-reduce latencies across nodes of a few microseconds;
+   we use 5 us end to end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from partitioners.hardware.collectives import LinkSpec
+from partitioners.errors import InputTooLarge, InvalidInput
+
+__all__ = [
+    "DEFAULT_DTYPE",
+    "MAX_NODES",
+    "MAX_DEVICES",
+    "PRESETS",
+    "Inventory",
+    "inventory_from_json",
+    "inventory_to_json",
+    "inventory_hash",
+    "preset_inventory",
+    "link_between",
+    "link_class",
+    "LINK_CLASS_NAMES",
+    "LINK_LOCAL",
+    "LINK_INTRA_GROUP",
+    "LINK_INTER_GROUP",
+    "link_class_ids",
+    "device_index",
+    "without_devices",
+    "with_device_speed",
+    "PEAK_FLOPS_RANGE",
+    "BANDWIDTH_RANGE_BYTES_PER_S",
+    "LATENCY_RANGE_S",
+    "CAPACITY_RANGE_BYTES",
+    "within",
+]
+
+#: The dtype whose peak FLOP/s ``device_peak_flops`` holds and the cost model uses.
+DEFAULT_DTYPE = "bf16"
+#: Upper bound on ``nodes`` in a preset request (the size of the largest public
+#: training clusters, ~32k GPUs, in 8-GPU nodes).
+MAX_NODES = 4096
+#: Upper bound on devices in one inventory (4096 GB200 NVL72 racks would be 294912).
+MAX_DEVICES = 300_000
+
+#: Link classes, as small ints in arrays and as names in reports.
+LINK_LOCAL = 0
+LINK_INTRA_GROUP = 1
+LINK_INTER_GROUP = 2
+LINK_CLASS_NAMES: tuple[str, ...] = ("local", "intra-group", "inter-group")
+
+_LOCAL_LINK = LinkSpec(bandwidth_bytes_per_s=math.inf, latency_s=0.0)
+
+GB = 1e9
+TB = 1e12
+GiB = 2**30
+MiB = 2**20
+KiB = 2**10
+
+
+@dataclass(frozen=True, eq=False)
+class Inventory:
+    """A cluster as arrays: groups, devices, memory tiers, link classes.
+
+    Attributes
+    ----------
+    name : str
+    default_dtype : str
+        Dtype whose peak ``device_peak_flops`` holds (``"bf16"`` unless the JSON says).
+    group_names : numpy.ndarray of object, shape (n_groups,)
+    group_link_bandwidth_bytes_per_s, group_link_latency_s : numpy.ndarray, shape (n_groups,)
+        Intra-group fabric: per-direction bandwidth one device can drive to a peer in
+        its group, and one-message latency.
+    inter_link : LinkSpec
+        Between groups, per device (one NIC rail per device).
+    device_names, device_types : numpy.ndarray of object, shape (n_devices,)
+    device_group : numpy.ndarray of int64, shape (n_devices,)
+    device_peak_flops : numpy.ndarray of float64, shape (n_devices,)
+        Dense peak FLOP/s in ``default_dtype``.
+    device_peak_flops_by_dtype : dict[str, numpy.ndarray]
+        Dense peak per dtype; NaN where the vendor publishes none (fp8 on A100).
+    tier_names : tuple[str, ...]
+        Union of tier names, in first-seen order.
+    tier_capacity_bytes, tier_bandwidth_bytes_per_s : numpy.ndarray, shape (n_devices, n_tiers)
+        0 where a device lacks that tier.
+    device_main_tier : numpy.ndarray of int64, shape (n_devices,)
+        Column of each device's main memory (the first tier its JSON lists: HBM, or
+        GDDR6 on workstation cards).
+    device_memory_bytes, device_memory_bandwidth_bytes_per_s : numpy.ndarray, shape (n_devices,)
+        Main-memory capacity and bandwidth of each device (properties).
+    bandwidth_matrix_bytes_per_s, latency_matrix_s : numpy.ndarray or None
+        Optional full ``(n_devices, n_devices)`` override of the link classes.
+    preset : str or None
+        Preset this came from (informational).
+    """
+
+    name: str
+    default_dtype: str
+    group_names: np.ndarray
+    group_link_bandwidth_bytes_per_s: np.ndarray
+    group_link_latency_s: np.ndarray
+    inter_link: LinkSpec
+    device_names: np.ndarray
+    device_types: np.ndarray
+    device_group: np.ndarray
+    device_peak_flops: np.ndarray
+    device_peak_flops_by_dtype: dict[str, np.ndarray]
+    tier_names: tuple[str, ...]
+    tier_capacity_bytes: np.ndarray
+    tier_bandwidth_bytes_per_s: np.ndarray
+    device_main_tier: np.ndarray
+    bandwidth_matrix_bytes_per_s: np.ndarray | None = None
+    latency_matrix_s: np.ndarray | None = None
+    preset: str | None = None
+    _index: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_devices(self) -> int:
+        return int(self.device_names.shape[0])
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.group_names.shape[0])
+
+    @property
+    def device_memory_bytes(self) -> np.ndarray:
+        """Main-memory capacity per device."""
+        return self.tier_capacity_bytes[np.arange(self.n_devices), self.device_main_tier]
+
+    @property
+    def device_memory_bandwidth_bytes_per_s(self) -> np.ndarray:
+        """Main-memory bandwidth per device."""
+        return self.tier_bandwidth_bytes_per_s[np.arange(self.n_devices), self.device_main_tier]
+
+    def group_link(self, group: int) -> LinkSpec:
+        """The intra-group link of ``group``."""
+        return LinkSpec(
+            bandwidth_bytes_per_s=float(self.group_link_bandwidth_bytes_per_s[group]),
+            latency_s=float(self.group_link_latency_s[group]),
+        )
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def _device_spec(
+    type_: str,
+    peak_flops: dict[str, float],
+    tiers: list[tuple[str, float, float]],
+) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "peak_flops": peak_flops,
+        "memory_tiers": [
+            {"name": n, "capacity_bytes": c, "bandwidth_bytes_per_s": b} for n, c, b in tiers
+        ],
+    }
+
+
+# H100 SXM5 80GB [H100]: dense tensor-core peaks (the datasheet's figures are with
+# 2:4 sparsity; dense is half): bf16/fp16 989.4 TFLOP/s, fp8 1978.9, tf32 494.7;
+# fp32 (non-tensor) 66.9. HBM3 80 GB at 3.35 TB/s. L2 50 MB (whitepaper). Shared
+# memory: up to 228 KB per SM x 132 SMs (whitepaper); its bandwidth is 128 B/clk/SM
+# x 132 SMs at 1.83 GHz (the clock implied by 989.4 TFLOP/s = 132 SMs x 4 tensor
+# cores x 1024 FLOP/clk) = 30.9 TB/s. L2 bandwidth is not published; ~5.5 TB/s is
+# the figure measured on H100 PCIe in Chips and Cheese, "Nvidia's H100: Funny L2,
+# and Tons of Bandwidth" (2023), a lower bound for SXM.
+_H100 = _device_spec(
+    "H100-SXM5-80GB",
+    {"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12, "fp32": 66.9e12},
+    [
+        # "80 GB" is 80 GiB of HBM3 (5 stacks of 16 GiB; nvidia-smi shows 81,559 MiB), of which
+        # the CUDA driver hands a process 79.11 GiB (cudaDeviceProp.totalGlobalMem, the "total
+        # capacity" of PyTorch's out-of-memory message, vllm-project/vllm#27508): what a plan can use
+        ("HBM", 79.11 * GiB, 3.35 * TB),
+        ("L2", 50 * MiB, 5.5 * TB),
+        ("SMEM", 132 * 228 * KiB, 30.9 * TB),
+    ],
+)
+# A100 SXM4 80GB [A100]: bf16/fp16 dense 312 TFLOP/s, tf32 156, fp32 19.5, no fp8.
+# HBM2e 80 GB at 2.039 TB/s. L2 40 MB; 164 KB shared memory per SM x 108 SMs at
+# 128 B/clk/SM x 1.41 GHz = 19.5 TB/s (derived from the whitepaper). L2 bandwidth:
+# 2.3x V100's per the whitepaper, with V100's measured at 2155 GB/s (Jia et al.,
+# "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking", 2018):
+# 4.96 TB/s.
+_A100 = _device_spec(
+    "A100-SXM4-80GB",
+    {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
+    [
+        # "80 GB" is 80 GiB of HBM2e (5 stacks of 16 GiB; nvidia-smi shows 81,920 MiB), of which
+        # the CUDA driver hands a process 79.35 GiB (cudaDeviceProp.totalGlobalMem, as PyTorch's
+        # out-of-memory message reports it): what a plan can use
+        ("HBM", 79.35 * GiB, 2.039 * TB),
+        ("L2", 40 * MiB, 4.96 * TB),
+        ("SMEM", 108 * 164 * KiB, 19.5 * TB),
+    ],
+)
+# B200 [B200]: HGX B200 8-GPU totals with sparsity: fp8 72 PFLOP/s, bf16/fp16
+# 36 PFLOP/s, tf32 18 PFLOP/s; fp32 600 TFLOP/s; 1440 GB HBM3e at 64 TB/s. Per GPU,
+# dense = half the sparse figure: fp8 4.5 PF, bf16 2.25 PF, tf32 1.125 PF, fp32 75 TF;
+# 180 GB at 8 TB/s. L2 and shared-memory sizes are not in a public datasheet, so
+# only HBM is modelled.
+_B200 = _device_spec(
+    "B200",
+    {"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15, "tf32": 1.125e15, "fp32": 75e12},
+    [("HBM", 180 * GB, 8 * TB)],
+)
+# GB200 NVL72 [GB200]: rack totals with sparsity: fp8 720 PF, bf16/fp16 360 PF,
+# tf32 180 PF; fp32 5760 TF; up to 13.4 TB HBM3e at 576 TB/s. Per GPU dense: fp8
+# 5 PF, bf16 2.5 PF, tf32 1.25 PF, fp32 80 TF; 186 GB (13.4 TB / 72) at 8 TB/s.
+_GB200 = _device_spec(
+    "B200-GB200",
+    {"bf16": 2.5e15, "fp16": 2.5e15, "fp8": 5e15, "tf32": 1.25e15, "fp32": 80e12},
+    [("HBM", 13.4 * TB / 72, 8 * TB)],
+)
+# Ascend 910B [ASCEND]: fp16/bf16 ~320 TFLOP/s dense (Huawei's 910 was 256 TFLOP/s
+# fp16; 910B is reported at ~320); 64 GB HBM2e reported at 1.6 TB/s. fp32, fp8: no
+# public figure (fp8 unsupported). Approximate: replace with vendor figures if known.
+_ASCEND_910B = _device_spec(
+    "Ascend-910B",
+    {"bf16": 320e12, "fp16": 320e12},
+    [("HBM", 64 * GB, 1.6 * TB)],
+)
+# L40S [L40S]: bf16/fp16 tensor 362.05 TFLOP/s with sparsity -> 181 dense; fp8
+# 733 sparse -> 366 dense; fp32 91.6 TFLOP/s; 48 GB GDDR6 at 864 GB/s. Its L2
+# bandwidth is unpublished, so only the GDDR6 tier is modelled.
+_L40S = _device_spec(
+    "L40S",
+    {"bf16": 181e12, "fp16": 181e12, "fp8": 366e12, "fp32": 91.6e12},
+    [("GDDR6", 48 * GB, 864 * GB)],
+)
+
+
+def _preset_doc(
+    name: str,
+    group_prefix: str,
+    device_prefix: str,
+    devices_per_group: int,
+    device: dict[str, Any],
+    intra: tuple[float, float],
+    inter: tuple[float, float],
+) -> dict[str, Any]:
+    return {
+        "devices_per_group": devices_per_group,
+        "group_prefix": group_prefix,
+        "device_prefix": device_prefix,
+        "device": device,
+        "link": {"bandwidth_bytes_per_s": intra[0], "latency_s": intra[1]},
+        "inter_link": {"bandwidth_bytes_per_s": inter[0], "latency_s": inter[1]},
+        "name": name,
+    }
+
+
+#: Preset name -> description of one group (node / NVLink domain) and its links.
+PRESETS: dict[str, dict[str, Any]] = {
+    # DGX H100 [DGXH100]: 8 x H100 SXM on NVSwitch; NVLink 4 at 900 GB/s bidirectional
+    # per GPU = 450 GB/s per direction; latency ~2 us [NVLAT]. Scale-out: 8 x
+    # ConnectX-7 400 Gb/s InfiniBand NDR, one per GPU = 50 GB/s per direction;
+    # latency 5 us [IBLAT].
+    "dgx-h100": _preset_doc("dgx-h100", "node", "gpu", 8, _H100, (450 * GB, 2e-6), (50 * GB, 5e-6)),
+    # DGX A100 [DGXA100]: 8 x A100 SXM 80GB on NVSwitch; NVLink 3 at 600 GB/s
+    # bidirectional = 300 GB/s per direction. Scale-out: 8 x ConnectX-6 200 Gb/s HDR
+    # InfiniBand = 25 GB/s per GPU.
+    "dgx-a100": _preset_doc("dgx-a100", "node", "gpu", 8, _A100, (300 * GB, 2e-6), (25 * GB, 5e-6)),
+    # DGX B200 [B200]: 8 x B200 on NVLink 5 at 1.8 TB/s bidirectional = 900 GB/s per
+    # direction; scale-out 8 x ConnectX-7 400 Gb/s = 50 GB/s per GPU.
+    "dgx-b200": _preset_doc("dgx-b200", "node", "gpu", 8, _B200, (900 * GB, 2e-6), (50 * GB, 5e-6)),
+    # GB200 NVL72 [GB200]: 72 GPUs in one NVLink domain per rack, 130 TB/s aggregate
+    # = 1.8 TB/s per GPU bidirectional = 900 GB/s per direction; one ConnectX-7
+    # 400 Gb/s port per GPU between racks (DGX GB200 datasheet) = 50 GB/s.
+    "gb200-nvl72": _preset_doc("gb200-nvl72", "rack", "gpu", 72, _GB200, (900 * GB, 2e-6), (50 * GB, 5e-6)),
+    # Atlas 800T A2 [ASCEND]: 8 x Ascend 910B in an HCCS full mesh; each NPU has 7
+    # HCCS links of 56 GB/s (392 GB/s aggregate), so one peer pair gets 56 GB/s.
+    # Scale-out: 8 x 200 GbE RoCE = 25 GB/s per NPU. Latencies as NVLink/IB above.
+    "ascend-910b": _preset_doc("ascend-910b", "node", "npu", 8, _ASCEND_910B, (56 * GB, 2e-6), (25 * GB, 5e-6)),
+    # Workstation: 4 x L40S [L40S] with no NVLink, peer-to-peer over PCIe 4.0 x16
+    # [PCIE4] = 31.5 GB/s per direction, ~10 us latency [NVLAT]; machines joined by
+    # 100 GbE = 12.5 GB/s (IEEE 802.3ba), 10 us.
+    "pcie-workstation": _preset_doc(
+        "pcie-workstation", "host", "gpu", 4, _L40S, (31.5 * GB, 10e-6), (12.5 * GB, 10e-6)
+    ),
+}
+
+
+def preset_inventory(preset: str, nodes: int = 1) -> Inventory:
+    """Expand a named preset into an :class:`Inventory` of ``nodes`` groups.
+
+    Raises
+    ------
+    InvalidInput
+        Unknown preset (the message lists the valid ones) or ``nodes`` out of range.
+    """
+    return inventory_from_json({"preset": preset, "nodes": nodes})
+
+
+def _preset_to_doc(preset: Any, nodes: Any) -> dict[str, Any]:
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise InvalidInput(
+            f"unknown inventory preset {preset!r}; valid presets are {', '.join(sorted(PRESETS))}",
+            field="inventory.preset",
+            code="unknown-preset",
+        )
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
+        raise InvalidInput(
+            f"inventory.nodes must be an integer from 1 to {MAX_NODES}, got {nodes!r}",
+            field="inventory.nodes",
+            code="out-of-range",
+        )
+    p = PRESETS[preset]
+    groups = []
+    for g in range(nodes):
+        devices = [
+            {"name": f"{p['group_prefix']}{g}/{p['device_prefix']}{i}", **p["device"]}
+            for i in range(p["devices_per_group"])
+        ]
+        groups.append({"name": f"{p['group_prefix']}{g}", "devices": devices, "link": p["link"]})
+    return {
+        "name": f"{preset}x{nodes}",
+        "groups": groups,
+        "link": p["inter_link"],
+        "_preset": preset,
+    }
+
+
+def _preset_dtype(preset: str, dtype: Any) -> Any:
+    """A ``default_dtype`` asked of a preset, checked against the peaks its spec sheet gives.
+
+    Anything but a name is left to the general check; a name the preset's devices have
+    no peak for is a 422 naming the field and the dtypes that preset has.
+    """
+    published = PRESETS[preset]["device"]["peak_flops"]
+    if isinstance(dtype, str) and dtype and dtype not in published:
+        raise InvalidInput(
+            f"preset {preset!r} publishes peaks for {', '.join(sorted(published))}, not {dtype!r}",
+            field="inventory.default_dtype",
+        )
+    return dtype
+
+
+# ----------------------------------------------------------------------- validation
+
+# The figures a device or link may have: far beyond any real hardware on either side (a
+# microcontroller's 1e6 FLOP/s, a GB200 NVL72 rack's 1.44e18 FP4 FLOP/s, NVIDIA GB200
+# NVL72 datasheet; a serial line's 1e3 B/s, an H200's 4.8e12 B/s of HBM3e), and narrow
+# enough that every time the cost model derives from them stays a finite number of
+# seconds: a bandwidth of 1e-300 B/s would make every plan "infinitely" slow, not wrong in
+# a way a caller can read. A latency above a second (a round trip across a continent is a
+# tenth of one) is a unit mistake.
+PEAK_FLOPS_RANGE = (1e6, 1e19)
+BANDWIDTH_RANGE_BYTES_PER_S = (1e3, 1e16)
+LATENCY_RANGE_S = (0.0, 1.0)
+# A byte to an exabyte per memory tier (a GB200 NVL72 rack holds 13.5 TB of HBM): capacities
+# are summed and compared, and 1.7e308 bytes summed over two devices is infinite.
+CAPACITY_RANGE_BYTES = (1.0, 1e18)
+
+
+def within(value: float, where: str, bounds: tuple[float, float], unit: str) -> float:
+    """``value`` if it lies in ``bounds`` (inclusive), else the 4xx naming the field and the range."""
+    low, high = bounds
+    if not low <= value <= high:
+        raise InvalidInput(f"{where} must be between {low:g} and {high:g} {unit}, got {value:g}", field=where,
+                           code="out-of-range")
+    return value
+
+
+def _bandwidth(value: Any, where: str) -> float:
+    return within(_positive(value, where), where, BANDWIDTH_RANGE_BYTES_PER_S, "B/s")
+
+
+def _latency(value: Any, where: str) -> float:
+    return within(_non_negative(value, where), where, LATENCY_RANGE_S, "s")
+
+
+def _capacity(value: Any, where: str) -> float:
+    return within(_positive(value, where), where, CAPACITY_RANGE_BYTES, "bytes")
+
+
+def _peak_flops(value: Any, where: str) -> float:
+    return within(_positive(value, where), where, PEAK_FLOPS_RANGE, "FLOP/s")
+
+
+def _positive(value: Any, where: str, *, allow_inf: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{where} must be a positive number, got {value!r}", field=where)
+    x = float(value)
+    if not (x > 0) or (math.isinf(x) and not allow_inf) or math.isnan(x):
+        raise InvalidInput(f"{where} must be a positive finite number, got {value!r}", field=where)
+    return x
+
+
+def _non_negative(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{where} must be a non-negative number, got {value!r}", field=where)
+    x = float(value)
+    if not (x >= 0) or math.isinf(x):
+        raise InvalidInput(f"{where} must be a non-negative finite number, got {value!r}", field=where)
+    return x
+
+
+def _link(doc: Any, where: str) -> LinkSpec:
+    if not isinstance(doc, Mapping):
+        raise InvalidInput(
+            f"{where} must be an object with bandwidth_bytes_per_s and latency_s", field=where
+        )
+    return LinkSpec(
+        bandwidth_bytes_per_s=_bandwidth(doc.get("bandwidth_bytes_per_s"), f"{where}.bandwidth_bytes_per_s"),
+        latency_s=_latency(doc.get("latency_s", 0.0), f"{where}.latency_s"),
+    )
+
+
+def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
+    """Build an :class:`Inventory` from DESIGN.md's inventory JSON or a preset request.
+
+    Parameters
+    ----------
+    doc : mapping
+        Either ``{"preset": name, "nodes": n, "default_dtype"?}`` or ``{"name", "default_dtype"?, "groups": [{"name",
+        "devices": [{"name", "type", "peak_flops", "memory_tiers": [{"name",
+        "capacity_bytes", "bandwidth_bytes_per_s"}]}], "link": {...}}], "link": {...}}``.
+        ``peak_flops`` is a number (dense FLOP/s in ``default_dtype``, default
+        ``"bf16"``) or a ``{dtype: FLOP/s}`` object that includes ``default_dtype``;
+        ``default_dtype`` is the dtype whose peak times every operator (a preset's
+        devices publish several: ``"tf32"`` or ``"fp32"`` time an fp32 export as exported).
+        Optional ``"bandwidth_matrix_bytes_per_s"`` / ``"latency_matrix_s"``: full
+        ``n_devices x n_devices`` lists overriding the link classes (diagonal ignored).
+
+    Raises
+    ------
+    InvalidInput
+        With ``field`` naming the bad entry: unknown preset, nodes out of range, no
+        groups or devices, duplicate group names or device names (across groups too),
+        non-positive capacity, bandwidth or peak, malformed links.
+    InputTooLarge
+        More than :data:`MAX_DEVICES` devices.
+    """
+    if not isinstance(doc, Mapping):
+        raise InvalidInput("inventory must be a JSON object", field="inventory")
+    preset = None
+    if "preset" in doc:
+        preset = doc["preset"]
+        expanded = _preset_to_doc(preset, doc.get("nodes", 1))
+        if "default_dtype" in doc:
+            expanded["default_dtype"] = _preset_dtype(preset, doc["default_dtype"])
+        doc = expanded
+    name = doc.get("name", "inventory")
+    if not isinstance(name, str):
+        raise InvalidInput("inventory.name must be a string", field="inventory.name")
+    default_dtype = doc.get("default_dtype", DEFAULT_DTYPE)
+    if not isinstance(default_dtype, str) or not default_dtype:
+        raise InvalidInput("inventory.default_dtype must be a dtype name", field="inventory.default_dtype")
+    groups = doc.get("groups")
+    if not isinstance(groups, list) or not groups:
+        raise InvalidInput(
+            "inventory.groups must be a non-empty list of device groups", field="inventory.groups"
+        )
+    n_total = sum(len(g["devices"]) for g in groups if isinstance(g, Mapping) and isinstance(g.get("devices"), list))
+    if n_total > MAX_DEVICES:
+        raise InputTooLarge(
+            f"inventory has {n_total} devices; the limit is {MAX_DEVICES}", field="inventory.groups"
+        )
+
+    devices = _DeviceColumns()
+    group_names: list[str] = []
+    group_links: list[LinkSpec] = []
+    group_where: dict[str, str] = {}  # name -> where it was declared
+    for gi, g in enumerate(groups):
+        gwhere = f"inventory.groups[{gi}]"
+        gname, members, link = _parse_group(g, gi, gwhere)
+        if gname in group_where:
+            # plans, traces and the plan view report traffic and devices by group name
+            raise InvalidInput(
+                f"group name '{gname}' appears twice ({group_where[gname]} and {gwhere}); names must be unique",
+                field=f"{gwhere}.name",
+                code="duplicate-name",
+            )
+        group_where[gname] = gwhere
+        group_names.append(gname)
+        group_links.append(link)
+        for di, d in enumerate(members):
+            devices.add(d, gi, f"{gwhere}.devices[{di}]", default_dtype, reuse_parsed=preset is not None)
+    inter = _inter_group_link(doc, len(groups))
+
+    n = len(devices.names)
+    dtypes = sorted({k for p in devices.peaks for k in p})
+    by_dtype = {k: np.array([p.get(k, np.nan) for p in devices.peaks], dtype=np.float64) for k in dtypes}
+    tier_names, cap, bw, main_tier = _tier_arrays(devices.tiers)
+
+    bmat = lmat = None
+    if "bandwidth_matrix_bytes_per_s" in doc:
+        bmat = _matrix(doc["bandwidth_matrix_bytes_per_s"], n, "inventory.bandwidth_matrix_bytes_per_s", True)
+        lmat = (
+            _matrix(doc["latency_matrix_s"], n, "inventory.latency_matrix_s", False)
+            if "latency_matrix_s" in doc
+            else None
+        )
+    inv = Inventory(
+        name=name,
+        default_dtype=default_dtype,
+        group_names=np.array(group_names, dtype=object),
+        group_link_bandwidth_bytes_per_s=np.array([g.bandwidth_bytes_per_s for g in group_links], dtype=np.float64),
+        group_link_latency_s=np.array([g.latency_s for g in group_links], dtype=np.float64),
+        inter_link=inter,
+        device_names=np.array(devices.names, dtype=object),
+        device_types=np.array(devices.types, dtype=object),
+        device_group=np.array(devices.groups, dtype=np.int64),
+        device_peak_flops=by_dtype[default_dtype].copy(),
+        device_peak_flops_by_dtype=by_dtype,
+        tier_names=tuple(tier_names),
+        tier_capacity_bytes=cap,
+        tier_bandwidth_bytes_per_s=bw,
+        device_main_tier=main_tier,
+        bandwidth_matrix_bytes_per_s=bmat,
+        latency_matrix_s=lmat,
+        preset=preset if isinstance(preset, str) else doc.get("_preset"),
+        _index={nm: i for i, nm in enumerate(devices.names)},
+    )
+    return inv
+
+
+def _parse_group(g: Any, gi: int, gwhere: str) -> tuple[str, list, LinkSpec]:
+    """A group's name, its device list and the link between its devices (a lone device needs none)."""
+    if not isinstance(g, Mapping):
+        raise InvalidInput(f"{gwhere} must be an object", field=gwhere)
+    gname = g.get("name", f"group{gi}")
+    if not isinstance(gname, str) or not gname or "\x00" in gname:
+        raise InvalidInput(f"{gwhere}.name must be a non-empty string", field=f"{gwhere}.name")
+    members = g.get("devices")
+    if not isinstance(members, list) or not members:
+        raise InvalidInput(
+            f"group '{gname}' has no devices; every group needs at least one",
+            field=f"{gwhere}.devices",
+        )
+    if "link" in g:
+        link = _link(g["link"], f"{gwhere}.link")
+    elif len(members) == 1:
+        link = _LOCAL_LINK
+    else:
+        raise InvalidInput(
+            f"group '{gname}' has {len(members)} devices but no link between them",
+            field=f"{gwhere}.link",
+        )
+    return gname, members, link
+
+
+def _inter_group_link(doc: Mapping[str, Any], n_groups: int) -> LinkSpec:
+    """The link between groups: required with several groups; none (local) with one."""
+    if n_groups > 1 or "link" in doc:
+        if "link" not in doc:
+            raise InvalidInput(
+                "inventory.link (between groups) is required when there are several groups",
+                field="inventory.link",
+            )
+        return _link(doc["link"], "inventory.link")
+    return _LOCAL_LINK
+
+
+@dataclass
+class _DeviceColumns:
+    """Devices as they are read, one list per column; names checked unique across groups."""
+
+    names: list[str] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
+    peaks: list[dict[str, float]] = field(default_factory=list)
+    tiers: list[list[tuple[str, float, float]]] = field(default_factory=list)
+    seen: dict[str, str] = field(default_factory=dict)  # name -> where it was declared
+    # presets repeat one device spec: validate it once, reuse the parsed form
+    parsed: dict[int, tuple[dict[str, float], list[tuple[str, float, float]]]] = field(default_factory=dict)
+
+    def add(self, d: Any, group: int, dwhere: str, default_dtype: str, *, reuse_parsed: bool) -> None:
+        if not isinstance(d, Mapping):
+            raise InvalidInput(f"{dwhere} must be an object", field=dwhere)
+        dname = d.get("name")
+        if not isinstance(dname, str) or not dname or "\x00" in dname:
+            raise InvalidInput(f"{dwhere}.name must be a non-empty string", field=f"{dwhere}.name")
+        if dname in self.seen:
+            raise InvalidInput(
+                f"device name '{dname}' appears twice ({self.seen[dname]} and {dwhere}); names must be unique",
+                field=f"{dwhere}.name",
+                code="duplicate-name",
+            )
+        self.seen[dname] = dwhere
+        dtype_ = d.get("type", "device")
+        if not isinstance(dtype_, str):
+            raise InvalidInput(f"{dwhere}.type must be a string", field=f"{dwhere}.type")
+        peak_src, tiers_src = d.get("peak_flops"), d.get("memory_tiers")
+        key = id(tiers_src) if reuse_parsed else None
+        if key is not None and key in self.parsed:
+            peak, tier_list = self.parsed[key]
+        else:
+            peak = _parse_peak(peak_src, f"{dwhere}.peak_flops", default_dtype)
+            tier_list = _parse_tiers(tiers_src, f"{dwhere}.memory_tiers")
+            if key is not None:
+                self.parsed[key] = (peak, tier_list)
+        self.names.append(dname)
+        self.types.append(dtype_)
+        self.groups.append(group)
+        self.peaks.append(peak)
+        self.tiers.append(tier_list)
+
+
+def _tier_arrays(tiers: list[list[tuple[str, float, float]]]
+                 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Tier names in first-seen order, capacity and bandwidth per (device, tier) (0: the
+    device has no such tier), and each device's main-memory tier (the first it lists)."""
+    tier_names: list[str] = []
+    for tl in tiers:
+        for tn, _, _ in tl:
+            if tn not in tier_names:
+                tier_names.append(tn)
+    n = len(tiers)
+    cap = np.zeros((n, len(tier_names)), dtype=np.float64)
+    bw = np.zeros((n, len(tier_names)), dtype=np.float64)
+    col = {t: i for i, t in enumerate(tier_names)}
+    main_tier = np.empty(n, dtype=np.int64)
+    for i, tl in enumerate(tiers):
+        main_tier[i] = col[tl[0][0]]  # the first tier listed is main memory
+        for tn, c, b in tl:
+            cap[i, col[tn]] = c
+            bw[i, col[tn]] = b
+    return tier_names, cap, bw, main_tier
+
+
+def _parse_peak(value: Any, where: str, default_dtype: str) -> dict[str, float]:
+    if isinstance(value, Mapping):
+        if not value:
+            raise InvalidInput(f"{where} must name at least one dtype", field=where)
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str) or not k:
+                raise InvalidInput(f"{where} keys must be dtype names", field=where)
+            out[k] = _peak_flops(v, f"{where}.{k}")
+        if default_dtype not in out:
+            raise InvalidInput(
+                f"{where} has no entry for the default dtype '{default_dtype}' "
+                f"(has {', '.join(sorted(out))})",
+                field=where,
+            )
+        return out
+    return {default_dtype: _peak_flops(value, where)}
+
+
+def _parse_tiers(value: Any, where: str) -> list[tuple[str, float, float]]:
+    if not isinstance(value, list) or not value:
+        raise InvalidInput(
+            f"{where} must list at least one memory tier (main memory first)", field=where
+        )
+    out = []
+    names = set()
+    for ti, t in enumerate(value):
+        twhere = f"{where}[{ti}]"
+        if not isinstance(t, Mapping):
+            raise InvalidInput(f"{twhere} must be an object", field=twhere)
+        tn = t.get("name")
+        if not isinstance(tn, str) or not tn:
+            raise InvalidInput(f"{twhere}.name must be a non-empty string", field=f"{twhere}.name")
+        if tn in names:
+            raise InvalidInput(f"memory tier '{tn}' appears twice in {where}", field=f"{twhere}.name")
+        names.add(tn)
+        out.append(
+            (
+                tn,
+                _capacity(t.get("capacity_bytes"), f"{twhere}.capacity_bytes"),
+                _bandwidth(t.get("bandwidth_bytes_per_s"), f"{twhere}.bandwidth_bytes_per_s"),
+            )
+        )
+    return out
+
+
+def _matrix(value: Any, n: int, where: str, positive: bool) -> np.ndarray:
+    if n > 4096:
+        raise InputTooLarge(f"{where} is only accepted up to 4096 devices", field=where)
+    try:
+        m = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{where} must be a list of {n} lists of {n} numbers", field=where) from None
+    if m.shape != (n, n):
+        raise InvalidInput(f"{where} must be {n} x {n}, got shape {m.shape}", field=where)
+    off = ~np.eye(n, dtype=bool)
+    bad = ~np.isfinite(m[off]) | ((m[off] <= 0) if positive else (m[off] < 0))
+    if bad.any():
+        raise InvalidInput(
+            f"{where} off-diagonal entries must be {'positive' if positive else 'non-negative'} finite numbers",
+            field=where,
+        )
+    bounds, unit = (BANDWIDTH_RANGE_BYTES_PER_S, "B/s") if positive else (LATENCY_RANGE_S, "s")
+    outside = (m[off] < bounds[0]) | (m[off] > bounds[1])
+    if outside.any():
+        within(float(m[off][outside][0]), where, bounds, unit)
+    return m
+
+
+# ------------------------------------------------------------------ serialisation
+
+
+def inventory_to_json(inv: Inventory) -> dict[str, Any]:
+    """Canonical JSON form (full group/device listing) that :func:`inventory_from_json` reads back.
+
+    Canonical means: every device spelled out with ``peak_flops`` as a dtype object,
+    tiers in the device's order, numbers as floats. Two inventories describing the
+    same cluster (a preset and its expansion) give the same document.
+    """
+    names = inv.tier_names
+    by_dtype = inv.device_peak_flops_by_dtype
+    groups: list[dict[str, Any]] = []
+    for g in range(inv.n_groups):
+        group: dict[str, Any] = {"name": str(inv.group_names[g]), "devices": []}
+        # a one-device group may have no link (infinite bandwidth), which JSON cannot hold
+        if math.isfinite(inv.group_link_bandwidth_bytes_per_s[g]):
+            group["link"] = {
+                "bandwidth_bytes_per_s": float(inv.group_link_bandwidth_bytes_per_s[g]),
+                "latency_s": float(inv.group_link_latency_s[g]),
+            }
+        groups.append(group)
+    for i in range(inv.n_devices):
+        main = int(inv.device_main_tier[i])
+        order = [main] + [k for k in range(len(names)) if k != main and inv.tier_capacity_bytes[i, k] > 0]
+        tiers = [
+            {
+                "name": names[k],
+                "capacity_bytes": float(inv.tier_capacity_bytes[i, k]),
+                "bandwidth_bytes_per_s": float(inv.tier_bandwidth_bytes_per_s[i, k]),
+            }
+            for k in order
+        ]
+        peak = {k: float(v[i]) for k, v in sorted(by_dtype.items()) if not np.isnan(v[i])}
+        groups[int(inv.device_group[i])]["devices"].append(
+            {
+                "name": str(inv.device_names[i]),
+                "type": str(inv.device_types[i]),
+                "peak_flops": peak,
+                "memory_tiers": tiers,
+            }
+        )
+    out: dict[str, Any] = {"name": inv.name, "default_dtype": inv.default_dtype, "groups": groups}
+    if inv.n_groups > 1 or math.isfinite(inv.inter_link.bandwidth_bytes_per_s):
+        out["link"] = {
+            "bandwidth_bytes_per_s": float(inv.inter_link.bandwidth_bytes_per_s),
+            "latency_s": float(inv.inter_link.latency_s),
+        }
+    if inv.bandwidth_matrix_bytes_per_s is not None:
+        out["bandwidth_matrix_bytes_per_s"] = inv.bandwidth_matrix_bytes_per_s.tolist()
+        if inv.latency_matrix_s is not None:
+            out["latency_matrix_s"] = inv.latency_matrix_s.tolist()
+    return out
+
+
+def inventory_hash(inv: Inventory) -> str:
+    """sha256 hex digest of the canonical JSON (sorted keys, no whitespace).
+
+    The name is excluded so renaming a cluster does not invalidate stored plans.
+    """
+    doc = inventory_to_json(inv)
+    doc.pop("name", None)
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------- links
+
+
+def device_index(inv: Inventory, device: int | str) -> int:
+    """Device id from an id or a name (raises :class:`InvalidInput` for unknown ones)."""
+    if isinstance(device, (int, np.integer)) and not isinstance(device, bool):
+        if 0 <= int(device) < inv.n_devices:
+            return int(device)
+        raise InvalidInput(f"device id {device} is out of range 0..{inv.n_devices - 1}", field="device")
+    idx = inv._index.get(device) if isinstance(device, str) else None
+    if idx is None and isinstance(device, str) and not inv._index:
+        # an Inventory built by hand without the name index
+        hits = np.flatnonzero(inv.device_names == device)
+        idx = int(hits[0]) if hits.size else None
+    if idx is None:
+        raise InvalidInput(f"unknown device {device!r}", field="device")
+    return idx
+
+
+def link_between(inv: Inventory, src_device: int | str, dst_device: int | str) -> LinkSpec:
+    """The link a transfer from ``src_device`` to ``dst_device`` uses.
+
+    Same device: infinite bandwidth and zero latency. Same group: that group's
+    fabric. Otherwise: the inter-group link (per-device NIC rail). A bandwidth
+    matrix, when given, overrides the class figures for the pair.
+    """
+    s = device_index(inv, src_device)
+    d = device_index(inv, dst_device)
+    if s == d:
+        return _LOCAL_LINK
+    if inv.bandwidth_matrix_bytes_per_s is not None:
+        lat = inv.latency_matrix_s
+        same_group = inv.device_group[s] == inv.device_group[d]
+        base = inv.group_link(int(inv.device_group[s])) if same_group else inv.inter_link
+        return LinkSpec(
+            bandwidth_bytes_per_s=float(inv.bandwidth_matrix_bytes_per_s[s, d]),
+            latency_s=float(lat[s, d]) if lat is not None else base.latency_s,
+        )
+    if inv.device_group[s] == inv.device_group[d]:
+        return inv.group_link(int(inv.device_group[s]))
+    return inv.inter_link
+
+
+def link_class(inv: Inventory, src_device: int | str, dst_device: int | str) -> str:
+    """``"local"``, ``"intra-group"`` or ``"inter-group"`` for a device pair."""
+    s = device_index(inv, src_device)
+    d = device_index(inv, dst_device)
+    return LINK_CLASS_NAMES[int(link_class_ids(inv, np.array([s]), np.array([d]))[0])]
+
+
+def link_class_ids(inv: Inventory, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Vectorised link class (``LINK_LOCAL`` / ``LINK_INTRA_GROUP`` / ``LINK_INTER_GROUP``)."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    same_group = inv.device_group[src] == inv.device_group[dst]
+    out = np.where(same_group, LINK_INTRA_GROUP, LINK_INTER_GROUP).astype(np.int8)
+    out[src == dst] = LINK_LOCAL
+    return out
+
+
+# ------------------------------------------------------------------ re-planning
+
+
+def _resolve(inv: Inventory, names: Iterable[int | str]) -> np.ndarray:
+    return np.array(sorted({device_index(inv, n) for n in names}), dtype=np.int64)
+
+
+def without_devices(inv: Inventory, names: Iterable[int | str]) -> Inventory:
+    """The inventory with some devices removed (failed GPUs, drained nodes).
+
+    Groups left empty disappear; device ids are renumbered densely in the old order.
+
+    Raises
+    ------
+    InvalidInput
+        Unknown device, or removing every device.
+    """
+    drop = _resolve(inv, names)
+    keep = np.ones(inv.n_devices, dtype=bool)
+    keep[drop] = False
+    if not keep.any():
+        raise InvalidInput("removing these devices would leave the inventory empty", field="devices")
+    kept_groups = np.unique(inv.device_group[keep])
+    remap = np.full(inv.n_groups, -1, dtype=np.int64)
+    remap[kept_groups] = np.arange(kept_groups.size)
+    names_kept = inv.device_names[keep]
+    return replace(
+        inv,
+        group_names=inv.group_names[kept_groups],
+        group_link_bandwidth_bytes_per_s=inv.group_link_bandwidth_bytes_per_s[kept_groups],
+        group_link_latency_s=inv.group_link_latency_s[kept_groups],
+        device_names=names_kept,
+        device_types=inv.device_types[keep],
+        device_group=remap[inv.device_group[keep]],
+        device_peak_flops=inv.device_peak_flops[keep],
+        device_peak_flops_by_dtype={k: v[keep] for k, v in inv.device_peak_flops_by_dtype.items()},
+        tier_capacity_bytes=inv.tier_capacity_bytes[keep],
+        tier_bandwidth_bytes_per_s=inv.tier_bandwidth_bytes_per_s[keep],
+        device_main_tier=inv.device_main_tier[keep],
+        bandwidth_matrix_bytes_per_s=(
+            None if inv.bandwidth_matrix_bytes_per_s is None else inv.bandwidth_matrix_bytes_per_s[np.ix_(keep, keep)]
+        ),
+        latency_matrix_s=None if inv.latency_matrix_s is None else inv.latency_matrix_s[np.ix_(keep, keep)],
+        preset=None,
+        _index={str(nm): i for i, nm in enumerate(names_kept)},
+    )
+
+
+def with_device_speed(inv: Inventory, scale: Mapping[int | str, float] | np.ndarray) -> Inventory:
+    """The inventory with device peak FLOP/s multiplied by ``scale`` (all dtypes).
+
+    Used when load reports show a device running slower than its datasheet
+    (thermal throttling, a noisy neighbour): ``{"node0/gpu3": 0.5}`` halves it.
+
+    Raises
+    ------
+    InvalidInput
+        Unknown device, or a non-positive / non-finite factor.
+    """
+    factors = np.ones(inv.n_devices, dtype=np.float64)
+    if isinstance(scale, np.ndarray):
+        if scale.shape != (inv.n_devices,):
+            raise InvalidInput(f"speed scale must have one factor per device ({inv.n_devices})", field="scale")
+        factors = scale.astype(np.float64)
+    else:
+        for k, v in scale.items():
+            factors[device_index(inv, k)] = _positive(v, f"scale[{k!r}]")
+    if not np.all(np.isfinite(factors) & (factors > 0)):
+        raise InvalidInput("speed scale factors must be positive finite numbers", field="scale")
+    return replace(
+        inv,
+        device_peak_flops=inv.device_peak_flops * factors,
+        device_peak_flops_by_dtype={k: v * factors for k, v in inv.device_peak_flops_by_dtype.items()},
+        preset=None,
+    )

@@ -1,0 +1,24 @@
+"""The 3D-parallel planner: which dp x tp x pp (x cp x ep) layout, and which GPU gets which rank.
+
+- :mod:`~partitioners.parallel3d.planner`: :func:`plan_parallel_layout` (search and rank),
+  :func:`evaluate_layouts` (given layouts), :func:`rank_map`.
+- :mod:`~partitioners.parallel3d.specs`: the typed inputs (:class:`ModelSpec`,
+  :class:`ClusterSpec`, :class:`TrainingSpec`, :class:`Constraints`).
+- :mod:`~partitioners.parallel3d.presets`: GPUs, the nodes they ship in, software generations.
+- :mod:`~partitioners.parallel3d.cost`, :mod:`~partitioners.parallel3d.memory`,
+  :mod:`~partitioners.parallel3d.comm`, :mod:`~partitioners.parallel3d.kernels`,
+  :mod:`~partitioners.parallel3d.flops`, :mod:`~partitioners.parallel3d.stages`: step time
+  and per-GPU memory of many candidate layouts at once.
+- :mod:`~partitioners.parallel3d.huggingface`: model shapes from a ``config.json``.
+- :mod:`~partitioners.parallel3d.published`: published runs the planner is checked against.
+"""
+
+from partitioners.parallel3d.planner import (
+    LayoutPrediction,
+    ParallelPlan,
+    evaluate_layouts,
+    plan_parallel_layout,
+    rank_map,
+)
+
+__all__ = ["LayoutPrediction", "ParallelPlan", "evaluate_layouts", "plan_parallel_layout", "rank_map"]

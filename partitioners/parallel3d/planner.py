@@ -1,0 +1,1162 @@
+"""Choose a dp x tp x pp (x cp x ep) layout for transformer training, and map ranks to GPUs.
+
+Before an operator graph is placed, a large-model job must split its GPUs into
+data-, tensor-, pipeline-, context- and expert-parallel groups. This module
+enumerates every layout the cluster admits (tensor parallel sizes up to a node,
+pipeline sizes up to the layer count, context/expert sizes, micro-batch sizes,
+virtual pipeline stages, ZeRO stages 0-3 and recomputation modes), predicts each
+one's step time and per-GPU memory with the vectorised analytic model of
+:mod:`partitioners.parallel3d.cost` (memory: :mod:`partitioners.parallel3d.memory`),
+rejects those that cannot run (with the reason), ranks the rest, and lays the best one
+out on the physical GPUs.
+
+Entry points: :func:`plan_from_request` (a whole ``POST /v1/parallel/plan`` body
+to a JSON-able dict: a search, or predictions of the layouts under ``"evaluate"``),
+:func:`plan_parallel_layout` (search), :func:`evaluate_layouts` (predict given
+layouts) and :func:`rank_map`. They take plain dicts (as the HTTP handler receives
+them) or the dataclasses of :mod:`partitioners.parallel3d.specs`, and return
+dataclasses with ``to_dict()`` for JSON. The rank map is returned as numpy arrays for the top
+candidate only (100,000 ranks is large); the caller chooses how much to serialise.
+
+Rank order follows Megatron-Core's ``RankGenerator`` convention with the order
+``"tp-cp-ep-pp-dp"`` (innermost first): tensor-parallel groups are consecutive
+GPUs (one NVLink/NVSwitch domain), context and expert groups next, neighbouring
+pipeline stages on neighbouring GPUs or nodes, and data-parallel replicas the
+outermost dimension, i.e. across nodes, where only the (overlapped) gradient
+reduction travels.
+
+References
+----------
+.. [1] D. Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+   Clusters Using Megatron-LM", SC21 (FLOPs per step, 1F1B and interleaved
+   schedules, bubble ``(p-1)/(vm)``, tp within a node then pp across nodes).
+.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
+   Transformer Models", MLSys 2023 (activation memory, sequence parallelism,
+   selective recomputation, MFU vs HFU).
+.. [3] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+   Parameter Models", SC20 (16 B/parameter mixed-precision Adam, stages 1-3).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from partitioners.errors import Infeasible, InputTooLarge, InvalidInput
+from partitioners.parallel3d.cost import predict_layouts
+from partitioners.parallel3d.flops import model_flops_per_step, parameter_counts
+from partitioners.parallel3d.memory import (
+    ACTIVATION_FRAGMENTATION,
+    ACTIVATION_FRAGMENTATION_HIGH,
+    bytes_at_high_fragmentation,
+    fragmentation_that_fills,
+    zero_stage_held,
+)
+from partitioners.parallel3d.specs import (
+    RECOMPUTE_MODES,
+    ClusterSpec,
+    Constraints,
+    ModelSpec,
+    TrainingSpec,
+    check_precision_runs,
+    cluster_from_dict,
+    constraints_from_dict,
+    flash_attention_speed,
+    model_from_dict,
+    layout_from_dict,
+    training_from_dict,
+)
+from partitioners.parallel3d.stages import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    LayoutArrays,
+    microbatch_group_size,
+    middle_stages_short,
+    stage_layer_split,
+)
+
+__all__ = [
+    "MemoryBreakdown",
+    "LayoutPrediction",
+    "RankMap",
+    "ParallelPlan",
+    "REJECTION_REASONS",
+    "plan_parallel_layout",
+    "plan_from_request",
+    "evaluate_layouts",
+    "enumerate_layouts",
+    "rank_map",
+]
+
+_GIB = 1024.0**3
+_MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
+_VIRTUAL_STAGES = tuple(range(1, 17))  # kept where v divides the layers per stage
+_MAX_CP = 32
+_CHUNK = 100_000  # candidates costed per vectorised pass
+_RECOMPUTE_CODE = {"none": RECOMPUTE_NONE, "selective": RECOMPUTE_SELECTIVE, "full": RECOMPUTE_FULL}
+
+# Reasons a layout cannot run, in the order they are reported (bit positions).
+REJECTION_REASONS: tuple[str, ...] = (
+    "tp-crosses-node",
+    "heads-not-divisible-by-tp",
+    "more-stages-than-layers",
+    "layers-not-divisible-by-pp",
+    "batch-not-divisible",
+    "out-of-memory",
+)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Predicted peak bytes per GPU, by kind, on the fullest pipeline stage: the first (the
+    most micro-batches in flight, and the embedding), the last (the logits) or, when the
+    first is a layer short and there are more stages than layers per stage, a middle one
+    (``(p - 1) q`` layer-micro-batches against ``p (q - 1)`` on the second under
+    Megatron's schedules; see ``stage_activation_bytes``). ``fullest_stage`` is that
+    stage's pipeline rank.
+    """
+
+    parameters_bytes: float
+    gradients_bytes: float
+    optimizer_state_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+    fullest_stage: int = 0
+    activation_fragmentation: float = ACTIVATION_FRAGMENTATION
+
+    @property
+    def fragmentation_that_fills(self) -> float | None:
+        """Caching-allocator waste on activations at which this footprint reaches capacity.
+
+        The prediction counts ``activation_fragmentation`` (the request's; 10% unless it
+        says otherwise); a user who knows their stack wastes more (30% is the high end
+        GMLake measured) can compare. None when the layout keeps no activations to fragment.
+        """
+        if self.activations_bytes <= 0.0:
+            return None
+        return fragmentation_that_fills(self.total_bytes, self.activations_bytes, self.capacity_bytes,
+                                        self.activation_fragmentation)
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {**{k: float(getattr(self, k)) for k in self.__dataclass_fields__ if k != "fullest_stage"},
+                "fullest_stage": self.fullest_stage,
+                "fragmentation_that_fills": self.fragmentation_that_fills}
+
+
+@dataclass(frozen=True)
+class LayoutPrediction:
+    """One layout and what the model predicts for it.
+
+    ``mfu`` counts model FLOPs only (no recomputation) against the bf16 dense
+    peak, attention over the whole ``s x s`` matrix (SC21, Megatron-LM);
+    ``mfu_causal`` the same over the causal half (Megatron-Bridge's count, see
+    ``model_flops_per_step``): compare a published MFU with the one of its
+    convention. ``hfu`` adds recomputed FLOPs and the KV projections that tensor
+    ranks beyond the KV heads repeat. ``etp`` is the expert tensor-parallel size:
+    ``tp`` (routed experts split over the tensor ranks) or 1 (folded: whole experts,
+    the ``ep`` expert groups cut from tensor x context x data-parallel ranks).
+    ``recompute_num_layers`` is how many layers of
+    each model chunk full recomputation covers (Megatron-LM's
+    ``--recompute-num-layers``, block method), 0 without it. ``reasons`` is empty
+    for a layout that can run; otherwise it says why not.
+    """
+
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    etp: int
+    virtual_stages: int
+    micro_batch_size: int
+    num_micro_batches: int
+    zero_stage: int
+    recompute: str
+    recompute_num_layers: int
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    mfu_causal: float
+    hfu: float
+    bubble_fraction: float
+    time_breakdown_s: Mapping[str, float]
+    memory: MemoryBreakdown
+    reasons: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    tie_with_best: bool = False
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+    @property
+    def mesh(self) -> tuple[int, int, int, int, int]:
+        return (self.dp, self.pp, self.tp, self.cp, self.ep)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "etp": self.etp,
+            "virtual_stages": self.virtual_stages,
+            "micro_batch_size": self.micro_batch_size,
+            "num_micro_batches": self.num_micro_batches,
+            "zero_stage": self.zero_stage,
+            "recompute": self.recompute,
+            "recompute_num_layers": self.recompute_num_layers,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "mfu_causal": self.mfu_causal,
+            "mfu_note": "model FLOPs only (Narayanan et al. SC21 count, no recomputation) / bf16 dense peak; "
+                        "mfu_causal counts attention over the causal half only (Megatron-Bridge's Model TFLOP/s); "
+                        "sliding-window and chunked layers count only the scores inside their window or chunk",
+            "hfu": self.hfu,
+            "bubble_fraction": self.bubble_fraction,
+            "time_breakdown_s": dict(self.time_breakdown_s),
+            "memory_per_gpu": self.memory.to_dict(),
+            "fits": self.fits,
+            "reasons": list(self.reasons),
+            "notes": list(self.notes),
+            "tie_with_best": self.tie_with_best,
+        }
+
+
+@dataclass(frozen=True)
+class RankMap:
+    """Every rank's mesh coordinates and the GPU it runs on, computed for the ranks asked for.
+
+    ``coords[r]`` is ``(dp, pp, tp, cp, ep)`` of rank ``r`` (columns named by
+    ``COORD_NAMES``); ``device[r]`` the global GPU index (``node * gpus_per_node +
+    local_gpu``). ``mesh_shape``/``mesh_dim_names`` describe the same layout as a
+    row-major torch ``DeviceMesh`` (outermost first); when ``ep > 1`` the data-parallel
+    dimension is split into ``edp`` (outer) and ``ep`` (inner), ``dp = edp * ep``, or, with
+    folded experts, into ``dp_outer`` and ``dp_inner`` (``order`` says which; see
+    :func:`rank_map`).
+
+    A rank's coordinates are a closed-form function of its index, so the map stores the
+    mesh and computes rows on demand: :meth:`ranks` for a range, ``to_dict`` for the
+    ranks an answer returns. A cluster may have tens of millions of GPUs, where the whole
+    map would take gigabytes; ``coords`` and the other whole-map arrays build it in full
+    (and keep it), for callers that want every rank.
+    """
+
+    COORD_NAMES = ("dp", "pp", "tp", "cp", "ep")
+
+    num_ranks: int
+    gpus_per_node: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    # folded experts (etp 1 with tp > 1): data-parallel replicas side by side in one expert
+    # group, ``dp_inner``; 0 when experts are not folded
+    folded_inner: int
+    mesh_shape: tuple[int, ...]
+    mesh_dim_names: tuple[str, ...]
+    order: str = "tp-cp-ep-pp-dp"
+
+    def ranks(self, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(coords, device, node, local_gpu)`` of ranks ``start`` to ``stop`` (exclusive)."""
+        stop = self.num_ranks if stop is None else min(stop, self.num_ranks)
+        r = np.arange(max(start, 0), max(stop, start, 0), dtype=np.int64)
+        tp, pp, cp, ep = self.tp, self.pp, self.cp, self.ep
+        if self.folded_inner:
+            inner = self.folded_inner
+            block = tp * cp * inner
+            dp_c = (r // (block * pp)) * inner + (r // (tp * cp)) % inner
+            columns = [dp_c, (r // block) % pp, r % tp, (r // tp) % cp, (r % block) % ep]
+        else:
+            ep_c = (r // (tp * cp)) % ep
+            columns = [(r // (tp * cp * ep * pp)) * ep + ep_c, (r // (tp * cp * ep)) % pp, r % tp, (r // tp) % cp, ep_c]
+        coords = np.stack(columns, axis=1).astype(np.int32)
+        return coords, r, (r // self.gpus_per_node).astype(np.int32), (r % self.gpus_per_node).astype(np.int32)
+
+    @functools.cached_property
+    def _whole(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.ranks()
+
+    @property
+    def coords(self) -> np.ndarray:
+        return self._whole[0]
+
+    @property
+    def device(self) -> np.ndarray:
+        return self._whole[1]
+
+    @property
+    def node(self) -> np.ndarray:
+        return self._whole[2]
+
+    @property
+    def local_gpu(self) -> np.ndarray:
+        return self._whole[3]
+
+    def to_dict(self, limit: int | None = 1024) -> dict[str, Any]:
+        n = self.num_ranks
+        k = n if limit is None else min(n, max(limit, 0))
+        coords, device, node, local_gpu = (column.tolist() for column in self.ranks(0, k))
+        return {
+            "num_ranks": int(n),
+            "order": self.order,
+            "mesh_shape": list(self.mesh_shape),
+            "mesh_dim_names": list(self.mesh_dim_names),
+            "coord_names": list(self.COORD_NAMES),
+            "ranks": [
+                {"rank": r, **dict(zip(self.COORD_NAMES, coords[r])), "device": device[r], "node": node[r],
+                 "local_gpu": local_gpu[r]}
+                for r in range(k)
+            ],
+            "truncated": k < n,
+        }
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """Ranked layouts for one request, the better-looking ones that were rejected, and the rank map."""
+
+    num_gpus: int
+    candidates: tuple[LayoutPrediction, ...]
+    rejected: tuple[LayoutPrediction, ...]
+    rejection_counts: Mapping[str, int]
+    searched: int
+    model_parameters: float
+    model_flops_per_step: float
+    rank_map: RankMap | None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def feasible(self) -> bool:
+        return bool(self.candidates)
+
+    def infeasible_error(self) -> Infeasible:
+        """An :class:`Infeasible` a handler can raise (422) when nothing fits."""
+        return Infeasible("; ".join(self.notes) or "no layout can run", field="model", code="no-layout-fits")
+
+    def to_dict(self, rank_map_limit: int | None = 1024) -> dict[str, Any]:
+        return {
+            "num_gpus": self.num_gpus,
+            "feasible": self.feasible,
+            "model_parameters": self.model_parameters,
+            "model_flops_per_step": self.model_flops_per_step,
+            "searched_layouts": self.searched,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "rejected_better_looking": [c.to_dict() for c in self.rejected],
+            "rejection_counts": dict(self.rejection_counts),
+            "notes": list(self.notes),
+            "rank_map": None if self.rank_map is None else self.rank_map.to_dict(rank_map_limit),
+        }
+
+
+# --------------------------------------------------------------------- enumeration
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def expert_groups_fit(dp: int, tp: int, cp: int, ep: int, etp: int) -> bool:
+    """Whether ``ep`` expert groups can be cut from a stage's ranks, split over ``etp`` tensor ranks.
+
+    With experts split over the tensor ranks (``etp = tp``, Megatron-Core's default) an
+    expert group takes one rank of each of ``ep`` data-parallel replicas: ``ep`` divides
+    ``dp``. Folded (``etp = 1``; Liu et al., "MoE Parallel Folding", arXiv:2504.14960,
+    2025; Megatron-Core's "Parallel Folding", Yan et al., arXiv:2603.07685, 2026) it takes
+    ``ep`` consecutive ranks of the ``tp x cp x dp`` a stage has: a divisor
+    of ``tp x cp``, or whole ``tp x cp`` blocks of ``ep / (tp cp)`` replicas (see
+    :func:`rank_map`).
+    """
+    if etp == tp:
+        return dp % ep == 0
+    if etp != 1:
+        return False
+    block = tp * cp
+    return block % ep == 0 if ep <= block else ep % block == 0 and dp % (ep // block) == 0
+
+
+def _expert_tensor_sizes(model: ModelSpec, training: TrainingSpec, tp: int) -> tuple[int, ...]:
+    """The expert tensor-parallel sizes a search tries at ``tp``: experts split over the tensor
+    ranks and, for MoE models under sequence parallelism, folded (their tokens come from its
+    shards; Megatron-Core asks for sequence parallelism with MoE and tensor parallelism)."""
+    return (tp, 1) if model.moe is not None and training.sequence_parallel and tp > 1 else (tp,)
+
+
+def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                      constraints: Constraints) -> LayoutArrays:
+    """Every candidate layout the constraints allow, as parallel arrays.
+
+    Structural impossibilities are never generated (``dp`` must be an integer,
+    ``ep`` must divide the experts and fit the ranks (:func:`expert_groups_fit`; MoE
+    models with ``tp > 1`` are searched with experts split over the tensor ranks and,
+    with sequence parallelism, folded), interleaving needs ``pp > 2`` (``pp > 1``
+    with asynchronous pipeline exchanges), a layer count per stage that ``v`` divides and
+    micro-batches that fill its groups: whole rounds of ``pp``, or larger groups with
+    ``training.flexible_microbatch_groups``).
+    Layouts that are well-formed but cannot run (tp across a node, heads not
+    divisible, out of memory, ...) are generated so the answer can say why they
+    lost. Tensor-parallel sizes are powers of two up to two nodes (those beyond
+    one node only to report them), pipeline sizes every divisor up to the layer
+    count, context-parallel sizes powers of two (flash attention only). ZeRO-2/3
+    with a pipeline are left out while ZeRO-1 is allowed: they hold the same bytes.
+    """
+    n_gpus = cluster.num_gpus
+    gpn = cluster.gpus_per_node
+    batch = training.global_batch_sequences
+    if constraints.tp is not None:
+        tps = [constraints.tp]
+    else:
+        tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= 2 * gpn and n_gpus % t == 0]
+    if constraints.cp is not None:
+        cps = [constraints.cp]
+    elif training.flash_attention:
+        cps = [c for c in (1, 2, 4, 8, 16, 32) if c <= _MAX_CP and (c == 1 or (
+            model.seq_length % (2 * c) == 0 and model.seq_length // c >= 1024))]
+    else:
+        cps = [1]
+    if constraints.ep is not None:
+        eps = [constraints.ep]
+    elif model.moe is not None:
+        eps = [e for e in _divisors(model.moe.num_experts)]
+    else:
+        eps = [1]
+    max_pp = model.num_layers if constraints.max_pp is None else min(constraints.max_pp, model.num_layers)
+    rows = []
+    for tp in tps:
+        for cp in cps:
+            if n_gpus % (tp * cp):
+                continue
+            rest = n_gpus // (tp * cp)
+            pps = [constraints.pp] if constraints.pp is not None else [p for p in _divisors(rest) if p <= max_pp]
+            for pp in pps:
+                if rest % pp:
+                    continue
+                dp = rest // pp
+                for ep in eps:
+                    if model.moe is not None and model.moe.num_experts % ep:
+                        continue
+                    for etp in _expert_tensor_sizes(model, training, tp):
+                        if constraints.etp is not None and etp != constraints.etp:
+                            continue
+                        if expert_groups_fit(dp, tp, cp, ep, etp):
+                            rows.append((dp, tp, pp, cp, ep, etp))
+    if not rows:
+        return LayoutArrays(*(np.zeros(0, dtype=np.int64) for _ in fields(LayoutArrays)))
+    mesh = np.array(rows, dtype=np.int64)
+
+    mbss = np.array([constraints.micro_batch_size] if constraints.micro_batch_size else _MICRO_BATCH_SIZES)
+    vs = np.array([constraints.virtual_stages] if constraints.virtual_stages else _VIRTUAL_STAGES)
+    zeros = np.array(sorted(set(constraints.zero_stages)))
+    rcs = np.array(sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute
+                           if r != "selective" or training.selective_recompute}), dtype=np.int64)
+    # (mesh, micro-batch, v) first: most of those fail on their own, before each survivor
+    # is crossed with the ZeRO stages and recomputation modes (in the same order as one
+    # grid over all five would give: mesh, micro-batch, v, ZeRO, recomputation)
+    grid = np.meshgrid(np.arange(len(mesh)), np.arange(len(mbss)), np.arange(len(vs)), indexing="ij")
+    i_mesh, i_mbs, i_v = (g.reshape(-1) for g in grid)
+    dp, pp = mesh[i_mesh, 0], mesh[i_mesh, 2]
+    mbs = mbss[i_mbs]
+    v = vs[i_v]
+    # micro-batch sizes above the per-replica batch are meaningless
+    per_replica = np.maximum(batch // dp, 1)
+    keep = mbs <= np.maximum(per_replica, 1)
+    if constraints.micro_batch_size:
+        keep[:] = True
+    m = np.ceil(batch / (dp * mbs))
+    # v chunks of q/v layers on full stages; shorter stages get one shorter (even empty)
+    # chunk. --decoder-first/last-pipeline-num-layers cannot say that (each stage's layers
+    # must divide by v); Megatron-Core's --pipeline-model-parallel-layout can, placing an
+    # identity op in an empty chunk (Megatron-LM MR 2795, "flexible asymmetric VPP")
+    q = np.ceil(model.num_layers / pp)
+    # Megatron-LM's interleaved 1F1B schedule needs micro-batch groups it can fill
+    # (microbatch_group_size: whole rounds of pp, or with Megatron-Core larger groups) and,
+    # with batched synchronous exchanges, more than two stages
+    # (with two, each rank's batched send and receive go to the same peer: "pipeline-model-
+    # parallel size should be greater than 2 to avoid having multiple p2p sends and recvs
+    # between same 2 ranks per communication batch", arguments.py). With asynchronous
+    # exchanges (--overlap-p2p-comm) two stages are enough: Megatron-Bridge's Qwen3-30B-A3B
+    # H100 recipe interleaves pp 2 x vp 24.
+    min_interleaved_pp = 2 if training.overlap_p2p_comm else 3
+    groups_fit = microbatch_group_size(m.astype(np.int64), pp, training.flexible_microbatch_groups) > 0
+    keep &= (v == 1) | ((pp >= min_interleaved_pp) & (q % v == 0) & groups_fit)
+    survivors = np.flatnonzero(keep)
+    per_survivor = len(zeros) * len(rcs)
+    i_mesh, i_mbs, i_v = (np.repeat(index[survivors], per_survivor) for index in (i_mesh, i_mbs, i_v))
+    i_z = np.tile(np.repeat(np.arange(len(zeros)), len(rcs)), len(survivors))
+    i_rc = np.tile(np.arange(len(rcs)), len(survivors) * len(zeros))
+    dp, tp, pp, cp, ep, etp = (mesh[i_mesh, j] for j in range(6))
+    mbs = mbss[i_mbs]
+    v = vs[i_v]
+    q = np.ceil(model.num_layers / pp)
+    keep = np.ones(len(i_mesh), dtype=bool)
+    zero = zeros[i_z]
+    if 1 in constraints.zero_stages:
+        # under a pipeline ZeRO-2/3 hold ZeRO-1's bytes, so they are searched only where
+        # ZeRO-1 is not allowed
+        keep &= zero_stage_held(zero, pp) == zero
+    rc = rcs[i_rc]
+    # full recomputation starts out covering every layer of a model chunk (see _search)
+    chunk_layers = (q // v).astype(np.int64)
+    if constraints.recompute_num_layers is not None:
+        if constraints.recompute_num_layers < model.num_layers:
+            # an explicit count of layers per chunk: only chunks that have that many (a count
+            # of the model's layers or more means every layer of each chunk)
+            keep &= (rc != RECOMPUTE_FULL) | (chunk_layers >= constraints.recompute_num_layers)
+        chunk_layers = np.minimum(chunk_layers, constraints.recompute_num_layers)
+    recompute_layers = np.where(rc == RECOMPUTE_FULL, chunk_layers, 0)
+    return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], etp[keep], mbs[keep], v[keep], zero[keep],
+                        rc[keep], recompute_layers[keep])
+
+
+def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, constraints: Constraints,
+                 lay: LayoutArrays, pred: Mapping[str, np.ndarray]) -> np.ndarray:
+    bits = np.zeros(len(lay), dtype=np.int64)
+
+    def mark(name: str, mask: np.ndarray) -> None:
+        nonlocal bits
+        bits |= np.where(mask, 1 << REJECTION_REASONS.index(name), 0)
+
+    mark("tp-crosses-node", (lay.tp > cluster.gpus_per_node) | (cluster.gpus_per_node % lay.tp != 0))
+    # each rank takes whole query heads and whole KV heads, replicated past the KV head
+    # count (ModelSpec.kv_shards): the KV heads must divide tp or be divided by it
+    mark("heads-not-divisible-by-tp", (model.num_attention_heads % lay.tp != 0)
+         | ((model.kv_heads % lay.tp != 0) & (lay.tp % model.kv_heads != 0)))
+    _, first, last = stage_layer_split(model.num_layers, lay.pp)
+    mark("more-stages-than-layers", (lay.pp > model.num_layers) | (first < 1) | (last < 1))
+    if not constraints.allow_uneven_pp:
+        mark("layers-not-divisible-by-pp", model.num_layers % lay.pp != 0)
+    mark("batch-not-divisible", training.global_batch_sequences % (lay.dp * lay.mbs) != 0)
+    mark("out-of-memory", pred["memory_bytes"] > cluster.memory_bytes)
+    return bits
+
+
+def _reason_text(name: str, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, d: Mapping[str, Any],
+                 memory_bytes: float) -> str:
+    if name == "tp-crosses-node":
+        if d["tp"] <= cluster.gpus_per_node:
+            return (f"tp={d['tp']} does not divide the {cluster.gpus_per_node} GPUs of a node: some tensor-parallel "
+                    "groups would straddle two nodes and their per-layer all-reduces leave the NVLink domain")
+        return (f"tp={d['tp']} spans {d['tp'] / cluster.gpus_per_node:g} nodes of {cluster.gpus_per_node} GPUs: "
+                "its per-layer all-reduces would leave the NVLink/NVSwitch domain")
+    if name == "heads-not-divisible-by-tp":
+        if model.num_attention_heads % d["tp"]:
+            return f"{model.num_attention_heads} attention heads are not divisible by tp={d['tp']}"
+        return (f"{model.kv_heads} KV heads are neither divisible by tp={d['tp']} nor divide it "
+                "(each rank needs whole KV heads, replicated when tp exceeds them)")
+    if name == "more-stages-than-layers":
+        return f"pp={d['pp']} leaves a pipeline stage without layers ({model.num_layers} layers)"
+    if name == "layers-not-divisible-by-pp":
+        return f"{model.num_layers} layers are not divisible by pp={d['pp']} (uneven stages not allowed)"
+    if name == "batch-not-divisible":
+        return (f"global batch {training.global_batch_sequences} is not a multiple of dp x micro-batch = "
+                f"{d['dp']} x {d['mbs']}")
+    return f"out of memory: needs {memory_bytes / _GIB:.1f} GiB per GPU, {cluster.memory_bytes / _GIB:.1f} GiB available"
+
+
+def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits: np.ndarray, model: ModelSpec,
+                cluster: ClusterSpec, training: TrainingSpec, tie: bool = False,
+                notes: tuple[str, ...] = ()) -> LayoutPrediction:
+    d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero",
+                                              "recompute")}
+    reasons = tuple(_reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i]))
+                    for j, name in enumerate(REJECTION_REASONS) if bits[i] >> j & 1)
+    extra = list(notes)
+    if model.moe is not None:
+        extra.append(MOE_HOST_TIME_NOTE)
+    q, first, last = (int(pred[k][i]) for k in ("layers_per_stage", "first_stage_layers", "last_stage_layers"))
+    if d["pp"] > 1 and (q != last or q != first):
+        middle_short = int(middle_stages_short(model.num_layers, d["pp"], q, first, last))
+        middle = ""
+        if middle_short == 1:
+            middle = f"; the stage after the first holds {q - 1}"
+        elif middle_short > 1:
+            middle = f"; the {middle_short} stages after the first hold {q - 1}"
+        extra.append(f"uneven stages: at most {q} layers per stage, {first} on the first (which also holds "
+                     f"the embedding) and {last} on the last (which also holds the output layer){middle}")
+        if d["v"] > 1 and (first % d["v"] or last % d["v"] or middle_short):
+            # per-stage layer counts that v does not divide: Megatron-Core states them with
+            # --pipeline-model-parallel-layout, which may leave a chunk empty; the
+            # --decoder-first/last-pipeline-num-layers flags need counts that v divides
+            extra.append(f"{d['pp']} stages x {d['v']} model chunks for {model.num_layers} layers: some chunks "
+                         f"hold fewer layers{' (or none)' if d['pp'] * d['v'] > model.num_layers else ''}, which "
+                         "Megatron-Core states with --pipeline-model-parallel-layout")
+    memory = MemoryBreakdown(
+        parameters_bytes=float(pred["parameters_bytes"][i]), gradients_bytes=float(pred["gradients_bytes"][i]),
+        optimizer_state_bytes=float(pred["optimizer_state_bytes"][i]),
+        activations_bytes=float(pred["activations_bytes"][i]), buffers_bytes=float(pred["buffers_bytes"][i]),
+        total_bytes=float(pred["memory_bytes"][i]), capacity_bytes=float(cluster.memory_bytes),
+        fullest_stage=int(pred["fullest_stage"][i]), activation_fragmentation=training.activation_fragmentation)
+    memory_note = _tight_memory_note(memory) if not reasons else None
+    if memory_note:
+        extra.append(memory_note)
+    if zero_stage_held(d["zero"], d["pp"]) != d["zero"]:
+        extra.append(f"ZeRO-{d['zero']} under a pipeline is deferred, as PyTorch FSDP runs it with "
+                     "torch.distributed.pipelining: weights and gradients stay whole across the micro-batches "
+                     "(ZeRO-1's memory) and are reduce-scattered once, after the last backward (DeepSpeed "
+                     "refuses ZeRO-2/3 with pipeline parallelism)")
+    micro_batches = int(pred["num_micro_batches"][i])
+    if d["v"] > 1 and micro_batches % d["pp"]:
+        group = int(microbatch_group_size(np.array([micro_batches]), np.array([d["pp"]]),
+                                          training.flexible_microbatch_groups)[0])
+        extra.append(f"{micro_batches} micro-batches are not a multiple of pp={d['pp']}: the interleaved schedule "
+                     f"takes them in groups of {group} (Megatron-Core --microbatch-group-size-per-virtual-"
+                     f"pipeline-stage {group}), {(d['v'] - 1) * (group - d['pp'])} more model chunks in flight")
+    chunk_layers = q // d["v"]
+    recompute_layers = int(lay.recompute_layers[i])
+    if d["recompute"] == RECOMPUTE_FULL and recompute_layers < chunk_layers:
+        extra.append(f"partial recomputation: the first {recompute_layers} of the {chunk_layers} layers of each "
+                     f"model chunk are recomputed, the rest keep their activations (Megatron-LM "
+                     f"--recompute-method block --recompute-num-layers {recompute_layers})")
+    mfu = float(pred["mfu"][i])
+    if mfu > 1.0:
+        extra.append(f"mfu {mfu:.2f} is above 1 because the SC21 count it follows takes attention over the whole "
+                     "s x s matrix, twice the causal work the kernels do, and attention dominates at this "
+                     f"sequence length; mfu_causal ({float(pred['mfu_causal'][i]):.2f}) counts what runs")
+    breakdown = {k: float(pred[k][i]) for k in ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
+                                                "bubble_s", "dp_comm_exposed_s", "dp_comm_total_s", "optimizer_s")}
+    return LayoutPrediction(
+        dp=d["dp"], tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], etp=d["etp"], virtual_stages=d["v"],
+        micro_batch_size=d["mbs"], num_micro_batches=int(pred["num_micro_batches"][i]), zero_stage=d["zero"],
+        recompute=RECOMPUTE_MODES[d["recompute"]], recompute_num_layers=recompute_layers,
+        step_time_s=float(pred["step_time_s"][i]),
+        tokens_per_s=float(pred["tokens_per_s"][i]), mfu=mfu,
+        mfu_causal=float(pred["mfu_causal"][i]), hfu=float(pred["hfu"][i]),
+        bubble_fraction=float(pred["bubble_fraction"][i]), time_breakdown_s=breakdown, memory=memory,
+        reasons=reasons, notes=tuple(extra), tie_with_best=tie,
+    )
+
+
+# bench/parallel3d.py, Megatron-Bridge's H100 MoE benchmarks: GPT-OSS 120B, Qwen3-30B-A3B and
+# Qwen3-235B-A22B ran 1.2-2.4x slower than predicted; Megatron-Core's MoE report calls small-expert
+# layers host-bound (Yan et al., arXiv:2603.07685, 2026)
+MOE_HOST_TIME_NOTE = (
+    "MoE layers are predicted from GPU work alone, and published H100 MoE runs scatter widely around it: "
+    "Megatron-Bridge's benchmarks ran 1.2-2.4x slower than predicted, most where experts are small, whose "
+    "kernel launches and routing synchronisation leave the GPU waiting on the host; of five Qwen3-235B layouts "
+    "measured side by side (Megatron-MoE-ModelZoo), one ran 1.5x faster than predicted and three up to 1.6x "
+    "slower; read the step time as uncertain by tens of percent, and the order of MoE layouts as weak")
+
+
+def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
+    """Say so when a layout fits only if the allocator wastes little.
+
+    Activations are counted with the request's caching-allocator fragmentation (10%, the
+    low end of what GMLake, Guo et al., ASPLOS 2024, measured in LLM training, unless it
+    states its own); at the 30% high end such a layout would not fit. The prediction
+    stands; the note tells the user the margin is inside the model's uncertainty.
+    """
+    fills_at = memory.fragmentation_that_fills
+    if fills_at is None or fills_at >= ACTIVATION_FRAGMENTATION_HIGH:
+        return None
+    total_bytes, capacity_bytes = memory.total_bytes, memory.capacity_bytes
+    worst_bytes = bytes_at_high_fragmentation(total_bytes, memory.activations_bytes, memory.activation_fragmentation)
+    return (f"tight memory: {total_bytes / _GIB:.1f} of {capacity_bytes / _GIB:.1f} GiB fits with "
+            f"{memory.activation_fragmentation:.0%} allocator fragmentation of activations but not with "
+            f"{ACTIVATION_FRAGMENTATION_HIGH:.0%} ({worst_bytes / _GIB:.1f} GiB); measure peak memory before a long run")
+
+
+def _tight_memory(pred: Mapping[str, np.ndarray], index: np.ndarray, capacity_bytes: float,
+                  counted: float) -> np.ndarray:
+    """True where a layout fits only with less allocator waste than ``ACTIVATION_FRAGMENTATION_HIGH``
+    (its prediction counted ``counted``)."""
+    return bytes_at_high_fragmentation(pred["memory_bytes"][index], pred["activations_bytes"][index],
+                                       counted) > capacity_bytes
+
+
+def _best_per_split(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> np.ndarray:
+    """Of the candidates at ``index``, the fastest one per (tp, pp) pair, fastest first.
+
+    The tensor- and pipeline-parallel sizes are the choice a user makes first (they fix
+    the model's split; dp, cp and ep then share out the rest of the GPUs), so each ranked
+    candidate is a different split, with the context- and expert-parallel sizes that serve
+    it best, rather than near-copies of one split that differ in cp by a fraction of a
+    percent. ``constraints`` (fixed cp or ep) or ``evaluate`` compare those.
+    """
+    if index.size == 0:
+        return index
+    # equal predictions (context parallelism can mirror data parallelism exactly): simpler first
+    order = index[np.lexsort((lay.ep[index], lay.cp[index], step[index], lay.pp[index], lay.tp[index]))]
+    key = np.stack([lay.tp[order], lay.pp[order]], axis=1)
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = np.any(key[1:] != key[:-1], axis=1)
+    best = order[first]
+    return best[np.lexsort((lay.ep[best], lay.cp[best], step[best]))]
+
+
+# --------------------------------------------------------------------- public API
+
+
+def _check_sizes(sizes: Mapping[str, int | None], model: ModelSpec, num_gpus: int, where: str) -> None:
+    """Fixed group sizes (of ``constraints`` or of one evaluated layout) that no layout could have."""
+    for name in ("tp", "pp", "cp"):
+        value = sizes.get(name)
+        if value is not None and num_gpus % value:
+            raise InvalidInput(f"{where}.{name}={value} does not divide the {num_gpus} GPUs of the cluster",
+                               field=f"{where}.{name}", code="does-not-divide")
+    ep = sizes.get("ep")
+    if ep is not None and model.moe is None and ep != 1:
+        raise InvalidInput(f"{where}.ep > 1 needs a model with an MoE block", field=f"{where}.ep", code="no-experts")
+    if ep is not None and model.moe is not None and model.moe.num_experts % ep:
+        raise InvalidInput(f"{where}.ep={ep} does not divide {model.moe.num_experts} experts",
+                           field=f"{where}.ep", code="does-not-divide")
+
+
+def _parse(model, cluster, training, constraints):
+    model_spec = model_from_dict(model)
+    cluster_spec = cluster_from_dict(cluster)
+    training_spec = training_from_dict(training)
+    flash_attention_speed(cluster_spec, training_spec)  # a FlashAttention generation the GPUs run
+    check_precision_runs(cluster_spec, training_spec)
+    cons = _consistent(constraints_from_dict(constraints), model_spec)
+    if not training_spec.selective_recompute and cons.recompute == ("selective",):
+        raise InvalidInput("constraints.recompute allows only selective recomputation, which this software "
+                           "(training.selective_recompute false, as in megatron-lm-2021) does not have",
+                           field="constraints.recompute", code="not-in-this-software")
+    _check_sizes({"tp": cons.tp, "pp": cons.pp, "cp": cons.cp, "ep": cons.ep}, model_spec, cluster_spec.num_gpus,
+                 "constraints")
+    return model_spec, cluster_spec, training_spec, cons
+
+
+def _consistent(cons: Constraints, model: ModelSpec) -> Constraints:
+    """Constraints that do not contradict each other or the model; ``recompute_num_layers``
+    alone implies full recomputation (Megatron-LM's ``--recompute-num-layers`` goes with
+    ``--recompute-granularity full``)."""
+    if cons.pp is not None and cons.max_pp is not None and cons.pp > cons.max_pp:
+        raise InvalidInput(f"constraints.pp={cons.pp} is more than constraints.max_pp={cons.max_pp}",
+                           field="constraints.pp", code="contradiction")
+    rnl = cons.recompute_num_layers
+    if rnl is None:
+        return cons
+    if rnl > model.num_layers:
+        raise InvalidInput(f"constraints.recompute_num_layers={rnl} is more than the model's {model.num_layers} "
+                           "layers", field="constraints.recompute_num_layers", code="out-of-range")
+    if "full" not in cons.recompute:
+        raise InvalidInput(f"constraints.recompute_num_layers={rnl} recomputes layers fully, which "
+                           f"constraints.recompute {list(cons.recompute)} leaves out",
+                           field="constraints.recompute_num_layers", code="contradiction")
+    return replace(cons, recompute=("full",))
+
+
+def _predict(model_spec, cluster_spec, training_spec, lay):
+    if len(lay) <= _CHUNK:
+        return predict_layouts(model_spec, cluster_spec, training_spec, lay)
+    # bounded working memory: ~100 float64 temporaries per candidate
+    parts = [predict_layouts(model_spec, cluster_spec, training_spec, lay.take(slice(i, i + _CHUNK)))
+             for i in range(0, len(lay), _CHUNK)]
+    return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+
+
+def _search(model_spec, cluster_spec, training_spec, cons):
+    lay = enumerate_layouts(model_spec, cluster_spec, training_spec, cons)
+    if len(lay) == 0:
+        return lay, {}, np.zeros(0, dtype=np.int64)
+    pred = _predict(model_spec, cluster_spec, training_spec, lay)
+    if training_spec.partial_recompute and cons.recompute_num_layers is None:
+        lay, pred = _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred)
+    bits = _reason_bits(model_spec, cluster_spec, training_spec, cons, lay, pred)
+    return lay, pred, bits
+
+
+def _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred):
+    """Cut full recomputation down to the fewest layers per model chunk that fit with headroom.
+
+    Recomputing a layer trades its kept activations for a repeated forward pass;
+    a layout that fits with k of its chunk's c layers recomputed runs faster than
+    with all c. Footprints are affine in k per pipeline stage, so the worst stage's
+    (a maximum of affine functions, hence convex) lies below the line between k = 0
+    and k = c: the k read off that line fits. "Headroom" means fitting at the high
+    end of allocator fragmentation (``ACTIVATION_FRAGMENTATION_HIGH``), as a
+    practitioner leaves room before a long run; where even all c layers cannot give
+    that, the fewest that fit at the low end, and where nothing fits, all c.
+    """
+    full = np.flatnonzero((lay.recompute == RECOMPUTE_FULL) & (lay.recompute_layers > 1))
+    if full.size == 0:
+        return lay, pred
+    sub = lay.take(full)
+    chunk_layers = sub.recompute_layers.astype(float)
+    at_none = _predict(model_spec, cluster_spec, training_spec,
+                       replace(sub, recompute_layers=np.zeros_like(sub.recompute_layers)))
+    capacity = float(cluster_spec.memory_bytes)
+
+    def least_fraction(at_zero: np.ndarray, at_all: np.ndarray) -> np.ndarray:
+        """Smallest share of layers at which the line from ``at_zero`` to ``at_all`` is within capacity."""
+        drop = np.maximum(at_zero - at_all, 1e-9)
+        return np.where(at_all <= capacity, np.clip((at_zero - capacity) / drop, 0.0, 1.0), np.inf)
+
+    counted = training_spec.activation_fragmentation
+    roomy = least_fraction(bytes_at_high_fragmentation(at_none["memory_bytes"], at_none["activations_bytes"], counted),
+                           bytes_at_high_fragmentation(pred["memory_bytes"][full], pred["activations_bytes"][full],
+                                                       counted))
+    tight = least_fraction(at_none["memory_bytes"], pred["memory_bytes"][full])
+    share = np.where(np.isfinite(roomy), roomy, np.where(np.isfinite(tight), tight, 1.0))
+    layers = np.clip(np.ceil(share * chunk_layers - 1e-9), 1.0, chunk_layers).astype(np.int64)
+    changed = layers < sub.recompute_layers
+    if not np.any(changed):
+        return lay, pred
+    where = full[changed]
+    recompute_layers = lay.recompute_layers.copy()
+    recompute_layers[where] = layers[changed]
+    lay = replace(lay, recompute_layers=recompute_layers)
+    again = _predict(model_spec, cluster_spec, training_spec, lay.take(where))
+    for key, val in again.items():
+        pred[key][where] = val
+    return lay, pred
+
+
+def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str, Any] | ClusterSpec,
+                         training: Mapping[str, Any] | TrainingSpec,
+                         constraints: Mapping[str, Any] | Constraints | None = None, *, top_k: int = 10,
+                         with_rank_map: bool = True) -> ParallelPlan:
+    """Search dp x tp x pp x cp x ep layouts and rank them by predicted step time.
+
+    Parameters
+    ----------
+    model, cluster, training, constraints
+        Dicts as the HTTP API receives them (see :func:`model_from_dict` and
+        siblings in :mod:`partitioners.parallel3d.specs`) or the dataclasses.
+    top_k : int
+        Number of ranked candidates returned, each the fastest variant
+        (cp, ep, micro-batch, v, ZeRO, recomputation) of a distinct (tp, pp) pair.
+    with_rank_map : bool
+        Build the rank -> GPU map of the top candidate.
+
+    Returns
+    -------
+    ParallelPlan
+        Candidates fastest first; layouts within ``constraints.tie_tolerance``
+        (3% by default) of the best are flagged ``tie_with_best`` and, among those, ones
+        that would still fit at the high end of allocator fragmentation come first (a
+        tight layout may not run at all: SC21's Figure 17 layout, predicted to fit at the
+        low end, ran out of memory), each group fastest first. Inside the tolerance the
+        prediction still orders layouts better than a fixed preference for fewer
+        pipeline stages did (planned with the defaults, BLOOM-176B, GPT-NeoX-20B and
+        MT-NLG 530B get their published split first by speed, not by depth). ``rejected``
+        lists faster-looking layouts that cannot run, with the reason. ``feasible`` is
+        False when nothing fits; ``notes`` then says what would have to change.
+
+    Raises
+    ------
+    InvalidInput
+        Malformed input (zero GPUs, heads not dividing the hidden size, a fixed
+        tp that does not divide the GPU count, ...).
+    """
+    if not 1 <= top_k <= 1000:
+        raise InvalidInput("top_k must be in 1..1000", field="top_k", code="out-of-range")
+    model_spec, cluster_spec, training_spec, cons = _parse(model, cluster, training, constraints)
+    lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
+    counts = parameter_counts(model_spec)
+    mflops = model_flops_per_step(model_spec, training_spec.global_batch_sequences)
+    rejection_counts = {name: int(np.count_nonzero(bits >> j & 1)) for j, name in enumerate(REJECTION_REASONS)}
+    if len(lay) == 0:
+        note = _why_no_layout(model_spec, cluster_spec, training_spec, cons)
+        return ParallelPlan(cluster_spec.num_gpus, (), (), rejection_counts, 0, counts.total, mflops, None, (note,))
+    step = pred["step_time_s"]
+    valid = np.flatnonzero(bits == 0)
+    ranked = _best_per_split(valid, lay, step)
+    notes: list[str] = []
+    candidates: list[LayoutPrediction] = []
+    if ranked.size:
+        best_time = step[ranked[0]]
+        in_band = step[ranked] <= best_time * (1.0 + cons.tie_tolerance)
+        band = ranked[in_band]
+        tight = _tight_memory(pred, band, float(cluster_spec.memory_bytes), training_spec.activation_fragmentation)
+        band = band[np.lexsort((step[band], tight))]
+        ordered = np.concatenate([band, ranked[~in_band]])[:top_k]
+        for i in ordered:
+            tie = bool(step[i] <= best_time * (1.0 + cons.tie_tolerance))
+            note = ()
+            if tie and band.size > 1:
+                note = (f"within {cons.tie_tolerance:.1%} of the fastest prediction "
+                        f"({best_time:.3f} s): a tie at the model's accuracy; ties rank layouts with room for "
+                        "allocator waste first, fastest first within each group",)
+            candidates.append(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec, tie, note))
+        threshold = step[ordered[0]]
+    else:
+        threshold = np.inf
+        notes.extend(_why_nothing_fits(model_spec, cluster_spec, training_spec, lay, pred, bits, rejection_counts))
+    rejected_idx = np.flatnonzero((bits != 0) & (step < threshold))
+    rejected = tuple(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec)
+                     for i in _best_per_split(rejected_idx, lay, step)[:5])
+    top_map = None
+    if with_rank_map and candidates:
+        top_map = rank_map(cluster_spec, candidates[0])
+    return ParallelPlan(cluster_spec.num_gpus, tuple(candidates), rejected, rejection_counts, len(lay), counts.total,
+                        mflops, top_map, tuple(notes))
+
+
+# constraints that can leave no layout at all, in the order a note blames them
+_EMPTYING_CONSTRAINTS = ("virtual_stages", "recompute_num_layers", "micro_batch_size", "etp", "ep", "cp", "pp",
+                         "max_pp", "tp")
+
+
+def _why_no_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, cons: Constraints) -> str:
+    """Which fixed constraint leaves no layout to search: the first whose removal leaves some."""
+    for name in _EMPTYING_CONSTRAINTS:
+        value = getattr(cons, name)
+        if value is None:
+            continue
+        relaxed = replace(cons, **{name: None})
+        if name == "recompute_num_layers" and cons.recompute == ("full",):
+            relaxed = replace(relaxed, recompute=RECOMPUTE_MODES)
+        if len(enumerate_layouts(model, cluster, training, relaxed)):
+            why = {
+                "virtual_stages": f"interleaving {value} model chunks per stage needs a pipeline whose stages hold "
+                                  f"a multiple of {value} of the {model.num_layers} layers and micro-batches in "
+                                  "whole rounds of pp",
+                "recompute_num_layers": f"no pipeline split gives model chunks of {value} layers or more",
+            }.get(name, f"no layout of {cluster.num_gpus} GPUs has it with the other constraints")
+            return f"constraints.{name}={value} leaves no layout to search: {why}"
+    return (f"no layout of {cluster.num_gpus} GPUs satisfies the constraints "
+            f"(fixed sizes must multiply to a divisor of the GPU count)")
+
+
+def _why_nothing_fits(model, cluster, training, lay, pred, bits, counts) -> list[str]:
+    """Sentences saying why no layout can run and what would have to change."""
+    notes = [("no layout can run: " + ", ".join(f"{n} {name}" for name, n in counts.items() if n)
+              + f" (of {len(lay)} layouts searched)")]
+    oom_bit = 1 << REJECTION_REASONS.index("out-of-memory")
+    in_memory_but_blocked = (bits & oom_bit) == 0
+    for j, name in enumerate(REJECTION_REASONS[:-1]):
+        blocked = in_memory_but_blocked & ((bits >> j & 1) == 1)
+        if not np.any(blocked):
+            continue
+        i = int(np.flatnonzero(blocked)[np.argmin(pred["step_time_s"][blocked])])
+        d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero",
+                                                  "recompute")}
+        notes.append(f"tp={d['tp']} pp={d['pp']} cp={d['cp']} ep={d['ep']} would fit in memory, but "
+                     + _reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i])))
+    structural_ok = (bits & ~oom_bit) == 0
+    if np.any(structural_ok):
+        i = int(np.flatnonzero(structural_ok)[np.argmin(pred["memory_bytes"][structural_ok])])
+        params = parameter_counts(model).total
+        notes.append(
+            f"the smallest footprint of a well-formed layout is {pred['memory_bytes'][i] / _GIB:.1f} GiB per GPU "
+            f"(tp={lay.tp[i]}, pp={lay.pp[i]}, ZeRO-{lay.zero[i]}, {RECOMPUTE_MODES[lay.recompute[i]]} "
+            f"recomputation) against {cluster.memory_bytes / _GIB:.1f} GiB; the {params / 1e9:.1f}B parameters "
+            f"alone need {16 * params / 1e12:.2f} TB of weights, gradients and Adam state, the "
+            f"{cluster.num_gpus} GPUs hold {cluster.num_gpus * cluster.memory_bytes / 1e12:.2f} TB")
+    if counts.get("batch-not-divisible"):
+        notes.append(f"the global batch of {training.global_batch_sequences} sequences must be a multiple of "
+                     "dp x micro-batch; a batch or GPU count with common factors opens more layouts")
+    if counts.get("layers-not-divisible-by-pp") or counts.get("more-stages-than-layers"):
+        notes.append(f"{model.num_layers} layers: allow uneven pipeline stages or choose a pp that divides them")
+    return notes
+
+
+def plan_from_request(request: Mapping[str, Any], *, rank_map_limit: int | None = 1024) -> dict[str, Any]:
+    """Answer a whole ``POST /v1/parallel/plan`` body with a JSON-able dict.
+
+    The body holds ``model``, ``cluster``, ``training`` and optionally
+    ``constraints``, ``top_k`` and ``evaluate`` (a list of layouts to predict
+    instead of searching). A search answers ``{"mode": "search", ...}`` as
+    :meth:`ParallelPlan.to_dict` (with up to ``rank_map_limit`` ranks of the
+    top candidate's rank map); an evaluation ``{"mode": "evaluate",
+    "predictions": [...]}``, one per layout, in order, each with its own rank map.
+
+    Raises
+    ------
+    InvalidInput
+        Unknown or missing keys, or anything the parsers reject.
+    InputTooLarge
+        More than 256 layouts to evaluate.
+    """
+    if not isinstance(request, Mapping):
+        raise InvalidInput("the request must be an object", field="", code="not-an-object")
+    allowed = {"model", "cluster", "training", "constraints", "evaluate", "top_k"}
+    unknown = sorted(set(request) - allowed)
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {unknown}; allowed {sorted(allowed)}", field=unknown[0],
+                           code="unknown-field")
+    for key in ("model", "cluster", "training"):
+        if key not in request:
+            raise InvalidInput(f"{key} is required", field=key, code="missing-field")
+    # the shape the prediction used: what a Hugging Face config was read as
+    model = model_from_dict(request["model"])
+    shape = {"model": model.to_dict()}
+    if request.get("evaluate") is not None:
+        layouts = request["evaluate"]
+        if isinstance(layouts, (str, bytes, Mapping)) or not isinstance(layouts, Sequence):
+            raise InvalidInput("evaluate must be a list of layouts", field="evaluate", code="not-a-list")
+        if len(layouts) > 256:
+            raise InputTooLarge(f"evaluate holds {len(layouts)} layouts; at most 256 per request",
+                                field="evaluate", code="too-many-layouts")
+        predictions = evaluate_layouts(model, request["cluster"], request["training"], layouts,
+                                       request.get("constraints"))
+        cluster = cluster_from_dict(request["cluster"])
+        return {"mode": "evaluate", **shape,
+                "predictions": [{**p.to_dict(), "rank_map": rank_map(cluster, p).to_dict(rank_map_limit)}
+                                for p in predictions]}
+    top_k = request.get("top_k", 10)
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise InvalidInput("top_k must be an integer", field="top_k", code="not-an-integer")
+    plan = plan_parallel_layout(model, request["cluster"], request["training"], request.get("constraints"),
+                                top_k=top_k)
+    return {"mode": "search", **shape, **plan.to_dict(rank_map_limit)}
+
+
+def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str, Any] | ClusterSpec,
+                     training: Mapping[str, Any] | TrainingSpec, layouts: Sequence[Mapping[str, Any]],
+                     constraints: Mapping[str, Any] | Constraints | None = None) -> list[LayoutPrediction]:
+    """Predict given layouts instead of searching (the request's ``"evaluate"``).
+
+    Each layout may fix any of ``dp``, ``tp``, ``pp``, ``cp``, ``ep``,
+    ``virtual_stages``, ``micro_batch_size``, ``zero_stage``, ``recompute``,
+    ``recompute_num_layers`` (which implies full recomputation; ``recompute: "full"``
+    without it means every layer, as published runs report full recomputation); fields
+    left out are chosen as the search would (the prediction says what it chose:
+    an unstated interleaving depth is searched like recomputation or micro-batch
+    size, so ``virtual_stages: 1`` asks for plain 1F1B). A layout that cannot run
+    is still predicted, with ``reasons`` saying why.
+    """
+    model_spec, cluster_spec, training_spec, base = _parse(model, cluster, training, constraints)
+    results = []
+    for k, data in enumerate(layouts):
+        where = f"evaluate[{k}]"
+        layout = layout_from_dict(data, where)
+        _check_sizes(layout, model_spec, cluster_spec.num_gpus, where)
+        if layout.get("recompute") == "selective" and not training_spec.selective_recompute:
+            raise InvalidInput(f"{where}.recompute: selective recomputation is not in this software "
+                               "(training.selective_recompute false, as in megatron-lm-2021)",
+                               field=f"{where}.recompute", code="not-in-this-software")
+        if layout.get("recompute_num_layers", 0) > model_spec.num_layers:
+            raise InvalidInput(f"{where}.recompute_num_layers={layout['recompute_num_layers']} is more than the "
+                               f"model's {model_spec.num_layers} layers", field=f"{where}.recompute_num_layers",
+                               code="out-of-range")
+        dp = layout.get("dp")
+        fixed: dict[str, Any] = {
+            "tp": layout.get("tp", base.tp), "pp": layout.get("pp", base.pp), "cp": layout.get("cp", base.cp),
+            "ep": layout.get("ep", base.ep), "etp": layout.get("etp", base.etp),
+            "micro_batch_size": layout.get("micro_batch_size", base.micro_batch_size),
+            "virtual_stages": layout.get("virtual_stages", base.virtual_stages),
+            "zero_stages": [layout["zero_stage"]] if "zero_stage" in layout else list(base.zero_stages),
+            "recompute": [layout["recompute"]] if "recompute" in layout else list(base.recompute),
+            "recompute_num_layers": layout.get("recompute_num_layers", base.recompute_num_layers) or None,
+            "allow_uneven_pp": base.allow_uneven_pp, "max_pp": None,
+        }
+        if layout.get("recompute_num_layers") == 0 and "recompute" not in layout:
+            # no layer fully recomputed: what else the constraints allow
+            fixed["recompute"] = [mode for mode in base.recompute if mode != "full"]
+            if not fixed["recompute"]:
+                raise InvalidInput(f"{where}: recompute_num_layers 0 leaves no recomputation mode that "
+                                   "constraints.recompute allows", field=f"{where}.recompute_num_layers",
+                                   code="contradiction")
+        elif layout.get("recompute_num_layers") and "recompute" not in layout:
+            fixed["recompute"] = ["full"]
+        elif layout.get("recompute") == "full" and "recompute_num_layers" not in layout:
+            # a layout stated as full recomputation (as the papers report theirs) recomputes every layer
+            fixed["recompute_num_layers"] = model_spec.num_layers
+        cons = constraints_from_dict({key: val for key, val in fixed.items() if val is not None})
+        lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
+        if dp is not None and len(lay):
+            keep = lay.dp == int(dp)
+            lay, pred, bits = lay.take(keep), {key: val[keep] for key, val in pred.items()}, bits[keep]
+        if len(lay) == 0:
+            raise _impossible_layout(layout, model_spec, cluster_spec.num_gpus, training_spec, where)
+        step = pred["step_time_s"]
+        valid = np.flatnonzero(bits == 0)
+        pool = valid if valid.size else np.arange(len(lay))
+        if not valid.size:
+            # the least-broken variant: fewest reasons, then fastest
+            n_reasons = np.array([bin(int(b)).count("1") for b in bits[pool]])
+            pool = pool[n_reasons == n_reasons.min()]
+        i = int(pool[np.argmin(step[pool])])
+        results.append(_prediction(i, lay, pred, bits, model_spec, cluster_spec, training_spec))
+    return results
+
+
+def _impossible_layout(layout: Mapping[str, Any], model: ModelSpec, num_gpus: int, training: TrainingSpec,
+                       where: str) -> InvalidInput:
+    """The error for an evaluated layout no variant of which can be built, naming the first cause."""
+    tp, pp, cp, ep = (int(layout.get(key, 1)) for key in ("tp", "pp", "cp", "ep"))
+    etp = layout.get("etp")
+    if etp is not None and "tp" in layout and etp not in ((1, tp) if model.moe is not None else (tp,)):
+        allowed = f"1 or tp={tp}" if model.moe is not None else f"tp={tp} (a model without experts)"
+        return InvalidInput(f"layout {dict(layout)}: etp (the expert tensor-parallel size) must be {allowed}",
+                            field=f"{where}.etp", code="out-of-range")
+    if etp == 1 and tp > 1 and not training.sequence_parallel:
+        return InvalidInput(f"layout {dict(layout)}: folded experts (etp 1 under tp {tp}) dispatch from the "
+                            "sequence-parallel shards; turn training.sequence_parallel on",
+                            field=f"{where}.etp", code="contradiction")
+    fixed_mesh = all(key in layout for key in ("tp", "pp")) and ("cp" in layout or not training.flash_attention)
+    if fixed_mesh and num_gpus % (tp * pp * cp) == 0:
+        dp = layout.get("dp", num_gpus // (tp * pp * cp))
+        folds = (etp,) if etp is not None else _expert_tensor_sizes(model, training, tp)
+        if dp * tp * pp * cp == num_gpus and not any(expert_groups_fit(dp, tp, cp, ep, e) for e in folds):
+            return InvalidInput(f"layout {dict(layout)}: {ep} expert groups cannot be cut from dp={dp} x tp={tp} "
+                                f"x cp={cp}: ep must divide dp (experts split over the tensor ranks, etp = tp) "
+                                "or, folded (etp = 1), divide tp x cp or be a multiple of it that divides "
+                                "tp x cp x dp in whole blocks",
+                                field=f"{where}.ep", code="does-not-divide")
+    rnl = layout.get("recompute_num_layers") or 0
+    if 0 < rnl < model.num_layers and "pp" in layout \
+            and -(-model.num_layers // pp) // int(layout.get("virtual_stages", 1)) < rnl:
+        chunk = -(-model.num_layers // pp) // int(layout.get("virtual_stages", 1))
+        return InvalidInput(f"layout {dict(layout)}: recompute_num_layers={rnl} counts layers of one model chunk, "
+                            f"and a chunk of pp={pp} x virtual_stages={layout.get('virtual_stages', 1)} holds "
+                            f"{chunk} of the {model.num_layers} layers", field=f"{where}.recompute_num_layers",
+                            code="out-of-range")
+    if layout.get("virtual_stages", 1) > 1:
+        fewest_stages = 2 if training.overlap_p2p_comm else 3
+        return InvalidInput(f"layout {dict(layout)}: an interleaved schedule (virtual_stages > 1) needs "
+                            f"pp >= {fewest_stages}, virtual_stages dividing the layers per stage and "
+                            "micro-batches that fill groups of pp (a multiple of pp; with "
+                            "flexible_microbatch_groups, larger groups whose last is empty or at least pp) "
+                            "(Megatron-LM's interleaved 1F1B; pp 2 only with overlap_p2p_comm)",
+                            field=f"{where}.virtual_stages", code="interleaving-not-possible")
+    return InvalidInput(f"layout {dict(layout)} does not multiply out to the {num_gpus} GPUs "
+                        "(dp x tp x pp x cp must equal the GPU count, ep must divide the experts and fit the "
+                        "ranks)",
+                        field=where, code="layout-does-not-match-cluster")
+
+
+def rank_map(cluster: Mapping[str, Any] | ClusterSpec, layout: LayoutPrediction | Mapping[str, int]) -> RankMap:
+    """Map every rank to mesh coordinates and a GPU, order ``tp-cp-ep-pp-dp`` (innermost first).
+
+    Rank ``r`` runs on GPU ``r`` (node-major numbering). With ``tp`` innermost a
+    tensor-parallel group is ``tp`` consecutive GPUs, inside one node whenever
+    ``tp`` divides ``gpus_per_node``; pipeline neighbours are ``tp*cp*ep`` GPUs
+    apart (the same or the next node); data-parallel peers are
+    ``tp*cp*ep*pp`` apart, i.e. on different nodes once a model replica fills a node.
+
+    Folded experts (``etp = 1`` with ``tp > 1``) take ``ep`` consecutive ranks of a
+    stage instead: the order is ``tp-cp-dp_inner-pp-dp_outer`` with ``dp_inner = ep /
+    (tp cp)`` replicas (1 when ``ep`` divides ``tp cp``) next to each other, so an expert
+    group is the NVLink neighbourhood of its tensor group, and its ``ep`` coordinate is a
+    rank's place in it.
+    """
+    spec = cluster_from_dict(cluster)
+    get = (lambda k: int(getattr(layout, k))) if isinstance(layout, LayoutPrediction) else (
+        lambda k: int(layout.get(k, 1)))
+    tp, pp, cp, ep = get("tp"), get("pp"), get("cp"), get("ep")
+    etp = get("etp") if isinstance(layout, LayoutPrediction) or "etp" in layout else tp
+    n = spec.num_gpus
+    if tp * pp * cp <= 0 or n % (tp * pp * cp):
+        raise InvalidInput(f"tp x pp x cp = {tp * pp * cp} does not divide {n} GPUs", field="layout",
+                           code="does-not-divide")
+    dp = n // (tp * pp * cp)
+    if "dp" in (layout if isinstance(layout, Mapping) else {"dp": 0}) and get("dp") != dp:
+        raise InvalidInput(f"dp x tp x pp x cp must equal {n} GPUs", field="layout.dp", code="does-not-divide")
+    if etp not in (1, tp):
+        raise InvalidInput(f"etp={etp} must be 1 or tp={tp}", field="layout.etp", code="out-of-range")
+    if etp < tp:
+        if not expert_groups_fit(dp, tp, cp, ep, etp):
+            raise InvalidInput(f"{ep} folded expert groups cannot be cut from tp={tp} x cp={cp} x dp={dp}",
+                               field="layout.ep", code="does-not-divide")
+        inner = max(1, ep // (tp * cp))
+        if inner > 1:
+            shape, names = (dp // inner, pp, inner, cp, tp), ("dp_outer", "pp", "dp_inner", "cp", "tp")
+        else:
+            shape, names = (dp, pp, cp, tp), ("dp", "pp", "cp", "tp")
+        return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, inner, shape, names, order="tp-cp-dp_inner-pp-dp_outer")
+    if dp % ep:
+        raise InvalidInput(f"ep={ep} must divide dp={dp}", field="layout.ep", code="does-not-divide")
+    if ep > 1:
+        shape, names = (dp // ep, pp, ep, cp, tp), ("edp", "pp", "ep", "cp", "tp")
+    else:
+        shape, names = (dp, pp, cp, tp), ("dp", "pp", "cp", "tp")
+    return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, 0, shape, names)

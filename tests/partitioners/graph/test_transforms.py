@@ -1,0 +1,124 @@
+"""Specification of the training / micro-batch expansion (partitioners.graph.transforms)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from partitioners.graph.generators import synthetic_hypergraph
+from partitioners.errors import InvalidInput
+from partitioners.graph.hypergraph import TENSOR_PARAMETER, graph_from_ops, topological_order
+from partitioners.graph.transforms import (
+    BACKWARD_FLOPS_FACTOR,
+    OPTIMIZER_STATE_FACTOR,
+    PHASE_BACKWARD,
+    PHASE_FORWARD,
+    PHASE_OPTIMIZER,
+    expand_graph,
+)
+
+
+def mlp():
+    """x -> mm1(w1) -> h -> relu -> a -> mm2(w2) -> y."""
+    return graph_from_ops(
+        "mlp",
+        [
+            ("mm1", "MatMul", 10.0, ["x", "w1"], ["h"]),
+            ("relu", "Relu", 1.0, ["h"], ["a"]),
+            ("mm2", "MatMul", 20.0, ["a", "w2"], ["y"]),
+        ],
+        {"x": 4, "w1": 8, "h": 4, "a": 4, "w2": 16, "y": 2},
+        {"w1", "w2"},
+    )
+
+
+def op(g, name):
+    return int(np.flatnonzero(g.op_names == name)[0])
+
+
+def names_in(g, o):
+    return [g.tensor_names[t] for t in g.inputs_of(o)]
+
+
+def names_out(g, o):
+    return [g.tensor_names[t] for t in g.outputs_of(o)]
+
+
+def test_inference_with_one_micro_batch_is_the_input_graph():
+    g = mlp()
+    e = expand_graph(g)
+    assert e.graph is g
+    assert e.op_phase.tolist() == [PHASE_FORWARD] * 3
+
+
+def test_training_adds_a_gradient_op_with_twice_the_forward_flops():
+    e = expand_graph(mlp(), mode="training")
+    g = e.graph
+    assert g.op_flops[op(g, "grad/mm2")] == 20.0 * BACKWARD_FLOPS_FACTOR
+    assert g.op_flops[op(g, "grad/relu")] == 2.0
+    assert e.op_phase[op(g, "grad/mm1")] == PHASE_BACKWARD
+
+
+def test_gradient_op_reads_output_gradients_saved_activations_and_weights():
+    g = expand_graph(mlp(), mode="training").graph
+    assert names_in(g, op(g, "grad/relu")) == ["grad/a/mm2", "h"]
+    assert names_out(g, op(g, "grad/relu")) == ["grad/h/relu"]
+    # the graph output seeds the backward pass
+    assert names_in(g, op(g, "grad/mm2")) == ["y", "a", "w2"]
+    assert names_out(g, op(g, "grad/mm2")) == ["grad/a/mm2", "grad/w2/mm2"]
+
+
+def test_graph_inputs_get_no_gradient():
+    g = expand_graph(mlp(), mode="training").graph
+    assert names_out(g, op(g, "grad/mm1")) == ["grad/w1/mm1"]
+
+
+def test_optimizer_step_reads_weight_state_and_every_micro_batch_gradient():
+    e = expand_graph(mlp(), mode="training", micro_batches=2)
+    g = e.graph
+    step = op(g, "step/w2")
+    assert names_in(g, step) == ["w2", "adam/w2", "grad/w2/mm2@mb0", "grad/w2/mm2@mb1"]
+    assert e.op_phase[step] == PHASE_OPTIMIZER and e.op_micro_batch[step] == -1
+    nb = dict(zip(g.tensor_names.tolist(), g.tensor_bytes.tolist()))
+    assert nb["adam/w2"] == 16 * OPTIMIZER_STATE_FACTOR
+    assert nb["grad/w2/mm2@mb0"] + nb["grad/w2/mm2@mb1"] == 16  # one accumulated gradient
+
+
+def test_micro_batches_repeat_activations_and_share_parameters():
+    e = expand_graph(mlp(), micro_batches=3)
+    g = e.graph
+    assert g.n_ops == 9
+    assert e.op_micro_batch.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert names_in(g, op(g, "mm2@mb2")) == ["a@mb2", "w2"]
+    params = g.tensor_names[g.tensor_kind == TENSOR_PARAMETER].tolist()
+    assert params == ["w1", "w2"]
+
+
+def test_backward_runs_after_forward_in_dependency_order():
+    g = expand_graph(mlp(), mode="training").graph
+    order = topological_order(g).tolist()
+    pos = {g.op_names[o]: i for i, o in enumerate(order)}
+    assert pos["mm2"] < pos["grad/mm2"] < pos["grad/relu"] < pos["grad/mm1"] < pos["step/w1"]
+
+
+@pytest.mark.parametrize("kwargs", [{"mode": "fine-tuning"}, {"micro_batches": 0}])
+def test_bad_options_are_rejected(kwargs):
+    with pytest.raises(InvalidInput):
+        expand_graph(mlp(), **kwargs)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(5, 120), m=st.integers(1, 4), seed=st.integers(0, 1000), training=st.booleans())
+def test_expansion_counts_and_acyclicity(n, m, seed, training):
+    g = synthetic_hypergraph(n, lanes=4, seed=seed)
+    e = expand_graph(g, mode="training" if training else "inference", micro_batches=m)
+    x = e.graph
+    n_params_read = np.unique(g.input_tensors[g.tensor_kind[g.input_tensors] == TENSOR_PARAMETER]).shape[0]
+    expected_ops = m * n * (2 if training else 1) + (n_params_read if training else 0)
+    assert x.n_ops == expected_ops
+    fwd = e.op_phase == PHASE_FORWARD
+    assert np.isclose(x.op_flops[fwd].sum(), m * g.op_flops.sum())
+    assert np.array_equal(np.sort(e.op_origin[fwd]), np.sort(np.tile(np.arange(n), m)))
+    topological_order(x)  # raises on a cycle

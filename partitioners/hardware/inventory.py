@@ -175,7 +175,8 @@ def _device_doc(accelerator: Accelerator) -> dict[str, Any]:
         "type": accelerator.device_type,
         "peak_flops": dict(accelerator.dense_peak_flops_per_s),
         "memory_tiers": [
-            {"name": tier.name, "capacity_bytes": tier.capacity_bytes, "bandwidth_bytes_per_s": tier.bandwidth_bytes_per_s}
+            {"name": tier.name, "capacity_bytes": tier.capacity_bytes,
+             "bandwidth_bytes_per_s": tier.bandwidth_bytes_per_s}
             for tier in accelerator.memory_tiers
         ],
     }

@@ -33,14 +33,17 @@ __all__ = [
     "gpu_spec_by_name",
 ]
 
+
 @dataclass(frozen=True)
 class GPUSpec:
     """One accelerator type and the node it usually ships in, as the planner sees them.
 
-    The figures up to ``sm_count`` and ``architecture`` are the catalogue's
-    (:mod:`partitioners.hardware.catalogue`); the kernel ceilings are the planner's. Bandwidths are per GPU and per direction, as a rank can drive them: NVLink
-    figures are the datasheet's bidirectional total halved; the inter-node figure
-    is the GPU's own NIC (DGX/HGX systems have one NIC per GPU, rail-optimised).
+    Peaks, memory, links, SM count and architecture are the catalogue's
+    (:mod:`partitioners.hardware.catalogue`); ``gemm_efficiency_max``,
+    ``fp8_gemm_efficiency_max`` and ``nvls_allreduce_speedup`` are the planner's kernel
+    ceilings. Bandwidths are per GPU and per direction, as a rank can drive them: NVLink
+    figures are the datasheet's bidirectional total halved; the inter-node figure is the
+    GPU's own NIC (DGX/HGX systems have one NIC per GPU, rail-optimised).
     """
 
     name: str

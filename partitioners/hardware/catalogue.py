@@ -21,7 +21,9 @@ References
 ----------
 .. [A100] NVIDIA A100 Tensor Core GPU datasheet (2021) and "NVIDIA A100 Tensor Core GPU
    Architecture" whitepaper (2020).
-.. [A800] NVIDIA A800 Tensor Core GPU datasheet (2022): A100 SXM4 with NVLink at 400 GB/s.
+.. [A800] NVIDIA's A800 announcement (7 November 2022, as Reuters reported it) and its
+   distributors' listings: the A100 SXM4 80GB, same compute and memory, with NVLink at
+   400 GB/s instead of 600 GB/s.
 .. [DGXA100] NVIDIA DGX A100 datasheet (2020) and DGX A100 User Guide: 8x ConnectX-6 200 Gb/s
    HDR InfiniBand, one per GPU.
 .. [H100] NVIDIA H100 Tensor Core GPU datasheet (2023) and "NVIDIA H100 Tensor Core GPU
@@ -84,7 +86,7 @@ KiB = 2**10
 #: Short reference key -> the public document it stands for (see the module docstring).
 REFERENCES: Mapping[str, str] = MappingProxyType({
     "A100": "NVIDIA A100 Tensor Core GPU datasheet (2021); NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020)",
-    "A800": "NVIDIA A800 Tensor Core GPU datasheet (2022)",
+    "A800": "NVIDIA's A800 announcement (7 November 2022, reported by Reuters): A100 with NVLink at 400 GB/s",
     "DGXA100": "NVIDIA DGX A100 datasheet (2020); DGX A100 User Guide",
     "H100": "NVIDIA H100 Tensor Core GPU datasheet (2023); NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022)",
     "DGXH100": "NVIDIA DGX H100 datasheet; DGX H100 User Guide, Hardware Overview",

@@ -10,6 +10,7 @@ from dataclasses import fields
 
 import pytest
 
+from partitioners.hardware import catalogue
 from partitioners.hardware.catalogue import ACCELERATORS, NODES, REFERENCES, Accelerator, MemoryTier, Node
 from partitioners.hardware.collectives import LinkSpec
 from partitioners.hardware.inventory import PLACEMENT_PRESET_NAMES, PRESETS, preset_inventory
@@ -100,6 +101,8 @@ def test_every_accelerator_and_node_names_its_sources_and_every_source_is_cited(
         cited |= set(entry.sources)
     assert cited == set(REFERENCES)
     assert all(text.strip() for text in REFERENCES.values())
+    # and each is spelled out in the module's references
+    assert all(f".. [{key}]" in catalogue.__doc__ for key in REFERENCES)
 
 
 def test_the_catalogue_holds_hardware_facts_not_the_planners_kernel_ceilings():

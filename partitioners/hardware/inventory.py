@@ -14,30 +14,8 @@ drive the same per-direction bandwidth to any peer, and every GPU owns one NIC r
 to the rest of the cluster. A full ``device x device`` bandwidth matrix may be given
 instead for irregular topologies (small clusters only).
 
-References
-----------
-.. [H100] NVIDIA H100 Tensor Core GPU datasheet (2023) and "NVIDIA H100 Tensor Core
-   GPU Architecture" whitepaper (2022).
-.. [DGXH100] NVIDIA DGX H100 datasheet / DGX H100 User Guide, "Hardware Overview".
-.. [A100] NVIDIA A100 Tensor Core GPU datasheet (2021) and "NVIDIA A100 Tensor Core
-   GPU Architecture" whitepaper (2020).
-.. [DGXA100] NVIDIA DGX A100 datasheet (2020).
-.. [B200] NVIDIA DGX B200 datasheet (2024) and HGX B200 specifications (nvidia.com
-   /data-center/hgx, 2024): 8-GPU totals, divided by 8 here.
-.. [GB200] NVIDIA GB200 NVL72 specifications (nvidia.com/data-center/gb200-nvl72,
-   2024): 72-GPU rack totals, divided by 72 here; DGX GB200 datasheet (2024) for the
-   ConnectX-7 400 Gb/s scale-out port per GPU.
-.. [L40S] NVIDIA L40S datasheet (2023).
-.. [PCIE4] PCI-SIG, PCI Express Base Specification 4.0 (16 GT/s per lane,
-   128b/130b encoding: 31.5 GB/s per direction for x16).
-.. [ASCEND] Huawei Atlas 800T A2 training server and Ascend 910B figures as reported
-   publicly (Huawei does not publish a single datasheet; see the preset comments).
-.. [NVLAT] A. Li et al., "Evaluating Modern GPU Interconnect: PCIe, NVLink, NV-SLI,
-   NVSwitch and GPUDirect", IEEE TPDS 31(1), 2020 (microsecond-level GPU-GPU
-   latencies over NVLink/NVSwitch; ~10 us over PCIe).
-.. [IBLAT] NVIDIA ConnectX-7 product brief (sub-microsecond adapter latency) and
-   NCCL-tests small-message all-reduce latencies across nodes of a few microseconds;
-   we use 5 us end to end.
+The presets (:data:`PRESETS`) are nodes of :mod:`partitioners.hardware.catalogue`, which holds
+every GPU and node figure once, with its source; the 3D planner reads the same catalogue.
 """
 
 from __future__ import annotations
@@ -50,13 +28,16 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from partitioners.hardware.collectives import LinkSpec
 from partitioners.errors import InputTooLarge, InvalidInput
+from partitioners.hardware.catalogue import NODES as CATALOGUE_NODES
+from partitioners.hardware.catalogue import Accelerator, Node
+from partitioners.hardware.collectives import LinkSpec
 
 __all__ = [
     "DEFAULT_DTYPE",
     "MAX_NODES",
     "MAX_DEVICES",
+    "PLACEMENT_PRESET_NAMES",
     "PRESETS",
     "Inventory",
     "inventory_from_json",
@@ -95,12 +76,6 @@ LINK_INTER_GROUP = 2
 LINK_CLASS_NAMES: tuple[str, ...] = ("local", "intra-group", "inter-group")
 
 _LOCAL_LINK = LinkSpec(bandwidth_bytes_per_s=math.inf, latency_s=0.0)
-
-GB = 1e9
-TB = 1e12
-GiB = 2**30
-MiB = 2**20
-KiB = 2**10
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,144 +162,43 @@ class Inventory:
 
 # --------------------------------------------------------------------------- presets
 
+#: The nodes of :data:`~partitioners.hardware.catalogue.NODES` a placement request may name as a
+#: preset. Their figures (and sources) live in the catalogue, which the 3D planner reads too.
+PLACEMENT_PRESET_NAMES: tuple[str, ...] = (
+    "dgx-h100", "dgx-a100", "dgx-b200", "gb200-nvl72", "ascend-910b", "pcie-workstation",
+)
 
-def _device_spec(
-    type_: str,
-    peak_flops: dict[str, float],
-    tiers: list[tuple[str, float, float]],
-) -> dict[str, Any]:
+
+def _device_doc(accelerator: Accelerator) -> dict[str, Any]:
+    """One device of a preset as inventory JSON (less its name): type, peaks, memory tiers."""
     return {
-        "type": type_,
-        "peak_flops": peak_flops,
+        "type": accelerator.device_type,
+        "peak_flops": dict(accelerator.dense_peak_flops_per_s),
         "memory_tiers": [
-            {"name": n, "capacity_bytes": c, "bandwidth_bytes_per_s": b} for n, c, b in tiers
+            {"name": tier.name, "capacity_bytes": tier.capacity_bytes,
+             "bandwidth_bytes_per_s": tier.bandwidth_bytes_per_s}
+            for tier in accelerator.memory_tiers
         ],
     }
 
 
-# H100 SXM5 80GB [H100]: dense tensor-core peaks (the datasheet's figures are with
-# 2:4 sparsity; dense is half): bf16/fp16 989.4 TFLOP/s, fp8 1978.9, tf32 494.7;
-# fp32 (non-tensor) 66.9. HBM3 80 GB at 3.35 TB/s. L2 50 MB (whitepaper). Shared
-# memory: up to 228 KB per SM x 132 SMs (whitepaper); its bandwidth is 128 B/clk/SM
-# x 132 SMs at 1.83 GHz (the clock implied by 989.4 TFLOP/s = 132 SMs x 4 tensor
-# cores x 1024 FLOP/clk) = 30.9 TB/s. L2 bandwidth is not published; ~5.5 TB/s is
-# the figure measured on H100 PCIe in Chips and Cheese, "Nvidia's H100: Funny L2,
-# and Tons of Bandwidth" (2023), a lower bound for SXM.
-_H100 = _device_spec(
-    "H100-SXM5-80GB",
-    {"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12, "fp32": 66.9e12},
-    [
-        # "80 GB" is 80 GiB of HBM3 (5 stacks of 16 GiB; nvidia-smi shows 81,559 MiB), of which
-        # the CUDA driver hands a process 79.11 GiB (cudaDeviceProp.totalGlobalMem, the "total
-        # capacity" of PyTorch's out-of-memory message, vllm-project/vllm#27508): what a plan can use
-        ("HBM", 79.11 * GiB, 3.35 * TB),
-        ("L2", 50 * MiB, 5.5 * TB),
-        ("SMEM", 132 * 228 * KiB, 30.9 * TB),
-    ],
-)
-# A100 SXM4 80GB [A100]: bf16/fp16 dense 312 TFLOP/s, tf32 156, fp32 19.5, no fp8.
-# HBM2e 80 GB at 2.039 TB/s. L2 40 MB; 164 KB shared memory per SM x 108 SMs at
-# 128 B/clk/SM x 1.41 GHz = 19.5 TB/s (derived from the whitepaper). L2 bandwidth:
-# 2.3x V100's per the whitepaper, with V100's measured at 2155 GB/s (Jia et al.,
-# "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking", 2018):
-# 4.96 TB/s.
-_A100 = _device_spec(
-    "A100-SXM4-80GB",
-    {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
-    [
-        # "80 GB" is 80 GiB of HBM2e (5 stacks of 16 GiB; nvidia-smi shows 81,920 MiB), of which
-        # the CUDA driver hands a process 79.35 GiB (cudaDeviceProp.totalGlobalMem, as PyTorch's
-        # out-of-memory message reports it): what a plan can use
-        ("HBM", 79.35 * GiB, 2.039 * TB),
-        ("L2", 40 * MiB, 4.96 * TB),
-        ("SMEM", 108 * 164 * KiB, 19.5 * TB),
-    ],
-)
-# B200 [B200]: HGX B200 8-GPU totals with sparsity: fp8 72 PFLOP/s, bf16/fp16
-# 36 PFLOP/s, tf32 18 PFLOP/s; fp32 600 TFLOP/s; 1440 GB HBM3e at 64 TB/s. Per GPU,
-# dense = half the sparse figure: fp8 4.5 PF, bf16 2.25 PF, tf32 1.125 PF, fp32 75 TF;
-# 180 GB at 8 TB/s. L2 and shared-memory sizes are not in a public datasheet, so
-# only HBM is modelled.
-_B200 = _device_spec(
-    "B200",
-    {"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15, "tf32": 1.125e15, "fp32": 75e12},
-    [("HBM", 180 * GB, 8 * TB)],
-)
-# GB200 NVL72 [GB200]: rack totals with sparsity: fp8 720 PF, bf16/fp16 360 PF,
-# tf32 180 PF; fp32 5760 TF; up to 13.4 TB HBM3e at 576 TB/s. Per GPU dense: fp8
-# 5 PF, bf16 2.5 PF, tf32 1.25 PF, fp32 80 TF; 186 GB (13.4 TB / 72) at 8 TB/s.
-_GB200 = _device_spec(
-    "B200-GB200",
-    {"bf16": 2.5e15, "fp16": 2.5e15, "fp8": 5e15, "tf32": 1.25e15, "fp32": 80e12},
-    [("HBM", 13.4 * TB / 72, 8 * TB)],
-)
-# Ascend 910B [ASCEND]: fp16/bf16 ~320 TFLOP/s dense (Huawei's 910 was 256 TFLOP/s
-# fp16; 910B is reported at ~320); 64 GB HBM2e reported at 1.6 TB/s. fp32, fp8: no
-# public figure (fp8 unsupported). Approximate: replace with vendor figures if known.
-_ASCEND_910B = _device_spec(
-    "Ascend-910B",
-    {"bf16": 320e12, "fp16": 320e12},
-    [("HBM", 64 * GB, 1.6 * TB)],
-)
-# L40S [L40S]: bf16/fp16 tensor 362.05 TFLOP/s with sparsity -> 181 dense; fp8
-# 733 sparse -> 366 dense; fp32 91.6 TFLOP/s; 48 GB GDDR6 at 864 GB/s. Its L2
-# bandwidth is unpublished, so only the GDDR6 tier is modelled.
-_L40S = _device_spec(
-    "L40S",
-    {"bf16": 181e12, "fp16": 181e12, "fp8": 366e12, "fp32": 91.6e12},
-    [("GDDR6", 48 * GB, 864 * GB)],
-)
-
-
-def _preset_doc(
-    name: str,
-    group_prefix: str,
-    device_prefix: str,
-    devices_per_group: int,
-    device: dict[str, Any],
-    intra: tuple[float, float],
-    inter: tuple[float, float],
-) -> dict[str, Any]:
+def _preset_doc(node: Node) -> dict[str, Any]:
+    """A catalogue node as the description of one group (node / NVLink domain) and its links."""
     return {
-        "devices_per_group": devices_per_group,
-        "group_prefix": group_prefix,
-        "device_prefix": device_prefix,
-        "device": device,
-        "link": {"bandwidth_bytes_per_s": intra[0], "latency_s": intra[1]},
-        "inter_link": {"bandwidth_bytes_per_s": inter[0], "latency_s": inter[1]},
-        "name": name,
+        "devices_per_group": node.devices_per_node,
+        "group_prefix": node.group_prefix,
+        "device_prefix": node.device_prefix,
+        "device": _device_doc(node.accelerator),
+        "link": {"bandwidth_bytes_per_s": node.intra_node_link.bandwidth_bytes_per_s,
+                 "latency_s": node.intra_node_link.latency_s},
+        "inter_link": {"bandwidth_bytes_per_s": node.inter_node_link.bandwidth_bytes_per_s,
+                       "latency_s": node.inter_node_link.latency_s},
+        "name": node.name,
     }
 
 
-#: Preset name -> description of one group (node / NVLink domain) and its links.
-PRESETS: dict[str, dict[str, Any]] = {
-    # DGX H100 [DGXH100]: 8 x H100 SXM on NVSwitch; NVLink 4 at 900 GB/s bidirectional
-    # per GPU = 450 GB/s per direction; latency ~2 us [NVLAT]. Scale-out: 8 x
-    # ConnectX-7 400 Gb/s InfiniBand NDR, one per GPU = 50 GB/s per direction;
-    # latency 5 us [IBLAT].
-    "dgx-h100": _preset_doc("dgx-h100", "node", "gpu", 8, _H100, (450 * GB, 2e-6), (50 * GB, 5e-6)),
-    # DGX A100 [DGXA100]: 8 x A100 SXM 80GB on NVSwitch; NVLink 3 at 600 GB/s
-    # bidirectional = 300 GB/s per direction. Scale-out: 8 x ConnectX-6 200 Gb/s HDR
-    # InfiniBand = 25 GB/s per GPU.
-    "dgx-a100": _preset_doc("dgx-a100", "node", "gpu", 8, _A100, (300 * GB, 2e-6), (25 * GB, 5e-6)),
-    # DGX B200 [B200]: 8 x B200 on NVLink 5 at 1.8 TB/s bidirectional = 900 GB/s per
-    # direction; scale-out 8 x ConnectX-7 400 Gb/s = 50 GB/s per GPU.
-    "dgx-b200": _preset_doc("dgx-b200", "node", "gpu", 8, _B200, (900 * GB, 2e-6), (50 * GB, 5e-6)),
-    # GB200 NVL72 [GB200]: 72 GPUs in one NVLink domain per rack, 130 TB/s aggregate
-    # = 1.8 TB/s per GPU bidirectional = 900 GB/s per direction; one ConnectX-7
-    # 400 Gb/s port per GPU between racks (DGX GB200 datasheet) = 50 GB/s.
-    "gb200-nvl72": _preset_doc("gb200-nvl72", "rack", "gpu", 72, _GB200, (900 * GB, 2e-6), (50 * GB, 5e-6)),
-    # Atlas 800T A2 [ASCEND]: 8 x Ascend 910B in an HCCS full mesh; each NPU has 7
-    # HCCS links of 56 GB/s (392 GB/s aggregate), so one peer pair gets 56 GB/s.
-    # Scale-out: 8 x 200 GbE RoCE = 25 GB/s per NPU. Latencies as NVLink/IB above.
-    "ascend-910b": _preset_doc("ascend-910b", "node", "npu", 8, _ASCEND_910B, (56 * GB, 2e-6), (25 * GB, 5e-6)),
-    # Workstation: 4 x L40S [L40S] with no NVLink, peer-to-peer over PCIe 4.0 x16
-    # [PCIE4] = 31.5 GB/s per direction, ~10 us latency [NVLAT]; machines joined by
-    # 100 GbE = 12.5 GB/s (IEEE 802.3ba), 10 us.
-    "pcie-workstation": _preset_doc(
-        "pcie-workstation", "host", "gpu", 4, _L40S, (31.5 * GB, 10e-6), (12.5 * GB, 10e-6)
-    ),
-}
+#: Preset name -> description of one group (node / NVLink domain) and its links, from the catalogue.
+PRESETS: dict[str, dict[str, Any]] = {name: _preset_doc(CATALOGUE_NODES[name]) for name in PLACEMENT_PRESET_NAMES}
 
 
 def preset_inventory(preset: str, nodes: int = 1) -> Inventory:

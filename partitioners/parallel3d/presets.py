@@ -1,9 +1,16 @@
 """Presets of the 3D-parallel planner: GPUs, the nodes they ship in, and software generations.
 
-Every number is from a public spec sheet, paper or measurement, named beside it. A
-request names a node preset (``dgx-h100``), a GPU (``h100-sxm``) or a software
+A request names a node preset (``dgx-h100``), a GPU (``h100-sxm``) or a software
 generation (``megatron-lm-2021``); :mod:`partitioners.parallel3d.specs` turns those into
 the cluster and training specs the cost model reads.
+
+Two kinds of number meet in a :class:`GPUSpec`. Hardware facts (peaks, memory, links, SM
+count) are read from :mod:`partitioners.hardware.catalogue`, the one catalogue the placement
+inventory reads too, where each is written once with its source. The kernel ceilings
+(``gemm_efficiency_max``, ``fp8_gemm_efficiency_max``, ``nvls_allreduce_speedup``,
+:data:`HOPPER_IN_TRAINING`) are this planner's model of how much of that hardware software
+reaches, measured or fitted on kernels, collectives and published runs; they live here, each
+with its measurement.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioners.errors import InvalidInput
+from partitioners.hardware.catalogue import NODES as CATALOGUE_NODES
 
 __all__ = [
     "GPUSpec",
@@ -25,16 +33,17 @@ __all__ = [
     "gpu_spec_by_name",
 ]
 
-_GIB = 1024**3
-
 
 @dataclass(frozen=True)
 class GPUSpec:
-    """One accelerator type and the node it usually ships in.
+    """One accelerator type and the node it usually ships in, as the planner sees them.
 
-    Bandwidths are per GPU and per direction, as a rank can drive them: NVLink
-    figures are the datasheet's bidirectional total halved; the inter-node figure
-    is the GPU's own NIC (DGX/HGX systems have one NIC per GPU, rail-optimised).
+    Peaks, memory, links, SM count and architecture are the catalogue's
+    (:mod:`partitioners.hardware.catalogue`); ``gemm_efficiency_max``,
+    ``fp8_gemm_efficiency_max`` and ``nvls_allreduce_speedup`` are the planner's kernel
+    ceilings. Bandwidths are per GPU and per direction, as a rank can drive them: NVLink
+    figures are the datasheet's bidirectional total halved; the inter-node figure is the
+    GPU's own NIC (DGX/HGX systems have one NIC per GPU, rail-optimised).
     """
 
     name: str
@@ -73,6 +82,11 @@ class GPUSpec:
     architecture: str = "ampere"
 
 
+# ------------------------------------------------------------------- kernel ceilings
+# The hardware figures come from partitioners.hardware.catalogue; what follows is the
+# planner's own model of how much of them software reaches, fitted or measured on kernels
+# and collectives, not read off a spec sheet.
+
 # Sustained over burst tensor throughput, i.e. what a GEMM keeps once the board sits at
 # its power limit (training runs there for hours) over what a short benchmark burst at
 # boost clock reaches.
@@ -100,56 +114,79 @@ HOPPER_IN_TRAINING = 0.81
 # over the 0.930 saturation of its best shape): H100 SXM FP8 MAMF 1,402.6 / 1,979 = 0.709
 # (S. Bekman, ml-engineering). H200 and H800 have the same SMs and clocks.
 _FP8_BURST_HOPPER = (1402.6 / 1979.0) / 0.930
+# GEMM ceilings at burst clock: MAMF at 8192^3 (S. Bekman, ml-engineering) over the catalogue
+# peak, over (8192 / 8392)^3 = 0.930, the saturation of that shape. A100 SXM: 267.9 / 312 =
+# 0.859 -> 0.92; H100 SXM: 792.1 / 989 = 0.801 -> 0.86 (these two ratios were taken against the
+# datasheet's rounded 989 TFLOP/s and are kept as fitted; against the whitepaper's 989.4 they
+# differ by 0.04%); B200: 1,745 / 2,250 = 0.776 -> 0.834.
+_GEMM_BURST_AMPERE = 0.92
+_GEMM_BURST_HOPPER = 0.86
+_GEMM_BURST_B200 = 0.834
+# GEMM ceilings inside a training run (burst x sustained clock, and for Hopper x
+# HOPPER_IN_TRAINING). No in-training factor for B200 like Hopper's: no same-software
+# comparison with an A100 to fit one from.
+_GEMM_AMPERE = _GEMM_BURST_AMPERE * _SUSTAINED_OVER_BURST_A100
+_GEMM_HOPPER = _GEMM_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING
+_FP8_GEMM_HOPPER = _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING
+_GEMM_B200 = _GEMM_BURST_B200 * _SUSTAINED_OVER_BURST_B200
+# NVLink SHARP all-reduce speed-up over the ring within a full NVSwitch gen 3 node (H100,
+# H200): NCCL's maintainer measures ~480 GB/s busBw against ~370 GB/s for the ring on 8 H100
+# (NVIDIA/nccl-tests#212); ~475 GB/s on 8 H200 (NVIDIA/nccl-tests#272). Not claimed for the
+# H800, whose cut NVLink has no such measurement at hand.
+_NVLS_NVSWITCH3 = 480.0 / 370.0
 
-# Memory is what the CUDA driver hands a process (``cudaDeviceProp.totalGlobalMem``, the
-# "total capacity" PyTorch's out-of-memory message prints), a little under the HBM on the
-# datasheet: A100-SXM4-80GB 79.35 GiB, A100-40GB 39.59 GiB, H100 80GB HBM3 79.11 GiB
-# (vllm-project/vllm#27508), H200 139.80 GiB, B200 178.35 GiB, as those messages report.
-GPU_SPECS: dict[str, GPUSpec] = {
-    # NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 dense 312 TFLOP/s, 80 GB HBM2e at
-    # 2,039 GB/s (SXM), NVLink 600 GB/s (bidirectional), 108 SMs (A100 whitepaper).
-    # DGX A100 user guide: 8x ConnectX-6 200 Gb/s HDR InfiniBand, one per GPU -> 25 GB/s.
-    # GEMM ceiling: burst 0.92 (267.9 / 312 = 0.859 at 8192^3, over (8192 / 8392)^3 = 0.930),
-    # times the sustained clock.
-    "a100-80gb": GPUSpec("a100-80gb", {"bf16": 312e12, "fp16": 312e12}, 79.35 * _GIB, 2.039e12,
-                         300e9, 25e9, 8, 108, 0.92 * _SUSTAINED_OVER_BURST_A100),
-    # A800 SXM4 80GB (export variant): A100 figures with NVLink cut to 400 GB/s bidirectional.
-    "a800-80gb": GPUSpec("a800-80gb", {"bf16": 312e12, "fp16": 312e12}, 79.35 * _GIB, 2.039e12,
-                         200e9, 25e9, 8, 108, 0.92 * _SUSTAINED_OVER_BURST_A100),
-    # Same datasheet, 40 GB HBM2 at 1,555 GB/s.
-    "a100-40gb": GPUSpec("a100-40gb", {"bf16": 312e12, "fp16": 312e12}, 39.59 * _GIB, 1.555e12,
-                         300e9, 25e9, 8, 108, 0.92 * _SUSTAINED_OVER_BURST_A100),
-    # NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16 dense 989 TFLOP/s, FP8 dense
-    # 1,979 TFLOP/s (the sheet's 1,979/3,958 figures are with sparsity), 80 GB HBM3 at
-    # 3.35 TB/s, NVLink 900 GB/s bidirectional, 132 SMs. DGX H100: 8x ConnectX-7 400 Gb/s.
-    # GEMM ceiling: burst 0.86 (792.1 / 989 = 0.801 at 8192^3, over 0.930), times the
-    # sustained clock; FP8 burst 0.762 (1,402.6 / 1,979 = 0.709, over 0.930), times the same;
-    # both times HOPPER_IN_TRAINING.
-    "h100-sxm": GPUSpec("h100-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 79.11 * _GIB,
-                        3.35e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
-                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
-                        architecture="hopper"),
-    # H800 SXM5 (export variant): H100 SXM compute and memory, NVLink cut to 400 GB/s
-    # bidirectional (NVIDIA H800 product brief; DeepSeek-V3 report, Sec. 3.1).
-    "h800-sxm": GPUSpec("h800-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 79.11 * _GIB,
-                        3.35e12, 200e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
-                        fp8_gemm_efficiency_max=_FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
-                        architecture="hopper"),
-    # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
-    # Same NVLink 4 / NVSwitch gen 3 as H100: all-reduce busBw ~475 GB/s measured on 8 H200
-    # (NVIDIA/nccl-tests#272), so the H100 NVLS figure.
-    "h200-sxm": GPUSpec("h200-sxm", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}, 139.80 * _GIB,
-                        4.8e12, 450e9, 50e9, 8, 132, 0.86 * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
-                        480.0 / 370.0, _FP8_BURST_HOPPER * _SUSTAINED_OVER_BURST_HOPPER * HOPPER_IN_TRAINING,
-                        architecture="hopper"),
-    # NVIDIA HGX B200 datasheet: per GPU BF16 dense 2.25 PFLOP/s, FP8 dense 4.5 PFLOP/s,
-    # 180 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s bidirectional; DGX B200 8x 400 Gb/s NICs.
-    # GEMM ceiling: burst 0.834 (Bekman's B200 MAMF, 1,745 / 2,250 = 0.776, over 0.930 as
-    # for the others), times the sustained clock. No in-training factor like Hopper's: no
-    # same-software comparison with an A100 to fit one from.
-    "b200": GPUSpec("b200", {"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15}, 178.35 * _GIB, 8.0e12,
-                    900e9, 50e9, 8, 148, 0.834 * _SUSTAINED_OVER_BURST_B200, architecture="blackwell"),
+
+@dataclass(frozen=True)
+class _KernelCeilings:
+    """What the planner's model says software reaches on one GPU (see the constants above)."""
+
+    gemm_efficiency_max: float
+    fp8_gemm_efficiency_max: float | None = None
+    nvls_allreduce_speedup: float = 1.0
+
+
+# The dtypes a training run computes in, the ones the planner reads of a GPU's peaks.
+_TRAINING_DTYPES = ("bf16", "fp16", "fp8")
+
+# Planner GPU name -> (the catalogue node it usually ships in, its kernel ceilings). The GPU's
+# figures and the node's links are read from partitioners.hardware.catalogue.
+_PLANNER_GPUS: dict[str, tuple[str, _KernelCeilings]] = {
+    "a100-80gb": ("dgx-a100", _KernelCeilings(_GEMM_AMPERE)),
+    "a800-80gb": ("hgx-a800", _KernelCeilings(_GEMM_AMPERE)),
+    "a100-40gb": ("dgx-a100-40gb", _KernelCeilings(_GEMM_AMPERE)),
+    "h100-sxm": ("dgx-h100", _KernelCeilings(_GEMM_HOPPER, _FP8_GEMM_HOPPER, _NVLS_NVSWITCH3)),
+    "h800-sxm": ("hgx-h800", _KernelCeilings(_GEMM_HOPPER, _FP8_GEMM_HOPPER)),
+    "h200-sxm": ("dgx-h200", _KernelCeilings(_GEMM_HOPPER, _FP8_GEMM_HOPPER, _NVLS_NVSWITCH3)),
+    "b200": ("dgx-b200", _KernelCeilings(_GEMM_B200)),
 }
+
+
+def _planner_gpu(name: str, node_name: str, ceilings: _KernelCeilings) -> GPUSpec:
+    """The planner's view of a catalogue GPU in its usual node, with the planner's kernel ceilings."""
+    node = CATALOGUE_NODES[node_name]
+    gpu = node.accelerator
+    if gpu.key != name or gpu.sm_count is None:
+        raise ValueError(f"catalogue node {node_name!r} does not carry GPU {name!r} with its SM count")
+    return GPUSpec(
+        name=name,
+        peak_flops_per_s={dtype: gpu.dense_peak_flops_per_s[dtype] for dtype in _TRAINING_DTYPES
+                          if dtype in gpu.dense_peak_flops_per_s},
+        memory_bytes=gpu.memory_bytes,
+        hbm_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+        intra_node_bandwidth_bytes_per_s=node.intra_node_link.bandwidth_bytes_per_s,
+        inter_node_bandwidth_bytes_per_s=node.inter_node_link.bandwidth_bytes_per_s,
+        gpus_per_node=node.devices_per_node,
+        sm_count=gpu.sm_count,
+        gemm_efficiency_max=ceilings.gemm_efficiency_max,
+        nvls_allreduce_speedup=ceilings.nvls_allreduce_speedup,
+        fp8_gemm_efficiency_max=ceilings.fp8_gemm_efficiency_max,
+        architecture=gpu.architecture,
+    )
+
+
+#: Planner GPU name -> its figures (from the catalogue) and kernel ceilings (the planner's model).
+GPU_SPECS: dict[str, GPUSpec] = {name: _planner_gpu(name, node, ceilings)
+                                 for name, (node, ceilings) in _PLANNER_GPUS.items()}
 
 # Speed of each FlashAttention generation against the newest one a GPU generation runs,
 # which the cost model's flash-attention rate stands for (FlashAttention-2 on Ampere,
@@ -165,17 +202,13 @@ FLASH_ATTENTION_SPEED: dict[str, dict[int, float]] = {
 }
 GPU_ARCHITECTURES = ("ampere", "hopper", "blackwell", "unknown")
 
-# Node presets as the shared inventory names them; they map onto GPU_SPECS.
-NODE_PRESETS: dict[str, str] = {
-    "dgx-a100": "a100-80gb",
-    "dgx-a100-40gb": "a100-40gb",
-    "dgx-h100": "h100-sxm",
-    "hgx-h100": "h100-sxm",
-    "dgx-h200": "h200-sxm",
-    "hgx-h800": "h800-sxm",
-    "hgx-a800": "a800-80gb",
-    "dgx-b200": "b200",
-}
+# The catalogue nodes a cluster may name as a preset, each to its GPU's GPU_SPECS entry. Every
+# one has the links of its GPU's usual node (tests/partitioners/hardware/test_catalogue.py holds
+# this), so naming the node or the GPU gives the same cluster. Other catalogue nodes (gb200-nvl72,
+# ...) reach the planner as inventory presets.
+_PLANNER_NODE_NAMES = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "hgx-h100", "dgx-h200", "hgx-h800", "hgx-a800",
+                       "dgx-b200")
+NODE_PRESETS: dict[str, str] = {name: CATALOGUE_NODES[name].accelerator.key for name in _PLANNER_NODE_NAMES}
 
 
 def gpu_spec_by_name(name: str) -> GPUSpec:

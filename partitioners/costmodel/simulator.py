@@ -51,8 +51,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from heapq import heappop, heappush
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.costmodel.costs import CostModel, link_time_tables, op_times_by_profile_s, transfer_times_s
 from partitioners.errors import InvalidInput
@@ -140,18 +142,18 @@ class SimulationContext:
     graph: Hypergraph
     inventory: Inventory
     cost_model: CostModel
-    op_times_s: np.ndarray  # (n_ops, n_profiles) or (n_ops, n_devices)
-    device_profile: np.ndarray  # device -> column of op_times_s
+    op_times_s: npt.NDArray[np.float64]  # (n_ops, n_profiles) or (n_ops, n_devices)
+    device_profile: npt.NDArray[np.int64]  # device -> column of op_times_s
     topo_order: np.ndarray
-    pending: list
-    out_ptr: list
-    out_tensors: list
-    cons_ptr: list
-    cons_ops: list
-    tensor_bytes: list
+    pending: list[int]
+    out_ptr: list[int]
+    out_tensors: list[int]
+    cons_ptr: list[int]
+    cons_ops: list[int]
+    tensor_bytes: list[float]
     zero_pending: np.ndarray
-    group_latency_s: list
-    group_s_per_byte: list
+    group_latency_s: list[float]
+    group_s_per_byte: list[float]
     inter_latency_s: float
     inter_s_per_byte: float
     pair_latency_s: np.ndarray | None
@@ -159,18 +161,23 @@ class SimulationContext:
     edge_src: np.ndarray  # producer -> consumer edges sorted by producer
     edge_dst: np.ndarray
     edge_tensor: np.ndarray
-    edge_ptr: list
-    edge_dst_list: list
-    reverse_topo: list
+    edge_ptr: list[int]
+    edge_dst_list: list[int]
+    reverse_topo: list[int]
 
 
-def _link_params(inventory: Inventory, cost_model: CostModel):
+_LinkParams = tuple[list[float], list[float], float, float, npt.NDArray[np.float64] | None, npt.NDArray[np.float64] | None]
+
+
+def _link_params(inventory: Inventory, cost_model: CostModel) -> _LinkParams:
+    """Per-group and inter-group link latency and seconds per byte (plus the per-pair tables, if any)."""
     mult = cost_model.link_multipliers()
     g_lat = (inventory.group_link_latency_s * mult[LINK_INTRA_GROUP]).tolist()
     g_pb = (mult[LINK_INTRA_GROUP] / inventory.group_link_bandwidth_bytes_per_s).tolist()
     i_lat = float(inventory.inter_link.latency_s * mult[LINK_INTER_GROUP])
     i_pb = float(mult[LINK_INTER_GROUP] / inventory.inter_link.bandwidth_bytes_per_s)
-    p_lat = p_pb = None
+    p_lat: npt.NDArray[np.float64] | None = None
+    p_pb: npt.NDArray[np.float64] | None = None
     if inventory.bandwidth_matrix_bytes_per_s is not None:
         p_lat, p_pb = link_time_tables(inventory, cost_model)
     return g_lat, g_pb, i_lat, i_pb, p_lat, p_pb
@@ -282,7 +289,7 @@ def _check_priority(graph: Hypergraph, priority: np.ndarray) -> np.ndarray:
     return prio
 
 
-def _durations(ctx: SimulationContext, placement: np.ndarray) -> np.ndarray:
+def _durations(ctx: SimulationContext, placement: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
     cols = ctx.device_profile[placement]
     return ctx.op_times_s[np.arange(placement.shape[0]), cols]
 
@@ -405,7 +412,12 @@ def _schedule_inputs(ctx: SimulationContext, graph: Hypergraph, inventory: Inven
     return p, dur, prio
 
 
-def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, prio: np.ndarray):
+_TransferLists = tuple[list[int], list[int], list[int], list[float], list[float]]
+
+
+def _event_loop(
+    ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, prio: np.ndarray
+) -> tuple[list[float], list[float], _TransferLists]:
     """The list-scheduling event loop (see the module docstring). Returns lists."""
     inv = ctx.inventory
     n_dev = inv.n_devices
@@ -429,7 +441,8 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
     i_pb = ctx.inter_s_per_byte
     p_lat = ctx.pair_latency_s
     p_pb = ctx.pair_s_per_byte
-    pair_info: dict[int, tuple[float, float, int]] = {}
+    # (latency_s, s_per_byte, egress port, ingress port) per ordered device pair
+    pair_info: dict[int, tuple[float, float, int, int]] = {}
     port_free: dict[int, float] = {}
     tr_t: list[int] = []
     tr_s: list[int] = []
@@ -437,10 +450,10 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
     tr_a: list[float] = []
     tr_b: list[float] = []
 
-    readyq: list[list] = [[] for _ in range(n_dev)]
+    readyq: list[list[tuple[float, int]]] = [[] for _ in range(n_dev)]
     busy = [False] * n_dev
     dispatch_pending = [False] * n_dev
-    heap: list = []
+    heap: list[tuple[float, int, int]] = []
     for op in ctx.zero_pending.tolist():
         heappush(readyq[dev[op]], (neg_prio[op], op))
     for d in range(n_dev):
@@ -454,6 +467,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
     # device has picked at that instant, so which device picks first (its number) cannot
     # decide whose transfers take a shared port first.
     todo: list[int] = []
+    a: float | None  # arrival of the tensor at a consumer's device
     while heap:
         t, kind, x = heappop(heap)
         if kind == 0 or kind == 3:
@@ -464,7 +478,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
                 todo.append(d)
             for oi in range(out_ptr[x], out_ptr[x + 1]):
                 ot = out_t[oi]
-                arrivals = None
+                arrivals: dict[int, float] | None = None
                 for ci in range(cons_ptr[ot], cons_ptr[ot + 1]):
                     c = cons_ops[ci]
                     dc = dev[c]
@@ -482,7 +496,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
                             if info is None:
                                 # ports: egress then ingress, per (device, link class);
                                 # with a bandwidth matrix, per device pair
-                                if p_lat is not None:
+                                if p_lat is not None and p_pb is not None:  # set together
                                     info = (float(p_lat[d, dc]), float(p_pb[d, dc]), key, n_dev * n_dev + key)
                                 elif grp[d] == grp[dc]:
                                     info = (g_lat[grp[d]], g_pb[grp[d]], -2 * d - 1, -2 * dc - 2)
@@ -783,7 +797,7 @@ def estimate_makespan_s(
     return float(max(end)) if end else 0.0
 
 
-def summarize(result: SimulationResult, inventory: Inventory) -> dict:
+def summarize(result: SimulationResult, inventory: Inventory) -> dict[str, Any]:
     """The plan ``summary`` of DESIGN.md from a simulation, in plain Python types.
 
     ``imbalance`` is ``max(busy) / mean(busy) - 1`` over all devices of the inventory

@@ -80,12 +80,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from partitioners.errors import Infeasible, InvalidInput
-from partitioners.moe.moves import MoveContext, adjust_counts, swap_refine
+from partitioners.moe.moves import MoveContext, OriginalPlacement, adjust_counts, swap_refine
 from partitioners.moe.packing import PlacementState, balance_ratio, count_rows, pack_rounds
 from partitioners.moe.relabel import gpu_in_node, relabel
 from partitioners.moe.replicas import bound_ratio, water_fill
@@ -166,10 +166,10 @@ class BalanceStats:
         ends = np.searchsorted(self.unhosted_layer, np.arange(1, self.per_layer.size))
         return [part.tolist() for part in np.split(self.unhosted_expert, ends)]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """JSON-ready: ``null`` for the unbounded figures of a placement that cannot serve its
         load (JSON has no infinity), and ``unhosted_experts`` (per layer) when there are any."""
-        out = {
+        out: dict[str, Any] = {
             "per_layer": [value if math.isfinite(value) else None for value in self.per_layer.tolist()],
             "mean": self.mean if math.isfinite(self.mean) else None,
             "worst": self.worst if math.isfinite(self.worst) else None,
@@ -297,11 +297,11 @@ class RebalanceResult:
             out.append([by_expert[a:b] for a, b in zip([0, *ends[:-1]], ends)])
         return out
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain lists and numbers (JSON-ready): ragged ``logical_to_physical`` and migrations
         column-wise, so large answers stay cheap."""
 
-        def stats(value: BalanceStats | None) -> dict | None:
+        def stats(value: BalanceStats | None) -> dict[str, Any] | None:
             return None if value is None else value.as_dict()
 
         m = self.migrations
@@ -913,11 +913,11 @@ def _replace_incrementally(
     original_node_gpu = gpu_in_node(original, cluster.node_of_gpu, cluster.num_nodes, experts)
     node_gpus = np.full((cluster.num_nodes, cluster.gpus_per_node), -1, dtype=np.int64)
     node_gpus[cluster.node_of_gpu, cluster.available % cluster.gpus_per_node] = np.arange(cluster.num_available)
+    original_node_has = original_node_gpu >= 0
     ctx = MoveContext(
         cluster.node_of_gpu,
         node_gpus=node_gpus,
-        original=original,
-        original_node_has=original_node_gpu >= 0,
+        original=OriginalPlacement(original, original_node_has),
         node_local=node_local,
         budget=max_replicas_moved,
     )
@@ -928,7 +928,7 @@ def _replace_incrementally(
     repaired_writes = ((repaired != original[active]) & (repaired >= 0)).sum(axis=(1, 2))
     chosen, chosen_ratio, use_fresh, blocked_by_budget, blocked_by_node_local = _repaired_or_fresh(
         repaired, repaired_ratio, repaired_writes, fresh_slots, fresh_ratio, original[active],
-        ctx.original_node_has[active], threshold[active], cluster, experts, node_local, max_replicas_moved,
+        original_node_has[active], threshold[active], cluster, experts, node_local, max_replicas_moved,
     )
     worth = lost[active] | (before_ratio[active] - chosen_ratio > min_improvement)
     final[active[worth]] = chosen[worth]
@@ -1232,8 +1232,11 @@ def _cross_writes(
     rows = np.arange(layers)[:, None, None]
     write = (target != original) & (target >= 0)
     local = node_has[rows, node_of_gpu[None, :, None], target]
-    anywhere = node_has.any(axis=1)[rows, target]
-    return (write & ~local & anywhere).sum(axis=(1, 2))
+    # reduced over an axis of a 3-D array: always an array (numpy types ndarray.any as bool | array)
+    node_anywhere: np.ndarray = node_has.any(axis=1)  # type: ignore[assignment]
+    anywhere = node_anywhere[rows, target]
+    cross: np.ndarray = (write & ~local & anywhere).sum(axis=(1, 2))
+    return cross
 
 
 def _result(load: np.ndarray, decision: _Decision, cluster: _Cluster, expert_bytes: int, bound: np.ndarray,
@@ -1246,7 +1249,7 @@ def _result(load: np.ndarray, decision: _Decision, cluster: _Cluster, expert_byt
     available, gpus_per_node, slots_per_gpu = cluster.available, cluster.gpus_per_node, cluster.slots_per_gpu
     num_gpus, original_node_gpu = cluster.num_gpus, decision.original_node_gpu
     after, counts = measured
-    physical = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
+    physical: np.ndarray = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
     physical[:, available] = final
     physical = physical.reshape(layers, -1)
 

@@ -266,7 +266,7 @@ class CostModel:
                     f"multiplier for link class {cls!r} must be positive", field="cost_model.link_class_multiplier"
                 )
 
-    def multiplier_matrix(self, inventory: Inventory) -> np.ndarray:
+    def multiplier_matrix(self, inventory: Inventory) -> npt.NDArray[np.float64]:
         """``(n_devices, n_classes)`` calibration multipliers (1.0 where unset)."""
         out = np.ones((inventory.n_devices, len(OP_CLASS_NAMES)), dtype=np.float64)
         if not self.device_class_multiplier:
@@ -286,7 +286,7 @@ class CostModel:
                 out[names == dev, col[cls]] = m
         return out
 
-    def link_multipliers(self) -> np.ndarray:
+    def link_multipliers(self) -> npt.NDArray[np.float64]:
         """Multiplier per link class id (``LINK_LOCAL``, ``LINK_INTRA_GROUP``, ``LINK_INTER_GROUP``)."""
         return np.array([self.link_class_multiplier.get(c, 1.0) for c in LINK_CLASS_NAMES], dtype=np.float64)
 
@@ -357,7 +357,7 @@ def timing_dtype_note(graph: Hypergraph, inventory: Inventory, cost_model: CostM
 
 def op_times_by_profile_s(
     graph: Hypergraph, inventory: Inventory, cost_model: CostModel | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """Roofline times per *device profile*: ``(times (n_ops, n_profiles), device_profile (n_devices,))``.
 
     Devices with identical peak, memory bandwidth and calibration row share a
@@ -391,7 +391,7 @@ def op_times_by_profile_s(
     return times, device_profile
 
 
-def op_times_s(graph: Hypergraph, inventory: Inventory, cost_model: CostModel | None = None) -> np.ndarray:
+def op_times_s(graph: Hypergraph, inventory: Inventory, cost_model: CostModel | None = None) -> npt.NDArray[np.float64]:
     """Roofline time of every operator on every device, shape ``(n_ops, n_devices)``.
 
     ``max(flops / (peak * eff_class), (input + output bytes) / (bw * eff_mem))``
@@ -421,7 +421,7 @@ def op_times_s(graph: Hypergraph, inventory: Inventory, cost_model: CostModel | 
 
 def link_time_tables(
     inventory: Inventory, cost_model: CostModel | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per device pair ``(latency_s, seconds_per_byte)``, each ``(n_devices, n_devices)``.
 
     Diagonal is zero (same device). Includes link-class calibration multipliers.

@@ -105,24 +105,24 @@ class SimulationResult:
     """
 
     makespan_s: float
-    device_busy_s: np.ndarray
-    device_idle_s: np.ndarray
+    device_busy_s: npt.NDArray[np.float64]
+    device_idle_s: npt.NDArray[np.float64]
     comm_bytes: float
     comm_bytes_by_class: dict[str, float]
-    link_src: np.ndarray
-    link_dst: np.ndarray
-    link_bytes: np.ndarray
-    param_memory_bytes: np.ndarray
-    peak_memory_bytes: np.ndarray | None
-    op_device: np.ndarray
-    op_start_s: np.ndarray
-    op_end_s: np.ndarray
-    transfer_tensor: np.ndarray
-    transfer_src: np.ndarray
-    transfer_dst: np.ndarray
-    transfer_start_s: np.ndarray
-    transfer_end_s: np.ndarray
-    transfer_bytes: np.ndarray
+    link_src: npt.NDArray[np.int64]
+    link_dst: npt.NDArray[np.int64]
+    link_bytes: npt.NDArray[np.float64]
+    param_memory_bytes: npt.NDArray[np.float64]
+    peak_memory_bytes: npt.NDArray[np.float64] | None
+    op_device: npt.NDArray[np.int64]
+    op_start_s: npt.NDArray[np.float64]
+    op_end_s: npt.NDArray[np.float64]
+    transfer_tensor: npt.NDArray[np.int64]
+    transfer_src: npt.NDArray[np.int64]
+    transfer_dst: npt.NDArray[np.int64]
+    transfer_start_s: npt.NDArray[np.float64]
+    transfer_end_s: npt.NDArray[np.float64]
+    transfer_bytes: npt.NDArray[np.float64]
 
     def link_bytes_matrix(self, n_devices: int) -> np.ndarray:
         """Dense ``(n_devices, n_devices)`` bytes per directed pair (small clusters)."""
@@ -294,7 +294,7 @@ def _durations(ctx: SimulationContext, placement: npt.NDArray[np.int64]) -> npt.
     return ctx.op_times_s[np.arange(placement.shape[0]), cols]
 
 
-def remote_transfers(graph: Hypergraph, placement: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def remote_transfers(graph: Hypergraph, placement: np.ndarray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The transfers a placement implies: unique ``(tensor, src_device, dst_device)``.
 
     One per activation tensor and per *other* device holding at least one of its
@@ -345,7 +345,7 @@ def critical_path_priority(
     *,
     cost_model: CostModel | None = None,
     context: SimulationContext | None = None,
-) -> np.ndarray:
+) -> npt.NDArray[np.float64]:
     """Upward rank of every operator: its time plus the longest path below it.
 
     ``rank(u) = dur(u) + max over consumers v of (comm(u, v) + rank(v))`` where
@@ -728,7 +728,10 @@ def simulate(
     # the simulated transfers are exactly remote_transfers(graph, p): stats come from them
     pair = tr_src * n_dev + tr_dst
     if n_dev * n_dev <= 1 << 20:
-        per_pair = np.bincount(pair, weights=tr_bytes, minlength=n_dev * n_dev)
+        # with weights bincount sums them as float64 (numpy's stub types every bincount as intp)
+        per_pair: npt.NDArray[np.float64] = np.bincount(  # type: ignore[assignment]
+            pair, weights=tr_bytes, minlength=n_dev * n_dev
+        )
         upair = np.flatnonzero(np.bincount(pair, minlength=n_dev * n_dev))
         link_b = per_pair[upair]
     else:
@@ -838,7 +841,9 @@ def summarize(result: SimulationResult, inventory: Inventory) -> dict[str, Any]:
     }
 
 
-def memory_timeline(graph: Hypergraph, result: SimulationResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def memory_timeline(
+    graph: Hypergraph, result: SimulationResult
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Memory in use on each device over the simulated step (the sweep behind ``peak_memory_bytes``).
 
     Returns

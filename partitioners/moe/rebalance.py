@@ -83,6 +83,7 @@ from dataclasses import field as dataclass_field
 from typing import Any, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.errors import Infeasible, InvalidInput
 from partitioners.moe.moves import MoveContext, OriginalPlacement, adjust_counts, swap_refine
@@ -143,11 +144,11 @@ class BalanceStats:
         copy (empty for any placement :func:`rebalance` returns).
     """
 
-    per_layer: np.ndarray
+    per_layer: npt.NDArray[np.float64]
     mean: float
     worst: float
-    unhosted_layer: np.ndarray = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    unhosted_expert: np.ndarray = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unhosted_layer: npt.NDArray[np.int64] = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unhosted_expert: npt.NDArray[np.int64] = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
     def of(cls, per_layer: np.ndarray, unhosted: np.ndarray | None = None) -> "BalanceStats":
@@ -198,12 +199,12 @@ class Migrations:
         ``expert_bytes`` as given.
     """
 
-    layer: np.ndarray
-    gpu: np.ndarray
-    slot: np.ndarray
-    logical_expert: np.ndarray
-    source_gpu: np.ndarray
-    cross_node: np.ndarray
+    layer: npt.NDArray[np.int64]
+    gpu: npt.NDArray[np.int64]
+    slot: npt.NDArray[np.int64]
+    logical_expert: npt.NDArray[np.int64]
+    source_gpu: npt.NDArray[np.int64]
+    cross_node: npt.NDArray[np.bool_]
     bytes_per_copy: int
 
     @property
@@ -265,15 +266,15 @@ class RebalanceResult:
         One sentence for the caller saying why.
     """
 
-    physical_to_logical: np.ndarray
-    logical_to_physical: np.ndarray
-    logical_count: np.ndarray
+    physical_to_logical: npt.NDArray[np.int64]
+    logical_to_physical: npt.NDArray[np.int64]
+    logical_count: npt.NDArray[np.int64]
     balance_before: BalanceStats | None
     balance_after: BalanceStats
     lower_bound: BalanceStats
     migrations: Migrations
-    layer_action: np.ndarray
-    layer_policy: np.ndarray
+    layer_action: npt.NDArray[np.str_]
+    layer_policy: npt.NDArray[np.str_]
     kept_current: bool
     reason: str
 
@@ -466,7 +467,7 @@ def _check_options(max_replicas_moved: object, expert_bytes: object, min_improve
 # ----------------------------------------------------------------------------- replica counts and bound
 
 
-def replica_counts(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
+def replica_counts(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> npt.NDArray[np.int64]:
     """Replica count of every expert of every layer, filling the slots of ``num_gpus`` GPUs.
 
     Minimises the largest per-replica load ``load / count`` subject to one copy
@@ -513,7 +514,7 @@ def _check_fits(num_experts: int, num_available_gpus: int, slots_per_gpu: int) -
         )
 
 
-def lower_bound(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
+def lower_bound(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> npt.NDArray[np.float64]:
     """A provable lower bound, per layer, on max/mean GPU load of any valid placement.
 
     Proof. Let ``T`` be the layer's total load, ``A = num_gpus`` and

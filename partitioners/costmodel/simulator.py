@@ -166,7 +166,10 @@ class SimulationContext:
     reverse_topo: list[int]
 
 
-_LinkParams = tuple[list[float], list[float], float, float, npt.NDArray[np.float64] | None, npt.NDArray[np.float64] | None]
+# (group latency_s, group s/byte, inter-group latency_s, inter-group s/byte, per-pair tables or None)
+_LinkParams = tuple[
+    list[float], list[float], float, float, npt.NDArray[np.float64] | None, npt.NDArray[np.float64] | None
+]
 
 
 def _link_params(inventory: Inventory, cost_model: CostModel) -> _LinkParams:
@@ -294,7 +297,9 @@ def _durations(ctx: SimulationContext, placement: npt.NDArray[np.int64]) -> npt.
     return ctx.op_times_s[np.arange(placement.shape[0]), cols]
 
 
-def remote_transfers(graph: Hypergraph, placement: np.ndarray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def remote_transfers(
+    graph: Hypergraph, placement: np.ndarray
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The transfers a placement implies: unique ``(tensor, src_device, dst_device)``.
 
     One per activation tensor and per *other* device holding at least one of its

@@ -28,7 +28,9 @@ __all__ = ["to_chrome_trace"]
 _US_PER_S = 1e6
 
 
-def _meta(kind: str, pid: int, name: str, tid: int | None = None, sort_index: int | None = None) -> list[dict[str, Any]]:
+def _meta(
+    kind: str, pid: int, name: str, tid: int | None = None, sort_index: int | None = None
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     base: dict[str, Any] = {"ph": "M", "pid": pid}
     if tid is not None:

@@ -48,9 +48,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.hardware.collectives import (
     LinkSpec,
@@ -158,7 +159,9 @@ for _cls, _types in (
 VIEW_OP_TYPES = frozenset({"reshape", "squeeze", "unsqueeze", "flatten", "identity"})
 
 
-def _type_table(op_types: np.ndarray | Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _type_table(
+    op_types: np.ndarray | Sequence[str],
+) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.bool_], npt.NDArray[np.intp]]:
     """``(class of each distinct type, whether it is a view, index of each operator's type)``.
 
     Types are mapped once per distinct name (``np.unique``), so 10^6 operators of a few
@@ -174,7 +177,7 @@ def _type_table(op_types: np.ndarray | Sequence[str]) -> tuple[np.ndarray, np.nd
     return classes, views, inverse.reshape(-1)
 
 
-def op_class_of(op_types: np.ndarray | Sequence[str]) -> np.ndarray:
+def op_class_of(op_types: np.ndarray | Sequence[str]) -> npt.NDArray[np.int8]:
     """Op class (``OP_*`` int8) of each operator type, ONNX / PyTorch names, case-insensitive.
 
     Unknown types are ``OP_OTHER``.
@@ -183,7 +186,7 @@ def op_class_of(op_types: np.ndarray | Sequence[str]) -> np.ndarray:
     return classes[inverse]
 
 
-def is_view_op(op_types: np.ndarray | Sequence[str]) -> np.ndarray:
+def is_view_op(op_types: np.ndarray | Sequence[str]) -> npt.NDArray[np.bool_]:
     """Whether each operator is a view (:data:`VIEW_OP_TYPES`, case-insensitive), as a bool array."""
     _, views, inverse = _type_table(op_types)
     return views[inverse]
@@ -263,7 +266,7 @@ class CostModel:
                     f"multiplier for link class {cls!r} must be positive", field="cost_model.link_class_multiplier"
                 )
 
-    def multiplier_matrix(self, inventory: Inventory) -> np.ndarray:
+    def multiplier_matrix(self, inventory: Inventory) -> npt.NDArray[np.float64]:
         """``(n_devices, n_classes)`` calibration multipliers (1.0 where unset)."""
         out = np.ones((inventory.n_devices, len(OP_CLASS_NAMES)), dtype=np.float64)
         if not self.device_class_multiplier:
@@ -283,7 +286,7 @@ class CostModel:
                 out[names == dev, col[cls]] = m
         return out
 
-    def link_multipliers(self) -> np.ndarray:
+    def link_multipliers(self) -> npt.NDArray[np.float64]:
         """Multiplier per link class id (``LINK_LOCAL``, ``LINK_INTRA_GROUP``, ``LINK_INTER_GROUP``)."""
         return np.array([self.link_class_multiplier.get(c, 1.0) for c in LINK_CLASS_NAMES], dtype=np.float64)
 
@@ -354,7 +357,7 @@ def timing_dtype_note(graph: Hypergraph, inventory: Inventory, cost_model: CostM
 
 def op_times_by_profile_s(
     graph: Hypergraph, inventory: Inventory, cost_model: CostModel | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """Roofline times per *device profile*: ``(times (n_ops, n_profiles), device_profile (n_devices,))``.
 
     Devices with identical peak, memory bandwidth and calibration row share a
@@ -388,7 +391,7 @@ def op_times_by_profile_s(
     return times, device_profile
 
 
-def op_times_s(graph: Hypergraph, inventory: Inventory, cost_model: CostModel | None = None) -> np.ndarray:
+def op_times_s(graph: Hypergraph, inventory: Inventory, cost_model: CostModel | None = None) -> npt.NDArray[np.float64]:
     """Roofline time of every operator on every device, shape ``(n_ops, n_devices)``.
 
     ``max(flops / (peak * eff_class), (input + output bytes) / (bw * eff_mem))``
@@ -418,7 +421,7 @@ def op_times_s(graph: Hypergraph, inventory: Inventory, cost_model: CostModel | 
 
 def link_time_tables(
     inventory: Inventory, cost_model: CostModel | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per device pair ``(latency_s, seconds_per_byte)``, each ``(n_devices, n_devices)``.
 
     Diagonal is zero (same device). Includes link-class calibration multipliers.
@@ -475,13 +478,14 @@ def transfer_times_s(
     dst: np.ndarray,
     inventory: Inventory,
     cost_model: CostModel | None = None,
-) -> np.ndarray:
+) -> npt.NDArray[np.float64]:
     """Vectorised :func:`transfer_time_s` over arrays of sizes and device ids."""
     cm = cost_model or CostModel()
     n_bytes = np.asarray(n_bytes, dtype=np.float64)
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     cls = link_class_ids(inventory, src, dst)
+    out: npt.NDArray[np.float64]
     if inventory.bandwidth_matrix_bytes_per_s is not None:
         lat_t, per_byte_t = link_time_tables(inventory, cm)
         out = lat_t[src, dst] + n_bytes * per_byte_t[src, dst]
@@ -568,7 +572,7 @@ def collective_time_s(
 
 
 
-def cost_model_to_json(cost_model: CostModel) -> dict:
+def cost_model_to_json(cost_model: CostModel) -> dict[str, Any]:
     """Plain-JSON form of a cost model (for storing calibrated models with a plan).
 
     ``device_class_multiplier`` becomes ``{device: {op class: multiplier}}``.
@@ -586,7 +590,7 @@ def cost_model_to_json(cost_model: CostModel) -> dict:
     }
 
 
-def cost_model_from_json(doc: Mapping) -> CostModel:
+def cost_model_from_json(doc: Mapping[str, Any]) -> CostModel:
     """Inverse of :func:`cost_model_to_json`; missing keys take the defaults.
 
     Raises

@@ -51,8 +51,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from heapq import heappop, heappush
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.costmodel.costs import CostModel, link_time_tables, op_times_by_profile_s, transfer_times_s
 from partitioners.errors import InvalidInput
@@ -103,24 +105,24 @@ class SimulationResult:
     """
 
     makespan_s: float
-    device_busy_s: np.ndarray
-    device_idle_s: np.ndarray
+    device_busy_s: npt.NDArray[np.float64]
+    device_idle_s: npt.NDArray[np.float64]
     comm_bytes: float
     comm_bytes_by_class: dict[str, float]
-    link_src: np.ndarray
-    link_dst: np.ndarray
-    link_bytes: np.ndarray
-    param_memory_bytes: np.ndarray
-    peak_memory_bytes: np.ndarray | None
-    op_device: np.ndarray
-    op_start_s: np.ndarray
-    op_end_s: np.ndarray
-    transfer_tensor: np.ndarray
-    transfer_src: np.ndarray
-    transfer_dst: np.ndarray
-    transfer_start_s: np.ndarray
-    transfer_end_s: np.ndarray
-    transfer_bytes: np.ndarray
+    link_src: npt.NDArray[np.int64]
+    link_dst: npt.NDArray[np.int64]
+    link_bytes: npt.NDArray[np.float64]
+    param_memory_bytes: npt.NDArray[np.float64]
+    peak_memory_bytes: npt.NDArray[np.float64] | None
+    op_device: npt.NDArray[np.int64]
+    op_start_s: npt.NDArray[np.float64]
+    op_end_s: npt.NDArray[np.float64]
+    transfer_tensor: npt.NDArray[np.int64]
+    transfer_src: npt.NDArray[np.int64]
+    transfer_dst: npt.NDArray[np.int64]
+    transfer_start_s: npt.NDArray[np.float64]
+    transfer_end_s: npt.NDArray[np.float64]
+    transfer_bytes: npt.NDArray[np.float64]
 
     def link_bytes_matrix(self, n_devices: int) -> np.ndarray:
         """Dense ``(n_devices, n_devices)`` bytes per directed pair (small clusters)."""
@@ -140,18 +142,18 @@ class SimulationContext:
     graph: Hypergraph
     inventory: Inventory
     cost_model: CostModel
-    op_times_s: np.ndarray  # (n_ops, n_profiles) or (n_ops, n_devices)
-    device_profile: np.ndarray  # device -> column of op_times_s
+    op_times_s: npt.NDArray[np.float64]  # (n_ops, n_profiles) or (n_ops, n_devices)
+    device_profile: npt.NDArray[np.int64]  # device -> column of op_times_s
     topo_order: np.ndarray
-    pending: list
-    out_ptr: list
-    out_tensors: list
-    cons_ptr: list
-    cons_ops: list
-    tensor_bytes: list
+    pending: list[int]
+    out_ptr: list[int]
+    out_tensors: list[int]
+    cons_ptr: list[int]
+    cons_ops: list[int]
+    tensor_bytes: list[float]
     zero_pending: np.ndarray
-    group_latency_s: list
-    group_s_per_byte: list
+    group_latency_s: list[float]
+    group_s_per_byte: list[float]
     inter_latency_s: float
     inter_s_per_byte: float
     pair_latency_s: np.ndarray | None
@@ -159,18 +161,26 @@ class SimulationContext:
     edge_src: np.ndarray  # producer -> consumer edges sorted by producer
     edge_dst: np.ndarray
     edge_tensor: np.ndarray
-    edge_ptr: list
-    edge_dst_list: list
-    reverse_topo: list
+    edge_ptr: list[int]
+    edge_dst_list: list[int]
+    reverse_topo: list[int]
 
 
-def _link_params(inventory: Inventory, cost_model: CostModel):
+# (group latency_s, group s/byte, inter-group latency_s, inter-group s/byte, per-pair tables or None)
+_LinkParams = tuple[
+    list[float], list[float], float, float, npt.NDArray[np.float64] | None, npt.NDArray[np.float64] | None
+]
+
+
+def _link_params(inventory: Inventory, cost_model: CostModel) -> _LinkParams:
+    """Per-group and inter-group link latency and seconds per byte (plus the per-pair tables, if any)."""
     mult = cost_model.link_multipliers()
     g_lat = (inventory.group_link_latency_s * mult[LINK_INTRA_GROUP]).tolist()
     g_pb = (mult[LINK_INTRA_GROUP] / inventory.group_link_bandwidth_bytes_per_s).tolist()
     i_lat = float(inventory.inter_link.latency_s * mult[LINK_INTER_GROUP])
     i_pb = float(mult[LINK_INTER_GROUP] / inventory.inter_link.bandwidth_bytes_per_s)
-    p_lat = p_pb = None
+    p_lat: npt.NDArray[np.float64] | None = None
+    p_pb: npt.NDArray[np.float64] | None = None
     if inventory.bandwidth_matrix_bytes_per_s is not None:
         p_lat, p_pb = link_time_tables(inventory, cost_model)
     return g_lat, g_pb, i_lat, i_pb, p_lat, p_pb
@@ -282,12 +292,14 @@ def _check_priority(graph: Hypergraph, priority: np.ndarray) -> np.ndarray:
     return prio
 
 
-def _durations(ctx: SimulationContext, placement: np.ndarray) -> np.ndarray:
+def _durations(ctx: SimulationContext, placement: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
     cols = ctx.device_profile[placement]
     return ctx.op_times_s[np.arange(placement.shape[0]), cols]
 
 
-def remote_transfers(graph: Hypergraph, placement: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def remote_transfers(
+    graph: Hypergraph, placement: np.ndarray
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The transfers a placement implies: unique ``(tensor, src_device, dst_device)``.
 
     One per activation tensor and per *other* device holding at least one of its
@@ -338,7 +350,7 @@ def critical_path_priority(
     *,
     cost_model: CostModel | None = None,
     context: SimulationContext | None = None,
-) -> np.ndarray:
+) -> npt.NDArray[np.float64]:
     """Upward rank of every operator: its time plus the longest path below it.
 
     ``rank(u) = dur(u) + max over consumers v of (comm(u, v) + rank(v))`` where
@@ -405,7 +417,12 @@ def _schedule_inputs(ctx: SimulationContext, graph: Hypergraph, inventory: Inven
     return p, dur, prio
 
 
-def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, prio: np.ndarray):
+_TransferLists = tuple[list[int], list[int], list[int], list[float], list[float]]
+
+
+def _event_loop(
+    ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, prio: np.ndarray
+) -> tuple[list[float], list[float], _TransferLists]:
     """The list-scheduling event loop (see the module docstring). Returns lists."""
     inv = ctx.inventory
     n_dev = inv.n_devices
@@ -429,7 +446,8 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
     i_pb = ctx.inter_s_per_byte
     p_lat = ctx.pair_latency_s
     p_pb = ctx.pair_s_per_byte
-    pair_info: dict[int, tuple[float, float, int]] = {}
+    # (latency_s, s_per_byte, egress port, ingress port) per ordered device pair
+    pair_info: dict[int, tuple[float, float, int, int]] = {}
     port_free: dict[int, float] = {}
     tr_t: list[int] = []
     tr_s: list[int] = []
@@ -437,10 +455,10 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
     tr_a: list[float] = []
     tr_b: list[float] = []
 
-    readyq: list[list] = [[] for _ in range(n_dev)]
+    readyq: list[list[tuple[float, int]]] = [[] for _ in range(n_dev)]
     busy = [False] * n_dev
     dispatch_pending = [False] * n_dev
-    heap: list = []
+    heap: list[tuple[float, int, int]] = []
     for op in ctx.zero_pending.tolist():
         heappush(readyq[dev[op]], (neg_prio[op], op))
     for d in range(n_dev):
@@ -454,6 +472,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
     # device has picked at that instant, so which device picks first (its number) cannot
     # decide whose transfers take a shared port first.
     todo: list[int] = []
+    a: float | None  # arrival of the tensor at a consumer's device
     while heap:
         t, kind, x = heappop(heap)
         if kind == 0 or kind == 3:
@@ -464,7 +483,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
                 todo.append(d)
             for oi in range(out_ptr[x], out_ptr[x + 1]):
                 ot = out_t[oi]
-                arrivals = None
+                arrivals: dict[int, float] | None = None
                 for ci in range(cons_ptr[ot], cons_ptr[ot + 1]):
                     c = cons_ops[ci]
                     dc = dev[c]
@@ -482,7 +501,7 @@ def _event_loop(ctx: SimulationContext, placement: np.ndarray, dur: np.ndarray, 
                             if info is None:
                                 # ports: egress then ingress, per (device, link class);
                                 # with a bandwidth matrix, per device pair
-                                if p_lat is not None:
+                                if p_lat is not None and p_pb is not None:  # set together
                                     info = (float(p_lat[d, dc]), float(p_pb[d, dc]), key, n_dev * n_dev + key)
                                 elif grp[d] == grp[dc]:
                                     info = (g_lat[grp[d]], g_pb[grp[d]], -2 * d - 1, -2 * dc - 2)
@@ -714,7 +733,10 @@ def simulate(
     # the simulated transfers are exactly remote_transfers(graph, p): stats come from them
     pair = tr_src * n_dev + tr_dst
     if n_dev * n_dev <= 1 << 20:
-        per_pair = np.bincount(pair, weights=tr_bytes, minlength=n_dev * n_dev)
+        # with weights bincount sums them as float64 (numpy's stub types every bincount as intp)
+        per_pair: npt.NDArray[np.float64] = np.bincount(  # type: ignore[assignment]
+            pair, weights=tr_bytes, minlength=n_dev * n_dev
+        )
         upair = np.flatnonzero(np.bincount(pair, minlength=n_dev * n_dev))
         link_b = per_pair[upair]
     else:
@@ -783,7 +805,7 @@ def estimate_makespan_s(
     return float(max(end)) if end else 0.0
 
 
-def summarize(result: SimulationResult, inventory: Inventory) -> dict:
+def summarize(result: SimulationResult, inventory: Inventory) -> dict[str, Any]:
     """The plan ``summary`` of DESIGN.md from a simulation, in plain Python types.
 
     ``imbalance`` is ``max(busy) / mean(busy) - 1`` over all devices of the inventory
@@ -824,7 +846,9 @@ def summarize(result: SimulationResult, inventory: Inventory) -> dict:
     }
 
 
-def memory_timeline(graph: Hypergraph, result: SimulationResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def memory_timeline(
+    graph: Hypergraph, result: SimulationResult
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Memory in use on each device over the simulated step (the sweep behind ``peak_memory_bytes``).
 
     Returns

@@ -28,7 +28,9 @@ __all__ = ["to_chrome_trace"]
 _US_PER_S = 1e6
 
 
-def _meta(kind: str, pid: int, name: str, tid: int | None = None, sort_index: int | None = None) -> list[dict]:
+def _meta(
+    kind: str, pid: int, name: str, tid: int | None = None, sort_index: int | None = None
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     base: dict[str, Any] = {"ph": "M", "pid": pid}
     if tid is not None:
@@ -53,6 +55,7 @@ def _device_tracks(inventory: Inventory) -> list[dict[str, Any]]:
 def _operator_events(result: SimulationResult, graph: Hypergraph, inventory: Inventory,
                      window: tuple[float, float] | None) -> list[dict[str, Any]]:
     """One complete event per operator (overlapping ``window``) on its device's thread."""
+    ops: range | list[int]
     if window is None:
         ops = range(graph.n_ops)
     else:

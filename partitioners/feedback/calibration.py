@@ -54,7 +54,7 @@ References
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Mapping, TypeVar
 
 import numpy as np
 
@@ -267,7 +267,7 @@ def fit_calibration(
     Raises
     ------
     InvalidInput
-        Arrays of different lengths.
+        Arrays of different lengths; ``transfer_key`` without the other three transfer arrays.
     """
     op_key = np.asarray(op_key, dtype=np.int64)
     arrays = [np.asarray(a) for a in (op_device, op_class, roofline_s, measured_s)]
@@ -292,11 +292,26 @@ def fit_calibration(
         sel = np.array([types[d] == dtype for d in dev.tolist()], dtype=bool)
         _fit_device_type(fit, dtype, y[sel], dev[sel], cls[sel], weight[sel], names, n_iter)
     if transfer_key is not None and np.asarray(transfer_key).size:
+        if transfer_link_class is None or transfer_predicted_s is None or transfer_measured_s is None:
+            raise InvalidInput(
+                "measured transfers need transfer_link_class, transfer_predicted_s and transfer_measured_s",
+                field="transfers",
+            )
         _fit_link_classes(fit, transfer_key, transfer_link_class, transfer_predicted_s, transfer_measured_s)
-    for factors in (fit.type_class, fit.device_class, fit.device_slowdown, fit.link_class):
-        for name, value in factors.items():
-            factors[name] = _snapped(value, 1.0)
+    _snap_to_one(fit.type_class)
+    _snap_to_one(fit.device_class)
+    _snap_to_one(fit.device_slowdown)
+    _snap_to_one(fit.link_class)
     return fit
+
+
+_Key = TypeVar("_Key")
+
+
+def _snap_to_one(factors: dict[_Key, float]) -> None:
+    """Multipliers within noise of 1.0 become exactly 1.0 (:func:`_snapped`), in place."""
+    for name, value in factors.items():
+        factors[name] = _snapped(value, 1.0)
 
 
 def _snapped(value: float, model_value: float) -> float:

@@ -58,7 +58,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 
@@ -72,6 +72,7 @@ __all__ = [
     "MAX_TIMESTAMP_S",
     "MAX_TIMELINE_SPAN_S",
     "MAX_PEAK_MEMORY_BYTES",
+    "MeasuredTransfer",
     "TimelineEvents",
     "TimelineMatch",
     "parse_timeline",
@@ -159,6 +160,22 @@ _ALIASES = {
 }
 
 
+class MeasuredTransfer(TypedDict):
+    """One measured transfer of a timeline, as parsed (device and tensor names not yet resolved)."""
+
+    tensor: str
+    src: str
+    dst: str
+    start_s: float
+    duration_s: float
+    step: int  # -1 when a Chrome trace's transfer lies in no profiler step
+
+
+# A device kernel to attribute to its CPU operator: (External id, start_s, duration_s,
+# labels its device may go by, name, thread key).
+_KernelRow = tuple[Any, float, float, tuple[str, ...], str, str]
+
+
 @dataclass(frozen=True)
 class TimelineEvents:
     """A measured timeline, normalised: one row per operator event.
@@ -181,7 +198,7 @@ class TimelineEvents:
     parent : numpy.ndarray of int64
         Index of the innermost event of the same thread that encloses this one
         (``aten::addmm`` under ``aten::linear``), ``-1`` for a top-level event.
-    transfers : list of dict
+    transfers : list of MeasuredTransfer
         ``{"tensor", "src", "dst", "start_s", "duration_s", "step"}`` per measured transfer.
     peak_memory_bytes : dict
         Measured peak memory per device, when the timeline reports it.
@@ -197,7 +214,7 @@ class TimelineEvents:
     duration_s: np.ndarray
     step: np.ndarray
     parent: np.ndarray
-    transfers: list[dict] = field(default_factory=list)
+    transfers: list[MeasuredTransfer] = field(default_factory=list)
     peak_memory_bytes: dict[str, float] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
 
@@ -342,13 +359,13 @@ def _attribute_kernels(
     ``devices``, ``start_s`` and ``duration_s`` are updated in place.
     """
     by_external: dict[Any, int] = {}
-    for i, ext in enumerate(external):
+    for event_index, ext in enumerate(external):
         if ext is not None:
-            by_external.setdefault(ext, i)
+            by_external.setdefault(ext, event_index)
     busy: dict[int, float] = {}
     first: dict[int, float] = {}
     device: dict[int, tuple[str, ...]] = {}
-    unclaimed = []
+    unclaimed: list[_KernelRow] = []
     for row in kernels:
         ext, ts, dur, candidates = row[:4]
         i = by_external.get(ext)
@@ -367,7 +384,7 @@ def _attribute_kernels(
     return len(kernels) - len(unclaimed), unclaimed
 
 
-def _trace_events(document: Any, max_events: int) -> list:
+def _trace_events(document: Any, max_events: int) -> list[Any]:
     """The trace's event list: ``traceEvents`` of an object, or a bare array."""
     if isinstance(document, dict):
         events = document.get("traceEvents")
@@ -384,18 +401,21 @@ def _trace_events(document: Any, max_events: int) -> list:
     return events
 
 
-def _split_metadata(events: list, ignored: Counter) -> tuple[dict[str, str], dict[str, str], list[tuple[int, dict]]]:
+def _split_metadata(
+    events: list[Any], ignored: Counter[str]
+) -> tuple[dict[str, str], dict[str, str], list[tuple[int, dict[str, Any]]]]:
     """Process and thread names from the metadata events (``ph: M``), and the complete
     events (``ph: X``) with their index; other phases are counted as ignored."""
     process_name: dict[str, str] = {}
     thread_name: dict[str, str] = {}
-    complete: list[tuple[int, dict]] = []
+    complete: list[tuple[int, dict[str, Any]]] = []
     for i, ev in enumerate(events):
         if not isinstance(ev, dict):
             raise InvalidInput(f"trace event {i} is not an object", field=f"timeline.traceEvents[{i}]")
         ph = ev.get("ph")
         if ph == "M":
-            args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+            raw_args = ev.get("args")
+            args = raw_args if isinstance(raw_args, dict) else {}
             label = args.get("name")
             if isinstance(label, str):
                 if ev.get("name") == "process_name":
@@ -422,12 +442,12 @@ class _CompleteEvents:
     threads: list[str] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
-    kernels: list[tuple[Any, float, float, tuple[str, ...], str, str]] = field(default_factory=list)
+    kernels: list[_KernelRow] = field(default_factory=list)
     step_windows: list[tuple[float, float, int]] = field(default_factory=list)
-    transfers: list[dict] = field(default_factory=list)
+    transfers: list[MeasuredTransfer] = field(default_factory=list)
 
-    def add(self, i: int, ev: dict, process_name: dict[str, str], thread_name: dict[str, str],
-            ignored: Counter) -> None:
+    def add(self, i: int, ev: dict[str, Any], process_name: dict[str, str], thread_name: dict[str, str],
+            ignored: Counter[str]) -> None:
         where = f"timeline.traceEvents[{i}]"
         name = ev.get("name")
         if not isinstance(name, str) or not name:
@@ -449,7 +469,8 @@ class _CompleteEvents:
         if category in IGNORED_CATEGORIES:
             ignored[category] += 1
             return
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        raw_args = ev.get("args")
+        args = raw_args if isinstance(raw_args, dict) else {}
         pid, tid = str(ev.get("pid", "")), str(ev.get("tid", ""))
         key = f"{pid}:{tid}"
         if "src" in args and "dst" in args:
@@ -483,7 +504,9 @@ class _CompleteEvents:
         self.durations.append(dur)
 
 
-def _steps_of(step_windows: list[tuple[float, float, int]], start_s: np.ndarray, transfers: list[dict]) -> np.ndarray:
+def _steps_of(
+    step_windows: list[tuple[float, float, int]], start_s: np.ndarray, transfers: list[MeasuredTransfer]
+) -> np.ndarray:
     """Per event, the profiler step whose window holds its start (-1: none); transfers get
     theirs written into their ``step``."""
     step = np.full(start_s.size, -1, dtype=np.int64)
@@ -498,9 +521,9 @@ def _steps_of(step_windows: list[tuple[float, float, int]], start_s: np.ndarray,
         inside = (k >= 0) & (start_s <= hi[np.clip(k, 0, None)] + 1e-12)
         step[inside] = number[k[inside]]
     for tr in transfers:
-        k = int(np.searchsorted(lo, tr["start_s"], side="right")) - 1
-        if k >= 0 and tr["start_s"] <= hi[k] + 1e-12:
-            tr["step"] = int(number[k])
+        w = int(np.searchsorted(lo, tr["start_s"], side="right")) - 1
+        if w >= 0 and tr["start_s"] <= hi[w] + 1e-12:
+            tr["step"] = int(number[w])
     return step
 
 
@@ -528,7 +551,7 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
         More than ``max_events`` events.
     """
     events = _trace_events(document, max_events)
-    ignored: Counter = Counter()
+    ignored: Counter[str] = Counter()
     process_name, thread_name, complete = _split_metadata(events, ignored)
     read = _CompleteEvents()
     for i, ev in complete:
@@ -596,7 +619,12 @@ def parse_simple_timeline(document: Any, *, max_events: int = 2_000_000) -> Time
         raise InputTooLarge(
             f"the timeline has {len(ops)} operator events; at most {max_events} are accepted", field="timeline.ops"
         )
-    names, devices, threads, starts, durations, steps = [], [], [], [], [], []
+    names: list[str] = []
+    devices: list[tuple[str, ...]] = []
+    threads: list[str] = []
+    starts: list[float] = []
+    durations: list[float] = []
+    steps: list[int] = []
     for i, op in enumerate(ops):
         where = f"timeline.ops[{i}]"
         if not isinstance(op, dict):
@@ -622,7 +650,7 @@ def parse_simple_timeline(document: Any, *, max_events: int = 2_000_000) -> Time
         peak[str(dev)] = _finite(
             n_bytes, f"timeline.peak_memory_bytes[{dev!r}]", maximum=MAX_PEAK_MEMORY_BYTES, unit="bytes"
         )
-    transfers = []
+    transfers: list[MeasuredTransfer] = []
     raw_transfers = document.get("transfers", []) or []
     if not isinstance(raw_transfers, list):
         raise InvalidInput("transfers must be an array", field="timeline.transfers")
@@ -839,7 +867,7 @@ def _steps(events: TimelineEvents, ev_op: np.ndarray) -> np.ndarray:
     matched = np.flatnonzero(ev_op >= 0)
     if matched.size and (step[matched] < 0).all():
         order = matched[np.lexsort((matched, events.start_s[matched], ev_op[matched]))]
-        seen: Counter = Counter()
+        seen: Counter[int] = Counter()
         for i in order.tolist():
             step[i] = seen[ev_op[i]]
             seen[ev_op[i]] += 1
@@ -862,11 +890,15 @@ def _first_per_operator_step(events: TimelineEvents, ev_op: np.ndarray, step: np
 
 def _match_transfers(events: TimelineEvents, tensor_names: Sequence[str], dev_index: Mapping[str, int],
                      op_mapping: Mapping[str, str], device_mapping: Mapping[str, str]
-                     ) -> tuple[tuple[list, list, list, list, list], list[str]]:
+                     ) -> tuple[tuple[list[int], list[int], list[int], list[int], list[float]], list[str]]:
     """Measured transfers of the plan's tensors between two of its devices as columns
     ``(tensor, src, dst, step, duration_s)``, and the tensor names of the rest."""
     t_index = {str(t): k for k, t in enumerate(tensor_names)}
-    columns: tuple[list, list, list, list, list] = ([], [], [], [], [])
+    tensor_col: list[int] = []
+    src_col: list[int] = []
+    dst_col: list[int] = []
+    step_col: list[int] = []
+    duration_col: list[float] = []
     unmatched: list[str] = []
     for tr in events.transfers:
         k = t_index.get(op_mapping.get(tr["tensor"], tr["tensor"]))
@@ -875,9 +907,12 @@ def _match_transfers(events: TimelineEvents, tensor_names: Sequence[str], dev_in
         if k is None or s is None or d is None or s == d:
             unmatched.append(tr["tensor"])
             continue
-        for column, value in zip(columns, (k, s, d, max(int(tr["step"]), 0), float(tr["duration_s"]))):
-            column.append(value)
-    return columns, unmatched
+        tensor_col.append(k)
+        src_col.append(s)
+        dst_col.append(d)
+        step_col.append(max(int(tr["step"]), 0))
+        duration_col.append(float(tr["duration_s"]))
+    return (tensor_col, src_col, dst_col, step_col, duration_col), unmatched
 
 
 def _inside_matched(events: TimelineEvents, keep: np.ndarray) -> np.ndarray:
@@ -915,9 +950,11 @@ def _match_by_order(
     for i in np.flatnonzero(ev_op >= 0).tolist():
         taken_by_step.setdefault(int(events.step[i]), set()).add(int(ev_op[i]))
     candidates = np.flatnonzero((ev_op < 0) & ~events.nested)
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[int, tuple[str, int | str]], list[int]] = {}
     for i in candidates.tolist():
-        where = ("device", int(ev_device[i])) if ev_device[i] >= 0 else ("thread", events.thread[i])
+        where: tuple[str, int | str] = (
+            ("device", int(ev_device[i])) if ev_device[i] >= 0 else ("thread", events.thread[i])
+        )
         groups.setdefault((int(events.step[i]), where), []).append(i)
     by_rank = np.argsort(rank, kind="stable")
     for (step, where), members in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):

@@ -16,7 +16,7 @@ import numpy as np
 
 from partitioners.moe.packing import PlacementState, holds
 
-__all__ = ["MoveContext", "swap_refine", "adjust_counts"]
+__all__ = ["OriginalPlacement", "MoveContext", "swap_refine", "adjust_counts"]
 
 # Swap refinement: the hottest GPUs handled per iteration, and light partners for each.
 _HOT_PER_ITER = 4
@@ -33,14 +33,21 @@ _CROSS_NODE_WRITE_COST = 0.5
 _CROSS_NODE_PENALTY = 2e-3
 
 
+@dataclass(frozen=True)
+class OriginalPlacement:
+    """The placement being repaired, with where its copies sit by node (the two always go together)."""
+
+    slots: np.ndarray  # (L, A, S) slots before this call, -1 empty
+    node_has: np.ndarray  # (L, nodes, E + 1) some original copy on that node
+
+
 @dataclass
 class MoveContext:
     """What the move search needs beyond the state: original placement, nodes, budget."""
 
     node_of_gpu: np.ndarray  # (A,) node of each available GPU
     node_gpus: np.ndarray | None = None  # (nodes, gpus_per_node) available GPUs of each node, -1 padded
-    original: np.ndarray | None = None  # (L, A, S) slots before this call, -1 empty
-    original_node_has: np.ndarray | None = None  # (L, nodes, E + 1) some original copy on that node
+    original: OriginalPlacement | None = None  # set when repairing a current placement
     node_local: bool = False
     budget: int | None = None  # copies that may still be written
     count_cap: np.ndarray | None = None  # (L,) per-replica load an expert may reach by giving up a copy
@@ -78,7 +85,8 @@ def swap_refine(
     t = max(1, min(_HOT_PER_ITER, gpus // 2))
     k = max(1, min(_SWAP_PARTNERS, (gpus - t) // t))
     mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
-    repairing = ctx.original is not None
+    original = ctx.original
+    repairing = original is not None
     active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
     for _ in range(max_iters):
         if active.size == 0 or (ctx.budget is not None and ctx.budget <= 0):
@@ -91,7 +99,7 @@ def swap_refine(
         part = order[:, : t * k].reshape(n, k, t).transpose(0, 2, 1)  # (n, t, k), disjoint from hot
         part_ok = None
         if repairing and ctx.node_gpus is not None and ctx.node_gpus.shape[0] > 1:
-            part, part_ok = _add_node_partner(gl, hot, part, ctx)
+            part, part_ok = _add_node_partner(gl, hot, part, ctx.node_of_gpu, ctx.node_gpus)
         rows_n = np.arange(n)
         hot_load = gl[rows_n[:, None], hot]
         part_load = gl[np.arange(n)[:, None, None], part]
@@ -112,13 +120,13 @@ def swap_refine(
         # the partner's copy must not already be on the hot GPU, nor the hot copy on the partner
         valid &= ~holds(e_hot[:, :, None, None, :], e_part)[:, :, None, :, :]  # (n, t, k, S_part)
         valid &= ~holds(e_part[:, :, None, :, :], e_hot[:, :, :, None])[..., None]  # (n, t, S_hot, k)
-        if not repairing:
+        if original is None:
             key = np.where(valid, new_max, np.inf).reshape(n, t, -1)
             best = key.argmin(axis=2)
             ok = np.isfinite(key[rows_n[:, None], np.arange(t)[None, :], best])
             replace = np.zeros(n, dtype=bool)
         else:
-            has = ctx.original_node_has
+            has = original.node_has
             node_hot = ctx.node_of_gpu[hot]
             node_part = ctx.node_of_gpu[part]
             hot_to_part = has[active[:, None, None, None], node_part[:, :, None, :], e_hot[:, :, :, None]]  # (n,t,S,k)
@@ -128,8 +136,8 @@ def swap_refine(
             if ctx.node_local:
                 valid &= hot_to_part[..., None] & part_to_hot[:, :, None, :, :]
             cross = (~hot_to_part)[..., None].astype(np.int64) + (~part_to_hot)[:, :, None, :, :]
-            orig_hot = ctx.original[active[:, None], hot]  # (n, t, S)
-            orig_part = ctx.original[active[:, None, None], part]  # (n, t, k, S)
+            orig_hot = original.slots[active[:, None], hot]  # (n, t, S)
+            orig_part = original.slots[active[:, None, None], part]  # (n, t, k, S)
             old_w = (e_hot != orig_hot)[:, :, :, None, None].astype(np.int64)
             old_w = old_w + ((e_part != orig_part) & (e_part >= 0))[:, :, None, :, :]
             new_w = (e_part[:, :, None, :, :] != orig_hot[:, :, :, None, None]) & (e_part >= 0)[:, :, None, :, :]
@@ -154,7 +162,7 @@ def swap_refine(
             w_best = writes.reshape(n, t, -1)[pick_rows, pick_cols, best]
             # one-copy re-assignment on the hottest GPU of each layer
             r_key, r_slot, r_expert, r_writes = _best_replace(
-                state, active, hot[:, 0], hot_load[:, 0], goal[:, 0], mean[:, 0], ctx
+                state, active, hot[:, 0], hot_load[:, 0], goal[:, 0], mean[:, 0], ctx, original
             )
             replace = np.isfinite(r_key) & (r_key < best_key[:, 0])
             ok[replace] = False  # a re-assignment changes many GPUs: alone in its layer this round
@@ -200,7 +208,9 @@ def swap_refine(
         active = active[still]
 
 
-def _add_node_partner(gl: np.ndarray, hot: np.ndarray, part: np.ndarray, ctx: MoveContext):
+def _add_node_partner(
+    gl: np.ndarray, hot: np.ndarray, part: np.ndarray, node_of_gpu: np.ndarray, node_gpus: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Append to each hot GPU's partners the lightest free GPU of its own node (moves that stay on NVLink).
 
     Free means neither hot nor anyone's partner this round, so the partner sets
@@ -212,8 +222,8 @@ def _add_node_partner(gl: np.ndarray, hot: np.ndarray, part: np.ndarray, ctx: Mo
     taken = np.zeros(gl.shape, dtype=bool)
     taken[rows[:, None], hot] = True
     taken[rows[:, None, None], part] = True
-    node_hot = ctx.node_of_gpu[hot]
-    members = ctx.node_gpus[node_hot]  # (n, t, gpus_per_node)
+    node_hot = node_of_gpu[hot]
+    members = node_gpus[node_hot]  # (n, t, gpus_per_node)
     free = (members >= 0) & ~taken[rows[:, None, None], members]
     member_load = np.where(free, gl[rows[:, None, None], members], np.inf)
     pick = member_load.argmin(axis=2)
@@ -226,7 +236,15 @@ def _add_node_partner(gl: np.ndarray, hot: np.ndarray, part: np.ndarray, ctx: Mo
     return part, usable
 
 
-def _move_key(valid, new_max, hot_load, goal, mean, writes, cross) -> np.ndarray:
+def _move_key(
+    valid: np.ndarray,
+    new_max: np.ndarray,
+    hot_load: np.ndarray,
+    goal: np.ndarray,
+    mean: np.ndarray,
+    writes: np.ndarray,
+    cross: np.ndarray,
+) -> np.ndarray:
     """Rank of a repair move, lower is better (``inf`` when not allowed).
 
     Moves that bring the hot GPU to its goal rank first, by copies written (a
@@ -249,7 +267,8 @@ def _best_replace(
     goal: np.ndarray,
     mean: np.ndarray,
     ctx: MoveContext,
-):
+    original: OriginalPlacement,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Best one-copy re-assignment on GPU ``hot`` of each layer: (key, slot, new expert, writes)."""
     n = active.size
     gpus, slots_per_gpu = state.slots.shape[1:]
@@ -297,10 +316,10 @@ def _best_replace(
     new_hot = hot_load[:, None] - p_a + np.where(c_ok, p_c, 0.0)[:, None]
     new_max = np.maximum(new_hot, host_max)
     valid = can_give & c_ok[:, None] & (new_max < hot_load[:, None] - 1e-9 * mean[:, None])
-    orig = ctx.original[active, hot]  # (n, S)
+    orig = original.slots[active, hot]  # (n, S)
     writes = (c[:, None] != orig).astype(np.int64) - (e_hot != orig)
-    has_local = ctx.original_node_has[active, ctx.node_of_gpu[hot], c]
-    has_any = ctx.original_node_has[active, :, c].any(axis=1)
+    has_local = original.node_has[active, ctx.node_of_gpu[hot], c]
+    has_any = original.node_has[active, :, c].any(axis=1)
     cross = np.broadcast_to((~has_local & has_any)[:, None], valid.shape).astype(np.int64)
     if ctx.node_local:
         valid &= (has_local | ~has_any)[:, None]
@@ -404,7 +423,17 @@ def adjust_counts(
             ctx.budget -= rows.size
 
 
-def _gainer_slot(state: PlacementState, rows, lay, bb, mand, surplus, gpus_to_try, ctx: MoveContext, mean_load):
+def _gainer_slot(
+    state: PlacementState,
+    rows: np.ndarray,
+    lay: np.ndarray,
+    bb: np.ndarray,
+    mand: np.ndarray,
+    surplus: np.ndarray,
+    gpus_to_try: np.ndarray,
+    ctx: MoveContext,
+    mean_load: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """Slot for a new copy of ``bb`` among ``gpus_to_try`` (per row): lightest result; (-1, -1) if none.
 
     A lost expert may take any copy of an expert that has another one (one always
@@ -420,10 +449,12 @@ def _gainer_slot(state: PlacementState, rows, lay, bb, mand, surplus, gpus_to_tr
     spare_copy = surplus[rows[:, None], flat] > 0
     ok = np.where(mand[:, None], donor | (flat < 0), spare_copy)
     ok &= np.repeat(~holds(cand, bb[:, None]), slots_per_gpu, axis=1)
-    cross = 0.0
-    if ctx.original_node_has is not None:
-        has_node = ctx.original_node_has[lay[:, None], ctx.node_of_gpu[gpus_to_try], bb[:, None]]  # (n, width)
-        has_any = ctx.original_node_has[lay, :, bb].any(axis=1)
+    cross: float | np.ndarray = 0.0
+    if ctx.original is not None:
+        node_has = ctx.original.node_has
+        has_node = node_has[lay[:, None], ctx.node_of_gpu[gpus_to_try], bb[:, None]]  # (n, width)
+        # reduced over an axis of a 2-D array: always an array (numpy types ndarray.any as bool | array)
+        has_any: np.ndarray = node_has[lay, :, bb].any(axis=1)  # type: ignore[assignment]
         if ctx.node_local:
             ok &= np.repeat(has_node | ~has_any[:, None], slots_per_gpu, axis=1)
         cross = np.repeat((~has_node & has_any[:, None]).astype(np.float64), slots_per_gpu, axis=1)

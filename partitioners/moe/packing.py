@@ -44,7 +44,8 @@ class PlacementState:
 
 def holds(gpu_slots: np.ndarray, expert: np.ndarray) -> np.ndarray:
     """``gpu_slots[..., S]`` contains ``expert[...]`` (an empty expert ``-1`` is never held)."""
-    return (gpu_slots == expert[..., None]).any(axis=-1) & (expert >= 0)
+    held: np.ndarray = (gpu_slots == expert[..., None]).any(axis=-1) & (expert >= 0)
+    return held
 
 
 def count_rows(values: np.ndarray, width: int) -> np.ndarray:

@@ -80,12 +80,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.errors import Infeasible, InvalidInput
-from partitioners.moe.moves import MoveContext, adjust_counts, swap_refine
+from partitioners.moe.moves import MoveContext, OriginalPlacement, adjust_counts, swap_refine
 from partitioners.moe.packing import PlacementState, balance_ratio, count_rows, pack_rounds
 from partitioners.moe.relabel import gpu_in_node, relabel
 from partitioners.moe.replicas import bound_ratio, water_fill
@@ -143,11 +144,11 @@ class BalanceStats:
         copy (empty for any placement :func:`rebalance` returns).
     """
 
-    per_layer: np.ndarray
+    per_layer: npt.NDArray[np.float64]
     mean: float
     worst: float
-    unhosted_layer: np.ndarray = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    unhosted_expert: np.ndarray = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unhosted_layer: npt.NDArray[np.int64] = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unhosted_expert: npt.NDArray[np.int64] = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
     def of(cls, per_layer: np.ndarray, unhosted: np.ndarray | None = None) -> "BalanceStats":
@@ -166,10 +167,10 @@ class BalanceStats:
         ends = np.searchsorted(self.unhosted_layer, np.arange(1, self.per_layer.size))
         return [part.tolist() for part in np.split(self.unhosted_expert, ends)]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """JSON-ready: ``null`` for the unbounded figures of a placement that cannot serve its
         load (JSON has no infinity), and ``unhosted_experts`` (per layer) when there are any."""
-        out = {
+        out: dict[str, Any] = {
             "per_layer": [value if math.isfinite(value) else None for value in self.per_layer.tolist()],
             "mean": self.mean if math.isfinite(self.mean) else None,
             "worst": self.worst if math.isfinite(self.worst) else None,
@@ -198,12 +199,12 @@ class Migrations:
         ``expert_bytes`` as given.
     """
 
-    layer: np.ndarray
-    gpu: np.ndarray
-    slot: np.ndarray
-    logical_expert: np.ndarray
-    source_gpu: np.ndarray
-    cross_node: np.ndarray
+    layer: npt.NDArray[np.int64]
+    gpu: npt.NDArray[np.int64]
+    slot: npt.NDArray[np.int64]
+    logical_expert: npt.NDArray[np.int64]
+    source_gpu: npt.NDArray[np.int64]
+    cross_node: npt.NDArray[np.bool_]
     bytes_per_copy: int
 
     @property
@@ -265,15 +266,15 @@ class RebalanceResult:
         One sentence for the caller saying why.
     """
 
-    physical_to_logical: np.ndarray
-    logical_to_physical: np.ndarray
-    logical_count: np.ndarray
+    physical_to_logical: npt.NDArray[np.int64]
+    logical_to_physical: npt.NDArray[np.int64]
+    logical_count: npt.NDArray[np.int64]
     balance_before: BalanceStats | None
     balance_after: BalanceStats
     lower_bound: BalanceStats
     migrations: Migrations
-    layer_action: np.ndarray
-    layer_policy: np.ndarray
+    layer_action: npt.NDArray[np.str_]
+    layer_policy: npt.NDArray[np.str_]
     kept_current: bool
     reason: str
 
@@ -297,11 +298,11 @@ class RebalanceResult:
             out.append([by_expert[a:b] for a, b in zip([0, *ends[:-1]], ends)])
         return out
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain lists and numbers (JSON-ready): ragged ``logical_to_physical`` and migrations
         column-wise, so large answers stay cheap."""
 
-        def stats(value: BalanceStats | None) -> dict | None:
+        def stats(value: BalanceStats | None) -> dict[str, Any] | None:
             return None if value is None else value.as_dict()
 
         m = self.migrations
@@ -466,7 +467,7 @@ def _check_options(max_replicas_moved: object, expert_bytes: object, min_improve
 # ----------------------------------------------------------------------------- replica counts and bound
 
 
-def replica_counts(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
+def replica_counts(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> npt.NDArray[np.int64]:
     """Replica count of every expert of every layer, filling the slots of ``num_gpus`` GPUs.
 
     Minimises the largest per-replica load ``load / count`` subject to one copy
@@ -513,7 +514,7 @@ def _check_fits(num_experts: int, num_available_gpus: int, slots_per_gpu: int) -
         )
 
 
-def lower_bound(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
+def lower_bound(load: np.ndarray, *, num_gpus: int, slots_per_gpu: int) -> npt.NDArray[np.float64]:
     """A provable lower bound, per layer, on max/mean GPU load of any valid placement.
 
     Proof. Let ``T`` be the layer's total load, ``A = num_gpus`` and
@@ -913,11 +914,11 @@ def _replace_incrementally(
     original_node_gpu = gpu_in_node(original, cluster.node_of_gpu, cluster.num_nodes, experts)
     node_gpus = np.full((cluster.num_nodes, cluster.gpus_per_node), -1, dtype=np.int64)
     node_gpus[cluster.node_of_gpu, cluster.available % cluster.gpus_per_node] = np.arange(cluster.num_available)
+    original_node_has = original_node_gpu >= 0
     ctx = MoveContext(
         cluster.node_of_gpu,
         node_gpus=node_gpus,
-        original=original,
-        original_node_has=original_node_gpu >= 0,
+        original=OriginalPlacement(original, original_node_has),
         node_local=node_local,
         budget=max_replicas_moved,
     )
@@ -928,7 +929,7 @@ def _replace_incrementally(
     repaired_writes = ((repaired != original[active]) & (repaired >= 0)).sum(axis=(1, 2))
     chosen, chosen_ratio, use_fresh, blocked_by_budget, blocked_by_node_local = _repaired_or_fresh(
         repaired, repaired_ratio, repaired_writes, fresh_slots, fresh_ratio, original[active],
-        ctx.original_node_has[active], threshold[active], cluster, experts, node_local, max_replicas_moved,
+        original_node_has[active], threshold[active], cluster, experts, node_local, max_replicas_moved,
     )
     worth = lost[active] | (before_ratio[active] - chosen_ratio > min_improvement)
     final[active[worth]] = chosen[worth]
@@ -1232,8 +1233,11 @@ def _cross_writes(
     rows = np.arange(layers)[:, None, None]
     write = (target != original) & (target >= 0)
     local = node_has[rows, node_of_gpu[None, :, None], target]
-    anywhere = node_has.any(axis=1)[rows, target]
-    return (write & ~local & anywhere).sum(axis=(1, 2))
+    # reduced over an axis of a 3-D array: always an array (numpy types ndarray.any as bool | array)
+    node_anywhere: np.ndarray = node_has.any(axis=1)  # type: ignore[assignment]
+    anywhere = node_anywhere[rows, target]
+    cross: np.ndarray = (write & ~local & anywhere).sum(axis=(1, 2))
+    return cross
 
 
 def _result(load: np.ndarray, decision: _Decision, cluster: _Cluster, expert_bytes: int, bound: np.ndarray,
@@ -1246,7 +1250,7 @@ def _result(load: np.ndarray, decision: _Decision, cluster: _Cluster, expert_byt
     available, gpus_per_node, slots_per_gpu = cluster.available, cluster.gpus_per_node, cluster.slots_per_gpu
     num_gpus, original_node_gpu = cluster.num_gpus, decision.original_node_gpu
     after, counts = measured
-    physical = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
+    physical: np.ndarray = np.full((layers, num_gpus, slots_per_gpu), -1, dtype=np.int64)
     physical[:, available] = final
     physical = physical.reshape(layers, -1)
 

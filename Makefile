@@ -37,7 +37,11 @@ test-postgres:
 	HYPERPLACE_DATABASE_URL=$$HYPERPLACE_TEST_POSTGRES_URL $(BIN)/alembic upgrade head
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+## Formatter, linter, type checker on partitioners/, import contracts, Dockerfile, manifests
 lint:
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/python scripts/validate_k8s.py deploy/k8s

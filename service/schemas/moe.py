@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import AwareDatetime, Field, StringConstraints
 
 from partitioners.moe.rebalance import MAX_NODES, MAX_OPTION, MAX_PER_NODE
 from service.schemas.common import RequestModel, ResponseModel
@@ -144,7 +143,7 @@ class MoeHistoryEntry(ResponseModel):
     kept_current: bool
     slots_moved: int
     balance: HistoryBalance
-    created_at: datetime
+    created_at: AwareDatetime
 
 
 class MoeDeploymentRead(ResponseModel):

@@ -9,7 +9,7 @@ Functions only flush: the request dependency owns the transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import select
@@ -77,7 +77,10 @@ def list_versions(session: Session, tenant_id: str, deployment_id: str, limit: i
         .order_by(MoePlacement.version.desc())
         .limit(limit)
     )
-    return [DeploymentVersion(*row) for row in rows]
+    # columns, not rows: the models' load listener that marks SQLite's times as UTC does not run
+    return [DeploymentVersion(version, kept_current, slots_moved, balance,
+                              created_at if created_at.tzinfo else created_at.replace(tzinfo=timezone.utc))
+            for version, kept_current, slots_moved, balance, created_at in rows]
 
 
 def record_version(

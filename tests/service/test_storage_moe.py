@@ -6,6 +6,7 @@ Run against the database under test (SQLite, then PostgreSQL); each test uses fr
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from sqlalchemy.exc import IntegrityError
@@ -50,6 +51,7 @@ def test_each_report_is_the_next_version_and_the_newest_is_current(session_facto
         versions = moe_repo.list_versions(session, tenant_id, deployment.id, limit=10)
         assert [(v.version, v.slots_moved, v.balance) for v in versions] == [(2, 2, BALANCE), (1, 0, BALANCE)]
         assert [v.version for v in moe_repo.list_versions(session, tenant_id, deployment.id, limit=1)] == [2]
+        assert all(v.created_at.utcoffset() == timedelta(0) for v in versions)  # UTC on both dialects
 
 
 def test_another_tenant_finds_neither_the_deployment_nor_its_versions(session_factory, tenant_id):

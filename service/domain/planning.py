@@ -33,6 +33,7 @@ from partitioners.hardware.device_types import device_type_constraint
 from partitioners.placement.engine import PlacementOptions, place
 from partitioners.hardware.inventory import Inventory, inventory_from_json
 from service.domain.calibration import refit_calibration
+from service.domain.compute_slots import ComputeSlots
 from service.domain.idempotency import (
     StoredAnswer,
     check_idempotency_key,
@@ -41,7 +42,6 @@ from service.domain.idempotency import (
 )
 from service.domain.ingest import IngestedGraph, IngestedInventory, canonical_hash, ingest_inventory, ingest_json_graph, ingest_onnx_graph
 from service.domain.plan_document import plan_document
-from service.domain.compute_slots import ComputeSlots
 from service.errors import Conflict, NotFound
 from service.native_output import native_stdout_to_stderr
 from service.settings import Settings

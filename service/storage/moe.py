@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from service.storage.blobs import pack_json, unpack_json
@@ -39,7 +39,7 @@ class DeploymentVersion:
     created_at: datetime
 
 
-def _by_name(tenant_id: str, name: str):
+def _by_name(tenant_id: str, name: str) -> Select[MoeDeployment]:
     return select(MoeDeployment).where(MoeDeployment.tenant_id == tenant_id, MoeDeployment.name == name)
 
 

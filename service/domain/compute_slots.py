@@ -99,6 +99,11 @@ class ComputeSlots:
         """Slots held now (a slot passing to a woken waiter stays counted)."""
         return self._taken
 
+    @property
+    def waiting(self) -> int:
+        """Callers in line for a slot now."""
+        return len(self._line)
+
     def busy(self) -> ServerBusy:
         """The 503 (with ``Retry-After``) for a caller that found no slot within ``wait_s``."""
         return ServerBusy.slots_taken(self.what, self.slots, self.wait_s)

@@ -16,12 +16,11 @@ from prometheus_client import CollectorRegistry
 
 from service.api import health
 from service.api.body_budget import BodyBudget, BodyBudgetMiddleware
-from service.api.compute_slots import ComputeSlots
 from service.api.middleware import BodySizeLimitMiddleware, HeadMiddleware, HttpMetrics, RequestContextMiddleware
 from service.api.problems import install_problem_handlers
 from service.api.v1 import router as v1_router
+from service.domain.compute_slots import ComputeSlots
 from service.domain.onnx_worker import serving_onnx_imports
-from service.domain.planning_slots import PlanningSlots
 from service.logging import configure_logging
 from service.settings import DEFAULT_API_KEY_SECRET, Settings, get_settings
 from service.storage.db import make_engine, make_session_factory
@@ -131,7 +130,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.session_factory = make_session_factory(engine)
     app.state.head_revision = head_revision(settings.database_url)
     app.state.metrics = HttpMetrics(CollectorRegistry())
-    app.state.planning_slots = PlanningSlots(settings.sync_plan_slots)
+    app.state.planning_slots = ComputeSlots("planning inside a request", settings.sync_plan_slots,
+                                            settings.sync_plan_wait_s)
     app.state.body_budget = BodyBudget(settings.max_body_bytes_in_flight, settings.body_wait_s)
     app.state.parallel_plan_slots = ComputeSlots("3D-parallel searches", settings.parallel_plan_slots,
                                                  settings.parallel_plan_wait_s)

@@ -84,7 +84,7 @@ class Settings(BaseSettings):
         "collections in the middle of MoE requests: bench/moe_http.py p99.",
     )
     sync_plan_slots: int = Field(
-        2, ge=1, description="Graphs planned inside requests at once (see service.domain.planning_slots); with all "
+        2, ge=1, description="Graphs planned inside requests at once (see service.domain.compute_slots); with all "
         "busy a new submission is queued as a job (202) and a re-plan waits, then gets 503."
     )
     sync_plan_wait_s: float = Field(

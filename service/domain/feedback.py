@@ -42,6 +42,7 @@ from service.domain.calibration import (
     cost_model_from_factors,
     refit_calibration,
 )
+from service.domain.compute_slots import ComputeSlots
 from service.domain.idempotency import (
     StoredAnswer,
     check_idempotency_key,
@@ -51,7 +52,6 @@ from service.domain.idempotency import (
 from service.domain.ingest import canonical_hash
 from service.domain.plan_document import plan_document
 from service.domain.planning import PlanSubmission, SubmitOutcome, placement_options, submit_plan
-from service.domain.planning_slots import PlanningSlots
 from service.domain.stored_plan import PlanContext, plan_context, plan_op_times_s, plan_predictions
 from service.errors import Conflict, NotFound, UnprocessableInput
 from service.native_output import native_stdout_to_stderr
@@ -424,7 +424,7 @@ def replan(
     settings: Settings,
     *,
     idempotency_key: str | None = None,
-    slots: PlanningSlots | None = None,
+    slots: ComputeSlots | None = None,
 ) -> SubmitOutcome:
     """A child plan of ``plan_id`` with the calibrated model and the load report applied.
 

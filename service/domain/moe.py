@@ -2,7 +2,8 @@
 
 The partitioner does the work in numpy; this module resolves the deployment's
 stored configuration and current placement, and records the report and the
-answer as a new version (history) in the same transaction.
+answer as a new version (history) through :mod:`service.storage.moe`, in the
+request's transaction (it never commits).
 """
 
 from __future__ import annotations
@@ -10,31 +11,23 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from partitioners.moe.rebalance import rebalance
 from service.errors import NotFound, PayloadTooLarge, UnprocessableInput
 from service.schemas.moe import MoeRebalanceRequest
 from service.settings import Settings
-from service.storage.blobs import pack_json, unpack_json
-from service.storage.models import MoeDeployment, MoePlacement, utcnow
+from service.storage import moe as moe_repo
+from service.storage.models import MoeDeployment
 
 __all__ = ["rebalance_request", "deployment_read"]
 
 
-def _deployment(session: Session, tenant_id: str, name: str, *, for_update: bool = False) -> MoeDeployment | None:
-    stmt = select(MoeDeployment).where(MoeDeployment.tenant_id == tenant_id, MoeDeployment.name == name)
-    return session.scalar(stmt.with_for_update() if for_update else stmt)
-
-
-def _current_placement(session: Session, deployment: MoeDeployment) -> np.ndarray | None:
+def _current_placement(session: Session, tenant_id: str, deployment: MoeDeployment) -> np.ndarray | None:
     if deployment.current_version == 0:
         return None
-    row = session.scalar(
-        select(MoePlacement).where(MoePlacement.deployment_id == deployment.id, MoePlacement.version == deployment.current_version)
-    )
-    return None if row is None else np.asarray(unpack_json(row.placement), dtype=np.int64)
+    placement = moe_repo.get_placement(session, tenant_id, deployment.id, deployment.current_version)
+    return None if placement is None else np.asarray(placement, dtype=np.int64)
 
 
 _SHAPE_FIELDS = {"model": ("num_moe_layers", "num_logical_experts"), "cluster": ("num_nodes", "gpus_per_node", "slots_per_gpu")}
@@ -49,7 +42,7 @@ def _same_shape(config: dict, model: dict, cluster: dict) -> bool:
 def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceRequest, settings: Settings) -> dict:
     # Reports for one deployment take turns (row lock on PostgreSQL; SQLite's BEGIN IMMEDIATE
     # already serialises): each builds on the placement the previous one stored, none is a 409.
-    deployment = _deployment(session, tenant_id, request.deployment, for_update=True) if request.deployment else None
+    deployment = moe_repo.lock_deployment(session, tenant_id, request.deployment) if request.deployment else None
     model = request.model.model_dump() if request.model else (deployment.config.get("model") if deployment else None)
     cluster = request.cluster.model_dump() if request.cluster else (deployment.config.get("cluster") if deployment else None)
     if model is None or cluster is None:
@@ -66,7 +59,7 @@ def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceReq
         current = request.current_placement.physical_to_logical
     elif deployment is not None and _same_shape(deployment.config, model, cluster):
         # a changed model or cluster shape (more GPUs, other slot count) starts from a fresh plan
-        current = _current_placement(session, deployment)
+        current = _current_placement(session, tenant_id, deployment)
     min_improvement = settings.moe_min_improvement if request.min_improvement is None else request.min_improvement
 
     started = time.perf_counter()
@@ -91,59 +84,40 @@ def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceReq
     response["compute_ms"] = round(compute_ms, 3)
 
     if request.deployment:
-        now = utcnow()
-        if deployment is None:
-            deployment = MoeDeployment(tenant_id=tenant_id, name=request.deployment, config={}, current_version=0, created_at=now)
-            session.add(deployment)
-        deployment.config = {"model": model, "cluster": cluster}
-        deployment.current_version += 1
-        deployment.updated_at = now
-        session.flush()
-        session.add(
-            MoePlacement(
-                tenant_id=tenant_id,
-                deployment_id=deployment.id,
-                version=deployment.current_version,
-                kept_current=bool(result.kept_current),
-                balance={"before": response["balance_before"] and {k: response["balance_before"][k] for k in ("mean", "worst")},
-                         "after": {k: response["balance_after"][k] for k in ("mean", "worst")}},
-                slots_moved=result.migrations.count,
-                load=pack_json(request.load, level=1),  # the online path: speed over ratio
-                placement=pack_json(response["physical_to_logical"], level=1),
-                created_at=now,
-            )
+        before = response["balance_before"]
+        deployment = moe_repo.record_version(
+            session,
+            tenant_id,
+            request.deployment,
+            deployment,
+            config={"model": model, "cluster": cluster},
+            kept_current=bool(result.kept_current),
+            balance={"before": before and {k: before[k] for k in ("mean", "worst")},
+                     "after": {k: response["balance_after"][k] for k in ("mean", "worst")}},
+            slots_moved=result.migrations.count,
+            load=request.load,
+            placement=response["physical_to_logical"],
         )
-        session.flush()
         response["deployment"] = deployment.name
         response["version"] = deployment.current_version
     return response
 
 
 def deployment_read(session: Session, tenant_id: str, name: str, history_limit: int) -> dict:
-    deployment = _deployment(session, tenant_id, name)
+    deployment = moe_repo.get_deployment(session, tenant_id, name)
     if deployment is None:
         raise NotFound(f"No MoE deployment named {name!r}.")
-    rows = list(
-        session.scalars(
-            select(MoePlacement)
-            .where(MoePlacement.deployment_id == deployment.id)
-            .order_by(MoePlacement.version.desc())
-            .limit(history_limit)
-        )
-    )
-    current = next((row for row in rows if row.version == deployment.current_version), None)
-    if current is None and deployment.current_version:
-        placement = _current_placement(session, deployment)
-        current_placement = placement.tolist() if placement is not None else None
-    else:
-        current_placement = unpack_json(current.placement) if current else None
+    versions = moe_repo.list_versions(session, tenant_id, deployment.id, history_limit)
+    current = (moe_repo.get_placement(session, tenant_id, deployment.id, deployment.current_version)
+               if deployment.current_version else None)
     return {
         "name": deployment.name,
         "config": deployment.config,
         "current_version": deployment.current_version,
-        "physical_to_logical": current_placement,
+        "physical_to_logical": current,
         "history": [
-            {"version": r.version, "kept_current": r.kept_current, "slots_moved": r.slots_moved, "balance": r.balance, "created_at": r.created_at}
-            for r in rows
+            {"version": v.version, "kept_current": v.kept_current, "slots_moved": v.slots_moved, "balance": v.balance,
+             "created_at": v.created_at}
+            for v in versions
         ],
     }

@@ -8,7 +8,7 @@ Flow of ``submit_plan``:
    cache key from model hash, inventory hash and options;
 2. a stored plan with that key is the answer (no recomputation);
 3. small graphs are planned right here, outside any transaction, in one of the
-   server's planning slots (``service.domain.planning_slots``); large ones, and small
+   server's planning slots (``service.domain.compute_slots``); large ones, and small
    ones that find every slot busy, become a queued plan plus a job row for a worker;
 4. graph, inventory, plan (and job, and Idempotency-Key) are written in one
    transaction by the request's session.
@@ -33,6 +33,7 @@ from partitioners.hardware.device_types import device_type_constraint
 from partitioners.placement.engine import PlacementOptions, place
 from partitioners.hardware.inventory import Inventory, inventory_from_json
 from service.domain.calibration import refit_calibration
+from service.domain.compute_slots import ComputeSlots
 from service.domain.idempotency import (
     StoredAnswer,
     check_idempotency_key,
@@ -41,8 +42,7 @@ from service.domain.idempotency import (
 )
 from service.domain.ingest import IngestedGraph, IngestedInventory, canonical_hash, ingest_inventory, ingest_json_graph, ingest_onnx_graph
 from service.domain.plan_document import plan_document
-from service.domain.planning_slots import PlanningSlots
-from service.errors import Conflict, NotFound, ServerBusy
+from service.errors import Conflict, NotFound
 from service.native_output import native_stdout_to_stderr
 from service.settings import Settings
 from service.storage.blobs import pack_json, unpack_json
@@ -168,7 +168,7 @@ def submit_plan(
     cost_model: CostModel | None = None,
     route: str = ROUTE,
     compute: Callable[[Hypergraph, Inventory, dict, CostModel | None], tuple[str, dict, dict]] | None = None,
-    slots: PlanningSlots | None = None,
+    slots: ComputeSlots | None = None,
 ) -> SubmitOutcome:
     """Ingest, look up the cache, plan (now or as a job) and store; see the module docstring.
 
@@ -205,13 +205,14 @@ def submit_plan(
         # End the read transaction before the CPU-heavy part: on SQLite an open
         # transaction holds the database lock (BEGIN IMMEDIATE) for its whole length.
         session.rollback()
-        slots = slots or PlanningSlots(1)  # a caller outside a server plans without a limit
-        with slots.hold(settings.sync_plan_wait_s if compute is not None else 0.0) as free:
+        # a caller outside a server plans without a limit
+        slots = slots or ComputeSlots("planning inside a request", 1, settings.sync_plan_wait_s)
+        with slots.hold(wait=compute is not None) as free:
             if free:
                 computed = (compute or compute_plan)(ingested_graph.as_stored(), ingested_inventory.inventory,
                                                      submission.options, cost_model)
             elif compute is not None:
-                raise ServerBusy.slots_taken("planning inside a request", slots.slots, settings.sync_plan_wait_s)
+                raise slots.busy()
 
     graph_row = plans_repo.get_or_create_graph(session, tenant_id, _graph_row(ingested_graph))
     inventory_row = plans_repo.get_or_create_inventory(session, tenant_id, _inventory_row(ingested_inventory))

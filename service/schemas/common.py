@@ -2,7 +2,9 @@
 
 Strings reject NUL (PostgreSQL text cannot hold it) and are length-bounded;
 numbers reject NaN and infinity; lists are bounded. Requests forbid unknown
-fields so a typo is an error, not a silently ignored option.
+fields so a typo is an error, not a silently ignored option; responses forbid
+them too, so an answer with a field its schema does not declare fails in tests
+instead of reaching clients undocumented.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from typing import Annotated, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-__all__ = ["Name", "Text", "FiniteFloat", "NonNegativeFloat", "PositiveFloat", "RequestModel", "Page", "Timestamp",
-           "error_path"]
+__all__ = ["Name", "Text", "FiniteFloat", "NonNegativeFloat", "PositiveFloat", "RequestModel", "ResponseModel", "Page",
+           "Timestamp", "error_path"]
 
 _NO_NUL = r"^[^\x00]*$"
 
@@ -52,6 +54,18 @@ class RequestModel(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ResponseModel(BaseModel):
+    """A response body: every field it may carry is declared (``additionalProperties: false``).
+
+    FastAPI validates a handler's answer against its ``response_model``; a key the model
+    does not declare is then an error (a 500 in the server, a failure in the tests), not
+    a field silently dropped or sent undocumented. Lax, unlike requests: the service
+    builds these values itself.
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class Page(BaseModel, Generic[T]):

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import AwareDatetime, Field, StringConstraints
 
 from partitioners.moe.rebalance import MAX_NODES, MAX_OPTION, MAX_PER_NODE
-from service.schemas.common import RequestModel
+from service.schemas.common import RequestModel, ResponseModel
 
 __all__ = ["DEPLOYMENT_NAME_MAX_LENGTH", "DEPLOYMENT_NAME_PATTERN", "DeploymentName", "MoeModel", "MoeCluster",
-           "MoePlacementIn", "MoeRebalanceRequest", "MoeRebalanceResponse", "MoeDeploymentRead"]
+           "MoePlacementIn", "MoeRebalanceRequest", "BalanceRead", "MigrationsRead", "MoeRebalanceResponse",
+           "BalanceSummary", "HistoryBalance", "MoeDeploymentConfig", "MoeHistoryEntry", "MoeDeploymentRead"]
 
 Load = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False, strict=True)]  # tokens; bounded so sums stay finite
 ExpertId = Annotated[int, Field(ge=-1, le=1_000_000)]
@@ -64,7 +64,7 @@ class MoeRebalanceRequest(RequestModel):
     deployment: DeploymentName | None = None
 
 
-class BalanceRead(BaseModel):
+class BalanceRead(ResponseModel):
     """Max over mean GPU load (>= 1). null where a placement holds no copy of an expert that
     receives load: it cannot serve those tokens, so no max/mean describes it."""
 
@@ -76,7 +76,7 @@ class BalanceRead(BaseModel):
     )
 
 
-class MigrationsRead(BaseModel):
+class MigrationsRead(ResponseModel):
     """Expert copies to write, column-wise: copy i writes ``logical_expert[i]`` of ``layer[i]`` into ``slot[i]`` on ``gpu[i]``."""
 
     count: int
@@ -92,7 +92,12 @@ class MigrationsRead(BaseModel):
     cross_node: list[bool]
 
 
-class MoeRebalanceResponse(BaseModel):
+class MoeRebalanceResponse(ResponseModel):
+    """The new placement (EPLB's maps), its balance against the old one and the lower bound, and the copies to write.
+
+    ``deployment`` and ``version`` are present only when the request named a deployment.
+    """
+
     physical_to_logical: list[list[int]]
     logical_to_physical: list[list[list[int]]] = Field(description="Per layer, per logical expert, its physical slots.")
     logical_count: list[list[int]]
@@ -114,17 +119,36 @@ class MoeRebalanceResponse(BaseModel):
     version: int | None = None
 
 
-class MoeHistoryEntry(BaseModel):
+class BalanceSummary(ResponseModel):
+    """Max over mean GPU load, mean and worst over layers (null: a loaded expert had no copy)."""
+
+    mean: float | None
+    worst: float | None
+
+
+class HistoryBalance(ResponseModel):
+    before: BalanceSummary | None = Field(description="The placement the report found (null: none, a fresh plan).")
+    after: BalanceSummary
+
+
+class MoeDeploymentConfig(ResponseModel):
+    """The shape the deployment was last reported with, as the request gave it."""
+
+    model: MoeModel
+    cluster: MoeCluster
+
+
+class MoeHistoryEntry(ResponseModel):
     version: int
     kept_current: bool
     slots_moved: int
-    balance: dict
-    created_at: datetime
+    balance: HistoryBalance
+    created_at: AwareDatetime
 
 
-class MoeDeploymentRead(BaseModel):
+class MoeDeploymentRead(ResponseModel):
     name: str
-    config: dict
+    config: MoeDeploymentConfig
     current_version: int
-    physical_to_logical: list[list[int]] | None
-    history: list[MoeHistoryEntry]
+    physical_to_logical: list[list[int]] | None = Field(description="The current placement (null: no report yet).")
+    history: list[MoeHistoryEntry] = Field(description="The newest reports first, at most ``history`` of them.")

@@ -25,7 +25,7 @@ N = 8
 @pytest.fixture(scope="module")
 def server(database_url, tmp_path_factory):
     # a slot per racer: every one plans, and the races are the database's (with fewer, the
-    # ones that find no slot become jobs: test_planning_slots)
+    # ones that find no slot become jobs: test_compute_slots)
     live = start_server(database_url, tmp_path_factory.mktemp("concurrency") / "server.log", log_level="WARNING",
                         sync_plan_slots=N)
     yield live

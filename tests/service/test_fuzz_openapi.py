@@ -154,6 +154,11 @@ def _call(fuzz_app, fuzz_key, method: str, path: str, **case_kwargs):
     return case.call_and_validate(app=fuzz_app, headers={"Authorization": f"Bearer {fuzz_key}"}, checks=CHECKS)
 
 
+def test_the_operations_endpoints_match_the_schema(fuzz_app, fuzz_key):
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert _call(fuzz_app, fuzz_key, "GET", path).status_code == 200
+
+
 def test_a_valid_plan_and_every_read_of_it_match_the_schema(fuzz_app, fuzz_key):
     created = _call(fuzz_app, fuzz_key, "POST", "/v1/plans", body=plan_request(diamond_graph("fuzz-valid")), media_type="application/json")
     assert created.status_code == 201

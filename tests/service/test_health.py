@@ -4,6 +4,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
+from service.schemas.health import NotReady
 from tests.conftest import make_settings
 
 
@@ -63,3 +64,20 @@ def test_auto_migrate_brings_a_new_database_to_head(tmp_path):
 def test_docs_requests_are_labelled_by_their_path(base_client):
     base_client.get("/openapi.json")
     assert 'route="/openapi.json"' in base_client.get("/metrics").text
+
+
+def test_readyz_on_an_unmigrated_database_is_a_503_saying_which_revision_it_needs(tmp_path):
+    app = create_app(make_settings(f"sqlite:///{tmp_path / 'empty.sqlite3'}"))
+    response = TestClient(app).get("/readyz")  # no lifespan: the app would refuse to start
+    assert response.status_code == 503 and response.headers["Retry-After"] == "5"
+    assert response.json() == {"status": "unavailable", "database": "not migrated", "revision": None,
+                               "head": app.state.head_revision}
+    NotReady.model_validate_json(response.content)
+
+
+def test_readyz_on_an_unreachable_database_is_a_503_naming_only_the_error_class(tmp_path):
+    app = create_app(make_settings(f"sqlite:///{tmp_path / 'no-such-directory' / 'db.sqlite3'}"))
+    response = TestClient(app).get("/readyz")
+    assert response.status_code == 503 and response.headers["Retry-After"] == "5"
+    assert response.json() == {"status": "unavailable", "database": "unreachable", "detail": "OperationalError"}
+    NotReady.model_validate_json(response.content)

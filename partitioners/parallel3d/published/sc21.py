@@ -14,15 +14,19 @@ from partitioners.parallel3d.published.runs import (
     SC21_FIGURE17_THROUGHPUT,
     SC21_SEARCH,
     SC21_SOFTWARE,
+    constraints_of,
+    specs_of,
 )
-from partitioners.parallel3d.specs import Constraints
+from partitioners.parallel3d.specs import Constraints, LayoutSpec
+
 
 def predicted_tflops(comparison: dict, batch: int) -> list[float]:
     """Predicted "achieved teraFLOP/s per GPU" (SC21's measure: recomputation counted) of each bar."""
     values = []
     for point in comparison["points"]:
         training = {"global_batch_sequences": batch, **SC21_SOFTWARE, **point["training"]}
-        (pred,) = evaluate_layouts(point["model"], point["cluster"], training, [point["layout"]], SC21_SEARCH)
+        (pred,) = evaluate_layouts(*specs_of(point["model"], point["cluster"], training), [LayoutSpec(**point["layout"])],
+                                   constraints_of(SC21_SEARCH))
         values.append(pred.hfu * A100_PEAK_BF16_FLOPS / 1e12)
     return values
 
@@ -70,8 +74,10 @@ def figure17_predictions(recompute: str) -> dict[int, LayoutPrediction]:
     ``recompute`` ("none" or "full")."""
     row = SC21_FIGURE17_THROUGHPUT["row"]
     return {
-        batch: evaluate_layouts(row["model"], row["cluster"], {**row["training"], "global_batch_sequences": batch},
-                                [{**row["published"], "recompute": recompute}], row["search"])[0]
+        batch: evaluate_layouts(*specs_of(row["model"], row["cluster"],
+                                          {**row["training"], "global_batch_sequences": batch}),
+                                [LayoutSpec(**{**row["published"], "recompute": recompute})],
+                                constraints_of(row["search"]))[0]
         for batch in SC21_FIGURE17_THROUGHPUT["batches"]
     }
 

@@ -21,20 +21,22 @@ from partitioners.parallel3d.cost import (
     predict_layouts,
 )
 from partitioners.parallel3d.planner import evaluate_layouts
-from partitioners.parallel3d.specs import (
-    cluster_from_dict,
-    model_from_dict,
-    training_from_dict,
-)
 from tests.partitioners.parallel3d.layouts import layouts
-from tests.partitioners.parallel3d.shapes import A100_NODE, GPT_SMALL
+from tests.partitioners.parallel3d.shapes import (
+    A100_NODE,
+    GPT_SMALL,
+    cluster_spec,
+    layout_specs,
+    model_spec,
+    training_spec,
+)
 
 
 def test_tensor_parallel_time_is_four_allreduces_per_layer_plus_the_embedding_on_nvlink():
-    model = model_from_dict(GPT_SMALL)
-    cluster = cluster_from_dict(A100_NODE)
+    model = model_spec(GPT_SMALL)
+    cluster = cluster_spec(A100_NODE)
     # the 2021 code: every collective in line
-    training = training_from_dict({"global_batch_sequences": 4, "overlap_tp_backward": False})
+    training = training_spec({"global_batch_sequences": 4, "overlap_tp_backward": False})
     pred = predict_layouts(model, cluster, training, layouts(dp=2, tp=4, mbs=1))
     link = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
     one = allreduce_time_s(32 * 64 * 2, 4, link)  # s x h bf16 activations of one micro-batch
@@ -44,14 +46,14 @@ def test_tensor_parallel_time_is_four_allreduces_per_layer_plus_the_embedding_on
 
 
 def test_nvlink_sharp_speeds_up_full_node_tensor_allreduces_but_not_sequence_parallel_rings():
-    model = model_from_dict({**GPT_SMALL, "num_attention_heads": 8})
-    h100 = cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
-    ring_only = cluster_from_dict({"preset": "dgx-h100", "nodes": 1, "nvls_allreduce_speedup": 1.0})
+    model = model_spec({**GPT_SMALL, "num_attention_heads": 8})
+    h100 = cluster_spec({"preset": "dgx-h100", "nodes": 1})
+    ring_only = cluster_spec({"preset": "dgx-h100", "nodes": 1, "nvls_allreduce_speedup": 1.0})
     assert h100.nvls_allreduce_speedup == pytest.approx(480 / 370)  # busBw, NVIDIA/nccl-tests#212
 
     def tp_s(cluster, sp, **lay):
         # every collective in line, so the time scales with the link (none hides under a GEMM)
-        training = training_from_dict({"global_batch_sequences": 4, "sequence_parallel": sp,
+        training = training_spec({"global_batch_sequences": 4, "sequence_parallel": sp,
                                        "overlap_tp_backward": False})
         return float(predict_layouts(model, cluster, training, layouts(**lay))["tp_comm_s"][0])
 
@@ -64,9 +66,9 @@ def test_nvlink_sharp_speeds_up_full_node_tensor_allreduces_but_not_sequence_par
 
 
 def test_every_batched_pipeline_exchange_pays_transfer_and_a_host_synchronisation():
-    model = model_from_dict({**GPT_SMALL, "num_layers": 4})
-    cluster = cluster_from_dict(A100_NODE)
-    training = training_from_dict({"global_batch_sequences": 4, "overlap_p2p_comm": False})
+    model = model_spec({**GPT_SMALL, "num_layers": 4})
+    cluster = cluster_spec(A100_NODE)
+    training = training_spec({"global_batch_sequences": 4, "overlap_p2p_comm": False})
     pred = predict_layouts(model, cluster, training, layouts(pp=2, v=2, mbs=1))
     link = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
     # 4 micro-batches x 2 directions x 2 chunks, s x h bf16 activations over NVLink, plus
@@ -78,10 +80,10 @@ def test_every_batched_pipeline_exchange_pays_transfer_and_a_host_synchronisatio
 def test_overlapped_interleaved_exchanges_run_under_the_chunk_that_waits_for_them():
     # Megatron-Core overlap_p2p_comm: each send/recv posted asynchronously, no device sync;
     # a 4096-wide layer's chunk covers its 16 MiB exchange, which still slows it
-    model = model_from_dict({"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
+    model = model_spec({"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
                              "vocab_size": 32000})
-    cluster = cluster_from_dict(A100_NODE)
-    training = training_from_dict({"global_batch_sequences": 8})
+    cluster = cluster_spec(A100_NODE)
+    training = training_spec({"global_batch_sequences": 8})
     pred = predict_layouts(model, cluster, training, layouts(pp=4, v=2, mbs=1))
     link = LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s)
     one = p2p_time_s(2048 * 4096 * 2, link)
@@ -89,9 +91,9 @@ def test_overlapped_interleaved_exchanges_run_under_the_chunk_that_waits_for_the
 
 
 def test_1f1b_keeps_the_batched_pipeline_exchange_whatever_the_overlap_setting():
-    model = model_from_dict({**GPT_SMALL, "num_layers": 4})
-    cluster = cluster_from_dict(A100_NODE)
-    pp_comm = {overlap: float(predict_layouts(model, cluster, training_from_dict(
+    model = model_spec({**GPT_SMALL, "num_layers": 4})
+    cluster = cluster_spec(A100_NODE)
+    pp_comm = {overlap: float(predict_layouts(model, cluster, training_spec(
         {"global_batch_sequences": 4, "overlap_p2p_comm": overlap}), layouts(pp=2, v=1))["pp_comm_s"][0])
         for overlap in (False, True)}
     assert pp_comm[True] == pp_comm[False] > 0
@@ -117,14 +119,14 @@ def test_a_collective_issued_chunk_by_chunk_leaves_only_the_last_share_and_any_q
 
 def test_overlapping_expert_all_to_all_hides_it_under_another_micro_batch_but_still_slows_it():
     # 64 experts over ep=16 across two nodes: the all-to-all leaves NVLink
-    model = model_from_dict({"num_layers": 4, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096,
+    model = model_spec({"num_layers": 4, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096,
                              "vocab_size": 32000, "moe": {"num_experts": 64, "experts_per_token": 8,
                                                           "expert_ffn_hidden_size": 1408}})
-    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": 2})
+    cluster = cluster_spec({"preset": "dgx-h100", "nodes": 2})
     lay = layouts(dp=16, ep=16, mbs=1)
     exposed = {}
     for overlap in (False, True):
-        training = training_from_dict({"global_batch_sequences": 16, "overlap_ep_comm": overlap})
+        training = training_spec({"global_batch_sequences": 16, "overlap_ep_comm": overlap})
         exposed[overlap] = float(predict_layouts(model, cluster, training, lay)["ep_comm_s"][0])
     assert 0.0 < exposed[True] < exposed[False]
     # wholly hidden, what stays is the slowdown of the computation it ran under (Lee et al. 2025)
@@ -145,9 +147,9 @@ def test_context_parallel_merges_cost_a_rank_the_same_at_every_cp_and_nothing_wi
     # Transformer Engine folds each ring step's partial output (forward) and dq / dkv
     # (backward) into a running bf16 tensor: 6 bytes per element and step over the local
     # tokens, so s x mbs elements per rank at any cp
-    model = model_from_dict({**GPT_SMALL, "hidden_size": 1024, "num_attention_heads": 8, "num_kv_heads": 2,
+    model = model_spec({**GPT_SMALL, "hidden_size": 1024, "num_attention_heads": 8, "num_kv_heads": 2,
                              "seq_length": 8192})
-    rates = _device_rates(cluster_from_dict(A100_NODE), training_from_dict({"global_batch_sequences": 8}))
+    rates = _device_rates(cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}))
     cps = np.array([1.0, 2.0, 4.0, 8.0])
     forward, backward = _context_parallel_merge_s(model, rates, 8192 / cps, np.ones(4), cps)
     assert forward[0] == backward[0] == 0.0
@@ -160,11 +162,11 @@ def test_a_context_parallel_step_charges_the_merges_to_compute_and_recomputes_th
 
     def compute_s(recompute):
         layout = [{"tp": 1, "pp": 1, "cp": 2, "micro_batch_size": 1, "recompute": recompute}]
-        return evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 4}, layout)[0].time_breakdown_s["compute_s"]
+        return evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 4}), layout_specs(layout))[0].time_breakdown_s["compute_s"]
     charged = {rc: compute_s(rc) for rc in ("none", "full")}
     merges = parallel3d_cost._context_parallel_merge_s(
-        model_from_dict(model), parallel3d_cost._device_rates(cluster_from_dict(A100_NODE),
-                                                              training_from_dict({"global_batch_sequences": 8})),
+        model_spec(model), parallel3d_cost._device_rates(cluster_spec(A100_NODE),
+                                                              training_spec({"global_batch_sequences": 8})),
         np.array([4096.0]), np.array([1.0]), np.array([2.0]))
     monkeypatch.setattr(parallel3d_cost, "_context_parallel_merge_s",
                         lambda *args: (np.zeros(1), np.zeros(1)))
@@ -185,7 +187,7 @@ def test_a_parallel_block_reduces_its_attention_and_mlp_outputs_once(sequence_pa
     def tp_comm_s(layers, parallel):
         model = {**GPT_SMALL, "num_layers": layers, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048,
                  "parallel_attention_mlp": parallel}
-        return evaluate_layouts(model, A100_NODE, training, layout)[0].time_breakdown_s["tp_comm_s"]
+        return evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec(training), layout_specs(layout))[0].time_breakdown_s["tp_comm_s"]
     # four more sequential layers isolate the layers' share from the embedding's all-reduce
     sequential_layer_s = (tp_comm_s(8, False) - tp_comm_s(4, False)) / 4
     assert tp_comm_s(4, False) - tp_comm_s(4, True) == pytest.approx(4 * sequential_layer_s / 4)

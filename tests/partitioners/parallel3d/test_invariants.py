@@ -18,13 +18,14 @@ from partitioners.parallel3d.planner import (
     evaluate_layouts,
     plan_parallel_layout,
 )
-from partitioners.parallel3d.specs import (
-    cluster_from_dict,
-    constraints_from_dict,
-    model_from_dict,
-    training_from_dict,
+from tests.partitioners.parallel3d.shapes import (
+    A100_NODE,
+    cluster_spec,
+    constraints_spec,
+    layout_specs,
+    model_spec,
+    training_spec,
 )
-from tests.partitioners.parallel3d.shapes import A100_NODE
 
 
 @settings(max_examples=15, deadline=None)
@@ -34,7 +35,7 @@ def test_every_ranked_layout_uses_all_gpus_splits_the_batch_and_fits(layers, hea
     heads = 2**heads_exp
     model = {"num_layers": layers, "hidden_size": 64 * heads, "num_attention_heads": heads, "seq_length": 512,
              "vocab_size": 1000}
-    plan = plan_parallel_layout(model, {"preset": "dgx-a100", "nodes": nodes}, {"global_batch_sequences": batch},
+    plan = plan_parallel_layout(model_spec(model), cluster_spec({"preset": "dgx-a100", "nodes": nodes}), training_spec({"global_batch_sequences": batch}),
                                 top_k=20)
     for c in plan.candidates:
         assert c.dp * c.tp * c.pp * c.cp == 8 * nodes
@@ -58,10 +59,10 @@ def test_every_searched_layouts_time_parts_are_non_negative_and_add_up_to_its_st
         experts = 2**experts_exp
         model["moe"] = {"num_experts": experts, "experts_per_token": min(top_k, experts),
                         "expert_ffn_hidden_size": 2048, "moe_layers": moe_layers}
-    spec = model_from_dict(model)
-    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": nodes})
-    training = training_from_dict({"global_batch_sequences": batch})
-    lay = enumerate_layouts(spec, cluster, training, constraints_from_dict(None))
+    spec = model_spec(model)
+    cluster = cluster_spec({"preset": "dgx-h100", "nodes": nodes})
+    training = training_spec({"global_batch_sequences": batch})
+    lay = enumerate_layouts(spec, cluster, training, constraints_spec(None))
     pred = predict_layouts(spec, cluster, training, lay)
     parts = np.stack([pred[k] for k in ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "bubble_s",
                                         "dp_comm_exposed_s", "optimizer_s")])
@@ -81,14 +82,14 @@ def test_faster_hardware_never_slows_a_fixed_layout(layers, moe_layers, pp, tp, 
         model["moe"] = {"num_experts": 16, "experts_per_token": 2, "expert_ffn_hidden_size": 4096,
                         "moe_layers": moe_layers}
     cluster = {"preset": "dgx-h100", "nodes": 2}
-    spec = cluster_from_dict(cluster)
+    spec = cluster_spec(cluster)
     faster_value = ({k: 1.5 * v for k, v in spec.peak_flops_per_s.items()} if field == "peak_flops_per_s"
                     else 1.5 * getattr(spec, field))
     training = {"global_batch_sequences": 64}
     layout = [{"tp": tp, "pp": pp, "cp": 1, "ep": 2 if moe_layers else 1, "virtual_stages": 1, "micro_batch_size": 1,
                "zero_stage": 1, "recompute": "none"}]
-    (base,) = evaluate_layouts(model, cluster, training, layout)
-    (faster,) = evaluate_layouts(model, {**cluster, field: faster_value}, training, layout)
+    (base,) = evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec(training), layout_specs(layout))
+    (faster,) = evaluate_layouts(model_spec(model), cluster_spec({**cluster, field: faster_value}), training_spec(training), layout_specs(layout))
     assert faster.step_time_s <= base.step_time_s * (1 + 1e-12)
 
 
@@ -107,8 +108,8 @@ def test_recomputation_never_needs_more_memory_than_keeping_everything(layers, m
     cluster = {"preset": "dgx-h100", "nodes": 1}
     layout = {"tp": 1, "pp": pp, "cp": 1, "ep": 1, "virtual_stages": 1, "micro_batch_size": 1, "zero_stage": 1}
     try:
-        kept, recomputed = evaluate_layouts(model, cluster, training,
-                                            [{**layout, "recompute": "none"}, {**layout, "recompute": recompute}])
+        kept, recomputed = evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec(training),
+                                            layout_specs([{**layout, "recompute": "none"}, {**layout, "recompute": recompute}]))
     except InvalidInput:  # more stages than layers
         assert pp > layers
         return
@@ -121,10 +122,10 @@ def test_more_memory_per_gpu_never_slows_the_best_layout(memory_gib, layers):
     model = {"num_layers": layers, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
              "vocab_size": 32000}
     base = {"gpu": "a100-80gb", "num_nodes": 1}
-    small = plan_parallel_layout(model, {**base, "memory_bytes": memory_gib * 2**30}, {"global_batch_sequences": 64},
-                                 {"tie_tolerance": 0.0}, with_rank_map=False)
-    large = plan_parallel_layout(model, {**base, "memory_bytes": 2 * memory_gib * 2**30},
-                                 {"global_batch_sequences": 64}, {"tie_tolerance": 0.0}, with_rank_map=False)
+    small = plan_parallel_layout(model_spec(model), cluster_spec({**base, "memory_bytes": memory_gib * 2**30}), training_spec({"global_batch_sequences": 64}),
+                                 constraints_spec({"tie_tolerance": 0.0}), with_rank_map=False)
+    large = plan_parallel_layout(model_spec(model), cluster_spec({**base, "memory_bytes": 2 * memory_gib * 2**30}),
+                                 training_spec({"global_batch_sequences": 64}), constraints_spec({"tie_tolerance": 0.0}), with_rank_map=False)
     if small.feasible:
         assert large.candidates[0].step_time_s <= small.candidates[0].step_time_s
 
@@ -137,8 +138,8 @@ def test_fewer_kv_heads_never_cost_a_rank_more_memory_or_compute(tp_exp, fewer_e
     fewer, more = sorted((2**fewer_exp, 2**more_exp))
     model = {"num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16, "seq_length": 2048, "vocab_size": 32000}
     layout = [{"tp": 2**tp_exp, "pp": 1, "cp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"}]
-    (small,) = evaluate_layouts({**model, "num_kv_heads": fewer}, A100_NODE, {"global_batch_sequences": 64}, layout)
-    (large,) = evaluate_layouts({**model, "num_kv_heads": more}, A100_NODE, {"global_batch_sequences": 64}, layout)
+    (small,) = evaluate_layouts(model_spec({**model, "num_kv_heads": fewer}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64}), layout_specs(layout))
+    (large,) = evaluate_layouts(model_spec({**model, "num_kv_heads": more}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64}), layout_specs(layout))
     assert not small.reasons and not large.reasons
     assert small.memory.total_bytes <= large.memory.total_bytes * (1 + 1e-12)
     assert small.time_breakdown_s["compute_s"] <= large.time_breakdown_s["compute_s"] * (1 + 1e-12)

@@ -23,13 +23,17 @@ from partitioners.parallel3d.kernels import (
 )
 from partitioners.parallel3d.planner import evaluate_layouts
 from partitioners.parallel3d.specs import (
-    cluster_from_dict,
     flash_attention_speed,
-    model_from_dict,
-    training_from_dict,
 )
 from tests.partitioners.parallel3d.layouts import layouts
-from tests.partitioners.parallel3d.shapes import A100_NODE, GPT_SMALL
+from tests.partitioners.parallel3d.shapes import (
+    A100_NODE,
+    GPT_SMALL,
+    cluster_spec,
+    layout_specs,
+    model_spec,
+    training_spec,
+)
 
 
 def test_backward_gemms_use_their_own_shapes():
@@ -49,8 +53,8 @@ def test_embedding_time_is_token_rows_plus_the_dense_vocabulary_gradient():
 
 
 def test_quantizing_to_fp8_costs_nothing_when_the_linears_run_in_16_bit():
-    model = model_from_dict(GPT_SMALL)
-    training = training_from_dict({"global_batch_sequences": 1})
+    model = model_spec(GPT_SMALL)
+    training = training_spec({"global_batch_sequences": 1})
     fwd, bwd = fp8_quantize_time_s(model, training, np.array([32.0]), np.array([1.0]), 1e12, fp8=False)
     assert float(fwd[False][0]) == 0.0 and float(bwd[False][0]) == 0.0
 
@@ -66,8 +70,8 @@ def test_quantizing_to_fp8_costs_nothing_when_the_linears_run_in_16_bit():
 ])
 def test_fp8_operands_are_cast_with_their_transpose_once_per_micro_batch(scaling, fwd_elements, bwd_elements,
                                                                           bytes_per_element):
-    model = model_from_dict(GPT_SMALL)
-    training = training_from_dict({"global_batch_sequences": 1, "precision": "fp8", "fp8_scaling": scaling})
+    model = model_spec(GPT_SMALL)
+    training = training_spec({"global_batch_sequences": 1, "precision": "fp8", "fp8_scaling": scaling})
     tokens, hbm = 32.0, 1e12
     fwd, bwd = fp8_quantize_time_s(model, training, np.array([tokens]), np.array([2.0]), hbm, fp8=True)
     assert float(fwd[False][0]) == pytest.approx(tokens * fwd_elements * bytes_per_element / hbm)
@@ -75,12 +79,12 @@ def test_fp8_operands_are_cast_with_their_transpose_once_per_micro_batch(scaling
 
 
 def test_small_per_gpu_matrices_run_further_below_peak_than_large_ones():
-    cluster = cluster_from_dict(A100_NODE)
-    training = training_from_dict({"global_batch_sequences": 8})
+    cluster = cluster_spec(A100_NODE)
+    training = training_spec({"global_batch_sequences": 8})
     mfu = {}
     for h in (256, 8192):
         # short sequences so the projections and MLP (not attention) dominate the FLOPs
-        model = model_from_dict({"num_layers": 4, "hidden_size": h, "num_attention_heads": h // 128,
+        model = model_spec({"num_layers": 4, "hidden_size": h, "num_attention_heads": h // 128,
                                  "seq_length": 256, "vocab_size": 1024})
         mfu[h] = float(predict_layouts(model, cluster, training, layouts(dp=8))["mfu"][0])
     assert mfu[256] < 0.5 * mfu[8192]
@@ -88,10 +92,10 @@ def test_small_per_gpu_matrices_run_further_below_peak_than_large_ones():
 
 
 def test_older_flash_attention_generations_run_at_their_published_speeds():
-    a100, h100 = cluster_from_dict(A100_NODE), cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
+    a100, h100 = cluster_spec(A100_NODE), cluster_spec({"preset": "dgx-h100", "nodes": 1})
 
     def speed(cluster, version):
-        return flash_attention_speed(cluster, training_from_dict({"global_batch_sequences": 8,
+        return flash_attention_speed(cluster, training_spec({"global_batch_sequences": 8,
                                                                   "flash_attention_version": version}))
     # FlashAttention-2 is "around 2x" FlashAttention-1 on A100 (Dao 2023); on H100 it
     # reaches 35% of peak where FlashAttention-3 reaches 75% (Shah et al. 2024)
@@ -106,8 +110,8 @@ def test_an_older_flash_attention_costs_more_the_longer_the_sequence():
     for seq in (1024, 4096, 16384):
         model = {**GPT_SMALL, "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": seq}
         layout = [{"tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1, "recompute": "none"}]
-        times = [evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 64, "flash_attention_version": v},
-                                  layout)[0].step_time_s for v in (None, 1)]
+        times = [evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64, "flash_attention_version": v}),
+                                  layout_specs(layout))[0].step_time_s for v in (None, 1)]
         slowdown.append(times[1] / times[0])
     assert 1.0 < slowdown[0] < slowdown[1] < slowdown[2]
 
@@ -143,8 +147,8 @@ def test_a_step_charges_context_parallel_attention_the_short_call_slowdown():
     def attention_s(seq, cp):
         model = {**GPT_SMALL, "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": seq}
         layout = [{"tp": 1, "pp": 1, "cp": cp, "micro_batch_size": 1, "recompute": "none"}]
-        fa1, fa2 = (evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 64, "flash_attention_version": v},
-                                     layout)[0].time_breakdown_s["compute_s"] for v in (1, 2))
+        fa1, fa2 = (evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64, "flash_attention_version": v}),
+                                     layout_specs(layout))[0].time_breakdown_s["compute_s"] for v in (1, 2))
         return fa1 - fa2
     for seq in (2048, 32768):
         assert attention_s(seq, 2) / attention_s(seq, 1) == \
@@ -190,7 +194,7 @@ def test_an_older_flash_attention_never_makes_a_step_faster(seq_exp, tp_exp, cp,
     model = {"num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 4,
              "seq_length": 2**seq_exp, "vocab_size": 32000}
     layout = [{"tp": 2**tp_exp, "pp": 1, "cp": cp, "micro_batch_size": 1, "recompute": recompute}]
-    steps = [evaluate_layouts(model, {"preset": "dgx-h100", "nodes": 2},
-                              {"global_batch_sequences": 64, "flash_attention_version": version}, layout)[0].step_time_s
+    steps = [evaluate_layouts(model_spec(model), cluster_spec({"preset": "dgx-h100", "nodes": 2}),
+                              training_spec({"global_batch_sequences": 64, "flash_attention_version": version}), layout_specs(layout))[0].step_time_s
              for version in (3, 2, 1)]
     assert steps[0] <= steps[1] <= steps[2]

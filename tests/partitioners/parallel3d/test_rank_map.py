@@ -15,17 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioners.parallel3d.planner import rank_map
+from tests.partitioners.parallel3d.shapes import cluster_spec, layout_spec
 
 
 def test_rank_map_is_a_bijection_onto_mesh_coordinates():
-    rm = rank_map({"preset": "dgx-a100", "nodes": 4}, {"tp": 4, "pp": 2, "cp": 2})
+    rm = rank_map(cluster_spec({"preset": "dgx-a100", "nodes": 4}), layout_spec({"tp": 4, "pp": 2, "cp": 2}))
     assert rm.coords.shape == (32, 5)
     assert len({tuple(c) for c in rm.coords}) == 32
     assert rm.mesh_shape == (2, 2, 2, 4) and rm.mesh_dim_names == ("dp", "pp", "cp", "tp")
 
 
 def test_tensor_groups_share_a_node_pipeline_neighbours_are_adjacent_nodes_dp_peers_differ():
-    rm = rank_map({"preset": "dgx-a100", "nodes": 4}, {"tp": 8, "pp": 2})
+    rm = rank_map(cluster_spec({"preset": "dgx-a100", "nodes": 4}), layout_spec({"tp": 8, "pp": 2}))
     dp, pp, tp = rm.coords[:, 0], rm.coords[:, 1], rm.coords[:, 2]
     for d in range(2):
         for p in range(2):
@@ -39,7 +40,7 @@ def test_tensor_groups_share_a_node_pipeline_neighbours_are_adjacent_nodes_dp_pe
 
 
 def test_expert_parallel_rank_map_splits_dp_into_edp_times_ep():
-    rm = rank_map({"preset": "dgx-h100", "nodes": 2}, {"tp": 2, "ep": 4})
+    rm = rank_map(cluster_spec({"preset": "dgx-h100", "nodes": 2}), layout_spec({"tp": 2, "ep": 4}))
     assert rm.mesh_dim_names == ("edp", "pp", "ep", "cp", "tp") and rm.mesh_shape == (2, 1, 4, 1, 2)
     dp, ep = rm.coords[:, 0], rm.coords[:, 4]
     assert np.array_equal(ep, dp % 4)
@@ -48,7 +49,7 @@ def test_expert_parallel_rank_map_splits_dp_into_edp_times_ep():
 @pytest.mark.parametrize("layout", [{"tp": 4, "pp": 4, "cp": 2}, {"tp": 2, "ep": 8},
                                     {"tp": 4, "pp": 2, "ep": 16, "etp": 1}])
 def test_a_range_of_the_rank_map_is_that_range_of_the_whole_map(layout):
-    rm = rank_map({"preset": "dgx-h100", "nodes": 8}, layout)
+    rm = rank_map(cluster_spec({"preset": "dgx-h100", "nodes": 8}), layout_spec(layout))
     coords, device, node, local_gpu = rm.ranks(13, 29)
     assert np.array_equal(coords, rm.coords[13:29]) and np.array_equal(device, rm.device[13:29])
     assert np.array_equal(node, rm.node[13:29]) and np.array_equal(local_gpu, rm.local_gpu[13:29])
@@ -60,7 +61,7 @@ def test_the_rank_map_of_a_huge_cluster_is_computed_only_for_the_ranks_an_answer
     cluster = {"preset": "dgx-h100", "nodes": 100_000, "gpus_per_node": 16}
     tracemalloc.start()
     try:
-        answer = rank_map(cluster, {"tp": 8, "pp": 4, "cp": 2}).to_dict(limit=8)
+        answer = rank_map(cluster_spec(cluster), layout_spec({"tp": 8, "pp": 4, "cp": 2})).to_dict(limit=8)
         _, peak_bytes = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -69,7 +70,7 @@ def test_the_rank_map_of_a_huge_cluster_is_computed_only_for_the_ranks_an_answer
 
 
 def test_folded_expert_groups_are_consecutive_ranks_of_neighbouring_tensor_groups():
-    rm = rank_map({"preset": "dgx-h100", "nodes": 1}, {"tp": 2, "pp": 2, "ep": 4, "etp": 1})
+    rm = rank_map(cluster_spec({"preset": "dgx-h100", "nodes": 1}), layout_spec({"tp": 2, "pp": 2, "ep": 4, "etp": 1}))
     dp, pp, tp, ep = rm.coords[:, 0], rm.coords[:, 1], rm.coords[:, 2], rm.coords[:, 4]
     assert list(ep) == [0, 1, 2, 3, 0, 1, 2, 3]
     assert list(tp) == [0, 1, 0, 1, 0, 1, 0, 1]
@@ -88,7 +89,7 @@ def test_rank_map_keeps_tensor_groups_in_a_node_for_any_mesh(nodes, gpn, tp_exp,
         return
     cluster = {"gpus_per_node": gpn, "num_nodes": nodes, "peak_flops_per_s": {"bf16": 1e15}, "memory_bytes": 8e10,
                "intra_node_bandwidth_bytes_per_s": 4e11, "inter_node_bandwidth_bytes_per_s": 5e10}
-    rm = rank_map(cluster, {"tp": tp, "pp": pp, "cp": cp})
+    rm = rank_map(cluster_spec(cluster), layout_spec({"tp": tp, "pp": pp, "cp": cp}))
     assert len({tuple(c) for c in rm.coords}) == n
     outer = rm.coords[:, [0, 1, 3]]  # (dp, pp, cp) identifies one tensor-parallel group
     _, group = np.unique(outer, axis=0, return_inverse=True)

@@ -16,24 +16,28 @@ from partitioners.parallel3d.memory import (
     stage_activation_bytes,
 )
 from partitioners.parallel3d.planner import evaluate_layouts
-from partitioners.parallel3d.specs import (
-    model_from_dict,
-    training_from_dict,
-)
 from partitioners.parallel3d.stages import (
     RECOMPUTE_NONE,
     balanced_end_layers,
     microbatch_group_size,
     stage_layer_split,
 )
-from tests.partitioners.parallel3d.shapes import A100_NODE, GPT_SMALL, RECOMPUTE_MODEL
+from tests.partitioners.parallel3d.shapes import (
+    A100_NODE,
+    GPT_SMALL,
+    RECOMPUTE_MODEL,
+    cluster_spec,
+    layout_specs,
+    model_spec,
+    training_spec,
+)
 
 
 def _small_stages(num_layers: int):
     """GPT_SMALL with ``num_layers`` layers, 32 tokens, tp 1, no recomputation: the model, the
     training, a one-element 1.0, tokens, tp, recompute and one layer's activation bytes."""
-    model = model_from_dict({**GPT_SMALL, "num_layers": num_layers})
-    training = training_from_dict({"global_batch_sequences": 16, "flexible_microbatch_groups": True})
+    model = model_spec({**GPT_SMALL, "num_layers": num_layers})
+    training = training_spec({"global_batch_sequences": 16, "flexible_microbatch_groups": True})
     one = np.array([1.0])
     tokens, tp, rc = np.array([32.0]), one, np.array([RECOMPUTE_NONE])
     return model, training, one, tokens, tp, rc, float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
@@ -50,8 +54,8 @@ def test_a_micro_batch_count_pp_does_not_divide_interleaves_only_with_flexible_g
     model = {"num_layers": 16, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048, "vocab_size": 32000}
     # dp 2: 5 micro-batches per pipeline, one group of 5; Megatron-Core's default group is pp
     flexible, strict, default = (
-        evaluate_layouts(model, {"preset": "dgx-h100", "nodes": 1},
-                         {"global_batch_sequences": 10, **flag}, [{"tp": 1, "pp": 4, "cp": 1, "micro_batch_size": 1}])[0]
+        evaluate_layouts(model_spec(model), cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+                         training_spec({"global_batch_sequences": 10, **flag}), layout_specs([{"tp": 1, "pp": 4, "cp": 1, "micro_batch_size": 1}]))[0]
         for flag in ({"flexible_microbatch_groups": True}, {"flexible_microbatch_groups": False}, {}))
     assert flexible.virtual_stages > 1 and any("groups of 5" in note for note in flexible.notes)
     assert strict.virtual_stages == default.virtual_stages == 1
@@ -83,8 +87,8 @@ def test_middle_stages_shed_leftover_layers_nearest_the_first_stage():
 
 def test_the_uneven_stage_note_says_which_middle_stages_are_a_layer_short():
     model = {**GPT_SMALL, "num_layers": 13, "vocab_size": 8}
-    (prediction,) = evaluate_layouts(model, A100_NODE, {"global_batch_sequences": 16},
-                                     [{"dp": 1, "tp": 1, "pp": 8, "virtual_stages": 1}])
+    (prediction,) = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 16}),
+                                     layout_specs([{"dp": 1, "tp": 1, "pp": 8, "virtual_stages": 1}]))
     (note,) = [n for n in prediction.notes if n.startswith("uneven stages")]
     assert note.endswith("; the stage after the first holds 1")
 
@@ -145,6 +149,6 @@ def test_end_stage_balancing_stops_once_no_layout_moves_a_layer():
 def test_interleaved_uneven_stages_say_they_need_an_explicit_pipeline_layout():
     model = {**RECOMPUTE_MODEL, "num_layers": 11}  # stages of 4, 4 and 3 layers: 3 is no multiple of 2
     cluster = {"gpu": "h100", "num_nodes": 1, "gpus_per_node": 3}
-    (prediction,) = evaluate_layouts(model, cluster, {"global_batch_sequences": 6},
-                                     [{"tp": 1, "pp": 3, "virtual_stages": 2, "micro_batch_size": 1}])
+    (prediction,) = evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec({"global_batch_sequences": 6}),
+                                     layout_specs([{"tp": 1, "pp": 3, "virtual_stages": 2, "micro_batch_size": 1}]))
     assert any("--pipeline-model-parallel-layout" in note for note in prediction.notes)

@@ -1,9 +1,4 @@
-"""A whole POST /v1/parallel/plan body answered.
-
-Expected values are worked by hand from the published formulas the docstrings
-cite: Narayanan et al. SC21 (FLOPs, bubble), Korthikanti et al. 2022 (activation
-memory), ZeRO (bytes per parameter per stage).
-"""
+"""A whole POST /v1/parallel/plan body read into the planner's specs and answered (service.domain.parallel)."""
 
 from __future__ import annotations
 
@@ -12,7 +7,7 @@ import json
 import pytest
 
 from partitioners.errors import InvalidInput
-from partitioners.parallel3d.planner import plan_from_request
+from service.domain.parallel import plan_answer, plan_inputs
 from tests.partitioners.parallel3d.shapes import A100_NODE, GPT_SMALL
 
 _MOE_SMALL = {**GPT_SMALL, "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 64}}
@@ -21,7 +16,7 @@ _MOE_SMALL = {**GPT_SMALL, "moe": {"num_experts": 4, "experts_per_token": 2, "ex
 def test_request_with_evaluate_predicts_the_given_layouts_in_order():
     body = {"model": {**GPT_SMALL, "num_layers": 4}, "cluster": A100_NODE,
             "training": {"global_batch_sequences": 64}, "evaluate": [{"tp": 2}, {"pp": 4}]}
-    answer = plan_from_request(body)
+    answer = plan_answer(plan_inputs(body))
     assert answer["mode"] == "evaluate"
     assert [(p["tp"], p["pp"]) for p in answer["predictions"]] == [(2, 1), (1, 4)]
     json.dumps(answer)
@@ -30,7 +25,7 @@ def test_request_with_evaluate_predicts_the_given_layouts_in_order():
 def test_request_search_returns_ranked_candidates_and_a_truncated_rank_map():
     body = {"model": {**GPT_SMALL, "num_layers": 4}, "cluster": {"preset": "dgx-h100", "nodes": 2},
             "training": {"global_batch_sequences": 64}, "top_k": 3}
-    answer = plan_from_request(body, rank_map_limit=5)
+    answer = plan_answer(plan_inputs(body), rank_map_limit=5)
     times = [c["step_time_s"] for c in answer["candidates"]]
     assert answer["mode"] == "search" and 1 <= len(times) <= 3
     assert answer["rank_map"]["num_ranks"] == 16 and len(answer["rank_map"]["ranks"]) == 5
@@ -39,7 +34,7 @@ def test_request_search_returns_ranked_candidates_and_a_truncated_rank_map():
 
 def test_request_with_unknown_key_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        plan_from_request({"model": GPT_SMALL, "cluster": A100_NODE, "training": {"global_batch_sequences": 8},
+        plan_inputs({"model": GPT_SMALL, "cluster": A100_NODE, "training": {"global_batch_sequences": 8},
                            "optimiser": "sgd"})
     assert err.value.field == "optimiser"
 
@@ -60,5 +55,5 @@ def test_malformed_request_fields_are_invalid_input_naming_the_field(edit, field
             "training": {"global_batch_sequences": 8}}
     edit(body)
     with pytest.raises(InvalidInput) as err:
-        plan_from_request(body)
+        plan_answer(plan_inputs(body))
     assert err.value.field == field

@@ -87,9 +87,7 @@ def _schema_from_spec(spec: type, name: str, doc: str, *, overrides: dict[str, A
         if required and not defaults_from_elsewhere:
             definitions[field.name] = (annotation, Field(description=rule.doc))
         elif field.default is None or defaults_from_elsewhere:
-            default = field.default
-            described = rule.doc if default is None or required else f"{rule.doc} Default {_shown(default)}."
-            definitions[field.name] = (annotation | None, Field(None, description=described))
+            definitions[field.name] = (annotation | None, Field(None, description=rule.doc))
         else:
             definitions[field.name] = (annotation, Field(_shown(field.default), description=rule.doc))
     definitions.update(extra or {})

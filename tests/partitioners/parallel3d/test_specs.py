@@ -1,18 +1,28 @@
-"""The planner's inputs: what is accepted and what is refused, naming the field (partitioners.parallel3d.specs).
+"""The planner's inputs: what is accepted and what is refused, naming the field.
 
-Expected values are worked by hand from the published formulas the docstrings
-cite: Narayanan et al. SC21 (FLOPs, bubble), Korthikanti et al. 2022 (activation
-memory), ZeRO (bytes per parameter per stage).
+partitioners.parallel3d.specs (the dataclasses and their checks) and
+partitioners.parallel3d.field_checks (the declared fields and the one mapping reader).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from partitioners.errors import InvalidInput
+from partitioners.parallel3d.field_checks import field_rule, spec_from_mapping
 from partitioners.parallel3d.planner import plan_parallel_layout
+from partitioners.parallel3d.specs import (
+    ClusterSpec,
+    Constraints,
+    LayoutSpec,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    TrainingSpec,
+)
 from tests.partitioners.parallel3d.shapes import (
     A100_NODE,
     GPT_SMALL,
@@ -205,3 +215,51 @@ def test_an_unknown_software_preset_is_invalid_input_listing_the_known_ones():
     with pytest.raises(InvalidInput) as err:
         training_spec({"global_batch_sequences": 8, "software": "deepspeed-0.3"})
     assert err.value.field == "training.software" and "megatron-lm-2021" in str(err.value)
+
+
+# ----------------------------------------------------------------------------- one definition per input
+
+
+def test_a_spec_built_directly_runs_the_same_checks_as_one_read_from_a_mapping():
+    with pytest.raises(InvalidInput) as direct:
+        ModelSpec(num_layers=0, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=100)
+    with pytest.raises(InvalidInput) as read:
+        model_spec({**GPT_SMALL, "num_layers": 0})
+    assert direct.value.field == read.value.field == "model.num_layers"
+    assert direct.value.code == read.value.code == "out-of-range"
+
+
+def test_integral_floats_and_lists_are_normalised_to_the_types_the_planner_computes_with():
+    model = model_spec({**GPT_SMALL, "num_layers": 4.0, "sliding_window": 8, "sliding_window_layers": [0, 2]})
+    assert model.num_layers == 4 and isinstance(model.num_layers, int)
+    assert model.sliding_window_layers == (0, 2)
+    assert Constraints(zero_stages=[1], recompute="FULL") == Constraints(zero_stages=(1,), recompute=("full",))
+
+
+def test_an_unknown_key_in_a_nested_block_is_named_by_its_path():
+    with pytest.raises(InvalidInput) as err:
+        model_spec({**GPT_SMALL, "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 64,
+                                         "capacity": 2}})
+    assert err.value.field == "model.moe.capacity" and err.value.code == "unknown-field"
+
+
+def test_a_missing_required_field_of_a_nested_block_is_named_by_its_path():
+    with pytest.raises(InvalidInput) as err:
+        model_spec({**GPT_SMALL, "mla": {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "v_head_dim": 128}})
+    assert err.value.field == "model.mla.qk_rope_head_dim" and err.value.code == "missing-field"
+
+
+def test_a_layout_read_under_a_request_path_is_refused_under_that_path():
+    with pytest.raises(InvalidInput) as err:
+        spec_from_mapping(LayoutSpec, {"recompute": "full", "recompute_num_layers": 0}, "evaluate[3]")
+    assert err.value.field == "evaluate[3].recompute_num_layers" and err.value.code == "contradiction"
+    assert str(err.value).startswith("evaluate[3]:")
+    with pytest.raises(InvalidInput) as direct:
+        LayoutSpec(recompute="full", recompute_num_layers=0)
+    assert direct.value.field == "layout.recompute_num_layers"
+
+
+def test_every_input_field_is_declared_with_a_description():
+    for spec in (ModelSpec, MoESpec, MLASpec, ClusterSpec, TrainingSpec, Constraints, LayoutSpec):
+        for field in dataclasses.fields(spec):
+            assert field_rule(field).doc, f"{spec.__name__}.{field.name}"

@@ -23,6 +23,7 @@ Hugging Face ``config.json`` reader uses.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -222,6 +223,13 @@ def check_declared_fields(spec: Any) -> None:
 # --------------------------------------------------------------------------- from a mapping
 
 
+@functools.cache
+def _declared(cls: type) -> tuple[tuple[dataclasses.Field, type | None], ...]:
+    """The init fields of a spec class, each with the spec class its annotation names (or None)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f, _nested_spec_type(hints[f.name])) for f in dataclasses.fields(cls) if f.init)
+
+
 def _nested_spec_type(annotation: Any) -> type | None:
     """The spec dataclass an annotation names (``MoESpec | None`` -> MoESpec), else None."""
     candidates = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
@@ -261,18 +269,16 @@ def spec_from_mapping(cls: type[SpecT], data: Any, where: str | None = None) -> 
         data = shorthand(data, where)
         if isinstance(data, cls):
             return data
-    declared = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
-    reject_unknown(data, {f.name for f in declared}, where)
-    hints = typing.get_type_hints(cls)
+    declared = _declared(cls)
+    reject_unknown(data, {f.name for f, _ in declared}, where)
     kwargs: dict[str, Any] = {}
-    for field in declared:
+    for field, nested in declared:
         if field.name not in data:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 raise InvalidInput(f"{where}.{field.name} is required", field=f"{where}.{field.name}",
                                    code="missing-field")
             continue
         value = data[field.name]
-        nested = _nested_spec_type(hints[field.name])
         if nested is not None and value is not None:
             value = spec_from_mapping(nested, value, f"{where}.{field.name}")
         kwargs[field.name] = value

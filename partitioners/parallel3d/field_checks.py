@@ -23,7 +23,6 @@ Hugging Face ``config.json`` reader uses.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import types
 import typing
@@ -161,7 +160,8 @@ def field_rule(field: dataclasses.Field) -> FieldRule:
 def _checked(value: Any, rule: FieldRule, path: str) -> Any:
     """``value`` as the field holds it, or InvalidInput naming ``path``."""
     if rule.kind == "count":
-        return positive_int(value, path, allow_zero=rule.ge == 0, maximum=int(rule.le))
+        maximum = MAX_COUNT if rule.le is None else int(rule.le)
+        return positive_int(value, path, allow_zero=rule.ge == 0, maximum=maximum)
     if rule.kind == "flag":
         return flag(value, path)
     if rule.kind == "positive":
@@ -190,7 +190,7 @@ def _checked(value: Any, rule: FieldRule, path: str) -> Any:
         if not isinstance(value, Mapping) or not value:
             raise InvalidInput(f"{path} must map dtype -> FLOP/s, e.g. {{'bf16': 9.89e14}}", field=path,
                                code="not-an-object")
-        if len(value) > rule.le:
+        if rule.le is not None and len(value) > rule.le:
             raise InvalidInput(f"{path} names at most {rule.le:g} dtypes", field=path, code="out-of-range")
         return {str(k).lower(): positive_float(v, f"{path}.{k}") for k, v in value.items()}
     if rule.kind == "layers":
@@ -223,18 +223,22 @@ def check_declared_fields(spec: Any) -> None:
 # --------------------------------------------------------------------------- from a mapping
 
 
-@functools.cache
+_DECLARED: dict[type, tuple[tuple[dataclasses.Field, type | None], ...]] = {}
+
+
 def _declared(cls: type) -> tuple[tuple[dataclasses.Field, type | None], ...]:
-    """The init fields of a spec class, each with the spec class its annotation names (or None)."""
-    hints = typing.get_type_hints(cls)
-    return tuple((f, _nested_spec_type(hints[f.name])) for f in dataclasses.fields(cls) if f.init)
+    """The init fields of a spec class, each with the spec class its annotation names (or None); read once."""
+    if cls not in _DECLARED:
+        hints = typing.get_type_hints(cls)
+        _DECLARED[cls] = tuple((f, _nested_spec_type(hints[f.name])) for f in dataclasses.fields(cls) if f.init)
+    return _DECLARED[cls]
 
 
 def _nested_spec_type(annotation: Any) -> type | None:
     """The spec dataclass an annotation names (``MoESpec | None`` -> MoESpec), else None."""
     candidates = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
     for candidate in candidates:
-        if dataclasses.is_dataclass(candidate) and hasattr(candidate, "ROOT"):
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate) and hasattr(candidate, "ROOT"):
             return candidate
     return None
 

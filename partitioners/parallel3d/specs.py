@@ -292,13 +292,15 @@ class ModelSpec:
     # embeddings have no parameters.
     learned_position_embeddings: bool = spec_field(False, kind="flag",
                                                    doc="GPT-2/3-style learned position table (s x h).")
-    moe: MoESpec | None = spec_field(None, kind="custom", doc="Mixture-of-Experts block; None: a dense model.")
+    # (spec_field returns dataclasses.field(...), which RUF009 does not recognise behind a wrapper)
+    moe: MoESpec | None = spec_field(  # noqa: RUF009
+        None, kind="custom", doc="Mixture-of-Experts block; None: a dense model.")
     # Width of one attention head (Megatron-LM's ``--kv-channels``, Hugging Face's
     # ``head_dim``). None = hidden_size / num_attention_heads; Qwen3 and Gemma set it
     # apart, so their query and projection widths differ from the hidden size.
     head_dim: int | None = spec_field(None, kind="count", le=MAX_HEADS,
                                       doc="Width of one attention head; default hidden_size / heads.")
-    mla: MLASpec | None = spec_field(None, kind="custom",
+    mla: MLASpec | None = spec_field(None, kind="custom",  # noqa: RUF009
                                      doc="Multi-head latent attention (DeepSeek-V2/V3), named as in the Hugging "
                                      "Face config.")
     # Multi-token prediction depth (DeepSeek-V3: 1). Each module predicts one token

@@ -53,12 +53,14 @@ def test_the_rank_map_keeps_tensor_parallel_groups_inside_a_node(client):
 
 def test_an_inventory_preset_gives_the_same_answer_as_the_planner_preset(client):
     by_preset = client.post("/v1/parallel/plan", json=_request()).json()
-    by_inventory = client.post("/v1/parallel/plan", json=_request(cluster={"inventory": {"preset": "dgx-h100", "nodes": 8}})).json()
+    by_inventory = client.post("/v1/parallel/plan",
+                               json=_request(cluster={"inventory": {"preset": "dgx-h100", "nodes": 8}})).json()
     assert [(c["tp"], c["pp"]) for c in by_inventory["candidates"]] == [(c["tp"], c["pp"]) for c in by_preset["candidates"]]
 
 
 def test_given_layouts_are_evaluated_instead_of_searched(client):
-    response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 4, "dp": 2}, {"tp": 16, "pp": 4, "dp": 1}]))
+    response = client.post("/v1/parallel/plan",
+                           json=_request(evaluate=[{"tp": 8, "pp": 4, "dp": 2}, {"tp": 16, "pp": 4, "dp": 1}]))
     assert response.status_code == 200, response.text
     evaluated = response.json()["predictions"]
     assert evaluated[0]["tp"] == 8 and evaluated[0]["pp"] == 4
@@ -66,7 +68,8 @@ def test_given_layouts_are_evaluated_instead_of_searched(client):
 
 
 def test_each_evaluated_layout_comes_with_its_own_rank_map(client):
-    response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 4}, {"tp": 4, "pp": 2, "cp": 2}]))
+    response = client.post("/v1/parallel/plan",
+                           json=_request(evaluate=[{"tp": 8, "pp": 4}, {"tp": 4, "pp": 2, "cp": 2}]))
     assert response.status_code == 200, response.text
     for prediction in response.json()["predictions"]:
         rank_map = prediction["rank_map"]
@@ -95,7 +98,8 @@ def test_a_layout_size_that_does_not_divide_the_cluster_is_a_422_naming_the_layo
 
 
 def test_a_model_too_large_for_the_cluster_says_why_nothing_fits(client):
-    huge = dict(LLAMA_70B, num_layers=800, hidden_size=32768, num_attention_heads=256, num_kv_heads=256, ffn_hidden_size=131072)
+    huge = dict(LLAMA_70B, num_layers=800, hidden_size=32768, num_attention_heads=256, num_kv_heads=256,
+                ffn_hidden_size=131072)
     response = client.post("/v1/parallel/plan", json=_request(model=huge, cluster={"preset": "dgx-h100", "nodes": 1}))
     assert response.status_code in (200, 422)
     body = response.json()

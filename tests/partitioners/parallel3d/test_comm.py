@@ -162,7 +162,9 @@ def test_a_context_parallel_step_charges_the_merges_to_compute_and_recomputes_th
 
     def compute_s(recompute):
         layout = [{"tp": 1, "pp": 1, "cp": 2, "micro_batch_size": 1, "recompute": recompute}]
-        return evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 4}), layout_specs(layout))[0].time_breakdown_s["compute_s"]
+        return evaluate_layouts(model_spec(model), cluster_spec(A100_NODE),
+                                training_spec({"global_batch_sequences": 4}),
+                                layout_specs(layout))[0].time_breakdown_s["compute_s"]
     charged = {rc: compute_s(rc) for rc in ("none", "full")}
     merges = parallel3d_cost._context_parallel_merge_s(
         model_spec(model), parallel3d_cost._device_rates(cluster_spec(A100_NODE),
@@ -187,7 +189,8 @@ def test_a_parallel_block_reduces_its_attention_and_mlp_outputs_once(sequence_pa
     def tp_comm_s(layers, parallel):
         model = {**GPT_SMALL, "num_layers": layers, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048,
                  "parallel_attention_mlp": parallel}
-        return evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec(training), layout_specs(layout))[0].time_breakdown_s["tp_comm_s"]
+        return evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec(training),
+                                layout_specs(layout))[0].time_breakdown_s["tp_comm_s"]
     # four more sequential layers isolate the layers' share from the embedding's all-reduce
     sequential_layer_s = (tp_comm_s(8, False) - tp_comm_s(4, False)) / 4
     assert tp_comm_s(4, False) - tp_comm_s(4, True) == pytest.approx(4 * sequential_layer_s / 4)

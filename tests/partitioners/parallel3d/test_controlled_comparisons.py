@@ -77,9 +77,12 @@ def test_figure18_scattering_pipeline_sends_over_the_tensor_ranks_is_faster_at_e
 def test_scatter_gather_setting_changes_nothing_under_sequence_parallelism():
     point = FIGURES["Figure 18"]["points"][1]
     on, off = (
-        evaluate_layouts(model_spec(point["model"]), cluster_spec(point["cluster"]),
-                         training_spec({"global_batch_sequences": 24, "sequence_parallel": True, "pipeline_scatter_gather": flag}),
-                         layout_specs([point["layout"]]))[0]
+        evaluate_layouts(
+            model_spec(point["model"]),
+            cluster_spec(point["cluster"]),
+            training_spec({"global_batch_sequences": 24, "sequence_parallel": True, "pipeline_scatter_gather": flag}),
+            layout_specs([point["layout"]]),
+        )[0]
         for flag in (True, False)
     )
     assert on.step_time_s == off.step_time_s
@@ -89,8 +92,13 @@ def test_scatter_gather_setting_changes_nothing_under_sequence_parallelism():
 def test_sequence_parallel_selective_recompute_beats_full_recompute_by_about_the_published_29_percent():
     comparison = KORTHIKANTI22_RECOMPUTE_COMPARISON
     selective, full = (
-        evaluate_layouts(model_spec(comparison["model"]), cluster_spec(comparison["cluster"]), training_spec(case["training"]), layout_specs([case["layout"]]),
-                         constraints_spec(comparison["search"]))[0]
+        evaluate_layouts(
+            model_spec(comparison["model"]),
+            cluster_spec(comparison["cluster"]),
+            training_spec(case["training"]),
+            layout_specs([case["layout"]]),
+            constraints_spec(comparison["search"]),
+        )[0]
         for case in comparison["cases"]
     )
     assert full.step_time_s / selective.step_time_s - 1.0 == pytest.approx(0.29, abs=0.06)

@@ -209,9 +209,15 @@ def test_faster_nvlink_never_slows_a_fixed_layout_whose_end_stages_hold_differen
     layout = [{"tp": 2, "pp": 2, "ep": 4, "etp": 2, "virtual_stages": 1, "micro_batch_size": 4, "zero_stage": 1,
                "recompute": "none"}]
     nvlink = cluster_spec({"preset": "dgx-h100", "nodes": 2}).intra_node_bandwidth_bytes_per_s
-    steps = [evaluate_layouts(model_spec(model), cluster_spec({"preset": "dgx-h100", "nodes": 2,
-                                      "intra_node_bandwidth_bytes_per_s": nvlink * factor}),
-                              training_spec(training), layout_specs(layout))[0].step_time_s for factor in (1.0, 1.2, 2.0)]
+    steps = [
+        evaluate_layouts(
+            model_spec(model),
+            cluster_spec({"preset": "dgx-h100", "nodes": 2, "intra_node_bandwidth_bytes_per_s": nvlink * factor}),
+            training_spec(training),
+            layout_specs(layout),
+        )[0].step_time_s
+        for factor in (1.0, 1.2, 2.0)
+    ]
     assert steps == sorted(steps, reverse=True)
 
 
@@ -239,9 +245,15 @@ def test_the_output_layer_runs_at_the_16_bit_rate_in_an_fp8_run():
 
 def test_layers_not_divisible_by_pp_rejected_only_when_uneven_stages_are_disallowed():
     model = {**GPT_SMALL, "num_layers": 6}
-    strict = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}), layout_specs([{"pp": 4}]),
-                              constraints_spec({"allow_uneven_pp": False}))[0]
-    lenient = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}), layout_specs([{"pp": 4}]))[0]
+    strict = evaluate_layouts(
+        model_spec(model),
+        cluster_spec(A100_NODE),
+        training_spec({"global_batch_sequences": 8}),
+        layout_specs([{"pp": 4}]),
+        constraints_spec({"allow_uneven_pp": False}),
+    )[0]
+    lenient = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}),
+                               layout_specs([{"pp": 4}]))[0]
     assert any("6 layers are not divisible by pp=4" in r for r in strict.reasons)
     assert lenient.fits and any("uneven stages" in n for n in lenient.notes)
 
@@ -252,7 +264,8 @@ def test_a_model_shrunk_to_width_one_is_predicted_no_slower_than_a_small_one():
     small = {"num_layers": 1, "hidden_size": 64, "num_attention_heads": 1, "vocab_size": 1000, "seq_length": 128}
 
     def step_s(**shrunk):
-        (prediction,) = evaluate_layouts(model_spec({**small, **shrunk}), cluster_spec(cluster), training_spec({"global_batch_sequences": 1}),
+        (prediction,) = evaluate_layouts(model_spec({**small, **shrunk}), cluster_spec(cluster),
+                                         training_spec({"global_batch_sequences": 1}),
                                          layout_specs([{"micro_batch_size": 1}]))
         return prediction.step_time_s
 
@@ -265,8 +278,10 @@ def test_a_72_gpu_nvlink_rack_keeps_a_36_way_tensor_group_inside_its_domain():
     model = {**GPT_SMALL, "num_layers": 8, "hidden_size": 9216, "num_attention_heads": 72, "seq_length": 4096}
     layout = [{"tp": 36, "pp": 1, "cp": 1}]
     training = {"global_batch_sequences": 16}
-    (rack,) = evaluate_layouts(model_spec(model), cluster_spec({"preset": "gb200-nvl72", "nodes": 1}), training_spec(training), layout_specs(layout))
-    (nodes,) = evaluate_layouts(model_spec(model), cluster_spec({"preset": "dgx-b200", "nodes": 9}), training_spec(training), layout_specs(layout))
+    (rack,) = evaluate_layouts(model_spec(model), cluster_spec({"preset": "gb200-nvl72", "nodes": 1}),
+                               training_spec(training), layout_specs(layout))
+    (nodes,) = evaluate_layouts(model_spec(model), cluster_spec({"preset": "dgx-b200", "nodes": 9}),
+                                training_spec(training), layout_specs(layout))
     assert not any("spans" in reason for reason in rack.reasons)
     assert any("nodes of 8 GPUs: its per-layer all-reduces would leave" in reason for reason in nodes.reasons)
     assert rack.time_breakdown_s["tp_comm_s"] < nodes.time_breakdown_s["tp_comm_s"] / 5

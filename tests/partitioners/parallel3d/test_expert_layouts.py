@@ -33,15 +33,22 @@ MOE_BLOCKS = {"num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16, "
 def _folded_and_split(num_layers: int = 4, **training) -> dict[int, object]:
     """The same (tp 2, ep 2) layout on 8 H100s with experts split over the tensor ranks and folded."""
     layout = {"tp": 2, "pp": 1, "cp": 1, "ep": 2, "micro_batch_size": 1, "recompute": "none", "zero_stage": 1}
-    return {etp: evaluate_layouts(model_spec({**MOE_BLOCKS, "num_layers": num_layers}), cluster_spec({"preset": "dgx-h100", "nodes": 1}),
-                                  training_spec({"global_batch_sequences": 8, **training}), layout_specs([{**layout, "etp": etp}]))[0]
-            for etp in (2, 1)}
+    return {
+        etp: evaluate_layouts(
+            model_spec({**MOE_BLOCKS, "num_layers": num_layers}),
+            cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+            training_spec({"global_batch_sequences": 8, **training}),
+            layout_specs([{**layout, "etp": etp}]),
+        )[0]
+        for etp in (2, 1)
+    }
 
 
 def test_moe_layouts_use_expert_parallel_sizes_that_divide_experts_and_dp_or_fold_over_tensor_ranks():
     model = {**GPT_SMALL, "num_layers": 4, "moe": {"num_experts": 6, "experts_per_token": 2,
                                                    "expert_ffn_hidden_size": 64}}
-    plan = plan_parallel_layout(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64}), top_k=50)
+    plan = plan_parallel_layout(model_spec(model), cluster_spec(A100_NODE),
+                                training_spec({"global_batch_sequences": 64}), top_k=50)
     assert plan.feasible
     assert all(6 % c.ep == 0 for c in plan.candidates)
     assert all(c.dp % c.ep == 0 for c in plan.candidates if c.etp == c.tp)
@@ -77,7 +84,8 @@ def test_folded_moe_layers_run_no_tensor_parallel_collectives_in_their_expert_bl
 
 def test_an_expert_tensor_parallel_size_other_than_one_or_tp_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        evaluate_layouts(model_spec(MOE_BLOCKS), cluster_spec({"preset": "dgx-h100", "nodes": 1}), training_spec({"global_batch_sequences": 8}),
+        evaluate_layouts(model_spec(MOE_BLOCKS), cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+                         training_spec({"global_batch_sequences": 8}),
                          layout_specs([{"tp": 4, "pp": 1, "cp": 1, "ep": 2, "etp": 2}]))
     assert err.value.field == "evaluate[0].etp"
     assert "must be 1 or tp=4" in str(err.value)
@@ -93,11 +101,13 @@ def test_folded_experts_without_sequence_parallelism_are_invalid_input_naming_it
 
 
 def test_a_dense_model_keeps_etp_equal_to_tp():
-    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}),
+    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE),
+                               training_spec({"global_batch_sequences": 8}),
                                layout_specs([{"tp": 2, "pp": 1, "cp": 1}]))
     assert pred.etp == 2
     with pytest.raises(InvalidInput) as err:
-        evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}),
+        evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE),
+                         training_spec({"global_batch_sequences": 8}),
                          layout_specs([{"tp": 2, "pp": 1, "cp": 1, "etp": 1}]))
     assert "a model without experts" in str(err.value)
 
@@ -110,9 +120,11 @@ def test_force_balanced_routing_is_faster_than_the_default_twenty_percent_busies
 
 
 def test_moe_predictions_say_they_count_gpu_work_only_and_dense_ones_do_not():
-    (moe,) = evaluate_layouts(model_spec(MOE_BLOCKS), cluster_spec({"preset": "dgx-h100", "nodes": 1}), training_spec({"global_batch_sequences": 8}),
+    (moe,) = evaluate_layouts(model_spec(MOE_BLOCKS), cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+                              training_spec({"global_batch_sequences": 8}),
                               layout_specs([{"tp": 1, "ep": 8}]))
-    (dense,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}),
+    (dense,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE),
+                                training_spec({"global_batch_sequences": 8}),
                                 layout_specs([{"tp": 1}]))
     assert any(note.startswith("MoE layers are predicted from GPU work alone") for note in moe.notes)
     assert not any(note.startswith("MoE layers") for note in dense.notes)
@@ -120,6 +132,7 @@ def test_moe_predictions_say_they_count_gpu_work_only_and_dense_ones_do_not():
 
 def test_a_constraint_on_etp_keeps_the_search_to_split_or_folded_experts():
     for etp in (1, 2):
-        plan = plan_parallel_layout(model_spec(MOE_BLOCKS), cluster_spec({"preset": "dgx-h100", "nodes": 1}), training_spec({"global_batch_sequences": 8}),
+        plan = plan_parallel_layout(model_spec(MOE_BLOCKS), cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+                                    training_spec({"global_batch_sequences": 8}),
                                     constraints_spec({"tp": 2, "etp": etp}), with_rank_map=False)
         assert plan.feasible and {c.etp for c in plan.candidates} == {etp}

@@ -191,7 +191,8 @@ def test_deepseek_v3_published_layout_fits_with_up_projection_recomputation():
     training = {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
                 "overlap_ep_comm": True}
     layouts_asked = [{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": rc} for rc in ("none", "selective")]
-    none, selective = evaluate_layouts(model_spec(DEEPSEEK_V3), cluster_spec({"preset": "hgx-h800", "nodes": 256}), training_spec(training), layout_specs(layouts_asked))
+    none, selective = evaluate_layouts(model_spec(DEEPSEEK_V3), cluster_spec({"preset": "hgx-h800", "nodes": 256}),
+                                       training_spec(training), layout_specs(layouts_asked))
     assert any(reason.startswith("out of memory") for reason in none.reasons)
     assert not selective.reasons
     assert selective.memory.activations_bytes < none.memory.activations_bytes
@@ -219,7 +220,8 @@ def test_deepseek_v3_with_its_prediction_module_still_fits_its_published_layout(
     # layers: lighter in activations than MoE layers, so the published layout still fits
     training = {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
                 "overlap_ep_comm": True, "fp8_params": False}
-    (published,) = evaluate_layouts(model_spec({**DEEPSEEK_V3, "mtp_layers": 1}), cluster_spec({"preset": "hgx-h800", "nodes": 256}), training_spec(training),
+    (published,) = evaluate_layouts(model_spec({**DEEPSEEK_V3, "mtp_layers": 1}),
+                                    cluster_spec({"preset": "hgx-h800", "nodes": 256}), training_spec(training),
                                     layout_specs([{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": "selective"}]))
     assert not published.reasons
 

@@ -168,8 +168,10 @@ def test_multi_query_attention_at_tp_equal_to_the_heads_costs_a_rank_what_multi_
     # keeps and attends over one KV head either way (StarCoder's multi-query attention
     # trained at tp 4)
     mqa, mha = {**GPT_SMALL, "num_kv_heads": 1}, GPT_SMALL
-    (pred_mqa,) = evaluate_layouts(model_spec(mqa), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}), layout_specs([{"tp": 4, "pp": 1}]))
-    (pred_mha,) = evaluate_layouts(model_spec(mha), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}), layout_specs([{"tp": 4, "pp": 1}]))
+    (pred_mqa,) = evaluate_layouts(model_spec(mqa), cluster_spec(A100_NODE),
+                                   training_spec({"global_batch_sequences": 8}), layout_specs([{"tp": 4, "pp": 1}]))
+    (pred_mha,) = evaluate_layouts(model_spec(mha), cluster_spec(A100_NODE),
+                                   training_spec({"global_batch_sequences": 8}), layout_specs([{"tp": 4, "pp": 1}]))
     assert pred_mqa.fits and not pred_mqa.reasons
     assert pred_mqa.step_time_s == pytest.approx(pred_mha.step_time_s, rel=1e-9)
     assert pred_mqa.memory.total_bytes == pytest.approx(pred_mha.memory.total_bytes, rel=1e-9)
@@ -177,7 +179,8 @@ def test_multi_query_attention_at_tp_equal_to_the_heads_costs_a_rank_what_multi_
 
 def test_kv_heads_that_neither_divide_tp_nor_are_divided_by_it_are_rejected_with_reason():
     model = {**GPT_SMALL, "hidden_size": 96, "num_attention_heads": 12, "num_kv_heads": 3}
-    (pred,) = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}), layout_specs([{"tp": 4}]))
+    (pred,) = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}),
+                               layout_specs([{"tp": 4}]))
     assert not pred.fits
     assert any("3 KV heads are neither divisible by tp=4 nor divide it" in r for r in pred.reasons)
 
@@ -215,9 +218,11 @@ def test_a_wider_query_raises_attention_flops_and_activations_but_not_the_mlp():
 
 
 def test_a_stated_head_width_equal_to_hidden_over_heads_changes_nothing():
-    plain = plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec({"preset": "dgx-a100", "nodes": 1}), training_spec({"global_batch_sequences": 16}),
+    plain = plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec({"preset": "dgx-a100", "nodes": 1}),
+                                 training_spec({"global_batch_sequences": 16}),
                                  None, with_rank_map=False)
-    stated = plan_parallel_layout(model_spec({**GPT_SMALL, "head_dim": 16}), cluster_spec({"preset": "dgx-a100", "nodes": 1}),
+    stated = plan_parallel_layout(model_spec({**GPT_SMALL, "head_dim": 16}),
+                                  cluster_spec({"preset": "dgx-a100", "nodes": 1}),
                                   training_spec({"global_batch_sequences": 16}), None, with_rank_map=False)
     assert [c.step_time_s for c in stated.candidates] == [c.step_time_s for c in plain.candidates]
 
@@ -243,7 +248,8 @@ def test_flash_attention_kernels_run_a_sliding_window_model_s_share_of_the_causa
     # compute differs by the attention kernels' time at FlashAttention-2's
     def attention_s(model):
         layout = [{"tp": 1, "pp": 1, "micro_batch_size": 1, "recompute": "none"}]
-        fa1, fa2 = (evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64, "flash_attention_version": v}),
+        fa1, fa2 = (evaluate_layouts(model_spec(model), cluster_spec(A100_NODE),
+                                     training_spec({"global_batch_sequences": 64, "flash_attention_version": v}),
                                      layout_specs(layout))[0].time_breakdown_s["compute_s"] for v in (1, 2))
         return fa1 - fa2
     full = {**GPT_SMALL, "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 16384}

@@ -100,8 +100,10 @@ def test_a_vision_language_config_plans_its_text_model_with_the_class_defaults_i
 def test_a_model_read_from_its_config_is_planned_exactly_as_the_shape_it_reads_as():
     cluster, training = {"preset": "dgx-h100", "nodes": 2}, {"global_batch_sequences": 256}
     config = {"huggingface_config": _config("mistralai/Mixtral-8x7B-v0.1"), "seq_length": 4096}
-    by_config = plan_parallel_layout(model_spec(config), cluster_spec(cluster), training_spec(training), top_k=3, with_rank_map=False)
-    by_shape = plan_parallel_layout(model_spec(model_spec(config).to_dict()), cluster_spec(cluster), training_spec(training), top_k=3,
+    by_config = plan_parallel_layout(model_spec(config), cluster_spec(cluster), training_spec(training), top_k=3,
+                                     with_rank_map=False)
+    by_shape = plan_parallel_layout(model_spec(model_spec(config).to_dict()), cluster_spec(cluster),
+                                    training_spec(training), top_k=3,
                                     with_rank_map=False)
     assert by_config.candidates == by_shape.candidates
 

@@ -35,8 +35,12 @@ def test_every_ranked_layout_uses_all_gpus_splits_the_batch_and_fits(layers, hea
     heads = 2**heads_exp
     model = {"num_layers": layers, "hidden_size": 64 * heads, "num_attention_heads": heads, "seq_length": 512,
              "vocab_size": 1000}
-    plan = plan_parallel_layout(model_spec(model), cluster_spec({"preset": "dgx-a100", "nodes": nodes}), training_spec({"global_batch_sequences": batch}),
-                                top_k=20)
+    plan = plan_parallel_layout(
+        model_spec(model),
+        cluster_spec({"preset": "dgx-a100", "nodes": nodes}),
+        training_spec({"global_batch_sequences": batch}),
+        top_k=20,
+    )
     for c in plan.candidates:
         assert c.dp * c.tp * c.pp * c.cp == 8 * nodes
         assert batch % (c.dp * c.micro_batch_size) == 0
@@ -89,7 +93,8 @@ def test_faster_hardware_never_slows_a_fixed_layout(layers, moe_layers, pp, tp, 
     layout = [{"tp": tp, "pp": pp, "cp": 1, "ep": 2 if moe_layers else 1, "virtual_stages": 1, "micro_batch_size": 1,
                "zero_stage": 1, "recompute": "none"}]
     (base,) = evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec(training), layout_specs(layout))
-    (faster,) = evaluate_layouts(model_spec(model), cluster_spec({**cluster, field: faster_value}), training_spec(training), layout_specs(layout))
+    (faster,) = evaluate_layouts(model_spec(model), cluster_spec({**cluster, field: faster_value}),
+                                 training_spec(training), layout_specs(layout))
     assert faster.step_time_s <= base.step_time_s * (1 + 1e-12)
 
 
@@ -109,7 +114,8 @@ def test_recomputation_never_needs_more_memory_than_keeping_everything(layers, m
     layout = {"tp": 1, "pp": pp, "cp": 1, "ep": 1, "virtual_stages": 1, "micro_batch_size": 1, "zero_stage": 1}
     try:
         kept, recomputed = evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec(training),
-                                            layout_specs([{**layout, "recompute": "none"}, {**layout, "recompute": recompute}]))
+                                            layout_specs([{**layout, "recompute": "none"},
+                                                          {**layout, "recompute": recompute}]))
     except InvalidInput:  # more stages than layers
         assert pp > layers
         return
@@ -122,10 +128,12 @@ def test_more_memory_per_gpu_never_slows_the_best_layout(memory_gib, layers):
     model = {"num_layers": layers, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
              "vocab_size": 32000}
     base = {"gpu": "a100-80gb", "num_nodes": 1}
-    small = plan_parallel_layout(model_spec(model), cluster_spec({**base, "memory_bytes": memory_gib * 2**30}), training_spec({"global_batch_sequences": 64}),
+    small = plan_parallel_layout(model_spec(model), cluster_spec({**base, "memory_bytes": memory_gib * 2**30}),
+                                 training_spec({"global_batch_sequences": 64}),
                                  constraints_spec({"tie_tolerance": 0.0}), with_rank_map=False)
     large = plan_parallel_layout(model_spec(model), cluster_spec({**base, "memory_bytes": 2 * memory_gib * 2**30}),
-                                 training_spec({"global_batch_sequences": 64}), constraints_spec({"tie_tolerance": 0.0}), with_rank_map=False)
+                                 training_spec({"global_batch_sequences": 64}),
+                                 constraints_spec({"tie_tolerance": 0.0}), with_rank_map=False)
     if small.feasible:
         assert large.candidates[0].step_time_s <= small.candidates[0].step_time_s
 
@@ -138,8 +146,10 @@ def test_fewer_kv_heads_never_cost_a_rank_more_memory_or_compute(tp_exp, fewer_e
     fewer, more = sorted((2**fewer_exp, 2**more_exp))
     model = {"num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16, "seq_length": 2048, "vocab_size": 32000}
     layout = [{"tp": 2**tp_exp, "pp": 1, "cp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "none"}]
-    (small,) = evaluate_layouts(model_spec({**model, "num_kv_heads": fewer}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64}), layout_specs(layout))
-    (large,) = evaluate_layouts(model_spec({**model, "num_kv_heads": more}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64}), layout_specs(layout))
+    (small,) = evaluate_layouts(model_spec({**model, "num_kv_heads": fewer}), cluster_spec(A100_NODE),
+                                training_spec({"global_batch_sequences": 64}), layout_specs(layout))
+    (large,) = evaluate_layouts(model_spec({**model, "num_kv_heads": more}), cluster_spec(A100_NODE),
+                                training_spec({"global_batch_sequences": 64}), layout_specs(layout))
     assert not small.reasons and not large.reasons
     assert small.memory.total_bytes <= large.memory.total_bytes * (1 + 1e-12)
     assert small.time_breakdown_s["compute_s"] <= large.time_breakdown_s["compute_s"] * (1 + 1e-12)

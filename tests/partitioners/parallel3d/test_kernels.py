@@ -110,8 +110,15 @@ def test_an_older_flash_attention_costs_more_the_longer_the_sequence():
     for seq in (1024, 4096, 16384):
         model = {**GPT_SMALL, "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": seq}
         layout = [{"tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1, "recompute": "none"}]
-        times = [evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64, "flash_attention_version": v}),
-                                  layout_specs(layout))[0].step_time_s for v in (None, 1)]
+        times = [
+            evaluate_layouts(
+                model_spec(model),
+                cluster_spec(A100_NODE),
+                training_spec({"global_batch_sequences": 64, "flash_attention_version": v}),
+                layout_specs(layout),
+            )[0].step_time_s
+            for v in (None, 1)
+        ]
         slowdown.append(times[1] / times[0])
     assert 1.0 < slowdown[0] < slowdown[1] < slowdown[2]
 
@@ -147,8 +154,15 @@ def test_a_step_charges_context_parallel_attention_the_short_call_slowdown():
     def attention_s(seq, cp):
         model = {**GPT_SMALL, "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": seq}
         layout = [{"tp": 1, "pp": 1, "cp": cp, "micro_batch_size": 1, "recompute": "none"}]
-        fa1, fa2 = (evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64, "flash_attention_version": v}),
-                                     layout_specs(layout))[0].time_breakdown_s["compute_s"] for v in (1, 2))
+        fa1, fa2 = (
+            evaluate_layouts(
+                model_spec(model),
+                cluster_spec(A100_NODE),
+                training_spec({"global_batch_sequences": 64, "flash_attention_version": v}),
+                layout_specs(layout),
+            )[0].time_breakdown_s["compute_s"]
+            for v in (1, 2)
+        )
         return fa1 - fa2
     for seq in (2048, 32768):
         assert attention_s(seq, 2) / attention_s(seq, 1) == \
@@ -194,7 +208,13 @@ def test_an_older_flash_attention_never_makes_a_step_faster(seq_exp, tp_exp, cp,
     model = {"num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 4,
              "seq_length": 2**seq_exp, "vocab_size": 32000}
     layout = [{"tp": 2**tp_exp, "pp": 1, "cp": cp, "micro_batch_size": 1, "recompute": recompute}]
-    steps = [evaluate_layouts(model_spec(model), cluster_spec({"preset": "dgx-h100", "nodes": 2}),
-                              training_spec({"global_batch_sequences": 64, "flash_attention_version": version}), layout_specs(layout))[0].step_time_s
-             for version in (3, 2, 1)]
+    steps = [
+        evaluate_layouts(
+            model_spec(model),
+            cluster_spec({"preset": "dgx-h100", "nodes": 2}),
+            training_spec({"global_batch_sequences": 64, "flash_attention_version": version}),
+            layout_specs(layout),
+        )[0].step_time_s
+        for version in (3, 2, 1)
+    ]
     assert steps[0] <= steps[1] <= steps[2]

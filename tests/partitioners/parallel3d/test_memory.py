@@ -130,8 +130,12 @@ def test_selective_recomputation_fits_llama3_405b_as_meta_trained_it_without_che
              "ffn_hidden_size": 53248, "gated_mlp": True, "seq_length": 8192, "vocab_size": 128256}
     layout = {"tp": 8, "pp": 16, "cp": 1, "dp": 64}
     cluster, training = {"preset": "dgx-h100", "nodes": 1024}, {"global_batch_sequences": 2048}
-    kept_all, rebuilt = evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec(training), layout_specs([{**layout, "recompute": "none"},
-                                                                    {**layout, "recompute": "selective"}]))
+    kept_all, rebuilt = evaluate_layouts(
+        model_spec(model),
+        cluster_spec(cluster),
+        training_spec(training),
+        layout_specs([{**layout, "recompute": "none"}, {**layout, "recompute": "selective"}]),
+    )
     assert not kept_all.fits
     assert rebuilt.fits
 
@@ -279,8 +283,12 @@ def test_deferred_zero_2_moves_zero_1_bytes_but_cannot_hide_its_reduce_scatter_b
 def test_an_fsdp_layout_with_a_pipeline_is_predicted_and_says_its_sharding_is_deferred():
     # Llama 3 405B trained with FSDP and pp = 16 (Llama Team 2024, Sec. 3.3.2)
     model = {**GPT_SMALL, "num_layers": 4}
-    prediction, = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 16}),
-                                   layout_specs([{"tp": 1, "pp": 2, "zero_stage": 3, "recompute": "none"}]))
+    (prediction,) = evaluate_layouts(
+        model_spec(model),
+        cluster_spec(A100_NODE),
+        training_spec({"global_batch_sequences": 16}),
+        layout_specs([{"tp": 1, "pp": 2, "zero_stage": 3, "recompute": "none"}]),
+    )
     assert prediction.reasons == ()
     assert any("deferred" in note for note in prediction.notes)
 
@@ -325,8 +333,12 @@ def test_a_middle_stage_fuller_than_the_shortened_first_one_sets_the_activation_
 
 def test_a_prediction_names_the_pipeline_rank_whose_memory_it_reports():
     model = {**GPT_SMALL, "num_layers": 14, "vocab_size": 8}
-    (prediction,) = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 16}),
-                                     layout_specs([{"dp": 1, "tp": 1, "pp": 8, "virtual_stages": 1, "micro_batch_size": 1}]))
+    (prediction,) = evaluate_layouts(
+        model_spec(model),
+        cluster_spec(A100_NODE),
+        training_spec({"global_batch_sequences": 16}),
+        layout_specs([{"dp": 1, "tp": 1, "pp": 8, "virtual_stages": 1, "micro_batch_size": 1}]),
+    )
     assert prediction.memory.fullest_stage == 1
     assert prediction.memory.to_dict()["fullest_stage"] == 1
 
@@ -378,10 +390,14 @@ def test_layout_known_to_run_out_of_memory_is_predicted_not_to_fit():
     # needed selective recomputation to fit it
     gpt3 = {"num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96, "seq_length": 2048,
             "vocab_size": 51200}
-    (pred,) = evaluate_layouts(model_spec(gpt3), cluster_spec({"preset": "dgx-a100", "nodes": 8}),
-                               training_spec({"global_batch_sequences": 64, "flash_attention": False, "dropout": True}),
-                               layout_specs([{"tp": 8, "pp": 8, "micro_batch_size": 1, "recompute": "none", "zero_stage": 0,
-                                 "virtual_stages": 1}]))
+    (pred,) = evaluate_layouts(
+        model_spec(gpt3),
+        cluster_spec({"preset": "dgx-a100", "nodes": 8}),
+        training_spec({"global_batch_sequences": 64, "flash_attention": False, "dropout": True}),
+        layout_specs(
+            [{"tp": 8, "pp": 8, "micro_batch_size": 1, "recompute": "none", "zero_stage": 0, "virtual_stages": 1}]
+        ),
+    )
     assert any(r.startswith("out of memory") for r in pred.reasons)
 
 
@@ -398,11 +414,14 @@ def test_layout_that_fits_only_at_low_allocator_fragmentation_is_noted_as_tight(
              "vocab_size": 32000}
     layout = [{"tp": 1, "pp": 1, "micro_batch_size": 4, "recompute": "none", "zero_stage": 0}]
     training = {"global_batch_sequences": 32, "flash_attention": False}
-    (roomy,) = evaluate_layouts(model_spec(model), cluster_spec({"gpu": "a100-80gb", "num_nodes": 1}), training_spec(training), layout_specs(layout))
+    (roomy,) = evaluate_layouts(model_spec(model), cluster_spec({"gpu": "a100-80gb", "num_nodes": 1}),
+                                training_spec(training), layout_specs(layout))
     activations_at_high_end = roomy.memory.activations_bytes * (
         (1 + ACTIVATION_FRAGMENTATION_HIGH) / (1 + ACTIVATION_FRAGMENTATION) - 1)
     capacity = roomy.memory.total_bytes + activations_at_high_end / 2
-    (tight,) = evaluate_layouts(model_spec(model), cluster_spec({"gpu": "a100-80gb", "num_nodes": 1, "memory_bytes": capacity}), training_spec(training),
+    (tight,) = evaluate_layouts(model_spec(model),
+                                cluster_spec({"gpu": "a100-80gb", "num_nodes": 1, "memory_bytes": capacity}),
+                                training_spec(training),
                                 layout_specs(layout))
     assert roomy.fits and not any(n.startswith("tight memory") for n in roomy.notes)
     assert tight.fits and any(n.startswith("tight memory") for n in tight.notes)
@@ -413,10 +432,13 @@ def test_an_mfu_above_one_from_counting_the_whole_attention_matrix_is_explained_
     # of the whole s x s matrix is twice what causal kernels compute
     model = {"num_layers": 12, "hidden_size": 2048, "num_attention_heads": 8, "num_kv_heads": 1,
              "ffn_hidden_size": 1, "vocab_size": 1, "seq_length": 131072}
-    (long_context,) = evaluate_layouts(model_spec(model), cluster_spec({"preset": "dgx-a100", "nodes": 4}), training_spec({"global_batch_sequences": 64}),
+    (long_context,) = evaluate_layouts(model_spec(model), cluster_spec({"preset": "dgx-a100", "nodes": 4}),
+                                       training_spec({"global_batch_sequences": 64}),
                                        layout_specs([{"tp": 1, "pp": 2}]))
-    (short_context,) = evaluate_layouts(model_spec({**model, "seq_length": 2048}), cluster_spec({"preset": "dgx-a100", "nodes": 4}),
-                                        training_spec({"global_batch_sequences": 64}), layout_specs([{"tp": 1, "pp": 2}]))
+    (short_context,) = evaluate_layouts(model_spec({**model, "seq_length": 2048}),
+                                        cluster_spec({"preset": "dgx-a100", "nodes": 4}),
+                                        training_spec({"global_batch_sequences": 64}),
+                                        layout_specs([{"tp": 1, "pp": 2}]))
     assert long_context.mfu > 1.0 > long_context.mfu_causal
     assert any(n.startswith(f"mfu {long_context.mfu:.2f} is above 1") for n in long_context.notes)
     assert not any("is above 1" in n for n in short_context.notes)
@@ -426,7 +448,8 @@ def test_each_layout_reports_the_allocator_fragmentation_at_which_it_stops_fitti
     model = {"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
              "vocab_size": 32000}
     layout = [{"tp": 1, "pp": 1, "micro_batch_size": 4, "recompute": "none", "zero_stage": 0}]
-    (pred,) = evaluate_layouts(model_spec(model), cluster_spec({"gpu": "a100-80gb", "num_nodes": 1}), training_spec({"global_batch_sequences": 32}), layout_specs(layout))
+    (pred,) = evaluate_layouts(model_spec(model), cluster_spec({"gpu": "a100-80gb", "num_nodes": 1}),
+                               training_spec({"global_batch_sequences": 32}), layout_specs(layout))
     memory = pred.memory
     fills_at = memory.to_dict()["fragmentation_that_fills"]
     # the same activations, counted at that waste instead of the predicted 10%, are exactly capacity
@@ -438,9 +461,11 @@ def test_each_layout_reports_the_allocator_fragmentation_at_which_it_stops_fitti
 
 def test_a_stated_allocator_fragmentation_is_counted_on_the_activations_instead_of_the_default():
     cluster = {"gpu": "a100-80gb", "num_nodes": 1}
-    (default,) = evaluate_layouts(model_spec(_EIGHT_LAYERS), cluster_spec(cluster), training_spec({"global_batch_sequences": 32}), layout_specs(_NO_RECOMPUTE))
-    (wasteful,) = evaluate_layouts(model_spec(_EIGHT_LAYERS), cluster_spec(cluster), training_spec({"global_batch_sequences": 32,
-                                                            "activation_fragmentation": 0.3}), layout_specs(_NO_RECOMPUTE))
+    (default,) = evaluate_layouts(model_spec(_EIGHT_LAYERS), cluster_spec(cluster),
+                                  training_spec({"global_batch_sequences": 32}), layout_specs(_NO_RECOMPUTE))
+    (wasteful,) = evaluate_layouts(model_spec(_EIGHT_LAYERS), cluster_spec(cluster),
+                                   training_spec({"global_batch_sequences": 32, "activation_fragmentation": 0.3}),
+                                   layout_specs(_NO_RECOMPUTE))
     assert wasteful.memory.activations_bytes == pytest.approx(
         default.memory.activations_bytes * 1.3 / (1 + ACTIVATION_FRAGMENTATION))
     extra = wasteful.memory.activations_bytes - default.memory.activations_bytes
@@ -450,9 +475,12 @@ def test_a_stated_allocator_fragmentation_is_counted_on_the_activations_instead_
 
 def test_the_fragmentation_at_which_a_layout_fills_does_not_depend_on_the_fragmentation_counted():
     cluster = {"gpu": "a100-80gb", "num_nodes": 1}
-    fills_at = [evaluate_layouts(model_spec(_EIGHT_LAYERS), cluster_spec(cluster), training_spec({"global_batch_sequences": 32,
+    fills_at = [evaluate_layouts(model_spec(_EIGHT_LAYERS), cluster_spec(cluster),
+                                 training_spec({"global_batch_sequences": 32,
                                                           "activation_fragmentation": counted}),
-                                 layout_specs(_NO_RECOMPUTE))[0].memory.fragmentation_that_fills for counted in (0.0, 0.1, 0.25)]
+                                 layout_specs(_NO_RECOMPUTE))[0].memory.fragmentation_that_fills for counted in (0.0,
+                                                                                                                 0.1,
+                                                                                                                 0.25)]
     assert fills_at == pytest.approx([fills_at[0]] * 3)
 
 
@@ -463,9 +491,11 @@ def test_a_layout_tight_at_the_default_fragmentation_runs_out_of_memory_at_a_mea
     raw_activations = roomy.memory.activations_bytes / (1 + ACTIVATION_FRAGMENTATION)
     capacity = roomy.memory.total_bytes - roomy.memory.activations_bytes + 1.2 * raw_activations
     cluster = {"gpu": "a100-80gb", "num_nodes": 1, "memory_bytes": capacity}
-    (tight,) = evaluate_layouts(model_spec(_EIGHT_LAYERS), cluster_spec(cluster), training_spec({"global_batch_sequences": 32}), layout_specs(_NO_RECOMPUTE))
-    (measured,) = evaluate_layouts(model_spec(_EIGHT_LAYERS), cluster_spec(cluster), training_spec({"global_batch_sequences": 32,
-                                                            "activation_fragmentation": 0.25}), layout_specs(_NO_RECOMPUTE))
+    (tight,) = evaluate_layouts(model_spec(_EIGHT_LAYERS), cluster_spec(cluster),
+                                training_spec({"global_batch_sequences": 32}), layout_specs(_NO_RECOMPUTE))
+    (measured,) = evaluate_layouts(model_spec(_EIGHT_LAYERS), cluster_spec(cluster),
+                                   training_spec({"global_batch_sequences": 32, "activation_fragmentation": 0.25}),
+                                   layout_specs(_NO_RECOMPUTE))
     assert tight.fits and any(n.startswith("tight memory") for n in tight.notes)
     assert not measured.fits and any(r.startswith("out of memory") for r in measured.reasons)
 

@@ -107,12 +107,14 @@ def test_partial_recomputation_repeats_the_forward_of_only_the_layers_it_covers(
 
 def test_full_recomputation_covers_the_fewest_layers_that_fit_with_room_for_allocator_waste():
     training = {"global_batch_sequences": 64}
-    (chosen,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER), training_spec(training), layout_specs([_PARTIAL_LAYOUT]))
+    (chosen,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER), training_spec(training),
+                                 layout_specs([_PARTIAL_LAYOUT]))
     k = chosen.recompute_num_layers
     assert chosen.recompute == "full"
     (one_fewer,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER), training_spec(training),
                                     layout_specs([{**_PARTIAL_LAYOUT, "recompute_num_layers": k - 1}]))
-    (every_layer,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER), training_spec(training),
+    (every_layer,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER),
+                                      training_spec(training),
                                       layout_specs([{**_PARTIAL_LAYOUT, "recompute_num_layers": 16}]))
     assert 1 < k < 16 and chosen.fits
     assert not any(n.startswith("tight memory") for n in chosen.notes)
@@ -123,21 +125,25 @@ def test_full_recomputation_covers_the_fewest_layers_that_fit_with_room_for_allo
 
 def test_the_2021_software_recomputes_every_layer():
     training = {"global_batch_sequences": 64, "software": "megatron-lm-2021"}
-    plan = plan_parallel_layout(model_spec({**_PARTIAL_MODEL, "seq_length": 1024}), cluster_spec(_PARTIAL_CLUSTER), training_spec(training),
-                                constraints_spec({"tp": 1, "pp": 1, "micro_batch_size": 2, "zero_stages": [1], "recompute": ["full"]}))
+    plan = plan_parallel_layout(model_spec({**_PARTIAL_MODEL, "seq_length": 1024}), cluster_spec(_PARTIAL_CLUSTER),
+                                training_spec(training),
+                                constraints_spec({"tp": 1, "pp": 1, "micro_batch_size": 2, "zero_stages": [1],
+                                                  "recompute": ["full"]}))
     assert plan.candidates[0].recompute_num_layers == 16
 
 
 def test_a_layout_stated_as_full_recomputation_recomputes_every_layer():
     # published runs that say "full activation recomputation" recomputed all of them
-    (pred,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER), training_spec({"global_batch_sequences": 64}),
+    (pred,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER),
+                               training_spec({"global_batch_sequences": 64}),
                                layout_specs([{**_PARTIAL_LAYOUT, "recompute": "full"}]))
     assert pred.recompute_num_layers == 16
     assert not any(n.startswith("partial recomputation") for n in pred.notes)
 
 
 def test_a_stated_recompute_layer_count_implies_full_recomputation_and_is_kept():
-    (pred,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER), training_spec({"global_batch_sequences": 64}),
+    (pred,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER),
+                               training_spec({"global_batch_sequences": 64}),
                                layout_specs([{**_PARTIAL_LAYOUT, "recompute_num_layers": 12}]))
     assert (pred.recompute, pred.recompute_num_layers) == ("full", 12)
     assert pred.to_dict()["recompute_num_layers"] == 12
@@ -145,13 +151,15 @@ def test_a_stated_recompute_layer_count_implies_full_recomputation_and_is_kept()
 
 def test_a_recompute_layer_count_of_zero_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER), training_spec({"global_batch_sequences": 64}),
+        plan_parallel_layout(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER),
+                             training_spec({"global_batch_sequences": 64}),
                              constraints_spec({"recompute_num_layers": 0}))
     assert err.value.field == "constraints.recompute_num_layers"
 
 
 def test_recompute_num_layers_alone_constrains_the_search_to_full_recomputation_of_that_many_layers():
-    plan = plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec({"global_batch_sequences": 64}),
+    plan = plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER),
+                                training_spec({"global_batch_sequences": 64}),
                                 constraints_spec({"recompute_num_layers": 8}), with_rank_map=False)
     assert plan.candidates
     assert all(c.recompute == "full" and c.recompute_num_layers == 8 for c in plan.candidates)
@@ -164,30 +172,36 @@ def test_recompute_num_layers_alone_constrains_the_search_to_full_recomputation_
 ])
 def test_constraints_that_contradict_each_other_or_the_model_are_invalid_input(constraints, field):
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec({"global_batch_sequences": 64}), constraints_spec(constraints))
+        plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER),
+                             training_spec({"global_batch_sequences": 64}), constraints_spec(constraints))
     assert err.value.field == field
 
 
 def test_an_evaluated_recompute_num_layers_is_predicted_as_asked_or_refused_naming_it():
     layout = {"tp": 1, "pp": 2, "recompute": "full"}
-    (asked,) = evaluate_layouts(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec({"global_batch_sequences": 64}),
+    (asked,) = evaluate_layouts(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER),
+                                training_spec({"global_batch_sequences": 64}),
                                 layout_specs([{**layout, "recompute_num_layers": 15}]))
     # 15 layers of a chunk: only 1F1B's 16-layer chunks have them, not an interleaved split
     assert (asked.recompute_num_layers, asked.virtual_stages) == (15, 1)
     for too_many in (20, 1000):
         with pytest.raises(InvalidInput) as err:
-            evaluate_layouts(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec({"global_batch_sequences": 64}),
+            evaluate_layouts(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER),
+                             training_spec({"global_batch_sequences": 64}),
                              layout_specs([{**layout, "recompute_num_layers": too_many}]))
         assert err.value.field == "evaluate[0].recompute_num_layers"
 
 
 def test_the_2021_software_searches_no_selective_recomputation_and_refuses_it_when_asked():
     training = {"global_batch_sequences": 64, "software": "megatron-lm-2021"}
-    plan = plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec(training), with_rank_map=False)
+    plan = plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec(training),
+                                with_rank_map=False)
     assert plan.candidates and all(c.recompute != "selective" for c in plan.candidates)
     with pytest.raises(InvalidInput) as err:
-        evaluate_layouts(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec(training), layout_specs([{"tp": 8, "recompute": "selective"}]))
+        evaluate_layouts(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec(training),
+                         layout_specs([{"tp": 8, "recompute": "selective"}]))
     assert err.value.field == "evaluate[0].recompute"
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec(training), constraints_spec({"recompute": ["selective"]}))
+        plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec(training),
+                             constraints_spec({"recompute": ["selective"]}))
     assert err.value.field == "constraints.recompute"

@@ -41,7 +41,8 @@ _LAYOUT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_s
 def test_small_model_on_one_node_is_pure_data_parallel():
     gpt2_small = {"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "seq_length": 1024,
                   "vocab_size": 50257}
-    plan = plan_parallel_layout(model_spec(gpt2_small), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 256}))
+    plan = plan_parallel_layout(model_spec(gpt2_small), cluster_spec(A100_NODE),
+                                training_spec({"global_batch_sequences": 256}))
     best = plan.candidates[0]
     assert (best.dp, best.tp, best.pp) == (8, 1, 1)
 
@@ -49,7 +50,8 @@ def test_small_model_on_one_node_is_pure_data_parallel():
 def test_each_ranked_candidate_is_a_different_tensor_and_pipeline_split():
     llama_70b = {"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
                  "ffn_hidden_size": 28672, "gated_mlp": True, "seq_length": 8192, "vocab_size": 128256}
-    plan = plan_parallel_layout(model_spec(llama_70b), cluster_spec({"preset": "dgx-h100", "nodes": 8}), training_spec({"global_batch_sequences": 128}),
+    plan = plan_parallel_layout(model_spec(llama_70b), cluster_spec({"preset": "dgx-h100", "nodes": 8}),
+                                training_spec({"global_batch_sequences": 128}),
                                 top_k=6, with_rank_map=False)
     splits = [(c.tp, c.pp) for c in plan.candidates]
     assert len(splits) == 6
@@ -57,7 +59,8 @@ def test_each_ranked_candidate_is_a_different_tensor_and_pipeline_split():
 
 
 def test_layouts_within_the_tolerance_of_the_fastest_are_flagged_as_ties():
-    plan = plan_parallel_layout(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64}),
+    plan = plan_parallel_layout(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE),
+                                training_spec({"global_batch_sequences": 64}),
                                 constraints_spec({"tie_tolerance": 0.4}))
     fastest = min(c.step_time_s for c in plan.candidates)
     ties = [c for c in plan.candidates if c.tie_with_best]
@@ -69,7 +72,8 @@ def test_layouts_within_the_tolerance_of_the_fastest_are_flagged_as_ties():
 def test_ties_rank_fastest_first_among_the_roomy_ones_and_then_among_the_tight_ones():
     gpt_13b = {"num_layers": 64, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 2048,
                "vocab_size": 51200}
-    plan = plan_parallel_layout(model_spec(gpt_13b), cluster_spec({"preset": "dgx-a100", "nodes": 2}), training_spec({"global_batch_sequences": 128}),
+    plan = plan_parallel_layout(model_spec(gpt_13b), cluster_spec({"preset": "dgx-a100", "nodes": 2}),
+                                training_spec({"global_batch_sequences": 128}),
                                 constraints_spec({"tie_tolerance": 0.3}), with_rank_map=False)
     order = [(any(n.startswith("tight memory") for n in c.notes), c.step_time_s)
              for c in plan.candidates if c.tie_with_best]
@@ -80,7 +84,8 @@ def test_ties_rank_fastest_first_among_the_roomy_ones_and_then_among_the_tight_o
 def test_ties_that_fit_only_if_the_allocator_wastes_little_rank_after_the_roomy_ones():
     gpt_13b = {"num_layers": 64, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 2048,
                "vocab_size": 51200}
-    plan = plan_parallel_layout(model_spec(gpt_13b), cluster_spec({"preset": "dgx-a100", "nodes": 2}), training_spec({"global_batch_sequences": 128}),
+    plan = plan_parallel_layout(model_spec(gpt_13b), cluster_spec({"preset": "dgx-a100", "nodes": 2}),
+                                training_spec({"global_batch_sequences": 128}),
                                 constraints_spec({"tie_tolerance": 0.3}), with_rank_map=False)
     tight = [any(n.startswith("tight memory") for n in c.notes) for c in plan.candidates if c.tie_with_best]
     assert True in tight and False in tight
@@ -109,8 +114,10 @@ def test_evaluate_searches_an_unstated_interleaving_depth_and_keeps_a_stated_one
     cluster = {"preset": "dgx-a100", "nodes": 4}
     training = {"global_batch_sequences": 64}
     fixed = {"tp": 8, "pp": 4, "micro_batch_size": 1, "recompute": "none", "zero_stage": 1}
-    (searched,) = evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec(training), layout_specs([fixed]))
-    by_depth = {v: evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec(training), layout_specs([{**fixed, "virtual_stages": v}]))[0]
+    (searched,) = evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec(training),
+                                   layout_specs([fixed]))
+    by_depth = {v: evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec(training),
+                                    layout_specs([{**fixed, "virtual_stages": v}]))[0]
                 for v in (1, 2, 3, 4, 6, 12)}
     fastest = min(by_depth.values(), key=lambda p: p.step_time_s)
     assert searched.virtual_stages == fastest.virtual_stages > 1
@@ -121,7 +128,8 @@ def test_evaluate_searches_an_unstated_interleaving_depth_and_keeps_a_stated_one
 def test_an_interleaved_two_stage_pipeline_runs_with_asynchronous_pipeline_exchanges():
     # Megatron-LM asks for pp > 2 only when interleaved sends and receives are batched
     # (overlap_p2p_comm off); Megatron-Bridge's Qwen3-30B-A3B H100 recipe runs pp 2 x vp 24
-    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 8}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}),
+    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 8}), cluster_spec(A100_NODE),
+                               training_spec({"global_batch_sequences": 8}),
                                layout_specs([{"tp": 1, "pp": 2, "virtual_stages": 2}]))
     assert (pred.pp, pred.virtual_stages) == (2, 2)
 
@@ -147,7 +155,8 @@ def test_evaluating_expert_groups_the_ranks_cannot_hold_names_ep_not_the_schedul
 
 def test_expert_groups_larger_than_dp_are_folded_over_the_tensor_ranks():
     # Megatron-Bridge's Qwen3-235B-A22B H100 recipe: tp 2, ep 32 on 256 GPUs at pp 8 (dp 16)
-    (pred,) = evaluate_layouts(model_spec(SMALL_MOE), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}),
+    (pred,) = evaluate_layouts(model_spec(SMALL_MOE), cluster_spec(A100_NODE),
+                               training_spec({"global_batch_sequences": 8}),
                                layout_specs([{"tp": 2, "pp": 2, "cp": 1, "ep": 4}]))
     assert (pred.dp, pred.ep, pred.etp) == (2, 4, 1)
     assert pred.fits
@@ -155,13 +164,15 @@ def test_expert_groups_larger_than_dp_are_folded_over_the_tensor_ranks():
 
 def test_heads_not_divisible_by_tp_is_rejected_with_reason():
     model = {**GPT_SMALL, "hidden_size": 96, "num_attention_heads": 6}
-    (pred,) = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}), layout_specs([{"tp": 4}]))
+    (pred,) = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}),
+                               layout_specs([{"tp": 4}]))
     assert not pred.fits
     assert any("not divisible by tp=4" in r for r in pred.reasons)
 
 
 def test_tp_crossing_a_node_is_rejected_with_reason():
-    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_attention_heads": 16}), cluster_spec({"preset": "dgx-a100", "nodes": 2}),
+    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_attention_heads": 16}),
+                               cluster_spec({"preset": "dgx-a100", "nodes": 2}),
                                training_spec({"global_batch_sequences": 8}), layout_specs([{"tp": 16}]))
     assert any("spans 2 nodes" in r for r in pred.reasons)
 
@@ -169,7 +180,8 @@ def test_tp_crossing_a_node_is_rejected_with_reason():
 def test_tp_that_does_not_divide_a_node_is_rejected_as_straddling_nodes():
     cluster = {"gpus_per_node": 6, "num_nodes": 2, "peak_flops_per_s": {"bf16": 1e15}, "memory_bytes": 8e10,
                "intra_node_bandwidth_bytes_per_s": 4e11, "inter_node_bandwidth_bytes_per_s": 5e10}
-    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_attention_heads": 4}), cluster_spec(cluster), training_spec({"global_batch_sequences": 12}),
+    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_attention_heads": 4}), cluster_spec(cluster),
+                               training_spec({"global_batch_sequences": 12}),
                                layout_specs([{"tp": 4}]))
     assert any("does not divide the 6 GPUs of a node" in r for r in pred.reasons)
 
@@ -189,7 +201,8 @@ def test_layer_count_no_allowed_pp_divides_answers_with_the_blocking_reason():
     # divides 7; pp = 1 runs out of memory
     model = {"num_layers": 7, "hidden_size": 16384, "num_attention_heads": 4, "seq_length": 2048,
              "vocab_size": 51200}
-    plan = plan_parallel_layout(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}),
+    plan = plan_parallel_layout(model_spec(model), cluster_spec(A100_NODE),
+                                training_spec({"global_batch_sequences": 8}),
                                 constraints_spec({"allow_uneven_pp": False, "zero_stages": [0]}))
     assert not plan.feasible
     assert plan.rejection_counts["layers-not-divisible-by-pp"] > 0
@@ -199,7 +212,8 @@ def test_layer_count_no_allowed_pp_divides_answers_with_the_blocking_reason():
 def test_faster_looking_rejected_layouts_are_reported_with_reasons():
     gpt3 = {"num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96, "seq_length": 2048,
             "vocab_size": 51200}
-    plan = plan_parallel_layout(model_spec(gpt3), cluster_spec({"preset": "dgx-a100", "nodes": 8}), training_spec({"global_batch_sequences": 64}))
+    plan = plan_parallel_layout(model_spec(gpt3), cluster_spec({"preset": "dgx-a100", "nodes": 8}),
+                                training_spec({"global_batch_sequences": 64}))
     assert plan.feasible
     assert all(r.reasons and r.step_time_s < plan.candidates[0].step_time_s for r in plan.rejected)
 
@@ -222,7 +236,8 @@ def test_costing_in_chunks_gives_the_same_plan(monkeypatch):
 
 
 def test_evaluate_keeps_the_fixed_fields_and_fills_the_rest():
-    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64}),
+    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE),
+                               training_spec({"global_batch_sequences": 64}),
                                layout_specs([{"tp": 2, "pp": 2, "zero_stage": 1}]))
     assert (pred.dp, pred.tp, pred.pp, pred.zero_stage) == (2, 2, 2, 1)
     assert pred.fits and pred.micro_batch_size >= 1
@@ -253,7 +268,8 @@ def test_a_candidate_sent_back_to_evaluate_is_predicted_as_it_was(recompute):
 ])
 def test_a_bad_evaluated_layout_is_invalid_input_naming_its_field(layout, field):
     with pytest.raises(InvalidInput) as err:
-        evaluate_layouts(model_spec(GPT_SMALL), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64}), layout_specs([layout]))
+        evaluate_layouts(model_spec(GPT_SMALL), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64}),
+                         layout_specs([layout]))
     assert err.value.field == field and "evaluate[0]" in str(err.value)
 
 
@@ -265,7 +281,8 @@ def test_recompute_num_layers_beside_selective_recomputation_is_a_contradiction(
 
 
 def test_a_virtual_stage_count_no_split_admits_is_the_reason_given_for_an_empty_answer():
-    plan = plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec({"global_batch_sequences": 64}),
+    plan = plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER),
+                                training_spec({"global_batch_sequences": 64}),
                                 constraints_spec({"virtual_stages": 3}), with_rank_map=False)
     assert not plan.candidates
     assert plan.notes[0].startswith("constraints.virtual_stages=3 leaves no layout")

@@ -107,13 +107,15 @@ def test_bad_cluster_is_invalid_input_naming_the_field(cluster, field):
 
 def test_hidden_size_not_multiple_of_heads_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec({**GPT_SMALL, "num_attention_heads": 5}), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}))
+        plan_parallel_layout(model_spec({**GPT_SMALL, "num_attention_heads": 5}), cluster_spec(A100_NODE),
+                             training_spec({"global_batch_sequences": 8}))
     assert err.value.code == "heads-do-not-divide-hidden"
 
 
 def test_fixed_tp_that_does_not_divide_the_gpus_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}), constraints_spec({"tp": 3}))
+        plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(A100_NODE),
+                             training_spec({"global_batch_sequences": 8}), constraints_spec({"tp": 3}))
     assert err.value.field == "constraints.tp"
 
 
@@ -126,7 +128,8 @@ def test_an_expert_load_imbalance_below_one_or_absurd_is_invalid_input(imbalance
 
 def test_flash_attention_3_before_hopper_is_invalid_input_naming_the_field():
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8, "flash_attention_version": 3}))
+        plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(A100_NODE),
+                             training_spec({"global_batch_sequences": 8, "flash_attention_version": 3}))
     assert err.value.field == "training.flash_attention_version" and err.value.code == "not-on-this-gpu"
 
 
@@ -163,7 +166,8 @@ def test_a_cluster_given_by_figures_and_an_architecture_gets_that_generations_ke
 
 def test_fp8_on_gpus_without_fp8_tensor_cores_is_invalid_input_naming_the_precision():
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8, "precision": "fp8"}))
+        plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(A100_NODE),
+                             training_spec({"global_batch_sequences": 8, "precision": "fp8"}))
     assert err.value.field == "training.precision" and err.value.code == "not-on-this-gpu"
 
 
@@ -188,7 +192,8 @@ def test_a_flash_attention_version_needs_a_gpu_generation_with_measured_speeds()
     with pytest.raises(InvalidInput) as err:
         plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(custom), training_spec(training))
     assert err.value.code == "unknown-architecture"
-    assert plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec({**custom, "architecture": "hopper"}), training_spec(training)).feasible
+    assert plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec({**custom, "architecture": "hopper"}),
+                                training_spec(training)).feasible
 
 
 def test_a_flash_attention_version_with_flash_attention_off_is_a_contradiction():

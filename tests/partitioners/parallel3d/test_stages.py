@@ -54,9 +54,14 @@ def test_a_micro_batch_count_pp_does_not_divide_interleaves_only_with_flexible_g
     model = {"num_layers": 16, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048, "vocab_size": 32000}
     # dp 2: 5 micro-batches per pipeline, one group of 5; Megatron-Core's default group is pp
     flexible, strict, default = (
-        evaluate_layouts(model_spec(model), cluster_spec({"preset": "dgx-h100", "nodes": 1}),
-                         training_spec({"global_batch_sequences": 10, **flag}), layout_specs([{"tp": 1, "pp": 4, "cp": 1, "micro_batch_size": 1}]))[0]
-        for flag in ({"flexible_microbatch_groups": True}, {"flexible_microbatch_groups": False}, {}))
+        evaluate_layouts(
+            model_spec(model),
+            cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+            training_spec({"global_batch_sequences": 10, **flag}),
+            layout_specs([{"tp": 1, "pp": 4, "cp": 1, "micro_batch_size": 1}]),
+        )[0]
+        for flag in ({"flexible_microbatch_groups": True}, {"flexible_microbatch_groups": False}, {})
+    )
     assert flexible.virtual_stages > 1 and any("groups of 5" in note for note in flexible.notes)
     assert strict.virtual_stages == default.virtual_stages == 1
 
@@ -87,8 +92,12 @@ def test_middle_stages_shed_leftover_layers_nearest_the_first_stage():
 
 def test_the_uneven_stage_note_says_which_middle_stages_are_a_layer_short():
     model = {**GPT_SMALL, "num_layers": 13, "vocab_size": 8}
-    (prediction,) = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 16}),
-                                     layout_specs([{"dp": 1, "tp": 1, "pp": 8, "virtual_stages": 1}]))
+    (prediction,) = evaluate_layouts(
+        model_spec(model),
+        cluster_spec(A100_NODE),
+        training_spec({"global_batch_sequences": 16}),
+        layout_specs([{"dp": 1, "tp": 1, "pp": 8, "virtual_stages": 1}]),
+    )
     (note,) = [n for n in prediction.notes if n.startswith("uneven stages")]
     assert note.endswith("; the stage after the first holds 1")
 
@@ -149,6 +158,10 @@ def test_end_stage_balancing_stops_once_no_layout_moves_a_layer():
 def test_interleaved_uneven_stages_say_they_need_an_explicit_pipeline_layout():
     model = {**RECOMPUTE_MODEL, "num_layers": 11}  # stages of 4, 4 and 3 layers: 3 is no multiple of 2
     cluster = {"gpu": "h100", "num_nodes": 1, "gpus_per_node": 3}
-    (prediction,) = evaluate_layouts(model_spec(model), cluster_spec(cluster), training_spec({"global_batch_sequences": 6}),
-                                     layout_specs([{"tp": 1, "pp": 3, "virtual_stages": 2, "micro_batch_size": 1}]))
+    (prediction,) = evaluate_layouts(
+        model_spec(model),
+        cluster_spec(cluster),
+        training_spec({"global_batch_sequences": 6}),
+        layout_specs([{"tp": 1, "pp": 3, "virtual_stages": 2, "micro_batch_size": 1}]),
+    )
     assert any("--pipeline-model-parallel-layout" in note for note in prediction.notes)

@@ -70,12 +70,15 @@ def _annotation(rule: FieldRule) -> Any:
 
 
 def _schema_from_spec(spec: type, name: str, doc: str, *, overrides: dict[str, Any] | None = None,
-                      defaults_from_elsewhere: bool = False, extra: dict[str, Any] | None = None) -> type[RequestModel]:
+                      defaults_from_elsewhere: bool = False, required_from_elsewhere: bool = False,
+                      extra: dict[str, Any] | None = None) -> type[RequestModel]:
     """A request model with one field per field of the dataclass ``spec``.
 
     Required fields stay required and others default to the dataclass's default; with
     ``defaults_from_elsewhere`` (a cluster preset or a software generation supplies
-    them) every field defaults to None, which the domain drops before reading the spec. ``overrides`` gives a field's
+    them) the others default to None, which the domain drops before reading the spec, and
+    with ``required_from_elsewhere`` (a cluster preset gives every figure) so do the
+    required ones. ``overrides`` gives a field's
     type where its rule is ``custom``; ``extra`` adds the shorthand fields of the request.
     """
     overrides = overrides or {}
@@ -84,7 +87,7 @@ def _schema_from_spec(spec: type, name: str, doc: str, *, overrides: dict[str, A
         rule = field_rule(field)
         annotation = overrides.get(field.name) or _annotation(rule)
         required = field.default is dataclasses.MISSING
-        if required and not defaults_from_elsewhere:
+        if required and not required_from_elsewhere:
             definitions[field.name] = (annotation, Field(description=rule.doc))
         elif field.default is None or defaults_from_elsewhere:
             definitions[field.name] = (annotation | None, Field(None, description=rule.doc))
@@ -132,7 +135,7 @@ ModelDescription = Annotated[
 
 ClusterShape = _schema_from_spec(
     ClusterSpec, "ClusterShape", "A cluster: a preset with a node count, a GPU model with a node count, or every "
-    "figure.", defaults_from_elsewhere=True,
+    "figure.", defaults_from_elsewhere=True, required_from_elsewhere=True,
     overrides={"inter_node_bandwidth_bytes_per_s": PositiveFloat},
     extra={
         "preset": (Name | None, Field(None, description=f"A node preset ({', '.join(sorted(NODE_PRESETS))}) or an "

@@ -460,3 +460,9 @@ def test_every_training_flag_of_the_planner_is_accepted_over_http_and_predicted_
         training={**training, flag: default}, evaluate=[layout])).json()["predictions"]
     assert (as_default["step_time_s"], as_default["memory_per_gpu"]["total_bytes"]) != \
         (over_http["step_time_s"], over_http["memory_per_gpu"]["total_bytes"])
+
+
+def test_the_batch_no_software_generation_supplies_stays_required_by_the_schema(client):
+    response = client.post("/v1/parallel/plan", json=_request(training={"software": "megatron-core"}))
+    assert response.status_code == 422
+    assert [e["field"] for e in response.json()["errors"]] == ["body.training.global_batch_sequences"]

@@ -49,8 +49,15 @@ import tracemalloc
 
 import numpy as np
 
+from partitioners.parallel3d.cost import predict_layouts
+from partitioners.parallel3d.field_checks import spec_from_mapping
+from partitioners.parallel3d.memory import ACTIVATION_FRAGMENTATION, ACTIVATION_FRAGMENTATION_HIGH
+from partitioners.parallel3d.planner import (
+    enumerate_layouts,
+    evaluate_layouts,
+    plan_parallel_layout,
+)
 from partitioners.parallel3d.published.runs import (
-    A100_PEAK_BF16_FLOPS,
     DEEPSEEK_V3_H800,
     KNOWN_OUT_OF_MEMORY,
     KORTHIKANTI22,
@@ -62,18 +69,10 @@ from partitioners.parallel3d.published.runs import (
     SC21_COMPARISONS,
     SC21_FIGURE17_MEMORY,
     SC21_FIGURE17_THROUGHPUT,
-    SC21_SEARCH,
-    SC21_SOFTWARE,
     SC21_TABLE1,
+    constraints_of,
+    specs_of,
 )
-from partitioners.parallel3d.planner import (
-    LayoutPrediction,
-    enumerate_layouts,
-    evaluate_layouts,
-    plan_from_request,
-    plan_parallel_layout,
-)
-from partitioners.parallel3d.cost import predict_layouts
 from partitioners.parallel3d.published.sc21 import (
     figure17_last_batch_without_recompute,
     figure17_predictions,
@@ -81,14 +80,8 @@ from partitioners.parallel3d.published.sc21 import (
     predicted_tflops,
     sequences_per_s,
 )
-from partitioners.parallel3d.memory import ACTIVATION_FRAGMENTATION, ACTIVATION_FRAGMENTATION_HIGH
-from partitioners.parallel3d.specs import (
-    Constraints,
-    cluster_from_dict,
-    constraints_from_dict,
-    model_from_dict,
-    training_from_dict,
-)
+from partitioners.parallel3d.specs import ClusterSpec, Constraints, LayoutSpec
+from service.domain.parallel import plan_answer, plan_inputs
 
 GIB = 1024.0**3
 
@@ -113,8 +106,8 @@ def agreement_table() -> None:
     gaps: list[float] = []
     rows = SC21_TABLE1 + KORTHIKANTI22
     for row in rows:
-        plan = plan_parallel_layout(row["model"], row["cluster"], row["training"], row["search"],
-                                    with_rank_map=False)
+        plan = plan_parallel_layout(*specs_of(row["model"], row["cluster"], row["training"]),
+                                    constraints_of(row["search"]), with_rank_map=False)
         pub = (row["published"]["tp"], row["published"]["pp"])
         pairs = _top_pairs(plan)
         first = bool(pairs) and pairs[0] == pub
@@ -125,14 +118,15 @@ def agreement_table() -> None:
         top1 += first
         top3 += in3
         tie1 += first or tied
-        (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
+        (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
+                                   [LayoutSpec(**row["published"])], constraints_of(row["search"]))
         if row["published_mfu"] is not None:
             metric, published, predicted = "MFU", row["published_mfu"], pred.mfu
         else:
             metric, published, predicted = "HFU", row["published_hfu"], pred.hfu
         err = predicted / published - 1.0
         errors.append(err)
-        gpus = cluster_from_dict(row["cluster"]).num_gpus
+        gpus = spec_from_mapping(ClusterSpec, row["cluster"]).num_gpus
         label = f"{row['name']} ({row['source'].split(',')[0].split(' Table')[0]})"
         print(f"{label:<34}{gpus:>6}  {str(pub):>9}  {str(pairs):<26}{'yes' if first else '-':>5}"
               f"{'yes' if in3 else '-':>5}{'yes' if tied or first else '-':>5}{gaps[-1]:>+7.1%}  {metric:>6}{published:>7.3f}"
@@ -173,8 +167,8 @@ def recompute_comparison() -> None:
     print(f"\n{comparison['source']}: {comparison['name']}, (t, p) = (8, 35), the two ways to fit it in memory")
     steps = []
     for case in comparison["cases"]:
-        (pred,) = evaluate_layouts(comparison["model"], comparison["cluster"], case["training"], [case["layout"]],
-                                   comparison["search"])
+        (pred,) = evaluate_layouts(*specs_of(comparison["model"], comparison["cluster"], case["training"]),
+                                   [LayoutSpec(**case["layout"])], constraints_of(comparison["search"]))
         steps.append(pred.step_time_s)
         print(f"  {case['label']:<46} MFU predicted {pred.mfu:.3f}  published {case['published_mfu']:.3f}  "
               f"err {pred.mfu / case['published_mfu'] - 1.0:+.1%}")
@@ -189,7 +183,8 @@ def memory_table() -> None:
     wrong = []
     for row, expect_fit in ([(r, True) for r in KORTHIKANTI22] + [(r, False) for r in KNOWN_OUT_OF_MEMORY]
                             + [(r, r["fits"]) for r in SC21_FIGURE17_MEMORY]):
-        (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
+        (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
+                                   [LayoutSpec(**row["published"])], constraints_of(row["search"]))
         mem = pred.memory
         fits = not any(r.startswith("out of memory") for r in pred.reasons)
         tight = any(n.startswith("tight memory") for n in pred.notes)
@@ -208,15 +203,17 @@ def memory_table() -> None:
           + "".join(f"\n  {line}" for line in wrong))
     ratios = []
     for row, base in zip(KORTHIKANTI22, KNOWN_OUT_OF_MEMORY):
-        (sel,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
-        (tp_only,) = evaluate_layouts(base["model"], base["cluster"], base["training"], [base["published"]],
-                                      base["search"])
+        (sel,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
+                                  [LayoutSpec(**row["published"])], constraints_of(row["search"]))
+        (tp_only,) = evaluate_layouts(*specs_of(base["model"], base["cluster"], base["training"]),
+                                      [LayoutSpec(**base["published"])], constraints_of(base["search"]))
         ratios.append(f"{row['name']} {tp_only.memory.activations_bytes / sel.memory.activations_bytes:.1f}x")
     print("activation memory, tensor-parallel baseline over sequence parallel + selective recomputation: "
           + ", ".join(ratios) + "  (paper: 'reduces activation memory by 5x')")
     sc21_oom = 0
     for row in SC21_TABLE1:
-        (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
+        (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
+                                   [LayoutSpec(**row["published"])], constraints_of(row["search"]))
         sc21_oom += not pred.fits
     print(f"SC21 Table 1 published layouts predicted not to fit: {sc21_oom}/{len(SC21_TABLE1)}")
 
@@ -250,7 +247,8 @@ def _throughput_table(rows: list[dict], experts: bool = False) -> list[float]:
           f"{'  planner top-3 (tp,pp)' if experts else ''}")
     errs = []
     for row in rows:
-        (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
+        (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
+                                   [LayoutSpec(**row["published"])], constraints_of(row["search"]))
         fits = not any(r.startswith("out of memory") for r in pred.reasons)
         tight = any(n.startswith("tight memory") for n in pred.notes)
         verdict = "OOM" if not fits else ("tight" if tight else "fits")
@@ -261,8 +259,8 @@ def _throughput_table(rows: list[dict], experts: bool = False) -> list[float]:
                  else f"{pred.tp} {pred.pp} {pred.cp} {pred.virtual_stages}")
         top_three = ""
         if experts:
-            plan = plan_parallel_layout(row["model"], row["cluster"], row["training"], row["search"],
-                                        with_rank_map=False)
+            plan = plan_parallel_layout(*specs_of(row["model"], row["cluster"], row["training"]),
+                                        constraints_of(row["search"]), with_rank_map=False)
             top_three = f"  {_top_pairs(plan)}"
         print(f"{row['name']:<32}{row['cluster']['nodes'] * 8:>6}  {shape:<{shape_width}}"
               f"{pred.memory.total_bytes / GIB:>11.1f}  {verdict:<8}{pred.recompute:<10}{per_gpu:>18.0f}"
@@ -303,7 +301,8 @@ def modelzoo_moe_table() -> None:
           f"{'pub':>6}{'tokens/s err':>14}")
     predicted, published = [], []
     for row in MODELZOO_QWEN3_H100:
-        (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]])
+        (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
+                                   [LayoutSpec(**row["published"])])
         predicted.append(pred.step_time_s)
         published.append(row["published_step_s"])
         shape = f"{pred.tp} {pred.pp} {pred.ep} {pred.virtual_stages} {pred.micro_batch_size} {pred.zero_stage}"
@@ -323,11 +322,13 @@ def modelzoo_moe_table() -> None:
 def mixture_of_experts_row() -> None:
     row = DEEPSEEK_V3_H800
     print("\n== H800, mixture of experts: DeepSeek-V3 as its report describes the run ==")
-    plan = plan_parallel_layout(row["model"], row["cluster"], row["training"], row["search"], with_rank_map=False)
-    (pred,) = evaluate_layouts(row["model"], row["cluster"], row["training"], [row["published"]], row["search"])
+    plan = plan_parallel_layout(*specs_of(row["model"], row["cluster"], row["training"]),
+                                constraints_of(row["search"]), with_rank_map=False)
+    (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
+                               [LayoutSpec(**row["published"])], constraints_of(row["search"]))
     pub = (row["published"]["tp"], row["published"]["pp"])
     pairs = _top_pairs(plan)
-    gpus = cluster_from_dict(row["cluster"]).num_gpus
+    gpus = spec_from_mapping(ClusterSpec, row["cluster"]).num_gpus
     per_gpu = pred.tokens_per_s / gpus
     published = row["published_tokens_per_s_per_gpu"]
     lay = row["published"]
@@ -351,19 +352,20 @@ def mixture_of_experts_row() -> None:
               f"smaller bubble the planner does not model")
     # the report names no attention kernel; FlashAttention-3's backward took head dimensions
     # up to 128 only through 2024 (Dao-AILab/flash-attention#1070, #1290), MLA's are 192
-    (fa2,) = evaluate_layouts(row["model"], row["cluster"], {**row["training"], "flash_attention_version": 2},
-                              [row["published"]], row["search"])
+    (fa2,) = evaluate_layouts(*specs_of(row["model"], row["cluster"],
+                                        {**row["training"], "flash_attention_version": 2}),
+                              [LayoutSpec(**row["published"])], constraints_of(row["search"]))
     print(f"with FlashAttention-2's speed for its 192-wide MLA heads: {fa2.tokens_per_s / gpus:.0f} tokens/s/GPU, "
           f"{fa2.tokens_per_s / gpus / published - 1.0:+.1%}")
 
 
 def _search_timing(name: str, model: dict, cluster: dict, training: dict) -> None:
     t0 = time.perf_counter()
-    plan = plan_parallel_layout(model, cluster, training)
+    plan = plan_parallel_layout(*specs_of(model, cluster, training))
     search_s = time.perf_counter() - t0
     # baseline: the same cost model evaluated one candidate at a time, on a sample
-    m, c, t = model_from_dict(model), cluster_from_dict(cluster), training_from_dict(training)
-    lay = enumerate_layouts(m, c, t, constraints_from_dict(None))
+    m, c, t = specs_of(model, cluster, training)
+    lay = enumerate_layouts(m, c, t, Constraints())
     sample = np.linspace(0, len(lay) - 1, num=min(200, len(lay))).astype(np.int64)
     t1 = time.perf_counter()
     for i in sample:
@@ -404,7 +406,7 @@ def timing_table() -> None:
 def _peak_traced_mib(request: dict) -> tuple[float, int]:
     tracemalloc.start()
     try:
-        answer = plan_from_request(request)
+        answer = plan_answer(plan_inputs(request))
         _, peak_bytes = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

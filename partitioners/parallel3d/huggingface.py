@@ -4,7 +4,7 @@ Whoever plans a training run usually has the model's Hugging Face config at hand
 rather than Megatron-LM's argument names. :func:`model_fields_from_huggingface`
 reads the fields a family's ``PretrainedConfig`` subclass defines (transformers,
 ``models/<family>/configuration_<family>.py``; the aliases of its ``attribute_map``
-too) into the keys :func:`partitioners.parallel3d.specs.model_from_dict` takes.
+too) into the fields of :class:`partitioners.parallel3d.specs.ModelSpec`.
 
 Families are told apart by ``model_type``, and an unknown one is refused rather
 than guessed: the same key means different things across families (Llama's

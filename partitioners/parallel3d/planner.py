@@ -10,12 +10,12 @@ one's step time and per-GPU memory with the vectorised analytic model of
 rejects those that cannot run (with the reason), ranks the rest, and lays the best one
 out on the physical GPUs.
 
-Entry points: :func:`plan_from_request` (a whole ``POST /v1/parallel/plan`` body
-to a JSON-able dict: a search, or predictions of the layouts under ``"evaluate"``),
-:func:`plan_parallel_layout` (search), :func:`evaluate_layouts` (predict given
-layouts) and :func:`rank_map`. They take plain dicts (as the HTTP handler receives
-them) or the dataclasses of :mod:`partitioners.parallel3d.specs`, and return
-dataclasses with ``to_dict()`` for JSON. The rank map is returned as numpy arrays for the top
+Entry points: :func:`plan_parallel_layout` (search), :func:`evaluate_layouts`
+(predict given layouts) and :func:`rank_map`. They take the typed inputs of
+:mod:`partitioners.parallel3d.specs` (built from JSON-shaped mappings by
+:func:`~partitioners.parallel3d.field_checks.spec_from_mapping`; the HTTP answer is
+composed in ``service.domain.parallel``) and return dataclasses with ``to_dict()`` for
+JSON. The rank map is returned as numpy arrays for the top
 candidate only (100,000 ranks is large); the caller chooses how much to serialise.
 
 Rank order follows Megatron-Core's ``RankGenerator`` convention with the order
@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from partitioners.errors import Infeasible, InputTooLarge, InvalidInput
+from partitioners.errors import Infeasible, InvalidInput
 from partitioners.parallel3d.cost import predict_layouts
 from partitioners.parallel3d.flops import model_flops_per_step, parameter_counts
 from partitioners.parallel3d.memory import (
@@ -57,18 +57,15 @@ from partitioners.parallel3d.memory import (
     zero_stage_held,
 )
 from partitioners.parallel3d.specs import (
+    MAX_TOP_K,
     RECOMPUTE_MODES,
     ClusterSpec,
     Constraints,
+    LayoutSpec,
     ModelSpec,
     TrainingSpec,
     check_precision_runs,
-    cluster_from_dict,
-    constraints_from_dict,
     flash_attention_speed,
-    model_from_dict,
-    layout_from_dict,
-    training_from_dict,
 )
 from partitioners.parallel3d.stages import (
     RECOMPUTE_FULL,
@@ -87,7 +84,6 @@ __all__ = [
     "ParallelPlan",
     "REJECTION_REASONS",
     "plan_parallel_layout",
-    "plan_from_request",
     "evaluate_layouts",
     "enumerate_layouts",
     "rank_map",
@@ -706,13 +702,13 @@ def _check_sizes(sizes: Mapping[str, int | None], model: ModelSpec, num_gpus: in
                            field=f"{where}.ep", code="does-not-divide")
 
 
-def _parse(model, cluster, training, constraints):
-    model_spec = model_from_dict(model)
-    cluster_spec = cluster_from_dict(cluster)
-    training_spec = training_from_dict(training)
+def _checked(model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec,
+             constraints: Constraints | None) -> tuple[ModelSpec, ClusterSpec, TrainingSpec, Constraints]:
+    """What ties the inputs together: the GPUs run the precision and FlashAttention asked for, and the
+    constraints agree with the model, the software and the cluster."""
     flash_attention_speed(cluster_spec, training_spec)  # a FlashAttention generation the GPUs run
     check_precision_runs(cluster_spec, training_spec)
-    cons = _consistent(constraints_from_dict(constraints), model_spec)
+    cons = _consistent(Constraints() if constraints is None else constraints, model_spec)
     if not training_spec.selective_recompute and cons.recompute == ("selective",):
         raise InvalidInput("constraints.recompute allows only selective recomputation, which this software "
                            "(training.selective_recompute false, as in megatron-lm-2021) does not have",
@@ -808,17 +804,16 @@ def _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred
     return lay, pred
 
 
-def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str, Any] | ClusterSpec,
-                         training: Mapping[str, Any] | TrainingSpec,
-                         constraints: Mapping[str, Any] | Constraints | None = None, *, top_k: int = 10,
+def plan_parallel_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                         constraints: Constraints | None = None, *, top_k: int = 10,
                          with_rank_map: bool = True) -> ParallelPlan:
     """Search dp x tp x pp x cp x ep layouts and rank them by predicted step time.
 
     Parameters
     ----------
     model, cluster, training, constraints
-        Dicts as the HTTP API receives them (see :func:`model_from_dict` and
-        siblings in :mod:`partitioners.parallel3d.specs`) or the dataclasses.
+        The typed inputs (:mod:`partitioners.parallel3d.specs`); from JSON-shaped
+        mappings, :func:`~partitioners.parallel3d.field_checks.spec_from_mapping` builds them.
     top_k : int
         Number of ranked candidates returned, each the fastest variant
         (cp, ep, micro-batch, v, ZeRO, recomputation) of a distinct (tp, pp) pair.
@@ -845,9 +840,9 @@ def plan_parallel_layout(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[
         Malformed input (zero GPUs, heads not dividing the hidden size, a fixed
         tp that does not divide the GPU count, ...).
     """
-    if not 1 <= top_k <= 1000:
-        raise InvalidInput("top_k must be in 1..1000", field="top_k", code="out-of-range")
-    model_spec, cluster_spec, training_spec, cons = _parse(model, cluster, training, constraints)
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"top_k must be in 1..{MAX_TOP_K}", field="top_k", code="out-of-range")
+    model_spec, cluster_spec, training_spec, cons = _checked(model, cluster, training, constraints)
     lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
     counts = parameter_counts(model_spec)
     mflops = model_flops_per_step(model_spec, training_spec.global_batch_sequences)
@@ -948,60 +943,8 @@ def _why_nothing_fits(model, cluster, training, lay, pred, bits, counts) -> list
     return notes
 
 
-def plan_from_request(request: Mapping[str, Any], *, rank_map_limit: int | None = 1024) -> dict[str, Any]:
-    """Answer a whole ``POST /v1/parallel/plan`` body with a JSON-able dict.
-
-    The body holds ``model``, ``cluster``, ``training`` and optionally
-    ``constraints``, ``top_k`` and ``evaluate`` (a list of layouts to predict
-    instead of searching). A search answers ``{"mode": "search", ...}`` as
-    :meth:`ParallelPlan.to_dict` (with up to ``rank_map_limit`` ranks of the
-    top candidate's rank map); an evaluation ``{"mode": "evaluate",
-    "predictions": [...]}``, one per layout, in order, each with its own rank map.
-
-    Raises
-    ------
-    InvalidInput
-        Unknown or missing keys, or anything the parsers reject.
-    InputTooLarge
-        More than 256 layouts to evaluate.
-    """
-    if not isinstance(request, Mapping):
-        raise InvalidInput("the request must be an object", field="", code="not-an-object")
-    allowed = {"model", "cluster", "training", "constraints", "evaluate", "top_k"}
-    unknown = sorted(set(request) - allowed)
-    if unknown:
-        raise InvalidInput(f"unknown field(s) {unknown}; allowed {sorted(allowed)}", field=unknown[0],
-                           code="unknown-field")
-    for key in ("model", "cluster", "training"):
-        if key not in request:
-            raise InvalidInput(f"{key} is required", field=key, code="missing-field")
-    # the shape the prediction used: what a Hugging Face config was read as
-    model = model_from_dict(request["model"])
-    shape = {"model": model.to_dict()}
-    if request.get("evaluate") is not None:
-        layouts = request["evaluate"]
-        if isinstance(layouts, (str, bytes, Mapping)) or not isinstance(layouts, Sequence):
-            raise InvalidInput("evaluate must be a list of layouts", field="evaluate", code="not-a-list")
-        if len(layouts) > 256:
-            raise InputTooLarge(f"evaluate holds {len(layouts)} layouts; at most 256 per request",
-                                field="evaluate", code="too-many-layouts")
-        predictions = evaluate_layouts(model, request["cluster"], request["training"], layouts,
-                                       request.get("constraints"))
-        cluster = cluster_from_dict(request["cluster"])
-        return {"mode": "evaluate", **shape,
-                "predictions": [{**p.to_dict(), "rank_map": rank_map(cluster, p).to_dict(rank_map_limit)}
-                                for p in predictions]}
-    top_k = request.get("top_k", 10)
-    if isinstance(top_k, bool) or not isinstance(top_k, int):
-        raise InvalidInput("top_k must be an integer", field="top_k", code="not-an-integer")
-    plan = plan_parallel_layout(model, request["cluster"], request["training"], request.get("constraints"),
-                                top_k=top_k)
-    return {"mode": "search", **shape, **plan.to_dict(rank_map_limit)}
-
-
-def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str, Any] | ClusterSpec,
-                     training: Mapping[str, Any] | TrainingSpec, layouts: Sequence[Mapping[str, Any]],
-                     constraints: Mapping[str, Any] | Constraints | None = None) -> list[LayoutPrediction]:
+def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layouts: Sequence[LayoutSpec],
+                     constraints: Constraints | None = None) -> list[LayoutPrediction]:
     """Predict given layouts instead of searching (the request's ``"evaluate"``).
 
     Each layout may fix any of ``dp``, ``tp``, ``pp``, ``cp``, ``ep``,
@@ -1011,13 +954,16 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
     left out are chosen as the search would (the prediction says what it chose:
     an unstated interleaving depth is searched like recomputation or micro-batch
     size, so ``virtual_stages: 1`` asks for plain 1F1B). A layout that cannot run
-    is still predicted, with ``reasons`` saying why.
+    is still predicted, with ``reasons`` saying why. Errors name the layout as the
+    request's ``evaluate[k]``.
     """
-    model_spec, cluster_spec, training_spec, base = _parse(model, cluster, training, constraints)
+    model_spec, cluster_spec, training_spec, base = _checked(model, cluster, training, constraints)
     results = []
-    for k, data in enumerate(layouts):
+    for k, spec in enumerate(layouts):
         where = f"evaluate[{k}]"
-        layout = layout_from_dict(data, where)
+        if not isinstance(spec, LayoutSpec):
+            raise InvalidInput(f"{where} must be a LayoutSpec", field=where, code="not-an-object")
+        layout = spec.given()
         _check_sizes(layout, model_spec, cluster_spec.num_gpus, where)
         if layout.get("recompute") == "selective" and not training_spec.selective_recompute:
             raise InvalidInput(f"{where}.recompute: selective recomputation is not in this software "
@@ -1033,24 +979,24 @@ def evaluate_layouts(model: Mapping[str, Any] | ModelSpec, cluster: Mapping[str,
             "ep": layout.get("ep", base.ep), "etp": layout.get("etp", base.etp),
             "micro_batch_size": layout.get("micro_batch_size", base.micro_batch_size),
             "virtual_stages": layout.get("virtual_stages", base.virtual_stages),
-            "zero_stages": [layout["zero_stage"]] if "zero_stage" in layout else list(base.zero_stages),
-            "recompute": [layout["recompute"]] if "recompute" in layout else list(base.recompute),
+            "zero_stages": (layout["zero_stage"],) if "zero_stage" in layout else base.zero_stages,
+            "recompute": (layout["recompute"],) if "recompute" in layout else base.recompute,
             "recompute_num_layers": layout.get("recompute_num_layers", base.recompute_num_layers) or None,
             "allow_uneven_pp": base.allow_uneven_pp, "max_pp": None,
         }
         if layout.get("recompute_num_layers") == 0 and "recompute" not in layout:
             # no layer fully recomputed: what else the constraints allow
-            fixed["recompute"] = [mode for mode in base.recompute if mode != "full"]
+            fixed["recompute"] = tuple(mode for mode in base.recompute if mode != "full")
             if not fixed["recompute"]:
                 raise InvalidInput(f"{where}: recompute_num_layers 0 leaves no recomputation mode that "
                                    "constraints.recompute allows", field=f"{where}.recompute_num_layers",
                                    code="contradiction")
         elif layout.get("recompute_num_layers") and "recompute" not in layout:
-            fixed["recompute"] = ["full"]
+            fixed["recompute"] = ("full",)
         elif layout.get("recompute") == "full" and "recompute_num_layers" not in layout:
             # a layout stated as full recomputation (as the papers report theirs) recomputes every layer
             fixed["recompute_num_layers"] = model_spec.num_layers
-        cons = constraints_from_dict({key: val for key, val in fixed.items() if val is not None})
+        cons = Constraints(**{key: val for key, val in fixed.items() if val is not None})
         lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
         if dp is not None and len(lay):
             keep = lay.dp == int(dp)
@@ -1114,7 +1060,7 @@ def _impossible_layout(layout: Mapping[str, Any], model: ModelSpec, num_gpus: in
                         field=where, code="layout-does-not-match-cluster")
 
 
-def rank_map(cluster: Mapping[str, Any] | ClusterSpec, layout: LayoutPrediction | Mapping[str, int]) -> RankMap:
+def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> RankMap:
     """Map every rank to mesh coordinates and a GPU, order ``tp-cp-ep-pp-dp`` (innermost first).
 
     Rank ``r`` runs on GPU ``r`` (node-major numbering). With ``tp`` innermost a
@@ -1129,17 +1075,17 @@ def rank_map(cluster: Mapping[str, Any] | ClusterSpec, layout: LayoutPrediction 
     group is the NVLink neighbourhood of its tensor group, and its ``ep`` coordinate is a
     rank's place in it.
     """
-    spec = cluster_from_dict(cluster)
-    get = (lambda k: int(getattr(layout, k))) if isinstance(layout, LayoutPrediction) else (
-        lambda k: int(layout.get(k, 1)))
+    spec = cluster
+    given = layout.given() if isinstance(layout, LayoutSpec) else None
+    get = (lambda k: int(getattr(layout, k))) if given is None else (lambda k: int(given.get(k, 1)))
     tp, pp, cp, ep = get("tp"), get("pp"), get("cp"), get("ep")
-    etp = get("etp") if isinstance(layout, LayoutPrediction) or "etp" in layout else tp
+    etp = get("etp") if given is None or "etp" in given else tp
     n = spec.num_gpus
     if tp * pp * cp <= 0 or n % (tp * pp * cp):
         raise InvalidInput(f"tp x pp x cp = {tp * pp * cp} does not divide {n} GPUs", field="layout",
                            code="does-not-divide")
     dp = n // (tp * pp * cp)
-    if "dp" in (layout if isinstance(layout, Mapping) else {"dp": 0}) and get("dp") != dp:
+    if given is not None and "dp" in given and get("dp") != dp:
         raise InvalidInput(f"dp x tp x pp x cp must equal {n} GPUs", field="layout.dp", code="does-not-divide")
     if etp not in (1, tp):
         raise InvalidInput(f"etp={etp} must be 1 or tp={tp}", field="layout.etp", code="out-of-range")

@@ -1,30 +1,36 @@
-"""Inputs of the 3D-parallel planner: model shape, cluster, training settings, constraints.
+"""Inputs of the 3D-parallel planner: model shape, cluster, training settings, constraints, layouts.
 
-Plain frozen dataclasses, each with a ``*_from_dict`` parser that validates what
-a caller (or the HTTP handler) sends and raises
-:class:`partitioners.errors.InvalidInput` naming the field, so a bad request
-becomes a 422 that says what to fix.
+Each input is a frozen dataclass and its fields are the one definition of it: every
+field is declared with :func:`~partitioners.parallel3d.field_checks.spec_field` (its
+default, a one-line description, its limits), and the class's one ``__post_init__``
+checks them all, then what ties fields together, raising
+:class:`partitioners.errors.InvalidInput` with the field's dotted path
+(``model.moe.num_experts``). :func:`~partitioners.parallel3d.field_checks.spec_from_mapping`
+builds any of them from a JSON-shaped mapping, and the HTTP schema
+(``service.schemas.parallel``) is generated from the same declarations, so a limit or
+a default is stated here once. Units are in the names (``_bytes``, ``_per_s``, ``_s``).
 
-Clusters: the shared inventory JSON (``"groups": [...]``) and the presets of
-:mod:`partitioners.hardware.inventory` are accepted through :func:`cluster_from_inventory`
-(identical nodes only). The GPU and node presets of :mod:`partitioners.parallel3d.presets`
-keep what the planner needs beyond the inventory (SM count, GEMM ceiling) and win for
-``dgx-a100``/``dgx-h100``/... because the inventory caps presets at 4,096 nodes
-while this planner must answer for 100,000 GPUs. Descriptions may instead give every
-figure explicitly.
+Shorthand forms a mapping may use stand for fields: a model's Hugging Face
+``config.json`` (:mod:`partitioners.parallel3d.huggingface`), a training
+``software`` generation (:data:`~partitioners.parallel3d.presets.SOFTWARE_PRESETS`),
+and a cluster's ``preset`` or ``gpu`` with a node count, or a shared inventory
+(``"groups": [...]``, or ``"inventory"``) read by :func:`cluster_from_inventory`
+(identical nodes only). The GPU and node presets of
+:mod:`partitioners.parallel3d.presets` keep what the planner needs beyond the inventory
+(SM count, GEMM ceiling) and win for ``dgx-a100``/``dgx-h100``/... because the
+inventory caps presets at 4,096 nodes while this planner must answer for 100,000 GPUs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from partitioners.errors import InvalidInput
-from partitioners.hardware.inventory import PRESETS as INVENTORY_PRESETS
 from partitioners.hardware.inventory import (
     BANDWIDTH_RANGE_BYTES_PER_S,
     CAPACITY_RANGE_BYTES,
@@ -35,6 +41,17 @@ from partitioners.hardware.inventory import (
     preset_inventory,
     within,
 )
+from partitioners.hardware.inventory import PRESETS as INVENTORY_PRESETS
+from partitioners.parallel3d.field_checks import (
+    MAX_COUNT,
+    as_list,
+    check_declared_fields,
+    is_finite_number,
+    positive_float,
+    positive_int,
+    reject_unknown,
+    spec_field,
+)
 from partitioners.parallel3d.huggingface import model_fields_from_huggingface
 from partitioners.parallel3d.presets import (
     FLASH_ATTENTION_SPEED,
@@ -44,15 +61,6 @@ from partitioners.parallel3d.presets import (
     SOFTWARE_PRESETS,
     gpu_spec_by_name,
 )
-from partitioners.parallel3d.field_checks import (
-    MAX_COUNT,
-    as_list,
-    flag,
-    is_finite_number,
-    positive_float,
-    positive_int,
-    reject_unknown,
-)
 
 __all__ = [
     "ACTIVATION_FRAGMENTATION",
@@ -61,7 +69,21 @@ __all__ = [
     "MAX_EXPERTS",
     "MAX_NODES",
     "MAX_GPUS_PER_NODE",
+    "MAX_WIDTH",
+    "MAX_HEADS",
+    "MAX_TOKENS",
+    "MAX_PEAK_DTYPES",
+    "MAX_EVALUATED_LAYOUTS",
+    "MAX_TOP_K",
+    "MAX_RANK_MAP_RANKS",
+    "PRECISIONS",
+    "OPTIMIZERS",
+    "FP8_SCALINGS",
     "EXPERT_DISPATCH_MODES",
+    "RECOMPUTE_MODES",
+    "ZERO_STAGES",
+    "GRADIENT_BYTES_PER_PARAM",
+    "FLASH_ATTENTION_VERSIONS",
     "MoESpec",
     "MLASpec",
     "AttentionProjection",
@@ -69,42 +91,67 @@ __all__ = [
     "ClusterSpec",
     "TrainingSpec",
     "Constraints",
-    "RECOMPUTE_MODES",
-    "model_from_dict",
-    "cluster_from_dict",
+    "LayoutSpec",
+    "LAYOUT_FIELDS",
     "kv_shard_count",
     "cluster_from_inventory",
-    "training_from_dict",
     "check_precision_runs",
     "flash_attention_speed",
-    "constraints_from_dict",
-    "LAYOUT_FIELDS",
-    "layout_from_dict",
 ]
 
+# --------------------------------------------------------------------------- limits and choices
+
+# The largest counts accepted: beyond any model or cluster built, and small enough that
+# enumerating their divisors stays instant.
+MAX_LAYERS = 100_000
+MAX_EXPERTS = 65_536
+MAX_NODES = 100_000
+MAX_GPUS_PER_NODE = 1024
+MAX_WIDTH = 10**6  # hidden size, latent ranks, expert FFN width
+MAX_HEADS = 100_000  # attention heads, KV heads, a head's width
+MAX_TOKENS = 10**8  # sequence length, vocabulary, batch, windows and chunks
+MAX_PEAK_DTYPES = 16  # entries of cluster.peak_flops_per_s
+# Layouts one request may ask to predict ("evaluate"); each is a small search of its own.
+MAX_EVALUATED_LAYOUTS = 64
+# Ranked candidates a search returns, and ranks of a rank map an answer carries.
+MAX_TOP_K = 100
+MAX_RANK_MAP_RANKS = 200_000
+
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8")
+OPTIMIZERS: tuple[str, ...] = ("adam", "adamw")
+FP8_SCALINGS: tuple[str, ...] = ("delayed", "current")
+EXPERT_DISPATCH_MODES: tuple[str, ...] = ("all-to-all", "node-deduplicated")
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+GRADIENT_BYTES_PER_PARAM: tuple[int, ...] = (2, 4)
+FLASH_ATTENTION_VERSIONS: tuple[int, ...] = (1, 2, 3)
 # Activations are allocated and freed every micro-batch in blocks of many sizes; the
 # caching allocator's reserved-but-unusable share is 10-30% in LLM training
 # (Guo et al., "GMLake", ASPLOS 2024). Counted at the low end on activations unless a
 # request states its own (``training.activation_fragmentation``); the planner notes
-# layouts that would not fit at the high end (parallel3d_memory.ACTIVATION_FRAGMENTATION_HIGH).
+# layouts that would not fit at the high end (memory.ACTIVATION_FRAGMENTATION_HIGH).
 ACTIVATION_FRAGMENTATION = 0.10
-EXPERT_DISPATCH_MODES: tuple[str, ...] = ("all-to-all", "node-deduplicated")
+
+
+def _refuse(root: str, name: str, detail: str, code: str) -> InvalidInput:
+    """The error for a field of a spec, by its path under the spec's root."""
+    return InvalidInput(detail, field=f"{root}.{name}" if name else root, code=code)
 
 
 @dataclass(frozen=True)
 class MoESpec:
-    """Mixture-of-Experts block: routed experts, top-k, expert FFN width, shared experts.
+    """Mixture-of-Experts block: routed experts, top-k, expert FFN width, shared experts."""
 
-    ``moe_layers`` lists the layer indices that are MoE (None: every layer), e.g.
-    DeepSeek-V3 keeps its first three layers dense.
-    """
+    ROOT: ClassVar[str] = "model.moe"
 
-    num_experts: int
-    experts_per_token: int
-    expert_ffn_hidden_size: int
-    shared_experts: int = 0
-    moe_layers: tuple[int, ...] | None = None
+    num_experts: int = spec_field(kind="count", le=MAX_EXPERTS, doc="Routed experts per MoE layer.")
+    experts_per_token: int = spec_field(kind="count", le=1024, doc="Experts each token is routed to (top-k).")
+    expert_ffn_hidden_size: int = spec_field(kind="count", le=MAX_WIDTH, doc="Hidden width of one expert's FFN.")
+    shared_experts: int = spec_field(0, kind="count", ge=0, le=1024,
+                                     doc="Experts every token passes through beside the routed ones.")
+    # e.g. DeepSeek-V3 keeps its first three layers dense.
+    moe_layers: tuple[int, ...] | None = spec_field(None, kind="layers",
+                                                    doc="Indices of the MoE layers; default every layer.")
     # Group-limited routing: the experts are split into ``num_groups`` consecutive groups
     # and a token's experts come from its ``group_topk`` best groups (Megatron-Core's
     # --moe-router-num-groups / --moe-router-group-topk, Hugging Face's n_group /
@@ -112,8 +159,24 @@ class MoESpec:
     # node, a token reaches at most 4 nodes ("node-limited routing", DeepSeek-V3 Technical
     # Report, Sec. 2.1.2). None: no limit. It saves network bytes only with
     # ``TrainingSpec.expert_dispatch = "node-deduplicated"``.
-    num_groups: int | None = None
-    group_topk: int | None = None
+    num_groups: int | None = spec_field(None, kind="count", le=MAX_EXPERTS, doc="Group-limited routing: expert "
+                                        "groups (DeepSeek-V3: 8; Megatron --moe-router-num-groups).")
+    group_topk: int | None = spec_field(None, kind="count", le=MAX_EXPERTS, doc="Groups a token's experts come "
+                                        "from (DeepSeek-V3: 4; Megatron --moe-router-group-topk).")
+
+    def __post_init__(self) -> None:
+        check_declared_fields(self)
+        root = self.ROOT
+        if self.experts_per_token > self.num_experts:
+            raise _refuse(root, "experts_per_token", f"experts_per_token {self.experts_per_token} exceeds "
+                          f"num_experts {self.num_experts}", "topk-above-experts")
+        if (self.num_groups is None) != (self.group_topk is None):
+            raise _refuse(root, "group_topk" if self.group_topk is None else "num_groups",
+                          f"{root}.num_groups and {root}.group_topk come together", "missing-field")
+        if self.num_groups is not None and (self.num_experts % self.num_groups or self.group_topk > self.num_groups):
+            raise _refuse(root, "num_groups", f"num_groups {self.num_groups} must divide num_experts "
+                          f"{self.num_experts} and group_topk {self.group_topk} must not exceed it",
+                          "groups-do-not-divide-experts")
 
 
 @dataclass(frozen=True)
@@ -129,11 +192,18 @@ class MLASpec:
     1536 / 512 / 128 / 64 / 128.
     """
 
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-    q_lora_rank: int | None = None
+    ROOT: ClassVar[str] = "model.mla"
+
+    kv_lora_rank: int = spec_field(kind="count", le=MAX_WIDTH, doc="Width of the shared key-value latent.")
+    qk_nope_head_dim: int = spec_field(kind="count", le=MAX_HEADS, doc="Per-head query-key width without rotary.")
+    qk_rope_head_dim: int = spec_field(kind="count", ge=0, le=MAX_HEADS,
+                                       doc="Width of the rotary key shared by all heads.")
+    v_head_dim: int = spec_field(kind="count", le=MAX_HEADS, doc="Per-head value width.")
+    q_lora_rank: int | None = spec_field(None, kind="count", le=MAX_WIDTH,
+                                         doc="Width of the query latent; None: a full-rank query projection.")
+
+    def __post_init__(self) -> None:
+        check_declared_fields(self)
 
 
 def kv_shard_count(tp: np.ndarray | float, kv_heads: int) -> np.ndarray:
@@ -186,56 +256,150 @@ class AttentionProjection:
         return self.in_width / np.asarray(tp, dtype=float) if self.split == "row" else self.in_width
 
 
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """Decoder-only transformer shape (GPT/Llama family), as Megatron-LM arguments name it."""
+    """Decoder-only transformer shape (GPT/Llama family), as Megatron-LM arguments name it.
 
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    seq_length: int
-    vocab_size: int
-    num_kv_heads: int | None = None  # GQA query groups; None = multi-head attention
-    ffn_hidden_size: int | None = None  # None = 4 * hidden_size
-    gated_mlp: bool = False  # SwiGLU (Llama): three FFN matrices instead of two
+    A mapping may instead give ``huggingface_config`` (a model's ``config.json``, read
+    by :mod:`partitioners.parallel3d.huggingface`) and ``seq_length``.
+    """
+
+    ROOT: ClassVar[str] = "model"
+
+    num_layers: int = spec_field(kind="count", le=MAX_LAYERS, doc="Transformer layers.")
+    hidden_size: int = spec_field(kind="count", le=MAX_WIDTH, doc="Width of the residual stream.")
+    num_attention_heads: int = spec_field(kind="count", le=MAX_HEADS, doc="Query heads.")
+    seq_length: int = spec_field(kind="count", le=MAX_TOKENS, doc="Training sequence length in tokens.")
+    vocab_size: int = spec_field(kind="count", le=MAX_TOKENS, doc="Vocabulary size.")
+    num_kv_heads: int | None = spec_field(
+        None, kind="count", le=MAX_HEADS, doc="KV heads (GQA groups; 1: multi-query attention); default "
+        "num_attention_heads. Past this many tensor-parallel ranks each KV head is replicated.")
+    ffn_hidden_size: int | None = spec_field(None, kind="count", le=10 * MAX_WIDTH,
+                                             doc="Hidden width of the MLP; default 4 x hidden_size.")
+    gated_mlp: bool = spec_field(False, kind="flag", doc="SwiGLU (Llama): three FFN matrices instead of two.")
     # Attention and MLP read the same layer input and their outputs are added to it
     # together, x + attn(norm(x)) + mlp(norm(x)) (GPT-J; GPT-NeoX ``use_parallel_residual``;
     # PaLM's "parallel layers", Chowdhery et al. 2022, Sec. 2; Falcon ``parallel_attn``):
     # the two row-parallel outputs are summed before one tensor-parallel reduction.
-    parallel_attention_mlp: bool = False
-    tie_embeddings: bool = False
+    parallel_attention_mlp: bool = spec_field(
+        False, kind="flag", doc="Attention and MLP read the same input and are summed before one tensor-parallel "
+        "reduction (GPT-J, GPT-NeoX use_parallel_residual, PaLM, Falcon parallel_attn).")
+    tie_embeddings: bool = spec_field(False, kind="flag", doc="The output layer shares the input embedding.")
     # GPT-2/3 learn an s x h position table (SC21 eq. 2's ``s`` term); Megatron-LM keeps it
     # on the first stage, whole on every tensor-parallel rank. Llama's rotary
     # embeddings have no parameters.
-    learned_position_embeddings: bool = False
-    moe: MoESpec | None = None
+    learned_position_embeddings: bool = spec_field(False, kind="flag",
+                                                   doc="GPT-2/3-style learned position table (s x h).")
+    # (spec_field returns dataclasses.field(...), which RUF009 does not recognise behind a wrapper)
+    moe: MoESpec | None = spec_field(  # noqa: RUF009
+        None, kind="custom", doc="Mixture-of-Experts block; None: a dense model.")
     # Width of one attention head (Megatron-LM's ``--kv-channels``, Hugging Face's
     # ``head_dim``). None = hidden_size / num_attention_heads; Qwen3 and Gemma set it
     # apart, so their query and projection widths differ from the hidden size.
-    head_dim: int | None = None
-    mla: MLASpec | None = None
+    head_dim: int | None = spec_field(None, kind="count", le=MAX_HEADS,
+                                      doc="Width of one attention head; default hidden_size / heads.")
+    mla: MLASpec | None = spec_field(None, kind="custom",  # noqa: RUF009
+                                     doc="Multi-head latent attention (DeepSeek-V2/V3), named as in the Hugging "
+                                     "Face config.")
     # Multi-token prediction depth (DeepSeek-V3: 1). Each module predicts one token
     # further ahead: the final hidden state and the next token's embedding, normed and
     # concatenated, are projected from 2h to h, run through one more transformer layer
     # (of the last layer's kind) and the shared output head (DeepSeek-V3 Technical
     # Report, Sec. 2.2). It runs on the last pipeline stage, which then also keeps a
     # copy of the embedding, as Megatron-Core's MTP does.
-    mtp_layers: int = 0
+    mtp_layers: int = spec_field(0, kind="count", ge=0, le=100, doc="Multi-token prediction depth (DeepSeek-V3: "
+                                 "1), run on the last pipeline stage.")
     # Sliding-window attention (Mistral 7B v0.1, Gemma 2/3, Phi-3, StarCoder2): each query
     # attends to the ``sliding_window`` latest tokens only, on the ``sliding_window_layers``
     # (indices; None = every layer). The other layers attend to the whole causal prefix.
     # Context-parallel exchanges are counted as for full attention (Transformer Engine's
     # ring passes every K/V chunk whatever the window).
-    sliding_window: int | None = None
-    sliding_window_layers: tuple[int, ...] | None = None
+    sliding_window: int | None = spec_field(
+        None, kind="count", le=MAX_TOKENS, doc="Sliding-window attention: each query attends to this many latest "
+        "tokens (Mistral 7B v0.1: 4096) on sliding_window_layers.")
+    sliding_window_layers: tuple[int, ...] | None = spec_field(
+        None, kind="layers", doc="Indices of the sliding-window layers; default every layer.")
     # Chunked attention (Llama 4's ``attention_chunk_size``, "iRoPE"): the sequence is cut
     # into chunks of this many tokens and a query attends causally inside its own chunk,
     # on the ``chunked_attention_layers`` (None = every layer).
-    attention_chunk_size: int | None = None
-    chunked_attention_layers: tuple[int, ...] | None = None
+    attention_chunk_size: int | None = spec_field(
+        None, kind="count", le=MAX_TOKENS, doc="Chunked attention: queries attend causally inside chunks of this "
+        "many tokens (Llama 4: 8192) on chunked_attention_layers.")
+    chunked_attention_layers: tuple[int, ...] | None = spec_field(
+        None, kind="layers", doc="Indices of the chunked-attention layers; default every layer.")
+
+    def __post_init__(self) -> None:
+        """Check the fields, then the shape they make together.
+
+        Raises
+        ------
+        InvalidInput
+            When a size is not a positive integer, the hidden size is not a multiple of
+            the head count (and no ``head_dim`` is given), the KV heads do not divide
+            the query heads, local-attention layers are missing their size or overlap,
+            or an MoE layer index is out of range.
+        """
+        check_declared_fields(self)
+        for name, kind in (("moe", MoESpec), ("mla", MLASpec)):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), kind):
+                raise _refuse("model", name, f"model.{name} must be an object", "not-an-object")
+        if self.mla is not None and (self.head_dim is not None or self.kv_heads != self.num_attention_heads):
+            raise _refuse("model", "mla", "model.mla sets the head widths and gives every head its own keys and "
+                          "values; leave head_dim and num_kv_heads out", "mla-with-head-fields")
+        if self.head_dim is None and self.mla is None and self.hidden_size % self.num_attention_heads:
+            raise _refuse("model", "hidden_size", f"hidden_size {self.hidden_size} is not a multiple of "
+                          f"num_attention_heads {self.num_attention_heads}", "heads-do-not-divide-hidden")
+        if self.num_attention_heads % self.kv_heads:
+            raise _refuse("model", "num_kv_heads", f"num_kv_heads {self.kv_heads} must divide num_attention_heads "
+                          f"{self.num_attention_heads} (GQA groups)", "kv-heads-do-not-divide-heads")
+        self._check_local_attention()
+        if self.moe is not None and self.moe.moe_layers is not None \
+                and any(i >= self.num_layers for i in self.moe.moe_layers):
+            raise _refuse("model", "moe.moe_layers", f"moe_layers indexes a layer >= num_layers ({self.num_layers})",
+                          "layer-out-of-range")
+
+    def _check_local_attention(self) -> None:
+        """Sliding-window and chunked layers name existing layers, each under its own size, none under both."""
+        kinds = (("sliding_window", "sliding_window_layers", "the window's width in tokens"),
+                 ("attention_chunk_size", "chunked_attention_layers", "the chunk's length in tokens"))
+        for size_name, layers_name, size_meaning in kinds:
+            layers = getattr(self, layers_name)
+            if layers is None:
+                continue
+            if getattr(self, size_name) is None:
+                raise _refuse("model", size_name, f"model.{layers_name} needs model.{size_name}, {size_meaning}",
+                              "missing-field")
+            if any(i >= self.num_layers for i in layers):
+                raise _refuse("model", layers_name, f"{layers_name} indexes a layer >= num_layers "
+                              f"({self.num_layers})", "layer-out-of-range")
+        if self.sliding_window is not None and self.attention_chunk_size is not None:
+            every = set(range(self.num_layers))
+            windowed = every if self.sliding_window_layers is None else set(self.sliding_window_layers)
+            chunked = every if self.chunked_attention_layers is None else set(self.chunked_attention_layers)
+            if windowed & chunked:
+                raise _refuse("model", "chunked_attention_layers", f"layers {sorted(windowed & chunked)[:8]} are "
+                              "both sliding-window and chunked; a layer attends one way", "attention-kinds-overlap")
+
+    @classmethod
+    def from_shorthand(cls, data: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+        """A mapping's model fields: a Hugging Face ``config.json`` read into them, or the mapping itself."""
+        if "huggingface_config" not in data:
+            return data
+        reject_unknown(data, {"huggingface_config", "seq_length"}, where)
+        if "seq_length" not in data:
+            raise InvalidInput(f"{where}.seq_length is required next to {where}.huggingface_config: the sequence "
+                               "length the run trains at (max_position_embeddings is the longest the model "
+                               "supports)", field=f"{where}.seq_length", code="missing-field")
+        return {**model_fields_from_huggingface(data["huggingface_config"]), "seq_length": data["seq_length"]}
+
 
     def to_dict(self) -> dict[str, Any]:
-        """The shape as ``model_from_dict`` reads it (fields left at None omitted), e.g. to echo one read from a config."""
+        """The shape as ``spec_from_mapping(ModelSpec, ...)`` reads it (fields left at None omitted).
+
+        E.g. to echo the shape a Hugging Face config was read as.
+        """
         def plain(value: Any) -> Any:
             if isinstance(value, (MoESpec, MLASpec)):
                 return {f.name: plain(getattr(value, f.name)) for f in fields(value)
@@ -354,420 +518,113 @@ class ModelSpec:
         return len(set(self.moe.moe_layers))
 
 
+
+# The GPU whose measured kernel ceilings stand for its generation when a cluster is given
+# by its figures and an architecture only.
+_ARCHITECTURE_REFERENCE_GPU = {"ampere": "a100-80gb", "hopper": "h100-sxm", "blackwell": "b200"}
+# the cluster fields a mapping must give when it names neither a preset nor a GPU
+_CLUSTER_FIGURES = ("gpus_per_node", "num_nodes", "peak_flops_per_s", "memory_bytes",
+                    "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s")
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """Homogeneous GPU cluster: ``num_nodes`` nodes of ``gpus_per_node`` GPUs.
 
     Bandwidths per GPU per direction; latencies are the alpha term of the shared
-    alpha-beta collectives (``partitioners.hardware.collectives``).
+    alpha-beta collectives (``partitioners.hardware.collectives``). A mapping may name a
+    ``preset`` (``{"preset": "dgx-h100", "nodes": 8}``) or a ``gpu``
+    (``{"gpu": "a100-80gb", "num_nodes": 4}``) whose figures the fields it gives amend,
+    or a shared inventory (``groups``, or ``inventory``) of identical nodes.
     """
 
-    gpus_per_node: int
-    num_nodes: int
-    peak_flops_per_s: Mapping[str, float]
-    memory_bytes: float
-    intra_node_bandwidth_bytes_per_s: float
-    inter_node_bandwidth_bytes_per_s: float
-    hbm_bandwidth_bytes_per_s: float
-    name: str = "custom"
-    sm_count: int = 108
-    gemm_efficiency_max: float = 0.8
+    ROOT: ClassVar[str] = "cluster"
+
+    gpus_per_node: int = spec_field(kind="count", le=MAX_GPUS_PER_NODE, doc="GPUs per node (NVLink domain).")
+    num_nodes: int = spec_field(kind="count", le=MAX_NODES, doc="Nodes.")
+    peak_flops_per_s: Mapping[str, float] = spec_field(
+        kind="rates", le=MAX_PEAK_DTYPES,
+        doc="Dense tensor-core peak FLOP/s of one GPU by dtype, e.g. {\"bf16\": 9.89e14}.")
+    memory_bytes: float = spec_field(kind="positive", doc="Memory of one GPU in bytes.")
+    intra_node_bandwidth_bytes_per_s: float = spec_field(
+        kind="positive", doc="Intra-node (NVLink) bandwidth per GPU per direction.")
+    # infinite for a one-node cluster read from an inventory without an inter-node link
+    inter_node_bandwidth_bytes_per_s: float = spec_field(
+        kind="custom", doc="Inter-node (InfiniBand) bandwidth per GPU per direction.")
+    # Without a figure, a mapping assumes A100-class HBM per unit of compute (2 TB/s per
+    # 312 TFLOP/s).
+    hbm_bandwidth_bytes_per_s: float = spec_field(kind="positive", doc="HBM bandwidth of one GPU.")
+    name: str = spec_field("custom", kind="name", doc="What the cluster is called in answers.")
+    sm_count: int = spec_field(108, kind="count", le=10_000, doc="Streaming multiprocessors per GPU.")
+    gemm_efficiency_max: float = spec_field(0.8, kind="positive", le=1, why="(a fraction of peak)",
+                                            doc="Best share of peak a large GEMM reaches.")
     # NCCL small-message latency per ring step, intra-node NVLink vs inter-node
     # InfiniBand: a few microseconds each (nccl-tests small-message all-reduce times).
-    intra_node_latency_s: float = 2e-6
-    inter_node_latency_s: float = 5e-6
+    intra_node_latency_s: float = spec_field(2e-6, kind="number", ge=LATENCY_RANGE_S[0], le=LATENCY_RANGE_S[1],
+                                             doc="Intra-node latency per ring step, in seconds.")
+    inter_node_latency_s: float = spec_field(5e-6, kind="number", ge=LATENCY_RANGE_S[0], le=LATENCY_RANGE_S[1],
+                                             doc="Inter-node latency per ring step, in seconds.")
     # NVLink SHARP all-reduce speed-up over the ring within a full node (see GPUSpec).
-    nvls_allreduce_speedup: float = 1.0
+    nvls_allreduce_speedup: float = spec_field(
+        1.0, kind="number", ge=1, le=10, why="(a speed-up over the ring) from 1 to 10",
+        doc="In-switch (NVLink SHARP) all-reduce speed-up over the ring.")
     # FP8 GEMM ceiling where it differs from the 16-bit one (see GPUSpec); None: the same.
-    fp8_gemm_efficiency_max: float | None = None
+    fp8_gemm_efficiency_max: float | None = spec_field(
+        None, kind="positive", le=1, why="(a fraction of peak)",
+        doc="FP8 GEMM ceiling as a fraction of the FP8 peak, if not the 16-bit one.")
     # GPU generation (see GPUSpec); "unknown" for a cluster given by its figures alone.
-    architecture: str = "unknown"
+    architecture: str = spec_field(
+        "unknown", kind="choice", choices=GPU_ARCHITECTURES, code="unknown-architecture",
+        doc="GPU generation, for which FlashAttention generations run and how fast (a preset or gpu sets it).")
+
+    def __post_init__(self) -> None:
+        """Check the fields and that the rates lie in the ranges an inventory accepts."""
+        check_declared_fields(self)
+        inter = self.inter_node_bandwidth_bytes_per_s
+        if not (isinstance(inter, float) and math.isinf(inter) and inter > 0 and self.num_nodes == 1):
+            object.__setattr__(self, "inter_node_bandwidth_bytes_per_s",
+                               positive_float(inter, "cluster.inter_node_bandwidth_bytes_per_s"))
+        # a one-node cluster from an inventory has no inter-node link (infinite bandwidth)
+        for dtype, peak in self.peak_flops_per_s.items():
+            within(peak, f"cluster.peak_flops_per_s.{dtype}", PEAK_FLOPS_RANGE, "FLOP/s")
+        for name in ("hbm_bandwidth_bytes_per_s", "intra_node_bandwidth_bytes_per_s",
+                     "inter_node_bandwidth_bytes_per_s"):
+            value = getattr(self, name)
+            if not (name.startswith("inter") and math.isinf(value) and self.num_nodes == 1):
+                within(value, f"cluster.{name}", BANDWIDTH_RANGE_BYTES_PER_S, "B/s")
+        within(self.memory_bytes, "cluster.memory_bytes", CAPACITY_RANGE_BYTES, "bytes")
 
     @property
     def num_gpus(self) -> int:
         return self.gpus_per_node * self.num_nodes
 
-
-@dataclass(frozen=True)
-class TrainingSpec:
-    """Training settings that fix the work of one optimizer step and the software stack.
-
-    The software flags describe the framework build (Megatron-LM 2021 had no flash
-    attention, no sequence parallelism and reduced gradients after the backward
-    pass; Megatron-Core today has all three), because they change both time and
-    memory; defaults are today's.
-    """
-
-    global_batch_sequences: int
-    precision: str = "bf16"  # "bf16", "fp16" (with loss scaling, same peak) or "fp8"
-    optimizer: str = "adam"
-    flash_attention: bool = True
-    # Which FlashAttention generation (1, 2 or 3) the stack runs; None: the newest the GPU
-    # runs (2 on Ampere, 3 on Hopper), as today's frameworks do. Older ones are slower
-    # (FLASH_ATTENTION_SPEED): MosaicML's LLM Foundry A100 table reads within 5% on average
-    # with FlashAttention-1, and 67% high at 65,536 tokens with the newest (bench.llm_foundry).
-    flash_attention_version: int | None = None
-    sequence_parallel: bool = True
-    overlap_grad_reduce: bool = True
-    # Tensor-parallel collectives pipelined under GEMMs (Megatron --tp-comm-overlap); opt-in.
-    overlap_tp_comm: bool = False
-    # Under the interleaved schedule, pipeline sends and receives posted asynchronously and
-    # waited for only when the next model chunk needs them (Megatron-Core
-    # ``overlap_p2p_comm``, which NeMo's and Megatron-Bridge's recipes turn on whenever
-    # virtual pipeline stages are used, with ``batch_p2p_comm`` off); 1F1B keeps the
-    # batched, synchronised exchange.
-    overlap_p2p_comm: bool = True
-    # The interleaved schedule may take micro-batches in groups larger than pp, so a
-    # micro-batch count that pp does not divide can still interleave (Megatron-Core
-    # ``--microbatch-group-size-per-virtual-pipeline-stage``; see
-    # parallel3d_stages.microbatch_group_size). Off by default: Megatron-Core's group size
-    # defaults to pp ("Default ... to pipeline_parallel_size", ModelParallelConfig), which
-    # asks for a multiple of pp as Megatron-LM always did.
-    flexible_microbatch_groups: bool = False
-    # Backward tensor-parallel collectives of the column-parallel linears launched
-    # asynchronously under their GEMMs: the input-gradient all-reduce (reduce-scatter with
-    # sequence parallelism) under the weight-gradient GEMM, and with sequence parallelism
-    # the input's re-all-gather under the input-gradient GEMM (Megatron-LM
-    # ``linear_with_grad_accumulation_and_async_allreduce``, on by default since 2022,
-    # ``--no-async-tensor-model-parallel-allreduce`` turns it off). The 2021 code had not.
-    overlap_tp_backward: bool = True
-    # Megatron keeps fp32 "main_grad" buffers (4 B/param); DeepSpeed ZeRO keeps bf16 (2 B).
-    grad_bytes_per_param: int = 4
-    # Caching-allocator waste counted on top of activations (reserved but unusable
-    # between the blocks of many sizes a step allocates and frees). A user who measured
-    # their stack (torch.cuda.memory_reserved against memory_allocated at the peak)
-    # states theirs.
-    activation_fragmentation: float = ACTIVATION_FRAGMENTATION
-    # Weight gradients accumulated inside the weight-gradient GEMM (Megatron-LM
-    # ``--gradient-accumulation-fusion``, cuBLAS/CUTLASS ``wgrad_gemm_accum_fp32``, default
-    # since 2022). Without it every micro-batch writes a separate gradient that a second
-    # kernel adds into the accumulation buffer: extra HBM traffic per parameter and
-    # micro-batch (see parallel3d_kernels.gradient_accumulation_time_s).
-    gradient_accumulation_fusion: bool = True
-    # The fp16 optimizer of Megatron-LM before 2022 kept the fp32 copy of every gradient
-    # it made for the master weights (``main_param.grad = model_param.main_grad.float()``)
-    # from one step to the next: its ``zero_grad`` cleared only "float16_groups &
-    # fp32_from_fp32_groups". The later code also frees fp32_from_float16_groups "as a
-    # memory optimization" (megatron/optimizer/optimizer.py). With 2-byte gradient buffers
-    # that copy is 4 more bytes per parameter through the forward and backward passes;
-    # with fp32 buffers ``.float()`` returns the buffer itself and costs nothing.
-    fp32_grad_copy_kept: bool = False
-    # Megatron-LM before 2022 kept every in-flight micro-batch's pipeline-stage output
-    # until that micro-batch's backward; ``deallocate_output_tensor`` (schedules.py)
-    # later freed its data right after the send, as only its ``grad_fn`` is needed.
-    stage_outputs_kept: bool = False
-    # PyTorch DistributedDataParallel copies every gradient into its all-reduce buckets
-    # unless ``gradient_as_bucket_view=True`` (off by default), which "can reduce peak
-    # memory usage, where the saved memory size will be equal to the total gradients
-    # size" (torch.nn.parallel.DistributedDataParallel docs): one more gradient's bytes
-    # per parameter. Megatron-LM's own DDP and ZeRO-style buffers need no copy.
-    ddp_bucket_copy: bool = False
-    # Without sequence parallelism every tensor rank holds the whole activation a pipeline
-    # stage sends. Megatron-LM's scatter/gather sends each rank's 1/t of it across the
-    # stage boundary and all-gathers it over NVLink on the receiving node (Narayanan et al.,
-    # SC21, Sec. 4.1; on by default, ``--no-scatter-gather-tensors-in-pipeline`` turns it
-    # off, and then each rank sends the whole tensor). With sequence parallelism the
-    # activation is already split and this changes nothing.
-    pipeline_scatter_gather: bool = True
-    # Expert-parallel all-to-all (dispatch and combine) hidden under the computation of
-    # another micro-batch, a forward chunk paired with a backward one: DeepSeek-V3's
-    # DualPipe ("overlap the computation and communication within a pair of individual
-    # forward and backward chunks", DeepSeek-AI, DeepSeek-V3 Technical Report, 2024,
-    # Sec. 3.2.1) and Megatron-Core's ``--overlap-moe-expert-parallel-comm``. Opt-in.
-    overlap_ep_comm: bool = False
-    # How tokens reach their experts. "all-to-all": one message per (token, expert) pair,
-    # 16-bit (Megatron-Core's alltoall token dispatcher). "node-deduplicated": DeepSeek-V3's
-    # dispatch (its DeepEP kernels; Megatron-Core's flex dispatcher): once per destination
-    # node over the network, then NVLink to the experts, in FP8 when the run is FP8; see
-    # parallel3d_comm.deduplicated_dispatch_time_s.
-    expert_dispatch: str = "all-to-all"
-    # Tokens the busiest expert receives over the mean, which paces the experts' GEMMs and
-    # the all-to-all: dropless routing with an auxiliary balancing loss still leaves it
-    # ~20% above (the 1.2-1.25 capacity factors budgeted by GShard, Lepikhin et al. 2021,
-    # and Switch, Fedus et al. 2022). 1.0 where routing is forced to balance, as
-    # Megatron-Bridge's MoE benchmarks do ("we force-balance the token distribution").
-    expert_load_imbalance: float = 1.2
-    # Dropout on the attention probabilities and on the two residual branches (GPT-2/3 and
-    # Megatron-LM's default, 0.1). Llama, Mistral, Nemotron-4, Falcon and most models trained
-    # since 2023 use none, and PyTorch's dropout at p = 0 returns its input without making
-    # a mask (aten ``_dropout_impl``), so the default is off: no masks are kept.
-    dropout: bool = False
-    # Selective recomputation (Korthikanti et al. 2022: rebuild the attention scores, or with
-    # flash attention the cheap element-wise outputs, in the backward pass). Megatron-LM
-    # released it in 2022 (``--recompute-granularity selective``); the 2021 code had only
-    # full recomputation (``--checkpoint-activations``).
-    selective_recompute: bool = True
-    # Full recomputation may cover only the first k layers of each model chunk, the others
-    # keeping all their activations (Megatron-LM ``--recompute-granularity full
-    # --recompute-method block --recompute-num-layers k``, per virtual pipeline stage when
-    # interleaved; NeMo's "partial transformer layer recomputation ... when recomputing a
-    # few transformer layers help to reduce enough GPU memory for model to fit", NeMo
-    # activation-recomputation docs). The planner then recomputes the fewest layers that
-    # fit with headroom. The 2021 code recomputed every layer (``--checkpoint-activations``).
-    partial_recompute: bool = True
-    # FP8 runs keep each linear weight in FP8 only, gathered in FP8 by the distributed
-    # optimizer from its fp32 master copy (Transformer Engine ``fp8_model_init``;
-    # Megatron-Core ``--fp8-param-gather``, set by NeMo's FP8 precision recipes,
-    # ``fp8_param_gather=True``, and NVIDIA's FP8 benchmark configs, ``fp8_params: true``).
-    # Off: a 16-bit weight plus Transformer Engine's FP8 cast of it. Hopper's FP8 GEMMs
-    # read only the "TN" layout, so the backward's transposed weight is a second FP8 copy
-    # either way (Transformer Engine, "Handling transposes").
-    fp8_params: bool = True
-    # How FP8 scales are chosen (precision "fp8" only): "delayed" from the amax history of
-    # past steps (Transformer Engine's default DelayedScaling recipe), or "current" from the
-    # tensor itself (Float8CurrentScaling), which costs one more pass over every operand.
-    fp8_scaling: str = "delayed"
-
-
-@dataclass(frozen=True)
-class Constraints:
-    """Optional limits on the search; None means "search it"."""
-
-    tp: int | None = None
-    pp: int | None = None
-    max_pp: int | None = None
-    cp: int | None = None
-    ep: int | None = None
-    # Expert tensor-parallel size: tp (experts split like the dense MLP) or 1 (MoE parallel
-    # folding); None searches both for MoE models.
-    etp: int | None = None
-    micro_batch_size: int | None = None
-    virtual_stages: int | None = None
-    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
-    recompute: tuple[str, ...] = RECOMPUTE_MODES
-    # Layers of each model chunk that full recomputation covers (Megatron-LM's
-    # ``--recompute-num-layers`` with the block method); None lets the planner choose the
-    # fewest that fit (all of them when ``training.partial_recompute`` is off).
-    recompute_num_layers: int | None = None
-    allow_uneven_pp: bool = True
-    # Layouts within this fraction of the best step time are reported as ties and ranked
-    # those with room for allocator waste first, fastest first within each group. 3%: the
-    # model's own error on published layouts (bench/parallel3d.py: mean |MFU/HFU error|
-    # 2.9% over SC21, as the authors ran it in fp16, and Korthikanti 2022), so a smaller
-    # gap is not evidence that one layout is faster.
-    tie_tolerance: float = 0.03
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-# The largest counts accepted (the HTTP schema states the same bounds): beyond any model or
-# cluster built, and small enough that enumerating their divisors stays instant.
-MAX_LAYERS = 100_000
-MAX_EXPERTS = 65_536
-MAX_NODES = 100_000
-MAX_GPUS_PER_NODE = 1024
-
-
-def _check_block(data: Any, spec_type: type, where: str) -> None:
-    """A nested block (``model.moe``, ``model.mla``) must be an object naming only ``spec_type``'s fields."""
-    if not isinstance(data, Mapping):
-        raise InvalidInput(f"{where} must be an object", field=where, code="not-an-object")
-    reject_unknown(data, {f.name for f in fields(spec_type)}, where)
-
-
-def _moe_from_dict(data: Mapping[str, Any] | MoESpec | None) -> MoESpec | None:
-    if data is None or isinstance(data, MoESpec):
-        return data
-    _check_block(data, MoESpec, "model.moe")
-    return MoESpec(
-        num_experts=positive_int(data.get("num_experts"), "model.moe.num_experts", maximum=MAX_EXPERTS),
-        experts_per_token=positive_int(data.get("experts_per_token"), "model.moe.experts_per_token"),
-        expert_ffn_hidden_size=positive_int(data.get("expert_ffn_hidden_size"), "model.moe.expert_ffn_hidden_size"),
-        shared_experts=positive_int(data.get("shared_experts", 0), "model.moe.shared_experts", allow_zero=True),
-        moe_layers=_layer_indices(data, "moe_layers", "model.moe"),
-        num_groups=_optional_positive(data, "num_groups", "model.moe"),
-        group_topk=_optional_positive(data, "group_topk", "model.moe"),
-    )
-
-
-def _mla_from_dict(data: Mapping[str, Any] | MLASpec | None) -> MLASpec | None:
-    if data is None or isinstance(data, MLASpec):
-        return data
-    _check_block(data, MLASpec, "model.mla")
-    for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-        if name not in data:
-            raise InvalidInput(f"model.mla.{name} is required", field=f"model.mla.{name}", code="missing-field")
-    return MLASpec(
-        kv_lora_rank=positive_int(data["kv_lora_rank"], "model.mla.kv_lora_rank"),
-        qk_nope_head_dim=positive_int(data["qk_nope_head_dim"], "model.mla.qk_nope_head_dim"),
-        qk_rope_head_dim=positive_int(data["qk_rope_head_dim"], "model.mla.qk_rope_head_dim", allow_zero=True),
-        v_head_dim=positive_int(data["v_head_dim"], "model.mla.v_head_dim"),
-        q_lora_rank=_optional_positive(data, "q_lora_rank", "model.mla"),
-    )
-
-
-def _optional_positive(data: Mapping[str, Any], name: str, where: str = "model") -> int | None:
-    """``data[name]`` as a positive integer, or None where it is absent or null."""
-    return None if data.get(name) is None else positive_int(data[name], f"{where}.{name}")
-
-
-def _layer_indices(data: Mapping[str, Any], name: str, where: str = "model") -> tuple[int, ...] | None:
-    """``data[name]`` as a tuple of layer indices, or None where it is absent or null."""
-    if data.get(name) is None:
-        return None
-    indices = tuple(positive_int(i, f"{where}.{name}[]", allow_zero=True)
-                    for i in as_list(data[name], f"{where}.{name}", "a list of layer indices"))
-    if len(set(indices)) < len(indices):
-        twice = next(i for i in indices if indices.count(i) > 1)
-        raise InvalidInput(f"{where}.{name} lists layer {twice} more than once", field=f"{where}.{name}",
-                           code="duplicate-layer")
-    return indices
-
-
-def _check_local_attention(spec: ModelSpec) -> None:
-    """Sliding-window and chunked layers name existing layers, each under its own size, none under both."""
-    kinds = (("sliding_window", "sliding_window_layers", "the window's width in tokens"),
-             ("attention_chunk_size", "chunked_attention_layers", "the chunk's length in tokens"))
-    for size_name, layers_name, size_meaning in kinds:
-        layers = getattr(spec, layers_name)
-        if layers is None:
-            continue
-        if getattr(spec, size_name) is None:
-            raise InvalidInput(f"model.{layers_name} needs model.{size_name}, {size_meaning}",
-                               field=f"model.{size_name}", code="missing-field")
-        if any(i >= spec.num_layers for i in layers):
-            raise InvalidInput(f"{layers_name} indexes a layer >= num_layers ({spec.num_layers})",
-                               field=f"model.{layers_name}", code="layer-out-of-range")
-    if spec.sliding_window is not None and spec.attention_chunk_size is not None:
-        every = set(range(spec.num_layers))
-        windowed = every if spec.sliding_window_layers is None else set(spec.sliding_window_layers)
-        chunked = every if spec.chunked_attention_layers is None else set(spec.chunked_attention_layers)
-        if windowed & chunked:
-            raise InvalidInput(f"layers {sorted(windowed & chunked)[:8]} are both sliding-window and chunked; "
-                               "a layer attends one way", field="model.chunked_attention_layers",
-                               code="attention-kinds-overlap")
-
-
-def model_from_dict(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
-    """Validate a model description (``dict`` as sent over HTTP) into a :class:`ModelSpec`.
-
-    The description holds the shape fields, or ``huggingface_config`` (a model's
-    ``config.json``, read by :mod:`partitioners.parallel3d.huggingface`) and ``seq_length``.
-
-    Raises
-    ------
-    InvalidInput
-        When a size is not a positive integer, the hidden size is not a multiple of
-        the head count (and no ``head_dim`` is given), the KV heads do not divide
-        the query heads, or the MoE block is inconsistent (top-k above the expert
-        count, a layer index out of range).
-    """
-    if isinstance(data, ModelSpec):
-        spec = data
-    else:
-        if not isinstance(data, Mapping):
-            raise InvalidInput("model must be an object", field="model", code="not-an-object")
-        if "huggingface_config" in data:
-            reject_unknown(data, {"huggingface_config", "seq_length"}, "model")
-            if "seq_length" not in data:
-                raise InvalidInput("model.seq_length is required next to model.huggingface_config: the sequence "
-                                   "length the run trains at (max_position_embeddings is the longest the model "
-                                   "supports)", field="model.seq_length", code="missing-field")
-            data = {**model_fields_from_huggingface(data["huggingface_config"]), "seq_length": data["seq_length"]}
-        names = {f.name for f in fields(ModelSpec)}
-        reject_unknown(data, names, "model")
-        required = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")
-        for name in required:
-            if name not in data:
-                raise InvalidInput(f"model.{name} is required", field=f"model.{name}", code="missing-field")
-        spec = ModelSpec(
-            num_layers=positive_int(data["num_layers"], "model.num_layers", maximum=MAX_LAYERS),
-            hidden_size=positive_int(data["hidden_size"], "model.hidden_size"),
-            num_attention_heads=positive_int(data["num_attention_heads"], "model.num_attention_heads"),
-            seq_length=positive_int(data["seq_length"], "model.seq_length"),
-            vocab_size=positive_int(data["vocab_size"], "model.vocab_size"),
-            num_kv_heads=_optional_positive(data, "num_kv_heads"),
-            ffn_hidden_size=_optional_positive(data, "ffn_hidden_size"),
-            gated_mlp=flag(data.get("gated_mlp", False), "model.gated_mlp"),
-            parallel_attention_mlp=flag(data.get("parallel_attention_mlp", False), "model.parallel_attention_mlp"),
-            tie_embeddings=flag(data.get("tie_embeddings", False), "model.tie_embeddings"),
-            learned_position_embeddings=flag(data.get("learned_position_embeddings", False),
-                                             "model.learned_position_embeddings"),
-            moe=_moe_from_dict(data.get("moe")),
-            head_dim=_optional_positive(data, "head_dim"),
-            mla=_mla_from_dict(data.get("mla")),
-            mtp_layers=positive_int(data.get("mtp_layers", 0), "model.mtp_layers", allow_zero=True),
-            sliding_window=_optional_positive(data, "sliding_window"),
-            sliding_window_layers=_layer_indices(data, "sliding_window_layers"),
-            attention_chunk_size=_optional_positive(data, "attention_chunk_size"),
-            chunked_attention_layers=_layer_indices(data, "chunked_attention_layers"),
-        )
-    if spec.mla is not None and (spec.head_dim is not None or spec.kv_heads != spec.num_attention_heads):
-        raise InvalidInput("model.mla sets the head widths and gives every head its own keys and values; "
-                           "leave head_dim and num_kv_heads out", field="model.mla", code="mla-with-head-fields")
-    if spec.head_dim is None and spec.mla is None and spec.hidden_size % spec.num_attention_heads:
-        raise InvalidInput(
-            f"hidden_size {spec.hidden_size} is not a multiple of num_attention_heads {spec.num_attention_heads}",
-            field="model.hidden_size", code="heads-do-not-divide-hidden")
-    if spec.num_attention_heads % spec.kv_heads:
-        raise InvalidInput(
-            f"num_kv_heads {spec.kv_heads} must divide num_attention_heads {spec.num_attention_heads} (GQA groups)",
-            field="model.num_kv_heads", code="kv-heads-do-not-divide-heads")
-    _check_local_attention(spec)
-    if spec.moe is not None:
-        moe = spec.moe
-        if moe.experts_per_token > moe.num_experts:
-            raise InvalidInput(
-                f"experts_per_token {moe.experts_per_token} exceeds num_experts {moe.num_experts}",
-                field="model.moe.experts_per_token", code="topk-above-experts")
-        if (moe.num_groups is None) != (moe.group_topk is None):
-            raise InvalidInput("model.moe.num_groups and model.moe.group_topk come together",
-                               field="model.moe.group_topk" if moe.group_topk is None else "model.moe.num_groups",
-                               code="missing-field")
-        if moe.num_groups is not None and (moe.num_experts % moe.num_groups or moe.group_topk > moe.num_groups):
-            raise InvalidInput(f"num_groups {moe.num_groups} must divide num_experts {moe.num_experts} and "
-                               f"group_topk {moe.group_topk} must not exceed it", field="model.moe.num_groups",
-                               code="groups-do-not-divide-experts")
-        if moe.moe_layers is not None and any(i >= spec.num_layers for i in moe.moe_layers):
-            raise InvalidInput(f"moe_layers indexes a layer >= num_layers ({spec.num_layers})",
-                               field="model.moe.moe_layers", code="layer-out-of-range")
-    return spec
-
-
-# The GPU whose measured kernel ceilings stand for its generation when a cluster is given
-# by its figures and an architecture only.
-_ARCHITECTURE_REFERENCE_GPU = {"ampere": "a100-80gb", "hopper": "h100-sxm", "blackwell": "b200"}
-
-
-def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
-    """Validate a cluster description into a :class:`ClusterSpec`.
-
-    Accepted forms: ``{"preset": "dgx-h100", "nodes": 8}`` (``num_nodes`` also
-    accepted), ``{"gpu": "a100-80gb", "num_nodes": 4}`` with optional overrides,
-    or every figure explicitly (``gpus_per_node``, ``num_nodes``,
-    ``peak_flops_per_s`` by dtype, ``memory_bytes``, ``hbm_bandwidth_bytes_per_s``,
-    ``intra_node_bandwidth_bytes_per_s``, ``inter_node_bandwidth_bytes_per_s``).
-    """
-    if isinstance(data, ClusterSpec):
-        spec = data
-    elif isinstance(data, Inventory):
-        spec = cluster_from_inventory(data)
-    else:
-        if not isinstance(data, Mapping):
-            raise InvalidInput("cluster must be an object", field="cluster", code="not-an-object")
+    @classmethod
+    def from_shorthand(cls, data: Mapping[str, Any], where: str) -> Mapping[str, Any] | ClusterSpec:
+        """A mapping's cluster fields: a preset's or GPU's figures amended by those given, or an inventory's."""
         if "groups" in data:
             return cluster_from_inventory(inventory_from_json(data))
-        allowed = {f.name for f in fields(ClusterSpec)} | {"preset", "gpu", "nodes"}
-        reject_unknown(data, allowed, "cluster")
+        if "inventory" in data:
+            reject_unknown(data, {"inventory"}, where)
+            return cluster_from_inventory(inventory_from_json(data["inventory"]))
+        reject_unknown(data, {f.name for f in fields(cls)} | {"preset", "gpu", "nodes"}, where)
         gpu_name = data.get("gpu")
         if "preset" in data:
             preset = str(data["preset"]).lower()
             if preset not in NODE_PRESETS:
                 if preset in INVENTORY_PRESETS:
                     # an inventory preset is a whole node description: nothing else may amend it
-                    reject_unknown(data, {"preset", "nodes", "num_nodes"}, "cluster")
+                    reject_unknown(data, {"preset", "nodes", "num_nodes"}, where)
                     nodes = data.get("nodes", data.get("num_nodes", 1))
                     return cluster_from_inventory(preset_inventory(preset, 1),
-                                                  num_nodes=positive_int(nodes, "cluster.nodes", maximum=MAX_NODES))
-                raise InvalidInput(
-                    f"unknown cluster preset {data['preset']!r}; known: {sorted(set(NODE_PRESETS) | set(INVENTORY_PRESETS))}",
-                    field="cluster.preset", code="unknown-preset")
+                                                  num_nodes=positive_int(nodes, f"{where}.nodes", maximum=MAX_NODES))
+                known = sorted(set(NODE_PRESETS) | set(INVENTORY_PRESETS))
+                raise InvalidInput(f"unknown cluster preset {data['preset']!r}; known: {known}",
+                                   field=f"{where}.preset", code="unknown-preset")
             if gpu_name is not None and gpu_spec_by_name(str(gpu_name)).name != \
                     gpu_spec_by_name(NODE_PRESETS[preset]).name:
-                raise InvalidInput(f"cluster.gpu={gpu_name!r} conflicts with cluster.preset={data['preset']!r}, "
+                raise InvalidInput(f"{where}.gpu={gpu_name!r} conflicts with {where}.preset={data['preset']!r}, "
                                    f"whose GPU is {NODE_PRESETS[preset]!r}: give one of them",
-                                   field="cluster.gpu", code="conflicting-fields")
+                                   field=f"{where}.gpu", code="conflicting-fields")
             gpu_name = NODE_PRESETS[preset]
         base: dict[str, Any] = {}
         if gpu_name is not None:
@@ -796,69 +653,356 @@ def cluster_from_dict(data: Mapping[str, Any] | ClusterSpec) -> ClusterSpec:
         merged = {**base, **{k: v for k, v in data.items() if k not in ("preset", "gpu", "nodes")}}
         if "nodes" in data and "num_nodes" not in data:
             merged["num_nodes"] = data["nodes"]
-        for name in ("gpus_per_node", "num_nodes", "peak_flops_per_s", "memory_bytes",
-                     "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s"):
+        for name in _CLUSTER_FIGURES:
             if name not in merged:
-                raise InvalidInput(f"cluster.{name} is required (or give a preset / gpu)",
-                                   field=f"cluster.{name}", code="missing-field")
+                raise InvalidInput(f"{where}.{name} is required (or give a preset / gpu)",
+                                   field=f"{where}.{name}", code="missing-field")
         peaks = merged["peak_flops_per_s"]
-        if not isinstance(peaks, Mapping) or not peaks:
-            raise InvalidInput("cluster.peak_flops_per_s must map dtype -> FLOP/s, e.g. {'bf16': 9.89e14}",
-                               field="cluster.peak_flops_per_s", code="not-an-object")
-        spec = ClusterSpec(
-            gpus_per_node=positive_int(merged["gpus_per_node"], "cluster.gpus_per_node", maximum=MAX_GPUS_PER_NODE),
-            num_nodes=positive_int(merged["num_nodes"], "cluster.num_nodes", maximum=MAX_NODES),
-            peak_flops_per_s={str(k).lower(): positive_float(v, f"cluster.peak_flops_per_s.{k}")
-                              for k, v in peaks.items()},
-            memory_bytes=positive_float(merged["memory_bytes"], "cluster.memory_bytes"),
-            intra_node_bandwidth_bytes_per_s=positive_float(merged["intra_node_bandwidth_bytes_per_s"],
-                                                             "cluster.intra_node_bandwidth_bytes_per_s"),
-            inter_node_bandwidth_bytes_per_s=positive_float(merged["inter_node_bandwidth_bytes_per_s"],
-                                                             "cluster.inter_node_bandwidth_bytes_per_s"),
-            # Without a figure, assume A100-class HBM per unit of compute (2 TB/s per 312 TFLOP/s).
-            hbm_bandwidth_bytes_per_s=positive_float(
-                merged.get("hbm_bandwidth_bytes_per_s",
-                           2.039e12 * max(peaks.values()) / 312e12), "cluster.hbm_bandwidth_bytes_per_s"),
-            name=str(merged.get("name", "custom")),
-            sm_count=positive_int(merged.get("sm_count", 108), "cluster.sm_count"),
-            gemm_efficiency_max=positive_float(merged.get("gemm_efficiency_max", 0.8),
-                                                "cluster.gemm_efficiency_max"),
-            intra_node_latency_s=positive_float(merged.get("intra_node_latency_s", 2e-6),
-                                                 "cluster.intra_node_latency_s"),
-            inter_node_latency_s=positive_float(merged.get("inter_node_latency_s", 5e-6),
-                                                 "cluster.inter_node_latency_s"),
-            nvls_allreduce_speedup=positive_float(merged.get("nvls_allreduce_speedup", 1.0),
-                                                   "cluster.nvls_allreduce_speedup"),
-            fp8_gemm_efficiency_max=None if merged.get("fp8_gemm_efficiency_max") is None else positive_float(
-                merged["fp8_gemm_efficiency_max"], "cluster.fp8_gemm_efficiency_max"),
-            architecture=str(merged.get("architecture", "unknown")).lower(),
-        )
-        if spec.architecture not in GPU_ARCHITECTURES:
-            raise InvalidInput(f"cluster.architecture must be one of {list(GPU_ARCHITECTURES)}, "
-                               f"got {spec.architecture!r}", field="cluster.architecture", code="unknown-architecture")
-    _check_rates(spec)
-    if spec.nvls_allreduce_speedup < 1:
-        raise InvalidInput("cluster.nvls_allreduce_speedup is a speed-up over the ring (>= 1)",
-                           field="cluster.nvls_allreduce_speedup", code="out-of-range")
-    for name in ("gemm_efficiency_max", "fp8_gemm_efficiency_max"):
-        if (getattr(spec, name) or 0.0) > 1:
-            raise InvalidInput(f"cluster.{name} is a fraction of peak (<= 1)",
-                               field=f"cluster.{name}", code="out-of-range")
-    return spec
+        if "hbm_bandwidth_bytes_per_s" not in merged and isinstance(peaks, Mapping):
+            peak = max((v for v in peaks.values() if is_finite_number(v)), default=312e12)
+            merged["hbm_bandwidth_bytes_per_s"] = 2.039e12 * peak / 312e12
+        return merged
 
 
-def _check_rates(spec: ClusterSpec) -> None:
-    """The cluster's rates lie in the ranges an inventory accepts (see partitioners.hardware.inventory);
-    a one-node cluster from an inventory has no inter-node link (infinite bandwidth)."""
-    for dtype, peak in spec.peak_flops_per_s.items():
-        within(peak, f"cluster.peak_flops_per_s.{dtype}", PEAK_FLOPS_RANGE, "FLOP/s")
-    for name in ("hbm_bandwidth_bytes_per_s", "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s"):
-        value = getattr(spec, name)
-        if not (name.startswith("inter") and math.isinf(value) and spec.num_nodes == 1):
-            within(value, f"cluster.{name}", BANDWIDTH_RANGE_BYTES_PER_S, "B/s")
-    for name in ("intra_node_latency_s", "inter_node_latency_s"):
-        within(getattr(spec, name), f"cluster.{name}", LATENCY_RANGE_S, "s")
-    within(spec.memory_bytes, "cluster.memory_bytes", CAPACITY_RANGE_BYTES, "bytes")
+@dataclass(frozen=True)
+class TrainingSpec:
+    """Training settings that fix the work of one optimizer step and the software stack.
+
+    The software flags describe the framework build (Megatron-LM 2021 had no flash
+    attention, no sequence parallelism and reduced gradients after the backward
+    pass; Megatron-Core today has all three), because they change both time and
+    memory; defaults are today's.
+    A mapping may name a ``software`` generation
+    (:data:`~partitioners.parallel3d.presets.SOFTWARE_PRESETS`) whose flags apply unless given.
+    """
+
+    ROOT: ClassVar[str] = "training"
+
+    global_batch_sequences: int = spec_field(
+        kind="count", le=MAX_TOKENS,
+        doc='Sequences per optimizer step (the global batch).')
+    # "bf16", "fp16" (with loss scaling, same peak) or "fp8"
+    precision: str = spec_field(
+        "bf16", kind="choice", choices=PRECISIONS, code="unknown-precision",
+        doc='GEMM precision: bf16, fp16 (with loss scaling, same peak) or fp8.')
+    optimizer: str = spec_field(
+        "adam", kind="choice", choices=OPTIMIZERS, code="unknown-optimizer", why=" (only Adam is modelled)",
+        doc="Mixed-precision Adam (AdamW's decoupled weight decay keeps the same state).")
+    flash_attention: bool = spec_field(True, kind="flag", doc='Flash attention (default on).')
+    # Which FlashAttention generation (1, 2 or 3) the stack runs; None: the newest the GPU
+    # runs (2 on Ampere, 3 on Hopper), as today's frameworks do. Older ones are slower
+    # (FLASH_ATTENTION_SPEED): MosaicML's LLM Foundry A100 table reads within 5% on average
+    # with FlashAttention-1, and 67% high at 65,536 tokens with the newest (bench.llm_foundry).
+    flash_attention_version: int | None = spec_field(
+        None, kind="count", le=FLASH_ATTENTION_VERSIONS[-1],
+        doc='FlashAttention generation the stack runs (default: the newest the GPU runs, 2 on Ampere and 3 on '
+            "Hopper); 1 runs at half of 2's speed, 2 at 35/75 of 3's on Hopper.")
+    sequence_parallel: bool = spec_field(True, kind="flag", doc='Sequence parallelism (default on).')
+    overlap_grad_reduce: bool = spec_field(
+        True, kind="flag",
+        doc='Data-parallel reduction under the backward pass (default on).')
+    # Tensor-parallel collectives pipelined under GEMMs (Megatron --tp-comm-overlap); opt-in.
+    overlap_tp_comm: bool = spec_field(
+        False, kind="flag",
+        doc='Tensor-parallel collectives pipelined under the GEMMs (Megatron --tp-comm-overlap, Transformer '
+            'Engine userbuffers; default off).')
+    # Under the interleaved schedule, pipeline sends and receives posted asynchronously and
+    # waited for only when the next model chunk needs them (Megatron-Core
+    # ``overlap_p2p_comm``, which NeMo's and Megatron-Bridge's recipes turn on whenever
+    # virtual pipeline stages are used, with ``batch_p2p_comm`` off); 1F1B keeps the
+    # batched, synchronised exchange.
+    overlap_p2p_comm: bool = spec_field(
+        True, kind="flag",
+        doc='Under the interleaved schedule, pipeline sends and receives run asynchronously under the next model '
+            "chunk's computation (Megatron-Core overlap_p2p_comm; default on).")
+    # The interleaved schedule may take micro-batches in groups larger than pp, so a
+    # micro-batch count that pp does not divide can still interleave (Megatron-Core
+    # ``--microbatch-group-size-per-virtual-pipeline-stage``; see
+    # parallel3d_stages.microbatch_group_size). Off by default: Megatron-Core's group size
+    # defaults to pp ("Default ... to pipeline_parallel_size", ModelParallelConfig), which
+    # asks for a multiple of pp as Megatron-LM always did.
+    flexible_microbatch_groups: bool = spec_field(
+        False, kind="flag",
+        doc='The interleaved schedule may take micro-batches in groups larger than pp, so a count pp does not '
+            'divide still interleaves (default off: its default group is pp).')
+    # Backward tensor-parallel collectives of the column-parallel linears launched
+    # asynchronously under their GEMMs: the input-gradient all-reduce (reduce-scatter with
+    # sequence parallelism) under the weight-gradient GEMM, and with sequence parallelism
+    # the input's re-all-gather under the input-gradient GEMM (Megatron-LM
+    # ``linear_with_grad_accumulation_and_async_allreduce``, on by default since 2022,
+    # ``--no-async-tensor-model-parallel-allreduce`` turns it off). The 2021 code had not.
+    overlap_tp_backward: bool = spec_field(
+        True, kind="flag",
+        doc='Backward tensor-parallel collectives overlap the GEMMs (Megatron async all-reduce; default on).')
+    # Megatron keeps fp32 "main_grad" buffers (4 B/param); DeepSpeed ZeRO keeps bf16 (2 B).
+    grad_bytes_per_param: int = spec_field(
+        4, kind="count", ge=GRADIENT_BYTES_PER_PARAM[0], le=GRADIENT_BYTES_PER_PARAM[-1],
+        doc="Gradient buffer bytes per parameter: 4 for fp32 accumulation (Megatron's default), 2 with gradients "
+            'reduced in bf16 (DeepSpeed).')
+    # Caching-allocator waste counted on top of activations (reserved but unusable
+    # between the blocks of many sizes a step allocates and frees). A user who measured
+    # their stack (torch.cuda.memory_reserved against memory_allocated at the peak)
+    # states theirs.
+    activation_fragmentation: float = spec_field(
+        ACTIVATION_FRAGMENTATION, kind="number", ge=0, le=1,
+        why="from 0 (no allocator waste) to 1 (as much again as the activations)",
+        doc='Caching-allocator waste counted on top of activations, as a share of them (default 0.10, the low end'
+            ' GMLake measured).')
+    # Weight gradients accumulated inside the weight-gradient GEMM (Megatron-LM
+    # ``--gradient-accumulation-fusion``, cuBLAS/CUTLASS ``wgrad_gemm_accum_fp32``, default
+    # since 2022). Without it every micro-batch writes a separate gradient that a second
+    # kernel adds into the accumulation buffer: extra HBM traffic per parameter and
+    # micro-batch (see parallel3d_kernels.gradient_accumulation_time_s).
+    gradient_accumulation_fusion: bool = spec_field(
+        True, kind="flag",
+        doc='Weight gradients accumulated inside the weight-gradient GEMM (Megatron --gradient-accumulation-'
+            'fusion; default on).')
+    # The fp16 optimizer of Megatron-LM before 2022 kept the fp32 copy of every gradient
+    # it made for the master weights (``main_param.grad = model_param.main_grad.float()``)
+    # from one step to the next: its ``zero_grad`` cleared only "float16_groups &
+    # fp32_from_fp32_groups". The later code also frees fp32_from_float16_groups "as a
+    # memory optimization" (megatron/optimizer/optimizer.py). With 2-byte gradient buffers
+    # that copy is 4 more bytes per parameter through the forward and backward passes;
+    # with fp32 buffers ``.float()`` returns the buffer itself and costs nothing.
+    fp32_grad_copy_kept: bool = spec_field(
+        False, kind="flag",
+        doc='The fp16 optimizer keeps its fp32 copy of every gradient between steps (Megatron-LM before 2022; '
+            'default off).')
+    # Megatron-LM before 2022 kept every in-flight micro-batch's pipeline-stage output
+    # until that micro-batch's backward; ``deallocate_output_tensor`` (schedules.py)
+    # later freed its data right after the send, as only its ``grad_fn`` is needed.
+    stage_outputs_kept: bool = spec_field(
+        False, kind="flag",
+        doc="Every in-flight micro-batch's pipeline-stage output is kept until its backward (Megatron-LM before "
+            '2022; default off).')
+    # PyTorch DistributedDataParallel copies every gradient into its all-reduce buckets
+    # unless ``gradient_as_bucket_view=True`` (off by default), which "can reduce peak
+    # memory usage, where the saved memory size will be equal to the total gradients
+    # size" (torch.nn.parallel.DistributedDataParallel docs): one more gradient's bytes
+    # per parameter. Megatron-LM's own DDP and ZeRO-style buffers need no copy.
+    ddp_bucket_copy: bool = spec_field(
+        False, kind="flag",
+        doc='PyTorch DDP copies every gradient into its all-reduce buckets (gradient_as_bucket_view off; default '
+            'off).')
+    # Without sequence parallelism every tensor rank holds the whole activation a pipeline
+    # stage sends. Megatron-LM's scatter/gather sends each rank's 1/t of it across the
+    # stage boundary and all-gathers it over NVLink on the receiving node (Narayanan et al.,
+    # SC21, Sec. 4.1; on by default, ``--no-scatter-gather-tensors-in-pipeline`` turns it
+    # off, and then each rank sends the whole tensor). With sequence parallelism the
+    # activation is already split and this changes nothing.
+    pipeline_scatter_gather: bool = spec_field(
+        True, kind="flag",
+        doc="Without sequence parallelism, each tensor rank sends 1/t of a pipeline stage's output and the "
+            "receiving node all-gathers it over NVLink (Megatron-LM's default, SC21 Sec. 4.1); off: every rank "
+            'sends it whole.')
+    # Expert-parallel all-to-all (dispatch and combine) hidden under the computation of
+    # another micro-batch, a forward chunk paired with a backward one: DeepSeek-V3's
+    # DualPipe ("overlap the computation and communication within a pair of individual
+    # forward and backward chunks", DeepSeek-AI, DeepSeek-V3 Technical Report, 2024,
+    # Sec. 3.2.1) and Megatron-Core's ``--overlap-moe-expert-parallel-comm``. Opt-in.
+    overlap_ep_comm: bool = spec_field(
+        False, kind="flag",
+        doc="Expert-parallel all-to-all hidden under another micro-batch's computation (DeepSeek-V3 DualPipe, "
+            'Megatron --overlap-moe-expert-parallel-comm; default off).')
+    # How tokens reach their experts. "all-to-all": one message per (token, expert) pair,
+    # 16-bit (Megatron-Core's alltoall token dispatcher). "node-deduplicated": DeepSeek-V3's
+    # dispatch (its DeepEP kernels; Megatron-Core's flex dispatcher): once per destination
+    # node over the network, then NVLink to the experts, in FP8 when the run is FP8; see
+    # parallel3d_comm.deduplicated_dispatch_time_s.
+    expert_dispatch: str = spec_field(
+        "all-to-all", kind="choice", choices=EXPERT_DISPATCH_MODES, code="unknown-expert-dispatch",
+        doc='all-to-all: one 16-bit message per (token, expert) pair (default); node-deduplicated: once per '
+            'destination node over the network, then NVLink (DeepSeek-V3, DeepEP), FP8 in FP8 runs.')
+    # Tokens the busiest expert receives over the mean, which paces the experts' GEMMs and
+    # the all-to-all: dropless routing with an auxiliary balancing loss still leaves it
+    # ~20% above (the 1.2-1.25 capacity factors budgeted by GShard, Lepikhin et al. 2021,
+    # and Switch, Fedus et al. 2022). 1.0 where routing is forced to balance, as
+    # Megatron-Bridge's MoE benchmarks do ("we force-balance the token distribution").
+    expert_load_imbalance: float = spec_field(
+        1.2, kind="number", ge=1, le=64, why="from 1 (every expert as busy as the mean) to 64",
+        doc='Tokens of the busiest expert over the mean (default 1.2, an auxiliary-loss balanced router; 1 for '
+            'force-balanced benchmarks).')
+    # Dropout on the attention probabilities and on the two residual branches (GPT-2/3 and
+    # Megatron-LM's default, 0.1). Llama, Mistral, Nemotron-4, Falcon and most models trained
+    # since 2023 use none, and PyTorch's dropout at p = 0 returns its input without making
+    # a mask (aten ``_dropout_impl``), so the default is off: no masks are kept.
+    dropout: bool = spec_field(
+        False, kind="flag",
+        doc="Attention and residual dropout (GPT-2/3, Megatron's 0.1): its masks are kept for backward. Default "
+            'off, as for Llama-style models.')
+    # Selective recomputation (Korthikanti et al. 2022: rebuild the attention scores, or with
+    # flash attention the cheap element-wise outputs, in the backward pass). Megatron-LM
+    # released it in 2022 (``--recompute-granularity selective``); the 2021 code had only
+    # full recomputation (``--checkpoint-activations``).
+    selective_recompute: bool = spec_field(
+        True, kind="flag",
+        doc='Selective recomputation is searched (Megatron --recompute-granularity selective, 2022; default on; '
+            'off in megatron-lm-2021).')
+    # Full recomputation may cover only the first k layers of each model chunk, the others
+    # keeping all their activations (Megatron-LM ``--recompute-granularity full
+    # --recompute-method block --recompute-num-layers k``, per virtual pipeline stage when
+    # interleaved; NeMo's "partial transformer layer recomputation ... when recomputing a
+    # few transformer layers help to reduce enough GPU memory for model to fit", NeMo
+    # activation-recomputation docs). The planner then recomputes the fewest layers that
+    # fit with headroom. The 2021 code recomputed every layer (``--checkpoint-activations``).
+    partial_recompute: bool = spec_field(
+        True, kind="flag",
+        doc='Full recomputation may cover only some layers of each model chunk (Megatron --recompute-method '
+            'block); the planner then recomputes the fewest that fit (default on).')
+    # FP8 runs keep each linear weight in FP8 only, gathered in FP8 by the distributed
+    # optimizer from its fp32 master copy (Transformer Engine ``fp8_model_init``;
+    # Megatron-Core ``--fp8-param-gather``, set by NeMo's FP8 precision recipes,
+    # ``fp8_param_gather=True``, and NVIDIA's FP8 benchmark configs, ``fp8_params: true``).
+    # Off: a 16-bit weight plus Transformer Engine's FP8 cast of it. Hopper's FP8 GEMMs
+    # read only the "TN" layout, so the backward's transposed weight is a second FP8 copy
+    # either way (Transformer Engine, "Handling transposes").
+    fp8_params: bool = spec_field(
+        True, kind="flag",
+        doc='FP8 runs keep linear weights in FP8 only and gather them in FP8 (Megatron --fp8-param-gather; '
+            'default on); off: a 16-bit weight beside its FP8 cast.')
+    # How FP8 scales are chosen (precision "fp8" only): "delayed" from the amax history of
+    # past steps (Transformer Engine's default DelayedScaling recipe), or "current" from the
+    # tensor itself (Float8CurrentScaling), which costs one more pass over every operand.
+    fp8_scaling: str = spec_field(
+        "delayed", kind="choice", choices=FP8_SCALINGS, code="unknown-fp8-scaling",
+        doc='FP8 scales from the amax history (delayed, default) or from each tensor itself (current, one more '
+            'pass).')
+
+    def __post_init__(self) -> None:
+        """Check the fields; only Adam and bf16/fp16/fp8 are modelled."""
+        check_declared_fields(self)
+        if self.flash_attention_version is not None and not self.flash_attention:
+            raise _refuse("training", "flash_attention_version", "training.flash_attention_version is given but "
+                          "flash_attention is off", "contradiction")
+        if self.grad_bytes_per_param not in GRADIENT_BYTES_PER_PARAM:
+            raise _refuse("training", "grad_bytes_per_param", "training.grad_bytes_per_param must be 2 (bf16) or 4 "
+                          "(fp32)", "out-of-range")
+
+    @classmethod
+    def from_shorthand(cls, data: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+        """A mapping's training fields: a ``software`` generation's flags, amended by the fields given."""
+        if data.get("software") is None:
+            return {k: v for k, v in data.items() if k != "software"}
+        reject_unknown(data, {f.name for f in fields(cls)} | {"software"}, where)
+        name = str(data["software"]).lower()
+        if name not in SOFTWARE_PRESETS:
+            raise InvalidInput(f"{where}.software must be one of {sorted(SOFTWARE_PRESETS)}, got {name!r}",
+                               field=f"{where}.software", code="unknown-software")
+        return {**SOFTWARE_PRESETS[name], **{k: v for k, v in data.items() if k != "software"}}
+
+@dataclass(frozen=True)
+class Constraints:
+    """Optional limits on the search; None means "search it"."""
+
+    ROOT: ClassVar[str] = "constraints"
+
+    tp: int | None = spec_field(None, kind="count", doc='Tensor-parallel size; default: searched.')
+    pp: int | None = spec_field(None, kind="count", doc='Pipeline-parallel size; default: searched.')
+    max_pp: int | None = spec_field(None, kind="count", doc='Largest pipeline-parallel size searched.')
+    cp: int | None = spec_field(None, kind="count", doc='Context-parallel size; default: searched.')
+    ep: int | None = spec_field(None, kind="count", doc='Expert-parallel size; default: searched.')
+    # Expert tensor-parallel size: tp (experts split like the dense MLP) or 1 (MoE parallel
+    # folding); None searches both for MoE models.
+    etp: int | None = spec_field(
+        None, kind="count",
+        doc="Expert tensor-parallel size: tp (routed experts split over the tensor ranks, Megatron-Core's "
+            'default) or 1 (MoE parallel folding); default: both.')
+    micro_batch_size: int | None = spec_field(None, kind="count", doc='Sequences per micro-batch; default: searched.')
+    virtual_stages: int | None = spec_field(
+        None, kind="count",
+        doc='Model chunks per pipeline stage (interleaved schedule); default: searched.')
+    zero_stages: tuple[int, ...] = spec_field(ZERO_STAGES, kind="custom", doc='ZeRO stages searched, drawn from 0..3.')
+    recompute: tuple[str, ...] = spec_field(
+        RECOMPUTE_MODES, kind="custom",
+        doc='Recomputation modes searched, drawn from none, selective, full.')
+    # Layers of each model chunk that full recomputation covers (Megatron-LM's
+    # ``--recompute-num-layers`` with the block method); None lets the planner choose the
+    # fewest that fit (all of them when ``training.partial_recompute`` is off).
+    recompute_num_layers: int | None = spec_field(
+        None, kind="count",
+        doc='Layers of each model chunk full recomputation covers (Megatron --recompute-num-layers); default: the'
+            ' fewest that fit.')
+    allow_uneven_pp: bool = spec_field(
+        True, kind="flag",
+        doc='Pipeline stages may hold different layer counts (default on).')
+    # Layouts within this fraction of the best step time are reported as ties and ranked
+    # those with room for allocator waste first, fastest first within each group. 3%: the
+    # model's own error on published layouts (bench/parallel3d.py: mean |MFU/HFU error|
+    # 2.9% over SC21, as the authors ran it in fp16, and Korthikanti 2022), so a smaller
+    # gap is not evidence that one layout is faster.
+    tie_tolerance: float = spec_field(
+        0.03, kind="number", ge=0, lt=0.5,
+        doc='Layouts within this fraction of the best step time are reported as ties (default 0.03).')
+
+    def __post_init__(self) -> None:
+        check_declared_fields(self)
+        stages = self.zero_stages
+        if isinstance(stages, (int, str)) or not isinstance(stages, (list, tuple)) or not stages:
+            raise _refuse("constraints", "zero_stages", "constraints.zero_stages must be a non-empty list of 0..3",
+                          "out-of-range")
+        stages = tuple(positive_int(z, "constraints.zero_stages[]", allow_zero=True) for z in stages)
+        if any(z not in ZERO_STAGES for z in stages):
+            raise _refuse("constraints", "zero_stages", f"constraints.zero_stages must be drawn from 0..3, got "
+                          f"{list(stages)}", "out-of-range")
+        modes = [self.recompute] if isinstance(self.recompute, str) else self.recompute
+        modes = tuple(str(m).lower() for m in as_list(modes, "constraints.recompute",
+                                                        f"a list drawn from {list(RECOMPUTE_MODES)}"))
+        if not modes or any(m not in RECOMPUTE_MODES for m in modes):
+            raise _refuse("constraints", "recompute", f"constraints.recompute must be drawn from "
+                          f"{list(RECOMPUTE_MODES)}", "out-of-range")
+        object.__setattr__(self, "zero_stages", stages)
+        object.__setattr__(self, "recompute", modes)
+
+
+LAYOUT_FIELDS: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "etp", "virtual_stages", "micro_batch_size",
+                                  "zero_stage", "recompute", "recompute_num_layers")
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    """One layout to predict (a request's ``evaluate[k]``): the sizes it fixes; None: chosen as the search would.
+
+    ``recompute_num_layers`` counts the layers of each model chunk that full
+    recomputation covers: 0 beside ``none`` or ``selective`` (as every candidate reports
+    it, so a candidate sent back as it came is predicted as it was), at least 1 beside
+    ``full``; given alone, 0 means "no full recomputation" and more means ``full``.
+    """
+
+    ROOT: ClassVar[str] = "layout"
+
+    dp: int | None = spec_field(None, kind="count", doc="Data-parallel size.")
+    tp: int | None = spec_field(None, kind="count", doc="Tensor-parallel size.")
+    pp: int | None = spec_field(None, kind="count", doc="Pipeline-parallel size.")
+    cp: int | None = spec_field(None, kind="count", doc="Context-parallel size.")
+    ep: int | None = spec_field(None, kind="count", doc="Expert-parallel size.")
+    etp: int | None = spec_field(None, kind="count", doc="Expert tensor-parallel size: tp or 1 (folded experts, "
+                                 "expert groups cut from tp x cp x dp ranks).")
+    virtual_stages: int | None = spec_field(None, kind="count", doc="Model chunks per pipeline stage.")
+    micro_batch_size: int | None = spec_field(None, kind="count", doc="Sequences per micro-batch.")
+    zero_stage: int | None = spec_field(None, kind="count", ge=ZERO_STAGES[0], le=ZERO_STAGES[-1],
+                                        doc="ZeRO stage, 0..3.")
+    recompute: str | None = spec_field(None, kind="choice", choices=RECOMPUTE_MODES, doc="Recomputation mode.")
+    recompute_num_layers: int | None = spec_field(
+        None, kind="count", ge=0, doc="Layers of each model chunk full recomputation covers: 0 with 'none' or "
+        "'selective' (as candidates report it), at least 1 with 'full'; alone, more than 0 implies 'full'.")
+
+    def __post_init__(self) -> None:
+        check_declared_fields(self)
+        layers, mode, root = self.recompute_num_layers, self.recompute, self.ROOT
+        if layers == 0 and mode == "full":
+            raise _refuse(root, "recompute_num_layers", f"{root}: recompute 'full' with recompute_num_layers 0 "
+                          "recomputes no layer; give at least 1, or leave it out to recompute every layer",
+                          "contradiction")
+        if layers is not None and layers > 0 and mode in ("none", "selective"):
+            raise _refuse(root, "recompute_num_layers", f"{root}: recompute_num_layers counts fully recomputed "
+                          f"layers, so it needs recompute 'full' (got {mode!r}; 0 goes with {mode!r})",
+                          "contradiction")
+
+    def given(self) -> dict[str, Any]:
+        """The fields this layout fixes (those not None), as a request states them."""
+        return {name: getattr(self, name) for name in LAYOUT_FIELDS if getattr(self, name) is not None}
+
+
 
 
 def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -> ClusterSpec:
@@ -917,99 +1061,6 @@ def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -
     )
 
 
-def training_from_dict(data: Mapping[str, Any] | TrainingSpec) -> TrainingSpec:
-    """Validate training settings; only Adam and bf16/fp8 are modelled (the issue's scope).
-
-    ``software`` names a :data:`SOFTWARE_PRESETS` entry whose fields apply unless given.
-    """
-    if isinstance(data, TrainingSpec):
-        spec = data
-    else:
-        if not isinstance(data, Mapping):
-            raise InvalidInput("training must be an object", field="training", code="not-an-object")
-        reject_unknown(data, {f.name for f in fields(TrainingSpec)} | {"software"}, "training")
-        if data.get("software") is not None:
-            name = str(data["software"]).lower()
-            if name not in SOFTWARE_PRESETS:
-                raise InvalidInput(f"training.software must be one of {sorted(SOFTWARE_PRESETS)}, got {name!r}",
-                                   field="training.software", code="unknown-software")
-            data = {**SOFTWARE_PRESETS[name], **{k: v for k, v in data.items() if k != "software"}}
-        if "global_batch_sequences" not in data:
-            raise InvalidInput("training.global_batch_sequences is required",
-                               field="training.global_batch_sequences", code="missing-field")
-        spec = TrainingSpec(
-            global_batch_sequences=positive_int(data["global_batch_sequences"], "training.global_batch_sequences"),
-            precision=str(data.get("precision", "bf16")).lower(),
-            optimizer=str(data.get("optimizer", "adam")).lower(),
-            flash_attention=flag(data.get("flash_attention", True), "training.flash_attention"),
-            flash_attention_version=_optional_positive(data, "flash_attention_version", "training"),
-            sequence_parallel=flag(data.get("sequence_parallel", True), "training.sequence_parallel"),
-            overlap_grad_reduce=flag(data.get("overlap_grad_reduce", True), "training.overlap_grad_reduce"),
-            overlap_tp_comm=flag(data.get("overlap_tp_comm", False), "training.overlap_tp_comm"),
-            overlap_p2p_comm=flag(data.get("overlap_p2p_comm", True), "training.overlap_p2p_comm"),
-            flexible_microbatch_groups=flag(data.get("flexible_microbatch_groups", False),
-                                            "training.flexible_microbatch_groups"),
-            overlap_tp_backward=flag(data.get("overlap_tp_backward", True), "training.overlap_tp_backward"),
-            grad_bytes_per_param=positive_int(data.get("grad_bytes_per_param", 4), "training.grad_bytes_per_param"),
-            activation_fragmentation=_fragmentation(data.get("activation_fragmentation", ACTIVATION_FRAGMENTATION)),
-            gradient_accumulation_fusion=flag(data.get("gradient_accumulation_fusion", True),
-                                              "training.gradient_accumulation_fusion"),
-            fp32_grad_copy_kept=flag(data.get("fp32_grad_copy_kept", False), "training.fp32_grad_copy_kept"),
-            stage_outputs_kept=flag(data.get("stage_outputs_kept", False), "training.stage_outputs_kept"),
-            ddp_bucket_copy=flag(data.get("ddp_bucket_copy", False), "training.ddp_bucket_copy"),
-            pipeline_scatter_gather=flag(data.get("pipeline_scatter_gather", True), "training.pipeline_scatter_gather"),
-            overlap_ep_comm=flag(data.get("overlap_ep_comm", False), "training.overlap_ep_comm"),
-            expert_dispatch=str(data.get("expert_dispatch", "all-to-all")).lower(),
-            expert_load_imbalance=_load_imbalance(data.get("expert_load_imbalance", 1.2)),
-            dropout=flag(data.get("dropout", False), "training.dropout"),
-            fp8_scaling=str(data.get("fp8_scaling", "delayed")).lower(),
-            partial_recompute=flag(data.get("partial_recompute", True), "training.partial_recompute"),
-            selective_recompute=flag(data.get("selective_recompute", True), "training.selective_recompute"),
-            fp8_params=flag(data.get("fp8_params", True), "training.fp8_params"),
-        )
-    if spec.precision not in ("bf16", "fp16", "fp8"):
-        raise InvalidInput(f"training.precision must be 'bf16', 'fp16' or 'fp8', got {spec.precision!r}",
-                           field="training.precision", code="unknown-precision")
-    if spec.fp8_scaling not in ("delayed", "current"):
-        raise InvalidInput(f"training.fp8_scaling must be 'delayed' or 'current', got {spec.fp8_scaling!r}",
-                           field="training.fp8_scaling", code="unknown-fp8-scaling")
-    if spec.expert_dispatch not in EXPERT_DISPATCH_MODES:
-        raise InvalidInput(f"training.expert_dispatch must be one of {list(EXPERT_DISPATCH_MODES)}, "
-                           f"got {spec.expert_dispatch!r}", field="training.expert_dispatch",
-                           code="unknown-expert-dispatch")
-    if spec.optimizer not in ("adam", "adamw"):
-        raise InvalidInput(f"training.optimizer: only Adam is modelled, got {spec.optimizer!r}",
-                           field="training.optimizer", code="unknown-optimizer")
-    if spec.flash_attention_version is not None:
-        if spec.flash_attention_version not in (1, 2, 3):
-            raise InvalidInput("training.flash_attention_version must be 1, 2 or 3",
-                               field="training.flash_attention_version", code="out-of-range")
-        if not spec.flash_attention:
-            raise InvalidInput("training.flash_attention_version is given but flash_attention is off",
-                               field="training.flash_attention_version", code="contradiction")
-    if spec.grad_bytes_per_param not in (2, 4):
-        raise InvalidInput("training.grad_bytes_per_param must be 2 (bf16) or 4 (fp32)",
-                           field="training.grad_bytes_per_param", code="out-of-range")
-    return spec
-
-
-def _fragmentation(value: Any) -> float:
-    """``training.activation_fragmentation``: a share of the activations' bytes, from 0 to 1."""
-    if not is_finite_number(value) or not 0.0 <= value <= 1.0:
-        raise InvalidInput(f"training.activation_fragmentation must be a number from 0 (no allocator waste) to 1 "
-                           f"(as much again as the activations), got {value!r}",
-                           field="training.activation_fragmentation", code="out-of-range")
-    return float(value)
-
-
-def _load_imbalance(value: Any) -> float:
-    """``training.expert_load_imbalance``: a number from 1 (balanced) to 64."""
-    if not is_finite_number(value) or not 1.0 <= value <= 64.0:
-        raise InvalidInput(f"training.expert_load_imbalance must be a number from 1 (every expert as busy as "
-                           f"the mean) to 64, got {value!r}", field="training.expert_load_imbalance",
-                           code="out-of-range")
-    return float(value)
-
 
 def check_precision_runs(cluster: ClusterSpec, training: TrainingSpec) -> None:
     """Refuse a precision the cluster's GPUs have no tensor-core peak for.
@@ -1049,96 +1100,3 @@ def flash_attention_speed(cluster: ClusterSpec, training: TrainingSpec) -> float
                            code="not-on-this-gpu")
     return speeds[version]
 
-
-def constraints_from_dict(data: Mapping[str, Any] | Constraints | None) -> Constraints:
-    """Validate optional search constraints (fixed tp, max pp, allowed ZeRO stages, ...)."""
-    if data is None:
-        return Constraints()
-    if isinstance(data, Constraints):
-        spec = data
-    else:
-        if not isinstance(data, Mapping):
-            raise InvalidInput("constraints must be an object", field="constraints", code="not-an-object")
-        reject_unknown(data, {f.name for f in fields(Constraints)}, "constraints")
-        kwargs: dict[str, Any] = {}
-        for name in ("tp", "pp", "max_pp", "cp", "ep", "etp", "micro_batch_size", "virtual_stages",
-                     "recompute_num_layers"):
-            if data.get(name) is not None:
-                kwargs[name] = positive_int(data[name], f"constraints.{name}")
-        if "zero_stages" in data:
-            stages = data["zero_stages"]
-            if isinstance(stages, (int, str)) or not isinstance(stages, Sequence) or not stages:
-                raise InvalidInput("constraints.zero_stages must be a non-empty list of 0..3",
-                                   field="constraints.zero_stages", code="out-of-range")
-            kwargs["zero_stages"] = tuple(positive_int(z, "constraints.zero_stages[]", allow_zero=True)
-                                          for z in stages)
-        if "recompute" in data:
-            modes = data["recompute"]
-            if isinstance(modes, str):
-                modes = [modes]
-            modes = as_list(modes, "constraints.recompute", f"a list drawn from {list(RECOMPUTE_MODES)}")
-            kwargs["recompute"] = tuple(str(m).lower() for m in modes)
-        if "allow_uneven_pp" in data:
-            kwargs["allow_uneven_pp"] = flag(data["allow_uneven_pp"], "constraints.allow_uneven_pp")
-        if "tie_tolerance" in data:
-            tolerance = data["tie_tolerance"]
-            if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not math.isfinite(tolerance):
-                raise InvalidInput(f"constraints.tie_tolerance must be a number, got {tolerance!r}",
-                                   field="constraints.tie_tolerance", code="out-of-range")
-            kwargs["tie_tolerance"] = float(tolerance)
-        spec = Constraints(**kwargs)
-    if not spec.zero_stages or any(z not in (0, 1, 2, 3) for z in spec.zero_stages):
-        raise InvalidInput(f"constraints.zero_stages must be drawn from 0..3, got {list(spec.zero_stages)}",
-                           field="constraints.zero_stages", code="out-of-range")
-    if not spec.recompute or any(m not in RECOMPUTE_MODES for m in spec.recompute):
-        raise InvalidInput(f"constraints.recompute must be drawn from {list(RECOMPUTE_MODES)}",
-                           field="constraints.recompute", code="out-of-range")
-    if not 0 <= spec.tie_tolerance < 0.5:
-        raise InvalidInput("constraints.tie_tolerance must be in [0, 0.5)", field="constraints.tie_tolerance",
-                           code="out-of-range")
-    return spec
-
-
-LAYOUT_FIELDS: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "etp", "virtual_stages", "micro_batch_size",
-                                  "zero_stage", "recompute", "recompute_num_layers")
-
-
-def layout_from_dict(data: Any, where: str) -> dict[str, Any]:
-    """Validate one layout to predict (a request's ``evaluate[k]``): the fields it fixes.
-
-    Each field is checked under its own name (``evaluate[0].tp``), so an error points
-    at the layout, not at search constraints. ``recompute_num_layers`` counts the
-    layers of each model chunk that full recomputation covers: 0 beside ``none`` or
-    ``selective`` (as every candidate reports it, so a candidate sent back as it came
-    is predicted as it was), at least 1 beside ``full``; given alone, 0 means "no full
-    recomputation" and more means ``full``. Returns the given fields, checked, with
-    ``recompute`` lower-cased; absent and null fields are left out.
-    """
-    if not isinstance(data, Mapping):
-        raise InvalidInput(f"{where} must be an object", field=where, code="not-an-object")
-    reject_unknown(data, set(LAYOUT_FIELDS), where)
-    layout: dict[str, Any] = {}
-    for name in ("dp", "tp", "pp", "cp", "ep", "etp", "virtual_stages", "micro_batch_size"):
-        if data.get(name) is not None:
-            layout[name] = positive_int(data[name], f"{where}.{name}")
-    if data.get("zero_stage") is not None:
-        layout["zero_stage"] = positive_int(data["zero_stage"], f"{where}.zero_stage", allow_zero=True, maximum=3)
-    if data.get("recompute") is not None:
-        mode = data["recompute"]
-        if not isinstance(mode, str) or mode.lower() not in RECOMPUTE_MODES:
-            raise InvalidInput(f"{where}.recompute must be one of {list(RECOMPUTE_MODES)}, got {mode!r}",
-                               field=f"{where}.recompute", code="out-of-range")
-        layout["recompute"] = mode.lower()
-    if data.get("recompute_num_layers") is not None:
-        layers = positive_int(data["recompute_num_layers"], f"{where}.recompute_num_layers", allow_zero=True)
-        mode = layout.get("recompute")
-        if layers == 0 and mode == "full":
-            raise InvalidInput(f"{where}: recompute 'full' with recompute_num_layers 0 recomputes no layer; "
-                               "give at least 1, or leave it out to recompute every layer",
-                               field=f"{where}.recompute_num_layers", code="contradiction")
-        if layers > 0 and mode in ("none", "selective"):
-            raise InvalidInput(f"{where}: recompute_num_layers counts fully recomputed layers, so it needs "
-                               f"recompute 'full' (got {mode!r}; 0 goes with {mode!r})",
-                               field=f"{where}.recompute_num_layers", code="contradiction")
-        layout["recompute_num_layers"] = layers
-    return layout

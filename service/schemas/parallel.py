@@ -1,77 +1,112 @@
-"""3D-parallel layout planning requests (``POST /v1/parallel/plan``)."""
+"""3D-parallel layout planning (``POST /v1/parallel/plan``): the request, generated from the planner's specs, and
+the answer.
+
+The request's blocks are generated from the frozen dataclasses of
+:mod:`partitioners.parallel3d.specs`: every field, its bounds and its description come
+from the field's declaration there (:func:`~partitioners.parallel3d.field_checks.spec_field`),
+so the schema and the planner hold the same limits and defaults. Only the shorthand
+forms (a cluster ``preset``/``gpu``/``inventory``, a training ``software`` generation, a
+model's Hugging Face config) are written here. ``service.domain.parallel`` maps a
+validated request onto the dataclasses in one place.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model
 
+from partitioners.parallel3d.field_checks import FieldRule, field_rule
 from partitioners.parallel3d.huggingface import HUGGINGFACE_MODEL_TYPES
-from partitioners.parallel3d.specs import MAX_EXPERTS, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES
+from partitioners.parallel3d.planner import REJECTION_REASONS
+from partitioners.parallel3d.presets import NODE_PRESETS, SOFTWARE_PRESETS
+from partitioners.parallel3d.specs import (
+    MAX_EVALUATED_LAYOUTS,
+    MAX_LAYERS,
+    MAX_NODES,
+    MAX_RANK_MAP_RANKS,
+    MAX_TOKENS,
+    MAX_TOP_K,
+    RECOMPUTE_MODES,
+    ZERO_STAGES,
+    ClusterSpec,
+    Constraints,
+    LayoutSpec,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    TrainingSpec,
+)
 from service.schemas.common import Name, PositiveFloat, RequestModel
 from service.schemas.plans import InventoryDocument, PresetInventory
 
-__all__ = ["ParallelPlanRequest"]
-
-Count = Annotated[int, Field(ge=1, le=10**7)]
-
-
-class MoeBlock(RequestModel):
-    num_experts: int = Field(ge=1, le=MAX_EXPERTS)
-    experts_per_token: int = Field(ge=1, le=1024)
-    expert_ffn_hidden_size: int = Field(ge=1, le=10**6)
-    shared_experts: int = Field(0, ge=0, le=1024)
-    moe_layers: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(None, max_length=100_000)
-    num_groups: int | None = Field(None, ge=1, le=65_536, description="Group-limited routing: expert groups "
-                                   "(DeepSeek-V3: 8; Megatron --moe-router-num-groups).")
-    group_topk: int | None = Field(None, ge=1, le=65_536, description="Groups a token's experts come from "
-                                   "(DeepSeek-V3: 4; Megatron --moe-router-group-topk).")
+__all__ = ["ParallelPlanRequest", "ParallelPlanAnswer", "SearchAnswer", "EvaluateAnswer", "LayoutAnswer",
+           "RankMapAnswer"]
 
 
-class MlaBlock(RequestModel):
-    """Multi-head latent attention (DeepSeek-V2/V3), named as in the Hugging Face config."""
-
-    kv_lora_rank: int = Field(ge=1, le=10**6)
-    qk_nope_head_dim: int = Field(ge=1, le=100_000)
-    qk_rope_head_dim: int = Field(ge=0, le=100_000)
-    v_head_dim: int = Field(ge=1, le=100_000)
-    q_lora_rank: int | None = Field(None, ge=1, le=10**6, description="None: a full-rank query projection.")
+# --------------------------------------------------------------------------- request, from the specs
 
 
-class TransformerShape(RequestModel):
-    num_layers: int = Field(ge=1, le=MAX_LAYERS)
-    hidden_size: int = Field(ge=1, le=10**6)
-    num_attention_heads: int = Field(ge=1, le=100_000)
-    num_kv_heads: int | None = Field(None, ge=1, le=100_000,
-                                     description="KV heads (GQA groups; 1: multi-query attention); default "
-                                     "num_attention_heads. Past this many tensor-parallel ranks each KV head is "
-                                     "replicated.")
-    head_dim: int | None = Field(None, ge=1, le=100_000,
-                                 description="Width of one attention head; default hidden_size / heads.")
-    ffn_hidden_size: int | None = Field(None, ge=1, le=10**7)
-    vocab_size: int = Field(ge=1, le=10**8)
-    seq_length: int = Field(ge=1, le=10**8)
-    gated_mlp: bool = False
-    parallel_attention_mlp: bool = Field(
-        False, description="Attention and MLP read the same input and are summed before one tensor-parallel "
-        "reduction (GPT-J, GPT-NeoX use_parallel_residual, PaLM, Falcon parallel_attn).")
-    tie_embeddings: bool = False
-    learned_position_embeddings: bool = Field(False, description="GPT-2/3-style learned position table (s x h).")
-    mtp_layers: int = Field(0, ge=0, le=100, description="Multi-token prediction depth (DeepSeek-V3: 1), "
-                            "run on the last pipeline stage.")
-    sliding_window: int | None = Field(None, ge=1, le=10**8,
-                                       description="Sliding-window attention: each query attends to this many "
-                                       "latest tokens (Mistral 7B v0.1: 4096) on sliding_window_layers.")
-    sliding_window_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
-        None, max_length=MAX_LAYERS, description="Indices of the sliding-window layers; default every layer.")
-    attention_chunk_size: int | None = Field(None, ge=1, le=10**8,
-                                             description="Chunked attention: queries attend causally inside "
-                                             "chunks of this many tokens (Llama 4: 8192) on "
-                                             "chunked_attention_layers.")
-    chunked_attention_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
-        None, max_length=MAX_LAYERS, description="Indices of the chunked-attention layers; default every layer.")
-    moe: MoeBlock | None = None
-    mla: MlaBlock | None = None
+def _annotation(rule: FieldRule) -> Any:
+    """The pydantic type of a field declared with ``rule`` (strict, bounded, as every request field)."""
+    if rule.kind == "count":
+        return Annotated[int, Field(ge=rule.ge, le=rule.le)]
+    if rule.kind == "flag":
+        return bool
+    if rule.kind == "positive":
+        return Annotated[float, Field(gt=0, le=rule.le, allow_inf_nan=False)]
+    if rule.kind == "number":
+        return Annotated[float, Field(ge=rule.ge, le=rule.le, lt=rule.lt, allow_inf_nan=False)]
+    if rule.kind == "choice":
+        return Literal[rule.choices]  # type: ignore[valid-type]
+    if rule.kind == "name":
+        return Name
+    if rule.kind == "layers":
+        return Annotated[list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]], Field(max_length=MAX_LAYERS)]
+    if rule.kind == "rates":
+        return Annotated[dict[Name, PositiveFloat], Field(max_length=int(rule.le))]
+    raise TypeError(f"no schema for a {rule.kind!r} field: give it an override")
+
+
+def _schema_from_spec(spec: type, name: str, doc: str, *, overrides: dict[str, Any] | None = None,
+                      defaults_from_elsewhere: bool = False, required_from_elsewhere: bool = False,
+                      extra: dict[str, Any] | None = None) -> type[RequestModel]:
+    """A request model with one field per field of the dataclass ``spec``.
+
+    Required fields stay required and others default to the dataclass's default; with
+    ``defaults_from_elsewhere`` (a cluster preset or a software generation supplies
+    them) the others default to None, which the domain drops before reading the spec, and
+    with ``required_from_elsewhere`` (a cluster preset gives every figure) so do the
+    required ones. ``overrides`` gives a field's
+    type where its rule is ``custom``; ``extra`` adds the shorthand fields of the request.
+    """
+    overrides = overrides or {}
+    definitions: dict[str, Any] = {}
+    for field in dataclasses.fields(spec):
+        rule = field_rule(field)
+        annotation = overrides.get(field.name) or _annotation(rule)
+        required = field.default is dataclasses.MISSING
+        if required and not required_from_elsewhere:
+            definitions[field.name] = (annotation, Field(description=rule.doc))
+        elif field.default is None or defaults_from_elsewhere:
+            definitions[field.name] = (annotation | None, Field(None, description=rule.doc))
+        else:
+            definitions[field.name] = (annotation, Field(_shown(field.default), description=rule.doc))
+    definitions.update(extra or {})
+    return create_model(name, __base__=RequestModel, __doc__=doc, **definitions)
+
+
+def _shown(default: Any) -> Any:
+    """A dataclass default as JSON shows it (tuples as lists)."""
+    return list(default) if isinstance(default, tuple) else default
+
+
+MoeBlock = _schema_from_spec(MoESpec, "MoeBlock", MoESpec.__doc__.splitlines()[0])
+MlaBlock = _schema_from_spec(MLASpec, "MlaBlock", "Multi-head latent attention (DeepSeek-V2/V3), named as in "
+                             "the Hugging Face config.")
+TransformerShape = _schema_from_spec(ModelSpec, "TransformerShape", "A decoder-only transformer's shape.",
+                                     overrides={"moe": MoeBlock, "mla": MlaBlock})
 
 
 class HuggingFaceModel(RequestModel):
@@ -80,8 +115,8 @@ class HuggingFaceModel(RequestModel):
     huggingface_config: dict[str, Any] = Field(
         max_length=1000, description="The parsed config.json (or one holding a text_config). Read by model_type: "
         f"{', '.join(HUGGINGFACE_MODEL_TYPES)}.")
-    seq_length: int = Field(ge=1, le=10**8, description="Training sequence length (max_position_embeddings is only "
-                            "the longest the model supports).")
+    seq_length: int = Field(ge=1, le=MAX_TOKENS, description="Training sequence length (max_position_embeddings is "
+                            "only the longest the model supports).")
 
 
 def _model_kind(value: Any) -> str:
@@ -98,150 +133,169 @@ ModelDescription = Annotated[
     Discriminator(_model_kind),
 ]
 
+ClusterShape = _schema_from_spec(
+    ClusterSpec, "ClusterShape", "A cluster: a preset with a node count, a GPU model with a node count, or every "
+    "figure.", defaults_from_elsewhere=True, required_from_elsewhere=True,
+    overrides={"inter_node_bandwidth_bytes_per_s": PositiveFloat},
+    extra={
+        "preset": (Name | None, Field(None, description=f"A node preset ({', '.join(sorted(NODE_PRESETS))}) or an "
+                                      "inventory preset; its figures apply unless given.")),
+        "gpu": (Name | None, Field(None, description="A GPU model whose figures apply unless given.")),
+        "nodes": (Annotated[int, Field(ge=1, le=MAX_NODES)] | None, Field(None, description="Same as num_nodes.")),
+        "inventory": (InventoryDocument | PresetInventory | None, Field(
+            None, description="Or a hyperplace inventory (identical nodes of one GPU type) instead of the fields "
+            "above.")),
+    },
+)
 
-class ClusterShape(RequestModel):
-    """A cluster: a preset with a node count, a GPU model with a node count, or every figure."""
+TrainingSettings = _schema_from_spec(
+    TrainingSpec, "TrainingSettings", "Batch, precision and the software stack; a field left out takes "
+    "``software``'s value, else the default.", defaults_from_elsewhere=True,
+    extra={"software": (Literal[tuple(SOFTWARE_PRESETS)] | None, Field(  # type: ignore[valid-type]
+        None, description="The framework generation whose behaviour the flags default to (default: "
+        "megatron-core)."))},
+)
 
-    preset: Name | None = None
-    gpu: Name | None = None
-    nodes: int | None = Field(None, ge=1, le=MAX_NODES)
-    num_nodes: int | None = Field(None, ge=1, le=MAX_NODES)
-    gpus_per_node: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE)
-    peak_flops_per_s: dict[Name, PositiveFloat] | None = Field(None, max_length=16)
-    memory_bytes: PositiveFloat | None = None
-    hbm_bandwidth_bytes_per_s: PositiveFloat | None = None
-    intra_node_bandwidth_bytes_per_s: PositiveFloat | None = None
-    inter_node_bandwidth_bytes_per_s: PositiveFloat | None = None
-    intra_node_latency_s: PositiveFloat | None = None
-    inter_node_latency_s: PositiveFloat | None = None
-    sm_count: int | None = Field(None, ge=1, le=10_000)
-    gemm_efficiency_max: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
-    fp8_gemm_efficiency_max: float | None = Field(
-        None, gt=0, le=1, allow_inf_nan=False, description="FP8 GEMM ceiling as a fraction of the FP8 peak, if not the 16-bit one."
-    )
-    nvls_allreduce_speedup: float | None = Field(
-        None, ge=1, le=10, allow_inf_nan=False, description="In-switch (NVLink SHARP) all-reduce speed-up over the ring."
-    )
-    architecture: Literal["ampere", "hopper", "blackwell", "unknown"] | None = Field(
-        None, description="GPU generation, for which FlashAttention generations run and how fast (a preset or gpu "
-        "sets it)."
-    )
-    name: Name | None = None
-    inventory: InventoryDocument | PresetInventory | None = Field(
-        None, description="Or a hyperplace inventory (identical nodes of one GPU type) instead of the fields above."
-    )
+LayoutConstraints = _schema_from_spec(
+    Constraints, "LayoutConstraints", "Limits on the search; a size left out is searched.",
+    overrides={
+        "zero_stages": Annotated[list[Annotated[int, Field(ge=ZERO_STAGES[0], le=ZERO_STAGES[-1])]],
+                                 Field(min_length=1, max_length=len(ZERO_STAGES))],
+        "recompute": Annotated[list[Literal[RECOMPUTE_MODES]],  # type: ignore[valid-type]
+                               Field(min_length=1, max_length=len(RECOMPUTE_MODES))],
+    },
+)
 
-
-class TrainingSettings(RequestModel):
-    """Batch, precision and the software stack; a flag left out takes ``software``'s value, else the default."""
-
-    global_batch_sequences: int = Field(ge=1, le=10**8)
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
-    optimizer: Literal["adam", "adamw"] = Field(
-        "adam", description="Mixed-precision Adam (AdamW's decoupled weight decay keeps the same state).")
-    software: Literal["megatron-lm-2021", "megatron-lm-2022", "megatron-core"] | None = Field(
-        None, description="The framework generation whose behaviour the flags default to (default: megatron-core)."
-    )
-    flash_attention: bool | None = Field(None, description="Flash attention (default on).")
-    flash_attention_version: int | None = Field(
-        None, ge=1, le=3, description="FlashAttention generation the stack runs (default: the newest the GPU runs, 2 on Ampere "
-        "and 3 on Hopper); 1 runs at half of 2's speed, 2 at 35/75 of 3's on Hopper.")
-    sequence_parallel: bool | None = Field(None, description="Sequence parallelism (default on).")
-    overlap_grad_reduce: bool | None = Field(None, description="Data-parallel reduction under the backward pass "
-                                             "(default on).")
-    overlap_tp_backward: bool | None = Field(None, description="Backward tensor-parallel collectives overlap the "
-                                             "GEMMs (Megatron async all-reduce; default on).")
-    overlap_tp_comm: bool | None = Field(None, description="Tensor-parallel collectives pipelined under the GEMMs "
-                                         "(Megatron --tp-comm-overlap, Transformer Engine userbuffers; default off).")
-    overlap_p2p_comm: bool | None = Field(None, description="Under the interleaved schedule, pipeline sends and "
-                                          "receives run asynchronously under the next model chunk's computation "
-                                          "(Megatron-Core overlap_p2p_comm, on in NeMo's and Megatron-Bridge's "
-                                          "recipes with virtual stages; default on).")
-    flexible_microbatch_groups: bool | None = Field(None, description="The interleaved schedule may take "
-                                                    "micro-batches in groups larger than pp, so a count pp does not "
-                                                    "divide still interleaves (Megatron-Core --microbatch-group-size-"
-                                                    "per-virtual-pipeline-stage set above pp; default off: its "
-                                                    "default group is pp).")
-    grad_bytes_per_param: int | None = Field(None, ge=2, le=4, description="Gradient buffer bytes per parameter: 4 "
-                                             "for fp32 accumulation (Megatron's bf16 default), 2 with gradients "
-                                             "reduced in bf16 (grad_reduce_in_fp32 off, DeepSpeed).")
-    activation_fragmentation: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="Caching-"
-                                                   "allocator waste counted on top of activations, as a share of "
-                                                   "them (default 0.10, the low end GMLake measured; a stack "
-                                                   "measured to waste more states its own).")
-    overlap_ep_comm: bool | None = Field(None, description="Expert-parallel all-to-all hidden under another "
-                                         "micro-batch's computation (DeepSeek-V3 DualPipe, Megatron "
-                                         "--overlap-moe-expert-parallel-comm; default off).")
-    expert_load_imbalance: float | None = Field(None, ge=1, le=64, allow_inf_nan=False, description="Tokens of the "
-                                                "busiest expert over the mean (default 1.2, an auxiliary-loss "
-                                                "balanced router; 1 for force-balanced benchmarks).")
-    expert_dispatch: Literal["all-to-all", "node-deduplicated"] | None = Field(
-        None, description="all-to-all: one 16-bit message per (token, expert) pair (default); node-deduplicated: "
-        "once per destination node over the network, then NVLink (DeepSeek-V3, DeepEP), FP8 in FP8 runs.")
-    fp8_scaling: Literal["delayed", "current"] | None = Field(None, description="FP8 scales from the amax history "
-                                                              "(delayed, default) or from each tensor itself "
-                                                              "(current, one more pass).")
-    pipeline_scatter_gather: bool | None = Field(None, description="Without sequence parallelism, each tensor rank "
-                                                 "sends 1/t of a pipeline stage's output and the receiving node "
-                                                 "all-gathers it over NVLink (Megatron-LM's default, SC21 Sec. 4.1); "
-                                                 "off: every rank sends it whole.")
-    dropout: bool | None = Field(None, description="Attention and residual dropout (GPT-2/3, Megatron's 0.1): its "
-                                 "masks are kept for backward. Default off, as for Llama-style models.")
-    partial_recompute: bool | None = Field(None, description="Full recomputation may cover only some layers of each "
-                                           "model chunk (Megatron --recompute-method block); the planner then "
-                                           "recomputes the fewest that fit (default on; off in megatron-lm-2021).")
-    selective_recompute: bool | None = Field(None, description="Selective recomputation is searched (Megatron "
-                                             "--recompute-granularity selective, 2022; default on; off in "
-                                             "megatron-lm-2021, which had only full recomputation).")
-    fp8_params: bool | None = Field(None, description="FP8 runs keep linear weights in FP8 only and gather them in "
-                                    "FP8 (Megatron --fp8-param-gather, NeMo's FP8 recipes; default on); off: a "
-                                    "16-bit weight beside its FP8 cast.")
-
-
-class LayoutConstraints(RequestModel):
-    tp: Count | None = None
-    pp: Count | None = None
-    max_pp: Count | None = None
-    cp: Count | None = None
-    ep: Count | None = None
-    etp: Count | None = Field(None, description="Expert tensor-parallel size: tp (routed experts split over the "
-                              "tensor ranks, Megatron-Core's default) or 1 (MoE parallel folding); default: both.")
-    micro_batch_size: Count | None = None
-    virtual_stages: Count | None = None
-    zero_stages: list[Annotated[int, Field(ge=0, le=3)]] | None = Field(None, min_length=1, max_length=4)
-    recompute: list[Literal["none", "selective", "full"]] | None = Field(None, min_length=1, max_length=3)
-    recompute_num_layers: Count | None = Field(None, description="Layers of each model chunk full recomputation "
-                                               "covers (Megatron --recompute-num-layers); default: the fewest "
-                                               "that fit.")
-    allow_uneven_pp: bool | None = None
-    tie_tolerance: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
-
-
-class Layout(RequestModel):
-    dp: Count | None = None
-    tp: Count | None = None
-    pp: Count | None = None
-    cp: Count | None = None
-    ep: Count | None = None
-    etp: Count | None = Field(None, description="Expert tensor-parallel size: tp or 1 (folded experts, expert "
-                              "groups cut from tp x cp x dp ranks).")
-    virtual_stages: Count | None = None
-    micro_batch_size: Count | None = None
-    zero_stage: int | None = Field(None, ge=0, le=3)
-    recompute: Literal["none", "selective", "full"] | None = None
-    recompute_num_layers: Annotated[int, Field(ge=0, le=10**7)] | None = Field(
-        None, description="Layers of each model chunk full recomputation covers: 0 with 'none' or 'selective' "
-        "(as candidates report it), at least 1 with 'full'; alone, more than 0 implies 'full'.")
+Layout = _schema_from_spec(LayoutSpec, "Layout", LayoutSpec.__doc__.splitlines()[0])
 
 
 class ParallelPlanRequest(RequestModel):
     """Model shape + cluster + training settings -> ranked dp x tp x pp (x cp x ep) layouts."""
 
     model: ModelDescription
-    cluster: ClusterShape
-    training: TrainingSettings
-    constraints: LayoutConstraints | None = None
-    evaluate: list[Layout] | None = Field(None, max_length=64, description="Predict these layouts instead of searching.")
-    top_k: int = Field(10, ge=1, le=100)
-    rank_map_limit: int = Field(1024, ge=0, le=200_000, description="How many ranks of the top layout's rank map to return.")
+    cluster: ClusterShape  # type: ignore[valid-type]
+    training: TrainingSettings  # type: ignore[valid-type]
+    constraints: LayoutConstraints | None = None  # type: ignore[valid-type]
+    evaluate: list[Layout] | None = Field(  # type: ignore[valid-type]
+        None, max_length=MAX_EVALUATED_LAYOUTS, description="Predict these layouts instead of searching.")
+    top_k: int = Field(10, ge=1, le=MAX_TOP_K)
+    rank_map_limit: int = Field(1024, ge=0, le=MAX_RANK_MAP_RANKS,
+                                description="How many ranks of the top layout's rank map to return.")
 
+
+# --------------------------------------------------------------------------- the answer
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MemoryPerGpu(_Answer):
+    """Predicted peak bytes per GPU on the fullest pipeline stage, by kind."""
+
+    parameters_bytes: float
+    gradients_bytes: float
+    optimizer_state_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+    activation_fragmentation: float = Field(description="Allocator waste counted on the activations, a share.")
+    fullest_stage: int = Field(description="Pipeline rank of the stage whose memory this is.")
+    fragmentation_that_fills: float | None = Field(
+        description="Allocator waste on activations at which this footprint reaches capacity; null without "
+        "activations.")
+
+
+class LayoutAnswer(_Answer):
+    """One layout and what the planner predicts for it."""
+
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    etp: int
+    virtual_stages: int
+    micro_batch_size: int
+    num_micro_batches: int
+    zero_stage: int
+    recompute: Literal[RECOMPUTE_MODES]  # type: ignore[valid-type]
+    recompute_num_layers: int
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    mfu_causal: float
+    mfu_note: str
+    hfu: float
+    bubble_fraction: float
+    time_breakdown_s: dict[str, float]
+    memory_per_gpu: MemoryPerGpu
+    fits: bool
+    reasons: list[str] = Field(description="Why the layout cannot run; empty when it can.")
+    notes: list[str]
+    tie_with_best: bool
+
+
+class RankRow(_Answer):
+    """One rank: its mesh coordinates and the GPU it runs on."""
+
+    rank: int
+    dp: int
+    pp: int
+    tp: int
+    cp: int
+    ep: int
+    device: int
+    node: int
+    local_gpu: int
+
+
+class RankMapAnswer(_Answer):
+    """The first ``rank_map_limit`` ranks of a layout's rank map, and the mesh they come from."""
+
+    num_ranks: int
+    order: str
+    mesh_shape: list[int]
+    mesh_dim_names: list[str]
+    coord_names: list[str]
+    ranks: list[RankRow]
+    truncated: bool
+
+
+class SearchAnswer(_Answer):
+    """A search: ranked candidates, faster-looking layouts that cannot run, and the top one's rank map."""
+
+    mode: Literal["search"]
+    model: TransformerShape = Field(  # type: ignore[valid-type]
+        description="The shape planned (what a Hugging Face config was read as).")
+    num_gpus: int
+    feasible: bool
+    model_parameters: float
+    model_flops_per_step: float
+    searched_layouts: int
+    candidates: list[LayoutAnswer]
+    rejected_better_looking: list[LayoutAnswer]
+    rejection_counts: dict[Literal[REJECTION_REASONS], int]  # type: ignore[valid-type]
+    notes: list[str]
+    rank_map: RankMapAnswer | None
+    compute_s: float
+
+
+class EvaluatedLayout(LayoutAnswer):
+    """A layout given to evaluate, predicted, with its own rank map."""
+
+    rank_map: RankMapAnswer
+
+
+class EvaluateAnswer(_Answer):
+    """Predictions of the layouts given under ``evaluate``, in order."""
+
+    mode: Literal["evaluate"]
+    model: TransformerShape = Field(  # type: ignore[valid-type]
+        description="The shape planned (what a Hugging Face config was read as).")
+    predictions: list[EvaluatedLayout]
+    compute_s: float
+
+
+ParallelPlanAnswer = Annotated[SearchAnswer | EvaluateAnswer, Field(discriminator="mode")]

@@ -190,6 +190,21 @@ def test_a_valid_moe_rebalance_and_its_deployment_match_the_schema(fuzz_app, fuz
     assert read.status_code == 200 and read.json()["current_version"] == 2
 
 
+def test_a_valid_3d_parallel_search_and_evaluation_match_the_schema(fuzz_app, fuzz_key):
+    """The 3D answer against its declared response model; small shapes keep the search instant."""
+    operation = large_schema["/v1/parallel/plan"]["POST"]
+    body = {"model": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "seq_length": 512,
+                      "vocab_size": 1000, "moe": {"num_experts": 4, "experts_per_token": 2,
+                                                  "expert_ffn_hidden_size": 128}},
+            "cluster": {"preset": "dgx-h100", "nodes": 2}, "training": {"global_batch_sequences": 32},
+            "top_k": 2, "rank_map_limit": 8}
+    for request in (body, {**body, "evaluate": [{"tp": 2, "pp": 2}, {"tp": 1, "ep": 4, "etp": 1}]}):
+        case = operation.Case(body=request, media_type="application/json")
+        response = case.call_and_validate(app=fuzz_app, headers={"Authorization": f"Bearer {fuzz_key}"},
+                                          checks=CHECKS)
+        assert response.status_code == 200, response.text
+
+
 # ----------------------------------------------------------------------------- the schema itself
 
 

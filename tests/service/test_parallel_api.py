@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
 import pytest
+from pydantic import TypeAdapter
 
-from partitioners.parallel3d.published.runs import DEEPSEEK_V3
-from partitioners.parallel3d.specs import Constraints
+from partitioners.errors import InputTooLarge
+from partitioners.parallel3d.planner import evaluate_layouts
+from partitioners.parallel3d.published.runs import DEEPSEEK_V3, specs_of
+from partitioners.parallel3d.specs import (
+    MAX_EVALUATED_LAYOUTS,
+    MAX_EXPERTS,
+    MAX_LAYERS,
+    Constraints,
+    LayoutSpec,
+    TrainingSpec,
+)
+from service.domain.parallel import plan_inputs
+from service.schemas.parallel import ParallelPlanAnswer
 from tests.service.graphs import LLAMA_70B
 from tests.service.graphs import parallel_plan_request as _request
 
@@ -40,12 +53,14 @@ def test_the_rank_map_keeps_tensor_parallel_groups_inside_a_node(client):
 
 def test_an_inventory_preset_gives_the_same_answer_as_the_planner_preset(client):
     by_preset = client.post("/v1/parallel/plan", json=_request()).json()
-    by_inventory = client.post("/v1/parallel/plan", json=_request(cluster={"inventory": {"preset": "dgx-h100", "nodes": 8}})).json()
+    by_inventory = client.post("/v1/parallel/plan",
+                               json=_request(cluster={"inventory": {"preset": "dgx-h100", "nodes": 8}})).json()
     assert [(c["tp"], c["pp"]) for c in by_inventory["candidates"]] == [(c["tp"], c["pp"]) for c in by_preset["candidates"]]
 
 
 def test_given_layouts_are_evaluated_instead_of_searched(client):
-    response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 4, "dp": 2}, {"tp": 16, "pp": 4, "dp": 1}]))
+    response = client.post("/v1/parallel/plan",
+                           json=_request(evaluate=[{"tp": 8, "pp": 4, "dp": 2}, {"tp": 16, "pp": 4, "dp": 1}]))
     assert response.status_code == 200, response.text
     evaluated = response.json()["predictions"]
     assert evaluated[0]["tp"] == 8 and evaluated[0]["pp"] == 4
@@ -53,7 +68,8 @@ def test_given_layouts_are_evaluated_instead_of_searched(client):
 
 
 def test_each_evaluated_layout_comes_with_its_own_rank_map(client):
-    response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 4}, {"tp": 4, "pp": 2, "cp": 2}]))
+    response = client.post("/v1/parallel/plan",
+                           json=_request(evaluate=[{"tp": 8, "pp": 4}, {"tp": 4, "pp": 2, "cp": 2}]))
     assert response.status_code == 200, response.text
     for prediction in response.json()["predictions"]:
         rank_map = prediction["rank_map"]
@@ -82,7 +98,8 @@ def test_a_layout_size_that_does_not_divide_the_cluster_is_a_422_naming_the_layo
 
 
 def test_a_model_too_large_for_the_cluster_says_why_nothing_fits(client):
-    huge = dict(LLAMA_70B, num_layers=800, hidden_size=32768, num_attention_heads=256, num_kv_heads=256, ffn_hidden_size=131072)
+    huge = dict(LLAMA_70B, num_layers=800, hidden_size=32768, num_attention_heads=256, num_kv_heads=256,
+                ffn_hidden_size=131072)
     response = client.post("/v1/parallel/plan", json=_request(model=huge, cluster={"preset": "dgx-h100", "nodes": 1}))
     assert response.status_code in (200, 422)
     body = response.json()
@@ -382,3 +399,70 @@ def test_an_allocator_fragmentation_above_one_is_a_422_naming_the_field(client):
     response = client.post("/v1/parallel/plan", json=_request(training=training))
     assert response.status_code == 422
     assert "activation_fragmentation" in response.text
+
+
+# ----------------------------------------------------------------------------- one definition, one answer schema
+
+_ANSWER = TypeAdapter(ParallelPlanAnswer)
+
+
+@pytest.mark.parametrize("overrides", [
+    {},  # a search
+    {"evaluate": [{"tp": 8, "pp": 4}, {"tp": 4, "pp": 2, "cp": 2, "recompute": "full"}]},
+    {"model": {**LLAMA_70B, "num_layers": 800}, "cluster": {"preset": "dgx-h100", "nodes": 1}},  # nothing fits
+    {"model": {"huggingface_config": LLAMA_3_70B_CONFIG, "seq_length": 4096}},
+])
+def test_a_real_answer_validates_against_the_declared_response_model(client, overrides):
+    response = client.post("/v1/parallel/plan", json=_request(**overrides))
+    assert response.status_code == 200, response.text
+    answer = _ANSWER.validate_python(response.json())
+    assert answer.mode == ("evaluate" if "evaluate" in overrides else "search")
+
+
+def test_the_route_declares_its_answer_in_openapi(client):
+    document = client.get("/openapi.json").json()
+    answer = document["paths"]["/v1/parallel/plan"]["post"]["responses"]["200"]["content"]["application/json"]
+    assert {option["$ref"].rsplit("/", 1)[-1] for option in answer["schema"]["oneOf"]} == {"SearchAnswer",
+                                                                                          "EvaluateAnswer"}
+
+
+def test_the_request_schema_states_the_planner_s_limits(client):
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    assert schemas["TransformerShape"]["properties"]["num_layers"]["maximum"] == MAX_LAYERS
+    assert schemas["MoeBlock"]["properties"]["num_experts"]["maximum"] == MAX_EXPERTS
+    assert schemas["ParallelPlanRequest"]["properties"]["evaluate"]["anyOf"][0]["maxItems"] == MAX_EVALUATED_LAYOUTS
+
+
+def test_more_layouts_to_evaluate_than_the_one_limit_are_refused_naming_evaluate(client):
+    response = client.post("/v1/parallel/plan", json=_request(evaluate=[{"tp": 8}] * (MAX_EVALUATED_LAYOUTS + 1)))
+    assert response.status_code == 422
+    assert [e["field"] for e in response.json()["errors"]] == ["body.evaluate"]
+    with pytest.raises(InputTooLarge):
+        body = _request(evaluate=[{"tp": 8}] * (MAX_EVALUATED_LAYOUTS + 1))
+        del body["rank_map_limit"]
+        plan_inputs(body)
+
+
+@pytest.mark.parametrize("flag", ["gradient_accumulation_fusion", "fp32_grad_copy_kept", "stage_outputs_kept",
+                                  "ddp_bucket_copy"])
+def test_every_training_flag_of_the_planner_is_accepted_over_http_and_predicted_as_in_process(client, flag):
+    default = {f.name: f.default for f in dataclasses.fields(TrainingSpec)}[flag]
+    training = {"global_batch_sequences": 1024, "grad_bytes_per_param": 2, flag: not default}
+    layout = {"tp": 8, "pp": 4, "dp": 2, "micro_batch_size": 1, "zero_stage": 1, "recompute": "selective"}
+    response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=[layout]))
+    assert response.status_code == 200, response.text
+    (over_http,) = response.json()["predictions"]
+    (in_process,) = evaluate_layouts(*specs_of(LLAMA_70B, {"preset": "dgx-h100", "nodes": 8}, training),
+                                     [LayoutSpec(**layout)])
+    assert over_http["step_time_s"] == in_process.step_time_s
+    assert over_http["memory_per_gpu"]["total_bytes"] == in_process.memory.total_bytes
+    (as_default,) = client.post("/v1/parallel/plan", json=_request(
+        training={**training, flag: default}, evaluate=[layout])).json()["predictions"]
+    assert (as_default["step_time_s"], as_default["memory_per_gpu"]["total_bytes"]) != \
+        (over_http["step_time_s"], over_http["memory_per_gpu"]["total_bytes"])
+
+
+def test_the_batch_no_software_generation_supplies_stays_required_by_the_schema(client):
+    response = client.post("/v1/parallel/plan", json=_request(training={"software": "megatron-core"}))
+    assert response.status_code == 422
+    assert [e["field"] for e in response.json()["errors"]] == ["body.training.global_batch_sequences"]

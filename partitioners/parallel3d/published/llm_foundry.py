@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from partitioners.parallel3d.field_checks import spec_from_mapping
 from partitioners.parallel3d.planner import evaluate_layouts
+from partitioners.parallel3d.published.runs import specs_of
+from partitioners.parallel3d.specs import LayoutSpec
 
 # MPT shapes (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): d_model, heads, layers;
 # vocabulary 50,368, 4x GELU MLP, ALiBi, tied embeddings, no dropout.
@@ -117,7 +120,8 @@ def predicted_tokens_per_gpu(cluster: Mapping[str, Any], name: str, seq: int, gp
               "recompute": "full" if checkpointing else "none"}
     training = {"global_batch_sequences": mbs * accumulation * gpus, "flash_attention_version": flash_attention_version,
                 "grad_bytes_per_param": grad_bytes_per_param}
-    (prediction,) = evaluate_layouts(model, {**cluster, "nodes": gpus // 8}, training, [layout])
+    (prediction,) = evaluate_layouts(*specs_of(model, {**cluster, "nodes": gpus // 8}, training),
+                                     [spec_from_mapping(LayoutSpec, layout)])
     return prediction.tokens_per_s / gpus
 
 

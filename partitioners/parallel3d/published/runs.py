@@ -55,14 +55,31 @@ NEMO_2407_H100
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "SC21_FIGURE17_MEMORY",
+from partitioners.parallel3d.field_checks import spec_from_mapping
+from partitioners.parallel3d.specs import ClusterSpec, Constraints, ModelSpec, TrainingSpec
+
+__all__ = ["specs_of", "constraints_of",
+           "A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "SC21_FIGURE17_MEMORY",
            "SC21_COMPARISONS", "KORTHIKANTI22_RECOMPUTE_COMPARISON", "MEGATRON_BRIDGE_H100", "NEMO_2407_H100",
            "MEGATRON_BRIDGE_H100_MOE", "MODELZOO_QWEN3_H100", "gpt"]
 
 # NVIDIA A100 datasheet: 312 TFLOP/s dense BF16/FP16.
 A100_PEAK_BF16_FLOPS = 312e12
+
+
+def specs_of(model: Mapping[str, Any], cluster: Mapping[str, Any],
+             training: Mapping[str, Any]) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
+    """The planner's inputs for a run below, whose fields are written as a request would send them."""
+    return (spec_from_mapping(ModelSpec, model), spec_from_mapping(ClusterSpec, cluster),
+            spec_from_mapping(TrainingSpec, training))
+
+
+def constraints_of(search: Mapping[str, Any] | None) -> Constraints | None:
+    """A run's search constraints (None: the defaults)."""
+    return None if search is None else spec_from_mapping(Constraints, search)
 
 # Megatron-LM of 2021: no flash attention, no sequence parallelism, tensor-parallel
 # all-reduces in line (the asynchronous input-gradient all-reduce came in 2022).

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 
 from partitioners.parallel3d.planner import LayoutPrediction, evaluate_layouts
@@ -14,15 +16,19 @@ from partitioners.parallel3d.published.runs import (
     SC21_FIGURE17_THROUGHPUT,
     SC21_SEARCH,
     SC21_SOFTWARE,
+    constraints_of,
+    specs_of,
 )
-from partitioners.parallel3d.specs import Constraints
+from partitioners.parallel3d.specs import Constraints, LayoutSpec
+
 
 def predicted_tflops(comparison: dict, batch: int) -> list[float]:
     """Predicted "achieved teraFLOP/s per GPU" (SC21's measure: recomputation counted) of each bar."""
     values = []
     for point in comparison["points"]:
         training = {"global_batch_sequences": batch, **SC21_SOFTWARE, **point["training"]}
-        (pred,) = evaluate_layouts(point["model"], point["cluster"], training, [point["layout"]], SC21_SEARCH)
+        (pred,) = evaluate_layouts(*specs_of(point["model"], point["cluster"], training),
+                                   [LayoutSpec(**point["layout"])], constraints_of(SC21_SEARCH))
         values.append(pred.hfu * A100_PEAK_BF16_FLOPS / 1e12)
     return values
 
@@ -68,11 +74,13 @@ def finding_holds(comparison: dict, tflops_by_batch: dict[int, list[float]]) -> 
 def figure17_predictions(recompute: str) -> dict[int, LayoutPrediction]:
     """Predictions for SC21 Figure 17's (8,16) pipeline at each batch of its sweep, with
     ``recompute`` ("none" or "full")."""
-    row = SC21_FIGURE17_THROUGHPUT["row"]
+    row = cast(dict[str, Any], SC21_FIGURE17_THROUGHPUT["row"])
     return {
-        batch: evaluate_layouts(row["model"], row["cluster"], {**row["training"], "global_batch_sequences": batch},
-                                [{**row["published"], "recompute": recompute}], row["search"])[0]
-        for batch in SC21_FIGURE17_THROUGHPUT["batches"]
+        batch: evaluate_layouts(*specs_of(row["model"], row["cluster"],
+                                          {**row["training"], "global_batch_sequences": batch}),
+                                [LayoutSpec(**{**row["published"], "recompute": recompute})],
+                                constraints_of(row["search"]))[0]
+        for batch in cast(list[int], SC21_FIGURE17_THROUGHPUT["batches"])
     }
 
 
@@ -86,5 +94,5 @@ def figure17_last_batch_without_recompute(without: dict[int, float], full: dict[
     nearest the paper's "up to 2x higher than the best throughput achieved without": the
     largest batch the figure ran without recomputation, as the prediction reads it."""
     best_full = max(full.values())
-    stated = SC21_FIGURE17_THROUGHPUT["stated_best_ratio"]
+    stated = cast(float, SC21_FIGURE17_THROUGHPUT["stated_best_ratio"])
     return min(without, key=lambda batch: abs(best_full / without[batch] - stated))

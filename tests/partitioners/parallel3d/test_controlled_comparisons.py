@@ -14,15 +14,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from partitioners.parallel3d.planner import evaluate_layouts
+from partitioners.parallel3d.published.runs import KORTHIKANTI22_RECOMPUTE_COMPARISON, SC21_COMPARISONS
 from partitioners.parallel3d.published.sc21 import (
     figure17_last_batch_without_recompute,
     figure17_predictions,
     predicted_tflops,
     sequences_per_s,
 )
-from partitioners.parallel3d.published.runs import KORTHIKANTI22_RECOMPUTE_COMPARISON, SC21_COMPARISONS
-from partitioners.parallel3d.planner import evaluate_layouts
 from partitioners.parallel3d.specs import Constraints
+from tests.partitioners.parallel3d.shapes import cluster_spec, constraints_spec, layout_specs, model_spec, training_spec
 
 FIGURES = {comparison["figure"]: comparison for comparison in SC21_COMPARISONS}
 
@@ -76,9 +77,12 @@ def test_figure18_scattering_pipeline_sends_over_the_tensor_ranks_is_faster_at_e
 def test_scatter_gather_setting_changes_nothing_under_sequence_parallelism():
     point = FIGURES["Figure 18"]["points"][1]
     on, off = (
-        evaluate_layouts(point["model"], point["cluster"],
-                         {"global_batch_sequences": 24, "sequence_parallel": True, "pipeline_scatter_gather": flag},
-                         [point["layout"]])[0]
+        evaluate_layouts(
+            model_spec(point["model"]),
+            cluster_spec(point["cluster"]),
+            training_spec({"global_batch_sequences": 24, "sequence_parallel": True, "pipeline_scatter_gather": flag}),
+            layout_specs([point["layout"]]),
+        )[0]
         for flag in (True, False)
     )
     assert on.step_time_s == off.step_time_s
@@ -88,8 +92,13 @@ def test_scatter_gather_setting_changes_nothing_under_sequence_parallelism():
 def test_sequence_parallel_selective_recompute_beats_full_recompute_by_about_the_published_29_percent():
     comparison = KORTHIKANTI22_RECOMPUTE_COMPARISON
     selective, full = (
-        evaluate_layouts(comparison["model"], comparison["cluster"], case["training"], [case["layout"]],
-                         comparison["search"])[0]
+        evaluate_layouts(
+            model_spec(comparison["model"]),
+            cluster_spec(comparison["cluster"]),
+            training_spec(case["training"]),
+            layout_specs([case["layout"]]),
+            constraints_spec(comparison["search"]),
+        )[0]
         for case in comparison["cases"]
     )
     assert full.step_time_s / selective.step_time_s - 1.0 == pytest.approx(0.29, abs=0.06)

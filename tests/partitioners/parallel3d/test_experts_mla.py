@@ -10,10 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from partitioners.parallel3d.published.runs import DEEPSEEK_V3
-from partitioners.hardware.collectives import LinkSpec, hierarchical_alltoall_time_s
 from partitioners.errors import InvalidInput
-from partitioners.parallel3d.planner import evaluate_layouts
+from partitioners.hardware.collectives import LinkSpec, hierarchical_alltoall_time_s
 from partitioners.parallel3d.comm import (
     deduplicated_dispatch_time_s,
     expected_distinct,
@@ -24,9 +22,11 @@ from partitioners.parallel3d.comm import (
 from partitioners.parallel3d.cost import predict_layouts
 from partitioners.parallel3d.flops import hardware_flops_per_step, model_flops_per_step, parameter_counts
 from partitioners.parallel3d.memory import ACTIVATION_FRAGMENTATION, activation_bytes_per_layer, stage_activation_bytes
-from partitioners.parallel3d.specs import cluster_from_dict, model_from_dict, training_from_dict
+from partitioners.parallel3d.planner import evaluate_layouts
+from partitioners.parallel3d.published.runs import DEEPSEEK_V3
 from partitioners.parallel3d.stages import RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, end_stage_moe_layers
 from tests.partitioners.parallel3d.layouts import layouts, selective_saving_bytes
+from tests.partitioners.parallel3d.shapes import cluster_spec, layout_specs, model_spec, training_spec
 
 NVLINK = LinkSpec(bandwidth_bytes_per_s=400e9, latency_s=2e-6)
 IB = LinkSpec(bandwidth_bytes_per_s=50e9, latency_s=5e-6)
@@ -93,7 +93,7 @@ def test_routing_groups_must_divide_the_experts_and_come_in_pairs():
     moe = dict(DEEPSEEK_V3["moe"])
     for bad, field in (({"num_groups": 7}, "model.moe.num_groups"), ({"group_topk": None}, "model.moe.group_topk")):
         with pytest.raises(InvalidInput) as err:
-            model_from_dict({**DEEPSEEK_V3, "moe": {**moe, **bad}})
+            model_spec({**DEEPSEEK_V3, "moe": {**moe, **bad}})
         assert err.value.field == field
 
 
@@ -111,19 +111,19 @@ def test_deduplication_sends_fewer_network_bytes_than_one_message_per_expert():
 
 
 def test_the_planner_charges_deduplicated_fp8_dispatch_less_than_the_all_to_all():
-    cluster = cluster_from_dict({"preset": "hgx-h800", "nodes": 8})
-    model = model_from_dict(DEEPSEEK_V3)
+    cluster = cluster_spec({"preset": "hgx-h800", "nodes": 8})
+    model = model_spec(DEEPSEEK_V3)
     lay = layouts(dp=64, ep=64, mbs=1)
     ep_comm = {}
     for dispatch in ("all-to-all", "node-deduplicated"):
-        training = training_from_dict({"global_batch_sequences": 64, "precision": "fp8", "expert_dispatch": dispatch})
+        training = training_spec({"global_batch_sequences": 64, "precision": "fp8", "expert_dispatch": dispatch})
         ep_comm[dispatch] = float(predict_layouts(model, cluster, training, lay)["ep_comm_s"][0])
     assert 0.0 < ep_comm["node-deduplicated"] < 0.5 * ep_comm["all-to-all"]
 
 
 def test_an_unknown_expert_dispatch_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        training_from_dict({"global_batch_sequences": 8, "expert_dispatch": "broadcast"})
+        training_spec({"global_batch_sequences": 8, "expert_dispatch": "broadcast"})
     assert err.value.field == "training.expert_dispatch"
 
 
@@ -131,7 +131,7 @@ def test_an_unknown_expert_dispatch_is_invalid_input():
 
 
 def test_deepseek_v3_counts_its_published_671b_parameters_37b_active():
-    counts = parameter_counts(model_from_dict(DEEPSEEK_V3))
+    counts = parameter_counts(model_spec(DEEPSEEK_V3))
     # DeepSeek-V3 Technical Report: "671B total parameters with 37B activated for each
     # token" (the multi-token-prediction module, 14B more, is not part of the count)
     assert counts.total == pytest.approx(671e9, rel=0.005)
@@ -142,7 +142,7 @@ def test_mla_attention_parameters_are_its_five_projections_and_two_latent_norms(
     h, a, q_r, kv_r, nope, rope, v = 64, 4, 24, 16, 8, 4, 8
     expected = (h * q_r + q_r * a * (nope + rope) + h * (kv_r + rope) + kv_r * a * (nope + v) + a * v * h
                 + q_r + kv_r + 2 * h)
-    counts = parameter_counts(model_from_dict(SMALL_MLA))
+    counts = parameter_counts(model_spec(SMALL_MLA))
     assert counts.attention_per_layer == expected
     # the down-projections and latent norms are whole on every tensor-parallel rank
     assert counts.attention_replicated_per_layer == h * q_r + h * (kv_r + rope) + q_r + kv_r
@@ -153,14 +153,14 @@ def test_mla_attention_parameters_are_its_five_projections_and_two_latent_norms(
 def test_mla_scores_run_over_the_query_key_width_and_the_value_width():
     # per token and layer, QK^T costs 2 s a (nope + rope) and attention x V 2 s a v_head_dim;
     # everything else is the same per token at any sequence length
-    long, short = (model_from_dict({**SMALL_MLA, "seq_length": s}) for s in (32, 1))
+    long, short = (model_spec({**SMALL_MLA, "seq_length": s}) for s in (32, 1))
     per_token_gap = model_flops_per_step(long, 1) / 32 - model_flops_per_step(short, 1) / 1
     assert per_token_gap == pytest.approx(3 * 2 * 2 * (32 - 1) * (4 * (8 + 4) + 4 * 8))
 
 
 def test_selective_recomputation_under_mla_rebuilds_queries_keys_and_values_from_the_latents():
-    model = model_from_dict(SMALL_MLA)
-    training = training_from_dict({"global_batch_sequences": 1})
+    model = model_spec(SMALL_MLA)
+    training = training_spec({"global_batch_sequences": 1})
     q, k, v = 4 * 12, 4 * 12, 4 * 8
     norm_outputs = 64 + 64 + (24 + 16 + 4)  # elements: the two layer norms' outputs and the normed latents
     activation_output = 4 * 64  # the 4h GeLU MLP's, rebuilt in every layer
@@ -176,13 +176,13 @@ def test_selective_recomputation_under_mla_rebuilds_queries_keys_and_values_from
 def test_mla_refuses_head_dim_and_grouped_kv_heads():
     for extra in ({"head_dim": 16}, {"num_kv_heads": 2}):
         with pytest.raises(InvalidInput) as err:
-            model_from_dict({**SMALL_MLA, **extra})
+            model_spec({**SMALL_MLA, **extra})
         assert err.value.code == "mla-with-head-fields"
 
 
 def test_mla_needs_its_ranks_and_head_widths():
     with pytest.raises(InvalidInput) as err:
-        model_from_dict({**SMALL_MLA, "mla": {"kv_lora_rank": 16}})
+        model_spec({**SMALL_MLA, "mla": {"kv_lora_rank": 16}})
     assert err.value.field == "model.mla.qk_nope_head_dim"
 
 
@@ -191,7 +191,8 @@ def test_deepseek_v3_published_layout_fits_with_up_projection_recomputation():
     training = {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
                 "overlap_ep_comm": True}
     layouts_asked = [{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": rc} for rc in ("none", "selective")]
-    none, selective = evaluate_layouts(DEEPSEEK_V3, {"preset": "hgx-h800", "nodes": 256}, training, layouts_asked)
+    none, selective = evaluate_layouts(model_spec(DEEPSEEK_V3), cluster_spec({"preset": "hgx-h800", "nodes": 256}),
+                                       training_spec(training), layout_specs(layouts_asked))
     assert any(reason.startswith("out of memory") for reason in none.reasons)
     assert not selective.reasons
     assert selective.memory.activations_bytes < none.memory.activations_bytes
@@ -219,8 +220,9 @@ def test_deepseek_v3_with_its_prediction_module_still_fits_its_published_layout(
     # layers: lighter in activations than MoE layers, so the published layout still fits
     training = {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
                 "overlap_ep_comm": True, "fp8_params": False}
-    (published,) = evaluate_layouts({**DEEPSEEK_V3, "mtp_layers": 1}, {"preset": "hgx-h800", "nodes": 256}, training,
-                                    [{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": "selective"}])
+    (published,) = evaluate_layouts(model_spec({**DEEPSEEK_V3, "mtp_layers": 1}),
+                                    cluster_spec({"preset": "hgx-h800", "nodes": 256}), training_spec(training),
+                                    layout_specs([{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": "selective"}]))
     assert not published.reasons
 
 
@@ -233,7 +235,7 @@ SMALL_MTP_MOE = {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "
 
 def test_a_multi_token_prediction_module_adds_a_layer_of_the_last_kind_a_2h_projection_and_two_norms():
     # DeepSeek-V3 Sec. 2.2: the embedding and the output head are shared with the main model
-    without, with_one = (parameter_counts(model_from_dict({**SMALL_MTP_MOE, "mtp_layers": d})) for d in (0, 1))
+    without, with_one = (parameter_counts(model_spec({**SMALL_MTP_MOE, "mtp_layers": d})) for d in (0, 1))
     moe_layer = without.attention_per_layer + without.experts_per_layer + without.moe_shared_per_layer
     assert with_one.total - without.total == pytest.approx(moe_layer + 2 * 64 * 64 + 2 * 64)
 
@@ -241,18 +243,18 @@ def test_a_multi_token_prediction_module_adds_a_layer_of_the_last_kind_a_2h_proj
 def test_multi_token_prediction_flops_add_a_layer_its_projection_and_a_second_pass_through_the_output_head():
     h, s, v = 64, 32, 100
     plain = {**SMALL_MTP_MOE, "moe": None}
-    per_token = {d: model_flops_per_step(model_from_dict({**plain, "mtp_layers": d}), 1) / s for d in (0, 1)}
+    per_token = {d: model_flops_per_step(model_spec({**plain, "mtp_layers": d}), 1) / s for d in (0, 1)}
     layer = 2 * (4 * h * h) + 2 * s * (h + h) + 2 * 3 * h * (4 * h)  # projections, scores, SwiGLU MLP
     assert per_token[1] - per_token[0] == pytest.approx(3 * (layer + 2 * (2 * h) * h + 2 * h * v))
 
 
 def test_multi_token_prediction_runs_on_the_last_pipeline_stage():
-    cluster = cluster_from_dict({"preset": "dgx-a100", "nodes": 1})
-    training = training_from_dict({"global_batch_sequences": 8})
+    cluster = cluster_spec({"preset": "dgx-a100", "nodes": 1})
+    training = training_spec({"global_batch_sequences": 8})
     # seven dense layers on three stages of three: the two left over come off the ends, one
     # each, until the module loads the last stage and both come off it
     seven = {**SMALL_MTP_MOE, "num_layers": 7, "moe": None}
-    pred = {d: predict_layouts(model_from_dict({**seven, "mtp_layers": d}), cluster, training,
+    pred = {d: predict_layouts(model_spec({**seven, "mtp_layers": d}), cluster, training,
                                layouts(dp=2, pp=3)) for d in (0, 1)}
     assert [(pred[d]["first_stage_layers"][0], pred[d]["last_stage_layers"][0]) for d in (0, 1)] == [(2, 2), (3, 1)]
     assert pred[1]["step_time_s"][0] > pred[0]["step_time_s"][0]
@@ -260,17 +262,17 @@ def test_multi_token_prediction_runs_on_the_last_pipeline_stage():
 
 def test_a_negative_multi_token_prediction_depth_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        model_from_dict({**SMALL_MTP_MOE, "mtp_layers": -1})
+        model_spec({**SMALL_MTP_MOE, "mtp_layers": -1})
     assert err.value.field == "model.mtp_layers"
 
 
 def test_the_last_stage_keeps_one_micro_batch_of_the_modules_layer_input_and_logits():
-    training = training_from_dict({"global_batch_sequences": 8, "sequence_parallel": False})
+    training = training_spec({"global_batch_sequences": 8, "sequence_parallel": False})
     tokens, tp, rc = np.array([32.0]), np.array([1.0]), np.array([RECOMPUTE_NONE])
     one = np.array([1.0])
     last = {}
     for d in (0, 1):
-        model = model_from_dict({**SMALL_MTP_MOE, "moe": None, "mtp_layers": d})
+        model = model_spec({**SMALL_MTP_MOE, "moe": None, "mtp_layers": d})
         last[d] = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 0 * one,
                                          2 * one, 2 * one, 2 * one, one, 4 * one).last_bytes
     layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])

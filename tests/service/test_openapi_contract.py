@@ -36,7 +36,6 @@ from tests.conftest import make_settings
 PENDING_RESPONSE_MODELS = {
     ("GET", "/v1/plans/{plan_id}/trace"),  # Chrome trace JSON: no model yet
     ("GET", "/v1/plans/{plan_id}/view"),  # HTML: no ``responses`` content declared yet
-    ("POST", "/v1/parallel/plan"),  # answers ``dict``: no schema in OpenAPI yet
 }
 
 

@@ -14,8 +14,9 @@ from partitioners.hardware import catalogue
 from partitioners.hardware.catalogue import ACCELERATORS, NODES, REFERENCES, Accelerator, MemoryTier, Node
 from partitioners.hardware.collectives import LinkSpec
 from partitioners.hardware.inventory import PLACEMENT_PRESET_NAMES, PRESETS, preset_inventory
+from partitioners.parallel3d.field_checks import spec_from_mapping
 from partitioners.parallel3d.presets import GPU_SPECS, NODE_PRESETS, gpu_spec_by_name
-from partitioners.parallel3d.specs import cluster_from_dict
+from partitioners.parallel3d.specs import ClusterSpec
 
 TRAINING_DTYPES = ("bf16", "fp16", "fp8")
 # placement presets whose GPU the planner also knows by name: both readers must agree on them
@@ -25,7 +26,7 @@ SHARED_NODES = sorted(name for name in PLACEMENT_PRESET_NAMES if NODES[name].acc
 def test_the_h100_has_one_peak_the_whitepapers_in_both_readers():
     # the reviewer's finding: 989.4 in the inventory against 989 in the planner
     inventory = preset_inventory("dgx-h100")
-    cluster = cluster_from_dict({"preset": "dgx-h100", "nodes": 1})
+    cluster = spec_from_mapping(ClusterSpec, {"preset": "dgx-h100", "nodes": 1})
     assert inventory.device_peak_flops_by_dtype["bf16"][0] == cluster.peak_flops_per_s["bf16"] == 989.4e12
     assert inventory.device_peak_flops_by_dtype["fp8"][0] == cluster.peak_flops_per_s["fp8"] == 1978.9e12
 
@@ -34,7 +35,7 @@ def test_the_h100_has_one_peak_the_whitepapers_in_both_readers():
 def test_a_node_gives_the_same_figures_to_the_inventory_and_to_the_planner(node_name):
     node = NODES[node_name]
     inventory = preset_inventory(node_name, 2)
-    cluster = cluster_from_dict({"preset": node_name, "nodes": 2})
+    cluster = spec_from_mapping(ClusterSpec, {"preset": node_name, "nodes": 2})
     for dtype in TRAINING_DTYPES:
         if dtype in node.accelerator.dense_peak_flops_per_s:
             assert inventory.device_peak_flops_by_dtype[dtype][0] == cluster.peak_flops_per_s[dtype]
@@ -69,8 +70,8 @@ def test_a_planner_gpu_carries_the_catalogue_figures_of_the_gpu_and_its_usual_no
 
 @pytest.mark.parametrize("node_name", sorted(NODE_PRESETS))
 def test_naming_a_planner_node_or_its_gpu_gives_the_same_cluster(node_name):
-    by_node = cluster_from_dict({"preset": node_name, "nodes": 3})
-    by_gpu = cluster_from_dict({"gpu": NODE_PRESETS[node_name], "num_nodes": 3})
+    by_node = spec_from_mapping(ClusterSpec, {"preset": node_name, "nodes": 3})
+    by_gpu = spec_from_mapping(ClusterSpec, {"gpu": NODE_PRESETS[node_name], "num_nodes": 3})
     assert gpu_spec_by_name(NODE_PRESETS[node_name]).name == NODES[node_name].accelerator.key
     assert {f.name: getattr(by_node, f.name) for f in fields(by_node) if f.name != "name"} == \
         {f.name: getattr(by_gpu, f.name) for f in fields(by_gpu) if f.name != "name"}

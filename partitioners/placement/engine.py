@@ -210,10 +210,10 @@ def _refined(ctx: PlacementContext, scored: Sequence[ScoredCandidate], best: int
     pipeline = ctx.options.pipeline
     least_over = least_over_budget([s.candidate for s in scored], pipeline)
 
-    def key(c: Candidate) -> tuple:
+    def key(c: Candidate) -> tuple[object, ...]:
         return ranking_key(c, -1, least_over=least_over, pipeline=pipeline)[:-1]
 
-    def score(placement: np.ndarray) -> tuple[tuple, SimulationResult]:
+    def score(placement: np.ndarray) -> tuple[tuple[object, ...], SimulationResult]:
         trial = score_proposal(ctx, Proposal(name, placement, chosen.priority))
         assert trial.simulation is not None
         return key(trial.candidate), trial.simulation

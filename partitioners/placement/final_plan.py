@@ -118,7 +118,8 @@ def finish_placement(ctx: PlacementContext, scored: Sequence[ScoredCandidate], b
         retime = saved_s > RETIME_MIN_GAIN * float(sim.device_busy_s.sum())
         if not retime:
             notes.append("level 3: faster tiers save under 1% of compute time; schedule not re-timed")
-    final, plan = sim, plan0
+    final: SimulationResult = sim
+    plan: MemoryPlan | None = plan0
     if retime:
         final, plan = _timed_with_its_tiers(g, inv, placement, plan0, times, final_priority, ctx.cost_model, budget,
                                             sim.makespan_s)
@@ -139,7 +140,7 @@ def finish_placement(ctx: PlacementContext, scored: Sequence[ScoredCandidate], b
             final_priority = critical_path_priority(
                 g, inv, placement, ctx.op_times_s[np.arange(n), placement], cost_model=ctx.cost_model
             )
-    assert plan is not None
+    assert plan is not None and final.peak_memory_bytes is not None
     peak = final.peak_memory_bytes
     used = np.unique(placement)
     over = peak - budget

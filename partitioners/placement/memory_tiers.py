@@ -39,9 +39,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from partitioners.costmodel.costs import CostModel, op_times_by_profile_s, op_times_s
+from partitioners.costmodel.simulator import SimulationResult
 from partitioners.graph.hypergraph import TENSOR_ACTIVATION, TENSOR_PARAMETER, Hypergraph
 from partitioners.hardware.inventory import Inventory
-from partitioners.costmodel.simulator import SimulationResult
 
 __all__ = [
     "ALIGNMENT_BYTES",

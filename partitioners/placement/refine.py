@@ -31,12 +31,12 @@ References
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from partitioners.graph.hypergraph import Hypergraph
 from partitioners.costmodel.simulator import SimulationResult
+from partitioners.graph.hypergraph import Hypergraph
 
 __all__ = ["RefineOutcome", "refine_placement"]
 

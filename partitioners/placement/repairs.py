@@ -114,5 +114,5 @@ def pipeline_repair(ctx: PlacementContext, placement: np.ndarray) -> np.ndarray:
     parts = np.searchsorted(used, placement)
     fwd = ctx.forward_edge_mask
     stage, part_of_stage = acyclic_repair(ctx.n_ops, ctx.edge_src[fwd], ctx.edge_dst[fwd], ctx.levels, parts)
-    out = used[part_of_stage[stage]]
-    return out[ctx.forward_twin]
+    out: np.ndarray = used[part_of_stage[stage]][ctx.forward_twin]
+    return out

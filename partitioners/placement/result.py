@@ -75,23 +75,26 @@ class TransferPlan:
     bytes: np.ndarray
     link_class: np.ndarray
 
-    def grouped(self, graph: Hypergraph | None = None, inventory: Inventory | None = None) -> list[dict]:
+    def grouped(self, graph: Hypergraph | None = None, inventory: Inventory | None = None) -> list[dict[str, object]]:
         """One record per tensor: ``{tensor, src, dst: [...], bytes, link_class}``.
 
         ``link_class`` is the slowest class among the destinations; ``bytes`` is the
         tensor's size (each destination receives it once). With ``graph`` and
         ``inventory`` the tensor and devices are given by name instead of id.
         """
-        out: list[dict] = []
+        out: list[dict[str, object]] = []
         if self.tensor.shape[0] == 0:
             return out
         cut = np.flatnonzero(np.diff(self.tensor)) + 1
-        for a, b in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [self.tensor.shape[0]]]).tolist()):
-            tensor, src, dst = int(self.tensor[a]), int(self.src[a]), self.dst[a:b].tolist()
+        for a, b in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [self.tensor.shape[0]]]).tolist(),
+                        strict=True):
+            tensor: int | str = int(self.tensor[a])
+            src: int | str = int(self.src[a])
+            dst: list[int] | list[str] = self.dst[a:b].tolist()
             if graph is not None and inventory is not None:
-                tensor = str(graph.tensor_names[tensor])
-                src = str(inventory.device_names[src])
-                dst = [str(inventory.device_names[x]) for x in dst]
+                tensor = str(graph.tensor_names[int(self.tensor[a])])
+                src = str(inventory.device_names[int(self.src[a])])
+                dst = [str(inventory.device_names[x]) for x in self.dst[a:b].tolist()]
             out.append(
                 {
                     "tensor": tensor,

@@ -26,6 +26,7 @@ from partitioners.placement.result import Candidate
 
 __all__ = [
     "INFEASIBLE_TOLERANCE",
+    "RankingKey",
     "ScoredCandidate",
     "objective_value",
     "score_proposal",
@@ -37,6 +38,9 @@ __all__ = [
 
 #: When no plan fits, memory overshoots within this fraction of the smallest count as equal.
 INFEASIBLE_TOLERANCE = 0.05
+
+#: ``(infeasible, over budget, objective, makespan_s, devices used, tiebreak)``: smaller ranks first.
+RankingKey = tuple[bool, float, float, float, int, int]
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +104,7 @@ def score_proposal(ctx: PlacementContext, proposal: Proposal) -> ScoredCandidate
         note = "; ".join(x for x in (note, f"{moved} operators moved to a device of a type they may run on") if x)
     sim = simulate(ctx.graph, ctx.inventory, placement, context=ctx.simulation, priority=proposal.priority,
                    record_timeline=True)
+    assert sim.peak_memory_bytes is not None  # recorded with the timeline
     budget = ctx.memory_budget_bytes
     used = np.unique(placement)
     frac = float(np.max(sim.peak_memory_bytes[used] / np.maximum(budget[used], 1.0)))
@@ -170,7 +175,7 @@ def least_over_budget(candidates: Sequence[Candidate], pipeline: bool) -> float:
     return min(overs) if overs else float("inf")
 
 
-def ranking_key(candidate: Candidate, tiebreak: int, *, least_over: float, pipeline: bool) -> tuple:
+def ranking_key(candidate: Candidate, tiebreak: int, *, least_over: float, pipeline: bool) -> RankingKey:
     """Sort key: feasible first, then least over budget, objective, makespan, fewer devices, ``tiebreak``.
 
     Among infeasible plans, overshoots within :data:`INFEASIBLE_TOLERANCE` of the

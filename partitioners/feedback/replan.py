@@ -61,7 +61,8 @@ def _interchangeable(inventory: Inventory, cost_model: CostModel) -> np.ndarray:
     close &= np.abs(bw[:, None] - bw[None, :]) <= np.log(SAME_SPEED_RATIO)
     close &= inventory.device_group[:, None] == inventory.device_group[None, :]
     close &= inventory.device_memory_bytes[:, None] == inventory.device_memory_bytes[None, :]
-    return close
+    interchangeable: np.ndarray = close
+    return interchangeable
 
 
 def _relabel(proposed: np.ndarray, current: np.ndarray, swappable: np.ndarray) -> np.ndarray:
@@ -96,7 +97,8 @@ def _relabel(proposed: np.ndarray, current: np.ndarray, swappable: np.ndarray) -
         taken[b] = True
     if np.unique(perm).size != n:  # not a permutation (no free twin): leave the proposal alone
         return proposed
-    return perm[proposed]
+    relabelled: np.ndarray = perm[proposed]
+    return relabelled
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from partitioners.costmodel.costs import CostModel
+from partitioners.costmodel.simulator import prepare_simulation, simulate
 from partitioners.errors import InvalidInput
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.hardware.inventory import Inventory
-from partitioners.costmodel.simulator import prepare_simulation, simulate
+from partitioners.placement import PlacementOptions, PlacementResult, evaluate_placement
 
 __all__ = ["MovementResult", "minimal_movement", "placement_result", "RELABEL_SLACK", "SAME_SPEED_RATIO"]
 
@@ -60,7 +61,8 @@ def _interchangeable(inventory: Inventory, cost_model: CostModel) -> np.ndarray:
     close &= np.abs(bw[:, None] - bw[None, :]) <= np.log(SAME_SPEED_RATIO)
     close &= inventory.device_group[:, None] == inventory.device_group[None, :]
     close &= inventory.device_memory_bytes[:, None] == inventory.device_memory_bytes[None, :]
-    return close
+    interchangeable: np.ndarray = close
+    return interchangeable
 
 
 def _relabel(proposed: np.ndarray, current: np.ndarray, swappable: np.ndarray) -> np.ndarray:
@@ -95,7 +97,8 @@ def _relabel(proposed: np.ndarray, current: np.ndarray, swappable: np.ndarray) -
         taken[b] = True
     if np.unique(perm).size != n:  # not a permutation (no free twin): leave the proposal alone
         return proposed
-    return perm[proposed]
+    relabelled: np.ndarray = perm[proposed]
+    return relabelled
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,7 @@ def minimal_movement(
             pl = placement_of(k)
             sim = simulate(graph, inventory, pl, context=ctx)
             used = np.unique(pl)
+            assert sim.peak_memory_bytes is not None  # the memory sweep runs by default
             fits = bool((sim.peak_memory_bytes[used] <= budget[used]).all())
             cache[k] = (float(sim.makespan_s), fits)
             evaluations += 1
@@ -266,23 +270,42 @@ def minimal_movement(
 def placement_result(
     graph: Hypergraph,
     inventory: Inventory,
-    options,
+    options: PlacementOptions,
     placement: np.ndarray,
     *,
     cost_model: CostModel | None = None,
     name: str = "minimal-movement",
-):
-    """A :class:`~partitioners.placement.engine.PlacementResult` for a given placement.
+) -> PlacementResult:
+    """A :class:`~partitioners.placement.PlacementResult` for a given placement.
 
     Scores ``placement`` (of the expanded graph) as the only candidate and finishes
-    it the way :func:`~partitioners.placement.engine.place` finishes its winner: level-3
-    tiers, final simulation, transfers, feasibility.
+    it the way :func:`~partitioners.placement.place` finishes its winner: level-3
+    tiers, final simulation, transfers, feasibility
+    (:func:`~partitioners.placement.evaluate_placement`).
+
+    Parameters
+    ----------
+    graph : Hypergraph
+        The submitted (forward, one micro-batch) graph; ``options`` expands it.
+    inventory : Inventory
+    options : PlacementOptions
+        The options of the plan being re-placed.
+    placement : numpy.ndarray of int64, shape (n_ops,)
+        Device of every operator of the *expanded* graph.
+    cost_model : CostModel, optional
+        The (calibrated) model to price it with.
+    name : str
+        The strategy name the result reports.
+
+    Returns
+    -------
+    PlacementResult
 
     Raises
     ------
+    InvalidInput
+        ``placement`` does not have one device per expanded operator.
     Infeasible
         The placement does not fit in memory (unless ``options.allow_infeasible``).
     """
-    from partitioners.placement.engine import evaluate_placement
-
     return evaluate_placement(graph, inventory, placement, options, cost_model=cost_model, name=name)

@@ -1,7 +1,21 @@
 """The placement engine: every operator on a device, every tensor in a memory tier.
 
 - :mod:`~partitioners.placement.engine`: :func:`place` runs the candidate strategies,
-  scores each with the simulator and keeps the best feasible one (:class:`PlacementResult`).
+  scores each with the simulator, refines the best and keeps the best feasible one
+  (:class:`PlacementResult`); :func:`evaluate_placement` finishes a given placement
+  the same way.
+- :mod:`~partitioners.placement.options`: :class:`PlacementOptions`, what a caller asks for.
+- :mod:`~partitioners.placement.context`: :func:`placement_context`, the frozen
+  :class:`PlacementContext` every strategy reads (expanded graph, operator times,
+  device order, device types).
+- :mod:`~partitioners.placement.candidates`: the strategies (single device, HEFT,
+  METIS k-way, pipeline splits, hybrids), each a function returning a :class:`Proposal`.
+- :mod:`~partitioners.placement.scoring`: :func:`score_proposal` repairs, simulates and
+  scores a proposal into a :class:`ScoredCandidate`; ranking.
+- :mod:`~partitioners.placement.repairs`: device-type moves and acyclic pipeline stages.
+- :mod:`~partitioners.placement.final_plan`: level 3 and the feasibility verdict.
+- :mod:`~partitioners.placement.result`: :class:`Candidate`, :class:`TransferPlan`,
+  :class:`PlacementResult`.
 - :mod:`~partitioners.placement.heft`: HEFT list scheduling.
 - :mod:`~partitioners.placement.metis_adapter`: hypergraph -> METIS, the one place costs
   become integers.
@@ -11,6 +25,23 @@
 - :mod:`~partitioners.placement.memory_tiers`: level 3, tensors into HBM, L2, shared memory.
 """
 
-from partitioners.placement.engine import PlacementOptions, PlacementResult, evaluate_placement, place
+from partitioners.placement.candidates import Proposal
+from partitioners.placement.context import PlacementContext, placement_context
+from partitioners.placement.engine import evaluate_placement, place
+from partitioners.placement.options import PlacementOptions
+from partitioners.placement.result import Candidate, PlacementResult, TransferPlan
+from partitioners.placement.scoring import ScoredCandidate, score_proposal
 
-__all__ = ["PlacementOptions", "PlacementResult", "evaluate_placement", "place"]
+__all__ = [
+    "Candidate",
+    "PlacementContext",
+    "PlacementOptions",
+    "PlacementResult",
+    "Proposal",
+    "ScoredCandidate",
+    "TransferPlan",
+    "evaluate_placement",
+    "place",
+    "placement_context",
+    "score_proposal",
+]

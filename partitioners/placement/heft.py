@@ -214,12 +214,13 @@ class _Restriction:
         self.set_devices = [np.flatnonzero(row).tolist() for row in local_allowed]
         self.set_members = [set(devs) for devs in self.set_devices]
         self.set_group_members = [
-            [[j for j in devs if groups[j] == g] for g in sorted({groups[j] for j in devs})] for devs in self.set_devices
+            [[j for j in devs if groups[j] == g] for g in sorted({groups[j] for j in devs})]
+            for devs in self.set_devices
         ]
 
     @classmethod
     def build(cls, op_allowed_set: np.ndarray, local_allowed: np.ndarray, groups: list[int]) -> _Restriction | None:
-        binding = local_allowed.any(axis=1) & ~local_allowed.all(axis=1)
+        binding = np.asarray(local_allowed.any(axis=1) & ~local_allowed.all(axis=1))
         if not binding.any():
             return None
         return cls(np.where(binding[op_allowed_set], op_allowed_set, -1), local_allowed, groups)
@@ -291,7 +292,8 @@ class _ParameterBudget:
         """Whether ``device`` can take the parameters it does not hold yet and ``pinned``."""
         held = self.resident[device]
         extra = sum(self.tensor_bytes[t] for t in params if t not in held) * self.param_scale + pinned
-        return self.used_bytes[device] + extra <= self.capacity_bytes[device]
+        fits: bool = self.used_bytes[device] + extra <= self.capacity_bytes[device]
+        return fits
 
     def charge(self, device: int, params: list[int], pinned: float) -> None:
         self.used_bytes[device] += pinned
@@ -327,7 +329,7 @@ class _Scheduler:
         earliest-free device; only devices ``op`` may use when it is restricted."""
         restriction = self.restriction
         row = restriction.op_set[op] if restriction is not None else -1
-        if row >= 0:
+        if row >= 0 and restriction is not None:
             if self.full_scan:
                 return restriction.set_devices[row]
             members = restriction.set_members[row]
@@ -338,8 +340,8 @@ class _Scheduler:
         if self.full_scan:
             return self.all_devices
         chosen = {self.device_of[p] for _, p in inputs}
-        for members in self.group_members:
-            chosen.add(min(members, key=self.free_s.__getitem__))
+        for group_devices in self.group_members:
+            chosen.add(min(group_devices, key=self.free_s.__getitem__))
         return sorted(chosen)
 
     def place(self, op: int) -> None:

@@ -39,9 +39,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from partitioners.costmodel.costs import CostModel, op_times_by_profile_s, op_times_s
+from partitioners.costmodel.simulator import SimulationResult
 from partitioners.graph.hypergraph import TENSOR_ACTIVATION, TENSOR_PARAMETER, Hypergraph
 from partitioners.hardware.inventory import Inventory
-from partitioners.costmodel.simulator import SimulationResult
 
 __all__ = [
     "ALIGNMENT_BYTES",
@@ -98,7 +98,7 @@ class MemoryPlan:
     hbm_fits: bool
     unplaced_bytes: np.ndarray
 
-    def records(self, graph: Hypergraph, inventory: Inventory) -> list[dict]:
+    def records(self, graph: Hypergraph, inventory: Inventory) -> list[dict[str, object]]:
         """One dict per holding, by name: ``{tensor, device, tier, offset_bytes, size_bytes}``.
 
         ``tier`` is ``None`` for a holding that fits nowhere (infeasible plans).
@@ -371,15 +371,15 @@ def plan_memory_tiers(
         _replay_activations(act, alloc[act], free[act], allocators, main_t, size_l, want_l, tier_out, offset_out)
         for x, al in allocators.items():
             high[dev, x] = al.high
-    tier_out = np.asarray(tier_out, dtype=np.int64)
-    offset_out = np.asarray(offset_out, dtype=np.int64)
+    tier_arr = np.asarray(tier_out, dtype=np.int64)
+    offset_arr = np.asarray(offset_out, dtype=np.int64)
     main_high = high[np.arange(n_dev), main]
-    unplaced = tier_out == UNPLACED
+    unplaced = tier_arr == UNPLACED
     return MemoryPlan(
         tensor=t,
         device=d,
-        tier=tier_out,
-        offset_bytes=offset_out,
+        tier=tier_arr,
+        offset_bytes=offset_arr,
         size_bytes=size,
         alloc_s=alloc,
         free_s=free,
@@ -452,7 +452,8 @@ def placed_tier_op_times_s(
     ratio = np.where(slow > 0, (f_in + f_out) / np.where(slow > 0, slow, 1.0), 1.0)
     launch = cm.launch_overhead_s
     mem_new = launch + (memory[ops, column] - launch) * ratio
-    return np.minimum(full[ops, column], np.maximum(compute[ops, column], mem_new))
+    times_s: np.ndarray = np.minimum(full[ops, column], np.maximum(compute[ops, column], mem_new))
+    return times_s
 
 
 def tier_op_times_s(

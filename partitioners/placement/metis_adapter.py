@@ -208,7 +208,7 @@ def target_fractions(speeds: np.ndarray) -> list[float]:
     the last entry absorbs the rounding.
     """
     speeds = np.asarray(speeds, dtype=np.float64)
-    fractions = (speeds / speeds.sum()).tolist()
+    fractions: list[float] = (speeds / speeds.sum()).tolist()
     fractions[-1] = 1.0 - sum(fractions[:-1])
     return fractions
 

@@ -86,7 +86,7 @@ def linear_partition(
         return np.zeros(n, dtype=np.int64), bool(ok)
     cw = np.concatenate([[0.0], np.cumsum(weight)])
     use_mem = memory_bytes is not None and memory_budget_bytes is not None
-    cm = np.concatenate([[0.0], np.cumsum(memory_bytes)]) if use_mem else None
+    cm = np.concatenate([[0.0], np.cumsum(memory_bytes)]) if memory_bytes is not None and use_mem else None
 
     def fill(bound: float) -> np.ndarray | None:
         starts = np.zeros(k + 1, dtype=np.int64)
@@ -94,7 +94,7 @@ def linear_partition(
         for s in range(k):
             limit_w = cw[pos] + bound * speeds[s] * (1 + 1e-12)
             end = int(np.searchsorted(cw, limit_w, side="right")) - 1
-            if use_mem:
+            if use_mem and cm is not None and memory_budget_bytes is not None:
                 end_m = int(np.searchsorted(cm, cm[pos] + memory_budget_bytes[s], side="right")) - 1
                 end = min(end, end_m)
             end = max(min(end, n), pos)
@@ -111,6 +111,7 @@ def linear_partition(
         memory_ok = False
         use_mem = False
         best = fill(hi)
+    assert best is not None  # without the memory bound the largest bound always fits
     for _ in range(60):
         if hi - lo <= 1e-9 * hi:
             break
@@ -175,7 +176,7 @@ def hybrid_layout(
     table_ptr = np.concatenate([[0], np.cumsum(replicas)])
     table = np.concatenate(stage_devices).astype(np.int64)
     mb = np.maximum(expanded.op_micro_batch, 0)
-    placement = table[table_ptr[stage] + mb % replicas[stage]]
+    placement: np.ndarray = table[table_ptr[stage] + mb % replicas[stage]]
     steps = np.flatnonzero(expanded.op_phase == PHASE_OPTIMIZER)
     if steps.shape[0]:
         load = {int(d): 0.0 for d in table}
@@ -213,7 +214,7 @@ def quotient_is_acyclic(graph: Hypergraph, placement: np.ndarray, edge_mask: np.
     edges = np.unique(idx_a * k + idx_b)
     ea, eb = edges // k, edges % k
     indeg = np.bincount(eb, minlength=k)
-    out = [[] for _ in range(k)]
+    out: list[list[int]] = [[] for _ in range(k)]
     for x, y in zip(ea.tolist(), eb.tolist()):
         out[x].append(y)
     stack = [i for i in range(k) if indeg[i] == 0]
@@ -226,4 +227,5 @@ def quotient_is_acyclic(graph: Hypergraph, placement: np.ndarray, edge_mask: np.
             indeg[y] -= 1
             if indeg[y] == 0:
                 stack.append(y)
-    return seen == k
+    acyclic: bool = seen == k
+    return acyclic

@@ -31,12 +31,12 @@ References
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from partitioners.graph.hypergraph import Hypergraph
 from partitioners.costmodel.simulator import SimulationResult
+from partitioners.graph.hypergraph import Hypergraph
 
 __all__ = ["RefineOutcome", "refine_placement"]
 
@@ -57,7 +57,8 @@ class RefineOutcome:
 
     __slots__ = ("placement", "key", "sim", "accepted", "tried")
 
-    def __init__(self, placement: np.ndarray, key: tuple, sim: SimulationResult, accepted: int, tried: int) -> None:
+    def __init__(self, placement: np.ndarray, key: tuple[object, ...], sim: SimulationResult, accepted: int,
+                 tried: int) -> None:
         self.placement = placement
         self.key = key
         self.sim = sim
@@ -134,8 +135,8 @@ def refine_placement(
     times_s: np.ndarray,
     *,
     devices: np.ndarray,
-    score: Callable[[np.ndarray], tuple[tuple, SimulationResult]],
-    base_key: tuple,
+    score: Callable[[np.ndarray], tuple[tuple[object, ...], SimulationResult]],
+    base_key: tuple[object, ...],
     max_steps: int,
     levels: np.ndarray,
     op_micro_batch: np.ndarray | None = None,

@@ -25,8 +25,6 @@ from partitioners.graph.hypergraph import graph_from_json
 from partitioners.placement.engine import PlacementOptions
 from partitioners.hardware.inventory import preset_inventory
 from partitioners.graph.onnx_import import graph_from_onnx_bytes
-from partitioners.feedback.replan import minimal_movement, placement_result
-from partitioners.costmodel.simulator import simulate
 from partitioners.feedback.timeline import (
     MAX_STEP,
     MAX_TIMELINE_SPAN_S,
@@ -457,54 +455,6 @@ def test_the_real_torch_profiler_trace_matches_every_onnx_node_in_every_step_in_
         assert ordered.tolist() == list(range(graph.n_ops))  # ONNX node order is the execution order here
     conv = [i for i, t in enumerate(graph.op_types) if t == "Conv"]
     assert set(match.op[np.isin(match.op, conv)].tolist()) == set(conv)
-
-
-# ----------------------------------------------------------------------------- minimal movement
-
-
-def _two_branch_setup():
-    doc = chain_graph([("a0", "MatMul", 2e12), ("a1", "MatMul", 2e12)])
-    doc["nodes"] += [
-        {"name": "b0", "op": "MatMul", "inputs": ["x"], "outputs": ["b0.out"], "flops": 2e12},
-        {"name": "b1", "op": "MatMul", "inputs": ["b0.out"], "outputs": ["b1.out"], "flops": 2e12},
-    ]
-    doc["tensors"] += [{"name": "b0.out", "bytes": 16 * MB}, {"name": "b1.out", "bytes": 16 * MB}]
-    return graph_from_json(doc), preset_inventory("dgx-h100", 1)
-
-
-def test_a_proposal_that_only_renames_identical_devices_moves_nothing():
-    graph, inventory = _two_branch_setup()
-    current = np.array([0, 0, 1, 1])
-    result = minimal_movement(graph, inventory, current, np.array([2, 2, 3, 3]))
-    assert result.moved == 0
-    assert result.placement.tolist() == current.tolist()
-
-
-def test_operators_on_a_gone_device_always_move():
-    graph, inventory = _two_branch_setup()
-    current = np.array([-1, -1, 1, 1])
-    result = minimal_movement(graph, inventory, current, np.array([2, 2, 3, 3]), tolerance_fraction=1.0)
-    assert result.displaced == 2
-    assert (result.placement[:2] >= 0).all() and result.placement[2:].tolist() == [1, 1]
-
-
-def test_with_no_tolerance_minimal_movement_keeps_the_whole_gain():
-    graph, inventory = _two_branch_setup()
-    slow = calibrated_cost_model(device_slowdown={"node0/gpu0": 3.0}, inventory=inventory)
-    current = np.array([0, 0, 0, 0])
-    proposed = np.array([1, 1, 2, 2])
-    result = minimal_movement(graph, inventory, current, proposed, cost_model=slow, tolerance_fraction=0.0)
-    assert result.makespan_s <= result.proposed_makespan_s * (1 + 1e-12)
-    assert result.makespan_s < result.kept_makespan_s
-    assert not (result.placement == 0).any()
-
-
-def test_a_placement_result_is_built_for_exactly_the_given_placement():
-    graph, inventory = _two_branch_setup()
-    placement = np.array([3, 3, 5, 5])
-    result = placement_result(graph, inventory, PlacementOptions(), placement)
-    assert result.placement.tolist() == placement.tolist()
-    assert result.makespan_s == pytest.approx(simulate(graph, inventory, placement).makespan_s, rel=0.05)
 
 
 # ----------------------------------------------------------------------------- bounds on measured numbers

@@ -1,9 +1,9 @@
 """A plan's own trace posted back as its feedback, over HTTP: the README's examples.
 
-README ("Runtime feedback"): the plan's own trace (``GET /v1/plans/{id}/trace``)
+docs/feedback.md: the plan's own trace (``GET /v1/plans/{id}/trace``)
 posted back as feedback leaves every factor at 1 and every error at 0. The
 library-level property over every ONNX fixture and several plan options is in
-``tests/partitioners/test_trace.py``; this runs the README's own requests end to end.
+``tests/partitioners/costmodel/test_trace.py``; this runs the README's quick-start requests end to end.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class PlanOptions(RequestModel):
 
 
 # The graph documents below describe, for the OpenAPI schema, what
-# ``partitioners.graph.hypergraph.graph_from_json`` accepts: the ingester validates posted graphs
+# ``partitioners.graph.json_import.graph_from_json`` accepts: the ingester validates posted graphs
 # itself (fast on 10^6 nodes), and rejects the same unknown fields and empty names.
 
 

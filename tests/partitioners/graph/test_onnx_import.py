@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from onnx import TensorProto, external_data_helper, helper
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.graph.hypergraph import TENSOR_INPUT, TENSOR_PARAMETER, graph_from_json, graph_summary, graph_to_json, model_hash
+from partitioners.graph.canonical import graph_to_json, model_hash
+from partitioners.graph.hypergraph import TENSOR_INPUT, TENSOR_PARAMETER, graph_summary
+from partitioners.graph.json_import import graph_from_json
 from partitioners.graph import onnx_import
 from partitioners.graph.onnx_import import graph_from_onnx_bytes
 

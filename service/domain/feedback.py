@@ -469,6 +469,7 @@ def replan(
         graph_id=ctx.graph_id,
         extra_cache_parts={"replan": replan_parts},
         calibration=PlanCalibration.of(model, new_inventory),
+        stored_graph=ctx.stored_graph,
     )
     # Like POST /v1/plans, a graph too large to plan within the request becomes a job;
     # the worker plans it with the calibration's factors (calibration and load report),

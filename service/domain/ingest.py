@@ -26,7 +26,7 @@ __all__ = [
     "ingest_inventory",
     "ingest_json_graph",
     "ingest_onnx_graph",
-    "stored_graph",
+    "read_stored_graph",
 ]
 
 
@@ -73,7 +73,7 @@ class IngestedGraph:
         return self._stored
 
 
-def stored_graph(canonical: dict, model_hash_hex: str, source_format: str) -> IngestedGraph:
+def read_stored_graph(canonical: dict, model_hash_hex: str, source_format: str) -> IngestedGraph:
     """A stored graph's canonical document read back (already in name order, hash known)."""
     return IngestedGraph(graph=graph_from_json(canonical), model_hash=model_hash_hex, source_format=source_format)
 

@@ -60,7 +60,8 @@ def run_planning_job(
             with session.begin():
                 jobs_repo.fail_job(session, job, worker_id, "the plan was deleted")
             return
-        graph, inventory = load_plan_inputs(session, plan)
+        stored, inventory = load_plan_inputs(session, plan)
+        graph = stored.graph
         options, factors = split_stored_options(plan.options)
         graph_warnings = list(graph.warnings)
         session.rollback()

@@ -54,7 +54,7 @@ from service.domain.ingest import (
     ingest_inventory,
     ingest_json_graph,
     ingest_onnx_graph,
-    stored_graph,
+    read_stored_graph,
 )
 from service.domain.plan_document import plan_document
 from service.domain.planning_slots import PlanningSlots
@@ -86,7 +86,9 @@ class PlanSubmission:
     """What a POST carried, before ingestion: exactly one of graph / onnx / graph_id.
 
     ``options`` are the user's (PlanOptions) alone; ``calibration`` is the cost model
-    a re-plan is made with (None: the default model).
+    a re-plan is made with (None: the default model). ``stored_graph`` is the graph of
+    ``graph_id`` when the caller has read it from storage already (a re-plan), so that
+    it is not read twice.
     """
 
     inventory: dict
@@ -96,6 +98,7 @@ class PlanSubmission:
     graph_id: str | None = None
     extra_cache_parts: dict = field(default_factory=dict)
     calibration: PlanCalibration | None = None
+    stored_graph: IngestedGraph | None = None
 
 
 @dataclass(frozen=True)
@@ -147,12 +150,14 @@ def compute_plan(
 
 
 def _ingest_graph(session: Session, tenant_id: str, submission: PlanSubmission, settings: Settings) -> IngestedGraph:
+    if submission.stored_graph is not None:
+        return submission.stored_graph
     if submission.graph_id is not None:
         row = plans_repo.get_graph(session, tenant_id, submission.graph_id)
         if row is None:
             raise NotFound(f"No graph with id {submission.graph_id}; submit the graph itself, or use the id that "
                            "GET /v1/models/{model_hash} returns for one of your plans' model_hash.")
-        return stored_graph(unpack_json(row.canonical), row.model_hash, row.source_format)
+        return read_stored_graph(unpack_json(row.canonical), row.model_hash, row.source_format)
     if submission.onnx_bytes is not None:
         return ingest_onnx_graph(submission.onnx_bytes, dims=submission.options.get("dims", {}), max_ops=settings.max_graph_ops,
                                  memory_bytes=settings.onnx_import_memory_bytes)
@@ -331,7 +336,9 @@ def delete_plan(session: Session, tenant_id: str, plan_id: str) -> bool:
     return True
 
 
-def load_plan_inputs(session: Session, plan: Plan) -> tuple[Hypergraph, Inventory]:
+def load_plan_inputs(session: Session, plan: Plan) -> tuple[IngestedGraph, Inventory]:
+    """A stored plan's graph (read once from its canonical document, already in name order) and inventory."""
     graph_row = session.get(Graph, plan.graph_id)
     inventory_row = session.get(InventoryRow, plan.inventory_id)
-    return graph_from_json(unpack_json(graph_row.canonical)), inventory_from_json(unpack_json(inventory_row.body))
+    graph = read_stored_graph(unpack_json(graph_row.canonical), graph_row.model_hash, graph_row.source_format)
+    return graph, inventory_from_json(unpack_json(inventory_row.body))

@@ -37,7 +37,7 @@ from service.domain import plan_views, planning
 from service.domain.planning import PlanSubmission, submit_plan
 from service.errors import NotFound, UnprocessableInput
 from service.schemas.common import Page
-from service.schemas.plans import GraphRead, PlanCreate, PlanRead
+from service.schemas.plans import ChromeTrace, GraphRead, PlanCreate, PlanRead
 from service.storage import plans as plans_repo
 
 router = APIRouter(tags=["plans"])
@@ -223,14 +223,27 @@ def read_model(model_hash: ModelHash, session: SessionDep, principal: Reader) ->
     return plan_views.graph_read(row)
 
 
-@router.get("/plans/{plan_id}/trace", summary="The simulated timeline as Chrome trace JSON (opens in Perfetto)", responses=problem_responses(404, 409))
+@router.get(
+    "/plans/{plan_id}/trace",
+    response_model=ChromeTrace,
+    summary="The simulated timeline as Chrome trace JSON (opens in Perfetto)",
+    responses=problem_responses(404, 409),
+)
 def plan_trace(plan_id: PlanId, session: SessionDep, principal: Reader) -> DocumentResponse:
     plan = plan_views.finished_plan(session, principal.tenant_id, plan_id)
     trace = plan_views.chrome_trace(session, plan)
     return DocumentResponse(trace, headers={"Content-Disposition": f'inline; filename="plan-{plan.id}.trace.json"'})
 
 
-@router.get("/plans/{plan_id}/view", response_class=HTMLResponse, summary="An HTML page: Gantt chart, memory, link traffic, candidates", responses=problem_responses(404, 409))
+@router.get(
+    "/plans/{plan_id}/view",
+    response_class=HTMLResponse,
+    summary="An HTML page: Gantt chart, memory, link traffic, candidates",
+    responses={
+        200: {"description": "A self-contained HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}},
+        **problem_responses(404, 409),
+    },
+)
 def plan_view(plan_id: PlanId, session: SessionDep, principal: Reader) -> HTMLResponse:
     plan = plan_views.finished_plan(session, principal.tenant_id, plan_id)
     return HTMLResponse(plan_views.html_view(session, plan))

@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 
 import structlog
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from partitioners.costmodel.costs import CostModel
 from partitioners.graph.hypergraph import Hypergraph
-from partitioners.graph.json_import import graph_from_json
 from partitioners.hardware.device_types import device_type_constraint
 from partitioners.placement.engine import PlacementOptions, place
 from partitioners.hardware.inventory import Inventory, inventory_from_json
@@ -329,7 +328,7 @@ def delete_plan(session: Session, tenant_id: str, plan_id: str) -> bool:
     if not plans_repo.delete_plan(session, tenant_id, plan_id):
         return False
     if had_timelines:
-        inventory_row = session.get(InventoryRow, plan.inventory_id)
+        inventory_row = plans_repo.get_inventory(session, tenant_id, plan.inventory_id)
         inventory = inventory_from_json(unpack_json(inventory_row.body))
         refit_calibration(session, tenant_id, plan.inventory_hash, inventory)
     log.info("plan deleted", plan_id=plan_id, refitted_calibration=had_timelines)
@@ -338,7 +337,7 @@ def delete_plan(session: Session, tenant_id: str, plan_id: str) -> bool:
 
 def load_plan_inputs(session: Session, plan: Plan) -> tuple[IngestedGraph, Inventory]:
     """A stored plan's graph (read once from its canonical document, already in name order) and inventory."""
-    graph_row = session.get(Graph, plan.graph_id)
-    inventory_row = session.get(InventoryRow, plan.inventory_id)
+    graph_row = plans_repo.get_graph(session, plan.tenant_id, plan.graph_id)
+    inventory_row = plans_repo.get_inventory(session, plan.tenant_id, plan.inventory_id)
     graph = read_stored_graph(unpack_json(graph_row.canonical), graph_row.model_hash, graph_row.source_format)
     return graph, inventory_from_json(unpack_json(inventory_row.body))

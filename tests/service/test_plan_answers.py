@@ -70,7 +70,8 @@ def answers(app, base_client, session_factory, settings) -> dict:
     out["onnx"] = client.post(
         "/v1/plans",
         files={"model": (path.name, path.read_bytes(), "application/octet-stream")},
-        data={"inventory": json.dumps({"preset": "dgx-h100"}), "options": json.dumps({"dims": {"batch": 1, "sequence": 16}})},
+        data={"inventory": json.dumps({"preset": "dgx-h100"}),
+              "options": json.dumps({"dims": {"batch": 1, "sequence": 16}})},
     )
     out["read"] = client.get(f"/v1/plans/{plan['id']}")
     out["read-summary"] = client.get(f"/v1/plans/{plan['id']}", params={"detail": "summary"})
@@ -137,7 +138,8 @@ def test_the_view_is_html_as_declared(app, answers, base_client):
     route = _route(app, "GET", "/v1/plans/{plan_id}/view")
     assert "text/html" in route.responses[200]["content"]
     request = answers["created"].request
-    response = base_client.get(f"/v1/plans/{plan['id']}/view", headers={"Authorization": request.headers["authorization"]})
+    response = base_client.get(f"/v1/plans/{plan['id']}/view",
+                               headers={"Authorization": request.headers["authorization"]})
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
 
 

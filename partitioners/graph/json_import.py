@@ -32,7 +32,8 @@ __all__ = ["graph_from_json"]
 _TENSOR_KINDS = {None: -1, "activation": TENSOR_ACTIVATION, "input": TENSOR_INPUT, "parameter": TENSOR_PARAMETER}
 _NUMBER_TYPES = frozenset({int, float})
 #: The fields of the JSON graph form (DESIGN.md, "Data shapes"); any other is a typo
-#: that would otherwise be ignored. ``warnings`` is what :func:`graph_to_json` carries.
+#: that would otherwise be ignored. ``warnings`` is what
+#: :func:`~partitioners.graph.canonical.graph_to_json` carries.
 _GRAPH_FIELDS = ("name", "nodes", "tensors", "warnings")
 _NODE_FIELDS = ("name", "op", "inputs", "outputs", "flops", "param_bytes", "device_types")
 _TENSOR_FIELDS = ("name", "bytes", "shape", "dtype", "kind")

@@ -26,7 +26,8 @@ from pathlib import Path
 
 _CHILD = r"""
 import json, resource, sys, time
-from partitioners.graph.hypergraph import graph_from_json, model_hash
+from partitioners.graph.canonical import model_hash
+from partitioners.graph.json_import import graph_from_json
 path, mode = sys.argv[1], sys.argv[2]
 text = open(path).read()
 c0, t0 = time.process_time(), time.perf_counter()

@@ -34,7 +34,8 @@ import numpy as np
 
 from partitioners.graph.generators import synthetic_graph_json
 from partitioners.costmodel.costs import link_time_tables
-from partitioners.graph.hypergraph import graph_from_json, op_levels
+from partitioners.graph.hypergraph import op_levels
+from partitioners.graph.json_import import graph_from_json
 from partitioners.placement.heft import heft_schedule
 from partitioners.placement.engine import PlacementOptions, place
 from partitioners.hardware.inventory import inventory_from_json

@@ -843,7 +843,7 @@ def _op_names(nodes) -> list[str]:
 
     An unnamed node is called ``"<op_type>(<first output>)"``: output names are unique
     in a valid graph, and the name does not depend on the node's position in the file,
-    which keeps :func:`partitioners.graph.hypergraph.model_hash` independent of node order.
+    which keeps :func:`partitioners.graph.canonical.model_hash` independent of node order.
     """
     names: list[str] = []
     used: set[str] = set()

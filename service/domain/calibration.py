@@ -12,10 +12,20 @@ from deleted data survives; an empty calibration when none is left). The JSON do
      "launch_overhead_s": fitted per-operator overhead or null, "n_observations": n}
 
 ``cost_model_from_factors`` turns it back into a :class:`~partitioners.costmodel.costs.CostModel`
-(the planning worker uses it for re-plans queued as jobs).
+(the planning worker uses it for re-plans queued as jobs), ``factors_of`` the other way.
+
+A plan made with a cost model other than the default (a re-plan) reaches planning
+with a :class:`PlanCalibration`, the model and its factors document together. The
+document is part of the plan's cache key and is stored with the plan, beside the
+user's options under :data:`STORED_FACTORS_KEY` (the layout plans have always been
+stored and keyed with, so keys and stored rows stay valid); :func:`options_with_factors`
+and :func:`split_stored_options` are the only code that knows that layout.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -29,7 +39,12 @@ from service.storage.models import Calibration, utcnow
 __all__ = [
     "CALIBRATION_WINDOW",
     "EMPTY_FIT",
+    "STORED_FACTORS_KEY",
+    "PlanCalibration",
     "cost_model_from_factors",
+    "factors_of",
+    "options_with_factors",
+    "split_stored_options",
     "factors_document",
     "refit_calibration",
     "calibration_read",
@@ -63,6 +78,65 @@ def cost_model_from_factors(factors: dict | None, inventory: Inventory, base: Co
         device_class_multiplier={**base.device_class_multiplier, **table},
         link_class_multiplier={**base.link_class_multiplier, **links},
     )
+
+
+def factors_of(model: CostModel, inventory: Inventory) -> dict:
+    """The factors document of a cost model's multipliers: per device type where the key is one of
+    ``inventory``'s types, per device otherwise (the inverse of :func:`cost_model_from_factors`)."""
+    types = {str(t) for t in inventory.device_types}
+    doc: dict = {
+        "type_class": [],
+        "device_class": [],
+        "link_class": dict(model.link_class_multiplier),
+        "launch_overhead_s": model.launch_overhead_s,
+    }
+    for (dev, cls), m in sorted(model.device_class_multiplier.items()):
+        if dev in types:
+            doc["type_class"].append({"device_type": dev, "op_class": cls, "multiplier": float(m)})
+        else:
+            doc["device_class"].append({"device": dev, "op_class": cls, "multiplier": float(m)})
+    return doc
+
+
+@dataclass(frozen=True, eq=False)
+class PlanCalibration:
+    """The cost model a plan is made with, and the factors document that describes it.
+
+    The model plans the request now; the document keys the plan's cache entry and is
+    stored with the plan, so a worker planning it later rebuilds the same model
+    (:func:`cost_model_from_factors`).
+    """
+
+    cost_model: CostModel
+    factors: dict
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.factors, dict):
+            raise TypeError("calibration factors are a factors document (dict)")
+
+    @classmethod
+    def of(cls, model: CostModel, inventory: Inventory) -> PlanCalibration:
+        """A model with its factors as seen by ``inventory`` (the one the plan is made on)."""
+        return cls(cost_model=model, factors=factors_of(model, inventory))
+
+
+#: The key a plan's factors document is stored (and keyed) under, beside the user's options;
+#: no option can have it (options are PlanOptions' fields).
+STORED_FACTORS_KEY = "_calibration"
+
+
+def options_with_factors(options: Mapping, factors: dict | None) -> dict:
+    """The options as a plan stores them and keys its cache with: the user's, plus the factors, if any."""
+    return dict(options) if factors is None else {**options, STORED_FACTORS_KEY: factors}
+
+
+def split_stored_options(stored: Mapping) -> tuple[dict, dict | None]:
+    """A plan's stored options as ``(the user's options, the factors document or None)``.
+
+    Any other key starting with ``_`` is internal too and dropped from the user's options.
+    """
+    options = {k: v for k, v in stored.items() if not k.startswith("_")}
+    return options, stored.get(STORED_FACTORS_KEY)
 
 
 def factors_document(fit: CalibrationFit, n_observations: int) -> dict:

@@ -37,6 +37,7 @@ from partitioners.costmodel.simulator import simulate
 from partitioners.feedback.timeline import TimelineEvents, TimelineMatch, match_timeline, parse_timeline, step_makespans_s
 from service.domain.calibration import (
     CALIBRATION_WINDOW,
+    PlanCalibration,
     calibration_in_use,
     calibration_read,
     cost_model_from_factors,
@@ -339,23 +340,6 @@ def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:
 # ----------------------------------------------------------------------------- replan
 
 
-def _factors_of(model: CostModel, inventory: Inventory) -> dict:
-    """A factors document (``service.domain.calibration``) for a cost model's multipliers."""
-    types = {str(t) for t in inventory.device_types}
-    doc = {
-        "type_class": [],
-        "device_class": [],
-        "link_class": dict(model.link_class_multiplier),
-        "launch_overhead_s": model.launch_overhead_s,
-    }
-    for (dev, cls), m in sorted(model.device_class_multiplier.items()):
-        if dev in types:
-            doc["type_class"].append({"device_type": dev, "op_class": cls, "multiplier": float(m)})
-        else:
-            doc["device_class"].append({"device": dev, "op_class": cls, "multiplier": float(m)})
-    return doc
-
-
 def _load_report_devices(request: ReplanCreate, inv: Inventory) -> tuple[list[str], dict[str, float]]:
     """The report's gone devices (sorted) and slow ones (not gone), once every name is one of the inventory's."""
     known = {str(n) for n in inv.device_names}
@@ -481,14 +465,16 @@ def replan(
 
     submission = PlanSubmission(
         inventory=inventory_to_json(new_inventory),
-        options={**ctx.options, "_calibration": _factors_of(model, new_inventory)},
+        options=dict(ctx.options),
         graph_id=ctx.graph_id,
         extra_cache_parts={"replan": replan_parts},
+        calibration=PlanCalibration.of(model, new_inventory),
+        stored_graph=ctx.stored_graph,
     )
     # Like POST /v1/plans, a graph too large to plan within the request becomes a job;
-    # the worker plans it with the factors in options["_calibration"] (calibration and
-    # load report). Minimal movement and the gain figures need the parent at hand, so
-    # they always run now.
+    # the worker plans it with the calibration's factors (calibration and load report),
+    # stored with the plan. Minimal movement and the gain figures need the parent at
+    # hand, so they always run now.
     queue = ctx.n_source_ops > settings.sync_max_ops and not request.minimal_movement
     return submit_plan(
         session,
@@ -497,7 +483,6 @@ def replan(
         settings,
         idempotency_key=idempotency_key,
         parent_id=ctx.plan_id,
-        cost_model=model,
         route=REPLAN_ROUTE,
         compute=None if queue else compute,
         slots=slots,

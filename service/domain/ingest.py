@@ -9,35 +9,58 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.graph.hypergraph import Hypergraph, graph_from_json, graph_summary, graph_to_json, model_hash
+from partitioners.graph.canonical import NameOrder, canonical_graph, graph_to_json, model_hash, name_order
+from partitioners.graph.hypergraph import Hypergraph, graph_summary
+from partitioners.graph.json_import import graph_from_json
 from partitioners.hardware.inventory import PRESETS, Inventory, inventory_from_json, inventory_hash, inventory_to_json
 from service.domain.onnx_worker import import_onnx_graph
 
-__all__ = ["IngestedGraph", "IngestedInventory", "ingest_json_graph", "ingest_onnx_graph", "ingest_inventory", "canonical_hash"]
+__all__ = [
+    "IngestedGraph",
+    "IngestedInventory",
+    "canonical_hash",
+    "ingest_inventory",
+    "ingest_json_graph",
+    "ingest_onnx_graph",
+    "read_stored_graph",
+]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class IngestedGraph:
+    """A graph as a request brought it, with its hash and its canonical (name) order.
+
+    The name order is sorted once, here, and serves the hash, the graph planned
+    (:meth:`as_stored`, a permutation of the arrays) and the document stored
+    (:meth:`canonical_document`): no graph is written out and read back to be planned.
+    """
+
     graph: Hypergraph
     model_hash: str
     source_format: str
-    from_storage: bool = False  # already in the stored (name) order
+    order: NameOrder | None = None  # None: ``graph`` is already in name order (read from storage)
+
+    @classmethod
+    def of(cls, graph: Hypergraph, source_format: str) -> IngestedGraph:
+        """Hash a freshly ingested graph, sorting its names once."""
+        order = name_order(graph)
+        return cls(graph=graph, model_hash=model_hash(graph, order), source_format=source_format, order=order)
 
     @property
     def summary(self) -> dict:
         return graph_summary(self.graph)
 
-    @cached_property
-    def _document(self) -> dict:
-        return graph_to_json(self.graph)
-
     def canonical_document(self) -> dict:
         """The JSON form that is stored: nodes and tensors in name order."""
-        return self._document
+        return graph_to_json(self.graph, self.order)
+
+    @cached_property
+    def _stored(self) -> Hypergraph:
+        return self.graph if self.order is None else canonical_graph(self.graph, self.order)
 
     def as_stored(self) -> Hypergraph:
         """The graph as it reads back from storage (name order), keeping the ingest warnings.
@@ -45,11 +68,14 @@ class IngestedGraph:
         Planning this rather than the posted order makes a plan made now the plan a
         worker would make from storage, and lets feedback and re-plans, which rebuild
         the graph from storage, replay its schedule: list scheduling breaks ties by
-        operator order.
+        operator order. Made by permutation (:func:`~partitioners.graph.canonical.canonical_graph`).
         """
-        if self.from_storage:
-            return self.graph
-        return replace(graph_from_json(self._document), warnings=list(self.graph.warnings))
+        return self._stored
+
+
+def read_stored_graph(canonical: dict, model_hash_hex: str, source_format: str) -> IngestedGraph:
+    """A stored graph's canonical document read back (already in name order, hash known)."""
+    return IngestedGraph(graph=graph_from_json(canonical), model_hash=model_hash_hex, source_format=source_format)
 
 
 @dataclass(frozen=True)
@@ -96,7 +122,7 @@ def _unstorable(text: str) -> bool:
 
 def ingest_json_graph(document: dict, *, max_ops: int) -> IngestedGraph:
     graph = _storable_text(graph_from_json(document, max_ops=max_ops, max_tensors=4 * max_ops))
-    return IngestedGraph(graph=graph, model_hash=model_hash(graph), source_format="json")
+    return IngestedGraph.of(graph, "json")
 
 
 def ingest_onnx_graph(data: bytes, *, dims: dict[str, int], max_ops: int, memory_bytes: int | None = None) -> IngestedGraph:
@@ -109,7 +135,7 @@ def ingest_onnx_graph(data: bytes, *, dims: dict[str, int], max_ops: int, memory
     if not data:
         raise InvalidInput("The ONNX part is empty; send the model file's bytes.", field="model", code="malformed-onnx")
     graph = _storable_text(import_onnx_graph(data, dims=dims, max_ops=max_ops, memory_bytes=memory_bytes))
-    return IngestedGraph(graph=graph, model_hash=model_hash(graph), source_format="onnx")
+    return IngestedGraph.of(graph, "onnx")
 
 
 def _declared_devices(document: dict) -> int:

@@ -1,12 +1,10 @@
-"""Planning jobs: rows claimed under a lease, by any number of workers.
+"""The planning worker: claims jobs, plans them with no transaction open, completes them under the lease.
 
-A worker claims the oldest queued job (or a running one whose lease expired,
-i.e. whose worker died) with ``SELECT ... FOR UPDATE SKIP LOCKED``, so two
-workers never claim the same row; on SQLite, ``BEGIN IMMEDIATE`` serialises the
-claim instead. While planning, a heartbeat extends the lease. Completion is a
-compare-and-set on ``(status='running', lease_owner=me)``: a worker that lost its
-lease (it stalled past it and another worker took over) cannot also complete the
-job, so each job completes exactly once.
+The job table's queries (claim with ``FOR UPDATE SKIP LOCKED``, heartbeat, the
+compare-and-set completion that makes each job complete exactly once) are in
+:mod:`service.storage.jobs`; this module runs them in a loop and does the planning
+in between through :mod:`service.domain.planning`, which knows nothing of jobs.
+While planning, a heartbeat thread extends the lease and records the plan's progress.
 """
 
 from __future__ import annotations
@@ -16,112 +14,83 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
 
 import structlog
-from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.domain.calibration import cost_model_from_factors, split_stored_options
+from service.domain.planning import compute_plan, load_plan_inputs
 from service.settings import Settings
-from service.storage.models import Job, Plan, utcnow
+from service.storage import jobs as jobs_repo
+from service.storage import plans as plans_repo
+from service.storage.blobs import pack_json
+from service.storage.jobs import MAX_ATTEMPTS, ClaimedJob
+from service.storage.models import Plan
 
-__all__ = ["claim_next_job", "complete_job", "fail_job", "extend_lease", "process_one", "run_worker", "EmbeddedWorker", "MAX_ATTEMPTS", "new_worker_id"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "EmbeddedWorker",
+    "new_worker_id",
+    "process_one",
+    "run_planning_job",
+    "run_worker",
+]
 
 log = structlog.get_logger("hyperplace.jobs")
-MAX_ATTEMPTS = 3
 
 
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def claim_next_job(session: Session, worker_id: str, lease_s: float) -> Job | None:
-    """Claim one job for ``worker_id``; the caller commits right after."""
-    now = utcnow()
-    claimable = or_(Job.status == "queued", and_(Job.status == "running", Job.lease_expires_at < now))
-    stmt = select(Job).where(claimable).order_by(Job.created_at, Job.id).limit(1).with_for_update(skip_locked=True)
-    job = session.scalar(stmt)
-    if job is None:
-        return None
-    job.attempts += 1
-    plan = session.get(Plan, job.plan_id)
-    if job.attempts > MAX_ATTEMPTS:
-        job.status = "failed"
-        job.finished_at = now
-        if plan is not None:
-            plan.status = "failed"
-            plan.error = f"planning was interrupted {MAX_ATTEMPTS} times (worker crashes or timeouts); giving up"
-            plan.updated_at = now
-        session.flush()
-        return None
-    job.status = "running"
-    job.lease_owner = worker_id
-    job.lease_expires_at = now + timedelta(seconds=lease_s)
-    if plan is not None:
-        plan.status = "running"
-        plan.updated_at = now
-    session.flush()
-    return job
+def run_planning_job(
+    session_factory: sessionmaker[Session],
+    job: ClaimedJob,
+    worker_id: str,
+    on_progress: Callable[[float], None] | None = None,
+) -> None:
+    """Worker side of a job: load inputs, plan with no transaction open, complete under the lease.
 
+    A re-plan's calibration comes back from the plan's stored options as the factors
+    document it was keyed with, and reaches planning as a cost model.
+    """
+    with session_factory() as session:
+        plan = plans_repo.get_plan(session, job.tenant_id, job.plan_id)
+        if plan is None:  # deleted while queued
+            with session.begin():
+                jobs_repo.fail_job(session, job, worker_id, "the plan was deleted")
+            return
+        stored, inventory = load_plan_inputs(session, plan)
+        graph = stored.graph
+        options, factors = split_stored_options(plan.options)
+        graph_warnings = list(graph.warnings)
+        session.rollback()
+    cost_model = cost_model_from_factors(factors, inventory) if factors is not None else None
+    try:
+        strategy, summary, body = compute_plan(graph, inventory, options, cost_model, on_progress)
+    except Exception as exc:  # a planning failure is the job's outcome, not the worker's
+        log.warning("planning failed", error=str(exc)[:500])
+        with session_factory() as session, session.begin():
+            jobs_repo.fail_job(session, job, worker_id, f"{type(exc).__name__}: {exc}")
+        return
+    body["warnings"] = graph_warnings[:500]
 
-def extend_lease(
-    session: Session, job_id: str, worker_id: str, lease_s: float, *, plan_id: str | None = None, progress: float | None = None
-) -> bool:
-    """Heartbeat: push the lease forward (and record the plan's progress) if this worker still holds it."""
-    result = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.lease_owner == worker_id, Job.status == "running")
-        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_s))
-    )
-    if result.rowcount != 1:
-        return False
-    if plan_id is not None and progress is not None:
-        session.execute(update(Plan).where(Plan.id == plan_id, Plan.status == "running").values(progress=progress))
-    return True
+    def apply(plan_row: Plan) -> None:
+        plan_row.status, plan_row.progress, plan_row.strategy = "done", 1.0, strategy
+        plan_row.summary = summary
+        plan_row.result = pack_json(body)
 
-
-def _finish_if_leased(session: Session, job: Job, worker_id: str, status: str) -> bool:
-    """Compare-and-set the job to ``status`` if ``worker_id`` still holds its lease."""
-    result = session.execute(
-        update(Job)
-        .where(Job.id == job.id, Job.lease_owner == worker_id, Job.status == "running")
-        .values(status=status, finished_at=utcnow())
-    )
-    return result.rowcount == 1
-
-
-def complete_job(session: Session, job: Job, worker_id: str, apply_result: Callable[[Plan], None]) -> bool:
-    """Mark the job done and write the plan result in one transaction, if the lease is still ours."""
-    if not _finish_if_leased(session, job, worker_id, "done"):
-        log.warning("lost the lease before completing; discarding result", job_id=job.id)
-        return False
-    now = utcnow()
-    plan = session.get(Plan, job.plan_id)
-    apply_result(plan)
-    plan.updated_at = now
-    plan.finished_at = now
-    session.flush()
-    return True
-
-
-def fail_job(session: Session, job: Job, worker_id: str, error: str) -> bool:
-    """Mark the job and its plan failed with ``error``, if the lease is still ours."""
-    if not _finish_if_leased(session, job, worker_id, "failed"):
-        return False
-    now = utcnow()
-    session.execute(update(Plan).where(Plan.id == job.plan_id).values(status="failed", error=error[:2000], updated_at=now, finished_at=now))
-    return True
+    with session_factory() as session, session.begin():
+        if not jobs_repo.complete_job(session, job, worker_id, apply):
+            log.warning("lost the lease before completing; discarding result", job_id=job.id)
 
 
 def process_one(session_factory: sessionmaker[Session], settings: Settings, worker_id: str) -> bool:
     """Claim and run one job. Returns whether a job was found."""
-    from service.domain.planning import run_planning_job  # planning imports the heavy partitioners
-
     with session_factory() as session, session.begin():
-        job = claim_next_job(session, worker_id, settings.job_lease_s)
+        job = jobs_repo.claim_next_job(session, worker_id, settings.job_lease_s)
         if job is None:
             return False
-        session.expunge(job)
     structlog.contextvars.bind_contextvars(plan_id=job.plan_id, job_id=job.id)
     log.info("job claimed", attempt=job.attempts)
 
@@ -132,8 +101,8 @@ def process_one(session_factory: sessionmaker[Session], settings: Settings, work
         while not stop_heartbeat.wait(min(settings.job_lease_s / 3, 2.0)):
             try:
                 with session_factory() as hb_session, hb_session.begin():
-                    if not extend_lease(
-                        hb_session, job.id, worker_id, settings.job_lease_s, plan_id=job.plan_id, progress=progress["fraction"]
+                    if not jobs_repo.extend_lease(
+                        hb_session, job, worker_id, settings.job_lease_s, progress=progress["fraction"]
                     ):
                         return
             except Exception:  # database blip: the next beat tries again

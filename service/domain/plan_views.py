@@ -8,6 +8,7 @@ from importlib import resources
 
 from sqlalchemy.orm import Session
 
+from service.domain.calibration import split_stored_options
 from service.errors import Conflict, NotFound
 from service.storage.blobs import unpack_json
 from service.storage.models import Graph, Plan
@@ -38,8 +39,12 @@ def plan_body(plan: Plan) -> dict:
     return unpack_json(plan.result) if plan.result else {}
 
 
-def plan_read(plan: Plan, *, cached: bool, detail: str = "full") -> dict:
-    """The plan as the API returns it (DESIGN.md "Plan"), JSON-ready."""
+def plan_read(plan: Plan, *, cached: bool, detail: str = "full", body: dict | None = None) -> dict:
+    """The plan as the API returns it (DESIGN.md "Plan"), JSON-ready.
+
+    ``body`` is the plan's result document when the caller has it in memory (it just
+    computed the plan); otherwise a finished plan's is decompressed from storage.
+    """
     document = {
         "id": plan.id,
         "model_hash": plan.model_hash,
@@ -51,7 +56,7 @@ def plan_read(plan: Plan, *, cached: bool, detail: str = "full") -> dict:
         "parent_id": plan.parent_id,
         "created_at": plan.created_at.isoformat(),
         "finished_at": plan.finished_at.isoformat() if plan.finished_at else None,
-        "options": {k: v for k, v in plan.options.items() if not k.startswith("_")},
+        "options": split_stored_options(plan.options)[0],
         "strategy": plan.strategy,
         "summary": plan.summary,
         "links": {
@@ -61,7 +66,8 @@ def plan_read(plan: Plan, *, cached: bool, detail: str = "full") -> dict:
             "model": f"/v1/models/{plan.model_hash}",
         },
     }
-    body = plan_body(plan) if plan.status == "done" else {}
+    if body is None:
+        body = plan_body(plan) if plan.status == "done" else {}
     document["candidates"] = body.get("candidates")
     document["warnings"] = body.get("warnings", [])
     document["notes"] = body.get("notes", [])

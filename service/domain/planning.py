@@ -9,9 +9,16 @@ Flow of ``submit_plan``:
 2. a stored plan with that key is the answer (no recomputation);
 3. small graphs are planned right here, outside any transaction, in one of the
    server's planning slots (``service.domain.compute_slots``); large ones, and small
-   ones that find every slot busy, become a queued plan plus a job row for a worker;
+   ones that find every slot busy, become a queued plan plus a job row for a worker
+   (:mod:`service.domain.jobs` runs it; this module knows nothing of jobs);
 4. graph, inventory, plan (and job, and Idempotency-Key) are written in one
    transaction by the request's session.
+
+The graph is read once: it is hashed and planned from the arrays ingestion built,
+renumbered into name order by permutation, and a plan computed now is answered from
+the document in memory (``SubmitOutcome.body``), not from its compressed copy. A
+re-plan's cost model arrives as a typed :class:`~service.domain.calibration.PlanCalibration`,
+not inside the user's options.
 
 ``delete_plan`` is the other end of a plan's life: it takes with the plan what was
 derived from it (timelines, Idempotency-Keys, the calibration's fit).
@@ -25,14 +32,14 @@ from dataclasses import dataclass, field
 
 import structlog
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from partitioners.costmodel.costs import CostModel
-from partitioners.graph.hypergraph import Hypergraph, graph_from_json
+from partitioners.graph.hypergraph import Hypergraph
 from partitioners.hardware.device_types import device_type_constraint
 from partitioners.placement.engine import PlacementOptions, place
 from partitioners.hardware.inventory import Inventory, inventory_from_json
-from service.domain.calibration import refit_calibration
+from service.domain.calibration import PlanCalibration, options_with_factors, refit_calibration
 from service.domain.compute_slots import ComputeSlots
 from service.domain.idempotency import (
     StoredAnswer,
@@ -40,13 +47,21 @@ from service.domain.idempotency import (
     forget_idempotency_key,
     remember_idempotency_key,
 )
-from service.domain.ingest import IngestedGraph, IngestedInventory, canonical_hash, ingest_inventory, ingest_json_graph, ingest_onnx_graph
+from service.domain.ingest import (
+    IngestedGraph,
+    IngestedInventory,
+    canonical_hash,
+    ingest_inventory,
+    ingest_json_graph,
+    ingest_onnx_graph,
+    read_stored_graph,
+)
 from service.domain.plan_document import plan_document
 from service.errors import Conflict, NotFound
 from service.native_output import native_stdout_to_stderr
 from service.settings import Settings
 from service.storage.blobs import pack_json, unpack_json
-from service.storage.models import Graph, InventoryRow, Job, Plan, utcnow
+from service.storage.models import Graph, InventoryRow, Plan, utcnow
 from service.storage import feedback as feedback_repo
 from service.storage import plans as plans_repo
 
@@ -56,9 +71,9 @@ __all__ = [
     "submit_plan",
     "delete_plan",
     "compute_plan",
-    "run_planning_job",
     "load_plan_inputs",
     "cache_key_for",
+    "placement_options",
 ]
 
 log = structlog.get_logger("hyperplace.planning")
@@ -67,7 +82,13 @@ ROUTE = "POST /v1/plans"
 
 @dataclass
 class PlanSubmission:
-    """What a POST carried, before ingestion: exactly one of graph / onnx / graph_id."""
+    """What a POST carried, before ingestion: exactly one of graph / onnx / graph_id.
+
+    ``options`` are the user's (PlanOptions) alone; ``calibration`` is the cost model
+    a re-plan is made with (None: the default model). ``stored_graph`` is the graph of
+    ``graph_id`` when the caller has read it from storage already (a re-plan), so that
+    it is not read twice.
+    """
 
     inventory: dict
     options: dict
@@ -75,13 +96,23 @@ class PlanSubmission:
     onnx_bytes: bytes | None = None
     graph_id: str | None = None
     extra_cache_parts: dict = field(default_factory=dict)
+    calibration: PlanCalibration | None = None
+    stored_graph: IngestedGraph | None = None
 
 
 @dataclass(frozen=True)
 class SubmitOutcome:
+    """The plan that answers a submission.
+
+    ``body`` is the plan's result document when this request computed it (the
+    answer is built from it, not from the compressed copy just stored); None when the
+    plan was found stored, or is queued.
+    """
+
     plan: Plan
     status_code: int  # 201 created, 200 cached, 202 queued
     cached: bool
+    body: dict | None = None
 
 
 def cache_key_for(model_hash: str, inventory_hash: str, options: dict, extra: dict | None = None) -> str:
@@ -118,14 +149,14 @@ def compute_plan(
 
 
 def _ingest_graph(session: Session, tenant_id: str, submission: PlanSubmission, settings: Settings) -> IngestedGraph:
+    if submission.stored_graph is not None:
+        return submission.stored_graph
     if submission.graph_id is not None:
         row = plans_repo.get_graph(session, tenant_id, submission.graph_id)
         if row is None:
             raise NotFound(f"No graph with id {submission.graph_id}; submit the graph itself, or use the id that "
                            "GET /v1/models/{model_hash} returns for one of your plans' model_hash.")
-        graph = graph_from_json(unpack_json(row.canonical))
-        return IngestedGraph(graph=graph, model_hash=row.model_hash, source_format=row.source_format,
-                             from_storage=True)
+        return read_stored_graph(unpack_json(row.canonical), row.model_hash, row.source_format)
     if submission.onnx_bytes is not None:
         return ingest_onnx_graph(submission.onnx_bytes, dims=submission.options.get("dims", {}), max_ops=settings.max_graph_ops,
                                  memory_bytes=settings.onnx_import_memory_bytes)
@@ -133,6 +164,7 @@ def _ingest_graph(session: Session, tenant_id: str, submission: PlanSubmission, 
 
 
 def _graph_row(ingested: IngestedGraph) -> Graph:
+    """The graph's row, built only when the tenant does not have it yet (it compresses the canonical document)."""
     summary = ingested.summary
     return Graph(
         model_hash=ingested.model_hash,
@@ -165,7 +197,6 @@ def submit_plan(
     *,
     idempotency_key: str | None = None,
     parent_id: str | None = None,
-    cost_model: CostModel | None = None,
     route: str = ROUTE,
     compute: Callable[[Hypergraph, Inventory, dict, CostModel | None], tuple[str, dict, dict]] | None = None,
     slots: ComputeSlots | None = None,
@@ -182,7 +213,11 @@ def submit_plan(
     ingested_graph = _ingest_graph(session, tenant_id, submission, settings)
     # a device type no device has is a 422 now, not a failed job later (one pass over the operators)
     device_type_constraint(ingested_graph.graph, ingested_inventory.inventory)
-    key = cache_key_for(ingested_graph.model_hash, ingested_inventory.inventory_hash, submission.options, submission.extra_cache_parts)
+    calibration = submission.calibration
+    # the options a plan stores and keys its cache with: the user's, plus a re-plan's factors
+    stored_options = options_with_factors(submission.options, calibration.factors if calibration else None)
+    key = cache_key_for(ingested_graph.model_hash, ingested_inventory.inventory_hash, stored_options,
+                        submission.extra_cache_parts)
 
     earlier = check_idempotency_key(session, tenant_id, idempotency_key, route, key)
     if earlier is not None:
@@ -210,11 +245,13 @@ def submit_plan(
         with slots.hold(wait=compute is not None) as free:
             if free:
                 computed = (compute or compute_plan)(ingested_graph.as_stored(), ingested_inventory.inventory,
-                                                     submission.options, cost_model)
+                                                     submission.options,
+                                                     calibration.cost_model if calibration else None)
             elif compute is not None:
                 raise slots.busy()
 
-    graph_row = plans_repo.get_or_create_graph(session, tenant_id, _graph_row(ingested_graph))
+    graph_row = plans_repo.get_or_create_graph(session, tenant_id, ingested_graph.model_hash,
+                                               lambda: _graph_row(ingested_graph))
     inventory_row = plans_repo.get_or_create_inventory(session, tenant_id, _inventory_row(ingested_inventory))
     now = utcnow()
     plan = Plan(
@@ -224,11 +261,11 @@ def submit_plan(
         model_hash=ingested_graph.model_hash,
         inventory_hash=ingested_inventory.inventory_hash,
         cache_key=key,
-        options=submission.options,
+        options=stored_options,
         created_at=now,
         updated_at=now,
     )
-    job = None
+    body = None
     if computed is not None:
         strategy, summary, body = computed
         body["warnings"] = list(ingested_graph.graph.warnings)[:500]
@@ -237,19 +274,19 @@ def submit_plan(
         plan.finished_at = now
     else:
         plan.status = "queued"
-        job = Job(status="queued", created_at=now)
+    queued = computed is None
     try:
-        plan, created = plans_repo.insert_plan(session, tenant_id, plan, job)
+        plan, created = plans_repo.insert_plan(session, tenant_id, plan, queue_job=queued)
     except IntegrityError:
         # A re-plan whose parent was deleted while it planned: the child's foreign key
         # finds no parent. Retrying cannot help, so say what happened.
         if parent_id is not None and plans_repo.get_plan(session, tenant_id, parent_id) is None:
             raise NotFound(f"No plan with id {parent_id}; it was deleted while it was being re-planned.") from None
         raise
-    status_code = (202 if job is not None else 201) if created else 200
+    status_code = (202 if queued else 201) if created else 200
     answer = _bind_key(session, tenant_id, idempotency_key, route, key, stale_answer,
                        StoredAnswer(status_code, plan.id, plans_repo.plan_location(plan.id)))
-    outcome = _outcome(session, tenant_id, plan, answer)
+    outcome = _outcome(session, tenant_id, plan, answer, body if created else None)
     log.info("plan submitted", plan_id=outcome.plan.id, status=outcome.plan.status, n_ops=n_ops, created=created)
     return outcome
 
@@ -262,14 +299,16 @@ def _bind_key(session: Session, tenant_id: str, idempotency_key: str | None, rou
     return remember_idempotency_key(session, tenant_id, idempotency_key, route, fingerprint, answer)
 
 
-def _outcome(session: Session, tenant_id: str, plan: Plan, answer: StoredAnswer) -> SubmitOutcome:
+def _outcome(session: Session, tenant_id: str, plan: Plan, answer: StoredAnswer,
+             body: dict | None = None) -> SubmitOutcome:
     """The answer the key holds (ours, or a concurrent request's with the same key and request),
-    ``cached`` exactly when it is a 200, as on a replay."""
+    ``cached`` exactly when it is a 200, as on a replay; ``body`` is ``plan``'s result document
+    when this request computed it, kept only if the answer is that plan."""
     if answer.resource_id != plan.id:
-        plan = plans_repo.get_plan(session, tenant_id, answer.resource_id)
+        plan, body = plans_repo.get_plan(session, tenant_id, answer.resource_id), None
         if plan is None:  # the winner's plan was deleted meanwhile; a retry plans again
             raise Conflict("The plan made for this Idempotency-Key was deleted meanwhile; send the request again.")
-    return SubmitOutcome(plan=plan, status_code=answer.status_code, cached=answer.status_code == 200)
+    return SubmitOutcome(plan=plan, status_code=answer.status_code, cached=answer.status_code == 200, body=body)
 
 
 def delete_plan(session: Session, tenant_id: str, plan_id: str) -> bool:
@@ -290,55 +329,16 @@ def delete_plan(session: Session, tenant_id: str, plan_id: str) -> bool:
     if not plans_repo.delete_plan(session, tenant_id, plan_id):
         return False
     if had_timelines:
-        inventory_row = session.get(InventoryRow, plan.inventory_id)
+        inventory_row = plans_repo.get_inventory(session, tenant_id, plan.inventory_id)
         inventory = inventory_from_json(unpack_json(inventory_row.body))
         refit_calibration(session, tenant_id, plan.inventory_hash, inventory)
     log.info("plan deleted", plan_id=plan_id, refitted_calibration=had_timelines)
     return True
 
 
-def load_plan_inputs(session: Session, plan: Plan) -> tuple[Hypergraph, Inventory]:
-    graph_row = session.get(Graph, plan.graph_id)
-    inventory_row = session.get(InventoryRow, plan.inventory_id)
-    return graph_from_json(unpack_json(graph_row.canonical)), inventory_from_json(unpack_json(inventory_row.body))
-
-
-def run_planning_job(
-    session_factory: sessionmaker[Session], job: Job, worker_id: str, on_progress: Callable[[float], None] | None = None
-) -> None:
-    """Worker side of a job: load inputs, plan with no transaction open, complete under the lease."""
-    from service.domain.jobs import complete_job, fail_job
-
-    with session_factory() as session:
-        plan = session.get(Plan, job.plan_id)
-        if plan is None:  # deleted while queued
-            with session.begin():
-                fail_job(session, job, worker_id, "the plan was deleted")
-            return
-        graph, inventory = load_plan_inputs(session, plan)
-        options = dict(plan.options)
-        calibration = options.pop("_calibration", None)
-        graph_warnings = list(graph.warnings)
-        session.rollback()
-    cost_model = None
-    if calibration is not None:
-        from service.domain.calibration import cost_model_from_factors
-
-        cost_model = cost_model_from_factors(calibration, inventory)
-    try:
-        strategy, summary, body = compute_plan(graph, inventory, options, cost_model, on_progress)
-    except Exception as exc:  # a planning failure is the job's outcome, not the worker's
-        log.warning("planning failed", error=str(exc)[:500])
-        with session_factory() as session, session.begin():
-            fail_job(session, job, worker_id, f"{type(exc).__name__}: {exc}")
-        return
-    body["warnings"] = graph_warnings[:500]
-
-    def apply(plan_row: Plan) -> None:
-        plan_row.status, plan_row.progress, plan_row.strategy = "done", 1.0, strategy
-        plan_row.summary = summary
-        plan_row.result = pack_json(body)
-
-    with session_factory() as session, session.begin():
-        complete_job(session, job, worker_id, apply)
-
+def load_plan_inputs(session: Session, plan: Plan) -> tuple[IngestedGraph, Inventory]:
+    """A stored plan's graph (read once from its canonical document, already in name order) and inventory."""
+    graph_row = plans_repo.get_graph(session, plan.tenant_id, plan.graph_id)
+    inventory_row = plans_repo.get_inventory(session, plan.tenant_id, plan.inventory_id)
+    graph = read_stored_graph(unpack_json(graph_row.canonical), graph_row.model_hash, graph_row.source_format)
+    return graph, inventory_from_json(unpack_json(inventory_row.body))

@@ -22,6 +22,8 @@ from partitioners.placement.memory_tiers import UNPLACED, placed_tier_op_times_s
 from partitioners.costmodel.simulator import simulate
 from partitioners.graph.transforms import expand_graph
 from service.domain import plan_views
+from service.domain.calibration import split_stored_options
+from service.domain.ingest import IngestedGraph
 from service.domain.planning import load_plan_inputs
 from service.errors import Conflict
 
@@ -36,14 +38,16 @@ class PlanContext:
     graph_id: str
     model_hash: str
     inventory_hash: str
-    options: dict
-    calibration: dict | None
+    options: dict  # the user's
+    calibration: dict | None  # the factors document the plan was made with (re-plans), else None
     summary: dict
     graph: Hypergraph
     inventory: Inventory
     placement: np.ndarray
     ops: dict[str, str]
     n_source_ops: int
+    # the plan's graph as stored (before the training/micro-batch expansion), for re-plans
+    stored_graph: IngestedGraph | None = None
     # (tensor, device, tier) ids of the plan's level-3 holdings when its times used them
     tier_holdings: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     # list-scheduling priority that replays the plan's schedule (None: plans stored without it)
@@ -96,8 +100,9 @@ def _tier_holdings(body: dict, summary: dict, graph: Hypergraph,
 def plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext:
     """The tenant's finished plan ``plan_id`` rebuilt from storage (404 if absent, 409 if not done)."""
     plan = plan_views.finished_plan(session, tenant_id, plan_id)
-    original, inventory = load_plan_inputs(session, plan)
-    options = {k: v for k, v in plan.options.items() if not k.startswith("_")}
+    stored, inventory = load_plan_inputs(session, plan)
+    original = stored.graph
+    options, factors = split_stored_options(plan.options)
     expanded = expand_graph(
         original, mode=options.get("mode", "inference"), micro_batches=options.get("micro_batches", 1)
     )
@@ -113,13 +118,14 @@ def plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext:
         model_hash=plan.model_hash,
         inventory_hash=plan.inventory_hash,
         options=options,
-        calibration=plan.options.get("_calibration"),
+        calibration=factors,
         summary=dict(plan.summary or {}),
         graph=expanded.graph,
         inventory=inventory,
         placement=placement,
         ops={str(k): str(v) for k, v in ops.items()},
         n_source_ops=int(original.n_ops),
+        stored_graph=stored,
         tier_holdings=_tier_holdings(body, dict(plan.summary or {}), expanded.graph, inventory),
         priority=_replay_priority(body, expanded.graph),
     )

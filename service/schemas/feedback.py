@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from partitioners.feedback.calibration import MAX_DEVICE_SLOWDOWN, MIN_DEVICE_SLOWDOWN
 from partitioners.feedback.timeline import MAX_STEP, MAX_TIMELINE_SPAN_S, MAX_TIMESTAMP_S
 from service.schemas.common import Name, RequestModel, Text
-from service.schemas.plans import PlanRead
+from service.schemas.plans import Answer, PlanRead, ReplanSummary
 
 __all__ = [
     "FeedbackMapping",
@@ -19,6 +19,7 @@ __all__ = [
     "FeedbackRead",
     "CalibrationRead",
     "ErrorStats",
+    "MemoryAccuracy",
     "AccuracyRead",
     "LoadReport",
     "ReplanCreate",
@@ -72,7 +73,7 @@ class FeedbackCreate(RequestModel):
     )
 
 
-class MatchReport(BaseModel):
+class MatchReport(Answer):
     rule: Literal["name", "order"]
     matched_events: int
     unmatched_events: int
@@ -87,7 +88,7 @@ class MatchReport(BaseModel):
     step_makespans_s: dict[str, float]
 
 
-class CalibrationRead(BaseModel):
+class CalibrationRead(Answer):
     inventory_hash: str
     version: int
     n_timelines: int
@@ -95,7 +96,7 @@ class CalibrationRead(BaseModel):
     factors: dict[str, Any]
 
 
-class FeedbackRead(BaseModel):
+class FeedbackRead(Answer):
     id: str
     plan_id: str
     model_hash: str
@@ -114,7 +115,7 @@ class FeedbackRead(BaseModel):
     links: dict[str, str] = Field(default_factory=dict)
 
 
-class ErrorStats(BaseModel):
+class ErrorStats(Answer):
     op_median_rel_error: float | None
     op_p90_rel_error: float | None
     n_ops: int
@@ -123,14 +124,21 @@ class ErrorStats(BaseModel):
     measured_makespan_s: float
 
 
-class AccuracyRead(BaseModel):
+class MemoryAccuracy(Answer):
+    device: str
+    measured_bytes: float = Field(description="Median over the timelines' peaks.")
+    predicted_bytes: float | None = Field(description="The plan's predicted peak; null for a device it does not use.")
+    rel_error: float | None
+
+
+class AccuracyRead(Answer):
     plan_id: str
     n_timelines: int
     n_steps: int
     calibration: CalibrationRead | None
     before: ErrorStats = Field(description="The cost model the plan was made with.")
     after: ErrorStats = Field(description="The tenant's current calibration for this inventory.")
-    memory: list[dict[str, Any]] = Field(
+    memory: list[MemoryAccuracy] = Field(
         default_factory=list, description="Measured vs predicted peak memory per device."
     )
 
@@ -169,24 +177,6 @@ class ReplanCreate(RequestModel):
         description="Keep the parent's placement (moving only operators of gone devices) unless the new one is "
         "predicted this much faster: a gain within the calibrated model's error may be a loss.",
     )
-
-
-class ReplanSummary(BaseModel):
-    parent_id: str
-    calibration_version: int | None
-    parent_makespan_s: float = Field(description="The parent's placement under the calibrated model (and load report).")
-    kept_makespan_s: float = Field(description="The parent's placement with only operators on gone devices moved.")
-    makespan_s: float = Field(description="The new placement under the same model, operands in main memory like "
-                              "the two above (the plan's summary.makespan_s also counts its memory tiers).")
-    gain_s: float
-    gain_fraction: float
-    ops_moved: int
-    ops_displaced: int
-    ops_total: int
-    minimal_movement: bool
-    kept_parent: bool = Field(False, description="The predicted gain was under min_gain_fraction: nothing moved.")
-    slow_devices: dict[str, float]
-    gone_devices: list[str]
 
 
 class ReplanRead(PlanRead):

@@ -1,11 +1,16 @@
-"""Plan requests and responses (the shapes of DESIGN.md, versioned under /v1)."""
+"""Plan requests and responses (the shapes of DESIGN.md, versioned under /v1).
+
+Response models declare every field an answer carries (``extra="forbid"``): the
+tests validate real answers against them (``tests/service/test_plan_answers.py``), so
+a field the service sends is a field OpenAPI documents.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.schemas.common import Name, NonNegativeFloat, PositiveFloat, RequestModel, Text
 
@@ -15,8 +20,11 @@ __all__ = [
     "InventoryDocument",
     "PresetInventory",
     "PlanCreate",
+    "Answer",
     "PlanSummary",
     "PlanRead",
+    "ReplanSummary",
+    "ChromeTrace",
     "Candidate",
     "Transfer",
     "TensorPlacement",
@@ -48,7 +56,7 @@ class PlanOptions(RequestModel):
 
 
 # The graph documents below describe, for the OpenAPI schema, what
-# ``partitioners.graph.hypergraph.graph_from_json`` accepts: the ingester validates posted graphs
+# ``partitioners.graph.json_import.graph_from_json`` accepts: the ingester validates posted graphs
 # itself (fast on 10^6 nodes), and rejects the same unknown fields and empty names.
 
 
@@ -139,7 +147,13 @@ class PlanCreate(RequestModel):
     options: PlanOptions = Field(default_factory=PlanOptions)
 
 
-class Candidate(BaseModel):
+class Answer(BaseModel):
+    """A response body whose every field is declared: an undeclared key fails validation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Candidate(Answer):
     strategy: str
     makespan_s: float | None = None
     feasible: bool
@@ -149,7 +163,7 @@ class Candidate(BaseModel):
     note: str = ""
 
 
-class Transfer(BaseModel):
+class Transfer(Answer):
     tensor: str
     src: str
     dst: list[str]
@@ -157,13 +171,31 @@ class Transfer(BaseModel):
     link_class: str
 
 
-class TensorPlacement(BaseModel):
+class TensorPlacement(Answer):
     device: str
     tier: str | None = Field(description="Memory tier; null when the plan is infeasible and the tensor fits nowhere.")
     offset: int
 
 
-class PlanSummary(BaseModel):
+class ReplanSummary(Answer):
+    parent_id: str
+    calibration_version: int | None
+    parent_makespan_s: float = Field(description="The parent's placement under the calibrated model (and load report).")
+    kept_makespan_s: float = Field(description="The parent's placement with only operators on gone devices moved.")
+    makespan_s: float = Field(description="The new placement under the same model, operands in main memory like "
+                              "the two above (the plan's summary.makespan_s also counts its memory tiers).")
+    gain_s: float
+    gain_fraction: float
+    ops_moved: int
+    ops_displaced: int
+    ops_total: int
+    minimal_movement: bool
+    kept_parent: bool = Field(False, description="The predicted gain was under min_gain_fraction: nothing moved.")
+    slow_devices: dict[str, float]
+    gone_devices: list[str]
+
+
+class PlanSummary(Answer):
     makespan_s: float
     comm_bytes: float
     comm_bytes_by_link_class: dict[str, float]
@@ -182,9 +214,11 @@ class PlanSummary(BaseModel):
         "runtime feedback is compared with those times."
     )
     infeasible_reason: str | None = None
+    planning_s: float | None = Field(None, description="Seconds the placement took (this plan's computation).")
+    replan: ReplanSummary | None = Field(None, description="A re-plan's gains and moves against its parent.")
 
 
-class PlanRead(BaseModel):
+class PlanRead(Answer):
     id: str
     model_hash: str
     inventory_hash: str
@@ -211,7 +245,7 @@ class PlanRead(BaseModel):
     links: dict[str, str] = Field(default_factory=dict)
 
 
-class GraphRead(BaseModel):
+class GraphRead(Answer):
     id: str
     model_hash: str
     name: str
@@ -225,3 +259,9 @@ class GraphRead(BaseModel):
     created_at: datetime
 
 
+class ChromeTrace(Answer):
+    """A plan's simulated timeline in the Trace Event Format (opens in Perfetto and chrome://tracing)."""
+
+    traceEvents: list[dict[str, Any]] = Field(description="Complete (X), counter (C), flow and metadata (M) events.")
+    displayTimeUnit: str = "ms"
+    otherData: dict[str, Any] = Field(default_factory=dict, description="Graph and inventory names, makespan, bytes.")

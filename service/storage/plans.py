@@ -1,4 +1,6 @@
-"""Repository for graphs, inventories, plans and jobs. Every function takes the tenant.
+"""Repository for graphs, inventories and plans. Every function takes the tenant.
+
+A plan queued for a worker gets its job row through :mod:`service.storage.jobs`.
 
 Rows that concurrent requests may insert at the same time (a graph, an
 inventory, a plan with the same cache key) are written inside a SAVEPOINT: on a
@@ -10,14 +12,16 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy import and_, delete, literal, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.storage import jobs as jobs_repo
 from service.storage.db import insert_or_fetch
-from service.storage.models import Feedback, Graph, IdempotencyKey, InventoryRow, Job, Plan
+from service.storage.models import Feedback, Graph, IdempotencyKey, InventoryRow, Plan
 
 __all__ = [
     "get_graph",
@@ -56,9 +60,15 @@ def _get_or_create(session: Session, row, find):
     return insert_or_fetch(session, row, find)
 
 
-def get_or_create_graph(session: Session, tenant_id: str, row: Graph) -> Graph:
+def get_or_create_graph(session: Session, tenant_id: str, model_hash: str, make_row: Callable[[], Graph]) -> Graph:
+    """The tenant's graph with ``model_hash``, or ``make_row()`` inserted: the row (and its compressed
+    canonical document) is only built when the tenant does not have the graph yet."""
+    existing = get_graph_by_hash(session, tenant_id, model_hash)
+    if existing is not None:
+        return existing
+    row = make_row()
     row.tenant_id = tenant_id
-    return _get_or_create(session, row, lambda: get_graph_by_hash(session, tenant_id, row.model_hash))
+    return insert_or_fetch(session, row, lambda: get_graph_by_hash(session, tenant_id, model_hash))
 
 
 def _inventory_by_hash(session: Session, tenant_id: str, inventory_hash: str) -> InventoryRow | None:
@@ -94,18 +104,15 @@ def get_plan_by_cache_key(session: Session, tenant_id: str, cache_key: str) -> P
     return session.scalar(select(Plan).where(Plan.tenant_id == tenant_id, Plan.cache_key == cache_key))
 
 
-def insert_plan(session: Session, tenant_id: str, plan: Plan, job: Job | None = None) -> tuple[Plan, bool]:
-    """Insert a plan (and its job); ``(plan, created)``, the existing one on a cache-key race."""
+def insert_plan(session: Session, tenant_id: str, plan: Plan, *, queue_job: bool = False) -> tuple[Plan, bool]:
+    """Insert a plan (and, with ``queue_job``, its job); ``(plan, created)``, the existing one on a cache-key race."""
     plan.tenant_id = tenant_id
     try:
         with session.begin_nested():
             session.add(plan)
             session.flush()
-            if job is not None:
-                job.tenant_id = tenant_id
-                job.plan_id = plan.id
-                session.add(job)
-                session.flush()
+            if queue_job:
+                jobs_repo.add_job(session, tenant_id, plan.id, plan.created_at)
         return plan, True
     except IntegrityError:
         existing = get_plan_by_cache_key(session, tenant_id, plan.cache_key)

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from partitioners.graph.generators import synthetic_graph_json
 from partitioners.costmodel.costs import OP_CLASS_NAMES, CostModel, op_times_s
-from partitioners.graph.hypergraph import graph_from_json
+from partitioners.graph.json_import import graph_from_json
 from partitioners.hardware.inventory import preset_inventory
 from partitioners.costmodel.simulator import simulate
 from partitioners.costmodel.trace import to_chrome_trace

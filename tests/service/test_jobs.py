@@ -16,7 +16,8 @@ from sqlalchemy import select
 
 from partitioners.graph.generators import synthetic_graph_json
 from service.app import create_app
-from service.domain.jobs import claim_next_job, complete_job, new_worker_id, process_one
+from service.domain.jobs import new_worker_id, process_one, run_planning_job
+from service.storage.jobs import claim_next_job, complete_job, extend_lease
 from service.storage.models import Job, Plan
 from tests.conftest import TenantClient, make_settings, new_api_key
 from tests.service.graphs import diamond_graph, plan_request
@@ -72,18 +73,13 @@ def test_two_workers_never_complete_the_same_job(job_client, session_factory, jo
     lock = threading.Lock()
 
     def worker(worker_id: str) -> None:
-        from service.domain import planning
-
-        original = planning.run_planning_job
-
         while True:
             with session_factory() as session, session.begin():
                 job = claim_next_job(session, worker_id, job_settings.job_lease_s)
                 if job is None:
                     return
-                session.expunge(job)
             if job.plan_id not in plan_ids:  # another test's job: leave it to run normally
-                original(session_factory, job, worker_id)
+                run_planning_job(session_factory, job, worker_id)
                 continue
             with session_factory() as session, session.begin():
                 if complete_job(session, job, worker_id, lambda plan: setattr(plan, "status", "done")):
@@ -110,7 +106,6 @@ def test_a_job_whose_worker_lost_its_lease_cannot_be_completed_by_it(job_client,
         while reclaimed is not None and reclaimed.plan_id != plan_id:
             reclaimed = claim_next_job(session, "new-worker", 30)
         assert reclaimed is not None and reclaimed.attempts == 1
-        session.expunge(reclaimed)
     with session_factory() as session, session.begin():
         assert not complete_job(session, reclaimed, "dead-worker", lambda plan: None)
         assert complete_job(session, reclaimed, "new-worker", lambda plan: setattr(plan, "status", "done"))
@@ -148,16 +143,13 @@ def test_a_killed_workers_job_is_claimed_again_and_completes_once(job_client, se
 
 
 def test_the_heartbeat_records_progress_while_the_lease_is_held(job_client, session_factory):
-    from service.domain.jobs import extend_lease
-
     plan_id = job_client.post("/v1/plans", json=plan_request(diamond_graph("progress"), seed=77)).json()["id"]
     with session_factory() as session, session.begin():
         job = claim_next_job(session, "progress-worker", 30)
         while job is not None and job.plan_id != plan_id:
             job = claim_next_job(session, "progress-worker", 30)
-        job_id = job.id
     with session_factory() as session, session.begin():
-        assert extend_lease(session, job_id, "progress-worker", 30, plan_id=plan_id, progress=0.4)
-        assert not extend_lease(session, job_id, "someone-else", 30, plan_id=plan_id, progress=0.9)
+        assert extend_lease(session, job, "progress-worker", 30, progress=0.4)
+        assert not extend_lease(session, job, "someone-else", 30, progress=0.9)
     plan = job_client.get(f"/v1/plans/{plan_id}").json()
     assert plan["status"] == "running" and plan["progress"] == pytest.approx(0.4)

@@ -30,15 +30,6 @@ from service.app import create_app
 from service.schemas.moe import MoeDeploymentRead, MoeRebalanceResponse
 from tests.conftest import make_settings
 
-#: Routes of the other slices of issue 51 (the plan path, the 3D planner) whose response
-#: models land with those slices. The lead empties this set after merging them; a route
-#: listed here that declares its answer fails the test below, so the set only shrinks.
-PENDING_RESPONSE_MODELS = {
-    ("GET", "/v1/plans/{plan_id}/trace"),  # Chrome trace JSON: no model yet
-    ("GET", "/v1/plans/{plan_id}/view"),  # HTML: no ``responses`` content declared yet
-}
-
-
 def _app():
     return create_app(make_settings("sqlite:///:memory:"))  # building the routes touches no database
 
@@ -84,8 +75,7 @@ def _declares_its_answer(route: APIRoute) -> bool:
 
 def test_every_route_declares_what_it_answers():
     undeclared = {(method, path) for method, path, route in _routes() if not _declares_its_answer(route)}
-    assert undeclared - PENDING_RESPONSE_MODELS == set(), "declare a response_model (or responses= for non-JSON)"
-    assert PENDING_RESPONSE_MODELS - undeclared == set(), "declared now: take it off PENDING_RESPONSE_MODELS"
+    assert undeclared == set(), "declare a response_model (or responses= for non-JSON)"
 
 
 def _describes(schema: dict) -> bool:
@@ -105,7 +95,7 @@ def test_the_published_schema_describes_every_success_answer():
                 for media_type, content in (response.get("content") or {}).items() if status.startswith("2") else ():
                     if media_type.endswith("json") and not _describes(content.get("schema", {})):
                         vague.add((method.upper(), path))
-    assert vague <= PENDING_RESPONSE_MODELS, vague
+    assert vague == set(), vague
 
 
 def test_the_contract_test_sees_through_included_routers():

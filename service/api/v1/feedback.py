@@ -162,12 +162,18 @@ async def create_replan(
     body: ReplanCreate | None = None,
     idempotency_key: IdempotencyKey = None,
 ) -> DocumentResponse:
-    outcome = await run_in_threadpool(
-        replan, session, principal.tenant_id, plan_id, body or ReplanCreate(), settings, idempotency_key=idempotency_key,
-        slots=request.app.state.planning_slots,
+    return await run_in_threadpool(
+        _replan_response, session, principal.tenant_id, plan_id, body or ReplanCreate(), settings, idempotency_key,
+        request.app.state.planning_slots,
     )
+
+
+def _replan_response(session, tenant_id: str, plan_id: str, body: ReplanCreate, settings, idempotency_key: str | None,
+                     slots) -> DocumentResponse:
+    """Re-plan and render in one threadpool call, from the result in memory when this request computed it."""
+    outcome = replan(session, tenant_id, plan_id, body, settings, idempotency_key=idempotency_key, slots=slots)
     plan = outcome.plan
-    document = plan_views.plan_read(plan, cached=outcome.cached)
+    document = plan_views.plan_read(plan, cached=outcome.cached, body=outcome.body)
     document["replan"] = (plan.summary or {}).get("replan")
     headers = {"ETag": plan_views.etag(plan, "replan", cached=outcome.cached), "Location": f"/v1/plans/{plan.id}"}
     return DocumentResponse(document, status_code=outcome.status_code, headers=headers)

@@ -2,7 +2,8 @@
 
 Handlers parse the transport (content type, form parts, headers) and hand the
 rest to ``service.domain.planning``; CPU work runs in the threadpool so the event
-loop keeps answering.
+loop keeps answering, in one hop per request: a JSON submission is parsed, planned
+and rendered by one call there (:func:`_submit`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from service.domain import plan_views, planning
 from service.domain.planning import PlanSubmission, submit_plan
 from service.errors import NotFound, UnprocessableInput
 from service.schemas.common import Page
-from service.schemas.plans import GraphRead, PlanCreate, PlanRead
+from service.schemas.plans import ChromeTrace, GraphRead, PlanCreate, PlanRead
 from service.storage import plans as plans_repo
 
 router = APIRouter(tags=["plans"])
@@ -111,8 +112,9 @@ async def _submission_from_multipart(request: Request) -> PlanSubmission:
     return PlanSubmission(inventory=envelope.inventory.model_dump(exclude_none=True), options=envelope.options.model_dump(), onnx_bytes=data)
 
 
-def _plan_response(plan, status_code: int, cached: bool, detail: str = "full") -> DocumentResponse:
-    document = plan_views.plan_read(plan, cached=cached, detail=detail)
+def _plan_response(plan, status_code: int, cached: bool, detail: str = "full",
+                   body: dict | None = None) -> DocumentResponse:
+    document = plan_views.plan_read(plan, cached=cached, detail=detail, body=body)
     headers = {"ETag": plan_views.etag(plan, detail, cached=cached)}
     if status_code in (201, 202):
         headers["Location"] = f"/v1/plans/{plan.id}"
@@ -142,17 +144,25 @@ def _plan_response(plan, status_code: int, cached: bool, detail: str = "full") -
 async def create_plan(request: Request, session: SessionDep, settings: SettingsDep, principal: Writer, idempotency_key: IdempotencyKey = None):
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
-        submission = await _submission_from_multipart(request)
+        submission: PlanSubmission | bytes = await _submission_from_multipart(request)
     elif content_type.startswith("application/json") or not content_type:
-        body = await request.body()
-        submission = await run_in_threadpool(_submission_from_json, body)
+        submission = await request.body()
     else:
         raise UnprocessableInput(f"Unsupported content type {content_type!r}; send application/json or multipart/form-data.")
-    outcome = await run_in_threadpool(
-        submit_plan, session, principal.tenant_id, submission, settings, idempotency_key=idempotency_key,
-        slots=request.app.state.planning_slots,
+    return await run_in_threadpool(
+        _submit, session, principal.tenant_id, submission, settings, idempotency_key,
+        request.app.state.planning_slots,
     )
-    return await run_in_threadpool(_plan_response, outcome.plan, outcome.status_code, outcome.cached)
+
+
+def _submit(session, tenant_id: str, submission: PlanSubmission | bytes, settings, idempotency_key: str | None,
+            slots) -> DocumentResponse:
+    """Parse (a JSON body), plan and render in one threadpool call; the answer is built from the
+    plan's result in memory when this request computed it."""
+    if isinstance(submission, bytes):
+        submission = _submission_from_json(submission)
+    outcome = submit_plan(session, tenant_id, submission, settings, idempotency_key=idempotency_key, slots=slots)
+    return _plan_response(outcome.plan, outcome.status_code, outcome.cached, body=outcome.body)
 
 
 @router.get("/plans/{plan_id}", response_model=PlanRead, summary="A plan (poll it while it is queued or running)", responses={304: {"description": "Not modified (If-None-Match)"}, **problem_responses(404)})
@@ -213,14 +223,27 @@ def read_model(model_hash: ModelHash, session: SessionDep, principal: Reader) ->
     return plan_views.graph_read(row)
 
 
-@router.get("/plans/{plan_id}/trace", summary="The simulated timeline as Chrome trace JSON (opens in Perfetto)", responses=problem_responses(404, 409))
+@router.get(
+    "/plans/{plan_id}/trace",
+    response_model=ChromeTrace,
+    summary="The simulated timeline as Chrome trace JSON (opens in Perfetto)",
+    responses=problem_responses(404, 409),
+)
 def plan_trace(plan_id: PlanId, session: SessionDep, principal: Reader) -> DocumentResponse:
     plan = plan_views.finished_plan(session, principal.tenant_id, plan_id)
     trace = plan_views.chrome_trace(session, plan)
     return DocumentResponse(trace, headers={"Content-Disposition": f'inline; filename="plan-{plan.id}.trace.json"'})
 
 
-@router.get("/plans/{plan_id}/view", response_class=HTMLResponse, summary="An HTML page: Gantt chart, memory, link traffic, candidates", responses=problem_responses(404, 409))
+@router.get(
+    "/plans/{plan_id}/view",
+    response_class=HTMLResponse,
+    summary="An HTML page: Gantt chart, memory, link traffic, candidates",
+    responses={
+        200: {"description": "A self-contained HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}},
+        **problem_responses(404, 409),
+    },
+)
 def plan_view(plan_id: PlanId, session: SessionDep, principal: Reader) -> HTMLResponse:
     plan = plan_views.finished_plan(session, principal.tenant_id, plan_id)
     return HTMLResponse(plan_views.html_view(session, plan))

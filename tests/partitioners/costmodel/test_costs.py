@@ -28,7 +28,8 @@ from partitioners.costmodel.costs import (
     transfer_times_s,
 )
 from partitioners.errors import InvalidInput
-from partitioners.graph.hypergraph import graph_from_json, graph_from_ops
+from partitioners.graph.hypergraph import graph_from_ops
+from partitioners.graph.json_import import graph_from_json
 from partitioners.hardware.inventory import inventory_from_json, preset_inventory
 
 #: efficiency 1, no launch cost: the bare roofline

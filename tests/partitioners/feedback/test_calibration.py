@@ -21,7 +21,7 @@ from partitioners.feedback.calibration import (
 )
 from partitioners.costmodel.costs import OP_CLASS_NAMES, CostModel, op_class_of, op_times_s
 from partitioners.errors import InvalidInput
-from partitioners.graph.hypergraph import graph_from_json
+from partitioners.graph.json_import import graph_from_json
 from partitioners.placement.engine import PlacementOptions
 from partitioners.hardware.inventory import preset_inventory
 from partitioners.graph.onnx_import import graph_from_onnx_bytes

@@ -9,15 +9,9 @@ import numpy as np
 import pytest
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.graph.hypergraph import (
-    TENSOR_ACTIVATION,
-    TENSOR_INPUT,
-    TENSOR_PARAMETER,
-    graph_from_json,
-    graph_summary,
-    graph_to_json,
-    model_hash,
-)
+from partitioners.graph.canonical import graph_to_json, model_hash
+from partitioners.graph.hypergraph import TENSOR_ACTIVATION, TENSOR_INPUT, TENSOR_PARAMETER, graph_summary
+from partitioners.graph.json_import import graph_from_json
 
 
 def _mlp() -> dict:

@@ -11,7 +11,8 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioners.graph.hypergraph import graph_from_json, graph_to_json, model_hash
+from partitioners.graph.canonical import graph_to_json, model_hash
+from partitioners.graph.json_import import graph_from_json
 
 _OPS = ["MatMul", "Add", "Relu", "Conv", "Softmax"]
 _DTYPES = ["float32", "float16", "bfloat16"]

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.costmodel.costs import CostModel, link_time_tables
 from partitioners.errors import Infeasible, InvalidInput
-from partitioners.graph.hypergraph import graph_from_json, op_levels
+from partitioners.graph.hypergraph import op_levels
+from partitioners.graph.json_import import graph_from_json
 from partitioners.placement.heft import heft_schedule
 from partitioners.hardware.device_types import device_type_constraint
 from partitioners.placement.engine import PlacementOptions, place

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from partitioners.graph.generators import synthetic_graph_json, synthetic_hypergraph
 from partitioners.costmodel.costs import CostModel
 from partitioners.errors import Infeasible, InvalidInput
-from partitioners.graph.hypergraph import graph_from_json, graph_from_ops
+from partitioners.graph.hypergraph import graph_from_ops
+from partitioners.graph.json_import import graph_from_json
 from partitioners.placement.engine import PlacementOptions, place
 from partitioners.hardware.inventory import inventory_from_json
 from partitioners.placement.memory_tiers import placed_tier_op_times_s

@@ -37,10 +37,10 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from partitioners.costmodel.costs import OP_CLASS_NAMES, CostModel, op_times_s
-from partitioners.hardware.inventory import preset_inventory
-from partitioners.graph.onnx_import import graph_from_onnx_bytes
 from partitioners.costmodel.simulator import simulate
+from partitioners.graph.onnx_import import graph_from_onnx_bytes
 from partitioners.graph.transforms import expand_graph
+from partitioners.hardware.inventory import preset_inventory
 from service.app import create_app
 from service.settings import Settings
 

@@ -34,8 +34,10 @@ def main() -> None:
         print(f"{name:<34}{pred_raw:>17.2f}{pred:>16.2f}{pub:>11.2f}{pred / pub - 1:>+13.1%}")
     errs = np.array([pred / pub - 1 for _, pred, pub in shipped])
     raw_errs = np.array([pred / pub - 1 for _, pred, pub in raw])
-    print(f"median error of the predicted speed-up: {np.median(raw_errs):+.1%} with the microbenchmark ceiling, "
-          f"{np.median(errs):+.1%} with HOPPER_IN_TRAINING = {HOPPER_IN_TRAINING}")
+    print(
+        f"median error of the predicted speed-up: {np.median(raw_errs):+.1%} with the microbenchmark ceiling, "
+        f"{np.median(errs):+.1%} with HOPPER_IN_TRAINING = {HOPPER_IN_TRAINING}"
+    )
     print(f"fitted factor (median ratio 1): {fitted_factor():.3f}   shipped: {HOPPER_IN_TRAINING}")
 
 

@@ -21,9 +21,6 @@ prints both, row by row, per sequence length and over 8 GPUs, with the error sta
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
-
 import numpy as np
 
 from partitioners.parallel3d.published.llm_foundry import TABLES, table_errors
@@ -37,8 +34,10 @@ def _summary(errors: list[tuple[str, int, int, bool, float]]) -> str:
     per_seq = " ".join(f"{seq}:{np.median(v):+.0%}" for seq, v in sorted(by_seq.items()))
     multi_node = [err for _, _, gpus, _, err in errors if gpus > 8]
     across = f"; over 8 GPUs median {np.median(multi_node):+.1%} (n={len(multi_node)})" if multi_node else ""
-    return (f"median {np.median(e):+.1%}, mean |err| {np.mean(np.abs(e)):.1%}, within 10%: "
-            f"{np.count_nonzero(np.abs(e) < 0.10)}/{e.size}{across}; median by sequence length: {per_seq}")
+    return (
+        f"median {np.median(e):+.1%}, mean |err| {np.mean(np.abs(e)):.1%}, within 10%: "
+        f"{np.count_nonzero(np.abs(e) < 0.10)}/{e.size}{across}; median by sequence length: {per_seq}"
+    )
 
 
 def main() -> None:

@@ -62,7 +62,9 @@ class Recorder:
                 self.errors[route].append(error)
 
 
-def _client_loop(base_url: str, api_key: str, index: int, deadline: float, max_requests: int, rec: Recorder, graphs: dict) -> None:
+def _client_loop(
+    base_url: str, api_key: str, index: int, deadline: float, max_requests: int, rec: Recorder, graphs: dict
+) -> None:
     rng = random.Random(index)
     load_rng = np.random.default_rng(index)
     deployment = f"load-{index}"
@@ -88,7 +90,11 @@ def _client_loop(base_url: str, api_key: str, index: int, deadline: float, max_r
                 else:
                     seed += 1
                     graph = graphs["diamond"] if rng.random() < 0.7 else graphs["synthetic"]
-                    body = {"graph": graph, "inventory": {"preset": "dgx-h100", "nodes": 1}, "options": {"seed": seed % (2**31 - 1)}}
+                    body = {
+                        "graph": graph,
+                        "inventory": {"preset": "dgx-h100", "nodes": 1},
+                        "options": {"seed": seed % (2**31 - 1)},
+                    }
                 request = ("POST", "/v1/plans", {"json": body})
                 expected = (200, 201)
             elif draw < 0.8:
@@ -140,11 +146,15 @@ def run(database_url: str, duration_s: float, clients: int, max_requests: int, w
     engine = make_engine(database_url)
     upgrade_to_head(engine)
     with make_session_factory(engine)() as session, session.begin():
-        api_key = issue_api_key(session, get_or_create_tenant(session, f"load-{os.getpid()}-{time.time_ns()}"), SECRET).api_key
+        api_key = issue_api_key(
+            session, get_or_create_tenant(session, f"load-{os.getpid()}-{time.time_ns()}"), SECRET
+        ).api_key
     engine.dispose()
 
     try:
-        with running_server(database_url, workers=workers, auth="required", api_key_secret=SECRET, embedded_worker="false") as (
+        with running_server(
+            database_url, workers=workers, auth="required", api_key_secret=SECRET, embedded_worker="false"
+        ) as (
             base_url,
             server,
         ):
@@ -167,7 +177,9 @@ def _drive(base_url: str, api_key: str, duration_s: float, clients: int, max_req
     _client_loop(base_url, api_key, 10_000, time.monotonic() + 2.0, 20, warm, graphs)
     started = time.monotonic()
     threads = [
-        threading.Thread(target=_client_loop, args=(base_url, api_key, i, started + duration_s, max_requests, rec, graphs))
+        threading.Thread(
+            target=_client_loop, args=(base_url, api_key, i, started + duration_s, max_requests, rec, graphs)
+        )
         for i in range(clients)
     ]
     for thread in threads:
@@ -194,7 +206,11 @@ def _report(rec: Recorder, wall_s: float, clients: int, workers: int, database_u
         )
     print(f"{'all':<28} {rec.count:>9} {rec.count / wall_s:>8.1f} {'':>8} {'':>8} {'':>8} {errors:>7}")
     if rss_mb is not None:
-        print(f"server process peak RSS: {rss_mb:.0f} MiB (the uvicorn parent; workers are separate processes)" if workers > 1 else f"server peak RSS: {rss_mb:.0f} MiB")
+        print(
+            f"server process peak RSS: {rss_mb:.0f} MiB (the uvicorn parent; workers are separate processes)"
+            if workers > 1
+            else f"server peak RSS: {rss_mb:.0f} MiB"
+        )
     for route, messages in rec.errors.items():
         for message in messages[:5]:
             print(f"error {route}: {message}")
@@ -202,7 +218,11 @@ def _report(rec: Recorder, wall_s: float, clients: int, workers: int, database_u
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database-url", default=None, help="PostgreSQL URL (default: a throwaway cluster via scripts/with-postgres.sh)")
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="PostgreSQL URL (default: a throwaway cluster via scripts/with-postgres.sh)",
+    )
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--max-requests", type=int, default=20_000)
@@ -213,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     url = args.database_url or os.environ.get("HYPERPLACE_TEST_POSTGRES_URL")
     if url is None:
         # Re-run under a throwaway PostgreSQL that the wrapper deletes afterwards.
-        command = [str(REPO / "scripts" / "with-postgres.sh"), sys.executable, "-m", "bench.load", *(argv if argv is not None else sys.argv[1:])]
+        command = [
+            str(REPO / "scripts" / "with-postgres.sh"),
+            sys.executable,
+            "-m",
+            "bench.load",
+            *(argv if argv is not None else sys.argv[1:]),
+        ]
         return subprocess.call(command, cwd=REPO)
     return run(url, args.duration_s, args.clients, args.max_requests, args.workers)
 

@@ -59,7 +59,7 @@ def drift(pop: np.ndarray, rng: np.random.Generator, fraction: float = 0.1) -> n
     """Shuffle the popularity of ``fraction`` of the experts among themselves, per layer."""
     out = pop.copy()
     layers, experts = pop.shape
-    k = max(2, int(round(fraction * experts)))
+    k = max(2, round(fraction * experts))
     for layer in range(layers):
         chosen = rng.choice(experts, size=k, replace=False)
         out[layer, chosen] = out[layer, rng.permutation(chosen)]
@@ -93,7 +93,7 @@ def duplicate_layers(p2l: np.ndarray, num_gpus: int) -> int:
 def _eplb():
     try:
         return importlib.import_module("eplb")
-    except Exception:  # noqa: BLE001 - optional comparison, any import failure means "skip"
+    except Exception:
         return None
 
 
@@ -143,7 +143,7 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
     total_slots = layers * num_gpus * slots_per_gpu
     for name, load, current, down, groups in scenarios:
         result, med, p99, cpu = _timed(
-            lambda: rebalance(
+            lambda load=load, current=current, down=down, groups=groups: rebalance(
                 load,
                 current_physical_to_logical=current,
                 unavailable_gpus=down,

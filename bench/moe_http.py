@@ -34,6 +34,7 @@ from bench.moe import GPUS_PER_NODE, popularity, sample
 from bench.server import running_server
 from partitioners.moe.rebalance import rebalance
 
+
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
@@ -41,7 +42,11 @@ def _percentile(values: list[float], q: float) -> float:
 def _request(load: np.ndarray, num_gpus: int, slots_per_gpu: int, deployment: str | None = None, current=None) -> dict:
     body = {
         "model": {"num_moe_layers": load.shape[0], "num_logical_experts": load.shape[1], "expert_bytes": 44_040_192},
-        "cluster": {"num_nodes": num_gpus // GPUS_PER_NODE, "gpus_per_node": GPUS_PER_NODE, "slots_per_gpu": slots_per_gpu},
+        "cluster": {
+            "num_nodes": num_gpus // GPUS_PER_NODE,
+            "gpus_per_node": GPUS_PER_NODE,
+            "slots_per_gpu": slots_per_gpu,
+        },
         "load": load.tolist(),
     }
     if deployment:
@@ -69,12 +74,20 @@ def latency(base: str, layers: int, experts: int, num_gpus: int, calls: int, see
             response.raise_for_status()
             moved.append(response.json()["slots_moved_fraction"])
             started = time.perf_counter()
-            rebalance(load, num_nodes=num_gpus // GPUS_PER_NODE, gpus_per_node=GPUS_PER_NODE, slots_per_gpu=slots_per_gpu,
-                      current_physical_to_logical=current, expert_bytes=44_040_192)
+            rebalance(
+                load,
+                num_nodes=num_gpus // GPUS_PER_NODE,
+                gpus_per_node=GPUS_PER_NODE,
+                slots_per_gpu=slots_per_gpu,
+                current_physical_to_logical=current,
+                expert_bytes=44_040_192,
+            )
             inprocess_ms.append((time.perf_counter() - started) * 1000)
-    return (f"{experts:>4}x{num_gpus:<4} {layers:>3} layers  HTTP p50 {_percentile(http_ms, 50):6.1f} ms  p99 {_percentile(http_ms, 99):6.1f} ms"
-            f"   in-process p50 {_percentile(inprocess_ms, 50):6.1f} ms  p99 {_percentile(inprocess_ms, 99):6.1f} ms"
-            f"   slots moved mean {100 * statistics.fmean(moved):.2f}%  ({calls} calls)")
+    return (
+        f"{experts:>4}x{num_gpus:<4} {layers:>3} layers  HTTP p50 {_percentile(http_ms, 50):6.1f} ms  p99 {_percentile(http_ms, 99):6.1f} ms"
+        f"   in-process p50 {_percentile(inprocess_ms, 50):6.1f} ms  p99 {_percentile(inprocess_ms, 99):6.1f} ms"
+        f"   slots moved mean {100 * statistics.fmean(moved):.2f}%  ({calls} calls)"
+    )
 
 
 def load_test(base: str, clients: int, seconds: float, seed: int) -> str:
@@ -84,7 +97,9 @@ def load_test(base: str, clients: int, seconds: float, seed: int) -> str:
     pop = popularity(layers, experts, rng)
     bodies = [sample(pop, rng) for _ in range(16)]
     with httpx.Client(base_url=base, timeout=30) as client:
-        current = client.post("/v1/moe/rebalance", json=_request(bodies[0], num_gpus, slots_per_gpu)).json()["physical_to_logical"]
+        current = client.post("/v1/moe/rebalance", json=_request(bodies[0], num_gpus, slots_per_gpu)).json()[
+            "physical_to_logical"
+        ]
     requests = [_request(load, num_gpus, slots_per_gpu, current=current) for load in bodies]
     latencies: list[float] = []
     errors = [0]
@@ -113,9 +128,11 @@ def load_test(base: str, clients: int, seconds: float, seed: int) -> str:
     for thread in threads:
         thread.join(seconds + 60)
     wall = time.perf_counter() - started
-    return (f"load test: {clients} clients x {seconds:.0f} s, 256x64x58: {len(latencies)} requests, "
-            f"{len(latencies) / wall:.1f} req/s, p50 {_percentile(latencies, 50):.1f} ms, p99 {_percentile(latencies, 99):.1f} ms, "
-            f"errors {errors[0]}")
+    return (
+        f"load test: {clients} clients x {seconds:.0f} s, 256x64x58: {len(latencies)} requests, "
+        f"{len(latencies) / wall:.1f} req/s, p50 {_percentile(latencies, 50):.1f} ms, p99 {_percentile(latencies, 99):.1f} ms, "
+        f"errors {errors[0]}"
+    )
 
 
 def main() -> None:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import onnx
 
-from partitioners.graph.synthetic_onnx import synthetic_transformer_onnx
 from partitioners.graph.onnx_import import graph_from_onnx_bytes
+from partitioners.graph.synthetic_onnx import synthetic_transformer_onnx
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "onnx"
 # the symbolic input dims of each fixture and of the synthetic exports, bound as a user would
@@ -57,8 +57,10 @@ def measure(label: str, data: bytes, repeats: int) -> None:
     floor_s = _cpu_s(lambda: _floor(data, dims), repeats)
     graph = graph_from_onnx_bytes(data, dims=dims)
     import_s = _cpu_s(lambda: graph_from_onnx_bytes(data, dims=dims), repeats)
-    print(f"{label:<24}{n_nodes:>9}{graph.n_ops:>9}{len(data) / 1e6:>9.1f}{floor_s:>13.3f}{import_s:>14.3f}"
-          f"{import_s / max(floor_s, 1e-9):>7.1f}")
+    print(
+        f"{label:<24}{n_nodes:>9}{graph.n_ops:>9}{len(data) / 1e6:>9.1f}{floor_s:>13.3f}{import_s:>14.3f}"
+        f"{import_s / max(floor_s, 1e-9):>7.1f}"
+    )
 
 
 def main() -> None:
@@ -70,8 +72,7 @@ def main() -> None:
     for path in sorted(FIXTURES.glob("*.onnx")):
         measure(path.stem, path.read_bytes(), args.repeats)
     for layers in args.layers:
-        measure(f"synthetic-gpt-{layers}", synthetic_transformer_onnx(layers),
-                args.repeats if layers < 1000 else 1)
+        measure(f"synthetic-gpt-{layers}", synthetic_transformer_onnx(layers), args.repeats if layers < 1000 else 1)
 
 
 if __name__ == "__main__":

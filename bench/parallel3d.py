@@ -98,16 +98,19 @@ def _top_pairs(plan, k: int = 3) -> list[tuple[int, int]]:
 
 def agreement_table() -> None:
     print("== published layouts: planner ranking and predicted utilisation ==")
-    header = (f"{'run':<34}{'GPUs':>6}  {'published':>9}  {'planner top-3 (tp,pp)':<26}{'top1':>5}{'top3':>5}"
-              f"{'tie':>5}{'gap':>7}  {'metric':>6}{'pub':>7}{'pred':>7}{'err':>8}")
+    header = (
+        f"{'run':<34}{'GPUs':>6}  {'published':>9}  {'planner top-3 (tp,pp)':<26}{'top1':>5}{'top3':>5}"
+        f"{'tie':>5}{'gap':>7}  {'metric':>6}{'pub':>7}{'pred':>7}{'err':>8}"
+    )
     print(header)
     top1 = top3 = tie1 = 0
     errors = []
     gaps: list[float] = []
     rows = SC21_TABLE1 + KORTHIKANTI22
     for row in rows:
-        plan = plan_parallel_layout(*specs_of(row["model"], row["cluster"], row["training"]),
-                                    constraints_of(row["search"]), with_rank_map=False)
+        plan = plan_parallel_layout(
+            *specs_of(row["model"], row["cluster"], row["training"]), constraints_of(row["search"]), with_rank_map=False
+        )
         pub = (row["published"]["tp"], row["published"]["pp"])
         pairs = _top_pairs(plan)
         first = bool(pairs) and pairs[0] == pub
@@ -118,8 +121,11 @@ def agreement_table() -> None:
         top1 += first
         top3 += in3
         tie1 += first or tied
-        (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
-                                   [LayoutSpec(**row["published"])], constraints_of(row["search"]))
+        (pred,) = evaluate_layouts(
+            *specs_of(row["model"], row["cluster"], row["training"]),
+            [LayoutSpec(**row["published"])],
+            constraints_of(row["search"]),
+        )
         if row["published_mfu"] is not None:
             metric, published, predicted = "MFU", row["published_mfu"], pred.mfu
         else:
@@ -128,17 +134,25 @@ def agreement_table() -> None:
         errors.append(err)
         gpus = spec_from_mapping(ClusterSpec, row["cluster"]).num_gpus
         label = f"{row['name']} ({row['source'].split(',')[0].split(' Table')[0]})"
-        print(f"{label:<34}{gpus:>6}  {str(pub):>9}  {str(pairs):<26}{'yes' if first else '-':>5}"
-              f"{'yes' if in3 else '-':>5}{'yes' if tied or first else '-':>5}{gaps[-1]:>+7.1%}  {metric:>6}{published:>7.3f}"
-              f"{predicted:>7.3f}{err:>+8.1%}{'' if pred.fits else '  (predicted NOT to fit!)'}")
+        print(
+            f"{label:<34}{gpus:>6}  {pub!s:>9}  {pairs!s:<26}{'yes' if first else '-':>5}"
+            f"{'yes' if in3 else '-':>5}{'yes' if tied or first else '-':>5}{gaps[-1]:>+7.1%}  {metric:>6}{published:>7.3f}"
+            f"{predicted:>7.3f}{err:>+8.1%}{'' if pred.fits else '  (predicted NOT to fit!)'}"
+        )
     n = len(rows)
     errs = np.abs(np.array(errors))
-    print(f"top-1 (tp,pp) agreement: {top1}/{n} = {top1 / n:.0%}   top-3: {top3}/{n} = {top3 / n:.0%}   "
-          f"top-1 or tied with it ({Constraints().tie_tolerance:.1%}): {tie1}/{n} = {tie1 / n:.0%}")
-    print(f"predicted step time of the best published (tp,pp) above the planner's first choice: median "
-          f"{np.median(gaps):.1%}, max {np.max(gaps):.1%}")
-    print(f"utilisation error of published layouts: mean |err| {errs.mean():.1%}, max |err| {errs.max():.1%}, "
-          f"within 10%: {int(np.sum(errs <= 0.10))}/{n}")
+    print(
+        f"top-1 (tp,pp) agreement: {top1}/{n} = {top1 / n:.0%}   top-3: {top3}/{n} = {top3 / n:.0%}   "
+        f"top-1 or tied with it ({Constraints().tie_tolerance:.1%}): {tie1}/{n} = {tie1 / n:.0%}"
+    )
+    print(
+        f"predicted step time of the best published (tp,pp) above the planner's first choice: median "
+        f"{np.median(gaps):.1%}, max {np.max(gaps):.1%}"
+    )
+    print(
+        f"utilisation error of published layouts: mean |err| {errs.mean():.1%}, max |err| {errs.max():.1%}, "
+        f"within 10%: {int(np.sum(errs <= 0.10))}/{n}"
+    )
 
 
 def controlled_comparisons_table() -> None:
@@ -157,9 +171,11 @@ def controlled_comparisons_table() -> None:
         print(f"  reproduced: {verdict}{' (' + detail + ')' if detail else ''}")
         if detail:
             notes.append(f"{comparison['figure']} {verdict}: {detail}")
-    print(f"findings reproduced: {verdicts.count('yes')}/{len(verdicts)}, tied within "
-          f"{Constraints().tie_tolerance:.1%}: {verdicts.count('tie')}, contradicted: {verdicts.count('no')}"
-          + "".join(f"\n  {line}" for line in notes))
+    print(
+        f"findings reproduced: {verdicts.count('yes')}/{len(verdicts)}, tied within "
+        f"{Constraints().tie_tolerance:.1%}: {verdicts.count('tie')}, contradicted: {verdicts.count('no')}"
+        + "".join(f"\n  {line}" for line in notes)
+    )
 
 
 def recompute_comparison() -> None:
@@ -167,60 +183,92 @@ def recompute_comparison() -> None:
     print(f"\n{comparison['source']}: {comparison['name']}, (t, p) = (8, 35), the two ways to fit it in memory")
     steps = []
     for case in comparison["cases"]:
-        (pred,) = evaluate_layouts(*specs_of(comparison["model"], comparison["cluster"], case["training"]),
-                                   [LayoutSpec(**case["layout"])], constraints_of(comparison["search"]))
+        (pred,) = evaluate_layouts(
+            *specs_of(comparison["model"], comparison["cluster"], case["training"]),
+            [LayoutSpec(**case["layout"])],
+            constraints_of(comparison["search"]),
+        )
         steps.append(pred.step_time_s)
-        print(f"  {case['label']:<46} MFU predicted {pred.mfu:.3f}  published {case['published_mfu']:.3f}  "
-              f"err {pred.mfu / case['published_mfu'] - 1.0:+.1%}")
+        print(
+            f"  {case['label']:<46} MFU predicted {pred.mfu:.3f}  published {case['published_mfu']:.3f}  "
+            f"err {pred.mfu / case['published_mfu'] - 1.0:+.1%}"
+        )
     published = comparison["cases"][0]["published_mfu"] / comparison["cases"][1]["published_mfu"] - 1.0
     print(f"  faster than full recomputation: predicted {steps[1] / steps[0] - 1.0:+.1%}, published {published:+.1%}")
 
 
 def memory_table() -> None:
     print("\n== per-GPU memory (GiB) on A100-80GB: Korthikanti et al. 2022 layouts, SC21 Figure 17 pipeline ==")
-    print(f"{'layout':<44}{'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>8}  "
-          f"{'predicted':<10}{'published':<10}")
+    print(
+        f"{'layout':<44}{'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}{'total':>8}  "
+        f"{'predicted':<10}{'published':<10}"
+    )
     wrong = []
-    for row, expect_fit in ([(r, True) for r in KORTHIKANTI22] + [(r, False) for r in KNOWN_OUT_OF_MEMORY]
-                            + [(r, r["fits"]) for r in SC21_FIGURE17_MEMORY]):
-        (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
-                                   [LayoutSpec(**row["published"])], constraints_of(row["search"]))
+    for row, expect_fit in (
+        [(r, True) for r in KORTHIKANTI22]
+        + [(r, False) for r in KNOWN_OUT_OF_MEMORY]
+        + [(r, r["fits"]) for r in SC21_FIGURE17_MEMORY]
+    ):
+        (pred,) = evaluate_layouts(
+            *specs_of(row["model"], row["cluster"], row["training"]),
+            [LayoutSpec(**row["published"])],
+            constraints_of(row["search"]),
+        )
         mem = pred.memory
         fits = not any(r.startswith("out of memory") for r in pred.reasons)
         tight = any(n.startswith("tight memory") for n in pred.notes)
         verdict = "OOM" if not fits else ("tight" if tight else "fits")
         if fits != expect_fit:
             flip = mem.fragmentation_that_fills
-            wrong.append(f"{row['name']}: {verdict} at {mem.total_bytes / GIB:.1f} GiB, flips at "
-                         f"{flip:.0%} allocator fragmentation of activations")
-        print(f"{row['name'] + ' ' + pred.recompute:<44}{mem.parameters_bytes / GIB:>8.1f}"
-              f"{mem.gradients_bytes / GIB:>8.1f}{mem.optimizer_state_bytes / GIB:>8.1f}"
-              f"{mem.activations_bytes / GIB:>8.1f}{mem.buffers_bytes / GIB:>8.1f}{mem.total_bytes / GIB:>8.1f}  "
-              f"{verdict:<10}{'fits' if expect_fit else 'OOM':<10}")
-    print(f"(tight: fits with {ACTIVATION_FRAGMENTATION:.0%} allocator fragmentation of activations, "
-          f"not with {ACTIVATION_FRAGMENTATION_HIGH:.0%}; the planner says so in the layout's notes)")
-    print(f"memory verdicts that disagree with the papers: {len(wrong)}"
-          + "".join(f"\n  {line}" for line in wrong))
+            wrong.append(
+                f"{row['name']}: {verdict} at {mem.total_bytes / GIB:.1f} GiB, flips at "
+                f"{flip:.0%} allocator fragmentation of activations"
+            )
+        print(
+            f"{row['name'] + ' ' + pred.recompute:<44}{mem.parameters_bytes / GIB:>8.1f}"
+            f"{mem.gradients_bytes / GIB:>8.1f}{mem.optimizer_state_bytes / GIB:>8.1f}"
+            f"{mem.activations_bytes / GIB:>8.1f}{mem.buffers_bytes / GIB:>8.1f}{mem.total_bytes / GIB:>8.1f}  "
+            f"{verdict:<10}{'fits' if expect_fit else 'OOM':<10}"
+        )
+    print(
+        f"(tight: fits with {ACTIVATION_FRAGMENTATION:.0%} allocator fragmentation of activations, "
+        f"not with {ACTIVATION_FRAGMENTATION_HIGH:.0%}; the planner says so in the layout's notes)"
+    )
+    print(f"memory verdicts that disagree with the papers: {len(wrong)}" + "".join(f"\n  {line}" for line in wrong))
     ratios = []
     for row, base in zip(KORTHIKANTI22, KNOWN_OUT_OF_MEMORY):
-        (sel,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
-                                  [LayoutSpec(**row["published"])], constraints_of(row["search"]))
-        (tp_only,) = evaluate_layouts(*specs_of(base["model"], base["cluster"], base["training"]),
-                                      [LayoutSpec(**base["published"])], constraints_of(base["search"]))
+        (sel,) = evaluate_layouts(
+            *specs_of(row["model"], row["cluster"], row["training"]),
+            [LayoutSpec(**row["published"])],
+            constraints_of(row["search"]),
+        )
+        (tp_only,) = evaluate_layouts(
+            *specs_of(base["model"], base["cluster"], base["training"]),
+            [LayoutSpec(**base["published"])],
+            constraints_of(base["search"]),
+        )
         ratios.append(f"{row['name']} {tp_only.memory.activations_bytes / sel.memory.activations_bytes:.1f}x")
-    print("activation memory, tensor-parallel baseline over sequence parallel + selective recomputation: "
-          + ", ".join(ratios) + "  (paper: 'reduces activation memory by 5x')")
+    print(
+        "activation memory, tensor-parallel baseline over sequence parallel + selective recomputation: "
+        + ", ".join(ratios)
+        + "  (paper: 'reduces activation memory by 5x')"
+    )
     sc21_oom = 0
     for row in SC21_TABLE1:
-        (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
-                                   [LayoutSpec(**row["published"])], constraints_of(row["search"]))
+        (pred,) = evaluate_layouts(
+            *specs_of(row["model"], row["cluster"], row["training"]),
+            [LayoutSpec(**row["published"])],
+            constraints_of(row["search"]),
+        )
         sc21_oom += not pred.fits
     print(f"SC21 Table 1 published layouts predicted not to fit: {sc21_oom}/{len(SC21_TABLE1)}")
 
 
 def figure17_throughput_table() -> None:
     figure = SC21_FIGURE17_THROUGHPUT
-    print(f"\n{figure['source']}: where the curve without recomputation ends, read from the paper's throughput statements")
+    print(
+        f"\n{figure['source']}: where the curve without recomputation ends, read from the paper's throughput statements"
+    )
     without, full = (sequences_per_s(figure17_predictions(recompute)) for recompute in ("none", "full"))
     print("  batch                   " + "".join(f"{batch:>7}" for batch in figure["batches"]))
     for label, throughput in (("no recomputation seq/s", without), ("full recomputation seq/s", full)):
@@ -229,11 +277,15 @@ def figure17_throughput_table() -> None:
     best_full = max(full.values())
     following = [batch for batch in figure["batches"] if batch > last]
     beyond = f"; had batch {following[0]} run, {best_full / without[following[0]]:.2f}x" if following else ""
-    print(f"  recomputation's best over the best without: {best_full / without[last]:.2f}x if the curve ends at "
-          f"batch {last}{beyond} (paper: 'up to {figure['stated_best_ratio']:.0f}x')")
+    print(
+        f"  recomputation's best over the best without: {best_full / without[last]:.2f}x if the curve ends at "
+        f"batch {last}{beyond} (paper: 'up to {figure['stated_best_ratio']:.0f}x')"
+    )
     loss = max(1.0 - full[batch] / without[batch] for batch in figure["batches"] if batch <= last)
-    print(f"  recomputation's loss at small batches: {loss:.0%} lower (no recomputation {1.0 / (1.0 - loss) - 1.0:.0%} "
-          f"faster); paper: 'up to {figure['stated_small_batch_loss']:.0%} lower'")
+    print(
+        f"  recomputation's loss at small batches: {loss:.0%} lower (no recomputation {1.0 / (1.0 - loss) - 1.0:.0%} "
+        f"faster); paper: 'up to {figure['stated_small_batch_loss']:.0%} lower'"
+    )
 
 
 def _throughput_table(rows: list[dict], experts: bool = False) -> list[float]:
@@ -242,41 +294,58 @@ def _throughput_table(rows: list[dict], experts: bool = False) -> list[float]:
     ``experts``: MoE rows, shown with their ep and etp and the planner's top three (tp, pp).
     """
     shape_width = 16 if experts else 12
-    print(f"{'run':<32}{'GPUs':>6}  {'tp pp ep etp v' if experts else 'tp pp cp v':<{shape_width}}{'memory GiB':>11}  "
-          f"{'verdict':<8}{'recompute':<10}{'tokens/s/GPU pred':>18}{'pub':>7}{'err':>8}"
-          f"{'  planner top-3 (tp,pp)' if experts else ''}")
+    print(
+        f"{'run':<32}{'GPUs':>6}  {'tp pp ep etp v' if experts else 'tp pp cp v':<{shape_width}}{'memory GiB':>11}  "
+        f"{'verdict':<8}{'recompute':<10}{'tokens/s/GPU pred':>18}{'pub':>7}{'err':>8}"
+        f"{'  planner top-3 (tp,pp)' if experts else ''}"
+    )
     errs = []
     for row in rows:
-        (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
-                                   [LayoutSpec(**row["published"])], constraints_of(row["search"]))
+        (pred,) = evaluate_layouts(
+            *specs_of(row["model"], row["cluster"], row["training"]),
+            [LayoutSpec(**row["published"])],
+            constraints_of(row["search"]),
+        )
         fits = not any(r.startswith("out of memory") for r in pred.reasons)
         tight = any(n.startswith("tight memory") for n in pred.notes)
         verdict = "OOM" if not fits else ("tight" if tight else "fits")
         per_gpu = pred.tokens_per_s / (row["cluster"]["nodes"] * 8)
         err = per_gpu / row["published_tokens_per_s_per_gpu"] - 1.0
         errs.append(err)
-        shape = (f"{pred.tp} {pred.pp} {pred.ep} {pred.etp} {pred.virtual_stages}" if experts
-                 else f"{pred.tp} {pred.pp} {pred.cp} {pred.virtual_stages}")
+        shape = (
+            f"{pred.tp} {pred.pp} {pred.ep} {pred.etp} {pred.virtual_stages}"
+            if experts
+            else f"{pred.tp} {pred.pp} {pred.cp} {pred.virtual_stages}"
+        )
         top_three = ""
         if experts:
-            plan = plan_parallel_layout(*specs_of(row["model"], row["cluster"], row["training"]),
-                                        constraints_of(row["search"]), with_rank_map=False)
+            plan = plan_parallel_layout(
+                *specs_of(row["model"], row["cluster"], row["training"]),
+                constraints_of(row["search"]),
+                with_rank_map=False,
+            )
             top_three = f"  {_top_pairs(plan)}"
-        print(f"{row['name']:<32}{row['cluster']['nodes'] * 8:>6}  {shape:<{shape_width}}"
-              f"{pred.memory.total_bytes / GIB:>11.1f}  {verdict:<8}{pred.recompute:<10}{per_gpu:>18.0f}"
-              f"{row['published_tokens_per_s_per_gpu']:>7.0f}{err:>+8.1%}{top_three}")
+        print(
+            f"{row['name']:<32}{row['cluster']['nodes'] * 8:>6}  {shape:<{shape_width}}"
+            f"{pred.memory.total_bytes / GIB:>11.1f}  {verdict:<8}{pred.recompute:<10}{per_gpu:>18.0f}"
+            f"{row['published_tokens_per_s_per_gpu']:>7.0f}{err:>+8.1%}{top_three}"
+        )
     return errs
 
 
 def modern_stack_table() -> None:
     print("\n== H100, today's stack: NVIDIA Megatron-Bridge FP8 benchmarks, layouts as their recipes ran them ==")
     errs = _throughput_table(MEGATRON_BRIDGE_H100)
-    print(f"all ran without recomputation; throughput error: mean {np.mean(errs):+.1%}, "
-          f"max {np.max(np.abs(errs)):.1%} (not part of the published-run targets above)")
+    print(
+        f"all ran without recomputation; throughput error: mean {np.mean(errs):+.1%}, "
+        f"max {np.max(np.abs(errs)):.1%} (not part of the published-run targets above)"
+    )
     print("\n== H100, NeMo 24.07 FP8 pre-training table: published layouts, recomputation as the planner chooses ==")
     errs = np.abs(_throughput_table(NEMO_2407_H100))
-    print(f"throughput error: median {np.median(errs):.1%}, max {np.max(errs):.1%}, within 10%: "
-          f"{int(np.sum(errs <= 0.10))}/{len(errs)} (not part of the published-run targets above)")
+    print(
+        f"throughput error: median {np.median(errs):.1%}, max {np.max(errs):.1%}, within 10%: "
+        f"{int(np.sum(errs <= 0.10))}/{len(errs)} (not part of the published-run targets above)"
+    )
 
 
 def bridge_moe_table() -> None:
@@ -286,77 +355,105 @@ def bridge_moe_table() -> None:
     # 2026: small expert GEMMs and many kernel launches make MoE layers "host-bound"; NVIDIA's fused
     # MoE kernels with sync-free CUDA graphs ("Boosting MoE Training Throughput with Advanced Fusion
     # Kernels", NVIDIA technical blog, June 2026) gained 93% end to end on GPT-OSS, 8% on DeepSeek-V3
-    print("etp 1: experts folded over the tensor ranks; expert load force-balanced, as the benchmarks ran. Not part "
-          "of the published-run targets.\nEvery row is predicted too fast, the small-expert ones most: the planner "
-          "counts GPU work only, not the host's kernel launches and the dispatcher's\nrouting synchronisation "
-          "that leave small-expert layers host-bound (Yan et al. 2026; sync-free CUDA graphs gained GPT-OSS 93%, "
-          "NVIDIA 2026)")
+    print(
+        "etp 1: experts folded over the tensor ranks; expert load force-balanced, as the benchmarks ran. Not part "
+        "of the published-run targets.\nEvery row is predicted too fast, the small-expert ones most: the planner "
+        "counts GPU work only, not the host's kernel launches and the dispatcher's\nrouting synchronisation "
+        "that leave small-expert layers host-bound (Yan et al. 2026; sync-free CUDA graphs gained GPT-OSS 93%, "
+        "NVIDIA 2026)"
+    )
 
 
 def modelzoo_moe_table() -> None:
     """MODELZOO_QWEN3_H100: predicted against measured step time of five layouts of one MoE
     model on one cluster, and how many pairs of them the prediction puts in the measured order."""
-    print("\n== H100, mixture of experts: Qwen3-235B-A22B in five layouts on 256 GPUs (NVIDIA Megatron-MoE-ModelZoo) ==")
-    print(f"{'layout':<38}{'tp pp ep v mbs ZeRO':<21}{'recompute':<10}{'memory GiB':>11}{'step s pred':>13}"
-          f"{'pub':>6}{'tokens/s err':>14}")
+    print(
+        "\n== H100, mixture of experts: Qwen3-235B-A22B in five layouts on 256 GPUs (NVIDIA Megatron-MoE-ModelZoo) =="
+    )
+    print(
+        f"{'layout':<38}{'tp pp ep v mbs ZeRO':<21}{'recompute':<10}{'memory GiB':>11}{'step s pred':>13}"
+        f"{'pub':>6}{'tokens/s err':>14}"
+    )
     predicted, published = [], []
     for row in MODELZOO_QWEN3_H100:
-        (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
-                                   [LayoutSpec(**row["published"])])
+        (pred,) = evaluate_layouts(
+            *specs_of(row["model"], row["cluster"], row["training"]), [LayoutSpec(**row["published"])]
+        )
         predicted.append(pred.step_time_s)
         published.append(row["published_step_s"])
         shape = f"{pred.tp} {pred.pp} {pred.ep} {pred.virtual_stages} {pred.micro_batch_size} {pred.zero_stage}"
-        print(f"{row['name']:<38}{shape:<21}{pred.recompute:<10}{pred.memory.total_bytes / GIB:>11.1f}"
-              f"{pred.step_time_s:>13.1f}{row['published_step_s']:>6.1f}"
-              f"{row['published_step_s'] / pred.step_time_s - 1.0:>+14.1%}")
-    pairs = [(i, j) for i in range(len(published)) for j in range(i + 1, len(published))
-             if published[i] != published[j]]
+        print(
+            f"{row['name']:<38}{shape:<21}{pred.recompute:<10}{pred.memory.total_bytes / GIB:>11.1f}"
+            f"{pred.step_time_s:>13.1f}{row['published_step_s']:>6.1f}"
+            f"{row['published_step_s'] / pred.step_time_s - 1.0:>+14.1%}"
+        )
+    pairs = [
+        (i, j) for i in range(len(published)) for j in range(i + 1, len(published)) if published[i] != published[j]
+    ]
     same_order = sum((predicted[i] < predicted[j]) == (published[i] < published[j]) for i, j in pairs)
-    print(f"pairs of layouts predicted in the measured order: {same_order}/{len(pairs)} (pairs measured equal left "
-          "out); not part of the published-run targets.\nWhat the model does not explain: the a2a overlap gains "
-          "less than predicted, FSDP runs faster, and the layouts with 16 local experts (ep 8) run slower; a likely\n"
-          "cause of the last is the host's kernel launches, which grow with the local experts and the micro-batches "
-          "while the planner counts GPU work only")
+    print(
+        f"pairs of layouts predicted in the measured order: {same_order}/{len(pairs)} (pairs measured equal left "
+        "out); not part of the published-run targets.\nWhat the model does not explain: the a2a overlap gains "
+        "less than predicted, FSDP runs faster, and the layouts with 16 local experts (ep 8) run slower; a likely\n"
+        "cause of the last is the host's kernel launches, which grow with the local experts and the micro-batches "
+        "while the planner counts GPU work only"
+    )
 
 
 def mixture_of_experts_row() -> None:
     row = DEEPSEEK_V3_H800
     print("\n== H800, mixture of experts: DeepSeek-V3 as its report describes the run ==")
-    plan = plan_parallel_layout(*specs_of(row["model"], row["cluster"], row["training"]),
-                                constraints_of(row["search"]), with_rank_map=False)
-    (pred,) = evaluate_layouts(*specs_of(row["model"], row["cluster"], row["training"]),
-                               [LayoutSpec(**row["published"])], constraints_of(row["search"]))
+    plan = plan_parallel_layout(
+        *specs_of(row["model"], row["cluster"], row["training"]), constraints_of(row["search"]), with_rank_map=False
+    )
+    (pred,) = evaluate_layouts(
+        *specs_of(row["model"], row["cluster"], row["training"]),
+        [LayoutSpec(**row["published"])],
+        constraints_of(row["search"]),
+    )
     pub = (row["published"]["tp"], row["published"]["pp"])
     pairs = _top_pairs(plan)
     gpus = spec_from_mapping(ClusterSpec, row["cluster"]).num_gpus
     per_gpu = pred.tokens_per_s / gpus
     published = row["published_tokens_per_s_per_gpu"]
     lay = row["published"]
-    print(f"{'run':<24}{'GPUs':>6}  {'published (tp,pp) ep':<22}{'planner top-3 (tp,pp)':<26}"
-          f"{'memory GiB':>11}{'tokens/s/GPU pred':>19}{'pub':>7}{'err':>8}")
-    print(f"{row['name']:<24}{gpus:>6}  {str(pub) + ' ' + str(lay['ep']):<22}{str(pairs):<26}"
-          f"{pred.memory.total_bytes / GIB:>11.1f}{per_gpu:>19.0f}{published:>7.0f}{per_gpu / published - 1.0:>+8.1%}"
-          f"{'' if pred.fits else '  (predicted NOT to fit!)'}")
+    print(
+        f"{'run':<24}{'GPUs':>6}  {'published (tp,pp) ep':<22}{'planner top-3 (tp,pp)':<26}"
+        f"{'memory GiB':>11}{'tokens/s/GPU pred':>19}{'pub':>7}{'err':>8}"
+    )
+    print(
+        f"{row['name']:<24}{gpus:>6}  {str(pub) + ' ' + str(lay['ep']):<22}{pairs!s:<26}"
+        f"{pred.memory.total_bytes / GIB:>11.1f}{per_gpu:>19.0f}{published:>7.0f}{per_gpu / published - 1.0:>+8.1%}"
+        f"{'' if pred.fits else '  (predicted NOT to fit!)'}"
+    )
     first = bool(pairs) and pairs[0] == pub
-    print(f"published (tp,pp) the planner's first choice: {'yes' if first else 'no'}, in its top three: "
-          f"{'yes' if pub in pairs else 'no'}; the published figure averages the whole run (not part of the "
-          f"published-run targets above)")
+    print(
+        f"published (tp,pp) the planner's first choice: {'yes' if first else 'no'}, in its top three: "
+        f"{'yes' if pub in pairs else 'no'}; the published figure averages the whole run (not part of the "
+        f"published-run targets above)"
+    )
     best = plan.candidates[0]
     if not first:
         # DeepSeek's schedule, DualPipe, has a smaller bubble than the 1F1B the planner gives its split: 120
         # micro-batches per pipeline do not divide into rounds of 16 for the interleaved schedule
-        print(f"the planner's first choice, tp {best.tp} pp {best.pp} ep {best.ep} etp {best.etp} vp "
-              f"{best.virtual_stages}, is predicted {pred.step_time_s / best.step_time_s - 1.0:.1%} faster than "
-              f"the published split under 1F1B; its (tp, pp) is that of NVIDIA's Megatron-Bridge\nDeepSeek-V3 "
-              f"H100 recipe (tp 2, pp 8, vp 4, ep 64, experts folded); DeepSeek's own split runs DualPipe, whose "
-              f"smaller bubble the planner does not model")
+        print(
+            f"the planner's first choice, tp {best.tp} pp {best.pp} ep {best.ep} etp {best.etp} vp "
+            f"{best.virtual_stages}, is predicted {pred.step_time_s / best.step_time_s - 1.0:.1%} faster than "
+            f"the published split under 1F1B; its (tp, pp) is that of NVIDIA's Megatron-Bridge\nDeepSeek-V3 "
+            f"H100 recipe (tp 2, pp 8, vp 4, ep 64, experts folded); DeepSeek's own split runs DualPipe, whose "
+            f"smaller bubble the planner does not model"
+        )
     # the report names no attention kernel; FlashAttention-3's backward took head dimensions
     # up to 128 only through 2024 (Dao-AILab/flash-attention#1070, #1290), MLA's are 192
-    (fa2,) = evaluate_layouts(*specs_of(row["model"], row["cluster"],
-                                        {**row["training"], "flash_attention_version": 2}),
-                              [LayoutSpec(**row["published"])], constraints_of(row["search"]))
-    print(f"with FlashAttention-2's speed for its 192-wide MLA heads: {fa2.tokens_per_s / gpus:.0f} tokens/s/GPU, "
-          f"{fa2.tokens_per_s / gpus / published - 1.0:+.1%}")
+    (fa2,) = evaluate_layouts(
+        *specs_of(row["model"], row["cluster"], {**row["training"], "flash_attention_version": 2}),
+        [LayoutSpec(**row["published"])],
+        constraints_of(row["search"]),
+    )
+    print(
+        f"with FlashAttention-2's speed for its 192-wide MLA heads: {fa2.tokens_per_s / gpus:.0f} tokens/s/GPU, "
+        f"{fa2.tokens_per_s / gpus / published - 1.0:+.1%}"
+    )
 
 
 def _search_timing(name: str, model: dict, cluster: dict, training: dict) -> None:
@@ -373,33 +470,76 @@ def _search_timing(name: str, model: dict, cluster: dict, training: dict) -> Non
     per_candidate = (time.perf_counter() - t1) / sample.size
     best = plan.candidates[0] if plan.candidates else None
     folded = " etp=1" if best and best.etp < best.tp else ""
-    desc = (f"dp={best.dp} tp={best.tp} pp={best.pp} cp={best.cp} ep={best.ep}{folded} v={best.virtual_stages} "
-            f"mbs={best.micro_batch_size} ZeRO-{best.zero_stage} {best.recompute}, MFU {best.mfu:.3f}"
-            if best else "nothing fits")
-    print(f"{name:<44}{plan.num_gpus:>8}{plan.searched:>10}{search_s:>10.2f}{per_candidate * plan.searched:>12.1f}"
-          f"   {desc}")
+    desc = (
+        f"dp={best.dp} tp={best.tp} pp={best.pp} cp={best.cp} ep={best.ep}{folded} v={best.virtual_stages} "
+        f"mbs={best.micro_batch_size} ZeRO-{best.zero_stage} {best.recompute}, MFU {best.mfu:.3f}"
+        if best
+        else "nothing fits"
+    )
+    print(
+        f"{name:<44}{plan.num_gpus:>8}{plan.searched:>10}{search_s:>10.2f}{per_candidate * plan.searched:>12.1f}"
+        f"   {desc}"
+    )
 
 
 def timing_table() -> None:
     print("\n== full search wall time (targets: 16,384 GPUs < 10 s, 100,000 GPUs < 60 s) ==")
     print(f"{'model':<44}{'GPUs':>8}{'layouts':>10}{'search s':>10}{'1-by-1 s':>12}   top candidate")
-    dense = {"num_layers": 128, "hidden_size": 25600, "num_attention_heads": 160, "num_kv_heads": 16,
-             "ffn_hidden_size": 102400, "gated_mlp": False, "seq_length": 8192, "vocab_size": 128000}
-    moe = {"num_layers": 64, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
-           "seq_length": 8192, "vocab_size": 128000, "gated_mlp": True, "ffn_hidden_size": 28672,
-           "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1}}
-    _search_timing("dense 1T GPT, seq 8192 (dgx-h100)", dense, {"preset": "dgx-h100", "nodes": 2048},
-                   {"global_batch_sequences": 8192})
-    _search_timing("dense 1T GPT, seq 8192 (dgx-h100)", dense, {"preset": "dgx-h100", "nodes": 12500},
-                   {"global_batch_sequences": 25000})
-    _search_timing("MoE 128x8 experts, seq 8192 (dgx-h100)", moe, {"preset": "dgx-h100", "nodes": 12500},
-                   {"global_batch_sequences": 25000, "precision": "fp8"})
+    dense = {
+        "num_layers": 128,
+        "hidden_size": 25600,
+        "num_attention_heads": 160,
+        "num_kv_heads": 16,
+        "ffn_hidden_size": 102400,
+        "gated_mlp": False,
+        "seq_length": 8192,
+        "vocab_size": 128000,
+    }
+    moe = {
+        "num_layers": 64,
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_kv_heads": 8,
+        "seq_length": 8192,
+        "vocab_size": 128000,
+        "gated_mlp": True,
+        "ffn_hidden_size": 28672,
+        "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1},
+    }
+    _search_timing(
+        "dense 1T GPT, seq 8192 (dgx-h100)",
+        dense,
+        {"preset": "dgx-h100", "nodes": 2048},
+        {"global_batch_sequences": 8192},
+    )
+    _search_timing(
+        "dense 1T GPT, seq 8192 (dgx-h100)",
+        dense,
+        {"preset": "dgx-h100", "nodes": 12500},
+        {"global_batch_sequences": 25000},
+    )
+    _search_timing(
+        "MoE 128x8 experts, seq 8192 (dgx-h100)",
+        moe,
+        {"preset": "dgx-h100", "nodes": 12500},
+        {"global_batch_sequences": 25000, "precision": "fp8"},
+    )
     # a worst case: 5,040 layers and experts and 100,800 GPUs have 60, 60 and 126 divisors,
     # so every pipeline, expert and data-parallel size multiplies the search
-    worst = {"num_layers": 5040, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096,
-             "vocab_size": 32000, "moe": {"num_experts": 5040, "experts_per_token": 8, "expert_ffn_hidden_size": 1024}}
-    _search_timing("MoE 5040 layers x 5040 experts (worst case)", worst, {"preset": "dgx-h100", "nodes": 12600},
-                   {"global_batch_sequences": 50400})
+    worst = {
+        "num_layers": 5040,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "seq_length": 4096,
+        "vocab_size": 32000,
+        "moe": {"num_experts": 5040, "experts_per_token": 8, "expert_ffn_hidden_size": 1024},
+    }
+    _search_timing(
+        "MoE 5040 layers x 5040 experts (worst case)",
+        worst,
+        {"preset": "dgx-h100", "nodes": 12600},
+        {"global_batch_sequences": 50400},
+    )
     answer_memory(dense)
 
 
@@ -418,12 +558,17 @@ def answer_memory(model: dict) -> None:
     128-fold: the rank map computes only the ranks it returns."""
     rows = []
     for gpus_per_node in (8, 1024):
-        request = {"model": model, "cluster": {"preset": "dgx-h100", "nodes": 12500, "gpus_per_node": gpus_per_node},
-                   "training": {"global_batch_sequences": 25000}}
+        request = {
+            "model": model,
+            "cluster": {"preset": "dgx-h100", "nodes": 12500, "gpus_per_node": gpus_per_node},
+            "training": {"global_batch_sequences": 25000},
+        }
         rows.append(_peak_traced_mib(request))
     (small_mib, small_gpus), (large_mib, large_gpus) = rows
-    print(f"peak traced memory of a search answer with a 1,024-rank map: {small_gpus:,} GPUs {small_mib:.0f} MiB, "
-          f"{large_gpus:,} GPUs {large_mib:.0f} MiB ({large_mib / small_mib:.2f}x for {large_gpus // small_gpus}x the GPUs)")
+    print(
+        f"peak traced memory of a search answer with a 1,024-rank map: {small_gpus:,} GPUs {small_mib:.0f} MiB, "
+        f"{large_gpus:,} GPUs {large_mib:.0f} MiB ({large_mib / small_mib:.2f}x for {large_gpus // small_gpus}x the GPUs)"
+    )
 
 
 def main() -> None:

@@ -32,18 +32,18 @@ import time
 
 import numpy as np
 
-from partitioners.graph.generators import synthetic_graph_json
 from partitioners.costmodel.costs import link_time_tables
+from partitioners.costmodel.simulator import prepare_simulation, simulate
+from partitioners.graph.generators import synthetic_graph_json
 from partitioners.graph.hypergraph import op_levels
 from partitioners.graph.json_import import graph_from_json
-from partitioners.placement.heft import heft_schedule
-from partitioners.placement.engine import PlacementOptions, place
-from partitioners.hardware.inventory import inventory_from_json
-from partitioners.placement.metis_adapter import metis_graph, metis_partition
 from partitioners.graph.onnx_import import graph_from_onnx_bytes
-from partitioners.placement.pipeline import hybrid_layout, quotient_is_acyclic, stage_of_origin
-from partitioners.costmodel.simulator import prepare_simulation, simulate
 from partitioners.graph.transforms import PHASE_BACKWARD, PHASE_FORWARD
+from partitioners.hardware.inventory import inventory_from_json
+from partitioners.placement.engine import PlacementOptions, place
+from partitioners.placement.heft import heft_schedule
+from partitioners.placement.metis_adapter import metis_graph, metis_partition
+from partitioners.placement.pipeline import hybrid_layout, quotient_is_acyclic, stage_of_origin
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "onnx"
 MODELS = {
@@ -53,7 +53,13 @@ MODELS = {
     "lstm": ("lstm_seq2seq.onnx", {"batch": 32, "source": 64, "target": 64}),
 }
 # (mode, micro_batches, pipeline)
-FIXTURE_RUNS = [("inference", 1, False), ("inference", 8, False), ("training", 1, False), ("training", 4, False), ("training", 4, True)]
+FIXTURE_RUNS = [
+    ("inference", 1, False),
+    ("inference", 8, False),
+    ("training", 1, False),
+    ("training", 4, False),
+    ("training", 4, True),
+]
 
 
 def phase_acyclic(expanded, placement):
@@ -217,15 +223,19 @@ def _summary(rows):
     big = [r for r in rows if r["case"].startswith("synthetic-") and r["ops"] >= 100_000]
     cyclic = [r["case"] for r in rows if r["pipeline"] and not r["acyclic"]]
     print()
-    print(f"geomean speedup over best baseline where parallelism exists: {geo:.3f} with level-3 tiers, "
-          f"{geo_hbm:.3f} placement alone (target >= 1.15)")
+    print(
+        f"geomean speedup over best baseline where parallelism exists: {geo:.3f} with level-3 tiers, "
+        f"{geo_hbm:.3f} placement alone (target >= 1.15)"
+    )
     print(f"worse than best baseline (placement alone): {len(worse_best)} {worse_best}")
     print(f"worse than one device (placement alone): {len(worse_one)} {worse_one}")
     print(f"infeasible where a baseline was feasible: {len(infeasible)} {infeasible}")
     print(f"tier-capacity violations: {sum(r['tier_viol'] for r in rows)}")
     print(f"pipeline-mode cyclic stage graphs: {len(cyclic)} {cyclic}")
     for r in big:
-        print(f"{r['case']}: {r['x_one']:.2f}x over one device ({r['x_one_hbm']:.2f}x placement alone; target >= 3), planned in {r['plan_s']:.1f} s")
+        print(
+            f"{r['case']}: {r['x_one']:.2f}x over one device ({r['x_one_hbm']:.2f}x placement alone; target >= 3), planned in {r['plan_s']:.1f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -39,11 +39,13 @@ MIB = 1024 * 1024
 
 def moe_body(layers: int, seed: int = 0) -> bytes:
     load = np.random.default_rng(seed).integers(1, 100_000, size=(layers, EXPERTS))
-    return json.dumps({
-        "model": {"num_moe_layers": layers, "num_logical_experts": EXPERTS, "expert_bytes": 44_040_192},
-        "cluster": {"num_nodes": GPUS // 8, "gpus_per_node": 8, "slots_per_gpu": SLOTS_PER_GPU},
-        "load": load.tolist(),
-    }).encode()
+    return json.dumps(
+        {
+            "model": {"num_moe_layers": layers, "num_logical_experts": EXPERTS, "expert_bytes": 44_040_192},
+            "cluster": {"num_nodes": GPUS // 8, "gpus_per_node": 8, "slots_per_gpu": SLOTS_PER_GPU},
+            "load": load.tolist(),
+        }
+    ).encode()
 
 
 def resident_bytes(pid: int, field: str) -> int:
@@ -59,16 +61,19 @@ def burst(body: bytes, clients: int, **settings: str) -> tuple[float, float, flo
     (seconds) and the status counts of ``clients`` simultaneous posts."""
     statuses: Counter = Counter()
     health_s: list[float] = []
-    with tempfile.TemporaryDirectory() as tmp, \
-            running_server(f"sqlite:///{tmp}/bench.sqlite", auto_migrate="true", **settings) as (base, process):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_server(f"sqlite:///{tmp}/bench.sqlite", auto_migrate="true", **settings) as (base, process),
+    ):
         idle = resident_bytes(process.pid, "VmRSS")
         start = threading.Barrier(clients)
 
         def post() -> None:
             start.wait()
             try:
-                response = httpx.post(f"{base}/v1/moe/rebalance", content=body,
-                                      headers={"content-type": "application/json"}, timeout=900)
+                response = httpx.post(
+                    f"{base}/v1/moe/rebalance", content=body, headers={"content-type": "application/json"}, timeout=900
+                )
                 statuses[response.status_code] += 1
             except httpx.HTTPError as error:
                 statuses[type(error).__name__] += 1
@@ -105,11 +110,15 @@ def main() -> None:
     args = parser.parse_args()
     body = moe_body(args.layers)
     budget = Settings.model_fields["max_body_bytes_in_flight"].default
-    print(f"== {args.clients} simultaneous MoE rebalances of {args.layers} x {EXPERTS} "
-          f"({len(body) / MIB:.1f} MiB of JSON each, {args.clients * len(body) / MIB:.0f} MiB in all) ==")
+    print(
+        f"== {args.clients} simultaneous MoE rebalances of {args.layers} x {EXPERTS} "
+        f"({len(body) / MIB:.1f} MiB of JSON each, {args.clients * len(body) / MIB:.0f} MiB in all) =="
+    )
     one, one_s, one_health_s, _ = burst(body, 1)
-    print(f"one request alone: peak +{one / MIB:,.0f} MiB ({one / len(body):.0f}x its body), {one_s:.1f} s, "
-          f"longest /healthz meanwhile {one_health_s * 1000:.0f} ms")
+    print(
+        f"one request alone: peak +{one / MIB:,.0f} MiB ({one / len(body):.0f}x its body), {one_s:.1f} s, "
+        f"longest /healthz meanwhile {one_health_s * 1000:.0f} ms"
+    )
     rows = [
         ("no budget (baseline)", {"max_body_bytes_in_flight": str(2**40)}),
         (f"budget {budget / MIB:.0f} MiB (default)", {"body_wait_s": "900"}),
@@ -119,8 +128,10 @@ def main() -> None:
         peak, wall_s, health_s, statuses = burst(body, args.clients, **settings)
         results.append(peak)
         answered = ", ".join(f"{count} x {status}" for status, count in sorted(statuses.items(), key=str))
-        print(f"{label:<28} peak +{peak / MIB:>7,.0f} MiB   wall {wall_s:6.1f} s   longest /healthz "
-              f"{health_s * 1000:5.0f} ms   answers: {answered}")
+        print(
+            f"{label:<28} peak +{peak / MIB:>7,.0f} MiB   wall {wall_s:6.1f} s   longest /healthz "
+            f"{health_s * 1000:5.0f} ms   answers: {answered}"
+        )
     print(f"peak memory with the default budget: {results[1] / results[0]:.2f}x the baseline's")
 
 

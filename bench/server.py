@@ -29,18 +29,28 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(database_url: str, *, workers: int = 1, ready_timeout_s: float = 60.0, **settings: str) -> Iterator[tuple[str, subprocess.Popen]]:
+def running_server(
+    database_url: str, *, workers: int = 1, ready_timeout_s: float = 60.0, **settings: str
+) -> Iterator[tuple[str, subprocess.Popen]]:
     """Start the service (``HYPERPLACE_<NAME>`` from ``settings``), wait for /readyz, stop it after.
 
     Yields ``(base_url, process)``; the process's stderr is kept for the error message.
     """
     port = free_port()
-    env = dict(os.environ, HYPERPLACE_DATABASE_URL=database_url, HYPERPLACE_HOST="127.0.0.1", HYPERPLACE_PORT=str(port),
-               HYPERPLACE_LOG_LEVEL="WARNING")
+    env = dict(
+        os.environ,
+        HYPERPLACE_DATABASE_URL=database_url,
+        HYPERPLACE_HOST="127.0.0.1",
+        HYPERPLACE_PORT=str(port),
+        HYPERPLACE_LOG_LEVEL="WARNING",
+    )
     env.update({f"HYPERPLACE_{name.upper()}": str(value) for name, value in settings.items()})
     process = subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve", "--workers", str(workers)],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     base_url = f"http://127.0.0.1:{port}"
     try:

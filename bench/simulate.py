@@ -26,9 +26,9 @@ import time
 
 import numpy as np
 
+from partitioners.costmodel.simulator import critical_path_priority, estimate_makespan_s, prepare_simulation, simulate
 from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.hardware.inventory import preset_inventory
-from partitioners.costmodel.simulator import critical_path_priority, estimate_makespan_s, prepare_simulation, simulate
 
 
 def _placement(n_ops: int, n_devices: int, kind: str, seed: int) -> np.ndarray:

@@ -18,7 +18,9 @@ target_metadata = Base.metadata
 
 
 def _database_url() -> str:
-    return config.attributes.get("database_url") or config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    return (
+        config.attributes.get("database_url") or config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    )
 
 
 def run_migrations_offline() -> None:

@@ -130,11 +130,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.session_factory = make_session_factory(engine)
     app.state.head_revision = head_revision(settings.database_url)
     app.state.metrics = HttpMetrics(CollectorRegistry())
-    app.state.planning_slots = ComputeSlots("planning inside a request", settings.sync_plan_slots,
-                                            settings.sync_plan_wait_s)
+    app.state.planning_slots = ComputeSlots(
+        "planning inside a request", settings.sync_plan_slots, settings.sync_plan_wait_s
+    )
     app.state.body_budget = BodyBudget(settings.max_body_bytes_in_flight, settings.body_wait_s)
-    app.state.parallel_plan_slots = ComputeSlots("3D-parallel searches", settings.parallel_plan_slots,
-                                                 settings.parallel_plan_wait_s)
+    app.state.parallel_plan_slots = ComputeSlots(
+        "3D-parallel searches", settings.parallel_plan_slots, settings.parallel_plan_wait_s
+    )
 
     install_problem_handlers(app)
     _hoist_request_schema_defs(app)

@@ -20,10 +20,14 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 # No local variables in tracebacks: they hold API keys, the key-hashing secret and database passwords.
-app = typer.Typer(help="hyperplace: placement backend for deep-learning compilers.", no_args_is_help=True,
-                  pretty_exceptions_show_locals=False)
-keys_app = typer.Typer(help="API keys (stored only as HMAC hashes).", no_args_is_help=True,
-                       pretty_exceptions_show_locals=False)
+app = typer.Typer(
+    help="hyperplace: placement backend for deep-learning compilers.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+keys_app = typer.Typer(
+    help="API keys (stored only as HMAC hashes).", no_args_is_help=True, pretty_exceptions_show_locals=False
+)
 app.add_typer(keys_app, name="keys")
 
 
@@ -52,8 +56,7 @@ def _database(settings: Settings) -> Iterator[Engine]:
         yield engine
     except OperationalError as exc:
         reason = str(exc.orig or exc).strip().splitlines()[0]
-        typer.echo(f"cannot use the database at {engine.url.render_as_string(hide_password=True)}: {reason}",
-                   err=True)
+        typer.echo(f"cannot use the database at {engine.url.render_as_string(hide_password=True)}: {reason}", err=True)
         raise typer.Exit(1) from None
 
 
@@ -140,8 +143,11 @@ def _problem_text(problem: object) -> str:
         return str(problem)
     text = ": ".join(str(problem[key]) for key in ("title", "detail") if problem.get(key))
     errors = problem.get("errors") if isinstance(problem.get("errors"), list) else []
-    named = [f"{e.get('field', '?')}: {e.get('message', '')}" for e in errors
-             if isinstance(e, dict) and str(e.get("message", "")) not in text]  # the detail often says it already
+    named = [
+        f"{e.get('field', '?')}: {e.get('message', '')}"
+        for e in errors
+        if isinstance(e, dict) and str(e.get("message", "")) not in text
+    ]  # the detail often says it already
     if named:
         text += f" ({'; '.join(named[:3])}{'; ...' if len(named) > 3 else ''})"
     return text
@@ -169,8 +175,10 @@ def _talking_to(server: str, api_key: str | None) -> Iterator[None]:
     try:
         yield
     except ApiError as exc:
-        raise fail(f"the server at {shown} answered {exc.status} {_problem_text(exc.problem)}",
-                   2 if 400 <= exc.status < 500 else 1) from None
+        raise fail(
+            f"the server at {shown} answered {exc.status} {_problem_text(exc.problem)}",
+            2 if 400 <= exc.status < 500 else 1,
+        ) from None
     except httpx.TimeoutException as exc:
         kind = type(exc).__name__.removesuffix("Timeout").lower() or "read"
         raise fail(f"the server at {shown} did not answer in time ({kind} timeout)") from None
@@ -254,14 +262,27 @@ def _plan_offline(model: Path, inventory: dict, options: dict) -> dict:
     if model.suffix == ".json":
         ingested = ingest_json_graph(_read_json(model, "model"), max_ops=settings.max_graph_ops)
     else:
-        ingested = ingest_onnx_graph(model.read_bytes(), dims=options["dims"], max_ops=settings.max_graph_ops,
-                                     memory_bytes=settings.onnx_import_memory_bytes)
+        ingested = ingest_onnx_graph(
+            model.read_bytes(),
+            dims=options["dims"],
+            max_ops=settings.max_graph_ops,
+            memory_bytes=settings.onnx_import_memory_bytes,
+        )
     inv = ingest_inventory(inventory)
     strategy, summary, body = compute_plan(ingested.as_stored(), inv.inventory, options)
     for internal in ("trace", "view", "start_order"):
         body.pop(internal, None)
-    return {"id": None, "model_hash": ingested.model_hash, "inventory_hash": inv.inventory_hash, "status": "done",
-            "strategy": strategy, "summary": summary, "options": options, "warnings": list(ingested.graph.warnings), **body}
+    return {
+        "id": None,
+        "model_hash": ingested.model_hash,
+        "inventory_hash": inv.inventory_hash,
+        "status": "done",
+        "strategy": strategy,
+        "summary": summary,
+        "options": options,
+        "warnings": list(ingested.graph.warnings),
+        **body,
+    }
 
 
 @app.command()
@@ -269,16 +290,35 @@ def plan(
     model: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="An .onnx file or a JSON graph.")],
     preset: Annotated[str, typer.Option(help="Inventory preset, e.g. dgx-h100.")] = "dgx-h100",
     nodes: Annotated[int, typer.Option(min=1, max=4096, help="Nodes of the preset.")] = 1,
-    dtype: Annotated[str | None, typer.Option(help="The preset's dtype whose peak times the operators "
-                                              "(default bf16; e.g. tf32 or fp32 for an fp32 export run as exported).")] = None,
-    inventory: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Inventory JSON file (instead of a preset).")] = None,
-    option: Annotated[list[str], typer.Option("--option", "-o", help="Plan option name=value (repeatable), e.g. -o micro_batches=4.")] = [],  # noqa: B006
-    dim: Annotated[list[str], typer.Option("--dim", "-d", help="ONNX dimension name=value (repeatable), e.g. -d batch=8.")] = [],  # noqa: B006
-    server: Annotated[str | None, typer.Option(help="Service URL; without it, plans in-process with no database.")] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            help="The preset's dtype whose peak times the operators "
+            "(default bf16; e.g. tf32 or fp32 for an fp32 export run as exported)."
+        ),
+    ] = None,
+    inventory: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="Inventory JSON file (instead of a preset).")
+    ] = None,
+    option: Annotated[
+        list[str], typer.Option("--option", "-o", help="Plan option name=value (repeatable), e.g. -o micro_batches=4.")
+    ] = [],  # noqa: B006
+    dim: Annotated[
+        list[str], typer.Option("--dim", "-d", help="ONNX dimension name=value (repeatable), e.g. -d batch=8.")
+    ] = [],  # noqa: B006
+    server: Annotated[
+        str | None, typer.Option(help="Service URL; without it, plans in-process with no database.")
+    ] = None,
     api_key: Annotated[str | None, typer.Option(envvar="HYPERPLACE_API_KEY", help="API key for --server.")] = None,
-    timeout_s: Annotated[float, typer.Option(min=0.001, max=86400, help="Seconds to wait for each answer from --server.")] = 300.0,
-    out: Annotated[Path | None, typer.Option(help="Where to write the plan JSON (default: standard output, "
-                                             "with the summary table on standard error).")] = None,
+    timeout_s: Annotated[
+        float, typer.Option(min=0.001, max=86400, help="Seconds to wait for each answer from --server.")
+    ] = 300.0,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where to write the plan JSON (default: standard output, with the summary table on standard error)."
+        ),
+    ] = None,
 ) -> None:
     """Plan a model: print a summary table and the plan JSON.
 
@@ -322,12 +362,17 @@ def plan(
                 raise _NotAPlan("no status")
             if result["status"] not in ("done", "failed"):
                 # on standard error: standard output may be carrying the plan JSON
-                with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                              console=Console(stderr=True)) as progress:
+                with Progress(
+                    TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=Console(stderr=True)
+                ) as progress:
                     task = progress.add_task(f"plan {result['id']} {result['status']}", total=1.0)
 
                     def report(state: dict) -> None:
-                        progress.update(task, completed=state.get("progress", 0.0), description=f"plan {state['id']} {state['status']}")
+                        progress.update(
+                            task,
+                            completed=state.get("progress", 0.0),
+                            description=f"plan {state['id']} {state['status']}",
+                        )
 
                     result = client.wait_for_plan(result["id"], on_progress=report)
         if result["status"] == "failed":
@@ -348,16 +393,17 @@ def _layout_model(document: object, seq_length: int | None) -> dict:
         raise typer.BadParameter("the model file must hold a JSON object")
     if "model_type" in document or "text_config" in document:
         if seq_length is None:
-            raise typer.BadParameter("--seq-length is required with a Hugging Face config: the length the run "
-                                     "trains at (max_position_embeddings is only the longest the model supports)")
+            raise typer.BadParameter(
+                "--seq-length is required with a Hugging Face config: the length the run "
+                "trains at (max_position_embeddings is only the longest the model supports)"
+            )
         return {"huggingface_config": document, "seq_length": seq_length}
     return document if seq_length is None else {**document, "seq_length": seq_length}
 
 
 def _mesh(layout: dict) -> str:
     """``tp4 pp8 dp2``, with cp and ep only where they split anything, and ``etp1`` where experts are folded."""
-    shown = [f"{name}{layout[name]}" for name in ("tp", "pp", "cp", "ep")
-             if name in ("tp", "pp") or layout[name] > 1]
+    shown = [f"{name}{layout[name]}" for name in ("tp", "pp", "cp", "ep") if name in ("tp", "pp") or layout[name] > 1]
     if layout.get("etp", layout["tp"]) < layout["tp"]:
         shown.append(f"etp{layout['etp']}")
     return " ".join([*shown, f"dp{layout['dp']}"])
@@ -371,8 +417,11 @@ def _print_layouts(answer: dict) -> None:
     evaluated = answer["mode"] == "evaluate"
     rows = answer["predictions"] if evaluated else answer["candidates"]
     capacity = rows[0]["memory_per_gpu"]["capacity_bytes"] / 2**30 if rows else 0.0
-    scale = f"{answer['model']['num_layers']}-layer model" if evaluated else \
-        f"{answer['num_gpus']} GPUs, {answer['model_parameters'] / 1e9:.1f}B parameters"
+    scale = (
+        f"{answer['model']['num_layers']}-layer model"
+        if evaluated
+        else f"{answer['num_gpus']} GPUs, {answer['model_parameters'] / 1e9:.1f}B parameters"
+    )
     what = "the layouts asked for" if evaluated else "fastest predicted layouts"
     table = Table(title=f"{scale}: {what} (memory of {capacity:.1f} GiB)")
     for column in ("layout", "v", "mbs", "ZeRO", "recompute", "step s", "MFU", "GiB"):
@@ -381,9 +430,16 @@ def _print_layouts(answer: dict) -> None:
         memory = c["memory_per_gpu"]
         tight = any(note.startswith("tight memory") for note in c["notes"])
         verdict = " OOM" if memory["total_bytes"] > memory["capacity_bytes"] else " tight" if tight else ""
-        table.add_row(_mesh(c), str(c["virtual_stages"]), str(c["micro_batch_size"]), str(c["zero_stage"]),
-                      c["recompute"], f"{c['step_time_s']:.3f}", f"{c['mfu']:.3f}",
-                      f"{memory['total_bytes'] / 2**30:.1f}{verdict}")
+        table.add_row(
+            _mesh(c),
+            str(c["virtual_stages"]),
+            str(c["micro_batch_size"]),
+            str(c["zero_stage"]),
+            c["recompute"],
+            f"{c['step_time_s']:.3f}",
+            f"{c['mfu']:.3f}",
+            f"{memory['total_bytes'] / 2**30:.1f}{verdict}",
+        )
     console.print(table)
     for c in rows:
         for reason in c["reasons"]:
@@ -398,22 +454,45 @@ def _print_layouts(answer: dict) -> None:
 
 @app.command()
 def layout(
-    model: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="A Hugging Face config.json, or a JSON "
-                                          "object of the planner's model fields (num_layers, hidden_size, ...).")],
+    model: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            help="A Hugging Face config.json, or a JSON "
+            "object of the planner's model fields (num_layers, hidden_size, ...).",
+        ),
+    ],
     batch: Annotated[int, typer.Option(min=1, help="Global batch in sequences per optimizer step.")],
-    seq_length: Annotated[int | None, typer.Option(min=1, help="Training sequence length (required with a "
-                                                   "Hugging Face config).")] = None,
-    preset: Annotated[str, typer.Option(help="Node preset, e.g. dgx-h100, dgx-a100, dgx-b200, gb200-nvl72 (a 72-GPU NVLink rack).")] = "dgx-h100",
+    seq_length: Annotated[
+        int | None, typer.Option(min=1, help="Training sequence length (required with a Hugging Face config).")
+    ] = None,
+    preset: Annotated[
+        str, typer.Option(help="Node preset, e.g. dgx-h100, dgx-a100, dgx-b200, gb200-nvl72 (a 72-GPU NVLink rack).")
+    ] = "dgx-h100",
     nodes: Annotated[int, typer.Option(min=1, help="Nodes of the preset.")] = 1,
     precision: Annotated[str, typer.Option(help="bf16, fp16 or fp8.")] = "bf16",
-    training: Annotated[list[str], typer.Option("--training", "-t", help="Training field name=value (repeatable), "
-                                                "e.g. -t software=megatron-lm-2021.")] = [],  # noqa: B006
-    constraint: Annotated[list[str], typer.Option("--constraint", "-c", help="Constraint name=value (repeatable), "
-                                                  "e.g. -c tp=8 -c zero_stages=[1].")] = [],  # noqa: B006
+    training: Annotated[
+        list[str],
+        typer.Option(
+            "--training", "-t", help="Training field name=value (repeatable), e.g. -t software=megatron-lm-2021."
+        ),
+    ] = [],  # noqa: B006
+    constraint: Annotated[
+        list[str],
+        typer.Option("--constraint", "-c", help="Constraint name=value (repeatable), e.g. -c tp=8 -c zero_stages=[1]."),
+    ] = [],  # noqa: B006
     top_k: Annotated[int, typer.Option(min=1, max=100, help="How many (tp, pp) splits to list.")] = 5,
-    evaluate: Annotated[list[str], typer.Option("--evaluate", "-e", help="Predict this layout instead of searching, "
-                                                "as comma-separated name=value pairs (repeatable), e.g. "
-                                                "-e tp=8,pp=16.")] = [],  # noqa: B006
+    evaluate: Annotated[
+        list[str],
+        typer.Option(
+            "--evaluate",
+            "-e",
+            help="Predict this layout instead of searching, "
+            "as comma-separated name=value pairs (repeatable), e.g. "
+            "-e tp=8,pp=16.",
+        ),
+    ] = [],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="Also write the whole answer (rank map included) as JSON.")] = None,
 ) -> None:
     """Rank dp x tp x pp (x cp x ep) layouts for training a transformer, in-process (POST /v1/parallel/plan)."""
@@ -429,8 +508,9 @@ def layout(
         "top_k": top_k,
     }
     if evaluate:
-        body["evaluate"] = [_parse_pairs([pair for pair in layout_text.split(",") if pair], "--evaluate")
-                            for layout_text in evaluate]
+        body["evaluate"] = [
+            _parse_pairs([pair for pair in layout_text.split(",") if pair], "--evaluate") for layout_text in evaluate
+        ]
     try:
         answer = parallel_plan(ParallelPlanRequest.model_validate(body))
     except ValidationError as exc:
@@ -472,8 +552,9 @@ def _scope_names(text: str) -> str:
 @keys_app.command("create")
 def keys_create(
     tenant: Annotated[str, typer.Option(help="Tenant name; created if new.", callback=_tenant_name)],
-    scopes: Annotated[str, typer.Option(help="Space-separated, at least one of: read write moe.",
-                                        callback=_scope_names)] = "read write moe",
+    scopes: Annotated[
+        str, typer.Option(help="Space-separated, at least one of: read write moe.", callback=_scope_names)
+    ] = "read write moe",
     name: Annotated[str, typer.Option(help="A label for the key.")] = "",
 ) -> None:
     """Create an API key for a tenant and print it (it is shown only once)."""
@@ -483,8 +564,13 @@ def keys_create(
     settings = _settings()
     with _database(settings) as engine, make_session_factory(engine)() as session, session.begin():
         try:
-            issued = issue_api_key(session, get_or_create_tenant(session, tenant), settings.api_key_secret,
-                                   scopes=tuple(scopes.split()), name=name)
+            issued = issue_api_key(
+                session,
+                get_or_create_tenant(session, tenant),
+                settings.api_key_secret,
+                scopes=tuple(scopes.split()),
+                name=name,
+            )
         except ValueError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from None

@@ -75,8 +75,10 @@ class ServerBusy(ServiceError):
     status, title, type_slug = 503, "Server busy", "server-busy"
 
     def __init__(self, busy: str, waited_s: float) -> None:
-        super().__init__(f"{busy} and none freed within {waited_s:g} s; retry later",
-                         headers={"Retry-After": str(max(1, math.ceil(waited_s)))})
+        super().__init__(
+            f"{busy} and none freed within {waited_s:g} s; retry later",
+            headers={"Retry-After": str(max(1, math.ceil(waited_s)))},
+        )
 
     @classmethod
     def slots_taken(cls, what: str, slots: int, waited_s: float) -> ServerBusy:

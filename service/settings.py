@@ -47,18 +47,24 @@ class Settings(BaseSettings):
     # took 2.1 GiB and 15 s (bench/request_bodies.py). One body limit's worth at a time
     # keeps the process near that; smaller bodies share it (service.api.body_budget).
     max_body_bytes_in_flight: int = Field(
-        64 * 1024 * 1024, ge=1024, description="Bytes of request bodies over 1 MiB handled at once per process; "
-        "a body that would pass it waits, then gets 503 (a larger one still runs alone)."
+        64 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of request bodies over 1 MiB handled at once per process; "
+        "a body that would pass it waits, then gets 503 (a larger one still runs alone).",
     )
     body_wait_s: float = Field(
         10.0, ge=0, description="How long a large body waits for HYPERPLACE_MAX_BODY_BYTES_IN_FLIGHT before 503."
     )
     max_graph_ops: int = Field(1_000_000, ge=1, description="Graphs with more operators are rejected (413).")
     sync_max_ops: int = Field(
-        20_000, ge=0, description="Graphs up to this many operators are planned in the request; larger ones become jobs."
+        20_000,
+        ge=0,
+        description="Graphs up to this many operators are planned in the request; larger ones become jobs.",
     )
     max_plan_devices: int = Field(
-        2048, ge=1, description="Inventories with more devices are rejected (413): planning memory grows with devices squared."
+        2048,
+        ge=1,
+        description="Inventories with more devices are rejected (413): planning memory grows with devices squared.",
     )
     moe_max_slots: int = Field(
         4_194_304, ge=1, description="MoE requests over this many layers x physical slots are rejected (413)."
@@ -84,8 +90,10 @@ class Settings(BaseSettings):
         "collections in the middle of MoE requests: bench/moe_http.py p99.",
     )
     sync_plan_slots: int = Field(
-        2, ge=1, description="Graphs planned inside requests at once (see service.domain.compute_slots); with all "
-        "busy a new submission is queued as a job (202) and a re-plan waits, then gets 503."
+        2,
+        ge=1,
+        description="Graphs planned inside requests at once (see service.domain.compute_slots); with all "
+        "busy a new submission is queued as a job (202) and a re-plan waits, then gets 503.",
     )
     sync_plan_wait_s: float = Field(
         10.0, ge=0, description="How long a re-plan waits for a planning slot before the answer is 503."
@@ -117,7 +125,9 @@ class Settings(BaseSettings):
         level = log_level.strip().upper()
         if level not in LOG_LEVELS:
             # named in full: the server can be started without the CLI (uvicorn --factory)
-            raise ValueError(f"HYPERPLACE_LOG_LEVEL is {log_level!r}, not a log level; use one of {', '.join(LOG_LEVELS)}")
+            raise ValueError(
+                f"HYPERPLACE_LOG_LEVEL is {log_level!r}, not a log level; use one of {', '.join(LOG_LEVELS)}"
+            )
         return level
 
     @field_validator("database_url")
@@ -131,16 +141,19 @@ class Settings(BaseSettings):
         try:
             url = make_url(database_url)
         except ArgumentError:
-            raise ValueError("is not a database URL; use sqlite:///path/to/file.sqlite3 or "
-                             "postgresql+psycopg://user:password@host/database") from None
+            raise ValueError(
+                "is not a database URL; use sqlite:///path/to/file.sqlite3 or "
+                "postgresql+psycopg://user:password@host/database"
+            ) from None
         backend = url.get_backend_name()
         if backend not in ("sqlite", "postgresql"):
             raise ValueError(f"names a {backend} database; hyperplace runs on sqlite or postgresql")
         if url.drivername == "postgresql":
             return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
         if backend == "postgresql" and url.get_driver_name() != "psycopg":
-            raise ValueError(f"uses the {url.get_driver_name()} driver; hyperplace ships psycopg "
-                             "(postgresql+psycopg://...)")
+            raise ValueError(
+                f"uses the {url.get_driver_name()} driver; hyperplace ships psycopg (postgresql+psycopg://...)"
+            )
         return database_url
 
     @property

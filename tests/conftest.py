@@ -99,7 +99,9 @@ def base_client(app) -> Iterator[TestClient]:
         yield client
 
 
-def new_api_key(session_factory, settings: Settings, scopes=("read", "write", "moe"), tenant_name: str | None = None) -> tuple[str, str]:
+def new_api_key(
+    session_factory, settings: Settings, scopes=("read", "write", "moe"), tenant_name: str | None = None
+) -> tuple[str, str]:
     """A fresh tenant (unless named) and an API key for it: ``(tenant_id, key)``."""
     with session_factory() as session, session.begin():
         tenant = get_or_create_tenant(session, tenant_name or f"tenant-{uuid.uuid4().hex[:12]}")

@@ -47,12 +47,15 @@ References
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from partitioners.errors import InvalidInput
+from partitioners.graph.hypergraph import Hypergraph
 from partitioners.hardware.collectives import (
     LinkSpec,
     allgather_time_s,
@@ -62,8 +65,6 @@ from partitioners.hardware.collectives import (
     hierarchical_allreduce_time_s,
     p2p_time_s,
 )
-from partitioners.errors import InvalidInput
-from partitioners.graph.hypergraph import Hypergraph
 from partitioners.hardware.inventory import (
     LINK_CLASS_NAMES,
     LINK_INTER_GROUP,
@@ -308,9 +309,19 @@ def _peak(inventory: Inventory, cost_model: CostModel) -> np.ndarray:
 #: Tensor dtype names (ONNX's, lower-case, as ingestion keeps them, and the short ones a
 #: JSON graph may use) -> the name a device's peak FLOP/s goes by.
 _PEAK_NAME_OF_TENSOR_DTYPE = {
-    "float32": "fp32", "fp32": "fp32", "float16": "fp16", "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16",
-    "float64": "fp64", "fp64": "fp64", "float8e4m3fn": "fp8", "float8e4m3fnuz": "fp8", "float8e5m2": "fp8",
-    "float8e5m2fnuz": "fp8", "fp8": "fp8",
+    "float32": "fp32",
+    "fp32": "fp32",
+    "float16": "fp16",
+    "fp16": "fp16",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float64": "fp64",
+    "fp64": "fp64",
+    "float8e4m3fn": "fp8",
+    "float8e4m3fnuz": "fp8",
+    "float8e5m2": "fp8",
+    "float8e5m2fnuz": "fp8",
+    "fp8": "fp8",
 }
 
 
@@ -334,8 +345,9 @@ def timing_dtype_note(graph: Hypergraph, inventory: Inventory, cost_model: CostM
     declared, of_tensor = np.unique(np.asarray(graph.tensor_dtypes, dtype=object).astype(str), return_inverse=True)
     peak_name = np.array([_PEAK_NAME_OF_TENSOR_DTYPE.get(d.lower(), "") for d in declared.tolist()], dtype=object)
     names, name_of_declared = np.unique(peak_name.astype(str), return_inverse=True)
-    bytes_by_name = np.bincount(name_of_declared.reshape(-1)[of_tensor.reshape(-1)], weights=graph.tensor_bytes,
-                                minlength=names.size)
+    bytes_by_name = np.bincount(
+        name_of_declared.reshape(-1)[of_tensor.reshape(-1)], weights=graph.tensor_bytes, minlength=names.size
+    )
     bytes_by_name[names == ""] = 0.0  # integers, booleans, undeclared
     total = float(bytes_by_name.sum())
     if total <= 0.0:
@@ -347,12 +359,17 @@ def timing_dtype_note(graph: Hypergraph, inventory: Inventory, cost_model: CostM
     share = float(bytes_by_name.max()) / total
     published = sorted(k for k, v in inventory.device_peak_flops_by_dtype.items() if not np.isnan(v).any())
     options = [k for k in ([dominant, "tf32"] if dominant == "fp32" else [dominant]) if k in published]
-    advice = (f"set the inventory's default_dtype to {' or '.join(repr(k) for k in options)} to time it as it runs"
-              if options else f"its devices publish no {dominant} peak")
+    advice = (
+        f"set the inventory's default_dtype to {' or '.join(repr(k) for k in options)} to time it as it runs"
+        if options
+        else f"its devices publish no {dominant} peak"
+    )
     whose = " (the inventory's default_dtype)" if timing == inventory.default_dtype else ""
-    return (f"operators are timed at the {timing} peak{whose}, as if compiled to {timing}; {share:.0%} of the bytes "
-            f"of the graph's tensors that declare a floating-point dtype are {dominant}: a runtime that computes in "
-            f"{dominant} is slower than predicted ({advice})")
+    return (
+        f"operators are timed at the {timing} peak{whose}, as if compiled to {timing}; {share:.0%} of the bytes "
+        f"of the graph's tensors that declare a floating-point dtype are {dominant}: a runtime that computes in "
+        f"{dominant} is slower than predicted ({advice})"
+    )
 
 
 def op_times_by_profile_s(
@@ -571,7 +588,6 @@ def collective_time_s(
     return max(inside, outside)
 
 
-
 def cost_model_to_json(cost_model: CostModel) -> dict[str, Any]:
     """Plain-JSON form of a cost model (for storing calibrated models with a plan).
 
@@ -602,8 +618,12 @@ def cost_model_from_json(doc: Mapping[str, Any]) -> CostModel:
     if not isinstance(doc, Mapping):
         raise InvalidInput("cost_model must be an object", field="cost_model")
     unknown = set(doc) - {
-        "dtype", "efficiency", "memory_efficiency", "launch_overhead_s",
-        "device_class_multiplier", "link_class_multiplier",
+        "dtype",
+        "efficiency",
+        "memory_efficiency",
+        "launch_overhead_s",
+        "device_class_multiplier",
+        "link_class_multiplier",
     }
     if unknown:
         raise InvalidInput(f"unknown cost model keys: {', '.join(sorted(unknown))}", field="cost_model")

@@ -59,7 +59,13 @@ import numpy.typing as npt
 from partitioners.costmodel.costs import CostModel, link_time_tables, op_times_by_profile_s, transfer_times_s
 from partitioners.errors import InvalidInput
 from partitioners.graph.hypergraph import TENSOR_ACTIVATION, TENSOR_PARAMETER, Hypergraph, topological_order
-from partitioners.hardware.inventory import LINK_CLASS_NAMES, LINK_INTER_GROUP, LINK_INTRA_GROUP, Inventory, link_class_ids
+from partitioners.hardware.inventory import (
+    LINK_CLASS_NAMES,
+    LINK_INTER_GROUP,
+    LINK_INTRA_GROUP,
+    Inventory,
+    link_class_ids,
+)
 
 __all__ = [
     "SimulationContext",
@@ -276,9 +282,7 @@ def _check_placement(graph: Hypergraph, inventory: Inventory, placement: np.ndar
             field="placement",
         )
     if p.size and (not np.issubdtype(p.dtype, np.integer) or p.min() < 0 or p.max() >= inventory.n_devices):
-        raise InvalidInput(
-            f"placement entries must be device ids 0..{inventory.n_devices - 1}", field="placement"
-        )
+        raise InvalidInput(f"placement entries must be device ids 0..{inventory.n_devices - 1}", field="placement")
     return p.astype(np.int64, copy=False)
 
 
@@ -405,8 +409,9 @@ def critical_path_priority(
     return np.array(rank, dtype=np.float64)
 
 
-def _schedule_inputs(ctx: SimulationContext, graph: Hypergraph, inventory: Inventory, placement: np.ndarray,
-                     priority: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _schedule_inputs(
+    ctx: SimulationContext, graph: Hypergraph, inventory: Inventory, placement: np.ndarray, priority: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Checked placement, per-operator durations on it and list-scheduling priorities."""
     p = _check_placement(graph, inventory, placement)
     dur = _durations(ctx, p)
@@ -743,9 +748,7 @@ def simulate(
         upair, pinv = np.unique(pair, return_inverse=True)
         link_b = np.bincount(pinv.reshape(-1), weights=tr_bytes, minlength=upair.size).astype(np.float64)
     cls = link_class_ids(inventory, tr_src, tr_dst)
-    by_class = {
-        LINK_CLASS_NAMES[c]: float(tr_bytes[cls == c].sum()) for c in (LINK_INTRA_GROUP, LINK_INTER_GROUP)
-    }
+    by_class = {LINK_CLASS_NAMES[c]: float(tr_bytes[cls == c].sum()) for c in (LINK_INTRA_GROUP, LINK_INTER_GROUP)}
     if record_timeline:
         param, ev_dev, _, live = _memory_sweep(
             graph, n_dev, p, start, end, makespan, tr_tensor, tr_dst, tr_start, tr_end

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from partitioners.costmodel.simulator import SimulationResult, memory_timeline
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory, link_class_ids
-from partitioners.costmodel.simulator import SimulationResult, memory_timeline
 
 __all__ = ["to_chrome_trace"]
 
@@ -52,8 +52,9 @@ def _device_tracks(inventory: Inventory) -> list[dict[str, Any]]:
     return events
 
 
-def _operator_events(result: SimulationResult, graph: Hypergraph, inventory: Inventory,
-                     window: tuple[float, float] | None) -> list[dict[str, Any]]:
+def _operator_events(
+    result: SimulationResult, graph: Hypergraph, inventory: Inventory, window: tuple[float, float] | None
+) -> list[dict[str, Any]]:
     """One complete event per operator (overlapping ``window``) on its device's thread."""
     ops: range | list[int]
     if window is None:
@@ -79,8 +80,9 @@ def _operator_events(result: SimulationResult, graph: Hypergraph, inventory: Inv
     ]
 
 
-def _memory_counter_events(result: SimulationResult, graph: Hypergraph, inventory: Inventory,
-                           window: tuple[float, float] | None) -> list[dict[str, Any]]:
+def _memory_counter_events(
+    result: SimulationResult, graph: Hypergraph, inventory: Inventory, window: tuple[float, float] | None
+) -> list[dict[str, Any]]:
     """A counter sample per (device, instant) of the bytes in use, under the device's group."""
     m_dev, m_time, m_bytes = memory_timeline(graph, result)
     # one sample per (device, instant): the level after the instant's last event
@@ -89,14 +91,21 @@ def _memory_counter_events(result: SimulationResult, graph: Hypergraph, inventor
         last &= (m_time >= window[0]) & (m_time <= window[1])
     device_names, device_group = inventory.device_names.tolist(), inventory.device_group.tolist()
     return [
-        {"name": f"{device_names[d]} memory", "cat": "memory", "ph": "C", "ts": t, "pid": device_group[d],
-         "args": {"bytes": b}}
+        {
+            "name": f"{device_names[d]} memory",
+            "cat": "memory",
+            "ph": "C",
+            "ts": t,
+            "pid": device_group[d],
+            "args": {"bytes": b},
+        }
         for d, t, b in zip(m_dev[last].tolist(), (m_time[last] * _US_PER_S).tolist(), m_bytes[last].tolist())
     ]
 
 
-def _transfer_events(result: SimulationResult, graph: Hypergraph, inventory: Inventory,
-                     window: tuple[float, float] | None) -> list[dict[str, Any]]:
+def _transfer_events(
+    result: SimulationResult, graph: Hypergraph, inventory: Inventory, window: tuple[float, float] | None
+) -> list[dict[str, Any]]:
     """The "links" process: a thread per directed device pair with traffic, an event per transfer."""
     links_pid, n_dev = inventory.n_groups, inventory.n_devices
     device_names = inventory.device_names.tolist()

@@ -53,8 +53,9 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -278,13 +279,15 @@ def fit_calibration(
     roofline = arrays[2].astype(np.float64)
     measured = arrays[3].astype(np.float64)
     valid = np.isfinite(roofline) & (roofline >= 0) & np.isfinite(measured) & (measured > 0)
-    fitted_launch = _fitted_launch_overhead(op_key, roofline, measured, valid, launch_overhead_s) \
-        if fit_launch_overhead else None
+    fitted_launch = (
+        _fitted_launch_overhead(op_key, roofline, measured, valid, launch_overhead_s) if fit_launch_overhead else None
+    )
     if fitted_launch is not None:
         fitted_launch = _snapped(fitted_launch, launch_overhead_s)
         launch_overhead_s = fitted_launch
-    keys, y, weight, dev, cls = _operator_log_ratios(op_key, op_device, op_class, roofline, measured, valid,
-                                                     launch_overhead_s)
+    _keys, y, weight, dev, cls = _operator_log_ratios(
+        op_key, op_device, op_class, roofline, measured, valid, launch_overhead_s
+    )
     names = [str(n) for n in inventory.device_names]
     types = [str(t) for t in inventory.device_types]
     fit = CalibrationFit(launch_overhead_s=fitted_launch)
@@ -328,8 +331,9 @@ def _snapped(value: float, model_value: float) -> float:
     return float(value)
 
 
-def _fitted_launch_overhead(op_key: np.ndarray, roofline: np.ndarray, measured: np.ndarray, valid: np.ndarray,
-                            launch_overhead_s: float) -> float | None:
+def _fitted_launch_overhead(
+    op_key: np.ndarray, roofline: np.ndarray, measured: np.ndarray, valid: np.ndarray, launch_overhead_s: float
+) -> float | None:
     """The per-operator overhead from operators whose roofline is under a fifth of the model's,
     or None with fewer than ``MIN_OVERHEAD_OPS`` of them.
 
@@ -350,9 +354,15 @@ def _fitted_launch_overhead(op_key: np.ndarray, roofline: np.ndarray, measured: 
     return float(np.exp(huber_location(o_med)))
 
 
-def _operator_log_ratios(op_key: np.ndarray, op_device: np.ndarray, op_class: np.ndarray, roofline: np.ndarray,
-                         measured: np.ndarray, valid: np.ndarray, launch_overhead_s: float
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _operator_log_ratios(
+    op_key: np.ndarray,
+    op_device: np.ndarray,
+    op_class: np.ndarray,
+    roofline: np.ndarray,
+    measured: np.ndarray,
+    valid: np.ndarray,
+    launch_overhead_s: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per distinct operator: ``(key, median log(measured - overhead) / roofline, roofline, device, class)``.
 
     Operators whose median time is under twice the overhead say nothing about the
@@ -373,8 +383,16 @@ def _operator_log_ratios(op_key: np.ndarray, op_device: np.ndarray, op_class: np
     return keys, y, weight, op_device[usable][order][first], op_class[usable][order][first]
 
 
-def _fit_device_type(fit: CalibrationFit, dtype: str, yd: np.ndarray, dd: np.ndarray, cc: np.ndarray,
-                     wd: np.ndarray, names: list[str], n_iter: int) -> None:
+def _fit_device_type(
+    fit: CalibrationFit,
+    dtype: str,
+    yd: np.ndarray,
+    dd: np.ndarray,
+    cc: np.ndarray,
+    wd: np.ndarray,
+    names: list[str],
+    n_iter: int,
+) -> None:
     """Device and class effects of one device type by median polish with Huber steps, then
     per-(device, class) cells shrunk towards them; written into ``fit``."""
     devices = np.unique(dd)
@@ -412,8 +430,13 @@ def _fit_device_type(fit: CalibrationFit, dtype: str, yd: np.ndarray, dd: np.nda
                 fit.n_ops[(names[d], OP_CLASS_NAMES[c])] = count
 
 
-def _fit_link_classes(fit: CalibrationFit, transfer_key: np.ndarray, transfer_link_class: np.ndarray,
-                      transfer_predicted_s: np.ndarray, transfer_measured_s: np.ndarray) -> None:
+def _fit_link_classes(
+    fit: CalibrationFit,
+    transfer_key: np.ndarray,
+    transfer_link_class: np.ndarray,
+    transfer_predicted_s: np.ndarray,
+    transfer_measured_s: np.ndarray,
+) -> None:
     """One multiplier per link class: the Huber location of its transfers' median log ratios."""
     t_key = np.asarray(transfer_key, dtype=np.int64)
     t_cls = np.asarray(transfer_link_class, dtype=np.int64)
@@ -522,12 +545,14 @@ def tiers_realized(
         ``False`` when no usable run had a tier speed-up to bear out.
     """
     measured, main, tiered = (np.asarray(a, dtype=np.float64) for a in (measured_s, main_s, tiered_s))
-    usable = (measured > 0) & (main > 0) & (tiered > 0) & np.isfinite(measured) & np.isfinite(main) \
-        & np.isfinite(tiered)
+    usable = (
+        (measured > 0) & (main > 0) & (tiered > 0) & np.isfinite(measured) & np.isfinite(main) & np.isfinite(tiered)
+    )
     if not np.any(usable & (tiered != main)):
         return False
-    cell = np.asarray(device, dtype=np.int64)[usable] * len(OP_CLASS_NAMES) \
-        + np.asarray(op_class, dtype=np.int64)[usable]
+    cell = (
+        np.asarray(device, dtype=np.int64)[usable] * len(OP_CLASS_NAMES) + np.asarray(op_class, dtype=np.int64)[usable]
+    )
 
     def spread_and_offset(predicted: np.ndarray) -> tuple[float, float]:
         ratio = np.log(measured[usable] / predicted[usable])

@@ -246,7 +246,7 @@ def minimal_movement(
         return cache[k]
 
     m = int(order.size)
-    kept_s, kept_fits = evaluate(0)
+    kept_s, _kept_fits = evaluate(0)
     full_s, _ = evaluate(m)
     target = full_s + tolerance_fraction * max(kept_s - full_s, 0.0)
 

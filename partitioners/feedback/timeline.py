@@ -56,9 +56,10 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
-from typing import Any, Mapping, Sequence, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -279,8 +280,9 @@ class TimelineMatch:
 # ----------------------------------------------------------------------------- parsing
 
 
-def _finite(value: Any, where: str, *, minimum: float = 0.0, maximum: float = MAX_TIMESTAMP_S,
-            unit: str = "s") -> float:
+def _finite(
+    value: Any, where: str, *, minimum: float = 0.0, maximum: float = MAX_TIMESTAMP_S, unit: str = "s"
+) -> float:
     """``value`` as a float in ``[minimum, maximum]``, or :class:`InvalidInput` naming ``where``.
 
     JSON integers are unbounded in Python: one with hundreds of digits overflows
@@ -446,8 +448,14 @@ class _CompleteEvents:
     step_windows: list[tuple[float, float, int]] = field(default_factory=list)
     transfers: list[MeasuredTransfer] = field(default_factory=list)
 
-    def add(self, i: int, ev: dict[str, Any], process_name: dict[str, str], thread_name: dict[str, str],
-            ignored: Counter[str]) -> None:
+    def add(
+        self,
+        i: int,
+        ev: dict[str, Any],
+        process_name: dict[str, str],
+        thread_name: dict[str, str],
+        ignored: Counter[str],
+    ) -> None:
         where = f"timeline.traceEvents[{i}]"
         name = ev.get("name")
         if not isinstance(name, str) or not name:
@@ -566,7 +574,8 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
         dtype=np.float64,
     ).reshape(-1, 2)
     _check_span(
-        np.concatenate([start_s, others[:, 0]]), np.concatenate([start_s + duration_s, others[:, 1]]),
+        np.concatenate([start_s, others[:, 0]]),
+        np.concatenate([start_s + duration_s, others[:, 1]]),
         "timeline.traceEvents",
     )
     # nesting and steps from the CPU side; then device time from the kernels, if any
@@ -674,7 +683,8 @@ def parse_simple_timeline(document: Any, *, max_events: int = 2_000_000) -> Time
     transfer_start_s = np.array([t["start_s"] for t in transfers], dtype=np.float64)
     transfer_end_s = transfer_start_s + np.array([t["duration_s"] for t in transfers], dtype=np.float64)
     _check_span(
-        np.concatenate([start_s, transfer_start_s]), np.concatenate([start_s + duration_s, transfer_end_s]),
+        np.concatenate([start_s, transfer_start_s]),
+        np.concatenate([start_s + duration_s, transfer_end_s]),
         "timeline",
     )
     return TimelineEvents(
@@ -834,8 +844,12 @@ def match_timeline(
     )
 
 
-def _check_mappings(op_mapping: Mapping[str, str], device_mapping: Mapping[str, str], op_index: Mapping[str, int],
-                    dev_index: Mapping[str, int]) -> None:
+def _check_mappings(
+    op_mapping: Mapping[str, str],
+    device_mapping: Mapping[str, str],
+    op_index: Mapping[str, int],
+    dev_index: Mapping[str, int],
+) -> None:
     """A mapping may only name operators and devices the plan has."""
     for measured, target in op_mapping.items():
         if target not in op_index:
@@ -888,9 +902,13 @@ def _first_per_operator_step(events: TimelineEvents, ev_op: np.ndarray, step: np
     return keep
 
 
-def _match_transfers(events: TimelineEvents, tensor_names: Sequence[str], dev_index: Mapping[str, int],
-                     op_mapping: Mapping[str, str], device_mapping: Mapping[str, str]
-                     ) -> tuple[tuple[list[int], list[int], list[int], list[int], list[float]], list[str]]:
+def _match_transfers(
+    events: TimelineEvents,
+    tensor_names: Sequence[str],
+    dev_index: Mapping[str, int],
+    op_mapping: Mapping[str, str],
+    device_mapping: Mapping[str, str],
+) -> tuple[tuple[list[int], list[int], list[int], list[int], list[float]], list[str]]:
     """Measured transfers of the plan's tensors between two of its devices as columns
     ``(tensor, src, dst, step, duration_s)``, and the tensor names of the rest."""
     t_index = {str(t): k for k, t in enumerate(tensor_names)}

@@ -8,6 +8,7 @@ import numpy as np
 
 __all__ = ["greedy_lpt"]
 
+
 def greedy_lpt(load: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
     """Baseline: greedy replica counts, then LPT one replica at a time (physical_to_logical)."""
     layers, experts = load.shape

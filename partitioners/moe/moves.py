@@ -440,7 +440,7 @@ def _gainer_slot(
     exists, since experts <= slots); other gainers only take copies above their
     expert's need, or empty slots.
     """
-    n, width = gpus_to_try.shape
+    n, _width = gpus_to_try.shape
     slots_per_gpu = state.slots.shape[2]
     cand = state.slots[lay[:, None], gpus_to_try]  # (n, width, S)
     counts_pad = np.concatenate([state.counts[lay], np.zeros((n, 1), dtype=np.int64)], axis=1)

@@ -105,9 +105,7 @@ def pack_rounds(load: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_g
 def _trade_target(filled: np.ndarray, chunk: np.ndarray, target: np.ndarray, j: int) -> bool:
     """Give item ``j`` the GPU of its nearest round-mate such that neither copy is duplicated."""
     expert, gpu = chunk[j], target[j]
-    ok = (
-        ~holds(filled[target], np.full(target.size, expert)) & ~holds(filled[gpu][None, :], chunk) & (chunk != expert)
-    )
+    ok = ~holds(filled[target], np.full(target.size, expert)) & ~holds(filled[gpu][None, :], chunk) & (chunk != expert)
     ok[j] = False
     if not ok.any():
         return False

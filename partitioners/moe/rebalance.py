@@ -78,9 +78,10 @@ References
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -151,7 +152,7 @@ class BalanceStats:
     unhosted_expert: npt.NDArray[np.int64] = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
-    def of(cls, per_layer: np.ndarray, unhosted: np.ndarray | None = None) -> "BalanceStats":
+    def of(cls, per_layer: np.ndarray, unhosted: np.ndarray | None = None) -> BalanceStats:
         """Summarise ``per_layer``; ``unhosted`` is the ``(num_layers, num_experts)`` mask of
         loaded experts without a copy (their layers read ``inf``)."""
         per_layer = np.array(per_layer, dtype=np.float64)
@@ -159,8 +160,9 @@ class BalanceStats:
             unhosted = np.zeros((per_layer.size, 0), dtype=bool)
         per_layer[unhosted.any(axis=1)] = np.inf
         layer, expert = np.nonzero(unhosted)
-        return cls(per_layer, float(per_layer.mean()), float(per_layer.max()),
-                   layer.astype(np.int64), expert.astype(np.int64))
+        return cls(
+            per_layer, float(per_layer.mean()), float(per_layer.max()), layer.astype(np.int64), expert.astype(np.int64)
+        )
 
     def unhosted_lists(self) -> list[list[int]]:
         """Per layer, the experts that receive load but have no copy."""
@@ -378,8 +380,9 @@ def _check_load(load: object, num_moe_layers: int | None, num_logical_experts: i
 
 def _check_positive_int(value: object, field: str, maximum: int = MAX_COUNT) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= maximum:
-        raise InvalidInput(f"{field} must be an integer from 1 to {maximum}, got {value!r}", field=field,
-                           code="bad-cluster")
+        raise InvalidInput(
+            f"{field} must be an integer from 1 to {maximum}, got {value!r}", field=field, code="bad-cluster"
+        )
     return int(value)
 
 
@@ -396,8 +399,11 @@ def _available_gpus(num_gpus: int, unavailable_gpus: Sequence[int]) -> np.ndarra
     except (TypeError, ValueError):
         down = None
     if down is None or down.ndim != 1 or (down.size and down.dtype.kind not in "iu"):
-        raise InvalidInput(f"cluster.unavailable_gpus must be a list of GPU numbers, got {unavailable_gpus!r}",
-                           field="cluster.unavailable_gpus", code="unknown-gpu")
+        raise InvalidInput(
+            f"cluster.unavailable_gpus must be a list of GPU numbers, got {unavailable_gpus!r}",
+            field="cluster.unavailable_gpus",
+            code="unknown-gpu",
+        )
     down = down.astype(np.int64)
     if down.size and (down.min() < 0 or down.max() >= num_gpus):
         raise InvalidInput(
@@ -456,11 +462,16 @@ def _check_options(max_replicas_moved: object, expert_bytes: object, min_improve
     if max_replicas_moved is not None:
         _check_count(max_replicas_moved, "max_replicas_moved", "bad-cap")
     _check_count(expert_bytes, "model.expert_bytes", "bad-bytes")
-    if (isinstance(min_improvement, bool) or not isinstance(min_improvement, (int, float, np.integer, np.floating))
-            or not math.isfinite(float(min_improvement)) or min_improvement < 0):
+    if (
+        isinstance(min_improvement, bool)
+        or not isinstance(min_improvement, (int, float, np.integer, np.floating))
+        or not math.isfinite(float(min_improvement))
+        or min_improvement < 0
+    ):
         raise InvalidInput(
-            f"min_improvement must be a finite number >= 0, got {min_improvement!r}", field="min_improvement",
-            code="bad-threshold"
+            f"min_improvement must be a finite number >= 0, got {min_improvement!r}",
+            field="min_improvement",
+            code="bad-threshold",
         )
 
 
@@ -626,7 +637,7 @@ def _dedupe(slots: np.ndarray) -> np.ndarray:
     if not dup_sorted.any():
         return slots.copy()
     out = slots.copy()
-    for layer, gpu in {(int(l), int(g)) for l, g, _ in np.argwhere(dup_sorted)}:
+    for layer, gpu in {(int(lay), int(g)) for lay, g, _ in np.argwhere(dup_sorted)}:
         seen: set[int] = set()
         for k, expert in enumerate(out[layer, gpu].tolist()):
             if expert >= 0 and expert in seen:
@@ -762,23 +773,47 @@ def rebalance(
             original_node_gpu=None,
         )
         reason = "no current placement: fresh plan"
-        unused = [name for name, given in (("max_replicas_moved", max_replicas_moved is not None),
-                                           ("node_local", node_local)) if given]
+        unused = [
+            name
+            for name, given in (("max_replicas_moved", max_replicas_moved is not None), ("node_local", node_local))
+            if given
+        ]
         if unused:
             # a first placement loads every copy from storage: there is nothing to cap or keep local
             reason += f" ({' and '.join(unused)} not applied: there is no placement in service to move copies from)"
     else:
         decision = _replace_incrementally(
-            array, current, counts, bound, cluster, hierarchy, min_improvement=min_improvement,
-            ignore_sampling_noise=ignore_sampling_noise, max_replicas_moved=max_replicas_moved, node_local=node_local,
+            array,
+            current,
+            counts,
+            bound,
+            cluster,
+            hierarchy,
+            min_improvement=min_improvement,
+            ignore_sampling_noise=ignore_sampling_noise,
+            max_replicas_moved=max_replicas_moved,
+            node_local=node_local,
         )
     after, after_counts = _measure(array, decision.final)
     if current is not None:
-        reason = _reason(decision, after, min_improvement=min_improvement,
-                         ignore_sampling_noise=ignore_sampling_noise, max_replicas_moved=max_replicas_moved,
-                         num_experts=array.shape[1])
-    return _result(array, decision, cluster, int(expert_bytes), bound, reason, had_current=current is not None,
-                   measured=(after, after_counts))
+        reason = _reason(
+            decision,
+            after,
+            min_improvement=min_improvement,
+            ignore_sampling_noise=ignore_sampling_noise,
+            max_replicas_moved=max_replicas_moved,
+            num_experts=array.shape[1],
+        )
+    return _result(
+        array,
+        decision,
+        cluster,
+        int(expert_bytes),
+        bound,
+        reason,
+        had_current=current is not None,
+        measured=(after, after_counts),
+    )
 
 
 @dataclass(frozen=True)
@@ -792,7 +827,7 @@ class _Cluster:
     node_of_gpu: np.ndarray  # (A,) the node of each
 
     @classmethod
-    def of(cls, num_nodes: int, gpus_per_node: int, slots_per_gpu: int, unavailable_gpus: Sequence[int]) -> "_Cluster":
+    def of(cls, num_nodes: int, gpus_per_node: int, slots_per_gpu: int, unavailable_gpus: Sequence[int]) -> _Cluster:
         available = _available_gpus(num_nodes * gpus_per_node, unavailable_gpus)
         return cls(num_nodes, gpus_per_node, slots_per_gpu, available, available // gpus_per_node)
 
@@ -845,8 +880,9 @@ class _Decision:
     held_by_node_local: np.ndarray | None = None
 
 
-def _keep_threshold(mean: np.ndarray, num_available: int, min_improvement: float,
-                    ignore_sampling_noise: bool) -> np.ndarray:
+def _keep_threshold(
+    mean: np.ndarray, num_available: int, min_improvement: float, ignore_sampling_noise: bool
+) -> np.ndarray:
     """Per layer, the max/mean gain below which the placement in service stays.
 
     ``min_improvement`` plus, for sampled token counts, the gap sampling alone explains:
@@ -928,8 +964,18 @@ def _replace_incrementally(
     repaired_ratio = balance_ratio(state.gpu_load[active], total[active])
     repaired_writes = ((repaired != original[active]) & (repaired >= 0)).sum(axis=(1, 2))
     chosen, chosen_ratio, use_fresh, blocked_by_budget, blocked_by_node_local = _repaired_or_fresh(
-        repaired, repaired_ratio, repaired_writes, fresh_slots, fresh_ratio, original[active],
-        original_node_has[active], threshold[active], cluster, experts, node_local, max_replicas_moved,
+        repaired,
+        repaired_ratio,
+        repaired_writes,
+        fresh_slots,
+        fresh_ratio,
+        original[active],
+        original_node_has[active],
+        threshold[active],
+        cluster,
+        experts,
+        node_local,
+        max_replicas_moved,
     )
     worth = lost[active] | (before_ratio[active] - chosen_ratio > min_improvement)
     final[active[worth]] = chosen[worth]
@@ -942,14 +988,26 @@ def _replace_incrementally(
     held_by_node_local = np.zeros(layers, dtype=bool)
     held_by_node_local[active] = blocked_by_node_local
     return replace(
-        decision, original_node_gpu=original_node_gpu, fresh_ratio=layer_fresh_ratio,
-        held_by_budget=held_by_budget, held_by_node_local=held_by_node_local,
+        decision,
+        original_node_gpu=original_node_gpu,
+        fresh_ratio=layer_fresh_ratio,
+        held_by_budget=held_by_budget,
+        held_by_node_local=held_by_node_local,
     )
 
 
-def _repair(state: PlacementState, active: np.ndarray, current: np.ndarray, counts: np.ndarray,
-            before_ratio: np.ndarray, fresh_ratio: np.ndarray, threshold: np.ndarray, mean: np.ndarray,
-            ctx: MoveContext, cluster: _Cluster) -> None:
+def _repair(
+    state: PlacementState,
+    active: np.ndarray,
+    current: np.ndarray,
+    counts: np.ndarray,
+    before_ratio: np.ndarray,
+    fresh_ratio: np.ndarray,
+    threshold: np.ndarray,
+    mean: np.ndarray,
+    ctx: MoveContext,
+    cluster: _Cluster,
+) -> None:
     """Repair the ``active`` layers of ``state`` in place: copies for experts that need
     more, then moves off the hottest GPUs, towards the fresh plan's max/mean."""
     load = state.load
@@ -1029,8 +1087,15 @@ def _repaired_or_fresh(
     return chosen, chosen_ratio, use_fresh, blocked_by_budget, blocked_by_node_local
 
 
-def _reason(decision: _Decision, after: BalanceStats, *, min_improvement: float, ignore_sampling_noise: bool,
-            max_replicas_moved: int | None, num_experts: int) -> str:
+def _reason(
+    decision: _Decision,
+    after: BalanceStats,
+    *,
+    min_improvement: float,
+    ignore_sampling_noise: bool,
+    max_replicas_moved: int | None,
+    num_experts: int,
+) -> str:
     """One sentence saying what changed and why the other layers did not, and which loaded
     experts the current placement could not serve (why ``balance_before`` is unbounded).
 
@@ -1056,12 +1121,23 @@ def _reason(decision: _Decision, after: BalanceStats, *, min_improvement: float,
     clauses = []
     if held.any():
         written = int(((decision.final != decision.original) & (decision.final >= 0)).sum())
-        clauses.append(_held_clause(np.flatnonzero(held), bool(by_budget.any()), bool(by_node_local.any()),
-                                    max_replicas_moved, written, after.per_layer, fresh_ratio))
+        clauses.append(
+            _held_clause(
+                np.flatnonzero(held),
+                bool(by_budget.any()),
+                bool(by_node_local.any()),
+                max_replicas_moved,
+                written,
+                after.per_layer,
+                fresh_ratio,
+            )
+        )
     if within_margin.all():
         clauses.append(f"no layer's max/mean would improve by more than {margin}")
     elif within_margin.any():
-        others = "the others are" if (within_margin == ~changed).all() else f"{int(within_margin.sum())} kept layer(s) are"
+        others = (
+            "the others are" if (within_margin == ~changed).all() else f"{int(within_margin.sum())} kept layer(s) are"
+        )
         clauses.append(f"{others} within {margin} of a fresh plan's max/mean")
     if small_gain.any():
         clauses.append(
@@ -1079,8 +1155,16 @@ def _reason(decision: _Decision, after: BalanceStats, *, min_improvement: float,
     return "kept the current placement: " + "; ".join(clauses)
 
 
-def _held_clause(held: np.ndarray, by_budget: bool, by_node_local: bool, max_replicas_moved: int | None,
-                 written: int, after_ratio: np.ndarray, fresh_ratio: np.ndarray, max_layers: int = 3) -> str:
+def _held_clause(
+    held: np.ndarray,
+    by_budget: bool,
+    by_node_local: bool,
+    max_replicas_moved: int | None,
+    written: int,
+    after_ratio: np.ndarray,
+    fresh_ratio: np.ndarray,
+    max_layers: int = 3,
+) -> str:
     """The constraint that kept the ``held`` layers short of a fresh plan, and by how much
     (the worst few layers named, their max/mean against the fresh plan's)."""
     constraints = []
@@ -1229,7 +1313,7 @@ def _cross_writes(
     target: np.ndarray, original: np.ndarray, node_has: np.ndarray, node_of_gpu: np.ndarray
 ) -> np.ndarray:
     """Per layer, copies written whose expert has an original copy somewhere but not on the destination node."""
-    layers, gpus, slots_per_gpu = target.shape
+    layers, _gpus, _slots_per_gpu = target.shape
     rows = np.arange(layers)[:, None, None]
     write = (target != original) & (target >= 0)
     local = node_has[rows, node_of_gpu[None, :, None], target]
@@ -1240,8 +1324,16 @@ def _cross_writes(
     return cross
 
 
-def _result(load: np.ndarray, decision: _Decision, cluster: _Cluster, expert_bytes: int, bound: np.ndarray,
-            reason: str, had_current: bool, measured: tuple[BalanceStats, np.ndarray]) -> RebalanceResult:
+def _result(
+    load: np.ndarray,
+    decision: _Decision,
+    cluster: _Cluster,
+    expert_bytes: int,
+    bound: np.ndarray,
+    reason: str,
+    had_current: bool,
+    measured: tuple[BalanceStats, np.ndarray],
+) -> RebalanceResult:
     """The answer: the placement on every physical slot, the slots of each expert, the
     copies to write (each with the nearest GPU that already holds it) and the balance
     (``measured``: :func:`_measure` of the final placement, also used for the reason)."""

@@ -21,7 +21,7 @@ def _hosts(slots: np.ndarray, experts: int) -> np.ndarray:
 
     Row ``experts`` (reached by index -1) is all ``-1``, so empty slots look up nothing.
     """
-    layers, gpus, slots_per_gpu = slots.shape
+    layers, _gpus, slots_per_gpu = slots.shape
     flat = slots.reshape(layers, -1)
     width_slots = flat.shape[1]
     key = np.where(flat >= 0, flat, experts)
@@ -45,7 +45,7 @@ def gpu_in_node(slots: np.ndarray, node_of_gpu: np.ndarray, num_nodes: int, expe
     Column ``experts`` (index -1) stays ``-1``. One scatter-maximum over the slots,
     so looking up "is there a copy on this node, and where" costs one gather.
     """
-    layers, gpus, slots_per_gpu = slots.shape
+    layers, _gpus, _slots_per_gpu = slots.shape
     out = np.full((layers, num_nodes, experts + 1), -1, dtype=np.int64)
     lay, gpu, _ = np.nonzero(slots >= 0)
     np.maximum.at(out, (lay, node_of_gpu[gpu], slots[lay, gpu, _]), gpu)
@@ -61,7 +61,7 @@ def relabel(fresh: np.ndarray, current: np.ndarray, experts: int) -> np.ndarray:
     The overlap matrix is counted from (fresh bin, expert) x (expert, current GPU)
     pairs with one ``bincount``: sparse, unlike a dense layers x GPUs x experts product.
     """
-    layers, gpus, slots_per_gpu = fresh.shape
+    layers, gpus, _slots_per_gpu = fresh.shape
     hosts = _hosts(current, experts)[np.arange(layers)[:, None, None], fresh]  # (L, A, S, width)
     bins = np.broadcast_to(np.arange(gpus)[None, :, None, None], hosts.shape)
     lays = np.broadcast_to(np.arange(layers)[:, None, None, None], hosts.shape)

@@ -127,8 +127,11 @@ def single_device(ctx: PlacementContext) -> Proposal:
         d = int(common[0])
         return Proposal("single", np.full(ctx.n_ops, d, dtype=np.int64), note=f"device {names[d]}")
     placement, moved = keep_on_allowed_devices(ctx, np.full(ctx.n_ops, d, dtype=np.int64))
-    return Proposal("single", placement, note=(f"device {names[d]}; no device takes every operator's type, "
-                                               f"{moved} operators on devices of their types"))
+    return Proposal(
+        "single",
+        placement,
+        note=(f"device {names[d]}; no device takes every operator's type, {moved} operators on devices of their types"),
+    )
 
 
 def _heft_schedule(ctx: PlacementContext, *, contention: bool, budget_scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -240,8 +243,9 @@ def _stage_layout(ctx: PlacementContext, stages: int, replicas: int) -> tuple[np
     profile = ctx.origin_profile
     stage_speed = np.array([ctx.device_speed[d].sum() for d in stage_devices])
     stage_budget = np.array([ctx.memory_budget_bytes[d].min() for d in stage_devices]) * STAGE_BUDGET_SCALE
-    stage, ok = stage_of_origin(ctx.expanded, profile.topological_order, profile.time_s, profile.resident_bytes,
-                                stage_speed, stage_budget)
+    stage, ok = stage_of_origin(
+        ctx.expanded, profile.topological_order, profile.time_s, profile.resident_bytes, stage_speed, stage_budget
+    )
     placement = hybrid_layout(ctx.expanded, stage, stage_devices, ctx.reference_times_s)
     return placement, ok
 
@@ -298,8 +302,10 @@ def candidate_schedule(ctx: PlacementContext, *, low_memory: bool) -> CandidateS
     sizes = sorted(device_counts(k_max, group_sizes), reverse=True)
     families: dict[str, list[Builder]] = {"hybrid": [], "heft": [], "pipeline": [], "metis": []}
     if ctx.micro_batches > 1:
-        families["hybrid"] = [partial(hybrid_replicas, stages=s, replicas=r)
-                              for s, r in hybrid_shapes(ctx.micro_batches, k_max, low_memory)]
+        families["hybrid"] = [
+            partial(hybrid_replicas, stages=s, replicas=r)
+            for s, r in hybrid_shapes(ctx.micro_batches, k_max, low_memory)
+        ]
     families["heft"] = [partial(heft, contention=True)]
     if n <= CLASSIC_HEFT_MAX_OPS or want == "heft":
         families["heft"].append(partial(heft, contention=False))

@@ -156,8 +156,12 @@ def _score_single(ctx: PlacementContext) -> ScoredCandidate:
     """The one-device plan, scored analytically on large graphs where its memory verdict is clear-cut."""
     proposal = single_device(ctx)
     on_one_device = ctx.constraint is None or bool((proposal.placement == proposal.placement[0]).all())
-    if ctx.n_ops > ANALYTIC_SINGLE_OPS and ctx.options.strategy == "auto" and ctx.devices.shape[0] > 1 \
-            and on_one_device:
+    if (
+        ctx.n_ops > ANALYTIC_SINGLE_OPS
+        and ctx.options.strategy == "auto"
+        and ctx.devices.shape[0] > 1
+        and on_one_device
+    ):
         analytic = score_single_analytic(ctx, proposal)
         if analytic is not None:
             return analytic
@@ -298,8 +302,9 @@ def place(
     # the analytic one-device estimate was too optimistic about memory: take the next best
     over = replace(scored[best].candidate, feasible=False, note="over memory when simulated")
     scored[best] = replace(scored[best], candidate=over)
-    return finish_placement(ctx, scored, best_candidate(scored, options.pipeline),
-                            raise_infeasible=not options.allow_infeasible)
+    return finish_placement(
+        ctx, scored, best_candidate(scored, options.pipeline), raise_infeasible=not options.allow_infeasible
+    )
 
 
 def evaluate_placement(

@@ -40,9 +40,17 @@ RETIME_MAX_ROUNDS = 8
 RETIME_ROUND_OPS = 300_000
 
 
-def _timed_with_its_tiers(g: Hypergraph, inv: Inventory, placement: np.ndarray, tiers: MemoryPlan,
-                          times: np.ndarray, priority: np.ndarray, cost_model: CostModel,
-                          budget: np.ndarray, scored_makespan_s: float) -> tuple[SimulationResult, MemoryPlan | None]:
+def _timed_with_its_tiers(
+    g: Hypergraph,
+    inv: Inventory,
+    placement: np.ndarray,
+    tiers: MemoryPlan,
+    times: np.ndarray,
+    priority: np.ndarray,
+    cost_model: CostModel,
+    budget: np.ndarray,
+    scored_makespan_s: float,
+) -> tuple[SimulationResult, MemoryPlan | None]:
     """Re-time the schedule with ``tiers`` until the tiers planned on it are the ones that timed it.
 
     Faster operators change tensor lifetimes, and a tensor that no longer fits in its
@@ -60,16 +68,20 @@ def _timed_with_its_tiers(g: Hypergraph, inv: Inventory, placement: np.ndarray, 
         if final.makespan_s > scored_makespan_s:
             return final, None
         plan = plan_memory_tiers(g, inv, final, memory_budget_bytes=budget, tiers=tiers)
-        if np.array_equal(plan.tensor, tiers.tensor) and np.array_equal(plan.device, tiers.device) \
-                and np.array_equal(plan.tier, tiers.tier):
+        if (
+            np.array_equal(plan.tensor, tiers.tensor)
+            and np.array_equal(plan.device, tiers.device)
+            and np.array_equal(plan.tier, tiers.tier)
+        ):
             return final, plan
         tiers = plan
         times = tier_op_times_s(g, inv, placement, tiers, cost_model=cost_model)
     return final, None
 
 
-def finish_placement(ctx: PlacementContext, scored: Sequence[ScoredCandidate], best: int, *,
-                     raise_infeasible: bool) -> PlacementResult:
+def finish_placement(
+    ctx: PlacementContext, scored: Sequence[ScoredCandidate], best: int, *, raise_infeasible: bool
+) -> PlacementResult:
     """Level 3 and the verdict for ``scored[best]``; the result lists every one of ``scored``.
 
     Parameters
@@ -121,8 +133,9 @@ def finish_placement(ctx: PlacementContext, scored: Sequence[ScoredCandidate], b
     final: SimulationResult = sim
     plan: MemoryPlan | None = plan0
     if retime:
-        final, plan = _timed_with_its_tiers(g, inv, placement, plan0, times, final_priority, ctx.cost_model, budget,
-                                            sim.makespan_s)
+        final, plan = _timed_with_its_tiers(
+            g, inv, placement, plan0, times, final_priority, ctx.cost_model, budget, sim.makespan_s
+        )
         if plan is None and final.makespan_s <= sim.makespan_s:
             notes.append("level 3: tiers kept moving as the schedule was re-timed; schedule not re-timed")
     elif n > RETIME_MAX_OPS:

@@ -159,14 +159,16 @@ def heft_schedule(
     groups = device_group[devices].tolist() if device_group is not None else [0] * len(devices)
     restriction = None
     if op_allowed_set is not None and allowed_devices is not None:
-        restriction = _Restriction.build(np.asarray(op_allowed_set, dtype=np.int64),
-                                         np.asarray(allowed_devices, dtype=bool)[:, devices], groups)
+        restriction = _Restriction.build(
+            np.asarray(op_allowed_set, dtype=np.int64), np.asarray(allowed_devices, dtype=bool)[:, devices], groups
+        )
     order = _priority_order(graph, levels, time_s, lat, spb, restriction)
     links = _Links(lat.tolist(), spb.tolist(), groups, graph.tensor_bytes.tolist(), contention)
     budget = None
     if param_budget_bytes is not None:
-        budget = _ParameterBudget(graph, param_budget_bytes[devices].astype(float).tolist(), param_scale,
-                                  op_static_bytes)
+        budget = _ParameterBudget(
+            graph, param_budget_bytes[devices].astype(float).tolist(), param_scale, op_static_bytes
+        )
     scheduler = _Scheduler(graph, time_s.tolist(), groups, links, budget, restriction)
     for v in order.tolist():
         scheduler.place(v)
@@ -180,8 +182,14 @@ def heft_schedule(
     )
 
 
-def _priority_order(graph: Hypergraph, levels: np.ndarray, time_s: np.ndarray, lat: np.ndarray,
-                    spb: np.ndarray, restriction: _Restriction | None = None) -> np.ndarray:
+def _priority_order(
+    graph: Hypergraph,
+    levels: np.ndarray,
+    time_s: np.ndarray,
+    lat: np.ndarray,
+    spb: np.ndarray,
+    restriction: _Restriction | None = None,
+) -> np.ndarray:
     """Operators by descending upward rank, ties in topological order (level, then id).
 
     A restricted operator's compute cost is its mean time over the devices it may use.
@@ -234,8 +242,14 @@ class _Links:
     Sousa [2]_), as the simulator models it.
     """
 
-    def __init__(self, latency_s: list[list[float]], s_per_byte: list[list[float]], groups: list[int],
-                 tensor_bytes: list[float], contention: bool) -> None:
+    def __init__(
+        self,
+        latency_s: list[list[float]],
+        s_per_byte: list[list[float]],
+        groups: list[int],
+        tensor_bytes: list[float],
+        contention: bool,
+    ) -> None:
         self.latency_s, self.s_per_byte, self.tensor_bytes = latency_s, s_per_byte, tensor_bytes
         self.contention = contention
         k = len(groups)
@@ -273,8 +287,9 @@ class _ParameterBudget:
     A parameter read by several operators on one device is charged once.
     """
 
-    def __init__(self, graph: Hypergraph, capacity_bytes: list[float], param_scale: float,
-                 op_static_bytes: np.ndarray | None) -> None:
+    def __init__(
+        self, graph: Hypergraph, capacity_bytes: list[float], param_scale: float, op_static_bytes: np.ndarray | None
+    ) -> None:
         self.capacity_bytes = capacity_bytes
         self.used_bytes = [0.0] * len(capacity_bytes)
         self.resident: list[set[int]] = [set() for _ in capacity_bytes]
@@ -308,8 +323,15 @@ class _Scheduler:
     """HEFT's non-insertion list scheduling, one operator at a time (Python lists: this is
     the inner loop of planning 10^6 operators)."""
 
-    def __init__(self, graph: Hypergraph, time_s: list[list[float]], groups: list[int], links: _Links,
-                 budget: _ParameterBudget | None, restriction: _Restriction | None = None) -> None:
+    def __init__(
+        self,
+        graph: Hypergraph,
+        time_s: list[list[float]],
+        groups: list[int],
+        links: _Links,
+        budget: _ParameterBudget | None,
+        restriction: _Restriction | None = None,
+    ) -> None:
         self.time_s, self.links, self.budget, self.restriction = time_s, links, budget, restriction
         self.input_ptr = graph.input_ptr.tolist()
         self.input_tensors = graph.input_tensors.tolist()
@@ -347,7 +369,7 @@ class _Scheduler:
     def place(self, op: int) -> None:
         """Put ``op`` on the candidate where it finishes first among those its memory
         budget admits (on the earliest-finishing one if none does) and book its inputs."""
-        reads = self.input_tensors[self.input_ptr[op]:self.input_ptr[op + 1]]
+        reads = self.input_tensors[self.input_ptr[op] : self.input_ptr[op + 1]]
         inputs = [(t, self.producer[t]) for t in reads if self.is_activation[t]]
         budget = self.budget
         params = [t for t in reads if self.is_parameter[t]] if budget is not None else []
@@ -368,8 +390,11 @@ class _Scheduler:
                 if r > ready:
                     ready = r
             finish = (free_s[d] if free_s[d] > ready else ready) + row[d]
-            if budget is not None and budget.used_bytes[d] + most > budget.capacity_bytes[d] \
-                    and not budget.admits(d, params, pinned):
+            if (
+                budget is not None
+                and budget.used_bytes[d] + most > budget.capacity_bytes[d]
+                and not budget.admits(d, params, pinned)
+            ):
                 if finish < fallback_finish:
                     fallback, fallback_finish = d, finish
                 continue

@@ -115,8 +115,11 @@ class MemoryPlan:
                 "size_bytes": int(z),
             }
             for t, d, k, o, z in zip(
-                self.tensor.tolist(), self.device.tolist(), self.tier.tolist(),
-                self.offset_bytes.tolist(), self.size_bytes.tolist(),
+                self.tensor.tolist(),
+                self.device.tolist(),
+                self.tier.tolist(),
+                self.offset_bytes.tolist(),
+                self.size_bytes.tolist(),
             )
         ]
 
@@ -187,7 +190,7 @@ class _BestFit:
     Python scan. Best fit also keeps fragmentation lower than first fit.
     """
 
-    __slots__ = ("capacity", "top", "free_off", "free_size", "by_size", "high")
+    __slots__ = ("by_size", "capacity", "free_off", "free_size", "high", "top")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -255,8 +258,14 @@ def _previous_tiers(tiers: MemoryPlan | None, tensor: np.ndarray, device: np.nda
     return want_tier
 
 
-def _place_parameters(entries: list[int], main_alloc: _BestFit, main_tier: int, size_l: list[int],
-                      tier_out: list[int], offset_out: list[int]) -> None:
+def _place_parameters(
+    entries: list[int],
+    main_alloc: _BestFit,
+    main_tier: int,
+    size_l: list[int],
+    tier_out: list[int],
+    offset_out: list[int],
+) -> None:
     """Parameters stay resident for the whole step: main memory, allocated before anything else."""
     for e in entries:
         tier_out[e] = main_tier
@@ -268,9 +277,17 @@ def _place_parameters(entries: list[int], main_alloc: _BestFit, main_tier: int, 
                 tier_out[e] = UNPLACED
 
 
-def _replay_activations(entries: np.ndarray, alloc_s: np.ndarray, free_s: np.ndarray,
-                        allocators: dict[int, _BestFit], main_tier: int, size_l: list[int], want_l: list[int],
-                        tier_out: list[int], offset_out: list[int]) -> None:
+def _replay_activations(
+    entries: np.ndarray,
+    alloc_s: np.ndarray,
+    free_s: np.ndarray,
+    allocators: dict[int, _BestFit],
+    main_tier: int,
+    size_l: list[int],
+    want_l: list[int],
+    tier_out: list[int],
+    offset_out: list[int],
+) -> None:
     """Replay one device's allocations and frees in time order, each holding in the fastest
     tier with room (never faster than the tier it had before, ``want_l``).
 
@@ -341,7 +358,7 @@ def plan_memory_tiers(
     cap = inventory.tier_capacity_bytes.astype(np.int64)
     main = inventory.device_main_tier
     budget = inventory.device_memory_bytes if memory_budget_bytes is None else memory_budget_bytes
-    size = ((np.ceil(graph.tensor_bytes[t] / ALIGNMENT_BYTES)).astype(np.int64) * ALIGNMENT_BYTES)
+    size = (np.ceil(graph.tensor_bytes[t] / ALIGNMENT_BYTES)).astype(np.int64) * ALIGNMENT_BYTES
     is_param = graph.tensor_kind[t] == TENSOR_PARAMETER
     # the graph's inputs arrive from, and its outputs leave for, the runtime through main
     # memory: no on-chip tier holds them across the kernels before and after the step
@@ -476,5 +493,6 @@ def tier_op_times_s(
     placement = np.asarray(placement, dtype=np.int64)
     out = op_times_s(graph, inventory, cost_model or CostModel())
     out[np.arange(graph.n_ops), placement] = placed_tier_op_times_s(
-        graph, inventory, placement, plan.tensor, plan.device, plan.tier, cost_model=cost_model)
+        graph, inventory, placement, plan.tensor, plan.device, plan.tier, cost_model=cost_model
+    )
     return out

@@ -55,10 +55,11 @@ class RefineOutcome:
         Moves kept and simulations spent.
     """
 
-    __slots__ = ("placement", "key", "sim", "accepted", "tried")
+    __slots__ = ("accepted", "key", "placement", "sim", "tried")
 
-    def __init__(self, placement: np.ndarray, key: tuple[object, ...], sim: SimulationResult, accepted: int,
-                 tried: int) -> None:
+    def __init__(
+        self, placement: np.ndarray, key: tuple[object, ...], sim: SimulationResult, accepted: int, tried: int
+    ) -> None:
         self.placement = placement
         self.key = key
         self.sim = sim

@@ -60,12 +60,19 @@ def keep_on_allowed_devices(ctx: PlacementContext, placement: np.ndarray) -> tup
     c = ctx.constraint
     if c is None:
         return placement, 0
-    return move_to_allowed(placement, c.op_allowed_set, c.allowed & ctx.usable, ctx.reference_times_s,
-                           ctx.device_speed, ctx.edges_with_bytes)
+    return move_to_allowed(
+        placement,
+        c.op_allowed_set,
+        c.allowed & ctx.usable,
+        ctx.reference_times_s,
+        ctx.device_speed,
+        ctx.edges_with_bytes,
+    )
 
 
-def groups_allowed(ctx: PlacementContext, group_part: np.ndarray, group_devices: np.ndarray,
-                   group_speed: np.ndarray) -> np.ndarray:
+def groups_allowed(
+    ctx: PlacementContext, group_part: np.ndarray, group_devices: np.ndarray, group_speed: np.ndarray
+) -> np.ndarray:
     """Level 1: restricted operators to a group that has a device of their types.
 
     ``group_devices[i, d]`` says whether device ``d`` is one of group ``i``'s
@@ -74,13 +81,15 @@ def groups_allowed(ctx: PlacementContext, group_part: np.ndarray, group_devices:
     c = ctx.constraint
     assert c is not None
     row_groups = (c.allowed.astype(np.int64) @ group_devices.T.astype(np.int64)) > 0
-    moved, _ = move_to_allowed(group_part, c.op_allowed_set, row_groups, ctx.reference_times_s, group_speed,
-                               ctx.edges_with_bytes)
+    moved, _ = move_to_allowed(
+        group_part, c.op_allowed_set, row_groups, ctx.reference_times_s, group_speed, ctx.edges_with_bytes
+    )
     return moved
 
 
-def devices_in_groups_allowed(ctx: PlacementContext, placement: np.ndarray, group_part: np.ndarray,
-                              group_devices: np.ndarray) -> np.ndarray:
+def devices_in_groups_allowed(
+    ctx: PlacementContext, placement: np.ndarray, group_part: np.ndarray, group_devices: np.ndarray
+) -> np.ndarray:
     """Level 2: restricted operators to an allowed device of the group level 1 chose.
 
     One row per (list of types, group): the list's devices inside that group.
@@ -89,8 +98,14 @@ def devices_in_groups_allowed(ctx: PlacementContext, placement: np.ndarray, grou
     assert c is not None
     n_groups = group_devices.shape[0]
     rows = (c.allowed[:, None, :] & group_devices[None, :, :]).reshape(-1, ctx.inventory.n_devices)
-    moved, _ = move_to_allowed(placement, c.op_allowed_set * n_groups + group_part, rows, ctx.reference_times_s,
-                               ctx.device_speed, ctx.edges_with_bytes)
+    moved, _ = move_to_allowed(
+        placement,
+        c.op_allowed_set * n_groups + group_part,
+        rows,
+        ctx.reference_times_s,
+        ctx.device_speed,
+        ctx.edges_with_bytes,
+    )
     return moved
 
 

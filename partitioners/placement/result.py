@@ -86,8 +86,9 @@ class TransferPlan:
         if self.tensor.shape[0] == 0:
             return out
         cut = np.flatnonzero(np.diff(self.tensor)) + 1
-        for a, b in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [self.tensor.shape[0]]]).tolist(),
-                        strict=True):
+        for a, b in zip(
+            np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [self.tensor.shape[0]]]).tolist(), strict=True
+        ):
             tensor: int | str = int(self.tensor[a])
             src: int | str = int(self.src[a])
             dst: list[int] | list[str] = self.dst[a:b].tolist()

@@ -102,8 +102,9 @@ def score_proposal(ctx: PlacementContext, proposal: Proposal) -> ScoredCandidate
             moved += moved_again
     if moved:
         note = "; ".join(x for x in (note, f"{moved} operators moved to a device of a type they may run on") if x)
-    sim = simulate(ctx.graph, ctx.inventory, placement, context=ctx.simulation, priority=proposal.priority,
-                   record_timeline=True)
+    sim = simulate(
+        ctx.graph, ctx.inventory, placement, context=ctx.simulation, priority=proposal.priority, record_timeline=True
+    )
     assert sim.peak_memory_bytes is not None  # recorded with the timeline
     budget = ctx.memory_budget_bytes
     used = np.unique(placement)
@@ -186,12 +187,19 @@ def ranking_key(candidate: Candidate, tiebreak: int, *, least_over: float, pipel
     over = 0.0 if candidate.feasible else candidate.peak_memory_fraction + (1e9 if pipeline_bad else 0.0)
     if not candidate.feasible and over <= least_over * (1.0 + INFEASIBLE_TOLERANCE):
         over = least_over
-    return (not candidate.feasible, over, candidate.objective_value, candidate.makespan_s, candidate.devices_used,
-            tiebreak)
+    return (
+        not candidate.feasible,
+        over,
+        candidate.objective_value,
+        candidate.makespan_s,
+        candidate.devices_used,
+        tiebreak,
+    )
 
 
 def best_candidate(scored: Sequence[ScoredCandidate], pipeline: bool) -> int:
     """Index of the best of ``scored`` by :func:`ranking_key`, ties to the one scored first."""
     least_over = least_over_budget([s.candidate for s in scored], pipeline)
-    return min(range(len(scored)),
-               key=lambda i: ranking_key(scored[i].candidate, i, least_over=least_over, pipeline=pipeline))
+    return min(
+        range(len(scored)), key=lambda i: ranking_key(scored[i].candidate, i, least_over=least_over, pipeline=pipeline)
+    )

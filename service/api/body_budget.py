@@ -106,9 +106,12 @@ class BodyBudgetMiddleware:
             return
         budget = self.budget
         if not await budget.reserve(n_bytes):
-            busy = ServerBusy(f"{budget.in_flight_bytes} bytes of request bodies are being processed, this one's "
-                              f"{n_bytes} would pass the {budget.budget_bytes}-byte budget "
-                              "(HYPERPLACE_MAX_BODY_BYTES_IN_FLIGHT),", budget.wait_s)
+            busy = ServerBusy(
+                f"{budget.in_flight_bytes} bytes of request bodies are being processed, this one's "
+                f"{n_bytes} would pass the {budget.budget_bytes}-byte budget "
+                "(HYPERPLACE_MAX_BODY_BYTES_IN_FLIGHT),",
+                budget.wait_s,
+            )
             await service_error_response(Request(scope), busy)(scope, receive, send)
             return
         try:

@@ -59,7 +59,9 @@ def _principal(request: Request, session: SessionDep, settings: SettingsDep) -> 
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthorized("Send an API key as 'Authorization: Bearer <key>' (create one with `hyperplace keys create`).")
+            raise Unauthorized(
+                "Send an API key as 'Authorization: Bearer <key>' (create one with `hyperplace keys create`)."
+            )
         row = find_active_key(session, token.strip(), settings.api_key_secret)
         if row is None:
             raise Unauthorized("The API key is unknown or revoked.")

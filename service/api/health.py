@@ -20,8 +20,9 @@ def healthz() -> Liveness:
 
 def _not_ready(answer: NotReady) -> JSONResponse:
     # only the fields that apply to this cause (as the model documents them), not a row of nulls
-    return JSONResponse(answer.model_dump(mode="json", exclude_unset=True), status_code=503,
-                        headers={"Retry-After": "5"})
+    return JSONResponse(
+        answer.model_dump(mode="json", exclude_unset=True), status_code=503, headers={"Retry-After": "5"}
+    )
 
 
 @router.get(
@@ -48,8 +49,12 @@ def readyz(request: Request) -> Readiness | JSONResponse:
     "/metrics",
     summary="Prometheus metrics",
     response_class=Response,
-    responses={200: {"description": "The Prometheus text exposition format.",
-                     "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    responses={
+        200: {
+            "description": "The Prometheus text exposition format.",
+            "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
+        }
+    },
 )
 def metrics(request: Request) -> Response:
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

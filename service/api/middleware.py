@@ -228,5 +228,6 @@ class BodySizeLimitMiddleware:
 
 def _over_the_limit(limit: int) -> PayloadTooLarge:
     """The 413 for a body past ``limit``; the connection closes, since the rest of the body is never read."""
-    return PayloadTooLarge(f"Request body is over the {limit}-byte limit (HYPERPLACE_MAX_BODY_BYTES).",
-                           headers={"Connection": "close"})
+    return PayloadTooLarge(
+        f"Request body is over the {limit}-byte limit (HYPERPLACE_MAX_BODY_BYTES).", headers={"Connection": "close"}
+    )

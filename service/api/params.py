@@ -29,14 +29,20 @@ PlanId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-
 ModelHash = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$", description="sha256 model hash.")]
 IdempotencyKey = Annotated[
     str | None,
-    Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]+$", description="Makes a retried POST safe."),
+    Header(
+        alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]+$", description="Makes a retried POST safe."
+    ),
 ]
 IfNoneMatch = Annotated[
     str | None,
-    Header(alias="If-None-Match", max_length=4096, description="ETags the client holds: `*`, or a comma-separated list."),
+    Header(
+        alias="If-None-Match", max_length=4096, description="ETags the client holds: `*`, or a comma-separated list."
+    ),
 ]
 Limit = Annotated[int, Query(ge=1, le=200)]
-Cursor = Annotated[str | None, Query(max_length=300, pattern=r"^[A-Za-z0-9_-]+$", description="next_cursor of the previous page.")]
+Cursor = Annotated[
+    str | None, Query(max_length=300, pattern=r"^[A-Za-z0-9_-]+$", description="next_cursor of the previous page.")
+]
 Reader = Annotated[Principal, Depends(require_scope("read"))]
 Writer = Annotated[Principal, Depends(require_scope("write"))]
 
@@ -48,7 +54,9 @@ def cursor_position(cursor: str | None) -> tuple[datetime, str] | None:
     try:
         return decode_cursor(cursor)
     except (ValueError, TypeError, UnicodeDecodeError):
-        raise UnprocessableInput("The cursor is not one this service issued; pass next_cursor from the previous page.") from None
+        raise UnprocessableInput(
+            "The cursor is not one this service issued; pass next_cursor from the previous page."
+        ) from None
 
 
 # entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE (RFC 9110 8.8.3); etagc excludes DQUOTE but not

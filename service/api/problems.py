@@ -60,8 +60,9 @@ def problem_response(
 
 def service_error_response(request: Request | None, exc: ServiceError) -> JSONResponse:
     """The problem a :class:`~service.errors.ServiceError` stands for (also for middleware, outside the handlers)."""
-    return problem_response(request, exc.status, exc.title, exc.detail, exc.type_slug, headers=exc.headers,
-                            errors=exc.errors)
+    return problem_response(
+        request, exc.status, exc.title, exc.detail, exc.type_slug, headers=exc.headers, errors=exc.errors
+    )
 
 
 def _jsonable(value: Any) -> Any:
@@ -161,8 +162,9 @@ def most_relevant_first(errors: list[dict]) -> list[dict]:
 def _validation_errors(exc: RequestValidationError) -> list[dict]:
     out = []
     for err in most_relevant_first(list(exc.errors()))[:50]:
-        out.append({"field": error_path(err.get("loc", ())), "message": err.get("msg", ""),
-                    "type": err.get("type", "")})
+        out.append(
+            {"field": error_path(err.get("loc", ())), "message": err.get("msg", ""), "type": err.get("type", "")}
+        )
         if "input" in err:
             out[-1]["input"] = _jsonable(err["input"])
     return out
@@ -205,7 +207,9 @@ def install_problem_handlers(app: FastAPI) -> None:
             return _unreadable_body(request, exc.__cause__)
         slug = {404: "not-found", 405: "method-not-allowed", 413: "too-large"}.get(exc.status_code, "http")
         title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
-        return problem_response(request, exc.status_code, title, str(exc.detail), slug, headers=getattr(exc, "headers", None))
+        return problem_response(
+            request, exc.status_code, title, str(exc.detail), slug, headers=getattr(exc, "headers", None)
+        )
 
     @app.exception_handler(OperationalError)
     async def _db_down(request: Request, exc: OperationalError):
@@ -224,12 +228,16 @@ def install_problem_handlers(app: FastAPI) -> None:
         if exc.connection_invalidated:
             return service_error_response(request, DatabaseUnavailable())
         log.exception("database error")
-        return problem_response(request, 500, "Internal error", "An internal error occurred; it has been logged.", "internal")
+        return problem_response(
+            request, 500, "Internal error", "An internal error occurred; it has been logged.", "internal"
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
         log.exception("unhandled error")
-        return problem_response(request, 500, "Internal error", "An internal error occurred; it has been logged.", "internal")
+        return problem_response(
+            request, 500, "Internal error", "An internal error occurred; it has been logged.", "internal"
+        )
 
 
 def _unreadable_body(request: Request, exc: BaseException) -> JSONResponse:
@@ -262,6 +270,9 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         "required": ["type", "title", "status", "detail"],
     }
     return {
-        status: {"description": descriptions.get(status, "Problem"), "content": {"application/problem+json": {"schema": schema}}}
+        status: {
+            "description": descriptions.get(status, "Problem"),
+            "content": {"application/problem+json": {"schema": schema}},
+        }
         for status in statuses
     }

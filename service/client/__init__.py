@@ -1,9 +1,9 @@
 """A small httpx client for the hyperplace API, used by the CLI and by users.
 
-    from service.client import HyperplaceClient
-    with HyperplaceClient("http://127.0.0.1:8000", api_key=None) as hp:
-        plan = hp.submit_plan(onnx_path="model.onnx", inventory={"preset": "dgx-h100", "nodes": 2})
-        plan = hp.wait_for_plan(plan["id"])
+from service.client import HyperplaceClient
+with HyperplaceClient("http://127.0.0.1:8000", api_key=None) as hp:
+    plan = hp.submit_plan(onnx_path="model.onnx", inventory={"preset": "dgx-h100", "nodes": 2})
+    plan = hp.wait_for_plan(plan["id"])
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class HyperplaceClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
 
-    def __enter__(self) -> "HyperplaceClient":
+    def __enter__(self) -> HyperplaceClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -78,7 +78,12 @@ class HyperplaceClient:
         return self._checked(self._http.get(f"/v1/plans/{plan_id}", params={"detail": detail}))
 
     def wait_for_plan(
-        self, plan_id: str, *, poll_s: float = 0.5, timeout_s: float = 3600.0, on_progress: Callable[[dict], None] | None = None
+        self,
+        plan_id: str,
+        *,
+        poll_s: float = 0.5,
+        timeout_s: float = 3600.0,
+        on_progress: Callable[[dict], None] | None = None,
     ) -> dict:
         """Poll until the plan is done or failed (a job), reporting each poll to ``on_progress``."""
         deadline = time.monotonic() + timeout_s

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy.orm import Session
 
-from partitioners.feedback.calibration import CalibrationFit, fit_calibration
 from partitioners.costmodel.costs import OP_CLASS_NAMES, CostModel
+from partitioners.feedback.calibration import CalibrationFit, fit_calibration
 from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory
 from service.storage import feedback as feedback_repo
 from service.storage.models import Calibration, utcnow

@@ -26,15 +26,21 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from partitioners.feedback.calibration import calibrated_cost_model, prediction_error, tiers_realized
 from partitioners.costmodel.costs import CostModel, op_class_of, transfer_times_s
-from partitioners.errors import InvalidInput
-from partitioners.graph.hypergraph import Hypergraph, topological_order
-from partitioners.placement.engine import PlacementOptions, PlacementResult, place
-from partitioners.hardware.inventory import Inventory, inventory_to_json, link_class_ids, without_devices
-from partitioners.feedback.replan import minimal_movement, placement_result
 from partitioners.costmodel.simulator import simulate
-from partitioners.feedback.timeline import TimelineEvents, TimelineMatch, match_timeline, parse_timeline, step_makespans_s
+from partitioners.errors import InvalidInput
+from partitioners.feedback.calibration import calibrated_cost_model, prediction_error, tiers_realized
+from partitioners.feedback.replan import minimal_movement, placement_result
+from partitioners.feedback.timeline import (
+    TimelineEvents,
+    TimelineMatch,
+    match_timeline,
+    parse_timeline,
+    step_makespans_s,
+)
+from partitioners.graph.hypergraph import Hypergraph, topological_order
+from partitioners.hardware.inventory import Inventory, inventory_to_json, link_class_ids, without_devices
+from partitioners.placement.engine import PlacementOptions, PlacementResult, place
 from service.domain.calibration import (
     CALIBRATION_WINDOW,
     PlanCalibration,
@@ -142,8 +148,14 @@ def submit_feedback(
     return feedback_read(row, match=report, calibration=calibration_read(calibration)), 201
 
 
-def _feedback_row(ctx: PlanContext, events: TimelineEvents, request: FeedbackCreate, match: TimelineMatch,
-                  measured_makespan_s: float | None, blob: bytes) -> Feedback:
+def _feedback_row(
+    ctx: PlanContext,
+    events: TimelineEvents,
+    request: FeedbackCreate,
+    match: TimelineMatch,
+    measured_makespan_s: float | None,
+    blob: bytes,
+) -> Feedback:
     return Feedback(
         plan_id=ctx.plan_id,
         model_hash=ctx.model_hash,
@@ -365,8 +377,14 @@ class _ReplanOutcome:
     kept_parent: bool
 
 
-def _place_against_parent(graph: Hypergraph, inventory: Inventory, opts: PlacementOptions, model: CostModel,
-                          parent_ops: dict, request: ReplanCreate) -> _ReplanOutcome:
+def _place_against_parent(
+    graph: Hypergraph,
+    inventory: Inventory,
+    opts: PlacementOptions,
+    model: CostModel,
+    parent_ops: dict,
+    request: ReplanCreate,
+) -> _ReplanOutcome:
     """Place anew (or with minimal movement from the parent), and keep the parent's placement
     unless the new one gains at least ``min_gain_fraction``: a gain within the model's error
     may be a loss on the real cluster."""

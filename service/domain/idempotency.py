@@ -37,7 +37,9 @@ class StoredAnswer:
     location: str | None
 
 
-def check_idempotency_key(session: Session, tenant_id: str, key: str | None, route: str, fingerprint: str) -> StoredAnswer | None:
+def check_idempotency_key(
+    session: Session, tenant_id: str, key: str | None, route: str, fingerprint: str
+) -> StoredAnswer | None:
     """The earlier answer for ``key``, None if the key is new; 422 if it was used for another request."""
     if not key:
         return None

@@ -95,7 +95,13 @@ def canonical_hash(document: object) -> str:
 def _storable_text(graph: Hypergraph) -> Hypergraph:
     """Reject names a database cannot store: NUL (PostgreSQL text and JSONB refuse it) or
     unpaired surrogates (not encodable as UTF-8). One pass over the joined names."""
-    pieces = [graph.name, *graph.op_names.tolist(), *graph.op_types.tolist(), *graph.tensor_names.tolist(), *graph.warnings]
+    pieces = [
+        graph.name,
+        *graph.op_names.tolist(),
+        *graph.op_types.tolist(),
+        *graph.tensor_names.tolist(),
+        *graph.warnings,
+    ]
     pieces += [d for d in (graph.tensor_dtypes or ()) if isinstance(d, str)]
     pieces += [d for shape in (graph.tensor_shapes or ()) if shape for d in shape if isinstance(d, str)]
     if graph.op_device_types is not None:
@@ -125,7 +131,9 @@ def ingest_json_graph(document: dict, *, max_ops: int) -> IngestedGraph:
     return IngestedGraph.of(graph, "json")
 
 
-def ingest_onnx_graph(data: bytes, *, dims: dict[str, int], max_ops: int, memory_bytes: int | None = None) -> IngestedGraph:
+def ingest_onnx_graph(
+    data: bytes, *, dims: dict[str, int], max_ops: int, memory_bytes: int | None = None
+) -> IngestedGraph:
     """Import ONNX bytes in a memory-capped worker process (:mod:`service.domain.onnx_worker`).
 
     ONNX shape inference can be made to allocate without bound, in C++, by a model of

@@ -111,7 +111,9 @@ def process_one(session_factory: sessionmaker[Session], settings: Settings, work
     beat = threading.Thread(target=heartbeat, name=f"lease-{job.id[:8]}", daemon=True)
     beat.start()
     try:
-        run_planning_job(session_factory, job, worker_id, on_progress=lambda fraction: progress.update(fraction=fraction))
+        run_planning_job(
+            session_factory, job, worker_id, on_progress=lambda fraction: progress.update(fraction=fraction)
+        )
     finally:
         stop_heartbeat.set()
         beat.join(timeout=5)
@@ -119,7 +121,9 @@ def process_one(session_factory: sessionmaker[Session], settings: Settings, work
     return True
 
 
-def run_worker(session_factory: sessionmaker[Session], settings: Settings, stop: threading.Event, worker_id: str | None = None) -> None:
+def run_worker(
+    session_factory: sessionmaker[Session], settings: Settings, stop: threading.Event, worker_id: str | None = None
+) -> None:
     """Loop: claim and run jobs until ``stop`` is set; sleep ``worker_poll_s`` when idle."""
     worker_id = worker_id or new_worker_id()
     log.info("worker started", worker_id=worker_id)

@@ -30,13 +30,18 @@ def _current_placement(session: Session, tenant_id: str, deployment: MoeDeployme
     return None if placement is None else np.asarray(placement, dtype=np.int64)
 
 
-_SHAPE_FIELDS = {"model": ("num_moe_layers", "num_logical_experts"), "cluster": ("num_nodes", "gpus_per_node", "slots_per_gpu")}
+_SHAPE_FIELDS = {
+    "model": ("num_moe_layers", "num_logical_experts"),
+    "cluster": ("num_nodes", "gpus_per_node", "slots_per_gpu"),
+}
 
 
 def _same_shape(config: dict, model: dict, cluster: dict) -> bool:
     """Whether the stored placement fits the reported shape (failed GPUs may differ)."""
     new = {"model": model, "cluster": cluster}
-    return all(config.get(part, {}).get(name) == new[part].get(name) for part, names in _SHAPE_FIELDS.items() for name in names)
+    return all(
+        config.get(part, {}).get(name) == new[part].get(name) for part, names in _SHAPE_FIELDS.items() for name in names
+    )
 
 
 def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceRequest, settings: Settings) -> dict:
@@ -44,7 +49,9 @@ def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceReq
     # already serialises): each builds on the placement the previous one stored, none is a 409.
     deployment = moe_repo.lock_deployment(session, tenant_id, request.deployment) if request.deployment else None
     model = request.model.model_dump() if request.model else (deployment.config.get("model") if deployment else None)
-    cluster = request.cluster.model_dump() if request.cluster else (deployment.config.get("cluster") if deployment else None)
+    cluster = (
+        request.cluster.model_dump() if request.cluster else (deployment.config.get("cluster") if deployment else None)
+    )
     if model is None or cluster is None:
         missing = "model" if model is None else "cluster"
         raise UnprocessableInput(f"'{missing}' is required unless a known 'deployment' remembers it.")
@@ -92,8 +99,10 @@ def rebalance_request(session: Session, tenant_id: str, request: MoeRebalanceReq
             deployment,
             config={"model": model, "cluster": cluster},
             kept_current=bool(result.kept_current),
-            balance={"before": before and {k: before[k] for k in ("mean", "worst")},
-                     "after": {k: response["balance_after"][k] for k in ("mean", "worst")}},
+            balance={
+                "before": before and {k: before[k] for k in ("mean", "worst")},
+                "after": {k: response["balance_after"][k] for k in ("mean", "worst")},
+            },
             slots_moved=result.migrations.count,
             load=request.load,
             placement=response["physical_to_logical"],
@@ -108,16 +117,24 @@ def deployment_read(session: Session, tenant_id: str, name: str, history_limit: 
     if deployment is None:
         raise NotFound(f"No MoE deployment named {name!r}.")
     versions = moe_repo.list_versions(session, tenant_id, deployment.id, history_limit)
-    current = (moe_repo.get_placement(session, tenant_id, deployment.id, deployment.current_version)
-               if deployment.current_version else None)
+    current = (
+        moe_repo.get_placement(session, tenant_id, deployment.id, deployment.current_version)
+        if deployment.current_version
+        else None
+    )
     return {
         "name": deployment.name,
         "config": deployment.config,
         "current_version": deployment.current_version,
         "physical_to_logical": current,
         "history": [
-            {"version": v.version, "kept_current": v.kept_current, "slots_moved": v.slots_moved, "balance": v.balance,
-             "created_at": v.created_at}
+            {
+                "version": v.version,
+                "kept_current": v.kept_current,
+                "slots_moved": v.slots_moved,
+                "balance": v.balance,
+                "created_at": v.created_at,
+            }
             for v in versions
         ],
     }

@@ -61,8 +61,9 @@ def plan_inputs(body: Mapping[str, Any]) -> ParallelPlanInputs:
         raise InvalidInput("the request must be an object", field="", code="not-an-object")
     unknown = sorted(set(body) - set(_REQUEST_FIELDS))
     if unknown:
-        raise InvalidInput(f"unknown field(s) {unknown}; allowed {sorted(_REQUEST_FIELDS)}", field=unknown[0],
-                           code="unknown-field")
+        raise InvalidInput(
+            f"unknown field(s) {unknown}; allowed {sorted(_REQUEST_FIELDS)}", field=unknown[0], code="unknown-field"
+        )
     for key in ("model", "cluster", "training"):
         if key not in body:
             raise InvalidInput(f"{key} is required", field=key, code="missing-field")
@@ -75,8 +76,11 @@ def plan_inputs(body: Mapping[str, Any]) -> ParallelPlanInputs:
         if isinstance(evaluate, (str, bytes, Mapping)) or not isinstance(evaluate, Sequence):
             raise InvalidInput("evaluate must be a list of layouts", field="evaluate", code="not-a-list")
         if len(evaluate) > MAX_EVALUATED_LAYOUTS:
-            raise InputTooLarge(f"evaluate holds {len(evaluate)} layouts; at most {MAX_EVALUATED_LAYOUTS} per "
-                                "request", field="evaluate", code="too-many-layouts")
+            raise InputTooLarge(
+                f"evaluate holds {len(evaluate)} layouts; at most {MAX_EVALUATED_LAYOUTS} per request",
+                field="evaluate",
+                code="too-many-layouts",
+            )
         layouts = tuple(spec_from_mapping(LayoutSpec, layout, f"evaluate[{k}]") for k, layout in enumerate(evaluate))
     constraints = body.get("constraints")
     return ParallelPlanInputs(
@@ -100,13 +104,17 @@ def plan_answer(inputs: ParallelPlanInputs, *, rank_map_limit: int | None = 1024
     """
     shape = {"model": inputs.model.to_dict()}
     if inputs.evaluate is not None:
-        predictions = evaluate_layouts(inputs.model, inputs.cluster, inputs.training, inputs.evaluate,
-                                       inputs.constraints)
-        return {"mode": "evaluate", **shape,
-                "predictions": [{**p.to_dict(), "rank_map": rank_map(inputs.cluster, p).to_dict(rank_map_limit)}
-                                for p in predictions]}
-    plan = plan_parallel_layout(inputs.model, inputs.cluster, inputs.training, inputs.constraints,
-                                top_k=inputs.top_k)
+        predictions = evaluate_layouts(
+            inputs.model, inputs.cluster, inputs.training, inputs.evaluate, inputs.constraints
+        )
+        return {
+            "mode": "evaluate",
+            **shape,
+            "predictions": [
+                {**p.to_dict(), "rank_map": rank_map(inputs.cluster, p).to_dict(rank_map_limit)} for p in predictions
+            ],
+        }
+    plan = plan_parallel_layout(inputs.model, inputs.cluster, inputs.training, inputs.constraints, top_k=inputs.top_k)
     return {"mode": "search", **shape, **plan.to_dict(rank_map_limit)}
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioners.placement.engine import PlacementResult
-from partitioners.hardware.inventory import Inventory
 from partitioners.costmodel.trace import to_chrome_trace
+from partitioners.hardware.inventory import Inventory
+from partitioners.placement.engine import PlacementResult
 
 __all__ = ["plan_document", "TIMELINE_MAX_OPS", "GANTT_MAX_OPS"]
 
@@ -36,7 +36,11 @@ def _summary(result: PlacementResult, inventory: Inventory) -> dict:
         "comm_bytes_by_link_class": {k: float(v) for k, v in sim.comm_bytes_by_class.items()},
         "peak_memory_bytes": {names[d]: float(peak[d]) for d in used.tolist()},
         "peak_memory_by_tier_bytes": {
-            names[d]: {tier: float(high_water[d, t]) for t, tier in enumerate(inventory.tier_names) if inventory.tier_capacity_bytes[d, t] > 0}
+            names[d]: {
+                tier: float(high_water[d, t])
+                for t, tier in enumerate(inventory.tier_names)
+                if inventory.tier_capacity_bytes[d, t] > 0
+            }
             for d in used.tolist()
         },
         "capacity_bytes": {names[d]: float(inventory.device_memory_bytes[d]) for d in used.tolist()},
@@ -78,7 +82,9 @@ def _tensors(result: PlacementResult, inventory: Inventory) -> dict[str, list[di
     graph, plan = result.graph, result.memory_plan
     device_names, tiers = inventory.device_names, inventory.tier_names
     out: dict[str, list[dict]] = {}
-    for tensor, device, tier, offset in zip(plan.tensor.tolist(), plan.device.tolist(), plan.tier.tolist(), plan.offset_bytes.tolist()):
+    for tensor, device, tier, offset in zip(
+        plan.tensor.tolist(), plan.device.tolist(), plan.tier.tolist(), plan.offset_bytes.tolist()
+    ):
         out.setdefault(str(graph.tensor_names[tensor]), []).append(
             {"device": str(device_names[device]), "tier": tiers[tier] if tier >= 0 else None, "offset": int(offset)}
         )
@@ -94,7 +100,13 @@ def _view(result: PlacementResult, inventory: Inventory, summary: dict) -> dict:
     order = np.argsort(sim.op_start_s, kind="stable")[:GANTT_MAX_OPS]
     origin = result.expanded.op_micro_batch
     gantt = [
-        [row_of[int(result.placement[op])], float(sim.op_start_s[op]), float(sim.op_end_s[op] - sim.op_start_s[op]), str(graph.op_names[op]), int(max(origin[op], 0))]
+        [
+            row_of[int(result.placement[op])],
+            float(sim.op_start_s[op]),
+            float(sim.op_end_s[op] - sim.op_start_s[op]),
+            str(graph.op_names[op]),
+            int(max(origin[op], 0)),
+        ]
         for op in order.tolist()
     ]
     by_tier = summary["peak_memory_by_tier_bytes"]
@@ -105,7 +117,9 @@ def _view(result: PlacementResult, inventory: Inventory, summary: dict) -> dict:
             capacity = float(inventory.tier_capacity_bytes[d, t])
             if capacity > 0:
                 tiers.append({"name": tier, "capacity_bytes": capacity, "peak_bytes": by_tier[names[d]][tier]})
-        devices.append({"name": names[d], "group": str(inventory.group_names[inventory.device_group[d]]), "tiers": tiers})
+        devices.append(
+            {"name": names[d], "group": str(inventory.group_names[inventory.device_group[d]]), "tiers": tiers}
+        )
     traffic: dict[tuple[int, int], float] = {}
     groups = inventory.device_group
     for src, dst, n_bytes in zip(sim.link_src.tolist(), sim.link_dst.tolist(), sim.link_bytes.tolist()):
@@ -116,7 +130,12 @@ def _view(result: PlacementResult, inventory: Inventory, summary: dict) -> dict:
         for (a, b), v in sorted(traffic.items())
         if a != b
     ]
-    return {"devices": devices, "gantt": gantt, "gantt_truncated": graph.n_ops > GANTT_MAX_OPS, "group_traffic": group_traffic}
+    return {
+        "devices": devices,
+        "gantt": gantt,
+        "gantt_truncated": graph.n_ops > GANTT_MAX_OPS,
+        "group_traffic": group_traffic,
+    }
 
 
 def plan_document(result: PlacementResult, inventory: Inventory) -> tuple[str, dict, dict]:

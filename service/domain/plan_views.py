@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session
 
 from service.domain.calibration import split_stored_options
 from service.errors import Conflict, NotFound
+from service.storage import plans as plans_repo
 from service.storage.blobs import unpack_json
 from service.storage.models import Graph, Plan
-from service.storage import plans as plans_repo
 
 __all__ = ["plan_read", "etag", "graph_read", "finished_plan", "chrome_trace", "html_view", "inline_json", "plan_body"]
 

@@ -37,8 +37,8 @@ from sqlalchemy.orm import Session
 from partitioners.costmodel.costs import CostModel
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.hardware.device_types import device_type_constraint
-from partitioners.placement.engine import PlacementOptions, place
 from partitioners.hardware.inventory import Inventory, inventory_from_json
+from partitioners.placement.engine import PlacementOptions, place
 from service.domain.calibration import PlanCalibration, options_with_factors, refit_calibration
 from service.domain.compute_slots import ComputeSlots
 from service.domain.idempotency import (
@@ -60,10 +60,10 @@ from service.domain.plan_document import plan_document
 from service.errors import Conflict, NotFound
 from service.native_output import native_stdout_to_stderr
 from service.settings import Settings
-from service.storage.blobs import pack_json, unpack_json
-from service.storage.models import Graph, InventoryRow, Plan, utcnow
 from service.storage import feedback as feedback_repo
 from service.storage import plans as plans_repo
+from service.storage.blobs import pack_json, unpack_json
+from service.storage.models import Graph, InventoryRow, Plan, utcnow
 
 __all__ = [
     "PlanSubmission",
@@ -154,12 +154,18 @@ def _ingest_graph(session: Session, tenant_id: str, submission: PlanSubmission, 
     if submission.graph_id is not None:
         row = plans_repo.get_graph(session, tenant_id, submission.graph_id)
         if row is None:
-            raise NotFound(f"No graph with id {submission.graph_id}; submit the graph itself, or use the id that "
-                           "GET /v1/models/{model_hash} returns for one of your plans' model_hash.")
+            raise NotFound(
+                f"No graph with id {submission.graph_id}; submit the graph itself, or use the id that "
+                "GET /v1/models/{model_hash} returns for one of your plans' model_hash."
+            )
         return read_stored_graph(unpack_json(row.canonical), row.model_hash, row.source_format)
     if submission.onnx_bytes is not None:
-        return ingest_onnx_graph(submission.onnx_bytes, dims=submission.options.get("dims", {}), max_ops=settings.max_graph_ops,
-                                 memory_bytes=settings.onnx_import_memory_bytes)
+        return ingest_onnx_graph(
+            submission.onnx_bytes,
+            dims=submission.options.get("dims", {}),
+            max_ops=settings.max_graph_ops,
+            memory_bytes=settings.onnx_import_memory_bytes,
+        )
     return ingest_json_graph(submission.graph, max_ops=settings.max_graph_ops)
 
 
@@ -216,8 +222,9 @@ def submit_plan(
     calibration = submission.calibration
     # the options a plan stores and keys its cache with: the user's, plus a re-plan's factors
     stored_options = options_with_factors(submission.options, calibration.factors if calibration else None)
-    key = cache_key_for(ingested_graph.model_hash, ingested_inventory.inventory_hash, stored_options,
-                        submission.extra_cache_parts)
+    key = cache_key_for(
+        ingested_graph.model_hash, ingested_inventory.inventory_hash, stored_options, submission.extra_cache_parts
+    )
 
     earlier = check_idempotency_key(session, tenant_id, idempotency_key, route, key)
     if earlier is not None:
@@ -229,8 +236,15 @@ def submit_plan(
     stale_answer = earlier
     existing = plans_repo.get_plan_by_cache_key(session, tenant_id, key)
     if existing is not None:
-        answer = _bind_key(session, tenant_id, idempotency_key, route, key, stale_answer,
-                           StoredAnswer(200, existing.id, plans_repo.plan_location(existing.id)))
+        answer = _bind_key(
+            session,
+            tenant_id,
+            idempotency_key,
+            route,
+            key,
+            stale_answer,
+            StoredAnswer(200, existing.id, plans_repo.plan_location(existing.id)),
+        )
         return _outcome(session, tenant_id, existing, answer)
 
     n_ops = ingested_graph.graph.n_ops
@@ -244,14 +258,18 @@ def submit_plan(
         slots = slots or ComputeSlots("planning inside a request", 1, settings.sync_plan_wait_s)
         with slots.hold(wait=compute is not None) as free:
             if free:
-                computed = (compute or compute_plan)(ingested_graph.as_stored(), ingested_inventory.inventory,
-                                                     submission.options,
-                                                     calibration.cost_model if calibration else None)
+                computed = (compute or compute_plan)(
+                    ingested_graph.as_stored(),
+                    ingested_inventory.inventory,
+                    submission.options,
+                    calibration.cost_model if calibration else None,
+                )
             elif compute is not None:
                 raise slots.busy()
 
-    graph_row = plans_repo.get_or_create_graph(session, tenant_id, ingested_graph.model_hash,
-                                               lambda: _graph_row(ingested_graph))
+    graph_row = plans_repo.get_or_create_graph(
+        session, tenant_id, ingested_graph.model_hash, lambda: _graph_row(ingested_graph)
+    )
     inventory_row = plans_repo.get_or_create_inventory(session, tenant_id, _inventory_row(ingested_inventory))
     now = utcnow()
     plan = Plan(
@@ -284,23 +302,38 @@ def submit_plan(
             raise NotFound(f"No plan with id {parent_id}; it was deleted while it was being re-planned.") from None
         raise
     status_code = (202 if queued else 201) if created else 200
-    answer = _bind_key(session, tenant_id, idempotency_key, route, key, stale_answer,
-                       StoredAnswer(status_code, plan.id, plans_repo.plan_location(plan.id)))
+    answer = _bind_key(
+        session,
+        tenant_id,
+        idempotency_key,
+        route,
+        key,
+        stale_answer,
+        StoredAnswer(status_code, plan.id, plans_repo.plan_location(plan.id)),
+    )
     outcome = _outcome(session, tenant_id, plan, answer, body if created else None)
     log.info("plan submitted", plan_id=outcome.plan.id, status=outcome.plan.status, n_ops=n_ops, created=created)
     return outcome
 
 
-def _bind_key(session: Session, tenant_id: str, idempotency_key: str | None, route: str, fingerprint: str,
-              stale_answer: StoredAnswer | None, answer: StoredAnswer) -> StoredAnswer:
+def _bind_key(
+    session: Session,
+    tenant_id: str,
+    idempotency_key: str | None,
+    route: str,
+    fingerprint: str,
+    stale_answer: StoredAnswer | None,
+    answer: StoredAnswer,
+) -> StoredAnswer:
     """Store ``answer`` under the key (freeing it first if it named a deleted plan); the answer that won."""
     if stale_answer is not None:
         forget_idempotency_key(session, tenant_id, idempotency_key, stale_answer)
     return remember_idempotency_key(session, tenant_id, idempotency_key, route, fingerprint, answer)
 
 
-def _outcome(session: Session, tenant_id: str, plan: Plan, answer: StoredAnswer,
-             body: dict | None = None) -> SubmitOutcome:
+def _outcome(
+    session: Session, tenant_id: str, plan: Plan, answer: StoredAnswer, body: dict | None = None
+) -> SubmitOutcome:
     """The answer the key holds (ours, or a concurrent request's with the same key and request),
     ``cached`` exactly when it is a 200, as on a replay; ``body`` is ``plan``'s result document
     when this request computed it, kept only if the answer is that plan."""

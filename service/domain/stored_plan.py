@@ -16,11 +16,11 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from partitioners.costmodel.costs import CostModel, op_times_by_profile_s
+from partitioners.costmodel.simulator import simulate
 from partitioners.graph.hypergraph import Hypergraph
+from partitioners.graph.transforms import expand_graph
 from partitioners.hardware.inventory import Inventory
 from partitioners.placement.memory_tiers import UNPLACED, placed_tier_op_times_s
-from partitioners.costmodel.simulator import simulate
-from partitioners.graph.transforms import expand_graph
 from service.domain import plan_views
 from service.domain.calibration import split_stored_options
 from service.domain.ingest import IngestedGraph
@@ -72,8 +72,9 @@ def _replay_priority(body: dict, graph: Hypergraph) -> np.ndarray | None:
     return rank
 
 
-def _tier_holdings(body: dict, summary: dict, graph: Hypergraph,
-                   inventory: Inventory) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _tier_holdings(
+    body: dict, summary: dict, graph: Hypergraph, inventory: Inventory
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The stored plan's tensor tiers as id arrays, if its predicted times used them.
 
     Plans stored before ``timed_with_tiers`` was recorded were re-timed exactly when
@@ -90,8 +91,10 @@ def _tier_holdings(body: dict, summary: dict, graph: Hypergraph,
     tier_index = {str(n): i for i, n in enumerate(inventory.tier_names)}
     rows = [
         (tensor_index[name], device_index[holding["device"]], tier_index.get(holding.get("tier"), UNPLACED))
-        for name, holdings in (body.get("tensors") or {}).items() if name in tensor_index
-        for holding in holdings if holding.get("device") in device_index
+        for name, holdings in (body.get("tensors") or {}).items()
+        if name in tensor_index
+        for holding in holdings
+        if holding.get("device") in device_index
     ]
     columns = np.array(rows, dtype=np.int64).reshape(-1, 3)
     return columns[:, 0], columns[:, 1], columns[:, 2]
@@ -138,16 +141,18 @@ def _placed_times_s(ctx: PlanContext, model: CostModel) -> np.ndarray | None:
     return placed_tier_op_times_s(ctx.graph, ctx.inventory, ctx.placement, *ctx.tier_holdings, cost_model=model)
 
 
-def _with_plan_tiers(ctx: PlanContext, times_s: np.ndarray, placed_s: np.ndarray | None, op: np.ndarray,
-                     device: np.ndarray) -> np.ndarray:
+def _with_plan_tiers(
+    ctx: PlanContext, times_s: np.ndarray, placed_s: np.ndarray | None, op: np.ndarray, device: np.ndarray
+) -> np.ndarray:
     """``times_s`` with the plan's tiered times where the operator ran where the plan put it."""
     if placed_s is None:
         return times_s
     return np.where(ctx.placement[op] == device, placed_s[op], times_s)
 
 
-def plan_op_times_s(ctx: PlanContext, model: CostModel, op: np.ndarray,
-                    device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def plan_op_times_s(
+    ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """What the plan predicts, under ``model``, for operator ``op[i]`` run on ``device[i]``:
     the main-memory roofline, and the roofline with the plan's memory tiers (its tensors at
     their tiers' bandwidths where the plan was timed with them and the operator ran where
@@ -157,14 +162,22 @@ def plan_op_times_s(ctx: PlanContext, model: CostModel, op: np.ndarray,
     return main, _with_plan_tiers(ctx, main, _placed_times_s(ctx, model), op, device)
 
 
-def plan_predictions(ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray, *,
-                     with_tiers: bool) -> tuple[np.ndarray, float]:
+def plan_predictions(
+    ctx: PlanContext, model: CostModel, op: np.ndarray, device: np.ndarray, *, with_tiers: bool
+) -> tuple[np.ndarray, float]:
     """The plan's predictions under ``model``: per (operator, device) run, and the makespan
     of the plan's schedule (its placement, in its order) with those times."""
     placed = _placed_times_s(ctx, model) if with_tiers else None
     # a fixed placement reads only each operator's own column: one column, broadcast
     table = None if placed is None else np.broadcast_to(placed[:, None], (ctx.graph.n_ops, ctx.inventory.n_devices))
-    makespan = simulate(ctx.graph, ctx.inventory, ctx.placement, op_times_s=table, cost_model=model,
-                        priority=ctx.priority, record_timeline=False).makespan_s
+    makespan = simulate(
+        ctx.graph,
+        ctx.inventory,
+        ctx.placement,
+        op_times_s=table,
+        cost_model=model,
+        priority=ctx.priority,
+        record_timeline=False,
+    ).makespan_s
     times, profile = op_times_by_profile_s(ctx.graph, ctx.inventory, model)
     return _with_plan_tiers(ctx, times[op, profile[device]], placed, op, device), float(makespan)

@@ -14,8 +14,18 @@ from typing import Annotated, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-__all__ = ["Name", "Text", "FiniteFloat", "NonNegativeFloat", "PositiveFloat", "RequestModel", "ResponseModel", "Page",
-           "Timestamp", "error_path"]
+__all__ = [
+    "Name",
+    "Text",
+    "FiniteFloat",
+    "NonNegativeFloat",
+    "PositiveFloat",
+    "RequestModel",
+    "ResponseModel",
+    "Page",
+    "Timestamp",
+    "error_path",
+]
 
 _NO_NUL = r"^[^\x00]*$"
 

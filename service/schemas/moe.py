@@ -9,9 +9,23 @@ from pydantic import AwareDatetime, Field, StringConstraints
 from partitioners.moe.rebalance import MAX_NODES, MAX_OPTION, MAX_PER_NODE
 from service.schemas.common import RequestModel, ResponseModel
 
-__all__ = ["DEPLOYMENT_NAME_MAX_LENGTH", "DEPLOYMENT_NAME_PATTERN", "DeploymentName", "MoeModel", "MoeCluster",
-           "MoePlacementIn", "MoeRebalanceRequest", "BalanceRead", "MigrationsRead", "MoeRebalanceResponse",
-           "BalanceSummary", "HistoryBalance", "MoeDeploymentConfig", "MoeHistoryEntry", "MoeDeploymentRead"]
+__all__ = [
+    "DEPLOYMENT_NAME_MAX_LENGTH",
+    "DEPLOYMENT_NAME_PATTERN",
+    "DeploymentName",
+    "MoeModel",
+    "MoeCluster",
+    "MoePlacementIn",
+    "MoeRebalanceRequest",
+    "BalanceRead",
+    "MigrationsRead",
+    "MoeRebalanceResponse",
+    "BalanceSummary",
+    "HistoryBalance",
+    "MoeDeploymentConfig",
+    "MoeHistoryEntry",
+    "MoeDeploymentRead",
+]
 
 Load = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False, strict=True)]  # tokens; bounded so sums stay finite
 ExpertId = Annotated[int, Field(ge=-1, le=1_000_000)]
@@ -22,8 +36,10 @@ DEPLOYMENT_NAME_MAX_LENGTH = 200  # the moe_deployments.name column
 DeploymentName = Annotated[
     str,
     StringConstraints(min_length=1, max_length=DEPLOYMENT_NAME_MAX_LENGTH, pattern=DEPLOYMENT_NAME_PATTERN),
-    Field(description="Letters, digits, '.', '_' and '-', starting with a letter or digit; read back at "
-                      "GET /v1/moe/deployments/{name}."),
+    Field(
+        description="Letters, digits, '.', '_' and '-', starting with a letter or digit; read back at "
+        "GET /v1/moe/deployments/{name}."
+    ),
 ]
 
 
@@ -31,7 +47,9 @@ class MoeModel(RequestModel):
     num_moe_layers: int = Field(ge=1, le=1024)
     num_logical_experts: int = Field(ge=1, le=65_536)
     num_expert_groups: int | None = Field(None, ge=1, le=65_536)
-    expert_bytes: int = Field(0, ge=0, le=MAX_OPTION, description="Bytes of one expert's weights (sizes the migrations).")
+    expert_bytes: int = Field(
+        0, ge=0, le=MAX_OPTION, description="Bytes of one expert's weights (sizes the migrations)."
+    )
 
 
 class MoeCluster(RequestModel):
@@ -56,10 +74,16 @@ class MoeRebalanceRequest(RequestModel):
 
     model: MoeModel | None = None
     cluster: MoeCluster | None = None
-    load: list[Annotated[list[Load], Field(max_length=65_536)]] = Field(max_length=1024, description="Tokens per logical expert, a layers x experts matrix.")
+    load: list[Annotated[list[Load], Field(max_length=65_536)]] = Field(
+        max_length=1024, description="Tokens per logical expert, a layers x experts matrix."
+    )
     current_placement: MoePlacementIn | None = None
-    max_replicas_moved: int | None = Field(None, ge=0, le=10**9, description="Hard cap on expert copies written by this call.")
-    min_improvement: float | None = Field(None, ge=0, le=10, allow_inf_nan=False, description="Keep the placement unless max/mean improves by more.")
+    max_replicas_moved: int | None = Field(
+        None, ge=0, le=10**9, description="Hard cap on expert copies written by this call."
+    )
+    min_improvement: float | None = Field(
+        None, ge=0, le=10, allow_inf_nan=False, description="Keep the placement unless max/mean improves by more."
+    )
     node_local: bool = Field(False, description="Only copy experts within a node.")
     deployment: DeploymentName | None = None
 
@@ -88,7 +112,9 @@ class MigrationsRead(ResponseModel):
     gpu: list[int]
     slot: list[int]
     logical_expert: list[int]
-    source_gpu: list[int] = Field(description="A GPU holding the expert now (same node preferred); -1: load from storage.")
+    source_gpu: list[int] = Field(
+        description="A GPU holding the expert now (same node preferred); -1: load from storage."
+    )
     cross_node: list[bool]
 
 

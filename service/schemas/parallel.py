@@ -41,8 +41,14 @@ from partitioners.parallel3d.specs import (
 from service.schemas.common import Name, PositiveFloat, RequestModel
 from service.schemas.plans import InventoryDocument, PresetInventory
 
-__all__ = ["ParallelPlanRequest", "ParallelPlanAnswer", "SearchAnswer", "EvaluateAnswer", "LayoutAnswer",
-           "RankMapAnswer"]
+__all__ = [
+    "ParallelPlanRequest",
+    "ParallelPlanAnswer",
+    "SearchAnswer",
+    "EvaluateAnswer",
+    "LayoutAnswer",
+    "RankMapAnswer",
+]
 
 
 # --------------------------------------------------------------------------- request, from the specs
@@ -69,9 +75,16 @@ def _annotation(rule: FieldRule) -> Any:
     raise TypeError(f"no schema for a {rule.kind!r} field: give it an override")
 
 
-def _schema_from_spec(spec: type, name: str, doc: str, *, overrides: dict[str, Any] | None = None,
-                      defaults_from_elsewhere: bool = False, required_from_elsewhere: bool = False,
-                      extra: dict[str, Any] | None = None) -> type[RequestModel]:
+def _schema_from_spec(
+    spec: type,
+    name: str,
+    doc: str,
+    *,
+    overrides: dict[str, Any] | None = None,
+    defaults_from_elsewhere: bool = False,
+    required_from_elsewhere: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> type[RequestModel]:
     """A request model with one field per field of the dataclass ``spec``.
 
     Required fields stay required and others default to the dataclass's default; with
@@ -103,20 +116,27 @@ def _shown(default: Any) -> Any:
 
 
 MoeBlock = _schema_from_spec(MoESpec, "MoeBlock", MoESpec.__doc__.splitlines()[0])
-MlaBlock = _schema_from_spec(MLASpec, "MlaBlock", "Multi-head latent attention (DeepSeek-V2/V3), named as in "
-                             "the Hugging Face config.")
-TransformerShape = _schema_from_spec(ModelSpec, "TransformerShape", "A decoder-only transformer's shape.",
-                                     overrides={"moe": MoeBlock, "mla": MlaBlock})
+MlaBlock = _schema_from_spec(
+    MLASpec, "MlaBlock", "Multi-head latent attention (DeepSeek-V2/V3), named as in the Hugging Face config."
+)
+TransformerShape = _schema_from_spec(
+    ModelSpec, "TransformerShape", "A decoder-only transformer's shape.", overrides={"moe": MoeBlock, "mla": MlaBlock}
+)
 
 
 class HuggingFaceModel(RequestModel):
     """A model described by its Hugging Face ``config.json``, plus the sequence length the run trains at."""
 
     huggingface_config: dict[str, Any] = Field(
-        max_length=1000, description="The parsed config.json (or one holding a text_config). Read by model_type: "
-        f"{', '.join(HUGGINGFACE_MODEL_TYPES)}.")
-    seq_length: int = Field(ge=1, le=MAX_TOKENS, description="Training sequence length (max_position_embeddings is "
-                            "only the longest the model supports).")
+        max_length=1000,
+        description="The parsed config.json (or one holding a text_config). Read by model_type: "
+        f"{', '.join(HUGGINGFACE_MODEL_TYPES)}.",
+    )
+    seq_length: int = Field(
+        ge=1,
+        le=MAX_TOKENS,
+        description="Training sequence length (max_position_embeddings is only the longest the model supports).",
+    )
 
 
 def _model_kind(value: Any) -> str:
@@ -134,35 +154,62 @@ ModelDescription = Annotated[
 ]
 
 ClusterShape = _schema_from_spec(
-    ClusterSpec, "ClusterShape", "A cluster: a preset with a node count, a GPU model with a node count, or every "
-    "figure.", defaults_from_elsewhere=True, required_from_elsewhere=True,
+    ClusterSpec,
+    "ClusterShape",
+    "A cluster: a preset with a node count, a GPU model with a node count, or every figure.",
+    defaults_from_elsewhere=True,
+    required_from_elsewhere=True,
     overrides={"inter_node_bandwidth_bytes_per_s": PositiveFloat},
     extra={
-        "preset": (Name | None, Field(None, description=f"A node preset ({', '.join(sorted(NODE_PRESETS))}) or an "
-                                      "inventory preset; its figures apply unless given.")),
+        "preset": (
+            Name | None,
+            Field(
+                None,
+                description=f"A node preset ({', '.join(sorted(NODE_PRESETS))}) or an "
+                "inventory preset; its figures apply unless given.",
+            ),
+        ),
         "gpu": (Name | None, Field(None, description="A GPU model whose figures apply unless given.")),
         "nodes": (Annotated[int, Field(ge=1, le=MAX_NODES)] | None, Field(None, description="Same as num_nodes.")),
-        "inventory": (InventoryDocument | PresetInventory | None, Field(
-            None, description="Or a hyperplace inventory (identical nodes of one GPU type) instead of the fields "
-            "above.")),
+        "inventory": (
+            InventoryDocument | PresetInventory | None,
+            Field(
+                None,
+                description="Or a hyperplace inventory (identical nodes of one GPU type) instead of the fields above.",
+            ),
+        ),
     },
 )
 
 TrainingSettings = _schema_from_spec(
-    TrainingSpec, "TrainingSettings", "Batch, precision and the software stack; a field left out takes "
-    "``software``'s value, else the default.", defaults_from_elsewhere=True,
-    extra={"software": (Literal[tuple(SOFTWARE_PRESETS)] | None, Field(  # type: ignore[valid-type]
-        None, description="The framework generation whose behaviour the flags default to (default: "
-        "megatron-core)."))},
+    TrainingSpec,
+    "TrainingSettings",
+    "Batch, precision and the software stack; a field left out takes ``software``'s value, else the default.",
+    defaults_from_elsewhere=True,
+    extra={
+        "software": (
+            Literal[tuple(SOFTWARE_PRESETS)] | None,
+            Field(  # type: ignore[valid-type]
+                None,
+                description="The framework generation whose behaviour the flags default to (default: megatron-core).",
+            ),
+        )
+    },
 )
 
 LayoutConstraints = _schema_from_spec(
-    Constraints, "LayoutConstraints", "Limits on the search; a size left out is searched.",
+    Constraints,
+    "LayoutConstraints",
+    "Limits on the search; a size left out is searched.",
     overrides={
-        "zero_stages": Annotated[list[Annotated[int, Field(ge=ZERO_STAGES[0], le=ZERO_STAGES[-1])]],
-                                 Field(min_length=1, max_length=len(ZERO_STAGES))],
-        "recompute": Annotated[list[Literal[RECOMPUTE_MODES]],  # type: ignore[valid-type]
-                               Field(min_length=1, max_length=len(RECOMPUTE_MODES))],
+        "zero_stages": Annotated[
+            list[Annotated[int, Field(ge=ZERO_STAGES[0], le=ZERO_STAGES[-1])]],
+            Field(min_length=1, max_length=len(ZERO_STAGES)),
+        ],
+        "recompute": Annotated[
+            list[Literal[RECOMPUTE_MODES]],  # type: ignore[valid-type]
+            Field(min_length=1, max_length=len(RECOMPUTE_MODES)),
+        ],
     },
 )
 
@@ -177,10 +224,12 @@ class ParallelPlanRequest(RequestModel):
     training: TrainingSettings  # type: ignore[valid-type]
     constraints: LayoutConstraints | None = None  # type: ignore[valid-type]
     evaluate: list[Layout] | None = Field(  # type: ignore[valid-type]
-        None, max_length=MAX_EVALUATED_LAYOUTS, description="Predict these layouts instead of searching.")
+        None, max_length=MAX_EVALUATED_LAYOUTS, description="Predict these layouts instead of searching."
+    )
     top_k: int = Field(10, ge=1, le=MAX_TOP_K)
-    rank_map_limit: int = Field(1024, ge=0, le=MAX_RANK_MAP_RANKS,
-                                description="How many ranks of the top layout's rank map to return.")
+    rank_map_limit: int = Field(
+        1024, ge=0, le=MAX_RANK_MAP_RANKS, description="How many ranks of the top layout's rank map to return."
+    )
 
 
 # --------------------------------------------------------------------------- the answer
@@ -203,8 +252,8 @@ class MemoryPerGpu(_Answer):
     activation_fragmentation: float = Field(description="Allocator waste counted on the activations, a share.")
     fullest_stage: int = Field(description="Pipeline rank of the stage whose memory this is.")
     fragmentation_that_fills: float | None = Field(
-        description="Allocator waste on activations at which this footprint reaches capacity; null without "
-        "activations.")
+        description="Allocator waste on activations at which this footprint reaches capacity; null without activations."
+    )
 
 
 class LayoutAnswer(_Answer):
@@ -268,7 +317,8 @@ class SearchAnswer(_Answer):
 
     mode: Literal["search"]
     model: TransformerShape = Field(  # type: ignore[valid-type]
-        description="The shape planned (what a Hugging Face config was read as).")
+        description="The shape planned (what a Hugging Face config was read as)."
+    )
     num_gpus: int
     feasible: bool
     model_parameters: float
@@ -293,7 +343,8 @@ class EvaluateAnswer(_Answer):
 
     mode: Literal["evaluate"]
     model: TransformerShape = Field(  # type: ignore[valid-type]
-        description="The shape planned (what a Hugging Face config was read as).")
+        description="The shape planned (what a Hugging Face config was read as)."
+    )
     predictions: list[EvaluatedLayout]
     compute_s: float
 

@@ -39,19 +39,30 @@ class PlanOptions(RequestModel):
     types, as every request body: see RequestModel)."""
 
     objective: Literal["makespan", "throughput", "communication"] = Field(
-        "makespan", description="makespan: one step's time; throughput: steady stream of micro-batches; communication: bytes moved."
+        "makespan",
+        description="makespan: one step's time; throughput: steady stream of micro-batches; communication: bytes moved.",
     )
     mode: Literal["inference", "training"] = Field(
-        "inference", description="training synthesises the backward pass and counts weights + gradients + optimizer state."
+        "inference",
+        description="training synthesises the backward pass and counts weights + gradients + optimizer state.",
     )
-    micro_batches: int = Field(1, ge=1, le=256, description="The graph is one micro-batch; plan for this many sharing parameters.")
+    micro_batches: int = Field(
+        1, ge=1, le=256, description="The graph is one micro-batch; plan for this many sharing parameters."
+    )
     pipeline: bool = Field(False, description="Parts must form an acyclic stage order.")
     max_devices: int | None = Field(None, ge=1, le=100_000)
-    memory_headroom_fraction: float = Field(0.0, ge=0.0, le=0.9, allow_inf_nan=False, description="Capacity kept free on every device.")
-    strategy: Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")] = Field("auto", description="auto runs every applicable strategy and keeps the best.")
+    memory_headroom_fraction: float = Field(
+        0.0, ge=0.0, le=0.9, allow_inf_nan=False, description="Capacity kept free on every device."
+    )
+    strategy: Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")] = Field(
+        "auto", description="auto runs every applicable strategy and keeps the best."
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1)
-    dims: dict[Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00]*$")], Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(
-        default_factory=dict, max_length=64, description="ONNX dynamic dimensions, e.g. {\"batch\": 8, \"sequence\": 2048}."
+    dims: dict[
+        Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00]*$")],
+        Annotated[int, Field(ge=1, le=2**31 - 1)],
+    ] = Field(
+        default_factory=dict, max_length=64, description='ONNX dynamic dimensions, e.g. {"batch": 8, "sequence": 2048}.'
     )
 
 
@@ -74,7 +85,9 @@ class TensorDocument(RequestModel):
     name: Name
     bytes: NonNegativeFloat
     shape: list[Annotated[int, Field(ge=0, le=2**63 - 1)] | None] | None = Field(
-        None, max_length=16, description="Dimensions; null for one the exporter could not resolve. Bind symbolic ones first."
+        None,
+        max_length=16,
+        description="Dimensions; null for one the exporter could not resolve. Bind symbolic ones first.",
     )
     dtype: Name | None = None
     kind: Literal["activation", "input", "parameter"] | None = None
@@ -182,8 +195,10 @@ class ReplanSummary(Answer):
     calibration_version: int | None
     parent_makespan_s: float = Field(description="The parent's placement under the calibrated model (and load report).")
     kept_makespan_s: float = Field(description="The parent's placement with only operators on gone devices moved.")
-    makespan_s: float = Field(description="The new placement under the same model, operands in main memory like "
-                              "the two above (the plan's summary.makespan_s also counts its memory tiers).")
+    makespan_s: float = Field(
+        description="The new placement under the same model, operands in main memory like "
+        "the two above (the plan's summary.makespan_s also counts its memory tiers)."
+    )
     gain_s: float
     gain_fraction: float
     ops_moved: int
@@ -210,8 +225,9 @@ class PlanSummary(Answer):
         None, description="The chosen placement scored like the candidates (main memory only), before level-3 tiers."
     )
     timed_with_tiers: bool | None = Field(
-        None, description="makespan_s and the trace time each operator with its tensors at their tiers' bandwidths; "
-        "runtime feedback is compared with those times."
+        None,
+        description="makespan_s and the trace time each operator with its tensors at their tiers' bandwidths; "
+        "runtime feedback is compared with those times.",
     )
     infeasible_reason: str | None = None
     planning_s: float | None = Field(None, description="Seconds the placement took (this plan's computation).")

@@ -100,9 +100,7 @@ def list_feedback_for_model(
 
 
 def plan_has_feedback(session: Session, tenant_id: str, plan_id: str) -> bool:
-    return bool(
-        session.scalar(select(exists().where(Feedback.tenant_id == tenant_id, Feedback.plan_id == plan_id)))
-    )
+    return bool(session.scalar(select(exists().where(Feedback.tenant_id == tenant_id, Feedback.plan_id == plan_id))))
 
 
 def lock_calibration(session: Session, tenant_id: str, inventory_hash: str) -> None:

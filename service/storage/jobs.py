@@ -92,12 +92,12 @@ def claim_next_job(session: Session, worker_id: str, lease_s: float) -> ClaimedJ
 
 
 def _leased(job: ClaimedJob, worker_id: str):
-    return and_(Job.tenant_id == job.tenant_id, Job.id == job.id, Job.lease_owner == worker_id,
-                Job.status == "running")
+    return and_(Job.tenant_id == job.tenant_id, Job.id == job.id, Job.lease_owner == worker_id, Job.status == "running")
 
 
-def extend_lease(session: Session, job: ClaimedJob, worker_id: str, lease_s: float, *,
-                 progress: float | None = None) -> bool:
+def extend_lease(
+    session: Session, job: ClaimedJob, worker_id: str, lease_s: float, *, progress: float | None = None
+) -> bool:
     """Heartbeat: push the lease forward (and record the plan's progress) if ``worker_id`` still holds it."""
     result = session.execute(
         update(Job).where(_leased(job, worker_id)).values(lease_expires_at=utcnow() + timedelta(seconds=lease_s))

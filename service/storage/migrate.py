@@ -22,7 +22,11 @@ _MIGRATION_LOCK_ID = 7_406_221_118  # arbitrary constant: pg_advisory_lock key f
 
 
 def _alembic_ini() -> Path:
-    candidates = [os.environ.get("HYPERPLACE_ALEMBIC_INI"), Path(__file__).resolve().parents[2] / "alembic.ini", Path.cwd() / "alembic.ini"]
+    candidates = [
+        os.environ.get("HYPERPLACE_ALEMBIC_INI"),
+        Path(__file__).resolve().parents[2] / "alembic.ini",
+        Path.cwd() / "alembic.ini",
+    ]
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             return Path(candidate)

@@ -10,7 +10,7 @@ Relationships are ``lazy="raise"``: every load is explicit, no N+1 queries.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import (
     JSON,
@@ -63,7 +63,7 @@ def new_id() -> str:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):
@@ -85,7 +85,7 @@ def _times_are_utc(target, _context, _attrs=None) -> None:
     state = target.__dict__
     for key, value in list(state.items()):
         if isinstance(value, datetime) and value.tzinfo is None:
-            state[key] = value.replace(tzinfo=timezone.utc)
+            state[key] = value.replace(tzinfo=UTC)
 
 
 class Tenant(Base):
@@ -163,7 +163,9 @@ class Plan(Base):
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = _tenant_fk()
-    graph_id: Mapped[str] = mapped_column(String(36), ForeignKey("graphs.id", ondelete="CASCADE"), nullable=False, index=True)
+    graph_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("graphs.id", ondelete="CASCADE"), nullable=False, index=True
+    )
     inventory_id: Mapped[str] = mapped_column(
         String(36), ForeignKey("inventories.id", ondelete="CASCADE"), nullable=False, index=True
     )
@@ -212,7 +214,9 @@ class Feedback(Base):
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = _tenant_fk()
-    plan_id: Mapped[str] = mapped_column(String(36), ForeignKey("plans.id", ondelete="CASCADE"), nullable=False, index=True)
+    plan_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("plans.id", ondelete="CASCADE"), nullable=False, index=True
+    )
     model_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     inventory_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     source_format: Mapped[str] = mapped_column(String(32), nullable=False)

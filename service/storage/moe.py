@@ -9,7 +9,7 @@ Functions only flush: the request dependency owns the transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Select, select
@@ -71,16 +71,28 @@ def get_placement(session: Session, tenant_id: str, deployment_id: str, version:
 def list_versions(session: Session, tenant_id: str, deployment_id: str, limit: int) -> list[DeploymentVersion]:
     """The ``limit`` newest versions, newest first; their loads and placements stay in the database."""
     rows = session.execute(
-        select(MoePlacement.version, MoePlacement.kept_current, MoePlacement.slots_moved, MoePlacement.balance,
-               MoePlacement.created_at)
+        select(
+            MoePlacement.version,
+            MoePlacement.kept_current,
+            MoePlacement.slots_moved,
+            MoePlacement.balance,
+            MoePlacement.created_at,
+        )
         .where(MoePlacement.tenant_id == tenant_id, MoePlacement.deployment_id == deployment_id)
         .order_by(MoePlacement.version.desc())
         .limit(limit)
     )
     # columns, not rows: the models' load listener that marks SQLite's times as UTC does not run
-    return [DeploymentVersion(version, kept_current, slots_moved, balance,
-                              created_at if created_at.tzinfo else created_at.replace(tzinfo=timezone.utc))
-            for version, kept_current, slots_moved, balance, created_at in rows]
+    return [
+        DeploymentVersion(
+            version,
+            kept_current,
+            slots_moved,
+            balance,
+            created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC),
+        )
+        for version, kept_current, slots_moved, balance, created_at in rows
+    ]
 
 
 def record_version(

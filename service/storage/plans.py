@@ -83,7 +83,9 @@ def get_or_create_inventory(session: Session, tenant_id: str, row: InventoryRow)
 
 
 def get_inventory(session: Session, tenant_id: str, inventory_id: str) -> InventoryRow | None:
-    return session.scalar(select(InventoryRow).where(InventoryRow.tenant_id == tenant_id, InventoryRow.id == inventory_id))
+    return session.scalar(
+        select(InventoryRow).where(InventoryRow.tenant_id == tenant_id, InventoryRow.id == inventory_id)
+    )
 
 
 def get_plan(session: Session, tenant_id: str, plan_id: str) -> Plan | None:
@@ -161,7 +163,9 @@ def list_plans_for_model(
 
 
 def get_idempotency_key(session: Session, tenant_id: str, key: str) -> IdempotencyKey | None:
-    return session.scalar(select(IdempotencyKey).where(IdempotencyKey.tenant_id == tenant_id, IdempotencyKey.key == key))
+    return session.scalar(
+        select(IdempotencyKey).where(IdempotencyKey.tenant_id == tenant_id, IdempotencyKey.key == key)
+    )
 
 
 def plan_location(plan_id: str) -> str:

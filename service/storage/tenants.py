@@ -67,7 +67,9 @@ def issue_api_key(
         raise ValueError(f"unknown scopes {sorted(unknown)}; valid scopes are {list(ALL_SCOPES)}")
     prefix = secrets.token_hex(4)
     api_key = f"hp_{prefix}_{secrets.token_urlsafe(32)}"
-    row = ApiKey(tenant_id=tenant.id, name=name, prefix=prefix, key_hash=hash_api_key(api_key, secret), scopes=" ".join(scopes))
+    row = ApiKey(
+        tenant_id=tenant.id, name=name, prefix=prefix, key_hash=hash_api_key(api_key, secret), scopes=" ".join(scopes)
+    )
     session.add(row)
     session.flush()
     return IssuedKey(key_id=row.id, tenant_id=tenant.id, api_key=api_key, scopes=tuple(scopes))

@@ -10,7 +10,11 @@ __all__ = ["LLAMA_70B", "diamond_graph", "measured_timeline", "parallel_plan_req
 
 
 def plan_request(graph: dict | None = None, *, preset: str = "dgx-h100", nodes: int = 1, **options) -> dict:
-    return {"graph": copy.deepcopy(graph or diamond_graph()), "inventory": {"preset": preset, "nodes": nodes}, "options": options}
+    return {
+        "graph": copy.deepcopy(graph or diamond_graph()),
+        "inventory": {"preset": preset, "nodes": nodes},
+        "options": options,
+    }
 
 
 def measured_timeline(plan: dict) -> dict:
@@ -24,8 +28,14 @@ def measured_timeline(plan: dict) -> dict:
 
 
 LLAMA_70B = {
-    "num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
-    "ffn_hidden_size": 28672, "vocab_size": 128256, "seq_length": 4096, "gated_mlp": True,
+    "num_layers": 80,
+    "hidden_size": 8192,
+    "num_attention_heads": 64,
+    "num_kv_heads": 8,
+    "ffn_hidden_size": 28672,
+    "vocab_size": 128256,
+    "seq_length": 4096,
+    "gated_mlp": True,
 }
 
 

@@ -7,6 +7,7 @@ real thing. The server logs (JSON) go to a file the test can read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
@@ -42,7 +43,9 @@ def wait_until(predicate, timeout_s: float = 60.0, interval_s: float = 0.1):
         except Exception as exc:  # the thing waited for is not there yet
             last_error = exc
         time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {getattr(predicate, '__name__', predicate)} ({last_error!r})")
+    raise AssertionError(
+        f"timed out after {timeout_s} s waiting for {getattr(predicate, '__name__', predicate)} ({last_error!r})"
+    )
 
 
 @dataclass
@@ -94,8 +97,10 @@ def start_server(database_url: str, log_path: Path, *, wait_ready: bool = True, 
         HYPERPLACE_LOG_JSON="true",
     )
     env.update({f"HYPERPLACE_{name.upper()}": str(value) for name, value in settings.items()})
-    log = open(log_path, "wb")
-    process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(log_path, "wb") as log:  # the server process keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
     server = LiveServer(process=process, base_url=f"http://127.0.0.1:{port}", port=port, log_path=log_path)
 
     def up() -> bool:
@@ -130,7 +135,9 @@ def peak_rss_bytes(pid: int) -> int:
     raise RuntimeError("no VmHWM in /proc status")
 
 
-def send_chunked(port: int, path: str, headers: dict[str, str], chunks: Iterable[bytes], timeout_s: float = 60.0) -> tuple[int, bytes, int]:
+def send_chunked(
+    port: int, path: str, headers: dict[str, str], chunks: Iterable[bytes], timeout_s: float = 60.0
+) -> tuple[int, bytes, int]:
     """POST ``chunks`` with ``Transfer-Encoding: chunked`` (no Content-Length) on a raw socket.
 
     Stops sending as soon as the server answers (a server that refuses a body early
@@ -154,10 +161,8 @@ def send_chunked(port: int, path: str, headers: dict[str, str], chunks: Iterable
                 break
             sent += len(chunk)
         else:
-            try:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 sock.sendall(b"0\r\n\r\n")
-            except (BrokenPipeError, ConnectionResetError):
-                pass
         sock.settimeout(timeout_s)
         while True:
             try:

@@ -55,9 +55,16 @@ def random_inventory(rng: random.Random) -> dict:
                 "name": f"g{g}d{i}",
                 "type": rng.choice(["gpu", "cpu"]),
                 "peak_flops": rng.choice([1e9, 1e12, 1e15]),
-                "memory_tiers": [{"name": "HBM", "capacity_bytes": rng.choice([1e3, 1e6, 1e9, 8e10]),
-                                  "bandwidth_bytes_per_s": rng.choice([1e6, 1e9, 3e12])}]
-                + ([{"name": "L2", "capacity_bytes": 5e7, "bandwidth_bytes_per_s": 1e13}] if rng.random() < 0.3 else []),
+                "memory_tiers": [
+                    {
+                        "name": "HBM",
+                        "capacity_bytes": rng.choice([1e3, 1e6, 1e9, 8e10]),
+                        "bandwidth_bytes_per_s": rng.choice([1e6, 1e9, 3e12]),
+                    }
+                ]
+                + (
+                    [{"name": "L2", "capacity_bytes": 5e7, "bandwidth_bytes_per_s": 1e13}] if rng.random() < 0.3 else []
+                ),
             }
             for i in range(rng.randint(1, 4))
         ]

@@ -24,8 +24,9 @@ def test_a_revoked_key_stops_working(base_client, session_factory, settings):
     tenant_id, key = new_api_key(session_factory, settings)
     client = TenantClient(base_client, tenant_id, key)
     assert client.get("/v1/plans/unknown").status_code == 404
-    from service.storage.models import ApiKey
     from sqlalchemy import select
+
+    from service.storage.models import ApiKey
 
     with session_factory() as session, session.begin():
         key_id = session.scalar(select(ApiKey.id).where(ApiKey.tenant_id == tenant_id))
@@ -34,8 +35,9 @@ def test_a_revoked_key_stops_working(base_client, session_factory, settings):
 
 
 def test_keys_are_stored_only_as_hmac_hashes(session_factory, settings):
-    from service.storage.models import ApiKey
     from sqlalchemy import select
+
+    from service.storage.models import ApiKey
 
     tenant_id, key = new_api_key(session_factory, settings)
     with session_factory() as session:
@@ -53,7 +55,12 @@ def test_a_read_only_key_cannot_submit_plans(base_client, session_factory, setti
 
 def test_another_tenants_plan_is_404_and_absent_from_lists(client, other_client):
     plan = client.post("/v1/plans", json=plan_request(diamond_graph("private"))).json()
-    for path in (f"/v1/plans/{plan['id']}", f"/v1/plans/{plan['id']}/trace", f"/v1/plans/{plan['id']}/view", f"/v1/models/{plan['model_hash']}"):
+    for path in (
+        f"/v1/plans/{plan['id']}",
+        f"/v1/plans/{plan['id']}/trace",
+        f"/v1/plans/{plan['id']}/view",
+        f"/v1/models/{plan['model_hash']}",
+    ):
         response = other_client.get(path)
         assert response.status_code == 404, path
     assert other_client.get(f"/v1/models/{plan['model_hash']}/plans").json()["items"] == []

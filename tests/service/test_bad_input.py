@@ -55,10 +55,15 @@ def test_an_unknown_preset_lists_the_valid_ones(client):
 def test_a_device_slower_than_any_hardware_is_named_and_nothing_is_stored(client, session_factory):
     # 1e-300 FLOP/s made every predicted time infinite and the answer a 500
     request = plan_request()
-    device = {"name": "d0", "peak_flops": 1e-300,
-              "memory_tiers": [{"name": "HBM", "capacity_bytes": 8e10, "bandwidth_bytes_per_s": 3e12}]}
-    request["inventory"] = {"name": "slow", "groups": [
-        {"name": "n0", "devices": [device], "link": {"bandwidth_bytes_per_s": 4.5e11}}]}
+    device = {
+        "name": "d0",
+        "peak_flops": 1e-300,
+        "memory_tiers": [{"name": "HBM", "capacity_bytes": 8e10, "bandwidth_bytes_per_s": 3e12}],
+    }
+    request["inventory"] = {
+        "name": "slow",
+        "groups": [{"name": "n0", "devices": [device], "link": {"bandwidth_bytes_per_s": 4.5e11}}],
+    }
     body = _problem(client.post("/v1/plans", json=request), 422)
     assert "peak_flops" in body["detail"] and "between" in body["detail"]
     assert _rows(session_factory, client.tenant_id) == (0, 0)
@@ -79,7 +84,10 @@ def test_an_inventory_with_no_devices_is_rejected(client):
     _problem(client.post("/v1/plans", json=request), 422)
 
 
-@pytest.mark.parametrize("options", [{"micro_batches": 0}, {"micro_batches": 10**6}, {"objective": "speed"}, {"seed": -1}, {"unknown_option": 1}])
+@pytest.mark.parametrize(
+    "options",
+    [{"micro_batches": 0}, {"micro_batches": 10**6}, {"objective": "speed"}, {"seed": -1}, {"unknown_option": 1}],
+)
 def test_options_out_of_range_are_rejected_with_the_field(client, options):
     body = _problem(client.post("/v1/plans", json=plan_request(**options)), 422)
     assert body["errors"][0]["field"].startswith("body.options")
@@ -129,9 +137,12 @@ def test_a_validation_error_is_problem_json_with_field_errors(client):
     assert any(error["field"].endswith("inventory") for error in body["errors"])
 
 
-@pytest.mark.parametrize("path", ["/v1/parallel/plan", "/v1/moe/rebalance", "/v1/plans/00000000-0000-0000-0000-000000000000/feedback"])
+@pytest.mark.parametrize(
+    "path", ["/v1/parallel/plan", "/v1/moe/rebalance", "/v1/plans/00000000-0000-0000-0000-000000000000/feedback"]
+)
 def test_a_chunked_body_over_the_limit_is_413_on_every_route_that_takes_a_body(client, settings, path):
     """FastAPI turns an error raised while it reads a body into its generic 400; the limit's stays a 413."""
+
     def chunks():
         chunk = b" " * 1_000_000
         for _ in range(settings.max_body_bytes // len(chunk) + 2):

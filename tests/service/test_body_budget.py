@@ -26,10 +26,12 @@ def _padded(request: dict, size_bytes: int) -> bytes:
 def small_budget(database_url):
     """A server whose large bodies may total 3 MiB, waiting 50 ms for room (long enough to be seen waiting: 30 s
     where a test says so); the test may take the budget."""
+
     def start(wait_s: float = 0.05):
         settings = make_settings(database_url, auth="disabled", max_body_bytes_in_flight=3 * MIB, body_wait_s=wait_s)
         app = create_app(settings)
         return TestClient(app, raise_server_exceptions=False), app.state.body_budget
+
     return start
 
 
@@ -73,7 +75,9 @@ def test_a_waiting_body_is_admitted_once_the_bytes_ahead_of_it_are_given_back(sm
     answers = []
     with client:
         assert client.portal.call(budget.try_reserve, 2 * MIB)
-        waiting = threading.Thread(target=lambda: answers.append(_post(client, _padded(parallel_plan_request(), 2 * MIB))))
+        waiting = threading.Thread(
+            target=lambda: answers.append(_post(client, _padded(parallel_plan_request(), 2 * MIB)))
+        )
         waiting.start()
         for _ in range(10_000):  # until the request is seen waiting for room (bounded, not timed)
             if client.portal.call(lambda: budget.has_waiters):
@@ -89,7 +93,9 @@ def test_a_waiting_body_is_admitted_once_the_bytes_ahead_of_it_are_given_back(sm
 def test_a_refused_or_failed_large_request_gives_its_bytes_back(small_budget):
     client, budget = small_budget()
     with client:
-        bad = client.post("/v1/parallel/plan", content=b"{" + b" " * (2 * MIB), headers={"content-type": "application/json"})
+        bad = client.post(
+            "/v1/parallel/plan", content=b"{" + b" " * (2 * MIB), headers={"content-type": "application/json"}
+        )
         assert bad.status_code == 422
         assert budget.in_flight_bytes == 0
 

@@ -51,11 +51,19 @@ def test_plan_without_out_prints_the_plan_json_on_stdout_and_writes_no_file(grap
 
 def _mixed_inventory() -> dict:
     """One node of eight devices whose speeds span two orders of magnitude."""
-    devices = [{"name": f"d{i}", "type": f"t{i}", "peak_flops": peak,
-                "memory_tiers": [{"name": "hbm", "capacity_bytes": 8e10, "bandwidth_bytes_per_s": 2e12}]}
-               for i, peak in enumerate([1e14, 3e12, 1e12, 2e13, 1e14, 1e13, 3e13, 5e13])]
-    return {"name": "mixed", "groups": [{"name": "n0", "devices": devices,
-                                         "link": {"bandwidth_bytes_per_s": 1e11, "latency_s": 1e-6}}]}
+    devices = [
+        {
+            "name": f"d{i}",
+            "type": f"t{i}",
+            "peak_flops": peak,
+            "memory_tiers": [{"name": "hbm", "capacity_bytes": 8e10, "bandwidth_bytes_per_s": 2e12}],
+        }
+        for i, peak in enumerate([1e14, 3e12, 1e12, 2e13, 1e14, 1e13, 3e13, 5e13])
+    ]
+    return {
+        "name": "mixed",
+        "groups": [{"name": "n0", "devices": devices, "link": {"bandwidth_bytes_per_s": 1e11, "latency_s": 1e-6}}],
+    }
 
 
 def test_plan_json_on_stdout_stays_valid_when_metis_prints_its_diagnostics(tmp_path):
@@ -64,8 +72,13 @@ def test_plan_json_on_stdout_stays_valid_when_metis_prints_its_diagnostics(tmp_p
     graph, inventory = tmp_path / "chain.json", tmp_path / "mixed.json"
     graph.write_text(json.dumps(synthetic_graph_json(9)))  # too few operators for eight devices
     inventory.write_text(json.dumps(_mixed_inventory()))
-    done = subprocess.run([sys.executable, "-m", "service.cli", "plan", str(graph), "--inventory", str(inventory)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "plan", str(graph), "--inventory", str(inventory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["summary"]["makespan_s"] > 0
     assert "Cannot bisect" in done.stderr  # still told, where the logs go
@@ -100,14 +113,24 @@ def test_an_inventory_file_that_is_not_json_is_a_usage_error(graph_file, tmp_pat
 
 
 def test_an_inventory_that_repeats_a_group_name_is_one_line_naming_it(graph_file, tmp_path):
-    device = {"type": "gpu", "peak_flops": 1e14,
-              "memory_tiers": [{"name": "HBM", "capacity_bytes": 1e10, "bandwidth_bytes_per_s": 1e12}]}
+    device = {
+        "type": "gpu",
+        "peak_flops": 1e14,
+        "memory_tiers": [{"name": "HBM", "capacity_bytes": 1e10, "bandwidth_bytes_per_s": 1e12}],
+    }
     link = {"bandwidth_bytes_per_s": 1e11}
     inventory = tmp_path / "inventory.json"
-    inventory.write_text(json.dumps({"link": link, "groups": [
-        {"name": "node", "link": link, "devices": [{**device, "name": "a"}]},
-        {"name": "node", "link": link, "devices": [{**device, "name": "b"}]},
-    ]}))
+    inventory.write_text(
+        json.dumps(
+            {
+                "link": link,
+                "groups": [
+                    {"name": "node", "link": link, "devices": [{**device, "name": "a"}]},
+                    {"name": "node", "link": link, "devices": [{**device, "name": "b"}]},
+                ],
+            }
+        )
+    )
     result = _plan(str(graph_file), "--inventory", str(inventory))
     assert result.exit_code == 2
     assert result.output.strip() == (
@@ -175,8 +198,21 @@ QWEN3_30B_A3B = LLAMA_3_70B.with_name("Qwen_Qwen3-30B-A3B.json")
 
 
 def test_layout_shows_experts_folded_over_the_tensor_ranks_as_etp1():
-    result = runner.invoke(app, ["layout", str(QWEN3_30B_A3B), "--seq-length", "4096", "--batch", "64",
-                                 "--nodes", "1", "-e", "tp=2,pp=1,ep=8,etp=1"])
+    result = runner.invoke(
+        app,
+        [
+            "layout",
+            str(QWEN3_30B_A3B),
+            "--seq-length",
+            "4096",
+            "--batch",
+            "64",
+            "--nodes",
+            "1",
+            "-e",
+            "tp=2,pp=1,ep=8,etp=1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "tp2 pp1 ep8 etp1 dp4" in _text(result)
 
@@ -207,11 +243,14 @@ def database_url(monkeypatch):
     get_settings.cache_clear()
 
 
-@pytest.mark.parametrize(("url", "says"), [
-    ("mysql://user@host/db", "names a mysql database"),
-    ("not a url", "is not a database URL"),
-    ("postgresql+asyncpg://user@host/db", "uses the asyncpg driver"),
-])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mysql://user@host/db", "names a mysql database"),
+        ("not a url", "is not a database URL"),
+        ("postgresql+asyncpg://user@host/db", "uses the asyncpg driver"),
+    ],
+)
 def test_an_unsupported_database_url_is_one_line_naming_the_variable(database_url, url, says):
     database_url(url)
     result = runner.invoke(app, ["migrate"])
@@ -258,7 +297,10 @@ def test_an_unknown_log_level_is_one_line_naming_the_variable_and_the_levels(env
     environment("HYPERPLACE_LOG_LEVEL", "LOUD")
     result = runner.invoke(app, ["migrate"])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert _text(result) == "HYPERPLACE_LOG_LEVEL is 'LOUD', not a log level; use one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+    assert (
+        _text(result)
+        == "HYPERPLACE_LOG_LEVEL is 'LOUD', not a log level; use one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+    )
 
 
 def test_a_log_level_is_read_in_any_case():
@@ -377,8 +419,12 @@ def test_a_server_that_does_not_answer_in_time_is_one_line(graph_file):
 
 
 def test_a_problem_answer_is_one_line_with_its_status_and_detail_and_no_api_key(graph_file, http_server):
-    problem = {"type": "about:blank", "title": "Unauthorized", "status": 401,
-               "detail": f"The API key {API_KEY} is unknown or revoked."}
+    problem = {
+        "type": "about:blank",
+        "title": "Unauthorized",
+        "status": 401,
+        "detail": f"The API key {API_KEY} is unknown or revoked.",
+    }
     url = http_server(401, "application/problem+json", json.dumps(problem).encode())
     result = _plan(str(graph_file), "--server", url, "--api-key", API_KEY)
     assert result.exit_code == 2
@@ -388,13 +434,19 @@ def test_a_problem_answer_is_one_line_with_its_status_and_detail_and_no_api_key(
 
 
 def test_a_problem_answer_names_the_fields_its_detail_does_not(graph_file, http_server):
-    problem = {"title": "Request validation failed", "status": 422, "detail": "1 field is invalid",
-               "errors": [{"field": "body.options.micro_batches", "message": "Input should be >= 1"}]}
+    problem = {
+        "title": "Request validation failed",
+        "status": 422,
+        "detail": "1 field is invalid",
+        "errors": [{"field": "body.options.micro_batches", "message": "Input should be >= 1"}],
+    }
     url = http_server(422, "application/problem+json", json.dumps(problem).encode())
     result = _plan(str(graph_file), "--server", url)
     assert result.exit_code == 2
-    assert result.output.strip() == (f"error: the server at {url} answered 422 Request validation failed: "
-                                     "1 field is invalid (body.options.micro_batches: Input should be >= 1)")
+    assert result.output.strip() == (
+        f"error: the server at {url} answered 422 Request validation failed: "
+        "1 field is invalid (body.options.micro_batches: Input should be >= 1)"
+    )
 
 
 def test_a_server_error_exits_1_naming_the_status(graph_file, http_server):
@@ -404,10 +456,13 @@ def test_a_server_error_exits_1_naming_the_status(graph_file, http_server):
     assert result.output.strip() == f"error: the server at {url} answered 502 Bad Gateway: <html>Bad Gateway</html>"
 
 
-@pytest.mark.parametrize(("content_type", "body", "says"), [
-    ("text/html", b"<html>hello</html>", "did not answer with JSON"),
-    ("application/json", b"[1, 2]", "did not answer with a plan"),
-])
+@pytest.mark.parametrize(
+    ("content_type", "body", "says"),
+    [
+        ("text/html", b"<html>hello</html>", "did not answer with JSON"),
+        ("application/json", b"[1, 2]", "did not answer with a plan"),
+    ],
+)
 def test_a_server_that_is_not_hyperplace_is_one_line(graph_file, http_server, content_type, body, says):
     url = http_server(200, content_type, body)
     result = _plan(str(graph_file), "--server", url)

@@ -21,8 +21,14 @@ from tests.service.graphs import diamond_graph, parallel_plan_request, plan_requ
 @pytest.fixture
 def one_slot(database_url):
     """A server with one slot of each kind, waiting 50 ms for one; the test may take them."""
-    settings = make_settings(database_url, auth="disabled", sync_plan_slots=1, sync_plan_wait_s=0.05,
-                             parallel_plan_slots=1, parallel_plan_wait_s=0.05)
+    settings = make_settings(
+        database_url,
+        auth="disabled",
+        sync_plan_slots=1,
+        sync_plan_wait_s=0.05,
+        parallel_plan_slots=1,
+        parallel_plan_wait_s=0.05,
+    )
     app = create_app(settings)
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client, app.state
@@ -62,8 +68,9 @@ def test_a_search_that_finds_every_parallel_slot_taken_is_answered_503_with_retr
 
 def test_a_search_that_fails_gives_its_slot_back(one_slot):
     client, _ = one_slot
-    bad = client.post("/v1/parallel/plan",
-                      json=parallel_plan_request(training={"global_batch_sequences": 1024, "precision": "fp4"}))
+    bad = client.post(
+        "/v1/parallel/plan", json=parallel_plan_request(training={"global_batch_sequences": 1024, "precision": "fp4"})
+    )
     assert bad.status_code == 422
     assert client.post("/v1/parallel/plan", json=parallel_plan_request()).status_code == 200
 
@@ -144,9 +151,8 @@ def test_a_coroutine_that_waits_in_vain_is_told_the_server_is_busy_and_leaks_not
     slots = ComputeSlots("3D-parallel searches", 1, 0.02)
 
     async def scenario() -> None:
-        with slots.hold():
-            with pytest.raises(ServerBusy) as busy:
-                await slots.run(lambda: None)
+        with slots.hold(), pytest.raises(ServerBusy) as busy:
+            await slots.run(lambda: None)
         assert busy.value.status == 503 and busy.value.headers["Retry-After"] == "1"
         assert "all 1 slots for 3D-parallel searches are busy" in busy.value.detail
         assert await slots.run(lambda: "ran") == "ran"

@@ -26,8 +26,9 @@ N = 8
 def server(database_url, tmp_path_factory):
     # a slot per racer: every one plans, and the races are the database's (with fewer, the
     # ones that find no slot become jobs: test_compute_slots)
-    live = start_server(database_url, tmp_path_factory.mktemp("concurrency") / "server.log", log_level="WARNING",
-                        sync_plan_slots=N)
+    live = start_server(
+        database_url, tmp_path_factory.mktemp("concurrency") / "server.log", log_level="WARNING", sync_plan_slots=N
+    )
     yield live
     live.stop()
 
@@ -47,7 +48,7 @@ def _race(server, api_key: str, requests: list[dict]) -> list[httpx.Response]:
             barrier.wait(60)
             try:
                 answers[index] = client.request(**requests[index])
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 answers[index] = exc
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
@@ -77,7 +78,12 @@ def test_n_identical_submissions_make_one_plan(server, tenant, session_factory):
 
 def test_n_identical_submissions_with_one_idempotency_key_make_one_plan_and_one_key(server, tenant, session_factory):
     tenant_id, key = tenant
-    request = {"method": "POST", "url": "/v1/plans", "json": plan_request(diamond_graph("raced-key")), "headers": {"Idempotency-Key": str(uuid.uuid4())}}
+    request = {
+        "method": "POST",
+        "url": "/v1/plans",
+        "json": plan_request(diamond_graph("raced-key")),
+        "headers": {"Idempotency-Key": str(uuid.uuid4())},
+    }
     answers = _race(server, key, [request] * N)
     assert all(answer.status_code in (200, 201) for answer in answers), [answer.text[:200] for answer in answers]
     assert len({answer.json()["id"] for answer in answers}) == 1
@@ -89,7 +95,12 @@ def test_one_idempotency_key_on_different_bodies_keeps_only_the_winner(server, t
     tenant_id, key = tenant
     idempotency_key = str(uuid.uuid4())
     requests = [
-        {"method": "POST", "url": "/v1/plans", "json": plan_request(diamond_graph("raced-bodies"), seed=seed), "headers": {"Idempotency-Key": idempotency_key}}
+        {
+            "method": "POST",
+            "url": "/v1/plans",
+            "json": plan_request(diamond_graph("raced-bodies"), seed=seed),
+            "headers": {"Idempotency-Key": idempotency_key},
+        }
         for seed in range(N)
     ]
     answers = _race(server, key, requests)
@@ -134,12 +145,23 @@ def test_concurrent_moe_reports_on_one_deployment_never_lose_a_version(server, t
     }
     with server.client(key) as client:
         assert client.post("/v1/moe/rebalance", json=first).status_code == 200
-    reports = [{"method": "POST", "url": "/v1/moe/rebalance", "json": {"deployment": "raced-deployment", "load": [[float(i + 1), 2.0, 3.0, 40.0]]}} for i in range(N)]
+    reports = [
+        {
+            "method": "POST",
+            "url": "/v1/moe/rebalance",
+            "json": {"deployment": "raced-deployment", "load": [[float(i + 1), 2.0, 3.0, 40.0]]},
+        }
+        for i in range(N)
+    ]
     answers = _race(server, key, reports)
-    assert [answer.status_code for answer in answers] == [200] * N, [answer.text[:200] for answer in answers]  # they take turns
+    assert [answer.status_code for answer in answers] == [200] * N, [
+        answer.text[:200] for answer in answers
+    ]  # they take turns
     assert sorted(answer.json()["version"] for answer in answers) == list(range(2, 2 + N))  # each its own version
     with session_factory() as session:
         deployment = session.scalar(select(MoeDeployment).where(MoeDeployment.tenant_id == tenant_id))
-        stored = sorted(session.scalars(select(MoePlacement.version).where(MoePlacement.deployment_id == deployment.id)))
+        stored = sorted(
+            session.scalars(select(MoePlacement.version).where(MoePlacement.deployment_id == deployment.id))
+        )
     assert deployment.current_version == 1 + N
     assert stored == list(range(1, 2 + N))

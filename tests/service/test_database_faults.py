@@ -37,7 +37,9 @@ PG_CTL = os.environ.get("HYPERPLACE_TEST_PG_CTL", "")
 
 pytestmark = [
     pytest.mark.postgres_only,
-    pytest.mark.skipif(not PG_CTL, reason="needs HYPERPLACE_TEST_PG_CTL to stop and start the server (scripts/with-postgres.sh)"),
+    pytest.mark.skipif(
+        not PG_CTL, reason="needs HYPERPLACE_TEST_PG_CTL to stop and start the server (scripts/with-postgres.sh)"
+    ),
 ]
 
 
@@ -162,7 +164,9 @@ def job_fault_app(database_url):
         yield client
 
 
-def test_a_crash_among_concurrent_submissions_leaves_no_half_written_plan_or_job(job_fault_app, session_factory, settings, database_url):
+def test_a_crash_among_concurrent_submissions_leaves_no_half_written_plan_or_job(
+    job_fault_app, session_factory, settings, database_url
+):
     tenant_id, key = new_api_key(session_factory, settings)
     client = TenantClient(job_fault_app, tenant_id, key)
     answers: dict[int, tuple[int, str | None]] = {}
@@ -218,6 +222,9 @@ def test_a_crash_between_storing_feedback_and_refitting_the_calibration_leaves_n
     assert _count(session_factory, Calibration, Calibration.tenant_id == tenant) == 0
 
     monkeypatch.setattr(feedback_domain, "refit_calibration", real_refit)
-    assert fault_client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": measured_timeline(plan)}).status_code == 201
+    assert (
+        fault_client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": measured_timeline(plan)}).status_code
+        == 201
+    )
     assert _count(session_factory, Feedback, Feedback.tenant_id == tenant) == 1
     assert _count(session_factory, Calibration, Calibration.tenant_id == tenant) == 1

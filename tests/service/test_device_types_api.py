@@ -37,8 +37,14 @@ def eight_ops(device_types: list[str], name: str = "eight-slow-ops") -> dict:
     return {
         "name": name,
         "nodes": [
-            {"name": f"op{i}", "op": "MatMul", "inputs": ["x"], "outputs": [f"y{i}"], "flops": 1e12,
-             "device_types": device_types}
+            {
+                "name": f"op{i}",
+                "op": "MatMul",
+                "inputs": ["x"],
+                "outputs": [f"y{i}"],
+                "flops": 1e12,
+                "device_types": device_types,
+            }
             for i in range(8)
         ],
         "tensors": [{"name": "x", "bytes": 1e6}] + [{"name": f"y{i}", "bytes": 1e6} for i in range(8)],

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from partitioners.graph.generators import synthetic_graph_json
 from partitioners.costmodel.costs import OP_CLASS_NAMES, CostModel, op_times_s
-from partitioners.graph.json_import import graph_from_json
-from partitioners.hardware.inventory import preset_inventory
 from partitioners.costmodel.simulator import simulate
 from partitioners.costmodel.trace import to_chrome_trace
+from partitioners.graph.generators import synthetic_graph_json
+from partitioners.graph.json_import import graph_from_json
+from partitioners.hardware.inventory import preset_inventory
 from service.app import create_app
 from service.domain.jobs import new_worker_id, process_one
 from tests.conftest import TenantClient, make_settings, new_api_key

@@ -175,22 +175,16 @@ def test_a_slowdown_factor_under_a_thousandth_is_422_naming_it_and_makes_no_plan
     plan = plan_with_feedback
     device = first_op(plan)["device"]
     before = stored_state(client, plan)
-    response = client.post(
-        f"/v1/plans/{plan['id']}/replan", json={"load_report": {"slow_devices": {device: factor}}}
-    )
+    response = client.post(f"/v1/plans/{plan['id']}/replan", json={"load_report": {"slow_devices": {device: factor}}})
     assert response.status_code == 422, response.text
     fields = [error["field"] for error in response.json()["errors"]]
     assert any("slow_devices" in f for f in fields), fields
     assert stored_state(client, plan) == before
 
 
-def test_a_device_a_thousand_times_faster_than_the_model_is_the_smallest_slowdown_accepted(
-    client, plan_with_feedback
-):
+def test_a_device_a_thousand_times_faster_than_the_model_is_the_smallest_slowdown_accepted(client, plan_with_feedback):
     plan = plan_with_feedback
     device = first_op(plan)["device"]
-    response = client.post(
-        f"/v1/plans/{plan['id']}/replan", json={"load_report": {"slow_devices": {device: 0.001}}}
-    )
+    response = client.post(f"/v1/plans/{plan['id']}/replan", json={"load_report": {"slow_devices": {device: 0.001}}})
     assert response.status_code == 201, response.text
     assert response.json()["replan"]["slow_devices"] == {device: 0.001}

@@ -69,7 +69,9 @@ NO_COVERAGE_PHASE = ["/v1/parallel/plan"]
 
 def _load_schema(document: dict, *, coverage_phase: bool):
     loaded = schemathesis.openapi.from_dict(document)
-    loaded.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=FUZZ_EXAMPLES)
+    loaded.config.generation.update(
+        modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=FUZZ_EXAMPLES
+    )
     loaded.config.phases.coverage.enabled = coverage_phase
     # A schema-violating body may also be too large: 413 is a rejection too.
     rejection = loaded.config.checks.negative_data_rejection
@@ -160,19 +162,43 @@ def test_the_operations_endpoints_match_the_schema(fuzz_app, fuzz_key):
 
 
 def test_a_valid_plan_and_every_read_of_it_match_the_schema(fuzz_app, fuzz_key):
-    created = _call(fuzz_app, fuzz_key, "POST", "/v1/plans", body=plan_request(diamond_graph("fuzz-valid")), media_type="application/json")
+    created = _call(
+        fuzz_app,
+        fuzz_key,
+        "POST",
+        "/v1/plans",
+        body=plan_request(diamond_graph("fuzz-valid")),
+        media_type="application/json",
+    )
     assert created.status_code == 201
     plan = created.json()
-    again = _call(fuzz_app, fuzz_key, "POST", "/v1/plans", body=plan_request(diamond_graph("fuzz-valid")), media_type="application/json")
+    again = _call(
+        fuzz_app,
+        fuzz_key,
+        "POST",
+        "/v1/plans",
+        body=plan_request(diamond_graph("fuzz-valid")),
+        media_type="application/json",
+    )
     assert again.status_code == 200
     ids = {"plan_id": plan["id"]}
     assert _call(fuzz_app, fuzz_key, "GET", "/v1/plans/{plan_id}", path_parameters=ids).status_code == 200
-    assert _call(fuzz_app, fuzz_key, "GET", "/v1/plans/{plan_id}", path_parameters=ids, query={"detail": "summary"}).status_code == 200
+    assert (
+        _call(
+            fuzz_app, fuzz_key, "GET", "/v1/plans/{plan_id}", path_parameters=ids, query={"detail": "summary"}
+        ).status_code
+        == 200
+    )
     assert _call(fuzz_app, fuzz_key, "GET", "/v1/plans/{plan_id}/trace", path_parameters=ids).status_code == 200
     assert _call(fuzz_app, fuzz_key, "GET", "/v1/plans/{plan_id}/view", path_parameters=ids).status_code == 200
     by_model = {"model_hash": plan["model_hash"]}
     assert _call(fuzz_app, fuzz_key, "GET", "/v1/models/{model_hash}", path_parameters=by_model).status_code == 200
-    assert _call(fuzz_app, fuzz_key, "GET", "/v1/models/{model_hash}/plans", path_parameters=by_model, query={"limit": 1}).status_code == 200
+    assert (
+        _call(
+            fuzz_app, fuzz_key, "GET", "/v1/models/{model_hash}/plans", path_parameters=by_model, query={"limit": 1}
+        ).status_code
+        == 200
+    )
     assert _call(fuzz_app, fuzz_key, "DELETE", "/v1/plans/{plan_id}", path_parameters=ids).status_code == 204
 
 
@@ -183,9 +209,17 @@ def test_a_valid_moe_rebalance_and_its_deployment_match_the_schema(fuzz_app, fuz
         "load": [[1.0, 2.0, 3.0, 40.0], [5.0, 5.0, 5.0, 5.0]],
         "deployment": "fuzz-deployment",
     }
-    assert _call(fuzz_app, fuzz_key, "POST", "/v1/moe/rebalance", body=body, media_type="application/json").status_code == 200
+    assert (
+        _call(fuzz_app, fuzz_key, "POST", "/v1/moe/rebalance", body=body, media_type="application/json").status_code
+        == 200
+    )
     follow_up = {"deployment": "fuzz-deployment", "load": [[40.0, 2.0, 3.0, 1.0], [5.0, 5.0, 5.0, 5.0]]}
-    assert _call(fuzz_app, fuzz_key, "POST", "/v1/moe/rebalance", body=follow_up, media_type="application/json").status_code == 200
+    assert (
+        _call(
+            fuzz_app, fuzz_key, "POST", "/v1/moe/rebalance", body=follow_up, media_type="application/json"
+        ).status_code
+        == 200
+    )
     read = _call(fuzz_app, fuzz_key, "GET", "/v1/moe/deployments/{name}", path_parameters={"name": "fuzz-deployment"})
     assert read.status_code == 200 and read.json()["current_version"] == 2
 
@@ -193,15 +227,23 @@ def test_a_valid_moe_rebalance_and_its_deployment_match_the_schema(fuzz_app, fuz
 def test_a_valid_3d_parallel_search_and_evaluation_match_the_schema(fuzz_app, fuzz_key):
     """The 3D answer against its declared response model; small shapes keep the search instant."""
     operation = large_schema["/v1/parallel/plan"]["POST"]
-    body = {"model": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "seq_length": 512,
-                      "vocab_size": 1000, "moe": {"num_experts": 4, "experts_per_token": 2,
-                                                  "expert_ffn_hidden_size": 128}},
-            "cluster": {"preset": "dgx-h100", "nodes": 2}, "training": {"global_batch_sequences": 32},
-            "top_k": 2, "rank_map_limit": 8}
+    body = {
+        "model": {
+            "num_layers": 4,
+            "hidden_size": 256,
+            "num_attention_heads": 8,
+            "seq_length": 512,
+            "vocab_size": 1000,
+            "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 128},
+        },
+        "cluster": {"preset": "dgx-h100", "nodes": 2},
+        "training": {"global_batch_sequences": 32},
+        "top_k": 2,
+        "rank_map_limit": 8,
+    }
     for request in (body, {**body, "evaluate": [{"tp": 2, "pp": 2}, {"tp": 1, "ep": 4, "etp": 1}]}):
         case = operation.Case(body=request, media_type="application/json")
-        response = case.call_and_validate(app=fuzz_app, headers={"Authorization": f"Bearer {fuzz_key}"},
-                                          checks=CHECKS)
+        response = case.call_and_validate(app=fuzz_app, headers={"Authorization": f"Bearer {fuzz_key}"}, checks=CHECKS)
         assert response.status_code == 200, response.text
 
 

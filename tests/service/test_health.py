@@ -70,8 +70,12 @@ def test_readyz_on_an_unmigrated_database_is_a_503_saying_which_revision_it_need
     app = create_app(make_settings(f"sqlite:///{tmp_path / 'empty.sqlite3'}"))
     response = TestClient(app).get("/readyz")  # no lifespan: the app would refuse to start
     assert response.status_code == 503 and response.headers["Retry-After"] == "5"
-    assert response.json() == {"status": "unavailable", "database": "not migrated", "revision": None,
-                               "head": app.state.head_revision}
+    assert response.json() == {
+        "status": "unavailable",
+        "database": "not migrated",
+        "revision": None,
+        "head": app.state.head_revision,
+    }
     NotReady.model_validate_json(response.content)
 
 

@@ -87,7 +87,13 @@ def _deeply_nested_onnx(depth: int) -> bytes:
     graph = leaf
     for level in range(depth):
         then_branch = _field(1, b"then_branch") + _field(6, graph) + bytes([0xA0, 0x01, 5])  # type = GRAPH
-        node = _field(1, b"c") + _field(2, b"y") + _field(3, f"if{level}".encode()) + _field(4, b"If") + _field(5, then_branch)
+        node = (
+            _field(1, b"c")
+            + _field(2, b"y")
+            + _field(3, f"if{level}".encode())
+            + _field(4, b"If")
+            + _field(5, then_branch)
+        )
         graph = _field(1, node) + _field(2, f"g{level}".encode())
     opset = _field(1, b"") + bytes([0x10, 17])
     return bytes([0x08, 8]) + _field(7, graph) + _field(8, opset)
@@ -116,8 +122,12 @@ def _onnx_corpus() -> dict[str, bytes]:
             [_tensor("x", [4])],
             [_tensor("b", [4])],
         ),
-        "tensor-of-10^18-bytes": _onnx_model([relu], [_tensor("x", [10**9, 250_000_000])], [_tensor("y", [10**9, 250_000_000])]),
-        "nul-in-a-name": _onnx_model([helper.make_node("Relu", ["x"], ["y"], name="r\x00")], [_tensor("x", [3])], [_tensor("y", [3])]),
+        "tensor-of-10^18-bytes": _onnx_model(
+            [relu], [_tensor("x", [10**9, 250_000_000])], [_tensor("y", [10**9, 250_000_000])]
+        ),
+        "nul-in-a-name": _onnx_model(
+            [helper.make_node("Relu", ["x"], ["y"], name="r\x00")], [_tensor("x", [3])], [_tensor("y", [3])]
+        ),
     }
 
 
@@ -167,14 +177,31 @@ def _raw(document: dict, replace: tuple[str, str] | None = None) -> bytes:
 #: (A JSON graph with a cycle is in test_bad_input; its ONNX twin is above.)
 JSON_CORPUS: dict[str, tuple[bytes, int]] = {
     "nan-flops": (_raw(plan_request(_graph_with(nodes__0__flops=12345.5)), ('"flops": 12345.5', '"flops": NaN')), 422),
-    "infinite-bytes": (_raw(plan_request(_graph_with(tensors__0__bytes=12345.5)), ('"bytes": 12345.5', '"bytes": Infinity')), 422),
+    "infinite-bytes": (
+        _raw(plan_request(_graph_with(tensors__0__bytes=12345.5)), ('"bytes": 12345.5', '"bytes": Infinity')),
+        422,
+    ),
     "tensor-of-10^18-bytes": (_raw(plan_request(_graph_with(tensors__4__bytes=1e18))), 422),
-    "nested-100000-deep": (b'{"graph": ' + b"[" * 100_000 + b"]" * 100_000 + b', "inventory": {"preset": "dgx-h100"}}', 422),
-    "integer-of-5000-digits": (_raw(plan_request(_graph_with(nodes__0__flops=7.5)), ('"flops": 7.5', '"flops": ' + "9" * 5000)), 422),
+    "nested-100000-deep": (
+        b'{"graph": ' + b"[" * 100_000 + b"]" * 100_000 + b', "inventory": {"preset": "dgx-h100"}}',
+        422,
+    ),
+    "integer-of-5000-digits": (
+        _raw(plan_request(_graph_with(nodes__0__flops=7.5)), ('"flops": 7.5', '"flops": ' + "9" * 5000)),
+        422,
+    ),
     "nul-in-a-name": (_raw(plan_request(_graph_with(nodes__0__name="a\x00"))), 422),
     "unpaired-surrogate": (_raw(plan_request(_graph_with(nodes__0__name="SURROGATE")), ("SURROGATE", "\\ud800")), 422),
     "inventory-with-zero-devices": (
-        _raw({**plan_request(), "inventory": {"name": "empty", "groups": [{"name": "g", "devices": [], "link": {"bandwidth_bytes_per_s": 1e9}}]}}),
+        _raw(
+            {
+                **plan_request(),
+                "inventory": {
+                    "name": "empty",
+                    "groups": [{"name": "g", "devices": [], "link": {"bandwidth_bytes_per_s": 1e9}}],
+                },
+            }
+        ),
         422,
     ),
     "preset-with-zero-nodes": (_raw(plan_request(nodes=0)), 422),
@@ -230,7 +257,8 @@ def _ten_million_operator_graph(chunk_ops: int = 20_000):
     yield b'{"inventory": {"preset": "dgx-h100"}, "graph": {"name": "huge", "nodes": ['
     for start in range(0, 10**7, chunk_ops):
         yield ",".join(
-            f'{{"name":"n{i}","op":"Add","inputs":["t{i}"],"outputs":["t{i + 1}"],"flops":1}}' for i in range(start, start + chunk_ops)
+            f'{{"name":"n{i}","op":"Add","inputs":["t{i}"],"outputs":["t{i + 1}"],"flops":1}}'
+            for i in range(start, start + chunk_ops)
         ).encode() + (b"," if start + chunk_ops < 10**7 else b"")
     yield b'], "tensors": []}}'
 
@@ -269,7 +297,7 @@ def test_a_chunked_body_just_over_the_limit_is_413(server, api):
             yield b" " * min(size, remaining)
             remaining -= min(size, remaining)
 
-    status, response, sent = send_chunked(server.port, "/v1/plans", headers, chunks())
+    status, response, _sent = send_chunked(server.port, "/v1/plans", headers, chunks())
     assert status == 413, response[:500]
 
 
@@ -278,7 +306,9 @@ def test_a_chunked_body_just_under_the_limit_is_read(server, api):
     headers = {"Authorization": api.headers["authorization"], "Content-Type": "application/json"}
     document = json.dumps(plan_request(diamond_graph("chunked-under-limit"))).encode()
     padded = document + b" " * (DEFAULT_BODY_LIMIT - len(document))
-    status, response, _ = send_chunked(server.port, "/v1/plans", headers, (padded[i : i + (1 << 20)] for i in range(0, len(padded), 1 << 20)))
+    status, response, _ = send_chunked(
+        server.port, "/v1/plans", headers, (padded[i : i + (1 << 20)] for i in range(0, len(padded), 1 << 20))
+    )
     assert status == 201, response[:500]
 
 
@@ -307,13 +337,22 @@ def _with(document, path, value):
 
 def _valid_requests(api) -> dict[str, dict]:
     plan = api.post("/v1/plans", json=plan_request(diamond_graph("finite-base"))).json()
-    ops = [{"name": name, "device": device, "start_s": i * 1e-3, "duration_s": 1e-3} for i, (name, device) in enumerate(sorted(plan["ops"].items()))]
+    ops = [
+        {"name": name, "device": device, "start_s": i * 1e-3, "duration_s": 1e-3}
+        for i, (name, device) in enumerate(sorted(plan["ops"].items()))
+    ]
     explicit_inventory = {
         "name": "c",
         "groups": [
             {
                 "name": "g",
-                "devices": [{"name": "d", "peak_flops": 1e14, "memory_tiers": [{"name": "hbm", "capacity_bytes": 8e10, "bandwidth_bytes_per_s": 3e12}]}],
+                "devices": [
+                    {
+                        "name": "d",
+                        "peak_flops": 1e14,
+                        "memory_tiers": [{"name": "hbm", "capacity_bytes": 8e10, "bandwidth_bytes_per_s": 3e12}],
+                    }
+                ],
                 "link": {"bandwidth_bytes_per_s": 1e11, "latency_s": 1e-6},
             }
         ],
@@ -322,9 +361,20 @@ def _valid_requests(api) -> dict[str, dict]:
     return {
         "/v1/plans": plan_request(diamond_graph("finite"), micro_batches=2, memory_headroom_fraction=0.1),
         "/v1/plans#inventory": {"graph": diamond_graph("finite-inventory"), "inventory": explicit_inventory},
-        "/v1/moe/rebalance": _moe(model={"num_moe_layers": 2, "num_logical_experts": 4, "expert_bytes": 1000}, min_improvement=0.1, max_replicas_moved=3),
+        "/v1/moe/rebalance": _moe(
+            model={"num_moe_layers": 2, "num_logical_experts": 4, "expert_bytes": 1000},
+            min_improvement=0.1,
+            max_replicas_moved=3,
+        ),
         "/v1/parallel/plan": {
-            "model": {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "ffn_hidden_size": 11008, "vocab_size": 32000, "seq_length": 4096},
+            "model": {
+                "num_layers": 32,
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "ffn_hidden_size": 11008,
+                "vocab_size": 32000,
+                "seq_length": 4096,
+            },
             "cluster": {"preset": "dgx-h100", "nodes": 2},
             "training": {"global_batch_sequences": 256},
         },
@@ -343,4 +393,6 @@ def test_nan_or_infinity_in_any_number_of_a_valid_request_is_4xx(api):
             for bad in ("NaN", "Infinity", "-Infinity"):
                 raw = json.dumps(_with(body, path, 1.5e-7)).replace("1.5e-07", bad, 1)
                 response = api.post(url, content=raw.encode(), headers={"Content-Type": "application/json"})
-                assert 400 <= response.status_code < 500, f"{route} {path} = {bad}: {response.status_code} {response.text[:200]}"
+                assert 400 <= response.status_code < 500, (
+                    f"{route} {path} = {bad}: {response.status_code} {response.text[:200]}"
+                )

@@ -37,8 +37,9 @@ def test_the_summarys_etag_does_not_revalidate_the_full_plan(client):
 def test_the_summary_revalidates_with_its_own_etag(client):
     plan = _plan(client, "etag-summary")
     summary = client.get(f"/v1/plans/{plan['id']}", params={"detail": "summary"})
-    again = client.get(f"/v1/plans/{plan['id']}", params={"detail": "summary"},
-                       headers={"If-None-Match": summary.headers["etag"]})
+    again = client.get(
+        f"/v1/plans/{plan['id']}", params={"detail": "summary"}, headers={"If-None-Match": summary.headers["etag"]}
+    )
     assert again.status_code == 304 and again.headers["etag"] == summary.headers["etag"]
 
 
@@ -52,13 +53,16 @@ def test_a_cached_answer_does_not_share_its_etag_with_the_plan_read_back(client)
     assert first.headers["etag"] == read_back.headers["etag"]  # the 201's body is the one read back
 
 
-@pytest.mark.parametrize("header", [
-    '"0123", {tag}',
-    "{tag}, \"0123\"",
-    "W/{tag}",
-    '"0123",W/{tag}',
-    "*",
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        '"0123", {tag}',
+        '{tag}, "0123"',
+        "W/{tag}",
+        '"0123",W/{tag}',
+        "*",
+    ],
+)
 def test_if_none_match_is_compared_as_a_list_of_weak_tags(client, header):
     plan = _plan(client, "etag-list")
     tag = client.get(f"/v1/plans/{plan['id']}").headers["etag"]
@@ -120,7 +124,9 @@ def test_a_preset_inventory_out_of_range_is_reported_against_the_preset_form(cli
     response = client.post("/v1/plans", json={**plan_request(), "inventory": {"preset": "dgx-h100", "nodes": 0}})
     assert response.status_code == 422
     problem = response.json()
-    assert problem["detail"].startswith("body.inventory.PresetInventory.nodes: Input should be greater than or equal to 1")
+    assert problem["detail"].startswith(
+        "body.inventory.PresetInventory.nodes: Input should be greater than or equal to 1"
+    )
     assert problem["errors"][0]["field"] == "body.inventory.PresetInventory.nodes"
     # the explicit form's complaints are kept, after it
     assert {error["field"] for error in problem["errors"][1:]} == {
@@ -133,7 +139,9 @@ def test_a_preset_inventory_out_of_range_is_reported_against_the_preset_form(cli
 def test_an_explicit_inventory_with_no_groups_is_reported_against_the_explicit_form(client):
     response = client.post("/v1/plans", json={**plan_request(), "inventory": {"name": "empty", "groups": []}})
     assert response.status_code == 422
-    assert response.json()["detail"].startswith("body.inventory.InventoryDocument.groups: List should have at least 1 item")
+    assert response.json()["detail"].startswith(
+        "body.inventory.InventoryDocument.groups: List should have at least 1 item"
+    )
 
 
 def test_a_value_sent_wrong_is_named_before_a_field_not_sent(client):
@@ -144,17 +152,27 @@ def test_a_value_sent_wrong_is_named_before_a_field_not_sent(client):
 # ----------------------------------------------------------------------------- bodies that are not JSON
 
 UNREADABLE_BODIES = {
-    "malformed": (b'{"a": 1, ', "The body is not valid JSON: Expecting property name enclosed in double quotes: "
-                                "line 1 column 10 (char 9)."),
-    "nested-100000-deep": (b"[" * 100_000 + b"]" * 100_000,
-                           "The body is not JSON this service can read: it is nested too deeply."),
+    "malformed": (
+        b'{"a": 1, ',
+        "The body is not valid JSON: Expecting property name enclosed in double quotes: line 1 column 10 (char 9).",
+    ),
+    "nested-100000-deep": (
+        b"[" * 100_000 + b"]" * 100_000,
+        "The body is not JSON this service can read: it is nested too deeply.",
+    ),
     "not-utf-8": ('{"name": "\xe9"}'.encode("latin-1"), "The body is not valid JSON: 'utf-8' codec can't decode"),
-    "integer-of-5000-digits": (b'{"n": ' + b"9" * 5000 + b"}",
-                               "The body is not JSON this service can read: Exceeds the limit (4300 digits)"),
+    "integer-of-5000-digits": (
+        b'{"n": ' + b"9" * 5000 + b"}",
+        "The body is not JSON this service can read: Exceeds the limit (4300 digits)",
+    ),
 }
-JSON_ROUTES = ["/v1/plans", "/v1/moe/rebalance", "/v1/parallel/plan",
-               "/v1/plans/00000000-0000-0000-0000-000000000000/feedback",
-               "/v1/plans/00000000-0000-0000-0000-000000000000/replan"]
+JSON_ROUTES = [
+    "/v1/plans",
+    "/v1/moe/rebalance",
+    "/v1/parallel/plan",
+    "/v1/plans/00000000-0000-0000-0000-000000000000/feedback",
+    "/v1/plans/00000000-0000-0000-0000-000000000000/replan",
+]
 
 
 @pytest.mark.parametrize("route", JSON_ROUTES)

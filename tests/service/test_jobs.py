@@ -61,14 +61,20 @@ def test_a_large_graph_answers_202_with_a_queued_plan(job_client):
 
 def test_a_worker_runs_the_job_and_the_plan_becomes_done(job_client, session_factory, job_settings):
     plan_id = job_client.post("/v1/plans", json=plan_request(diamond_graph("worked"))).json()["id"]
-    _wait_for(lambda: process_one(session_factory, job_settings, new_worker_id()) and
-              job_client.get(f"/v1/plans/{plan_id}").json()["status"] == "done")
+    _wait_for(
+        lambda: (
+            process_one(session_factory, job_settings, new_worker_id())
+            and job_client.get(f"/v1/plans/{plan_id}").json()["status"] == "done"
+        )
+    )
     plan = job_client.get(f"/v1/plans/{plan_id}").json()
     assert plan["ops"] and plan["summary"]["makespan_s"] > 0
 
 
 def test_two_workers_never_complete_the_same_job(job_client, session_factory, job_settings):
-    plan_ids = [job_client.post("/v1/plans", json=plan_request(diamond_graph("race"), seed=i)).json()["id"] for i in range(6)]
+    plan_ids = [
+        job_client.post("/v1/plans", json=plan_request(diamond_graph("race"), seed=i)).json()["id"] for i in range(6)
+    ]
     completions: list[tuple[str, str]] = []
     lock = threading.Lock()
 
@@ -112,8 +118,20 @@ def test_a_job_whose_worker_lost_its_lease_cannot_be_completed_by_it(job_client,
 
 
 def _start_worker(database_url: str, lease_s: float) -> subprocess.Popen:
-    env = dict(os.environ, HYPERPLACE_DATABASE_URL=database_url, HYPERPLACE_JOB_LEASE_S=str(lease_s), HYPERPLACE_WORKER_POLL_S="0.1", HYPERPLACE_LOG_LEVEL="WARNING")
-    return subprocess.Popen([sys.executable, "-m", "service.cli", "worker"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = dict(
+        os.environ,
+        HYPERPLACE_DATABASE_URL=database_url,
+        HYPERPLACE_JOB_LEASE_S=str(lease_s),
+        HYPERPLACE_WORKER_POLL_S="0.1",
+        HYPERPLACE_LOG_LEVEL="WARNING",
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "worker"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.slow

@@ -8,8 +8,15 @@ from service.api.json_response import DocumentResponse
 
 
 def test_a_document_is_written_as_the_same_json_values():
-    document = {"id": "p-1", "name": "ünïcode", "devices": [0, 1, 2], "makespan_s": 1.25e-05, "big": 1e16,
-                "nested": {"ok": True, "none": None, "pair": (3, 4)}, 7: "int key"}
+    document = {
+        "id": "p-1",
+        "name": "ünïcode",
+        "devices": [0, 1, 2],
+        "makespan_s": 1.25e-05,
+        "big": 1e16,
+        "nested": {"ok": True, "none": None, "pair": (3, 4)},
+        7: "int key",
+    }
     body = DocumentResponse(document).body
     assert json.loads(body) == json.loads(json.dumps(document))
 

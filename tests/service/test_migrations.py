@@ -51,6 +51,8 @@ def test_migrations_upgrade_check_downgrade_and_upgrade_again(empty_database_url
 def test_the_default_tenant_exists_after_migration(database_url):
     engine = make_engine(database_url)
     with engine.connect() as connection:
-        name = connection.execute(text("SELECT name FROM tenants WHERE id = '00000000-0000-0000-0000-000000000000'")).scalar()
+        name = connection.execute(
+            text("SELECT name FROM tenants WHERE id = '00000000-0000-0000-0000-000000000000'")
+        ).scalar()
     engine.dispose()
     assert name == "default"

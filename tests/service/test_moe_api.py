@@ -61,7 +61,12 @@ def test_a_deployment_remembers_its_placement_and_keeps_it_on_noise(client):
 
 
 def test_a_failed_gpu_gets_no_experts(client):
-    body = client.post("/v1/moe/rebalance", json=_request(_load(2), cluster={"num_nodes": 2, "gpus_per_node": 4, "slots_per_gpu": 3, "unavailable_gpus": [5]})).json()
+    body = client.post(
+        "/v1/moe/rebalance",
+        json=_request(
+            _load(2), cluster={"num_nodes": 2, "gpus_per_node": 4, "slots_per_gpu": 3, "unavailable_gpus": [5]}
+        ),
+    ).json()
     _valid(body["physical_to_logical"], 16, unavailable={5})
 
 
@@ -70,7 +75,9 @@ def test_max_replicas_moved_is_never_exceeded(client):
     drifted = np.asarray(_load(4))[:, ::-1].tolist()  # the hot experts change
     body = client.post(
         "/v1/moe/rebalance",
-        json=_request(drifted, current_placement={"physical_to_logical": first["physical_to_logical"]}, max_replicas_moved=5),
+        json=_request(
+            drifted, current_placement={"physical_to_logical": first["physical_to_logical"]}, max_replicas_moved=5
+        ),
     ).json()
     assert body["migrations"]["count"] <= 5
     _valid(body["physical_to_logical"], 16)
@@ -123,7 +130,10 @@ def test_a_current_placement_hosting_no_copy_of_a_loaded_expert_reports_balance_
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["balance_before"] == {  # it read 0.72 and 0.009, below the lower bound of 1
-        "per_layer": [None, None], "mean": None, "worst": None, "unhosted_experts": [[1, 2, 3, 4, 5, 6, 7]] * 2
+        "per_layer": [None, None],
+        "mean": None,
+        "worst": None,
+        "unhosted_experts": [[1, 2, 3, 4, 5, 6, 7]] * 2,
     }
     assert "no copy of 14 expert(s)" in body["reason"]
     assert body["balance_after"]["worst"] >= body["lower_bound"]["worst"]

@@ -64,13 +64,20 @@ def test_overlapping_plans_share_one_redirection_and_the_last_to_leave_restores_
 
 def test_a_process_with_its_standard_streams_closed_still_plans():
     # a daemon started with >&- 2>&- : nowhere to move the diagnostics, and no reason to fail
-    script = ("import os\n"
-              "from service.native_output import native_stdout_to_stderr\n"
-              "os.close(1)\n"
-              "os.close(2)\n"
-              "with native_stdout_to_stderr():\n"
-              "    planned = True\n"
-              "raise SystemExit(0 if planned else 3)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, check=False,
-                          cwd=Path(__file__).resolve().parents[2])
+    script = (
+        "import os\n"
+        "from service.native_output import native_stdout_to_stderr\n"
+        "os.close(1)\n"
+        "os.close(2)\n"
+        "with native_stdout_to_stderr():\n"
+        "    planned = True\n"
+        "raise SystemExit(0 if planned else 3)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert done.returncode == 0

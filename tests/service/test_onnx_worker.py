@@ -119,13 +119,17 @@ def test_a_rank_doubling_gather_chain_over_the_cap_is_refused_naming_the_setting
 
 
 def test_a_worker_that_dies_mid_import_fails_that_import_and_the_next_gets_a_new_worker(pool, monkeypatch):
-    first = pool.import_graph((ONNX_DIR / "lstm_seq2seq.onnx").read_bytes(), dims={"batch": 1, "source": 4, "target": 3}, max_ops=None)
+    first = pool.import_graph(
+        (ONNX_DIR / "lstm_seq2seq.onnx").read_bytes(), dims={"batch": 1, "source": 4, "target": 3}, max_ops=None
+    )
     monkeypatch.setattr(onnx_worker, "_import_in_worker", _die_mid_import)
     with pytest.raises(InvalidInput) as refused:
         pool.import_graph(b"model", dims={}, max_ops=None)
     assert refused.value.code == "import-crashed" and refused.value.field == "model"
     monkeypatch.undo()
-    again = pool.import_graph((ONNX_DIR / "lstm_seq2seq.onnx").read_bytes(), dims={"batch": 1, "source": 4, "target": 3}, max_ops=None)
+    again = pool.import_graph(
+        (ONNX_DIR / "lstm_seq2seq.onnx").read_bytes(), dims={"batch": 1, "source": 4, "target": 3}, max_ops=None
+    )
     assert list(again.op_names) == list(first.op_names)
 
 

@@ -30,6 +30,7 @@ from service.app import create_app
 from service.schemas.moe import MoeDeploymentRead, MoeRebalanceResponse
 from tests.conftest import make_settings
 
+
 def _app():
     return create_app(make_settings("sqlite:///:memory:"))  # building the routes touches no database
 
@@ -51,8 +52,10 @@ def _is_model(annotation) -> bool:
     if typing.get_origin(annotation) is typing.Annotated:  # e.g. a union with a discriminator
         return _is_model(typing.get_args(annotation)[0])
     args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-    return typing.get_origin(annotation) in (list, typing.Union, type(int | None)) and bool(args) and all(
-        _is_model(arg) for arg in args
+    return (
+        typing.get_origin(annotation) in (list, typing.Union, type(int | None))
+        and bool(args)
+        and all(_is_model(arg) for arg in args)
     )
 
 
@@ -100,15 +103,28 @@ def test_the_published_schema_describes_every_success_answer():
 
 def test_the_contract_test_sees_through_included_routers():
     paths = {(method, path) for method, path, _ in _routes()}
-    assert {("GET", "/healthz"), ("POST", "/v1/moe/rebalance"), ("GET", "/v1/moe/deployments/{name}"),
-            ("DELETE", "/v1/plans/{plan_id}")} <= paths
+    assert {
+        ("GET", "/healthz"),
+        ("POST", "/v1/moe/rebalance"),
+        ("GET", "/v1/moe/deployments/{name}"),
+        ("DELETE", "/v1/plans/{plan_id}"),
+    } <= paths
 
 
-@pytest.mark.parametrize(("annotation", "is_model"), [
-    (MoeRebalanceResponse, True), (list[MoeRebalanceResponse], True), (MoeRebalanceResponse | None, True),
-    (typing.Annotated[MoeRebalanceResponse | MoeDeploymentRead, Field(discriminator="name")], True),
-    (dict, False), (dict[str, str], False), (None, False), (list[dict], False), (MoeRebalanceResponse | dict, False),
-])
+@pytest.mark.parametrize(
+    ("annotation", "is_model"),
+    [
+        (MoeRebalanceResponse, True),
+        (list[MoeRebalanceResponse], True),
+        (MoeRebalanceResponse | None, True),
+        (typing.Annotated[MoeRebalanceResponse | MoeDeploymentRead, Field(discriminator="name")], True),
+        (dict, False),
+        (dict[str, str], False),
+        (None, False),
+        (list[dict], False),
+        (MoeRebalanceResponse | dict, False),
+    ],
+)
 def test_only_pydantic_models_count_as_a_declared_answer(annotation, is_model):
     assert _is_model(annotation) is is_model
 
@@ -131,15 +147,26 @@ UAT = {
 }
 
 
-@pytest.mark.parametrize("request_body", [
-    pytest.param(UAT, id="fresh"),
-    pytest.param({**UAT, "cluster": {**UAT["cluster"], "unavailable_gpus": [1]}, "node_local": True}, id="failed-gpu"),
-    pytest.param({**UAT, "current_placement": {"physical_to_logical": [[0] * 12] * 2}}, id="unhosted-experts"),
-    pytest.param({**UAT, "current_placement": {"physical_to_logical": [[-1] * 12] * 2}}, id="all-empty"),
-    pytest.param({**UAT, "current_placement": {"physical_to_logical": [list(range(8)) + [0, 1, 2, 3]] * 2},
-                  "max_replicas_moved": 1}, id="capped"),
-    pytest.param({**UAT, "model": {**UAT["model"], "num_expert_groups": 4}}, id="expert-groups"),
-])
+@pytest.mark.parametrize(
+    "request_body",
+    [
+        pytest.param(UAT, id="fresh"),
+        pytest.param(
+            {**UAT, "cluster": {**UAT["cluster"], "unavailable_gpus": [1]}, "node_local": True}, id="failed-gpu"
+        ),
+        pytest.param({**UAT, "current_placement": {"physical_to_logical": [[0] * 12] * 2}}, id="unhosted-experts"),
+        pytest.param({**UAT, "current_placement": {"physical_to_logical": [[-1] * 12] * 2}}, id="all-empty"),
+        pytest.param(
+            {
+                **UAT,
+                "current_placement": {"physical_to_logical": [list(range(8)) + [0, 1, 2, 3]] * 2},
+                "max_replicas_moved": 1,
+            },
+            id="capped",
+        ),
+        pytest.param({**UAT, "model": {**UAT["model"], "num_expert_groups": 4}}, id="expert-groups"),
+    ],
+)
 def test_every_form_of_a_rebalance_answer_is_what_its_model_declares(client, request_body):
     _checked(MoeRebalanceResponse, client.post("/v1/moe/rebalance", json=request_body))
 

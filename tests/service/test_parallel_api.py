@@ -53,14 +53,18 @@ def test_the_rank_map_keeps_tensor_parallel_groups_inside_a_node(client):
 
 def test_an_inventory_preset_gives_the_same_answer_as_the_planner_preset(client):
     by_preset = client.post("/v1/parallel/plan", json=_request()).json()
-    by_inventory = client.post("/v1/parallel/plan",
-                               json=_request(cluster={"inventory": {"preset": "dgx-h100", "nodes": 8}})).json()
-    assert [(c["tp"], c["pp"]) for c in by_inventory["candidates"]] == [(c["tp"], c["pp"]) for c in by_preset["candidates"]]
+    by_inventory = client.post(
+        "/v1/parallel/plan", json=_request(cluster={"inventory": {"preset": "dgx-h100", "nodes": 8}})
+    ).json()
+    assert [(c["tp"], c["pp"]) for c in by_inventory["candidates"]] == [
+        (c["tp"], c["pp"]) for c in by_preset["candidates"]
+    ]
 
 
 def test_given_layouts_are_evaluated_instead_of_searched(client):
-    response = client.post("/v1/parallel/plan",
-                           json=_request(evaluate=[{"tp": 8, "pp": 4, "dp": 2}, {"tp": 16, "pp": 4, "dp": 1}]))
+    response = client.post(
+        "/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 4, "dp": 2}, {"tp": 16, "pp": 4, "dp": 1}])
+    )
     assert response.status_code == 200, response.text
     evaluated = response.json()["predictions"]
     assert evaluated[0]["tp"] == 8 and evaluated[0]["pp"] == 4
@@ -68,8 +72,9 @@ def test_given_layouts_are_evaluated_instead_of_searched(client):
 
 
 def test_each_evaluated_layout_comes_with_its_own_rank_map(client):
-    response = client.post("/v1/parallel/plan",
-                           json=_request(evaluate=[{"tp": 8, "pp": 4}, {"tp": 4, "pp": 2, "cp": 2}]))
+    response = client.post(
+        "/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 4}, {"tp": 4, "pp": 2, "cp": 2}])
+    )
     assert response.status_code == 200, response.text
     for prediction in response.json()["predictions"]:
         rank_map = prediction["rank_map"]
@@ -83,8 +88,21 @@ def test_each_evaluated_layout_comes_with_its_own_rank_map(client):
 
 def test_a_candidate_posted_back_as_a_layout_gets_the_same_prediction(client):
     candidate = client.post("/v1/parallel/plan", json=_request(top_k=1)).json()["candidates"][0]
-    layout = {name: candidate[name] for name in ("dp", "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size",
-                                                 "zero_stage", "recompute", "recompute_num_layers")}
+    layout = {
+        name: candidate[name]
+        for name in (
+            "dp",
+            "tp",
+            "pp",
+            "cp",
+            "ep",
+            "virtual_stages",
+            "micro_batch_size",
+            "zero_stage",
+            "recompute",
+            "recompute_num_layers",
+        )
+    }
     response = client.post("/v1/parallel/plan", json=_request(evaluate=[layout]))
     assert response.status_code == 200, response.text
     (again,) = response.json()["predictions"]
@@ -98,8 +116,9 @@ def test_a_layout_size_that_does_not_divide_the_cluster_is_a_422_naming_the_layo
 
 
 def test_a_model_too_large_for_the_cluster_says_why_nothing_fits(client):
-    huge = dict(LLAMA_70B, num_layers=800, hidden_size=32768, num_attention_heads=256, num_kv_heads=256,
-                ffn_hidden_size=131072)
+    huge = dict(
+        LLAMA_70B, num_layers=800, hidden_size=32768, num_attention_heads=256, num_kv_heads=256, ffn_hidden_size=131072
+    )
     response = client.post("/v1/parallel/plan", json=_request(model=huge, cluster={"preset": "dgx-h100", "nodes": 1}))
     assert response.status_code in (200, 422)
     body = response.json()
@@ -110,15 +129,21 @@ def test_a_model_too_large_for_the_cluster_says_why_nothing_fits(client):
 
 
 def test_zero_gpus_and_unknown_presets_are_422(client):
-    assert client.post("/v1/parallel/plan", json=_request(cluster={"preset": "dgx-h100", "nodes": 0})).status_code == 422
+    assert (
+        client.post("/v1/parallel/plan", json=_request(cluster={"preset": "dgx-h100", "nodes": 0})).status_code == 422
+    )
     response = client.post("/v1/parallel/plan", json=_request(cluster={"preset": "dgx-h900", "nodes": 1}))
     assert response.status_code == 422 and "dgx-h100" in response.json()["detail"]
 
 
 def test_an_interleaved_two_stage_layout_with_batched_pipeline_exchanges_is_422_naming_the_rule(client):
-    response = client.post("/v1/parallel/plan", json=_request(
-        training={"global_batch_sequences": 1024, "overlap_p2p_comm": False},
-        evaluate=[{"tp": 8, "pp": 2, "virtual_stages": 2}]))
+    response = client.post(
+        "/v1/parallel/plan",
+        json=_request(
+            training={"global_batch_sequences": 1024, "overlap_p2p_comm": False},
+            evaluate=[{"tp": 8, "pp": 2, "virtual_stages": 2}],
+        ),
+    )
     assert response.status_code == 422
     assert response.headers["content-type"].startswith("application/problem+json")
     assert "pp >= 3" in response.json()["detail"]
@@ -126,47 +151,68 @@ def test_an_interleaved_two_stage_layout_with_batched_pipeline_exchanges_is_422_
 
 def _evaluate_one(client, recompute: str, **training) -> dict:
     """The prediction for one fixed (8, 4) layout under the given training settings."""
-    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": recompute,
-               "zero_stage": 1}]
-    response = client.post("/v1/parallel/plan", json=_request(
-        training={"global_batch_sequences": 1024, **training}, evaluate=layout))
+    layout = [
+        {"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": recompute, "zero_stage": 1}
+    ]
+    response = client.post(
+        "/v1/parallel/plan", json=_request(training={"global_batch_sequences": 1024, **training}, evaluate=layout)
+    )
     assert response.status_code == 200, response.text
     return response.json()["predictions"][0]
 
 
 def test_dropout_in_the_training_settings_keeps_its_masks_in_activation_memory(client):
-    activations = {dropout: _evaluate_one(client, "none", dropout=dropout)["memory_per_gpu"]["activations_bytes"]
-                   for dropout in (False, True)}
+    activations = {
+        dropout: _evaluate_one(client, "none", dropout=dropout)["memory_per_gpu"]["activations_bytes"]
+        for dropout in (False, True)
+    }
     assert activations[True] > activations[False]
 
 
 def test_pipeline_sends_without_scatter_gather_take_longer_without_sequence_parallelism(client):
-    pipeline_s = {flag: _evaluate_one(client, "full", sequence_parallel=False,
-                                      pipeline_scatter_gather=flag)["time_breakdown_s"]["pp_comm_s"]
-                  for flag in (True, False)}
+    pipeline_s = {
+        flag: _evaluate_one(client, "full", sequence_parallel=False, pipeline_scatter_gather=flag)["time_breakdown_s"][
+            "pp_comm_s"
+        ]
+        for flag in (True, False)
+    }
     assert pipeline_s[False] > pipeline_s[True]
 
 
 def test_a_layout_may_state_how_many_layers_full_recomputation_covers(client):
-    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute_num_layers": 3,
-               "zero_stage": 1}]
-    response = client.post("/v1/parallel/plan", json=_request(training={"global_batch_sequences": 1024},
-                                                               evaluate=layout))
+    layout = [
+        {
+            "tp": 8,
+            "pp": 4,
+            "dp": 2,
+            "virtual_stages": 1,
+            "micro_batch_size": 1,
+            "recompute_num_layers": 3,
+            "zero_stage": 1,
+        }
+    ]
+    response = client.post(
+        "/v1/parallel/plan", json=_request(training={"global_batch_sequences": 1024}, evaluate=layout)
+    )
     assert response.status_code == 200, response.text
     prediction = response.json()["predictions"][0]
     assert (prediction["recompute"], prediction["recompute_num_layers"]) == ("full", 3)
 
 
 def test_a_recompute_layer_count_below_one_is_a_422_naming_it(client):
-    response = client.post("/v1/parallel/plan", json=_request(training={"global_batch_sequences": 1024},
-                                                               constraints={"recompute_num_layers": 0}))
+    response = client.post(
+        "/v1/parallel/plan",
+        json=_request(training={"global_batch_sequences": 1024}, constraints={"recompute_num_layers": 0}),
+    )
     assert response.status_code == 422
     assert "recompute_num_layers" in response.text
 
 
 def test_gradients_reduced_in_bf16_halve_the_gradient_buffer(client):
-    gradients = {width: _evaluate_one(client, "none", grad_bytes_per_param=width)["memory_per_gpu"]["gradients_bytes"]
-                 for width in (4, 2)}
+    gradients = {
+        width: _evaluate_one(client, "none", grad_bytes_per_param=width)["memory_per_gpu"]["gradients_bytes"]
+        for width in (4, 2)
+    }
     assert gradients[2] == gradients[4] / 2
 
 
@@ -178,8 +224,9 @@ def test_a_gradient_width_other_than_two_or_four_bytes_is_a_422(client):
 
 
 def test_a_software_preset_changes_the_prediction_and_an_explicit_flag_overrides_it(client):
-    layout = [{"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "none",
-               "zero_stage": 1}]
+    layout = [
+        {"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "none", "zero_stage": 1}
+    ]
 
     def activations(training: dict) -> float:
         response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=layout))
@@ -188,24 +235,42 @@ def test_a_software_preset_changes_the_prediction_and_an_explicit_flag_overrides
 
     today = activations({"global_batch_sequences": 1024})
     old = activations({"global_batch_sequences": 1024, "software": "megatron-lm-2021"})
-    old_with_flash = activations({"global_batch_sequences": 1024, "software": "megatron-lm-2021",
-                                  "flash_attention": True, "sequence_parallel": True})
+    old_with_flash = activations(
+        {
+            "global_batch_sequences": 1024,
+            "software": "megatron-lm-2021",
+            "flash_attention": True,
+            "sequence_parallel": True,
+        }
+    )
     assert old > old_with_flash > today  # scores and unsharded tensors kept; masks and stage outputs still kept
 
 
 def test_a_stated_head_dim_counts_qwen3_32b_parameters_as_published(client):
     # Qwen3-32B's model card: 32.8B parameters; its 64 heads are 128 wide, not 5120 / 64
-    qwen3 = {"num_layers": 64, "hidden_size": 5120, "num_attention_heads": 64, "num_kv_heads": 8,
-             "head_dim": 128, "ffn_hidden_size": 25600, "gated_mlp": True, "vocab_size": 151936,
-             "seq_length": 4096}
+    qwen3 = {
+        "num_layers": 64,
+        "hidden_size": 5120,
+        "num_attention_heads": 64,
+        "num_kv_heads": 8,
+        "head_dim": 128,
+        "ffn_hidden_size": 25600,
+        "gated_mlp": True,
+        "vocab_size": 151936,
+        "seq_length": 4096,
+    }
     response = client.post("/v1/parallel/plan", json=_request(model=qwen3))
     assert response.status_code == 200, response.text
     assert response.json()["model_parameters"] == pytest.approx(32.8e9, rel=0.01)
 
 
 def test_deepseek_v3_with_latent_attention_and_deduplicated_dispatch_is_planned(client):
-    training = {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
-                "overlap_ep_comm": True}
+    training = {
+        "global_batch_sequences": 15360,
+        "precision": "fp8",
+        "expert_dispatch": "node-deduplicated",
+        "overlap_ep_comm": True,
+    }
     request = _request(model=DEEPSEEK_V3, cluster={"preset": "hgx-h800", "nodes": 256}, training=training)
     searched = client.post("/v1/parallel/plan", json=request)
     assert searched.status_code == 200, searched.text
@@ -219,12 +284,25 @@ def test_deepseek_v3_with_latent_attention_and_deduplicated_dispatch_is_planned(
 
 def test_expert_groups_wider_than_dp_are_folded_over_the_tensor_ranks_and_the_answer_says_etp_1(client):
     # Megatron-Bridge's Qwen3-235B-A22B H100 layout in miniature: tp 2, ep 8 on 16 GPUs at pp 2 (dp 4)
-    model = {"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 64, "num_kv_heads": 4,
-             "head_dim": 128, "seq_length": 4096, "vocab_size": 151936, "gated_mlp": True,
-             "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 1536}}
-    response = client.post("/v1/parallel/plan", json=_request(
-        model=model, cluster={"preset": "dgx-h100", "nodes": 2},
-        evaluate=[{"tp": 2, "pp": 2, "cp": 1, "ep": 8, "etp": 1}]))
+    model = {
+        "num_layers": 8,
+        "hidden_size": 4096,
+        "num_attention_heads": 64,
+        "num_kv_heads": 4,
+        "head_dim": 128,
+        "seq_length": 4096,
+        "vocab_size": 151936,
+        "gated_mlp": True,
+        "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 1536},
+    }
+    response = client.post(
+        "/v1/parallel/plan",
+        json=_request(
+            model=model,
+            cluster={"preset": "dgx-h100", "nodes": 2},
+            evaluate=[{"tp": 2, "pp": 2, "cp": 1, "ep": 8, "etp": 1}],
+        ),
+    )
     assert response.status_code == 200, response.text
     (prediction,) = response.json()["predictions"]
     assert (prediction["dp"], prediction["ep"], prediction["etp"]) == (4, 8, 1)
@@ -234,8 +312,12 @@ def test_expert_groups_wider_than_dp_are_folded_over_the_tensor_ranks_and_the_an
 def test_deepseek_v3_with_its_multi_token_prediction_module_counts_the_published_14b_less_shared_copies(client):
     # DeepSeek-V3's Hugging Face weights: 671B main model + 14B MTP module, whose files
     # repeat the embedding and output head (129,280 x 7,168 each) that the module shares
-    request = _request(model={**DEEPSEEK_V3, "mtp_layers": 1}, cluster={"preset": "hgx-h800", "nodes": 256},
-                       training={"global_batch_sequences": 15360, "precision": "fp8"}, top_k=1)
+    request = _request(
+        model={**DEEPSEEK_V3, "mtp_layers": 1},
+        cluster={"preset": "hgx-h800", "nodes": 256},
+        training={"global_batch_sequences": 15360, "precision": "fp8"},
+        top_k=1,
+    )
     response = client.post("/v1/parallel/plan", json=request)
     assert response.status_code == 200, response.text
     assert response.json()["model_parameters"] == pytest.approx(671e9 + 14e9 - 2 * 129280 * 7168, rel=0.005)
@@ -272,29 +354,39 @@ def test_an_unknown_expert_dispatch_is_a_422_naming_the_field(client):
 
 def test_latent_attention_beside_a_head_dim_is_a_422_naming_mla(client):
     model = {**DEEPSEEK_V3, "head_dim": 128}
-    response = client.post("/v1/parallel/plan", json=_request(model=model, cluster={"preset": "hgx-h800",
-                                                                                    "nodes": 256}))
+    response = client.post(
+        "/v1/parallel/plan", json=_request(model=model, cluster={"preset": "hgx-h800", "nodes": 256})
+    )
     assert response.status_code == 422
     assert "model.mla" in response.text
 
 
 def test_an_older_flash_attention_generation_predicts_a_slower_step(client):
-    step_s = {version: _evaluate_one(client, "none", flash_attention_version=version)["step_time_s"]
-              for version in (3, 2)}
+    step_s = {
+        version: _evaluate_one(client, "none", flash_attention_version=version)["step_time_s"] for version in (3, 2)
+    }
     assert step_s[2] > step_s[3]
 
 
 def test_flash_attention_3_on_a100s_is_a_422_naming_the_field(client):
-    response = client.post("/v1/parallel/plan", json=_request(
-        cluster={"preset": "dgx-a100", "nodes": 8}, training={"global_batch_sequences": 1024,
-                                                              "flash_attention_version": 3}))
+    response = client.post(
+        "/v1/parallel/plan",
+        json=_request(
+            cluster={"preset": "dgx-a100", "nodes": 8},
+            training={"global_batch_sequences": 1024, "flash_attention_version": 3},
+        ),
+    )
     assert response.status_code == 422
     assert "flash_attention_version" in response.text
 
 
 def test_fp8_on_a100s_is_a_422_naming_the_precision(client):
-    response = client.post("/v1/parallel/plan", json=_request(
-        cluster={"preset": "dgx-a100", "nodes": 8}, training={"global_batch_sequences": 1024, "precision": "fp8"}))
+    response = client.post(
+        "/v1/parallel/plan",
+        json=_request(
+            cluster={"preset": "dgx-a100", "nodes": 8}, training={"global_batch_sequences": 1024, "precision": "fp8"}
+        ),
+    )
     assert response.status_code == 422
     assert "training.precision" in response.text
 
@@ -303,31 +395,48 @@ def test_a_parallel_attention_and_mlp_block_spends_less_on_tensor_parallel_commu
     layout = {"tp": 8, "pp": 4, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "selective"}
 
     def tp_comm_s(parallel):
-        response = client.post("/v1/parallel/plan", json=_request(
-            model={**LLAMA_70B, "parallel_attention_mlp": parallel}, evaluate=[layout]))
+        response = client.post(
+            "/v1/parallel/plan",
+            json=_request(model={**LLAMA_70B, "parallel_attention_mlp": parallel}, evaluate=[layout]),
+        )
         assert response.status_code == 200, response.text
         return response.json()["predictions"][0]["time_breakdown_s"]["tp_comm_s"]
+
     assert tp_comm_s(True) < tp_comm_s(False)
 
 
-LLAMA_3_70B_CONFIG = json.loads((pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "huggingface"
-                                 / "meta-llama_Meta-Llama-3-70B.json").read_text())
+LLAMA_3_70B_CONFIG = json.loads(
+    (
+        pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "huggingface" / "meta-llama_Meta-Llama-3-70B.json"
+    ).read_text()
+)
 
 
 def test_a_hugging_face_config_plans_as_the_shape_it_reads_as_and_the_answer_says_which(client):
-    by_config = client.post("/v1/parallel/plan", json=_request(
-        model={"huggingface_config": LLAMA_3_70B_CONFIG, "seq_length": 4096}))
+    by_config = client.post(
+        "/v1/parallel/plan", json=_request(model={"huggingface_config": LLAMA_3_70B_CONFIG, "seq_length": 4096})
+    )
     assert by_config.status_code == 200, by_config.text
     by_shape = client.post("/v1/parallel/plan", json=_request()).json()
-    assert by_config.json()["model"] == by_shape["model"] == {**LLAMA_70B, "parallel_attention_mlp": False,
-                                                              "tie_embeddings": False, "mtp_layers": 0,
-                                                              "learned_position_embeddings": False}
+    assert (
+        by_config.json()["model"]
+        == by_shape["model"]
+        == {
+            **LLAMA_70B,
+            "parallel_attention_mlp": False,
+            "tie_embeddings": False,
+            "mtp_layers": 0,
+            "learned_position_embeddings": False,
+        }
+    )
     assert by_config.json()["candidates"] == by_shape["candidates"]
 
 
 def test_an_unknown_hugging_face_model_type_is_a_422_naming_the_field(client):
-    response = client.post("/v1/parallel/plan", json=_request(
-        model={"huggingface_config": {**LLAMA_3_70B_CONFIG, "model_type": "rwkv"}, "seq_length": 4096}))
+    response = client.post(
+        "/v1/parallel/plan",
+        json=_request(model={"huggingface_config": {**LLAMA_3_70B_CONFIG, "model_type": "rwkv"}, "seq_length": 4096}),
+    )
     assert response.status_code == 422
     assert "model.huggingface_config.model_type" in response.json()["detail"]
 
@@ -349,10 +458,12 @@ def test_a_sliding_window_shortens_the_predicted_step_of_a_long_sequence_model(c
     layout = {"tp": 8, "pp": 4, "micro_batch_size": 1, "recompute": "selective"}
 
     def step_s(model):
-        response = client.post("/v1/parallel/plan", json=_request(
-            model=model, training={"global_batch_sequences": 64}, evaluate=[layout]))
+        response = client.post(
+            "/v1/parallel/plan", json=_request(model=model, training={"global_batch_sequences": 64}, evaluate=[layout])
+        )
         assert response.status_code == 200, response.text
         return response.json()["predictions"][0]["step_time_s"]
+
     long_context = {**LLAMA_70B, "seq_length": 32768}
     assert step_s({**long_context, "sliding_window": 4096}) < step_s(long_context)
 
@@ -365,25 +476,31 @@ def test_sliding_window_layers_without_a_window_are_a_422_naming_the_missing_fie
 
 def test_adamw_is_planned_as_adam_whose_state_it_shares(client):
     layout = {"tp": 8, "pp": 4, "micro_batch_size": 1, "recompute": "selective"}
-    answers = [client.post("/v1/parallel/plan", json=_request(
-        training={"global_batch_sequences": 1024, "optimizer": optimizer}, evaluate=[layout])) for optimizer in
-        ("adam", "adamw")]
+    answers = [
+        client.post(
+            "/v1/parallel/plan",
+            json=_request(training={"global_batch_sequences": 1024, "optimizer": optimizer}, evaluate=[layout]),
+        )
+        for optimizer in ("adam", "adamw")
+    ]
     assert [a.status_code for a in answers] == [200, 200]
     assert answers[0].json()["predictions"] == answers[1].json()["predictions"]
 
 
 def test_an_optimizer_other_than_adam_is_a_422_naming_the_field(client):
-    response = client.post("/v1/parallel/plan", json=_request(
-        training={"global_batch_sequences": 1024, "optimizer": "sgd"}))
+    response = client.post(
+        "/v1/parallel/plan", json=_request(training={"global_batch_sequences": 1024, "optimizer": "sgd"})
+    )
     assert response.status_code == 422
     assert [e["field"] for e in response.json()["errors"]] == ["body.training.optimizer"]
 
 
-
 def test_a_measured_allocator_fragmentation_is_counted_and_echoed_with_each_layouts_memory(client):
     default = client.post("/v1/parallel/plan", json=_request()).json()["candidates"][0]
-    layout = {key: default[key] for key in ("dp", "tp", "pp", "cp", "virtual_stages", "micro_batch_size",
-                                            "zero_stage", "recompute")}
+    layout = {
+        key: default[key]
+        for key in ("dp", "tp", "pp", "cp", "virtual_stages", "micro_batch_size", "zero_stage", "recompute")
+    }
     training = {"global_batch_sequences": 1024, "activation_fragmentation": 0.3}
     response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=[layout]))
     assert response.status_code == 200, response.text
@@ -406,12 +523,15 @@ def test_an_allocator_fragmentation_above_one_is_a_422_naming_the_field(client):
 _ANSWER = TypeAdapter(ParallelPlanAnswer)
 
 
-@pytest.mark.parametrize("overrides", [
-    {},  # a search
-    {"evaluate": [{"tp": 8, "pp": 4}, {"tp": 4, "pp": 2, "cp": 2, "recompute": "full"}]},
-    {"model": {**LLAMA_70B, "num_layers": 800}, "cluster": {"preset": "dgx-h100", "nodes": 1}},  # nothing fits
-    {"model": {"huggingface_config": LLAMA_3_70B_CONFIG, "seq_length": 4096}},
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # a search
+        {"evaluate": [{"tp": 8, "pp": 4}, {"tp": 4, "pp": 2, "cp": 2, "recompute": "full"}]},
+        {"model": {**LLAMA_70B, "num_layers": 800}, "cluster": {"preset": "dgx-h100", "nodes": 1}},  # nothing fits
+        {"model": {"huggingface_config": LLAMA_3_70B_CONFIG, "seq_length": 4096}},
+    ],
+)
 def test_a_real_answer_validates_against_the_declared_response_model(client, overrides):
     response = client.post("/v1/parallel/plan", json=_request(**overrides))
     assert response.status_code == 200, response.text
@@ -422,8 +542,10 @@ def test_a_real_answer_validates_against_the_declared_response_model(client, ove
 def test_the_route_declares_its_answer_in_openapi(client):
     document = client.get("/openapi.json").json()
     answer = document["paths"]["/v1/parallel/plan"]["post"]["responses"]["200"]["content"]["application/json"]
-    assert {option["$ref"].rsplit("/", 1)[-1] for option in answer["schema"]["oneOf"]} == {"SearchAnswer",
-                                                                                          "EvaluateAnswer"}
+    assert {option["$ref"].rsplit("/", 1)[-1] for option in answer["schema"]["oneOf"]} == {
+        "SearchAnswer",
+        "EvaluateAnswer",
+    }
 
 
 def test_the_request_schema_states_the_planner_s_limits(client):
@@ -443,8 +565,9 @@ def test_more_layouts_to_evaluate_than_the_one_limit_are_refused_naming_evaluate
         plan_inputs(body)
 
 
-@pytest.mark.parametrize("flag", ["gradient_accumulation_fusion", "fp32_grad_copy_kept", "stage_outputs_kept",
-                                  "ddp_bucket_copy"])
+@pytest.mark.parametrize(
+    "flag", ["gradient_accumulation_fusion", "fp32_grad_copy_kept", "stage_outputs_kept", "ddp_bucket_copy"]
+)
 def test_every_training_flag_of_the_planner_is_accepted_over_http_and_predicted_as_in_process(client, flag):
     default = {f.name: f.default for f in dataclasses.fields(TrainingSpec)}[flag]
     training = {"global_batch_sequences": 1024, "grad_bytes_per_param": 2, flag: not default}
@@ -452,14 +575,18 @@ def test_every_training_flag_of_the_planner_is_accepted_over_http_and_predicted_
     response = client.post("/v1/parallel/plan", json=_request(training=training, evaluate=[layout]))
     assert response.status_code == 200, response.text
     (over_http,) = response.json()["predictions"]
-    (in_process,) = evaluate_layouts(*specs_of(LLAMA_70B, {"preset": "dgx-h100", "nodes": 8}, training),
-                                     [LayoutSpec(**layout)])
+    (in_process,) = evaluate_layouts(
+        *specs_of(LLAMA_70B, {"preset": "dgx-h100", "nodes": 8}, training), [LayoutSpec(**layout)]
+    )
     assert over_http["step_time_s"] == in_process.step_time_s
     assert over_http["memory_per_gpu"]["total_bytes"] == in_process.memory.total_bytes
-    (as_default,) = client.post("/v1/parallel/plan", json=_request(
-        training={**training, flag: default}, evaluate=[layout])).json()["predictions"]
-    assert (as_default["step_time_s"], as_default["memory_per_gpu"]["total_bytes"]) != \
-        (over_http["step_time_s"], over_http["memory_per_gpu"]["total_bytes"])
+    (as_default,) = client.post(
+        "/v1/parallel/plan", json=_request(training={**training, flag: default}, evaluate=[layout])
+    ).json()["predictions"]
+    assert (as_default["step_time_s"], as_default["memory_per_gpu"]["total_bytes"]) != (
+        over_http["step_time_s"],
+        over_http["memory_per_gpu"]["total_bytes"],
+    )
 
 
 def test_the_batch_no_software_generation_supplies_stays_required_by_the_schema(client):

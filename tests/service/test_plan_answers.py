@@ -62,28 +62,36 @@ def answers(app, base_client, session_factory, settings) -> dict:
     out["created"] = client.post("/v1/plans", json=plan_request(diamond_graph("answers")))
     plan = out["created"].json()
     out["cached"] = client.post("/v1/plans", json=plan_request(diamond_graph("answers")))
-    out["training"] = client.post("/v1/plans", json=plan_request(diamond_graph("answers"), mode="training",
-                                                                  micro_batches=2))
-    out["pipeline"] = client.post("/v1/plans", json=plan_request(diamond_graph("answers"), pipeline=True,
-                                                                  objective="throughput", micro_batches=4))
+    out["training"] = client.post(
+        "/v1/plans", json=plan_request(diamond_graph("answers"), mode="training", micro_batches=2)
+    )
+    out["pipeline"] = client.post(
+        "/v1/plans", json=plan_request(diamond_graph("answers"), pipeline=True, objective="throughput", micro_batches=4)
+    )
     path = ONNX_DIR / "gpt2.onnx"
     out["onnx"] = client.post(
         "/v1/plans",
         files={"model": (path.name, path.read_bytes(), "application/octet-stream")},
-        data={"inventory": json.dumps({"preset": "dgx-h100"}),
-              "options": json.dumps({"dims": {"batch": 1, "sequence": 16}})},
+        data={
+            "inventory": json.dumps({"preset": "dgx-h100"}),
+            "options": json.dumps({"dims": {"batch": 1, "sequence": 16}}),
+        },
     )
     out["read"] = client.get(f"/v1/plans/{plan['id']}")
     out["read-summary"] = client.get(f"/v1/plans/{plan['id']}", params={"detail": "summary"})
     out["model-plans"] = client.get(f"/v1/models/{plan['model_hash']}/plans", params={"limit": 1})
     out["model"] = client.get(f"/v1/models/{plan['model_hash']}")
     out["trace"] = client.get(f"/v1/plans/{plan['id']}/trace")
-    out["feedback"] = client.post(f"/v1/plans/{plan['id']}/feedback",
-                                  json={"timeline": measured_timeline(plan), "format": "simple"},
-                                  headers={"Idempotency-Key": f"answers-{tenant_id}"})
-    out["feedback-again"] = client.post(f"/v1/plans/{plan['id']}/feedback",
-                                        json={"timeline": measured_timeline(plan), "format": "simple"},
-                                        headers={"Idempotency-Key": f"answers-{tenant_id}"})
+    out["feedback"] = client.post(
+        f"/v1/plans/{plan['id']}/feedback",
+        json={"timeline": measured_timeline(plan), "format": "simple"},
+        headers={"Idempotency-Key": f"answers-{tenant_id}"},
+    )
+    out["feedback-again"] = client.post(
+        f"/v1/plans/{plan['id']}/feedback",
+        json={"timeline": measured_timeline(plan), "format": "simple"},
+        headers={"Idempotency-Key": f"answers-{tenant_id}"},
+    )
     feedback_id = out["feedback"].json()["id"]
     out["plan-feedback"] = client.get(f"/v1/plans/{plan['id']}/feedback")
     out["model-feedback"] = client.get(f"/v1/models/{plan['model_hash']}/feedback")
@@ -97,28 +105,31 @@ def answers(app, base_client, session_factory, settings) -> dict:
     return out
 
 
-@pytest.mark.parametrize(("name", "method", "path", "status"), [
-    ("created", "POST", "/v1/plans", 201),
-    ("cached", "POST", "/v1/plans", 200),
-    ("training", "POST", "/v1/plans", 201),
-    ("pipeline", "POST", "/v1/plans", 201),
-    ("onnx", "POST", "/v1/plans", 201),
-    ("read", "GET", "/v1/plans/{plan_id}", 200),
-    ("read-summary", "GET", "/v1/plans/{plan_id}", 200),
-    ("model-plans", "GET", "/v1/models/{model_hash}/plans", 200),
-    ("model", "GET", "/v1/models/{model_hash}", 200),
-    ("trace", "GET", "/v1/plans/{plan_id}/trace", 200),
-    ("feedback", "POST", "/v1/plans/{plan_id}/feedback", 201),
-    ("feedback-again", "POST", "/v1/plans/{plan_id}/feedback", 200),
-    ("plan-feedback", "GET", "/v1/plans/{plan_id}/feedback", 200),
-    ("model-feedback", "GET", "/v1/models/{model_hash}/feedback", 200),
-    ("one-feedback", "GET", "/v1/feedback/{feedback_id}", 200),
-    ("accuracy", "GET", "/v1/plans/{plan_id}/accuracy", 200),
-    ("calibration", "GET", "/v1/calibrations/{inventory_hash}", 200),
-    ("replan", "POST", "/v1/plans/{plan_id}/replan", 201),
-    ("replan-cached", "POST", "/v1/plans/{plan_id}/replan", 200),
-    ("replan-read", "GET", "/v1/plans/{plan_id}", 200),
-])
+@pytest.mark.parametrize(
+    ("name", "method", "path", "status"),
+    [
+        ("created", "POST", "/v1/plans", 201),
+        ("cached", "POST", "/v1/plans", 200),
+        ("training", "POST", "/v1/plans", 201),
+        ("pipeline", "POST", "/v1/plans", 201),
+        ("onnx", "POST", "/v1/plans", 201),
+        ("read", "GET", "/v1/plans/{plan_id}", 200),
+        ("read-summary", "GET", "/v1/plans/{plan_id}", 200),
+        ("model-plans", "GET", "/v1/models/{model_hash}/plans", 200),
+        ("model", "GET", "/v1/models/{model_hash}", 200),
+        ("trace", "GET", "/v1/plans/{plan_id}/trace", 200),
+        ("feedback", "POST", "/v1/plans/{plan_id}/feedback", 201),
+        ("feedback-again", "POST", "/v1/plans/{plan_id}/feedback", 200),
+        ("plan-feedback", "GET", "/v1/plans/{plan_id}/feedback", 200),
+        ("model-feedback", "GET", "/v1/models/{model_hash}/feedback", 200),
+        ("one-feedback", "GET", "/v1/feedback/{feedback_id}", 200),
+        ("accuracy", "GET", "/v1/plans/{plan_id}/accuracy", 200),
+        ("calibration", "GET", "/v1/calibrations/{inventory_hash}", 200),
+        ("replan", "POST", "/v1/plans/{plan_id}/replan", 201),
+        ("replan-cached", "POST", "/v1/plans/{plan_id}/replan", 200),
+        ("replan-read", "GET", "/v1/plans/{plan_id}", 200),
+    ],
+)
 def test_each_answer_validates_against_its_routes_declared_model(app, answers, name, method, path, status):
     response = answers[name]
     assert response.status_code == status, response.text
@@ -138,8 +149,9 @@ def test_the_view_is_html_as_declared(app, answers, base_client):
     route = _route(app, "GET", "/v1/plans/{plan_id}/view")
     assert "text/html" in route.responses[200]["content"]
     request = answers["created"].request
-    response = base_client.get(f"/v1/plans/{plan['id']}/view",
-                               headers={"Authorization": request.headers["authorization"]})
+    response = base_client.get(
+        f"/v1/plans/{plan['id']}/view", headers={"Authorization": request.headers["authorization"]}
+    )
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
 
 

@@ -35,7 +35,9 @@ def _timeline(plan: dict, duration_s: float) -> dict:
 
 def _keys_of(session_factory, tenant_id: str) -> int:
     with session_factory() as session:
-        return session.scalar(select(func.count()).select_from(IdempotencyKey).where(IdempotencyKey.tenant_id == tenant_id))
+        return session.scalar(
+            select(func.count()).select_from(IdempotencyKey).where(IdempotencyKey.tenant_id == tenant_id)
+        )
 
 
 # ----------------------------------------------------------------------------- Idempotency-Keys
@@ -67,8 +69,9 @@ def test_deleting_a_plan_deletes_every_key_that_answered_with_it_or_its_timeline
     body = plan_request(diamond_graph("keys-deleted"))
     plan = client.post("/v1/plans", json=body, headers={"Idempotency-Key": "made-it"}).json()
     cached = client.post("/v1/plans", json=body, headers={"Idempotency-Key": "found-it-cached"})
-    timeline = client.post(f"/v1/plans/{plan['id']}/feedback", json=_timeline(plan, 1e-3),
-                           headers={"Idempotency-Key": "its-timeline"})
+    timeline = client.post(
+        f"/v1/plans/{plan['id']}/feedback", json=_timeline(plan, 1e-3), headers={"Idempotency-Key": "its-timeline"}
+    )
     assert (cached.status_code, timeline.status_code) == (200, 201)
     assert _keys_of(session_factory, client.tenant_id) == 3
     assert client.delete(f"/v1/plans/{plan['id']}").status_code == 204
@@ -78,7 +81,10 @@ def test_deleting_a_plan_deletes_every_key_that_answered_with_it_or_its_timeline
 def test_the_key_of_a_deleted_plans_timeline_is_free_for_another_timeline(client):
     deleted, kept = _plan(client, "fb-key"), _plan(client, "fb-key", seed=1)
     key = {"Idempotency-Key": "timeline-key"}
-    assert client.post(f"/v1/plans/{deleted['id']}/feedback", json=_timeline(deleted, 1e-3), headers=key).status_code == 201
+    assert (
+        client.post(f"/v1/plans/{deleted['id']}/feedback", json=_timeline(deleted, 1e-3), headers=key).status_code
+        == 201
+    )
     assert client.delete(f"/v1/plans/{deleted['id']}").status_code == 204
     response = client.post(f"/v1/plans/{kept['id']}/feedback", json=_timeline(kept, 1e-3), headers=key)
     assert response.status_code == 201, response.text

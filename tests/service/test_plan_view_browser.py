@@ -56,9 +56,18 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1400,1000"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
@@ -69,7 +78,9 @@ def browser():
 def test_the_plan_view_draws_the_gantt_memory_links_and_candidates(live_server, browser):
     from selenium.webdriver.common.by import By
 
-    plan = httpx.post(f"{live_server}/v1/plans", json=plan_request(diamond_graph("browser"), nodes=2, micro_batches=2), timeout=120).json()
+    plan = httpx.post(
+        f"{live_server}/v1/plans", json=plan_request(diamond_graph("browser"), nodes=2, micro_batches=2), timeout=120
+    ).json()
     browser.get(f"{live_server}/v1/plans/{plan['id']}/view")
     assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-rendered") == "true"
     bars = browser.find_elements(By.CSS_SELECTOR, "#gantt rect.op")

@@ -23,7 +23,7 @@ def test_a_json_submission_answers_201_with_a_full_plan(client):
     assert plan["summary"]["makespan_s"] > 0
     assert plan["summary"]["feasible"] is True
     assert plan["candidates"] and any(c["strategy"] == plan["strategy"] for c in plan["candidates"])
-    for tensor, placements in plan["tensors"].items():
+    for _tensor, placements in plan["tensors"].items():
         for placement in placements:
             assert placement["offset"] >= 0 and placement["tier"]
 
@@ -136,7 +136,10 @@ def test_an_onnx_model_is_accepted_as_multipart(client):
     response = client.post(
         "/v1/plans",
         files={"model": (path.name, path.read_bytes(), "application/octet-stream")},
-        data={"inventory": json.dumps({"preset": "dgx-h100", "nodes": 1}), "options": json.dumps({"dims": {"batch": 1, "sequence": 128}})},
+        data={
+            "inventory": json.dumps({"preset": "dgx-h100", "nodes": 1}),
+            "options": json.dumps({"dims": {"batch": 1, "sequence": 128}}),
+        },
     )
     assert response.status_code == 201, response.text
     plan = response.json()

@@ -59,7 +59,12 @@ def _owned_objects(client: TenantClient) -> dict[str, str]:
         "load": [[1.0, 2.0, 3.0, 4.0]],
     }
     assert client.post("/v1/moe/rebalance", json=moe).status_code == 200
-    objects = {"plan_id": plan["id"], "model_hash": plan["model_hash"], "name": deployment, "inventory_hash": plan["inventory_hash"]}
+    objects = {
+        "plan_id": plan["id"],
+        "model_hash": plan["model_hash"],
+        "name": deployment,
+        "inventory_hash": plan["inventory_hash"],
+    }
     feedback = client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": measured_timeline(plan)})
     if feedback.status_code == 201:
         objects["feedback_id"] = feedback.json()["id"]
@@ -67,7 +72,10 @@ def _owned_objects(client: TenantClient) -> dict[str, str]:
 
 
 #: Valid bodies for the POST routes under an object, so a 404 is about the object, not the body.
-BODIES_BY_SUFFIX = {"feedback": {"timeline": {"ops": [{"name": "a", "start_s": 0.0, "duration_s": 1e-3}]}}, "replan": {}}
+BODIES_BY_SUFFIX = {
+    "feedback": {"timeline": {"ops": [{"name": "a", "start_s": 0.0, "duration_s": 1e-3}]}},
+    "replan": {},
+}
 
 
 def _body_for(path: str) -> dict | None:
@@ -79,7 +87,9 @@ def owner_objects(client) -> dict[str, str]:
     return _owned_objects(client)
 
 
-def test_another_tenants_objects_are_404_on_every_route_and_absent_from_every_list(app, client, other_client, owner_objects):
+def test_another_tenants_objects_are_404_on_every_route_and_absent_from_every_list(
+    app, client, other_client, owner_objects
+):
     secrets = set(owner_objects.values())
     checked = []
     for method, path, params in _operations(app):
@@ -90,12 +100,22 @@ def test_another_tenants_objects_are_404_on_every_route_and_absent_from_every_li
         url = path.format(**owner_objects)
         if method == "GET":
             assert client.get(url).status_code in (200, 404), f"owner: {method} {url}"
-        response = other_client.request(method, url, json=_body_for(path)) if method == "POST" else other_client.request(method, url)
+        response = (
+            other_client.request(method, url, json=_body_for(path))
+            if method == "POST"
+            else other_client.request(method, url)
+        )
         listing = response.status_code == 200 and response.json().get("items") == []
-        assert response.status_code == 404 or listing, f"{method} {path} answered {response.status_code} to another tenant"
-        assert not any(secret in response.text for secret in secrets if secret not in url), f"{method} {path} leaked an id"
+        assert response.status_code == 404 or listing, (
+            f"{method} {path} answered {response.status_code} to another tenant"
+        )
+        assert not any(secret in response.text for secret in secrets if secret not in url), (
+            f"{method} {path} leaked an id"
+        )
         checked.append(f"{method} {path}")
-    assert client.get(f"/v1/plans/{owner_objects['plan_id']}").status_code == 200  # DELETE by the other tenant did nothing
+    assert (
+        client.get(f"/v1/plans/{owner_objects['plan_id']}").status_code == 200
+    )  # DELETE by the other tenant did nothing
     assert client.get(f"/v1/moe/deployments/{owner_objects['name']}").status_code == 200
     assert len(checked) >= 10
 
@@ -126,7 +146,9 @@ def test_a_deployment_name_is_per_tenant(client, other_client):
 
 def test_every_v1_route_needs_a_key(app, base_client):
     for method, path, params in _operations(app):
-        url = path.format(**{p: "00000000-0000-0000-0000-000000000000" if p != "model_hash" else "a" * 64 for p in params})
+        url = path.format(
+            **{p: "00000000-0000-0000-0000-000000000000" if p != "model_hash" else "a" * 64 for p in params}
+        )
         response = base_client.request(method, url, json={} if method == "POST" else None)
         assert response.status_code == 401, f"{method} {path} answered {response.status_code} without a key"
 
@@ -134,10 +156,14 @@ def test_every_v1_route_needs_a_key(app, base_client):
 def test_every_v1_route_needs_exactly_its_one_scope(app, base_client, session_factory, settings):
     keys = {scope: new_api_key(session_factory, settings, scopes=(scope,))[1] for scope in SCOPES}
     for method, path, params in _operations(app):
-        url = path.format(**{p: "00000000-0000-0000-0000-000000000000" if p != "model_hash" else "a" * 64 for p in params})
+        url = path.format(
+            **{p: "00000000-0000-0000-0000-000000000000" if p != "model_hash" else "a" * 64 for p in params}
+        )
         allowed = []
         for scope, key in keys.items():
-            response = base_client.request(method, url, json={} if method == "POST" else None, headers={"Authorization": f"Bearer {key}"})
+            response = base_client.request(
+                method, url, json={} if method == "POST" else None, headers={"Authorization": f"Bearer {key}"}
+            )
             assert response.status_code != 401, f"{method} {path} with a '{scope}' key"
             if response.status_code != 403:
                 allowed.append(scope)
@@ -146,12 +172,19 @@ def test_every_v1_route_needs_exactly_its_one_scope(app, base_client, session_fa
 
 @pytest.mark.parametrize(
     ("method", "path", "scope"),
-    [("POST", "/v1/plans", "write"), ("GET", "/v1/plans/x", "read"), ("DELETE", "/v1/plans/x", "write"), ("POST", "/v1/moe/rebalance", "moe")],
+    [
+        ("POST", "/v1/plans", "write"),
+        ("GET", "/v1/plans/x", "read"),
+        ("DELETE", "/v1/plans/x", "write"),
+        ("POST", "/v1/moe/rebalance", "moe"),
+    ],
 )
 def test_the_documented_scope_of_a_route(base_client, session_factory, settings, method, path, scope):
     for other in SCOPES:
         key = new_api_key(session_factory, settings, scopes=(other,))[1]
-        response = base_client.request(method, path, json={} if method == "POST" else None, headers={"Authorization": f"Bearer {key}"})
+        response = base_client.request(
+            method, path, json={} if method == "POST" else None, headers={"Authorization": f"Bearer {key}"}
+        )
         assert (response.status_code == 403) == (other != scope), (other, response.status_code)
 
 
@@ -171,8 +204,15 @@ def test_a_key_table_read_with_another_secret_authenticates_nobody(database_url,
 
 
 def _cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HYPERPLACE_DATABASE_URL=database_url, HYPERPLACE_API_KEY_SECRET="test-secret", HYPERPLACE_LOG_LEVEL="WARNING")
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        HYPERPLACE_DATABASE_URL=database_url,
+        HYPERPLACE_API_KEY_SECRET="test-secret",
+        HYPERPLACE_LOG_LEVEL="WARNING",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_a_key_revoked_with_the_cli_gets_401(base_client, database_url):
@@ -203,7 +243,9 @@ def leaky_client(app, client, monkeypatch):
     """The plan repository fails with database and Python errors that carry SQL and paths."""
 
     def fail(*_args, **_kwargs):
-        raise ProgrammingError("SELECT secret_column FROM plans WHERE tenant_id = 'x'", {}, Exception('relation "plans" does not exist'))
+        raise ProgrammingError(
+            "SELECT secret_column FROM plans WHERE tenant_id = 'x'", {}, Exception('relation "plans" does not exist')
+        )
 
     monkeypatch.setattr(plans_repo, "get_plan", fail)
     return client
@@ -225,7 +267,9 @@ def test_an_unexpected_error_body_holds_no_trace(client, monkeypatch):
     monkeypatch.setattr(plans_repo, "get_plan", boom)
     response = client.get("/v1/plans/some-plan")
     assert response.status_code == 500
-    assert "internal detail" not in response.text and "secret.py" not in response.text and "Traceback" not in response.text
+    assert (
+        "internal detail" not in response.text and "secret.py" not in response.text and "Traceback" not in response.text
+    )
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +296,9 @@ def test_a_request_id_is_answered_and_logged_with_the_request(logged_server, ses
     assert response.headers["x-request-id"] == "trace-abc-123"
     assert response.json()["instance"] == "urn:request:trace-abc-123"
     # The line is written once the response has gone out: wait for it.
-    logged = wait_until(lambda: [line for line in _log_lines(logged_server) if line.get("request_id") == "trace-abc-123"], timeout_s=30)
+    logged = wait_until(
+        lambda: [line for line in _log_lines(logged_server) if line.get("request_id") == "trace-abc-123"], timeout_s=30
+    )
     assert logged[-1]["status"] == 404 and logged[-1]["route"] == "/v1/plans/{plan_id}"
     assert logged[-1]["tenant"] == tenant_id
 
@@ -267,8 +313,8 @@ def test_a_request_without_an_id_gets_a_fresh_one_in_the_answer_and_the_log(logg
 
 
 def test_a_request_id_cannot_inject_log_lines(logged_server):
-    response = __import__("httpx").get(f"{logged_server.base_url}/healthz", headers={"X-Request-ID": "x\" injected=1 {"})
-    assert response.headers["x-request-id"] != "x\" injected=1 {"
+    response = __import__("httpx").get(f"{logged_server.base_url}/healthz", headers={"X-Request-ID": 'x" injected=1 {'})
+    assert response.headers["x-request-id"] != 'x" injected=1 {'
     assert re.fullmatch(r"[0-9a-f]{32}", response.headers["x-request-id"])
 
 

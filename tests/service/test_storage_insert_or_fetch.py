@@ -37,8 +37,11 @@ def _other_writer_inserts(session_factory, tenant_id: str) -> None:
 def test_a_row_another_writer_inserted_first_is_fetched_instead(session_factory, tenant_id):
     _other_writer_inserts(session_factory, tenant_id)
     with session_factory() as session, session.begin():
-        row = insert_or_fetch(session, _calibration(tenant_id, {"compute": 9.0}),
-                              lambda: get_calibration(session, tenant_id, "inventory-a"))
+        row = insert_or_fetch(
+            session,
+            _calibration(tenant_id, {"compute": 9.0}),
+            lambda: get_calibration(session, tenant_id, "inventory-a"),
+        )
         assert row.factors == {"compute": 1.5}
 
 
@@ -46,8 +49,11 @@ def test_losing_the_insert_leaves_the_rest_of_the_transaction_usable(session_fac
     _other_writer_inserts(session_factory, tenant_id)
     with session_factory() as session, session.begin():
         session.get(Tenant, tenant_id).name = f"renamed-{tenant_id[:8]}"
-        insert_or_fetch(session, _calibration(tenant_id, {"compute": 9.0}),
-                        lambda: get_calibration(session, tenant_id, "inventory-a"))
+        insert_or_fetch(
+            session,
+            _calibration(tenant_id, {"compute": 9.0}),
+            lambda: get_calibration(session, tenant_id, "inventory-a"),
+        )
         session.add(Calibration(tenant_id=tenant_id, inventory_hash="inventory-b", factors={}, n_timelines=0))
     with session_factory() as session:
         assert session.get(Tenant, tenant_id).name == f"renamed-{tenant_id[:8]}"
@@ -57,6 +63,5 @@ def test_losing_the_insert_leaves_the_rest_of_the_transaction_usable(session_fac
 
 def test_a_conflict_the_fetch_does_not_explain_is_raised(session_factory, tenant_id):
     _other_writer_inserts(session_factory, tenant_id)
-    with session_factory() as session, session.begin():
-        with pytest.raises(IntegrityError):
-            insert_or_fetch(session, _calibration(tenant_id, {"compute": 9.0}), lambda: None)
+    with session_factory() as session, session.begin(), pytest.raises(IntegrityError):
+        insert_or_fetch(session, _calibration(tenant_id, {"compute": 9.0}), lambda: None)

@@ -14,8 +14,10 @@ from sqlalchemy.exc import IntegrityError
 from service.storage import moe as moe_repo
 from service.storage.tenants import get_or_create_tenant
 
-CONFIG = {"model": {"num_moe_layers": 1, "num_logical_experts": 2},
-          "cluster": {"num_nodes": 1, "gpus_per_node": 2, "slots_per_gpu": 1}}
+CONFIG = {
+    "model": {"num_moe_layers": 1, "num_logical_experts": 2},
+    "cluster": {"num_nodes": 1, "gpus_per_node": 2, "slots_per_gpu": 1},
+}
 BALANCE = {"before": None, "after": {"mean": 1.0, "worst": 1.0}}
 
 
@@ -31,8 +33,18 @@ def tenant_id(session_factory) -> str:
 
 def _report(session, tenant_id: str, name: str, placement: list[list[int]], *, slots_moved: int = 0):
     found = moe_repo.lock_deployment(session, tenant_id, name)
-    return moe_repo.record_version(session, tenant_id, name, found, config=CONFIG, kept_current=False,
-                                   balance=BALANCE, slots_moved=slots_moved, load=[[1.0, 2.0]], placement=placement)
+    return moe_repo.record_version(
+        session,
+        tenant_id,
+        name,
+        found,
+        config=CONFIG,
+        kept_current=False,
+        balance=BALANCE,
+        slots_moved=slots_moved,
+        load=[[1.0, 2.0]],
+        placement=placement,
+    )
 
 
 def test_each_report_is_the_next_version_and_the_newest_is_current(session_factory, tenant_id):
@@ -72,6 +84,16 @@ def test_two_new_deployments_of_one_name_conflict_on_the_unique_key(session_fact
         _report(session, tenant_id, "raced", [[0, 1]])
     with session_factory() as session, session.begin():
         with pytest.raises(IntegrityError):  # a writer that did not see the first one's row
-            moe_repo.record_version(session, tenant_id, "raced", None, config=CONFIG, kept_current=False,
-                                    balance=BALANCE, slots_moved=0, load=[[1.0, 2.0]], placement=[[0, 1]])
+            moe_repo.record_version(
+                session,
+                tenant_id,
+                "raced",
+                None,
+                config=CONFIG,
+                kept_current=False,
+                balance=BALANCE,
+                slots_moved=0,
+                load=[[1.0, 2.0]],
+                placement=[[0, 1]],
+            )
         session.rollback()

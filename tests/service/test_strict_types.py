@@ -8,8 +8,7 @@ import pytest
 from tests.service.graphs import plan_request
 
 PARALLEL_REQUEST = {
-    "model": {"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 8, "vocab_size": 32000,
-              "seq_length": 2048},
+    "model": {"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 8, "vocab_size": 32000, "seq_length": 2048},
     "cluster": {"preset": "dgx-h100", "nodes": 1},
     "training": {"global_batch_sequences": 64},
 }
@@ -24,11 +23,14 @@ def _with(request: dict, block: str, field: str, value) -> dict:
     return {**request, block: {**request[block], field: value}}
 
 
-@pytest.mark.parametrize(("block", "field", "value"), [
-    ("model", "gated_mlp", "yes"),
-    ("model", "num_layers", "8"),
-    ("cluster", "nodes", "1"),
-])
+@pytest.mark.parametrize(
+    ("block", "field", "value"),
+    [
+        ("model", "gated_mlp", "yes"),
+        ("model", "num_layers", "8"),
+        ("cluster", "nodes", "1"),
+    ],
+)
 def test_a_parallel_plan_field_of_the_wrong_type_is_a_422_naming_it(client, block, field, value):
     response = client.post("/v1/parallel/plan", json=_with(PARALLEL_REQUEST, block, field, value))
     assert response.status_code == 422, response.text

@@ -6,8 +6,12 @@ from service.api.problems import problem_responses
 
 router = APIRouter(prefix="/v1", responses=problem_responses(400, 401, 403, 422, 503))
 
-from service.api.v1 import moe, parallel, plans  # noqa: E402  (routers attach to the v1 router)
-from service.api.v1 import feedback  # noqa: E402
+from service.api.v1 import (  # noqa: E402  (routers attach to the v1 router)
+    feedback,
+    moe,
+    parallel,
+    plans,
+)
 
 router.include_router(plans.router)
 router.include_router(moe.router)

@@ -163,13 +163,20 @@ async def create_replan(
     idempotency_key: IdempotencyKey = None,
 ) -> DocumentResponse:
     return await run_in_threadpool(
-        _replan_response, session, principal.tenant_id, plan_id, body or ReplanCreate(), settings, idempotency_key,
+        _replan_response,
+        session,
+        principal.tenant_id,
+        plan_id,
+        body or ReplanCreate(),
+        settings,
+        idempotency_key,
         request.app.state.planning_slots,
     )
 
 
-def _replan_response(session, tenant_id: str, plan_id: str, body: ReplanCreate, settings, idempotency_key: str | None,
-                     slots) -> DocumentResponse:
+def _replan_response(
+    session, tenant_id: str, plan_id: str, body: ReplanCreate, settings, idempotency_key: str | None, slots
+) -> DocumentResponse:
     """Re-plan and render in one threadpool call, from the result in memory when this request computed it."""
     outcome = replan(session, tenant_id, plan_id, body, settings, idempotency_key=idempotency_key, slots=slots)
     plan = outcome.plan

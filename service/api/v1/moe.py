@@ -28,7 +28,9 @@ MoeCaller = Annotated[Principal, Depends(require_scope("moe"))]
     summary="Expert loads per layer -> a balanced expert-to-GPU placement with few moves",
     responses=problem_responses(409, 413, 422),
 )
-def rebalance(request: MoeRebalanceRequest, session: SessionDep, settings: SettingsDep, principal: MoeCaller) -> DocumentResponse:
+def rebalance(
+    request: MoeRebalanceRequest, session: SessionDep, settings: SettingsDep, principal: MoeCaller
+) -> DocumentResponse:
     # Written straight by pydantic-core, not validated again: the answer reaches 192 MB at
     # HYPERPLACE_MOE_MAX_SLOTS and lies on the latency-critical path. The tests check every
     # form of it against MoeRebalanceResponse (tests/service/test_openapi_contract.py).
@@ -42,8 +44,15 @@ def rebalance(request: MoeRebalanceRequest, session: SessionDep, settings: Setti
     responses=problem_responses(404, 422),
 )
 def read_deployment(
-    name: Annotated[str, Path(min_length=1, max_length=DEPLOYMENT_NAME_MAX_LENGTH, pattern=DEPLOYMENT_NAME_PATTERN,
-                              description="The deployment name given to POST /v1/moe/rebalance.")],
+    name: Annotated[
+        str,
+        Path(
+            min_length=1,
+            max_length=DEPLOYMENT_NAME_MAX_LENGTH,
+            pattern=DEPLOYMENT_NAME_PATTERN,
+            description="The deployment name given to POST /v1/moe/rebalance.",
+        ),
+    ],
     session: SessionDep,
     principal: MoeCaller,
     history: Annotated[int, Query(ge=0, le=1000)] = 50,

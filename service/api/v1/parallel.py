@@ -21,8 +21,9 @@ router = APIRouter(prefix="/parallel", tags=["parallel"])
     summary="Model shape + cluster + batch -> ranked 3D-parallel layouts with memory, MFU and the rank map",
     responses=problem_responses(413, 422, 503),
 )
-async def plan(request: ParallelPlanRequest, principal: Annotated[Principal, Depends(require_scope("read"))],
-               http_request: Request) -> DocumentResponse:
+async def plan(
+    request: ParallelPlanRequest, principal: Annotated[Principal, Depends(require_scope("read"))], http_request: Request
+) -> DocumentResponse:
     # a search can hold a core and ~1.5 GiB for seconds: a few at a time (HYPERPLACE_PARALLEL_PLAN_SLOTS)
     document = await http_request.app.state.parallel_plan_slots.run(parallel_plan, request)
     return DocumentResponse(document)

@@ -47,7 +47,7 @@ _MULTIPART_SCHEMA = {
     "required": ["model", "inventory"],
     "properties": {
         "model": {"type": "string", "format": "binary", "description": "The .onnx file (graph-only files are fine)."},
-        "inventory": {"type": "string", "description": "Inventory JSON, e.g. {\"preset\": \"dgx-h100\", \"nodes\": 2}."},
+        "inventory": {"type": "string", "description": 'Inventory JSON, e.g. {"preset": "dgx-h100", "nodes": 2}.'},
         "options": {"type": "string", "description": "Options JSON (PlanOptions), dims included."},
     },
 }
@@ -82,7 +82,9 @@ def _submission_from_json(body: bytes) -> PlanSubmission:
     except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, integers of > 4300 digits, deep nesting
         raise UnprocessableInput(unreadable_body_detail(exc)) from None
     if not isinstance(document, dict):
-        raise UnprocessableInput("The body must be a JSON object with 'graph' (or 'graph_id'), 'inventory' and 'options'.")
+        raise UnprocessableInput(
+            "The body must be a JSON object with 'graph' (or 'graph_id'), 'inventory' and 'options'."
+        )
     graph = document.get("graph")
     # The graph is validated by the ingester (precise, fast on 10^6 nodes); the
     # envelope, inventory and options by their schemas.
@@ -107,13 +109,22 @@ async def _submission_from_multipart(request: Request) -> PlanSubmission:
     data = await upload.read()
     inventory = _json_part(form.get("inventory"), "inventory")
     if not inventory:
-        raise UnprocessableInput("Multipart submissions need an 'inventory' part (JSON), e.g. {\"preset\": \"dgx-h100\", \"nodes\": 1}.")
-    envelope = _validated(PlanCreate, {"inventory": inventory, "options": _json_part(form.get("options"), "options")}, "form")
-    return PlanSubmission(inventory=envelope.inventory.model_dump(exclude_none=True), options=envelope.options.model_dump(), onnx_bytes=data)
+        raise UnprocessableInput(
+            'Multipart submissions need an \'inventory\' part (JSON), e.g. {"preset": "dgx-h100", "nodes": 1}.'
+        )
+    envelope = _validated(
+        PlanCreate, {"inventory": inventory, "options": _json_part(form.get("options"), "options")}, "form"
+    )
+    return PlanSubmission(
+        inventory=envelope.inventory.model_dump(exclude_none=True),
+        options=envelope.options.model_dump(),
+        onnx_bytes=data,
+    )
 
 
-def _plan_response(plan, status_code: int, cached: bool, detail: str = "full",
-                   body: dict | None = None) -> DocumentResponse:
+def _plan_response(
+    plan, status_code: int, cached: bool, detail: str = "full", body: dict | None = None
+) -> DocumentResponse:
     document = plan_views.plan_read(plan, cached=cached, detail=detail, body=body)
     headers = {"ETag": plan_views.etag(plan, detail, cached=cached)}
     if status_code in (201, 202):
@@ -127,7 +138,10 @@ def _plan_response(plan, status_code: int, cached: bool, detail: str = "full",
     response_model=PlanRead,
     summary="Submit a graph and an inventory; get a placement plan",
     responses={
-        200: {"description": "The same model, inventory and options were planned before: the stored plan.", "model": PlanRead},
+        200: {
+            "description": "The same model, inventory and options were planned before: the stored plan.",
+            "model": PlanRead,
+        },
         202: {"description": "Large graph: queued as a job; poll the Location.", "model": PlanRead},
         **problem_responses(404, 409, 413, 422),
     },
@@ -135,28 +149,44 @@ def _plan_response(plan, status_code: int, cached: bool, detail: str = "full",
         "requestBody": {
             "required": True,
             "content": {
-                "application/json": {"schema": PlanCreate.model_json_schema(ref_template="#/components/schemas/{model}")},
+                "application/json": {
+                    "schema": PlanCreate.model_json_schema(ref_template="#/components/schemas/{model}")
+                },
                 "multipart/form-data": {"schema": _MULTIPART_SCHEMA},
             },
         }
     },
 )
-async def create_plan(request: Request, session: SessionDep, settings: SettingsDep, principal: Writer, idempotency_key: IdempotencyKey = None):
+async def create_plan(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: Writer,
+    idempotency_key: IdempotencyKey = None,
+):
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         submission: PlanSubmission | bytes = await _submission_from_multipart(request)
     elif content_type.startswith("application/json") or not content_type:
         submission = await request.body()
     else:
-        raise UnprocessableInput(f"Unsupported content type {content_type!r}; send application/json or multipart/form-data.")
+        raise UnprocessableInput(
+            f"Unsupported content type {content_type!r}; send application/json or multipart/form-data."
+        )
     return await run_in_threadpool(
-        _submit, session, principal.tenant_id, submission, settings, idempotency_key,
+        _submit,
+        session,
+        principal.tenant_id,
+        submission,
+        settings,
+        idempotency_key,
         request.app.state.planning_slots,
     )
 
 
-def _submit(session, tenant_id: str, submission: PlanSubmission | bytes, settings, idempotency_key: str | None,
-            slots) -> DocumentResponse:
+def _submit(
+    session, tenant_id: str, submission: PlanSubmission | bytes, settings, idempotency_key: str | None, slots
+) -> DocumentResponse:
     """Parse (a JSON body), plan and render in one threadpool call; the answer is built from the
     plan's result in memory when this request computed it."""
     if isinstance(submission, bytes):
@@ -165,12 +195,19 @@ def _submit(session, tenant_id: str, submission: PlanSubmission | bytes, setting
     return _plan_response(outcome.plan, outcome.status_code, outcome.cached, body=outcome.body)
 
 
-@router.get("/plans/{plan_id}", response_model=PlanRead, summary="A plan (poll it while it is queued or running)", responses={304: {"description": "Not modified (If-None-Match)"}, **problem_responses(404)})
+@router.get(
+    "/plans/{plan_id}",
+    response_model=PlanRead,
+    summary="A plan (poll it while it is queued or running)",
+    responses={304: {"description": "Not modified (If-None-Match)"}, **problem_responses(404)},
+)
 def read_plan(
     plan_id: PlanId,
     session: SessionDep,
     principal: Reader,
-    detail: Annotated[Literal["full", "summary"], Query(description="summary leaves out ops, tensors and transfers.")] = "full",
+    detail: Annotated[
+        Literal["full", "summary"], Query(description="summary leaves out ops, tensors and transfers.")
+    ] = "full",
     if_none_match: IfNoneMatch = None,
 ):
     plan = plans_repo.get_plan(session, principal.tenant_id, plan_id)
@@ -194,7 +231,12 @@ def delete_plan(plan_id: PlanId, session: SessionDep, principal: Writer) -> Resp
     return Response(status_code=204)
 
 
-@router.get("/models/{model_hash}/plans", response_model=Page[PlanRead], summary="Plans of one model, newest first", responses=problem_responses(400))
+@router.get(
+    "/models/{model_hash}/plans",
+    response_model=Page[PlanRead],
+    summary="Plans of one model, newest first",
+    responses=problem_responses(400),
+)
 def list_model_plans(
     model_hash: ModelHash,
     session: SessionDep,
@@ -206,7 +248,13 @@ def list_model_plans(
 ) -> dict:
     position = cursor_position(cursor)
     rows = plans_repo.list_plans_for_model(
-        session, principal.tenant_id, model_hash, limit=limit + 1, cursor=position, inventory_hash=inventory_hash, status=status
+        session,
+        principal.tenant_id,
+        model_hash,
+        limit=limit + 1,
+        cursor=position,
+        inventory_hash=inventory_hash,
+        status=status,
     )
     page, more = rows[:limit], len(rows) > limit
     return {
@@ -215,7 +263,12 @@ def list_model_plans(
     }
 
 
-@router.get("/models/{model_hash}", response_model=GraphRead, summary="A stored model's graph summary", responses=problem_responses(404))
+@router.get(
+    "/models/{model_hash}",
+    response_model=GraphRead,
+    summary="A stored model's graph summary",
+    responses=problem_responses(404),
+)
 def read_model(model_hash: ModelHash, session: SessionDep, principal: Reader) -> dict:
     row = plans_repo.get_graph_by_hash(session, principal.tenant_id, model_hash)
     if row is None:

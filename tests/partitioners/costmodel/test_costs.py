@@ -5,14 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from partitioners.hardware.collectives import (
-    LinkSpec,
-    allreduce_time_s,
-    alltoall_time_s,
-    hierarchical_allgather_time_s,
-    hierarchical_allreduce_time_s,
-    hierarchical_alltoall_time_s,
-)
 from partitioners.costmodel.costs import (
     OP_CLASS_NAMES,
     CostModel,
@@ -30,6 +22,14 @@ from partitioners.costmodel.costs import (
 from partitioners.errors import InvalidInput
 from partitioners.graph.hypergraph import graph_from_ops
 from partitioners.graph.json_import import graph_from_json
+from partitioners.hardware.collectives import (
+    LinkSpec,
+    allreduce_time_s,
+    alltoall_time_s,
+    hierarchical_allgather_time_s,
+    hierarchical_allreduce_time_s,
+    hierarchical_alltoall_time_s,
+)
 from partitioners.hardware.inventory import inventory_from_json, preset_inventory
 
 #: efficiency 1, no launch cost: the bare roofline
@@ -59,10 +59,32 @@ def _inventory(peaks=(1e12, 1e12), mem_bw=(1e9, 1e9), types=("a", "a")):
 
 
 def test_op_types_map_to_classes_case_insensitively():
-    classes = op_class_of(np.array(["MatMul", "gemm", "Conv", "Attention", "LayerNormalization", "Relu",
-                                    "ReduceMean", "Reshape", "MyCustomOp"], dtype=object))
+    classes = op_class_of(
+        np.array(
+            [
+                "MatMul",
+                "gemm",
+                "Conv",
+                "Attention",
+                "LayerNormalization",
+                "Relu",
+                "ReduceMean",
+                "Reshape",
+                "MyCustomOp",
+            ],
+            dtype=object,
+        )
+    )
     assert [OP_CLASS_NAMES[c] for c in classes] == [
-        "matmul", "matmul", "conv", "attention", "norm", "elementwise", "reduction", "data-movement", "other",
+        "matmul",
+        "matmul",
+        "conv",
+        "attention",
+        "norm",
+        "elementwise",
+        "reduction",
+        "data-movement",
+        "other",
     ]
 
 
@@ -87,8 +109,12 @@ def test_efficiency_and_launch_overhead_apply():
 def test_view_operators_touch_no_bytes_but_pay_the_operator_overhead():
     # x -> Reshape -> Squeeze -> Identity -> Transpose: the views alias x's buffer, the
     # Transpose writes a new one (read 1e9 + write 1e9 bytes at 1e9 B/s), every one is dispatched
-    ops = [("r", "Reshape", 0, ["x"], ["a"]), ("s", "Squeeze", 0, ["a"], ["b"]), ("i", "identity", 0, ["b"], ["c"]),
-           ("t", "Transpose", 0, ["c"], ["y"])]
+    ops = [
+        ("r", "Reshape", 0, ["x"], ["a"]),
+        ("s", "Squeeze", 0, ["a"], ["b"]),
+        ("i", "identity", 0, ["b"], ["c"]),
+        ("t", "Transpose", 0, ["c"], ["y"]),
+    ]
     g = graph_from_ops("v", ops, {"x": 1e9, "a": 1e9, "b": 1e9, "c": 1e9, "y": 1e9})
     cm = CostModel(efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=1e-3)
     assert op_times_s(g, _inventory(), cm).tolist() == [[1e-3, 1e-3]] * 3 + [[2.001, 2.001]]
@@ -103,8 +129,13 @@ def _dtype_graph(dtypes: dict[str, str | None]) -> object:
     """mm: x, w -> y, each tensor 1e6 bytes of the dtype given (None: undeclared)."""
     tensors = [{"name": n, "bytes": 1e6, **({"dtype": d} if d else {})} for n, d in dtypes.items()]
     tensors[1]["kind"] = "parameter"
-    return graph_from_json({"name": "g", "tensors": tensors,
-                            "nodes": [{"name": "mm", "op": "MatMul", "inputs": ["x", "w"], "outputs": ["y"]}]})
+    return graph_from_json(
+        {
+            "name": "g",
+            "tensors": tensors,
+            "nodes": [{"name": "mm", "op": "MatMul", "inputs": ["x", "w"], "outputs": ["y"]}],
+        }
+    )
 
 
 def test_a_graph_mostly_of_another_dtype_than_the_timing_peak_gets_a_note_saying_how_to_time_it():
@@ -115,11 +146,14 @@ def test_a_graph_mostly_of_another_dtype_than_the_timing_peak_gets_a_note_saying
     assert "'fp32' or 'tf32'" in note
 
 
-@pytest.mark.parametrize(("dtypes", "inventory"), [
-    ({"x": "bfloat16", "w": "bfloat16", "y": "float32"}, {"preset": "dgx-h100"}),  # most bytes in bf16
-    ({"x": "float32", "w": "float32", "y": "float32"}, {"preset": "dgx-h100", "default_dtype": "tf32"}),
-    ({"x": None, "w": None, "y": None}, {"preset": "dgx-h100"}),  # nothing declared
-])
+@pytest.mark.parametrize(
+    ("dtypes", "inventory"),
+    [
+        ({"x": "bfloat16", "w": "bfloat16", "y": "float32"}, {"preset": "dgx-h100"}),  # most bytes in bf16
+        ({"x": "float32", "w": "float32", "y": "float32"}, {"preset": "dgx-h100", "default_dtype": "tf32"}),
+        ({"x": None, "w": None, "y": None}, {"preset": "dgx-h100"}),  # nothing declared
+    ],
+)
 def test_no_dtype_note_where_the_timing_peak_is_the_graphs_dtype_or_none_is_declared(dtypes, inventory):
     assert timing_dtype_note(_dtype_graph(dtypes), inventory_from_json(inventory)) is None
 
@@ -139,16 +173,18 @@ def test_faster_device_gets_a_shorter_time_and_devices_share_profiles():
 
 
 def test_calibration_multiplier_scales_only_its_device_and_class():
-    g = graph_from_ops(
-        "c", [("mm", "MatMul", 1e12, [], ["y"]), ("add", "Add", 0, ["y"], ["z"])], {"y": 5e8, "z": 5e8}
-    )
+    g = graph_from_ops("c", [("mm", "MatMul", 1e12, [], ["y"]), ("add", "Add", 0, ["y"], ["z"])], {"y": 5e8, "z": 5e8})
     cm = CostModel(
-        efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0,
+        efficiency=(1.0,) * 8,
+        memory_efficiency=1.0,
+        launch_overhead_s=0.0,
         device_class_multiplier={("d1", "matmul"): 1.5},
     )
     assert op_times_s(g, _inventory(), cm).tolist() == [[1.0, 1.5], [1.0, 1.0]]
     by_type = CostModel(
-        efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0,
+        efficiency=(1.0,) * 8,
+        memory_efficiency=1.0,
+        launch_overhead_s=0.0,
         device_class_multiplier={("a", "elementwise"): 2.0},
     )
     assert op_times_s(g, _inventory(), by_type)[1].tolist() == [2.0, 2.0]

@@ -12,9 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioners.costmodel.costs import CostModel
-from partitioners.errors import InvalidInput
-from partitioners.graph.hypergraph import graph_from_ops
-from partitioners.hardware.inventory import inventory_from_json, with_device_speed
 from partitioners.costmodel.simulator import (
     connectivity_comm_bytes,
     critical_path_priority,
@@ -25,6 +22,9 @@ from partitioners.costmodel.simulator import (
     simulate,
     summarize,
 )
+from partitioners.errors import InvalidInput
+from partitioners.graph.hypergraph import graph_from_ops
+from partitioners.hardware.inventory import inventory_from_json, with_device_speed
 
 GB = 1e9
 
@@ -195,9 +195,7 @@ def test_peak_memory_of_a_chain_by_hand():
 
 def test_peak_memory_counts_sender_buffer_until_transfer_ends_and_receiver_from_its_start():
     # a (d0, 0..1) writes t (1000 B); 1000 B/s link: transfer 1..2; b (d1, 2..3) writes u (10 B)
-    g = graph_from_ops(
-        "memory-remote", [("a", "Op", 0, [], ["t"]), ("b", "Op", 0, ["t"], ["u"])], {"t": 1000, "u": 10}
-    )
+    g = graph_from_ops("memory-remote", [("a", "Op", 0, [], ["t"]), ("b", "Op", 0, ["t"], ["u"])], {"t": 1000, "u": 10})
     inv = _inventory([2], intra_bw=1000.0)
     r = simulate(g, inv, np.array([0, 1]), op_times_s=_times([1, 1], 2))
     assert r.transfer_start_s.tolist() == [1.0] and r.transfer_end_s.tolist() == [2.0]
@@ -279,7 +277,8 @@ def test_cost_model_times_are_used_when_no_table_is_given():
 )
 def test_bad_placement_names_the_field(placement, field):
     g = graph_from_ops(
-        "chain", [("a", "Op", 0, [], ["t"]), ("b", "Op", 0, ["t"], ["u"]), ("c", "Op", 0, ["u"], ["v"])],
+        "chain",
+        [("a", "Op", 0, [], ["t"]), ("b", "Op", 0, ["t"], ["u"]), ("c", "Op", 0, ["u"], ["v"])],
         {"t": 1, "u": 1, "v": 1},
     )
     with pytest.raises(InvalidInput) as err:
@@ -475,7 +474,7 @@ def test_memory_timeline_steps_through_the_hand_computed_chain():
     r = simulate(g, inv, np.array([0, 0, 0]), op_times_s=_times([1, 1, 1], 1))
     device, time_s, in_use = memory_timeline(g, r)
     # same-time events collapse to the last one's level
-    last = {t: b for t, b in zip(time_s.tolist(), in_use.tolist())}
+    last = dict(zip(time_s.tolist(), in_use.tolist()))
     assert last == {0.0: 1300.0, 1.0: 1500.0, 2.0: 1550.0, 3.0: 1000.0}
     assert set(device.tolist()) == {0}
     assert in_use.max() == r.peak_memory_bytes[0]
@@ -489,8 +488,10 @@ def _brute_force_peak(g, r, n_dev):
         cur = holdings.get((t, d))
         holdings[(t, d)] = [a, f] if cur is None else [min(cur[0], a), max(cur[1], f)]
 
-    arrivals = {(int(t), int(d)): (s, e) for t, d, s, e in zip(r.transfer_tensor, r.transfer_dst,
-                                                              r.transfer_start_s, r.transfer_end_s)}
+    arrivals = {
+        (int(t), int(d)): (s, e)
+        for t, d, s, e in zip(r.transfer_tensor, r.transfer_dst, r.transfer_start_s, r.transfer_end_s)
+    }
     params = [set() for _ in range(n_dev)]
     for op in range(g.n_ops):
         d = int(r.op_device[op])
@@ -527,9 +528,16 @@ def _brute_force_peak(g, r, n_dev):
 def test_peak_memory_matches_the_lifetime_rules_checked_by_brute_force(case, n_params):
     g, placement, durations = case
     # add parameters read by the first operators
-    ops = [(str(g.op_names[i]), "Op", 0, [str(g.tensor_names[t]) for t in g.inputs_of(i)]
-            + ([f"w{i}"] if i < n_params else []), [str(g.tensor_names[t]) for t in g.outputs_of(i)])
-           for i in range(g.n_ops)]
+    ops = [
+        (
+            str(g.op_names[i]),
+            "Op",
+            0,
+            [str(g.tensor_names[t]) for t in g.inputs_of(i)] + ([f"w{i}"] if i < n_params else []),
+            [str(g.tensor_names[t]) for t in g.outputs_of(i)],
+        )
+        for i in range(g.n_ops)
+    ]
     sizes = {str(n): float(b) + 1.0 for n, b in zip(g.tensor_names, g.tensor_bytes)}
     sizes.update({f"w{i}": 1000.0 * (i + 1) for i in range(min(n_params, g.n_ops))})
     g = graph_from_ops("with-params", ops, sizes, parameters={f"w{i}" for i in range(n_params)})

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from partitioners.costmodel.costs import CostModel, op_class_of, op_times_by_profile_s, transfer_times_s
+from partitioners.costmodel.simulator import simulate
+from partitioners.costmodel.trace import to_chrome_trace
 from partitioners.feedback.calibration import (
     CalibrationFit,
     calibrated_cost_model,
@@ -17,15 +20,12 @@ from partitioners.feedback.calibration import (
     prediction_error,
     tiers_realized,
 )
-from partitioners.costmodel.costs import CostModel, op_class_of, op_times_by_profile_s, transfer_times_s
-from partitioners.graph.hypergraph import Hypergraph, graph_from_ops
-from partitioners.placement.engine import PlacementOptions, PlacementResult, place
-from partitioners.hardware.inventory import Inventory, inventory_from_json, link_class_ids, preset_inventory
-from partitioners.placement.memory_tiers import placed_tier_op_times_s
-from partitioners.graph.onnx_import import graph_from_onnx_bytes
-from partitioners.costmodel.simulator import simulate
 from partitioners.feedback.timeline import TimelineMatch, match_timeline, parse_timeline
-from partitioners.costmodel.trace import to_chrome_trace
+from partitioners.graph.hypergraph import Hypergraph, graph_from_ops
+from partitioners.graph.onnx_import import graph_from_onnx_bytes
+from partitioners.hardware.inventory import Inventory, inventory_from_json, link_class_ids, preset_inventory
+from partitioners.placement.engine import PlacementOptions, PlacementResult, place
+from partitioners.placement.memory_tiers import placed_tier_op_times_s
 
 
 def _case():
@@ -136,7 +136,7 @@ PLANS = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def onnx_fixture(name: str) -> Hypergraph:
     return graph_from_onnx_bytes((ONNX_FIXTURES / name).read_bytes(), dims=ONNX_DIMS[name])
 
@@ -157,14 +157,21 @@ def own_trace_as_feedback(graph: Hypergraph, inventory: Inventory, options: dict
     result = place(graph, inventory, PlacementOptions(**options))
     g, placement, tiers = result.graph, result.placement, result.memory_plan
     trace = json.loads(json.dumps(to_chrome_trace(result.simulation, g, inventory)))
-    match = match_timeline(parse_timeline(trace), g.op_names.tolist(), g.op_types.tolist(), placement,
-                           inventory.device_names.tolist(), g.tensor_names.tolist())
+    match = match_timeline(
+        parse_timeline(trace),
+        g.op_names.tolist(),
+        g.op_types.tolist(),
+        placement,
+        inventory.device_names.tolist(),
+        g.tensor_names.tolist(),
+    )
     ops = np.arange(g.n_ops)
 
     def predicted_s(model: CostModel, with_tiers: bool) -> np.ndarray:
         if with_tiers and result.timed_with_tiers:
-            return placed_tier_op_times_s(g, inventory, placement, tiers.tensor, tiers.device, tiers.tier,
-                                          cost_model=model)
+            return placed_tier_op_times_s(
+                g, inventory, placement, tiers.tensor, tiers.device, tiers.tier, cost_model=model
+            )
         times, profile = op_times_by_profile_s(g, inventory, model)
         return times[ops, profile[placement]]
 
@@ -173,12 +180,17 @@ def own_trace_as_feedback(graph: Hypergraph, inventory: Inventory, options: dict
     classes = op_class_of(g.op_types)[match.op]
     realized = tiers_realized(match.duration_s, main, tiered, match.device, classes)
     fit = fit_calibration(
-        inventory, match.op * inventory.n_devices + match.device, match.device, classes,
-        (tiered if realized else main) - base.launch_overhead_s, match.duration_s,
+        inventory,
+        match.op * inventory.n_devices + match.device,
+        match.device,
+        classes,
+        (tiered if realized else main) - base.launch_overhead_s,
+        match.duration_s,
         transfer_key=np.arange(match.transfer_tensor.size),
         transfer_link_class=link_class_ids(inventory, match.transfer_src, match.transfer_dst),
-        transfer_predicted_s=transfer_times_s(g.tensor_bytes[match.transfer_tensor], match.transfer_src,
-                                              match.transfer_dst, inventory, base),
+        transfer_predicted_s=transfer_times_s(
+            g.tensor_bytes[match.transfer_tensor], match.transfer_src, match.transfer_dst, inventory, base
+        ),
         transfer_measured_s=match.transfer_duration_s,
     )
     calibrated = calibrated_cost_model(base, fit.multipliers(), fit.link_class, launch_overhead_s=fit.launch_overhead_s)
@@ -187,8 +199,9 @@ def own_trace_as_feedback(graph: Hypergraph, inventory: Inventory, options: dict
     priority = np.empty(g.n_ops)
     priority[start_order] = np.arange(g.n_ops, 0, -1)
     table = np.broadcast_to(after_s[:, None], (g.n_ops, inventory.n_devices))  # a fixed placement reads its own column
-    replay = simulate(g, inventory, placement, op_times_s=table, cost_model=calibrated, priority=priority,
-                      record_timeline=False)
+    replay = simulate(
+        g, inventory, placement, op_times_s=table, cost_model=calibrated, priority=priority, record_timeline=False
+    )
     after = prediction_error(after_s[match.op], match.duration_s, replay.makespan_s, result.simulation.makespan_s)
     return RoundTrip(result, match, realized, fit, after)
 

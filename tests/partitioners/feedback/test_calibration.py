@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from partitioners.costmodel.costs import OP_CLASS_NAMES, CostModel, op_class_of, op_times_s
+from partitioners.errors import InvalidInput
 from partitioners.feedback.calibration import (
     MAX_DEVICE_SLOWDOWN,
     MIN_DEVICE_SLOWDOWN,
@@ -19,12 +21,6 @@ from partitioners.feedback.calibration import (
     tiers_realized,
     weighted_median,
 )
-from partitioners.costmodel.costs import OP_CLASS_NAMES, CostModel, op_class_of, op_times_s
-from partitioners.errors import InvalidInput
-from partitioners.graph.json_import import graph_from_json
-from partitioners.placement.engine import PlacementOptions
-from partitioners.hardware.inventory import preset_inventory
-from partitioners.graph.onnx_import import graph_from_onnx_bytes
 from partitioners.feedback.timeline import (
     MAX_STEP,
     MAX_TIMELINE_SPAN_S,
@@ -34,6 +30,9 @@ from partitioners.feedback.timeline import (
     parse_simple_timeline,
     parse_timeline,
 )
+from partitioners.graph.json_import import graph_from_json
+from partitioners.graph.onnx_import import graph_from_onnx_bytes
+from partitioners.hardware.inventory import preset_inventory
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "feedback"
 H100 = "H100-SXM5-80GB"
@@ -196,9 +195,16 @@ def test_factors_that_differ_from_the_model_only_by_rounding_are_the_models_own(
     inventory, (key, dev, cls, roof, meas) = observe(truth_model(), devices=[0, 1], ops=BIG_OPS + tiny, tensor_bytes=MB)
     rounding = 1.0 + 1e-12 * np.cos(np.arange(meas.size))  # what microsecond timestamps leave
     fit = fit_calibration(
-        inventory, key, dev, cls, roof, meas * rounding,
-        transfer_key=np.arange(3), transfer_link_class=np.array([1, 1, 1]),
-        transfer_predicted_s=np.full(3, 1e-4), transfer_measured_s=1e-4 * (1.0 + np.array([1e-12, -1e-12, 3e-13])),
+        inventory,
+        key,
+        dev,
+        cls,
+        roof,
+        meas * rounding,
+        transfer_key=np.arange(3),
+        transfer_link_class=np.array([1, 1, 1]),
+        transfer_predicted_s=np.full(3, 1e-4),
+        transfer_measured_s=1e-4 * (1.0 + np.array([1e-12, -1e-12, 3e-13])),
     )
     assert fit.launch_overhead_s == 5e-6
     factors = [*fit.multipliers().values(), *fit.device_slowdown.values(), *fit.link_class.values()]

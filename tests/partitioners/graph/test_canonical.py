@@ -23,9 +23,22 @@ from partitioners.graph.onnx_import import graph_from_onnx_bytes
 from tests.partitioners.graph.test_model_hash import graph_docs
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "onnx"
-_ARRAYS = ("op_names", "op_types", "op_flops", "op_param_bytes", "tensor_names", "tensor_bytes", "tensor_kind",
-           "tensor_producer", "input_ptr", "input_tensors", "output_ptr", "output_tensors", "consumer_ptr",
-           "consumer_ops")
+_ARRAYS = (
+    "op_names",
+    "op_types",
+    "op_flops",
+    "op_param_bytes",
+    "tensor_names",
+    "tensor_bytes",
+    "tensor_kind",
+    "tensor_producer",
+    "input_ptr",
+    "input_tensors",
+    "output_ptr",
+    "output_tensors",
+    "consumer_ptr",
+    "consumer_ops",
+)
 
 
 def _round_trip(graph: Hypergraph) -> Hypergraph:
@@ -96,8 +109,15 @@ def test_the_json_forms_normalisations_are_kept():
         "name": "edges",
         "nodes": [
             {"name": "b", "op": "MatMul", "inputs": ["x", "w"], "outputs": ["y"], "flops": -0.0, "param_bytes": 64},
-            {"name": "a", "op": "Relu", "inputs": ["y"], "outputs": ["z"], "flops": 3.5, "param_bytes": 10.25,
-             "device_types": None},
+            {
+                "name": "a",
+                "op": "Relu",
+                "inputs": ["y"],
+                "outputs": ["z"],
+                "flops": 3.5,
+                "param_bytes": 10.25,
+                "device_types": None,
+            },
         ],
         "tensors": [
             {"name": "z", "bytes": 2.5, "shape": None, "dtype": None},
@@ -122,8 +142,14 @@ def test_the_json_forms_normalisations_are_kept():
 
 def test_all_absent_columns_of_a_hand_built_graph_become_none():
     graph = graph_from_ops("ops", [("f", "Relu", 1.0, ["x"], ["y"])], {"x": 4.0, "y": 4.0})
-    listed = Hypergraph(**{**graph.__dict__, "tensor_shapes": [None, None], "tensor_dtypes": [None, None],
-                           "op_device_types": np.array([None], dtype=object)})
+    listed = Hypergraph(
+        **{
+            **graph.__dict__,
+            "tensor_shapes": [None, None],
+            "tensor_dtypes": [None, None],
+            "op_device_types": np.array([None], dtype=object),
+        }
+    )
     _check(listed)
     canonical = canonical_graph(listed)
     assert canonical.tensor_shapes is None and canonical.tensor_dtypes is None and canonical.op_device_types is None
@@ -139,8 +165,14 @@ def test_device_restrictions_and_partial_shapes_are_permuted_with_their_owners()
     doc = {
         "name": "restricted",
         "nodes": [
-            {"name": "z_op", "op": "MatMul", "inputs": ["in"], "outputs": ["mid"], "flops": 1.0,
-             "device_types": ["gpu", "tpu"]},
+            {
+                "name": "z_op",
+                "op": "MatMul",
+                "inputs": ["in"],
+                "outputs": ["mid"],
+                "flops": 1.0,
+                "device_types": ["gpu", "tpu"],
+            },
             {"name": "a_op", "op": "Relu", "inputs": ["mid"], "outputs": ["out"], "flops": 2.0},
         ],
         "tensors": [

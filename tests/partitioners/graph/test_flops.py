@@ -152,16 +152,37 @@ _shapes = st.one_of(st.none(), st.lists(_dims, max_size=5).map(tuple))
 @settings(max_examples=300, deadline=None)
 @given(
     op_type=st.sampled_from(
-        ["MatMul", "Gemm", "Conv", "ConvTranspose", "LSTM", "GRU", "RNN", "Einsum", "MaxPool", "Softmax",
-         "LayerNormalization", "ReduceSum", "Attention", "MultiHeadAttention", "Add", "Reshape", "Unknown",
-         "QLinearMatMul", "QLinearConv", "MatMulNBits", "GroupQueryAttention", "DequantizeLinear"]
+        [
+            "MatMul",
+            "Gemm",
+            "Conv",
+            "ConvTranspose",
+            "LSTM",
+            "GRU",
+            "RNN",
+            "Einsum",
+            "MaxPool",
+            "Softmax",
+            "LayerNormalization",
+            "ReduceSum",
+            "Attention",
+            "MultiHeadAttention",
+            "Add",
+            "Reshape",
+            "Unknown",
+            "QLinearMatMul",
+            "QLinearConv",
+            "MatMulNBits",
+            "GroupQueryAttention",
+            "DequantizeLinear",
+        ]
     ),
     inputs=st.lists(_shapes, max_size=4),
     outputs=st.lists(_shapes, max_size=2),
 )
 def test_any_shapes_give_a_finite_non_negative_estimate_never_an_exception(op_type, inputs, outputs):
     attrs = {"kernel_shape": [3, 3], "equation": "ij,jk->ik", "num_heads": 2}
-    flops, note = estimate_flops(op_type, inputs, outputs, attrs)
+    flops, _note = estimate_flops(op_type, inputs, outputs, attrs)
     assert flops >= 0 and flops == flops and flops != float("inf")
 
 

@@ -3,7 +3,6 @@ and of corrupted bytes."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,10 +10,10 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from partitioners.errors import InvalidInput
+from partitioners.graph import onnx_import
 from partitioners.graph.canonical import graph_to_json, model_hash
 from partitioners.graph.hypergraph import graph_summary
 from partitioners.graph.json_import import graph_from_json
-from partitioners.graph import onnx_import
 from partitioners.graph.onnx_import import graph_from_onnx_bytes
 from tests.partitioners.graph.onnx_helpers import (
     FIXTURES,
@@ -22,7 +21,6 @@ from tests.partitioners.graph.onnx_helpers import (
     tiny_model,
     warnings_besides_folding,
 )
-
 
 # --- exported fixtures (tests/fixtures/onnx/make_fixtures.py) -----------------------
 
@@ -115,7 +113,7 @@ def test_gpt2_imports_with_no_constant_or_shape_operators_once_dims_are_bound():
     assert sorted(graph.op_names[graph.op_types == "Gather"].tolist()) == ["/model/wpe/Gather", "/model/wte/Gather"]
 
 
-def _import_without_folding(monkeypatch, data: bytes, dims: dict) -> "onnx_import.Hypergraph":
+def _import_without_folding(monkeypatch, data: bytes, dims: dict) -> onnx_import.Hypergraph:
     """The import with every node kept as an operator, as before folding."""
     with monkeypatch.context() as patch:
         patch.setattr(onnx_import, "_folded_nodes", lambda graph, values: np.zeros(len(graph.node), dtype=bool))
@@ -124,8 +122,11 @@ def _import_without_folding(monkeypatch, data: bytes, dims: dict) -> "onnx_impor
 
 @pytest.mark.parametrize(
     ("fixture", "dims"),
-    [("bert_base", {"batch": 2, "sequence": 64}), ("gpt2", {"batch": 1, "sequence": 128}),
-     ("lstm_seq2seq", {"batch": 1, "source": 20, "target": 16})],
+    [
+        ("bert_base", {"batch": 2, "sequence": 64}),
+        ("gpt2", {"batch": 1, "sequence": 128}),
+        ("lstm_seq2seq", {"batch": 1, "source": 20, "target": 16}),
+    ],
 )
 def test_folding_changes_neither_the_flops_nor_the_tensor_bytes_of_the_operators_it_keeps(monkeypatch, fixture, dims):
     data = (FIXTURES / f"{fixture}.onnx").read_bytes()
@@ -137,12 +138,14 @@ def test_folding_changes_neither_the_flops_nor_the_tensor_bytes_of_the_operators
     assert whole.op_flops[kept].tolist() == folded.op_flops.tolist()
 
     def tensor_bytes(graph, ops, ptr, ids):
-        return [{graph.tensor_names[t]: graph.tensor_bytes[t] for t in ids[ptr[op]:ptr[op + 1]]} for op in ops]
+        return [{graph.tensor_names[t]: graph.tensor_bytes[t] for t in ids[ptr[op] : ptr[op + 1]]} for op in ops]
 
     assert tensor_bytes(whole, kept, whole.input_ptr, whole.input_tensors) == tensor_bytes(
-        folded, range(folded.n_ops), folded.input_ptr, folded.input_tensors)
+        folded, range(folded.n_ops), folded.input_ptr, folded.input_tensors
+    )
     assert tensor_bytes(whole, kept, whole.output_ptr, whole.output_tensors) == tensor_bytes(
-        folded, range(folded.n_ops), folded.output_ptr, folded.output_tensors)
+        folded, range(folded.n_ops), folded.output_ptr, folded.output_tensors
+    )
 
 
 def test_lstm_seq2seq_fixture_counts_both_recurrences():
@@ -163,8 +166,10 @@ def test_a_constant_of_a_data_type_onnx_does_not_know_is_input_error_or_a_graph_
     value = helper.make_tensor("v", TensorProto.FLOAT, [2], [1.0, 2.0])
     value.data_type = 39
     data = tiny_model(
-        [helper.make_node("Constant", [], ["c"], name="const", value=value),
-         helper.make_node("Add", ["x", "c"], ["y"], name="add")],
+        [
+            helper.make_node("Constant", [], ["c"], name="const", value=value),
+            helper.make_node("Add", ["x", "c"], ["y"], name="add"),
+        ],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from partitioners.graph.hypergraph import TENSOR_PARAMETER
 from partitioners.graph import onnx_import
+from partitioners.graph.hypergraph import TENSOR_PARAMETER
 from partitioners.graph.onnx_import import graph_from_onnx_bytes
 from tests.partitioners.graph.onnx_helpers import (
     folded_count,
@@ -69,8 +68,13 @@ def test_a_computed_value_too_large_to_fold_stays_an_operator_of_its_full_size()
     # ConstantOfShape([300, 300]) is known, but over FOLD_MAX_ELEMENTS: left to run time
     data = tiny_model(
         [
-            helper.make_node("ConstantOfShape", ["shape"], ["W"], name="fill",
-                             value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+            helper.make_node(
+                "ConstantOfShape",
+                ["shape"],
+                ["W"],
+                name="fill",
+                value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]),
+            ),
             helper.make_node("MatMul", ["x", "W"], ["y"], name="fc"),
         ],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 300])],
@@ -86,8 +90,9 @@ def test_a_computed_value_too_large_to_fold_stays_an_operator_of_its_full_size()
 def test_a_shape_gather_unsqueeze_concat_chain_on_a_bound_input_leaves_only_the_reshape():
     # x [batch, 6] -> Reshape(x, [Shape(x)[0], 2, 3]), as exporters write a view
     def const(name, values):
-        return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, TensorProto.INT64,
-                                                                                  [len(values)], values))
+        return helper.make_node(
+            "Constant", [], [name], value=helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+        )
 
     nodes = [
         helper.make_node("Shape", ["x"], ["s"], name="shape"),
@@ -111,9 +116,11 @@ def test_a_shape_gather_unsqueeze_concat_chain_on_a_bound_input_leaves_only_the_
     target = names.index("target")
     assert graph.tensor_kind[target] == TENSOR_PARAMETER and graph.tensor_bytes[target] == 3 * 8
     assert graph.tensor_shapes[names.index("y")] == (4, 2, 3)
-    assert graph.warnings == ["7 ONNX nodes folded away as constants (Constant nodes, and shape computations "
-                              "whose values are known once dims are bound): their outputs are parameter "
-                              "tensors, not operators"]
+    assert graph.warnings == [
+        "7 ONNX nodes folded away as constants (Constant nodes, and shape computations "
+        "whose values are known once dims are bound): their outputs are parameter "
+        "tensors, not operators"
+    ]
 
 
 def test_a_folded_node_that_writes_a_graph_output_stays_an_operator():
@@ -121,8 +128,10 @@ def test_a_folded_node_that_writes_a_graph_output_stays_an_operator():
     data = tiny_model(
         [helper.make_node("Shape", ["x"], ["s"], name="shape"), helper.make_node("Relu", ["x"], ["y"], name="act")],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6])],
-        [helper.make_tensor_value_info("s", TensorProto.INT64, None),
-         helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor_value_info("s", TensorProto.INT64, None),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+        ],
     )
     graph = graph_from_onnx_bytes(data, dims={"batch": 4})
     assert graph.op_types.tolist() == ["Shape", "Relu"]
@@ -131,9 +140,11 @@ def test_a_folded_node_that_writes_a_graph_output_stays_an_operator():
 
 def test_an_initializer_read_only_by_folded_nodes_is_not_reported_as_unused():
     data = tiny_model(
-        [helper.make_node("Shape", ["x"], ["s"], name="shape"),
-         helper.make_node("Gather", ["s", "index"], ["b"], name="gather", axis=0),
-         helper.make_node("Mul", ["x", "b"], ["y"], name="scale")],
+        [
+            helper.make_node("Shape", ["x"], ["s"], name="shape"),
+            helper.make_node("Gather", ["s", "index"], ["b"], name="gather", axis=0),
+            helper.make_node("Mul", ["x", "b"], ["y"], name="scale"),
+        ],
         [helper.make_tensor_value_info("x", TensorProto.INT64, ["batch", 6])],
         [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
         [int64_tensor("index", 1)],

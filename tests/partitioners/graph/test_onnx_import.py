@@ -6,7 +6,6 @@ and names. Constant folding, the exported fixtures and memory have their own fil
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
 import pytest
@@ -114,7 +113,7 @@ def test_every_unbound_dim_is_listed():
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
-    with pytest.raises(InvalidInput, match="'batch'.*'sequence'.*are not bound"):
+    with pytest.raises(InvalidInput, match=r"'batch'.*'sequence'.*are not bound"):
         graph_from_onnx_bytes(data, dims={})
 
 

@@ -79,7 +79,9 @@ def test_constant_folding_checks_an_outputs_size_before_building_it(monkeypatch,
 def test_constant_folding_stops_at_its_total_budget_with_a_warning(monkeypatch):
     monkeypatch.setattr(onnx_import, "FOLD_BUDGET_ELEMENTS", 40)  # two folds of 16 elements, not three
     nodes = [helper.make_node("Neg", [f"t{i}"], [f"t{i + 1}"]) for i in range(5)]
-    data = tiny_model(nodes, [], [helper.make_tensor_value_info("t5", TensorProto.INT64, None)], [int64_tensor("t0", np.arange(16))])
+    data = tiny_model(
+        nodes, [], [helper.make_tensor_value_info("t5", TensorProto.INT64, None)], [int64_tensor("t0", np.arange(16))]
+    )
     graph = graph_from_onnx_bytes(data)
     assert graph.n_ops == 3  # the two folded Negs are constants, not operators
     assert folded_count(graph.warnings) == 2
@@ -97,7 +99,7 @@ def _import_under_a_memory_cap(data: bytes, dims: dict[str, int], cap_bytes: int
         "print(json.dumps({'shapes': dict(zip(graph.tensor_names.tolist(), graph.tensor_shapes)),"
         " 'warnings': graph.warnings}))\n"
     )
-    threads = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    threads = dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), "1")
     done = subprocess.run(
         [sys.executable, "-c", script, json.dumps(dims)],
         input=data,
@@ -130,7 +132,9 @@ def test_shape_vectors_that_double_at_every_operator_are_inferred_within_a_memor
     # 786 bytes: 40 Concats of a vector with itself. ONNX data propagation alone would
     # hold 2^41 entries for the last one.
     nodes = [helper.make_node("Concat", [f"c{i}", f"c{i}"], [f"c{i + 1}"], axis=0) for i in range(40)]
-    data = tiny_model(nodes, [], [helper.make_tensor_value_info("c40", TensorProto.INT64, None)], [int64_tensor("c0", [1, 2])])
+    data = tiny_model(
+        nodes, [], [helper.make_tensor_value_info("c40", TensorProto.INT64, None)], [int64_tensor("c0", [1, 2])]
+    )
     imported = _import_under_a_memory_cap(data, {})
     assert imported["shapes"]["c40"] == [2**41]
     # c1..c15 (up to 2^16 elements, FOLD_MAX_ELEMENTS) fold away; the 25 longer Concats stay
@@ -232,8 +236,10 @@ def test_a_long_external_vector_feeding_shape_operators_is_imported_within_a_mem
             helper.make_node("Relu", ["x"], ["y"], name="relu"),
         ],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
-         helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, []),
+        ],
         [weight],
     )
     imported = _import_under_a_memory_cap(data, {"batch": 2})

@@ -19,7 +19,7 @@ def _diamond():
         ("b", "Relu", 1.0, ["ta"], ["tb"]),
         ("a", "MatMul", 1.0, ["x", "w"], ["ta"]),
     ]
-    sizes = {t: 4.0 for t in ["x", "w", "ta", "tb", "tc", "td"]}
+    sizes = dict.fromkeys(["x", "w", "ta", "tb", "tc", "td"], 4.0)
     return graph_from_ops("diamond", ops, sizes, parameters={"w"})
 
 
@@ -36,7 +36,7 @@ def test_op_levels_is_longest_path_depth():
         ("c", "Relu", 1.0, ["tb"], ["tc"]),
         ("skip", "Add", 1.0, ["ta", "tc"], ["ts"]),  # depth 3 via c, not 1 via a
     ]
-    graph = graph_from_ops("g", ops, {t: 1.0 for t in ["x", "ta", "tb", "tc", "ts"]})
+    graph = graph_from_ops("g", ops, dict.fromkeys(["x", "ta", "tb", "tc", "ts"], 1.0))
     assert op_levels(graph).tolist() == [0, 1, 2, 3]
 
 
@@ -45,7 +45,7 @@ def test_operator_reading_two_outputs_of_one_producer_waits_for_it_once():
         ("split", "Split", 1.0, ["x"], ["l", "r"]),
         ("join", "Add", 1.0, ["l", "r"], ["y"]),
     ]
-    graph = graph_from_ops("g", ops, {t: 1.0 for t in ["x", "l", "r", "y"]})
+    graph = graph_from_ops("g", ops, dict.fromkeys(["x", "l", "r", "y"], 1.0))
     assert op_levels(graph).tolist() == [0, 1]
 
 
@@ -56,7 +56,7 @@ def test_cycle_raises_invalid_input_naming_an_operator_on_it():
         ("q", "Relu", 1.0, ["tp"], ["tq"]),
         ("after", "Relu", 1.0, ["tq"], ["ty"]),
     ]
-    graph = graph_from_ops("g", ops, {t: 1.0 for t in ["x", "te", "tp", "tq", "ty"]})
+    graph = graph_from_ops("g", ops, dict.fromkeys(["x", "te", "tp", "tq", "ty"], 1.0))
     with pytest.raises(InvalidInput) as info:
         topological_order(graph)
     assert info.value.code == "cycle"
@@ -113,7 +113,7 @@ def _fan(width: int):
     ops += [("join", "Concat", 1.0, [f"p{i}" for i in range(width)], ["j"])]
     ops += [(f"c{i}", "Relu", 1.0, ["j" if i == 0 else f"c{i - 1}"], [f"c{i}"]) for i in range(3)]
     tensors = ["x", "s", "j"] + [f"p{i}" for i in range(width)] + [f"c{i}" for i in range(3)]
-    return graph_from_ops("fan", ops, {t: 1.0 for t in tensors})
+    return graph_from_ops("fan", ops, dict.fromkeys(tensors, 1.0))
 
 
 def test_wide_level_between_narrow_ones():

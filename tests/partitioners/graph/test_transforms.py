@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.errors import InvalidInput
+from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.graph.hypergraph import TENSOR_PARAMETER, graph_from_ops, topological_order
 from partitioners.graph.transforms import (
     BACKWARD_FLOPS_FACTOR,

@@ -55,17 +55,22 @@ def test_a_node_gives_the_same_figures_to_the_inventory_and_to_the_planner(node_
 def test_a_planner_gpu_carries_the_catalogue_figures_of_the_gpu_and_its_usual_node(gpu_name):
     spec = GPU_SPECS[gpu_name]
     accelerator = ACCELERATORS[gpu_name]
-    assert dict(spec.peak_flops_per_s) == {dtype: peak for dtype, peak in accelerator.dense_peak_flops_per_s.items()
-                                           if dtype in TRAINING_DTYPES}
-    assert (spec.memory_bytes, spec.hbm_bandwidth_bytes_per_s) == (accelerator.memory_bytes,
-                                                                   accelerator.memory_bandwidth_bytes_per_s)
+    assert dict(spec.peak_flops_per_s) == {
+        dtype: peak for dtype, peak in accelerator.dense_peak_flops_per_s.items() if dtype in TRAINING_DTYPES
+    }
+    assert (spec.memory_bytes, spec.hbm_bandwidth_bytes_per_s) == (
+        accelerator.memory_bytes,
+        accelerator.memory_bandwidth_bytes_per_s,
+    )
     assert (spec.sm_count, spec.architecture) == (accelerator.sm_count, accelerator.architecture)
     usual = [node for node in NODES.values() if node.accelerator is accelerator and node.name in NODE_PRESETS]
     assert usual, f"{gpu_name} ships in no node the planner names"
     for node in usual:
         assert (spec.gpus_per_node, spec.intra_node_bandwidth_bytes_per_s, spec.inter_node_bandwidth_bytes_per_s) == (
-            node.devices_per_node, node.intra_node_link.bandwidth_bytes_per_s,
-            node.inter_node_link.bandwidth_bytes_per_s)
+            node.devices_per_node,
+            node.intra_node_link.bandwidth_bytes_per_s,
+            node.inter_node_link.bandwidth_bytes_per_s,
+        )
 
 
 @pytest.mark.parametrize("node_name", sorted(NODE_PRESETS))
@@ -73,8 +78,9 @@ def test_naming_a_planner_node_or_its_gpu_gives_the_same_cluster(node_name):
     by_node = spec_from_mapping(ClusterSpec, {"preset": node_name, "nodes": 3})
     by_gpu = spec_from_mapping(ClusterSpec, {"gpu": NODE_PRESETS[node_name], "num_nodes": 3})
     assert gpu_spec_by_name(NODE_PRESETS[node_name]).name == NODES[node_name].accelerator.key
-    assert {f.name: getattr(by_node, f.name) for f in fields(by_node) if f.name != "name"} == \
-        {f.name: getattr(by_gpu, f.name) for f in fields(by_gpu) if f.name != "name"}
+    assert {f.name: getattr(by_node, f.name) for f in fields(by_node) if f.name != "name"} == {
+        f.name: getattr(by_gpu, f.name) for f in fields(by_gpu) if f.name != "name"
+    }
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -83,12 +89,14 @@ def test_every_inventory_preset_is_a_catalogue_node_as_it_is_written_there(prese
     inventory = preset_inventory(preset)
     accelerator = node.accelerator
     assert set(inventory.device_types.tolist()) == {accelerator.device_type}
-    assert {dtype: float(peaks[0]) for dtype, peaks in inventory.device_peak_flops_by_dtype.items()} == \
-        dict(accelerator.dense_peak_flops_per_s)
+    assert {dtype: float(peaks[0]) for dtype, peaks in inventory.device_peak_flops_by_dtype.items()} == dict(
+        accelerator.dense_peak_flops_per_s
+    )
     assert inventory.tier_names == tuple(tier.name for tier in accelerator.memory_tiers)
     assert inventory.tier_capacity_bytes[0].tolist() == [tier.capacity_bytes for tier in accelerator.memory_tiers]
     assert inventory.tier_bandwidth_bytes_per_s[0].tolist() == [
-        tier.bandwidth_bytes_per_s for tier in accelerator.memory_tiers]
+        tier.bandwidth_bytes_per_s for tier in accelerator.memory_tiers
+    ]
     assert inventory.group_link(0) == node.intra_node_link
     assert inventory.n_devices == node.devices_per_node
     assert inventory.device_names[0] == f"{node.group_prefix}0/{node.device_prefix}0"

@@ -14,17 +14,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.costmodel.costs import CostModel, link_time_tables
+from partitioners.costmodel.simulator import simulate
 from partitioners.errors import Infeasible, InvalidInput
+from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.graph.hypergraph import op_levels
 from partitioners.graph.json_import import graph_from_json
-from partitioners.placement.heft import heft_schedule
 from partitioners.hardware.device_types import device_type_constraint
-from partitioners.placement.engine import PlacementOptions, place
 from partitioners.hardware.inventory import inventory_from_json
+from partitioners.placement.engine import PlacementOptions, place
+from partitioners.placement.heft import heft_schedule
 from partitioners.placement.refine import refine_placement
-from partitioners.costmodel.simulator import simulate
 from tests.partitioners.placement.test_engine import IDEAL, cluster
 
 
@@ -200,8 +200,9 @@ def test_an_operator_too_big_for_every_device_of_its_types_is_infeasible_naming_
 def test_a_tensor_an_operator_reads_twice_counts_once_against_the_memory_of_its_types():
     doc = {
         "name": "reads-twice",
-        "nodes": [{"name": "op0", "op": "Add", "inputs": ["x", "x"], "outputs": ["y"], "flops": 1e9,
-                   "device_types": ["slow"]}],
+        "nodes": [
+            {"name": "op0", "op": "Add", "inputs": ["x", "x"], "outputs": ["y"], "flops": 1e9, "device_types": ["slow"]}
+        ],
         "tensors": [{"name": "x", "bytes": 6e5}, {"name": "y", "bytes": 1e5}],
     }
     inventory = fast_fast_slow(slow_capacity_bytes=1e6)  # holds x and y (0.7 MB), not x twice
@@ -226,8 +227,82 @@ def test_pipeline_mode_names_device_types_when_they_leave_no_acyclic_stage_order
 
 #: Placement of ``synthetic_hypergraph(36, lanes=6, seed=1)`` on ``cluster(8, groups=2)`` with
 #: the ideal cost model, recorded with the code before device types were enforced.
-RECORDED_AUTO = [2, 3, 0, 3, 1, 3, 2, 3, 0, 1, 0, 3, 2, 3, 0, 1, 0, 1, 2, 3, 0, 1, 3, 1, 2, 3, 0, 1, 2, 1, 2, 2, 0, 1, 2, 1]
-RECORDED_HEFT = [2, 5, 1, 3, 4, 0, 2, 5, 1, 3, 4, 0, 2, 5, 1, 3, 1, 0, 2, 5, 1, 4, 0, 0, 2, 0, 1, 4, 2, 0, 2, 2, 1, 4, 3, 0]
+RECORDED_AUTO = [
+    2,
+    3,
+    0,
+    3,
+    1,
+    3,
+    2,
+    3,
+    0,
+    1,
+    0,
+    3,
+    2,
+    3,
+    0,
+    1,
+    0,
+    1,
+    2,
+    3,
+    0,
+    1,
+    3,
+    1,
+    2,
+    3,
+    0,
+    1,
+    2,
+    1,
+    2,
+    2,
+    0,
+    1,
+    2,
+    1,
+]
+RECORDED_HEFT = [
+    2,
+    5,
+    1,
+    3,
+    4,
+    0,
+    2,
+    5,
+    1,
+    3,
+    4,
+    0,
+    2,
+    5,
+    1,
+    3,
+    1,
+    0,
+    2,
+    5,
+    1,
+    4,
+    0,
+    0,
+    2,
+    0,
+    1,
+    4,
+    2,
+    0,
+    2,
+    2,
+    1,
+    4,
+    3,
+    0,
+]
 
 
 @pytest.mark.parametrize("strategy, recorded", [("auto", RECORDED_AUTO), ("heft", RECORDED_HEFT)])
@@ -254,8 +329,14 @@ def test_heft_only_considers_the_devices_an_operator_may_use():
     times = np.array([[1e-3, 1e-3, 1e-1]] * 8)  # the slow device is 100x slower
     allowed = np.array([[True, True, True], [False, False, True]])
     op_allowed_set = np.array([0, 1, 0, 1, 0, 1, 0, 1])
-    schedule = heft_schedule(graph, times, *link_time_tables(inventory, CostModel()), op_levels(graph),
-                             op_allowed_set=op_allowed_set, allowed_devices=allowed)
+    schedule = heft_schedule(
+        graph,
+        times,
+        *link_time_tables(inventory, CostModel()),
+        op_levels(graph),
+        op_allowed_set=op_allowed_set,
+        allowed_devices=allowed,
+    )
     assert schedule.placement[op_allowed_set == 1].tolist() == [2, 2, 2, 2]
     assert set(schedule.placement[op_allowed_set == 0].tolist()) <= {0, 1}
 
@@ -275,9 +356,19 @@ def test_refinement_only_simulates_placements_that_keep_operators_on_their_types
         return (sim.makespan_s,), sim
 
     sim = simulate(graph, inventory, start, op_times_s=times)
-    outcome = refine_placement(graph, start, sim, times, devices=np.arange(3), score=score, base_key=(sim.makespan_s,),
-                               max_steps=6, levels=op_levels(graph), op_allowed_set=op_allowed_set,
-                               allowed_devices=allowed)
+    outcome = refine_placement(
+        graph,
+        start,
+        sim,
+        times,
+        devices=np.arange(3),
+        score=score,
+        base_key=(sim.makespan_s,),
+        max_steps=6,
+        levels=op_levels(graph),
+        op_allowed_set=op_allowed_set,
+        allowed_devices=allowed,
+    )
     assert tried and outcome.accepted > 0
     for placement in tried:
         assert allowed[op_allowed_set, placement].all()
@@ -287,7 +378,9 @@ def test_refinement_only_simulates_placements_that_keep_operators_on_their_types
 @given(n=st.integers(8, 120), every=st.integers(1, 6), seed=st.integers(0, 1000), m=st.sampled_from([1, 2]))
 def test_every_restricted_operator_lands_on_a_device_of_its_types(n, every, seed, m):
     inventory = two_nodes_slow_only_in_the_second()
-    graph = with_device_types(synthetic_hypergraph(n, lanes=4, seed=seed), every=every, types=("slow",), offset=seed % every)
+    graph = with_device_types(
+        synthetic_hypergraph(n, lanes=4, seed=seed), every=every, types=("slow",), offset=seed % every
+    )
     result = place(graph, inventory, PlacementOptions(micro_batches=m, seed=seed, allow_infeasible=True))
     constraint = device_type_constraint(graph, inventory, result.expanded.op_origin)
     assert constraint.allows(result.placement).all()

@@ -156,17 +156,29 @@ def test_non_positive_link_bandwidth_names_the_field():
     "edit, field",
     [
         (lambda doc: doc["groups"][0]["devices"][0].update(peak_flops=1e-300), "groups[0].devices[0].peak_flops"),
-        (lambda doc: doc["groups"][0]["devices"][0].update(peak_flops={"bf16": 1e300}),
-         "groups[0].devices[0].peak_flops.bf16"),
-        (lambda doc: doc["groups"][0]["devices"][0]["memory_tiers"][0].update(bandwidth_bytes_per_s=5e-324),
-         "groups[0].devices[0].memory_tiers[0].bandwidth_bytes_per_s"),
+        (
+            lambda doc: doc["groups"][0]["devices"][0].update(peak_flops={"bf16": 1e300}),
+            "groups[0].devices[0].peak_flops.bf16",
+        ),
+        (
+            lambda doc: doc["groups"][0]["devices"][0]["memory_tiers"][0].update(bandwidth_bytes_per_s=5e-324),
+            "groups[0].devices[0].memory_tiers[0].bandwidth_bytes_per_s",
+        ),
         # summed over devices, 1.7e308 bytes is infinite: "needs 100 MB, 0 B over its budget"
-        (lambda doc: doc["groups"][0]["devices"][0]["memory_tiers"][0].update(capacity_bytes=1.7e308),
-         "groups[0].devices[0].memory_tiers[0].capacity_bytes"),
-        (lambda doc: doc["groups"][0]["link"].update(bandwidth_bytes_per_s=1e-300), "groups[0].link.bandwidth_bytes_per_s"),
+        (
+            lambda doc: doc["groups"][0]["devices"][0]["memory_tiers"][0].update(capacity_bytes=1.7e308),
+            "groups[0].devices[0].memory_tiers[0].capacity_bytes",
+        ),
+        (
+            lambda doc: doc["groups"][0]["link"].update(bandwidth_bytes_per_s=1e-300),
+            "groups[0].link.bandwidth_bytes_per_s",
+        ),
         (lambda doc: doc["link"].update(bandwidth_bytes_per_s=1.7e308), "link.bandwidth_bytes_per_s"),
         (lambda doc: doc["link"].update(latency_s=1e300), "link.latency_s"),
-        (lambda doc: doc.update(bandwidth_matrix_bytes_per_s=[[0, 1e-300], [1e-300, 0]]), "bandwidth_matrix_bytes_per_s"),
+        (
+            lambda doc: doc.update(bandwidth_matrix_bytes_per_s=[[0, 1e-300], [1e-300, 0]]),
+            "bandwidth_matrix_bytes_per_s",
+        ),
     ],
 )
 def test_hardware_figures_beyond_any_real_device_are_rejected_naming_the_field_and_the_range(edit, field):

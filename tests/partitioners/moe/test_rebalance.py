@@ -150,23 +150,27 @@ def test_loads_too_small_to_split_count_as_no_load_and_never_read_below_balanced
     load = np.array([[5e-324, 0.0, 0.0, 5e-324]])
     result = rebalance(load, num_nodes=1, gpus_per_node=2, slots_per_gpu=3)
     assert result.balance_after.worst == 1.0
-    again = rebalance(load, current_physical_to_logical=result.physical_to_logical, num_nodes=1, gpus_per_node=2,
-                      slots_per_gpu=3)
+    again = rebalance(
+        load, current_physical_to_logical=result.physical_to_logical, num_nodes=1, gpus_per_node=2, slots_per_gpu=3
+    )
     assert again.balance_before.worst == again.balance_after.worst == 1.0
 
 
-@pytest.mark.parametrize(("option", "value", "field"), [
-    ("gpus_per_node", 2**70, "cluster.gpus_per_node"),  # numpy cannot even allocate the slots
-    ("unavailable_gpus", [["a", "b"]], "cluster.unavailable_gpus"),
-    ("unavailable_gpus", [[1]], "cluster.unavailable_gpus"),  # a list of numbers, not of lists
-    ("unavailable_gpus", 0, "cluster.unavailable_gpus"),
-    ("expert_bytes", float("inf"), "model.expert_bytes"),
-    ("max_replicas_moved", float("nan"), "max_replicas_moved"),
-    ("min_improvement", None, "min_improvement"),
-    ("min_improvement", [1], "min_improvement"),
-    ("node_local", np.array([1.0, 2.0]), "node_local"),
-    ("num_logical_experts", "four", "model.num_logical_experts"),
-])
+@pytest.mark.parametrize(
+    ("option", "value", "field"),
+    [
+        ("gpus_per_node", 2**70, "cluster.gpus_per_node"),  # numpy cannot even allocate the slots
+        ("unavailable_gpus", [["a", "b"]], "cluster.unavailable_gpus"),
+        ("unavailable_gpus", [[1]], "cluster.unavailable_gpus"),  # a list of numbers, not of lists
+        ("unavailable_gpus", 0, "cluster.unavailable_gpus"),
+        ("expert_bytes", float("inf"), "model.expert_bytes"),
+        ("max_replicas_moved", float("nan"), "max_replicas_moved"),
+        ("min_improvement", None, "min_improvement"),
+        ("min_improvement", [1], "min_improvement"),
+        ("node_local", np.array([1.0, 2.0]), "node_local"),
+        ("num_logical_experts", "four", "model.num_logical_experts"),
+    ],
+)
 def test_malformed_options_are_invalid_input_naming_the_field(option, value, field):
     with pytest.raises(InvalidInput) as err:
         rebalance(np.ones((2, 4)), **{**CLUSTER_SMALL, option: value})
@@ -453,7 +457,10 @@ def test_unbounded_balance_is_null_in_json_with_the_unhosted_experts_per_layer()
     result = rebalance(UAT_LOAD, current_physical_to_logical=np.zeros((2, 12), dtype=np.int64), **UAT_CLUSTER)
     answer = json.loads(json.dumps(result.as_dict(), allow_nan=False))
     assert answer["balance_before"] == {
-        "per_layer": [None, None], "mean": None, "worst": None, "unhosted_experts": [[1, 2, 3, 4, 5, 6, 7]] * 2
+        "per_layer": [None, None],
+        "mean": None,
+        "worst": None,
+        "unhosted_experts": [[1, 2, 3, 4, 5, 6, 7]] * 2,
     }
     assert "unhosted_experts" not in answer["balance_after"]
 
@@ -630,8 +637,13 @@ def test_fresh_plan_is_never_more_than_one_percent_worse_than_greedy_lpt(seed, p
 def test_a_current_placement_without_a_copy_of_an_unloaded_expert_is_completed_and_the_reason_says_so():
     # expert 1 received no tokens and has no copy: the current placement measures 1.0, below the
     # bound of 2.0 that any placement hosting both experts must reach
-    result = rebalance(np.array([[1.0, 0.0]]), num_nodes=1, gpus_per_node=2, slots_per_gpu=1,
-                       current_physical_to_logical=np.array([[0, 0]]))
+    result = rebalance(
+        np.array([[1.0, 0.0]]),
+        num_nodes=1,
+        gpus_per_node=2,
+        slots_per_gpu=1,
+        current_physical_to_logical=np.array([[0, 0]]),
+    )
     assert result.balance_before.per_layer[0] == pytest.approx(1.0)
     assert result.lower_bound.per_layer[0] == pytest.approx(2.0)
     assert sorted(result.physical_to_logical[0].tolist()) == [0, 1]

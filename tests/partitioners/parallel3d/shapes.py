@@ -14,15 +14,30 @@ from partitioners.parallel3d.field_checks import spec_from_mapping
 from partitioners.parallel3d.planner import LayoutPrediction
 from partitioners.parallel3d.specs import ClusterSpec, Constraints, LayoutSpec, ModelSpec, TrainingSpec
 
-__all__ = ["GPT_SMALL", "A100_NODE", "RECOMPUTE_MODEL", "RECOMPUTE_CLUSTER", "model_spec", "cluster_spec",
-           "training_spec", "constraints_spec", "layout_spec", "layout_specs"]
+__all__ = [
+    "GPT_SMALL",
+    "A100_NODE",
+    "RECOMPUTE_MODEL",
+    "RECOMPUTE_CLUSTER",
+    "model_spec",
+    "cluster_spec",
+    "training_spec",
+    "constraints_spec",
+    "layout_spec",
+    "layout_specs",
+]
 
 GPT_SMALL = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100}
 
 A100_NODE = {"preset": "dgx-a100", "nodes": 1}
 
-RECOMPUTE_MODEL = {"num_layers": 32, "hidden_size": 1024, "num_attention_heads": 8, "vocab_size": 32000,
-                   "seq_length": 2048}
+RECOMPUTE_MODEL = {
+    "num_layers": 32,
+    "hidden_size": 1024,
+    "num_attention_heads": 8,
+    "vocab_size": 32000,
+    "seq_length": 2048,
+}
 
 RECOMPUTE_CLUSTER = {"preset": "dgx-h100", "nodes": 1}
 

@@ -53,8 +53,7 @@ def test_nvlink_sharp_speeds_up_full_node_tensor_allreduces_but_not_sequence_par
 
     def tp_s(cluster, sp, **lay):
         # every collective in line, so the time scales with the link (none hides under a GEMM)
-        training = training_spec({"global_batch_sequences": 4, "sequence_parallel": sp,
-                                       "overlap_tp_backward": False})
+        training = training_spec({"global_batch_sequences": 4, "sequence_parallel": sp, "overlap_tp_backward": False})
         return float(predict_layouts(model, cluster, training, layouts(**lay))["tp_comm_s"][0])
 
     # all-reduces across the 8 GPUs of a node run 480/370 times faster with NVLS ...
@@ -80,8 +79,9 @@ def test_every_batched_pipeline_exchange_pays_transfer_and_a_host_synchronisatio
 def test_overlapped_interleaved_exchanges_run_under_the_chunk_that_waits_for_them():
     # Megatron-Core overlap_p2p_comm: each send/recv posted asynchronously, no device sync;
     # a 4096-wide layer's chunk covers its 16 MiB exchange, which still slows it
-    model = model_spec({"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,
-                             "vocab_size": 32000})
+    model = model_spec(
+        {"num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048, "vocab_size": 32000}
+    )
     cluster = cluster_spec(A100_NODE)
     training = training_spec({"global_batch_sequences": 8})
     pred = predict_layouts(model, cluster, training, layouts(pp=4, v=2, mbs=1))
@@ -93,15 +93,23 @@ def test_overlapped_interleaved_exchanges_run_under_the_chunk_that_waits_for_the
 def test_1f1b_keeps_the_batched_pipeline_exchange_whatever_the_overlap_setting():
     model = model_spec({**GPT_SMALL, "num_layers": 4})
     cluster = cluster_spec(A100_NODE)
-    pp_comm = {overlap: float(predict_layouts(model, cluster, training_spec(
-        {"global_batch_sequences": 4, "overlap_p2p_comm": overlap}), layouts(pp=2, v=1))["pp_comm_s"][0])
-        for overlap in (False, True)}
+    pp_comm = {
+        overlap: float(
+            predict_layouts(
+                model,
+                cluster,
+                training_spec({"global_batch_sequences": 4, "overlap_p2p_comm": overlap}),
+                layouts(pp=2, v=1),
+            )["pp_comm_s"][0]
+        )
+        for overlap in (False, True)
+    }
     assert pp_comm[True] == pp_comm[False] > 0
 
 
 def test_a_collective_hidden_under_compute_still_costs_the_slowdown_it_causes():
     # Lee et al. 2025: overlapped computation runs 18.9% slower on average
-    assert OVERLAP_COMPUTE_SLOWDOWN == pytest.approx(0.189)
+    assert pytest.approx(0.189) == OVERLAP_COMPUTE_SLOWDOWN
     assert float(overlapped_time_s(1.0, 3.0)) == pytest.approx(0.189)  # fully hidden
     assert float(overlapped_time_s(3.0, 1.0)) == pytest.approx(2.0 + 0.189)  # 1 s hidden, 2 s exposed
     assert float(overlapped_time_s(1.0, 3.0, 0.25)) == pytest.approx(0.25 + 0.75 * 0.189)  # a floor stays out
@@ -119,9 +127,16 @@ def test_a_collective_issued_chunk_by_chunk_leaves_only_the_last_share_and_any_q
 
 def test_overlapping_expert_all_to_all_hides_it_under_another_micro_batch_but_still_slows_it():
     # 64 experts over ep=16 across two nodes: the all-to-all leaves NVLink
-    model = model_spec({"num_layers": 4, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096,
-                             "vocab_size": 32000, "moe": {"num_experts": 64, "experts_per_token": 8,
-                                                          "expert_ffn_hidden_size": 1408}})
+    model = model_spec(
+        {
+            "num_layers": 4,
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "seq_length": 4096,
+            "vocab_size": 32000,
+            "moe": {"num_experts": 64, "experts_per_token": 8, "expert_ffn_hidden_size": 1408},
+        }
+    )
     cluster = cluster_spec({"preset": "dgx-h100", "nodes": 2})
     lay = layouts(dp=16, ep=16, mbs=1)
     exposed = {}
@@ -137,8 +152,13 @@ def test_an_overlapped_all_to_all_longer_than_the_block_it_is_paired_with_stays_
     # the layer's computation (10.5 s) could cover all four exchanges (4 s) together, but the
     # backward's combine runs only under the forward's attention (0.5 s)
     a2a = np.array([1.0])
-    exposed = parallel3d_cost._paired_expert_exchange_s(a2a, attention_fwd_s=np.array([0.5]), mlp_fwd_s=np.array([3.0]),
-                                                        attention_bwd_s=np.array([1.0]), mlp_bwd_s=np.array([6.0]))
+    exposed = parallel3d_cost._paired_expert_exchange_s(
+        a2a,
+        attention_fwd_s=np.array([0.5]),
+        mlp_fwd_s=np.array([3.0]),
+        attention_bwd_s=np.array([1.0]),
+        mlp_bwd_s=np.array([6.0]),
+    )
     hidden = 4.0 - 0.5
     assert exposed[0] == pytest.approx(0.5 + OVERLAP_COMPUTE_SLOWDOWN * hidden)
 
@@ -147,8 +167,9 @@ def test_context_parallel_merges_cost_a_rank_the_same_at_every_cp_and_nothing_wi
     # Transformer Engine folds each ring step's partial output (forward) and dq / dkv
     # (backward) into a running bf16 tensor: 6 bytes per element and step over the local
     # tokens, so s x mbs elements per rank at any cp
-    model = model_spec({**GPT_SMALL, "hidden_size": 1024, "num_attention_heads": 8, "num_kv_heads": 2,
-                             "seq_length": 8192})
+    model = model_spec(
+        {**GPT_SMALL, "hidden_size": 1024, "num_attention_heads": 8, "num_kv_heads": 2, "seq_length": 8192}
+    )
     rates = _device_rates(cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}))
     cps = np.array([1.0, 2.0, 4.0, 8.0])
     forward, backward = _context_parallel_merge_s(model, rates, 8192 / cps, np.ones(4), cps)
@@ -162,16 +183,22 @@ def test_a_context_parallel_step_charges_the_merges_to_compute_and_recomputes_th
 
     def compute_s(recompute):
         layout = [{"tp": 1, "pp": 1, "cp": 2, "micro_batch_size": 1, "recompute": recompute}]
-        return evaluate_layouts(model_spec(model), cluster_spec(A100_NODE),
-                                training_spec({"global_batch_sequences": 4}),
-                                layout_specs(layout))[0].time_breakdown_s["compute_s"]
+        return evaluate_layouts(
+            model_spec(model),
+            cluster_spec(A100_NODE),
+            training_spec({"global_batch_sequences": 4}),
+            layout_specs(layout),
+        )[0].time_breakdown_s["compute_s"]
+
     charged = {rc: compute_s(rc) for rc in ("none", "full")}
     merges = parallel3d_cost._context_parallel_merge_s(
-        model_spec(model), parallel3d_cost._device_rates(cluster_spec(A100_NODE),
-                                                              training_spec({"global_batch_sequences": 8})),
-        np.array([4096.0]), np.array([1.0]), np.array([2.0]))
-    monkeypatch.setattr(parallel3d_cost, "_context_parallel_merge_s",
-                        lambda *args: (np.zeros(1), np.zeros(1)))
+        model_spec(model),
+        parallel3d_cost._device_rates(cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8})),
+        np.array([4096.0]),
+        np.array([1.0]),
+        np.array([2.0]),
+    )
+    monkeypatch.setattr(parallel3d_cost, "_context_parallel_merge_s", lambda *args: (np.zeros(1), np.zeros(1)))
     free = {rc: compute_s(rc) for rc in ("none", "full")}
     # 4 layers, one micro-batch per rank (4 sequences over dp 4 on the node's 8 GPUs)
     forward, backward = float(merges[0][0]), float(merges[1][0])
@@ -187,10 +214,18 @@ def test_a_parallel_block_reduces_its_attention_and_mlp_outputs_once(sequence_pa
     layout = [{"tp": 8, "pp": 1, "cp": 1, "micro_batch_size": 1, "recompute": "none"}]
 
     def tp_comm_s(layers, parallel):
-        model = {**GPT_SMALL, "num_layers": layers, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048,
-                 "parallel_attention_mlp": parallel}
-        return evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec(training),
-                                layout_specs(layout))[0].time_breakdown_s["tp_comm_s"]
+        model = {
+            **GPT_SMALL,
+            "num_layers": layers,
+            "hidden_size": 1024,
+            "num_attention_heads": 8,
+            "seq_length": 2048,
+            "parallel_attention_mlp": parallel,
+        }
+        return evaluate_layouts(
+            model_spec(model), cluster_spec(A100_NODE), training_spec(training), layout_specs(layout)
+        )[0].time_breakdown_s["tp_comm_s"]
+
     # four more sequential layers isolate the layers' share from the embedding's all-reduce
     sequential_layer_s = (tp_comm_s(8, False) - tp_comm_s(4, False)) / 4
     assert tp_comm_s(4, False) - tp_comm_s(4, True) == pytest.approx(4 * sequential_layer_s / 4)

@@ -64,18 +64,29 @@ def test_bubble_fraction_is_the_idle_share_of_the_step_even_with_fewer_micro_bat
     assert float(pred["bubble_fraction"][0]) == pytest.approx(float(pred["bubble_s"][0] / pred["step_time_s"][0]))
 
 
-@pytest.mark.parametrize("lay", [
-    {"dp": 2, "tp": 2, "pp": 2, "mbs": 1, "v": 2, "zero": 1, "recompute": RECOMPUTE_FULL},
-    {"dp": 8, "zero": 0},
-    {"dp": 2, "tp": 4, "zero": 3, "recompute": RECOMPUTE_SELECTIVE},
-])
+@pytest.mark.parametrize(
+    "lay",
+    [
+        {"dp": 2, "tp": 2, "pp": 2, "mbs": 1, "v": 2, "zero": 1, "recompute": RECOMPUTE_FULL},
+        {"dp": 8, "zero": 0},
+        {"dp": 2, "tp": 4, "zero": 3, "recompute": RECOMPUTE_SELECTIVE},
+    ],
+)
 def test_time_breakdown_accounts_for_the_whole_step(lay):
     model = model_spec({**GPT_SMALL, "num_layers": 8})
     cluster = cluster_spec(A100_NODE)
     training = training_spec({"global_batch_sequences": 32})
     pred = predict_layouts(model, cluster, training, layouts(**lay))
-    parts = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "bubble_s", "dp_comm_exposed_s",
-             "optimizer_s")
+    parts = (
+        "compute_s",
+        "tp_comm_s",
+        "cp_comm_s",
+        "ep_comm_s",
+        "pp_comm_s",
+        "bubble_s",
+        "dp_comm_exposed_s",
+        "optimizer_s",
+    )
     assert sum(float(pred[k][0]) for k in parts) == pytest.approx(float(pred["step_time_s"][0]))
 
 
@@ -83,16 +94,36 @@ def test_a_two_stage_pipeline_is_paced_by_its_two_stages_not_by_a_full_middle_on
     # 7 layers on 2 stages: 4 on one, 3 on the other, MoE on 4 of them. The full 4-layer
     # "middle" stage with its share of MoE layers rounded up does not exist at pp 2, so it
     # must not pace the steady state: the bubble stays >= 0 and the parts add up.
-    model = model_spec({"num_layers": 7, "hidden_size": 2048, "num_attention_heads": 8, "num_kv_heads": 4,
-                             "vocab_size": 1, "seq_length": 2048,
-                             "moe": {"num_experts": 60, "experts_per_token": 8, "expert_ffn_hidden_size": 2048,
-                                     "moe_layers": [1, 3, 5, 6]}})
+    model = model_spec(
+        {
+            "num_layers": 7,
+            "hidden_size": 2048,
+            "num_attention_heads": 8,
+            "num_kv_heads": 4,
+            "vocab_size": 1,
+            "seq_length": 2048,
+            "moe": {
+                "num_experts": 60,
+                "experts_per_token": 8,
+                "expert_ffn_hidden_size": 2048,
+                "moe_layers": [1, 3, 5, 6],
+            },
+        }
+    )
     cluster = cluster_spec({"preset": "dgx-h100", "nodes": 1})
     training = training_spec({"global_batch_sequences": 2})
     pred = predict_layouts(model, cluster, training, layouts(tp=4, pp=2, mbs=1, v=4))
     assert float(pred["bubble_s"][0]) > 0.0
-    parts = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "bubble_s", "dp_comm_exposed_s",
-             "optimizer_s")
+    parts = (
+        "compute_s",
+        "tp_comm_s",
+        "cp_comm_s",
+        "ep_comm_s",
+        "pp_comm_s",
+        "bubble_s",
+        "dp_comm_exposed_s",
+        "optimizer_s",
+    )
     assert sum(float(pred[k][0]) for k in parts) == pytest.approx(float(pred["step_time_s"][0]))
 
 
@@ -118,8 +149,9 @@ def test_unfused_gradient_accumulation_costs_ten_bytes_per_parameter_and_micro_b
     step_s = {}
     for fused in (True, False):
         training = training_spec({"global_batch_sequences": 8, "gradient_accumulation_fusion": fused})
-        step_s[fused] = [float(predict_layouts(model, cluster, training, layouts(mbs=mbs))["step_time_s"][0])
-                         for mbs in (1, 8)]
+        step_s[fused] = [
+            float(predict_layouts(model, cluster, training, layouts(mbs=mbs))["step_time_s"][0]) for mbs in (1, 8)
+        ]
     counts = parameter_counts(model)
     one = float(gradient_accumulation_time_s(counts.total, 4, cluster.hbm_bandwidth_bytes_per_s * 0.8))
     assert one == pytest.approx(counts.total * 10.0 / (cluster.hbm_bandwidth_bytes_per_s * 0.8))
@@ -135,8 +167,10 @@ def test_tied_embeddings_add_a_first_last_stage_gradient_allreduce_only_with_a_p
     dp_s = {}
     for tied in (False, True):
         model = model_spec({**GPT_SMALL, "tie_embeddings": tied})
-        dp_s[tied] = [float(predict_layouts(model, cluster, training, layouts(pp=pp, tp=2))["dp_comm_exposed_s"][0])
-                      for pp in (1, 2)]
+        dp_s[tied] = [
+            float(predict_layouts(model, cluster, training, layouts(pp=pp, tp=2))["dp_comm_exposed_s"][0])
+            for pp in (1, 2)
+        ]
     # fp32 gradient of the V/t x h embedding shard, all-reduced between the two stages
     expected = allreduce_time_s(4.0 * 100 * 64 / 2, 2, link)
     assert dp_s[True][1] - dp_s[False][1] == pytest.approx(expected)
@@ -149,14 +183,16 @@ def test_async_backward_collectives_hide_under_large_column_parallel_gemms(seque
     # parallelism, re-gather their input) asynchronously under their own GEMMs: with large
     # GEMMs only the forward's two all-reduce equivalents stay in line, plus, with sequence
     # parallelism, the output-gradient all-gathers of the two row-parallel linears (one more)
-    model = model_spec({"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 4096,
-                             "vocab_size": 32000})
+    model = model_spec(
+        {"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 4096, "vocab_size": 32000}
+    )
     cluster = cluster_spec({"preset": "dgx-h100", "nodes": 1})
     lay = layouts(dp=1, tp=8, mbs=1)
     t = {}
     for overlap in (False, True):
-        training = training_spec({"global_batch_sequences": 8, "sequence_parallel": sequence_parallel,
-                                       "overlap_tp_backward": overlap})
+        training = training_spec(
+            {"global_batch_sequences": 8, "sequence_parallel": sequence_parallel, "overlap_tp_backward": overlap}
+        )
         t[overlap] = float(predict_layouts(model, cluster, training, lay)["tp_comm_s"][0])
     # per micro-batch: 4 layers x (4 -> in_line) collectives, plus the embedding's one in both;
     # the two column-parallel linears' hidden all-reduce's worth each still slows the GEMMs
@@ -170,11 +206,12 @@ def test_fp8_linears_run_against_the_measured_fp8_gemm_ceiling():
     # is not the BF16 one at twice the speed
     h100 = cluster_spec({"preset": "dgx-h100", "nodes": 1})
     assert h100.fp8_gemm_efficiency_max / h100.gemm_efficiency_max == pytest.approx(
-        (1402.6 / 1979) / (794.5 / 989), rel=0.01)
-    as_bf16 = cluster_spec({"preset": "dgx-h100", "nodes": 1,
-                                 "fp8_gemm_efficiency_max": h100.gemm_efficiency_max})
-    model = model_spec({"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 4096,
-                             "vocab_size": 32000})
+        (1402.6 / 1979) / (794.5 / 989), rel=0.01
+    )
+    as_bf16 = cluster_spec({"preset": "dgx-h100", "nodes": 1, "fp8_gemm_efficiency_max": h100.gemm_efficiency_max})
+    model = model_spec(
+        {"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 4096, "vocab_size": 32000}
+    )
     training = training_spec({"global_batch_sequences": 8, "precision": "fp8"})
     lay = layouts(dp=8, mbs=1)
     measured = float(predict_layouts(model, h100, training, lay)["compute_s"][0])
@@ -183,8 +220,9 @@ def test_fp8_linears_run_against_the_measured_fp8_gemm_ceiling():
 
 
 def test_overlapping_tp_communication_hides_it_under_the_gemms():
-    model = model_spec({"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 4096,
-                             "vocab_size": 32000})
+    model = model_spec(
+        {"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "seq_length": 4096, "vocab_size": 32000}
+    )
     cluster = cluster_spec({"preset": "dgx-h100", "nodes": 1})
     plain = training_spec({"global_batch_sequences": 8, "overlap_tp_backward": False})
     overlapped = training_spec({"global_batch_sequences": 8, "overlap_tp_comm": True})
@@ -202,12 +240,28 @@ def test_faster_nvlink_never_slows_a_fixed_layout_whose_end_stages_hold_differen
     # 3 layers on 2 stages, the first two MoE: which end sheds the short layer must follow the
     # layers it would hold, not the average layer, or a cheaper embedding all-reduce tips the
     # two MoE layers onto one stage and the step slows down
-    model = {"num_layers": 3, "hidden_size": 12288, "num_attention_heads": 48, "num_kv_heads": 8, "vocab_size": 7,
-             "seq_length": 1000, "moe": {"num_experts": 60, "experts_per_token": 6, "expert_ffn_hidden_size": 14336,
-                                         "moe_layers": [0, 1]}}
+    model = {
+        "num_layers": 3,
+        "hidden_size": 12288,
+        "num_attention_heads": 48,
+        "num_kv_heads": 8,
+        "vocab_size": 7,
+        "seq_length": 1000,
+        "moe": {"num_experts": 60, "experts_per_token": 6, "expert_ffn_hidden_size": 14336, "moe_layers": [0, 1]},
+    }
     training = {"global_batch_sequences": 256, "precision": "fp8", "software": "megatron-lm-2022"}
-    layout = [{"tp": 2, "pp": 2, "ep": 4, "etp": 2, "virtual_stages": 1, "micro_batch_size": 4, "zero_stage": 1,
-               "recompute": "none"}]
+    layout = [
+        {
+            "tp": 2,
+            "pp": 2,
+            "ep": 4,
+            "etp": 2,
+            "virtual_stages": 1,
+            "micro_batch_size": 4,
+            "zero_stage": 1,
+            "recompute": "none",
+        }
+    ]
     nvlink = cluster_spec({"preset": "dgx-h100", "nodes": 2}).intra_node_bandwidth_bytes_per_s
     steps = [
         evaluate_layouts(
@@ -223,10 +277,10 @@ def test_faster_nvlink_never_slows_a_fixed_layout_whose_end_stages_hold_differen
 
 def test_an_expensive_output_layer_moves_layers_off_the_last_stage():
     # a 256K vocabulary makes the logits cost several layers of this small model
-    model = model_spec({"num_layers": 13, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048,
-                             "vocab_size": 256000})
-    pred = predict_layouts(model, cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 16}),
-                           layouts(pp=4))
+    model = model_spec(
+        {"num_layers": 13, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048, "vocab_size": 256000}
+    )
+    pred = predict_layouts(model, cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 16}), layouts(pp=4))
     assert (float(pred["first_stage_layers"][0]), float(pred["last_stage_layers"][0])) == (4.0, 1.0)
 
 
@@ -237,8 +291,14 @@ def test_the_output_layer_runs_at_the_16_bit_rate_in_an_fp8_run():
     added = {}
     for precision in ("bf16", "fp8"):
         training = training_spec({"global_batch_sequences": 8, "precision": precision})
-        compute = [float(predict_layouts(model_spec({**GPT_SMALL, "vocab_size": vocab}), cluster, training,
-                                         layouts(dp=8))["compute_s"][0]) for vocab in (1000, 64000)]
+        compute = [
+            float(
+                predict_layouts(model_spec({**GPT_SMALL, "vocab_size": vocab}), cluster, training, layouts(dp=8))[
+                    "compute_s"
+                ][0]
+            )
+            for vocab in (1000, 64000)
+        ]
         added[precision] = compute[1] - compute[0]
     assert added["fp8"] == pytest.approx(added["bf16"], rel=1e-9)
 
@@ -252,8 +312,12 @@ def test_layers_not_divisible_by_pp_rejected_only_when_uneven_stages_are_disallo
         layout_specs([{"pp": 4}]),
         constraints_spec({"allow_uneven_pp": False}),
     )[0]
-    lenient = evaluate_layouts(model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 8}),
-                               layout_specs([{"pp": 4}]))[0]
+    lenient = evaluate_layouts(
+        model_spec(model),
+        cluster_spec(A100_NODE),
+        training_spec({"global_batch_sequences": 8}),
+        layout_specs([{"pp": 4}]),
+    )[0]
     assert any("6 layers are not divisible by pp=4" in r for r in strict.reasons)
     assert lenient.fits and any("uneven stages" in n for n in lenient.notes)
 
@@ -264,9 +328,12 @@ def test_a_model_shrunk_to_width_one_is_predicted_no_slower_than_a_small_one():
     small = {"num_layers": 1, "hidden_size": 64, "num_attention_heads": 1, "vocab_size": 1000, "seq_length": 128}
 
     def step_s(**shrunk):
-        (prediction,) = evaluate_layouts(model_spec({**small, **shrunk}), cluster_spec(cluster),
-                                         training_spec({"global_batch_sequences": 1}),
-                                         layout_specs([{"micro_batch_size": 1}]))
+        (prediction,) = evaluate_layouts(
+            model_spec({**small, **shrunk}),
+            cluster_spec(cluster),
+            training_spec({"global_batch_sequences": 1}),
+            layout_specs([{"micro_batch_size": 1}]),
+        )
         return prediction.step_time_s
 
     reference = step_s()
@@ -278,10 +345,18 @@ def test_a_72_gpu_nvlink_rack_keeps_a_36_way_tensor_group_inside_its_domain():
     model = {**GPT_SMALL, "num_layers": 8, "hidden_size": 9216, "num_attention_heads": 72, "seq_length": 4096}
     layout = [{"tp": 36, "pp": 1, "cp": 1}]
     training = {"global_batch_sequences": 16}
-    (rack,) = evaluate_layouts(model_spec(model), cluster_spec({"preset": "gb200-nvl72", "nodes": 1}),
-                               training_spec(training), layout_specs(layout))
-    (nodes,) = evaluate_layouts(model_spec(model), cluster_spec({"preset": "dgx-b200", "nodes": 9}),
-                                training_spec(training), layout_specs(layout))
+    (rack,) = evaluate_layouts(
+        model_spec(model),
+        cluster_spec({"preset": "gb200-nvl72", "nodes": 1}),
+        training_spec(training),
+        layout_specs(layout),
+    )
+    (nodes,) = evaluate_layouts(
+        model_spec(model),
+        cluster_spec({"preset": "dgx-b200", "nodes": 9}),
+        training_spec(training),
+        layout_specs(layout),
+    )
     assert not any("spans" in reason for reason in rack.reasons)
     assert any("nodes of 8 GPUs: its per-layer all-reduces would leave" in reason for reason in nodes.reasons)
     assert rack.time_breakdown_s["tp_comm_s"] < nodes.time_breakdown_s["tp_comm_s"] / 5

@@ -26,8 +26,14 @@ from tests.partitioners.parallel3d.shapes import (
     training_spec,
 )
 
-MOE_BLOCKS = {"num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16, "seq_length": 4096,
-              "vocab_size": 32000, "moe": {"num_experts": 16, "experts_per_token": 2, "expert_ffn_hidden_size": 1408}}
+MOE_BLOCKS = {
+    "num_layers": 4,
+    "hidden_size": 2048,
+    "num_attention_heads": 16,
+    "seq_length": 4096,
+    "vocab_size": 32000,
+    "moe": {"num_experts": 16, "experts_per_token": 2, "expert_ffn_hidden_size": 1408},
+}
 
 
 def _folded_and_split(num_layers: int = 4, **training) -> dict[int, object]:
@@ -45,10 +51,14 @@ def _folded_and_split(num_layers: int = 4, **training) -> dict[int, object]:
 
 
 def test_moe_layouts_use_expert_parallel_sizes_that_divide_experts_and_dp_or_fold_over_tensor_ranks():
-    model = {**GPT_SMALL, "num_layers": 4, "moe": {"num_experts": 6, "experts_per_token": 2,
-                                                   "expert_ffn_hidden_size": 64}}
-    plan = plan_parallel_layout(model_spec(model), cluster_spec(A100_NODE),
-                                training_spec({"global_batch_sequences": 64}), top_k=50)
+    model = {
+        **GPT_SMALL,
+        "num_layers": 4,
+        "moe": {"num_experts": 6, "experts_per_token": 2, "expert_ffn_hidden_size": 64},
+    }
+    plan = plan_parallel_layout(
+        model_spec(model), cluster_spec(A100_NODE), training_spec({"global_batch_sequences": 64}), top_k=50
+    )
     assert plan.feasible
     assert all(6 % c.ep == 0 for c in plan.candidates)
     assert all(c.dp % c.ep == 0 for c in plan.candidates if c.etp == c.tp)
@@ -77,62 +87,86 @@ def test_folded_moe_layers_run_no_tensor_parallel_collectives_in_their_expert_bl
     # every layer is MoE: only attention's half of each layer's collectives remains (the
     # embedding's reduction, the same either way, drops out of the difference of 8 and 4 layers)
     four, eight = (_folded_and_split(n, overlap_tp_backward=False) for n in (4, 8))
-    per_four_layers = {etp: eight[etp].time_breakdown_s["tp_comm_s"] - four[etp].time_breakdown_s["tp_comm_s"]
-                       for etp in (2, 1)}
+    per_four_layers = {
+        etp: eight[etp].time_breakdown_s["tp_comm_s"] - four[etp].time_breakdown_s["tp_comm_s"] for etp in (2, 1)
+    }
     assert per_four_layers[1] == pytest.approx(per_four_layers[2] / 2)
 
 
 def test_an_expert_tensor_parallel_size_other_than_one_or_tp_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        evaluate_layouts(model_spec(MOE_BLOCKS), cluster_spec({"preset": "dgx-h100", "nodes": 1}),
-                         training_spec({"global_batch_sequences": 8}),
-                         layout_specs([{"tp": 4, "pp": 1, "cp": 1, "ep": 2, "etp": 2}]))
+        evaluate_layouts(
+            model_spec(MOE_BLOCKS),
+            cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+            training_spec({"global_batch_sequences": 8}),
+            layout_specs([{"tp": 4, "pp": 1, "cp": 1, "ep": 2, "etp": 2}]),
+        )
     assert err.value.field == "evaluate[0].etp"
     assert "must be 1 or tp=4" in str(err.value)
 
 
 def test_folded_experts_without_sequence_parallelism_are_invalid_input_naming_it():
     with pytest.raises(InvalidInput) as err:
-        evaluate_layouts(model_spec(MOE_BLOCKS), cluster_spec({"preset": "dgx-h100", "nodes": 1}),
-                         training_spec({"global_batch_sequences": 8, "sequence_parallel": False}),
-                         layout_specs([{"tp": 2, "pp": 1, "cp": 1, "ep": 2, "etp": 1}]))
+        evaluate_layouts(
+            model_spec(MOE_BLOCKS),
+            cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+            training_spec({"global_batch_sequences": 8, "sequence_parallel": False}),
+            layout_specs([{"tp": 2, "pp": 1, "cp": 1, "ep": 2, "etp": 1}]),
+        )
     assert err.value.field == "evaluate[0].etp"
     assert "sequence_parallel" in str(err.value)
 
 
 def test_a_dense_model_keeps_etp_equal_to_tp():
-    (pred,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE),
-                               training_spec({"global_batch_sequences": 8}),
-                               layout_specs([{"tp": 2, "pp": 1, "cp": 1}]))
+    (pred,) = evaluate_layouts(
+        model_spec({**GPT_SMALL, "num_layers": 4}),
+        cluster_spec(A100_NODE),
+        training_spec({"global_batch_sequences": 8}),
+        layout_specs([{"tp": 2, "pp": 1, "cp": 1}]),
+    )
     assert pred.etp == 2
     with pytest.raises(InvalidInput) as err:
-        evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE),
-                         training_spec({"global_batch_sequences": 8}),
-                         layout_specs([{"tp": 2, "pp": 1, "cp": 1, "etp": 1}]))
+        evaluate_layouts(
+            model_spec({**GPT_SMALL, "num_layers": 4}),
+            cluster_spec(A100_NODE),
+            training_spec({"global_batch_sequences": 8}),
+            layout_specs([{"tp": 2, "pp": 1, "cp": 1, "etp": 1}]),
+        )
     assert "a model without experts" in str(err.value)
 
 
 def test_force_balanced_routing_is_faster_than_the_default_twenty_percent_busiest_expert():
     balanced, default = (_folded_and_split(expert_load_imbalance=imbalance)[1] for imbalance in (1.0, 1.2))
-    assert balanced.time_breakdown_s["ep_comm_s"] == pytest.approx(default.time_breakdown_s["ep_comm_s"] / 1.2,
-                                                                   rel=0.05)
+    assert balanced.time_breakdown_s["ep_comm_s"] == pytest.approx(
+        default.time_breakdown_s["ep_comm_s"] / 1.2, rel=0.05
+    )
     assert balanced.step_time_s < default.step_time_s
 
 
 def test_moe_predictions_say_they_count_gpu_work_only_and_dense_ones_do_not():
-    (moe,) = evaluate_layouts(model_spec(MOE_BLOCKS), cluster_spec({"preset": "dgx-h100", "nodes": 1}),
-                              training_spec({"global_batch_sequences": 8}),
-                              layout_specs([{"tp": 1, "ep": 8}]))
-    (dense,) = evaluate_layouts(model_spec({**GPT_SMALL, "num_layers": 4}), cluster_spec(A100_NODE),
-                                training_spec({"global_batch_sequences": 8}),
-                                layout_specs([{"tp": 1}]))
+    (moe,) = evaluate_layouts(
+        model_spec(MOE_BLOCKS),
+        cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+        training_spec({"global_batch_sequences": 8}),
+        layout_specs([{"tp": 1, "ep": 8}]),
+    )
+    (dense,) = evaluate_layouts(
+        model_spec({**GPT_SMALL, "num_layers": 4}),
+        cluster_spec(A100_NODE),
+        training_spec({"global_batch_sequences": 8}),
+        layout_specs([{"tp": 1}]),
+    )
     assert any(note.startswith("MoE layers are predicted from GPU work alone") for note in moe.notes)
     assert not any(note.startswith("MoE layers") for note in dense.notes)
 
 
 def test_a_constraint_on_etp_keeps_the_search_to_split_or_folded_experts():
     for etp in (1, 2):
-        plan = plan_parallel_layout(model_spec(MOE_BLOCKS), cluster_spec({"preset": "dgx-h100", "nodes": 1}),
-                                    training_spec({"global_batch_sequences": 8}),
-                                    constraints_spec({"tp": 2, "etp": etp}), with_rank_map=False)
+        plan = plan_parallel_layout(
+            model_spec(MOE_BLOCKS),
+            cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+            training_spec({"global_batch_sequences": 8}),
+            constraints_spec({"tp": 2, "etp": etp}),
+            with_rank_map=False,
+        )
         assert plan.feasible and {c.etp for c in plan.candidates} == {etp}

@@ -31,9 +31,14 @@ from tests.partitioners.parallel3d.shapes import cluster_spec, layout_specs, mod
 NVLINK = LinkSpec(bandwidth_bytes_per_s=400e9, latency_s=2e-6)
 IB = LinkSpec(bandwidth_bytes_per_s=50e9, latency_s=5e-6)
 
-SMALL_MLA = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100,
-             "mla": {"q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
-                     "v_head_dim": 8}}
+SMALL_MLA = {
+    "num_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "seq_length": 32,
+    "vocab_size": 100,
+    "mla": {"q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8},
+}
 
 
 # ---------------------------------------------------------------- expert-parallel placement
@@ -75,8 +80,9 @@ def test_group_limited_routing_with_a_group_a_node_caps_the_network_bytes_of_a_d
     # at most 4 of 8 nodes: 4 (1 - (3/4)^8) reached, 7/8 of them remote
     remote = 4 * (1 - 0.75**8) * 7 / 8
     assert limited == pytest.approx(7 * IB.latency_s + token_bytes * remote / IB.bandwidth_bytes_per_s)
-    assert unlimited == pytest.approx(7 * IB.latency_s + token_bytes * 8 * (1 - (7 / 8)**8) * 7 / 8
-                                      / IB.bandwidth_bytes_per_s)
+    assert unlimited == pytest.approx(
+        7 * IB.latency_s + token_bytes * 8 * (1 - (7 / 8) ** 8) * 7 / 8 / IB.bandwidth_bytes_per_s
+    )
     assert limited < unlimited
 
 
@@ -99,10 +105,10 @@ def test_routing_groups_must_divide_the_experts_and_come_in_pairs():
 
 def test_deduplication_sends_fewer_network_bytes_than_one_message_per_expert():
     tokens_bytes = 10e6  # one copy of the micro-batch's tokens
-    dedup = deduplicated_dispatch_time_s(np.array([tokens_bytes]), 8, 8, 4, np.array([1]), np.array([64]), 8,
-                                         NVLINK, IB)[0]
-    per_expert = expert_alltoall_time_s(np.array([8 * tokens_bytes]), np.array([1]), np.array([64]), 8,
-                                        NVLINK, IB)[0]
+    dedup = deduplicated_dispatch_time_s(
+        np.array([tokens_bytes]), 8, 8, 4, np.array([1]), np.array([64]), 8, NVLINK, IB
+    )[0]
+    per_expert = expert_alltoall_time_s(np.array([8 * tokens_bytes]), np.array([1]), np.array([64]), 8, NVLINK, IB)[0]
     # ~3.2 remote nodes per token (7 peers to reach) against 8 x 56/64 = 7 remote expert
     # copies (56 peers)
     remote = 4 * (1 - 0.75**8) * 7 / 8
@@ -140,8 +146,9 @@ def test_deepseek_v3_counts_its_published_671b_parameters_37b_active():
 
 def test_mla_attention_parameters_are_its_five_projections_and_two_latent_norms():
     h, a, q_r, kv_r, nope, rope, v = 64, 4, 24, 16, 8, 4, 8
-    expected = (h * q_r + q_r * a * (nope + rope) + h * (kv_r + rope) + kv_r * a * (nope + v) + a * v * h
-                + q_r + kv_r + 2 * h)
+    expected = (
+        h * q_r + q_r * a * (nope + rope) + h * (kv_r + rope) + kv_r * a * (nope + v) + a * v * h + q_r + kv_r + 2 * h
+    )
     counts = parameter_counts(model_spec(SMALL_MLA))
     assert counts.attention_per_layer == expected
     # the down-projections and latent norms are whole on every tensor-parallel rank
@@ -188,11 +195,19 @@ def test_mla_needs_its_ranks_and_head_widths():
 
 def test_deepseek_v3_published_layout_fits_with_up_projection_recomputation():
     # 2048 H800, tp 1, pp 16, ep 64 (DeepSeek-V3 Technical Report, Sec. 3.2)
-    training = {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
-                "overlap_ep_comm": True}
+    training = {
+        "global_batch_sequences": 15360,
+        "precision": "fp8",
+        "expert_dispatch": "node-deduplicated",
+        "overlap_ep_comm": True,
+    }
     layouts_asked = [{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": rc} for rc in ("none", "selective")]
-    none, selective = evaluate_layouts(model_spec(DEEPSEEK_V3), cluster_spec({"preset": "hgx-h800", "nodes": 256}),
-                                       training_spec(training), layout_specs(layouts_asked))
+    none, selective = evaluate_layouts(
+        model_spec(DEEPSEEK_V3),
+        cluster_spec({"preset": "hgx-h800", "nodes": 256}),
+        training_spec(training),
+        layout_specs(layouts_asked),
+    )
     assert any(reason.startswith("out of memory") for reason in none.reasons)
     assert not selective.reasons
     assert selective.memory.activations_bytes < none.memory.activations_bytes
@@ -200,8 +215,9 @@ def test_deepseek_v3_published_layout_fits_with_up_projection_recomputation():
 
 def test_the_end_stages_hold_the_model_s_own_first_and_last_layers_dense_or_moe():
     def moe_at_ends(num_layers, moe_layers, first, last, per_stage=4.0, moe_per_stage=4.0, v=1.0):
-        counts = end_stage_moe_layers(num_layers, moe_layers, True, np.array(first, float), np.array(last, float),
-                                      per_stage, moe_per_stage, v)
+        counts = end_stage_moe_layers(
+            num_layers, moe_layers, True, np.array(first, float), np.array(last, float), per_stage, moe_per_stage, v
+        )
         return [list(c) for c in counts]
 
     # DeepSeek-V3: layers 0-2 dense, 3-60 MoE
@@ -218,19 +234,39 @@ def test_the_end_stages_hold_the_model_s_own_first_and_last_layers_dense_or_moe(
 def test_deepseek_v3_with_its_prediction_module_still_fits_its_published_layout():
     # the module sends the spare layers to the first stage, which holds the three dense
     # layers: lighter in activations than MoE layers, so the published layout still fits
-    training = {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
-                "overlap_ep_comm": True, "fp8_params": False}
-    (published,) = evaluate_layouts(model_spec({**DEEPSEEK_V3, "mtp_layers": 1}),
-                                    cluster_spec({"preset": "hgx-h800", "nodes": 256}), training_spec(training),
-                                    layout_specs([{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": "selective"}]))
+    training = {
+        "global_batch_sequences": 15360,
+        "precision": "fp8",
+        "expert_dispatch": "node-deduplicated",
+        "overlap_ep_comm": True,
+        "fp8_params": False,
+    }
+    (published,) = evaluate_layouts(
+        model_spec({**DEEPSEEK_V3, "mtp_layers": 1}),
+        cluster_spec({"preset": "hgx-h800", "nodes": 256}),
+        training_spec(training),
+        layout_specs([{"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": "selective"}]),
+    )
     assert not published.reasons
 
 
 # ---------------------------------------------------------------- multi-token prediction
 
-SMALL_MTP_MOE = {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100,
-                 "gated_mlp": True, "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 16,
-                                            "shared_experts": 1, "moe_layers": [1, 2, 3]}}
+SMALL_MTP_MOE = {
+    "num_layers": 4,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "seq_length": 32,
+    "vocab_size": 100,
+    "gated_mlp": True,
+    "moe": {
+        "num_experts": 4,
+        "experts_per_token": 2,
+        "expert_ffn_hidden_size": 16,
+        "shared_experts": 1,
+        "moe_layers": [1, 2, 3],
+    },
+}
 
 
 def test_a_multi_token_prediction_module_adds_a_layer_of_the_last_kind_a_2h_projection_and_two_norms():
@@ -254,8 +290,10 @@ def test_multi_token_prediction_runs_on_the_last_pipeline_stage():
     # seven dense layers on three stages of three: the two left over come off the ends, one
     # each, until the module loads the last stage and both come off it
     seven = {**SMALL_MTP_MOE, "num_layers": 7, "moe": None}
-    pred = {d: predict_layouts(model_spec({**seven, "mtp_layers": d}), cluster, training,
-                               layouts(dp=2, pp=3)) for d in (0, 1)}
+    pred = {
+        d: predict_layouts(model_spec({**seven, "mtp_layers": d}), cluster, training, layouts(dp=2, pp=3))
+        for d in (0, 1)
+    }
     assert [(pred[d]["first_stage_layers"][0], pred[d]["last_stage_layers"][0]) for d in (0, 1)] == [(2, 2), (3, 1)]
     assert pred[1]["step_time_s"][0] > pred[0]["step_time_s"][0]
 
@@ -273,8 +311,9 @@ def test_the_last_stage_keeps_one_micro_batch_of_the_modules_layer_input_and_log
     last = {}
     for d in (0, 1):
         model = model_spec({**SMALL_MTP_MOE, "moe": None, "mtp_layers": d})
-        last[d] = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 0 * one,
-                                         2 * one, 2 * one, 2 * one, one, 4 * one).last_bytes
+        last[d] = stage_activation_bytes(
+            model, training, tokens, tp, rc, 0.0 * one, 2 * one, 0 * one, 2 * one, 2 * one, 2 * one, one, 4 * one
+        ).last_bytes
     layer = float(activation_bytes_per_layer(model, training, tokens, tp, rc)[0])
     logits = 4 * 32 * 100  # fp32
     normed_input = 2 * 2 * 64 * 32  # the concatenated 2h input of the projection, bf16

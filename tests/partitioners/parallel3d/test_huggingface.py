@@ -25,9 +25,18 @@ def _read(repo_id: str, seq_length: int = 4096):
 
 
 def test_llama_3_70b_reads_as_the_shape_written_out_by_hand():
-    by_hand = model_spec({"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
-                               "ffn_hidden_size": 28672, "vocab_size": 128256, "seq_length": 8192,
-                               "gated_mlp": True})
+    by_hand = model_spec(
+        {
+            "num_layers": 80,
+            "hidden_size": 8192,
+            "num_attention_heads": 64,
+            "num_kv_heads": 8,
+            "ffn_hidden_size": 28672,
+            "vocab_size": 128256,
+            "seq_length": 8192,
+            "gated_mlp": True,
+        }
+    )
     assert _read("meta-llama/Meta-Llama-3-70B", 8192) == by_hand
 
 
@@ -86,25 +95,39 @@ def test_starcoder_multi_query_attention_is_one_kv_head():
 
 def test_bloom_reads_its_n_layer_and_n_head_aliases():
     model = _read("bigscience/bloom", 2048)
-    assert (model.num_layers, model.hidden_size, model.num_attention_heads, model.vocab_size) == (70, 14336, 112,
-                                                                                                   250880)
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads, model.vocab_size) == (
+        70,
+        14336,
+        112,
+        250880,
+    )
     assert model.tie_embeddings and model.ffn == 4 * 14336
 
 
 def test_a_vision_language_config_plans_its_text_model_with_the_class_defaults_it_leaves_out():
     model = _read("llava-hf/llava-1.5-7b-hf")  # text_config names only what differs from LlamaConfig
     assert (model.num_layers, model.hidden_size, model.num_attention_heads, model.ffn, model.vocab_size) == (
-        32, 4096, 32, 11008, 32064)
+        32,
+        4096,
+        32,
+        11008,
+        32064,
+    )
 
 
 def test_a_model_read_from_its_config_is_planned_exactly_as_the_shape_it_reads_as():
     cluster, training = {"preset": "dgx-h100", "nodes": 2}, {"global_batch_sequences": 256}
     config = {"huggingface_config": _config("mistralai/Mixtral-8x7B-v0.1"), "seq_length": 4096}
-    by_config = plan_parallel_layout(model_spec(config), cluster_spec(cluster), training_spec(training), top_k=3,
-                                     with_rank_map=False)
-    by_shape = plan_parallel_layout(model_spec(model_spec(config).to_dict()), cluster_spec(cluster),
-                                    training_spec(training), top_k=3,
-                                    with_rank_map=False)
+    by_config = plan_parallel_layout(
+        model_spec(config), cluster_spec(cluster), training_spec(training), top_k=3, with_rank_map=False
+    )
+    by_shape = plan_parallel_layout(
+        model_spec(model_spec(config).to_dict()),
+        cluster_spec(cluster),
+        training_spec(training),
+        top_k=3,
+        with_rank_map=False,
+    )
     assert by_config.candidates == by_shape.candidates
 
 
@@ -138,8 +161,7 @@ def test_the_training_sequence_length_must_be_given_beside_a_config():
 
 def test_shape_fields_beside_a_config_are_refused_rather_than_silently_mixed():
     with pytest.raises(InvalidInput) as info:
-        model_spec({"huggingface_config": _config("openai-community/gpt2"), "seq_length": 1024,
-                         "num_layers": 24})
+        model_spec({"huggingface_config": _config("openai-community/gpt2"), "seq_length": 1024, "num_layers": 24})
     assert info.value.field == "model.num_layers" and info.value.code == "unknown-field"
 
 
@@ -151,7 +173,12 @@ def test_a_shape_written_back_out_reads_as_the_same_shape():
 def test_gemma_3_reads_its_sparse_text_config_with_five_local_layers_to_each_global_one():
     model = _read("google/gemma-3-12b-it")  # text_config leaves head_dim, vocab and pattern to Gemma3TextConfig
     assert (model.num_layers, model.hidden_size, model.head_dim, model.kv_heads, model.vocab_size) == (
-        48, 3840, 256, 8, 262_208)
+        48,
+        3840,
+        256,
+        8,
+        262_208,
+    )
     assert model.sliding_window == 1024
     assert model.sliding_window_layers == tuple(i for i in range(48) if (i + 1) % 6)  # layers 5, 11, ... global
     assert parameter_counts(model).total == pytest.approx(11.77e9, rel=0.01)  # "Gemma 3 12B": the text model
@@ -167,14 +194,20 @@ def test_mistral_7b_v0_1_windows_every_layer_and_later_versions_none():
 
 
 def test_a_layer_types_list_names_the_windowed_layers():
-    config = {**_config("mistralai/Mistral-7B-v0.1"), "num_hidden_layers": 4,
-              "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}
+    config = {
+        **_config("mistralai/Mistral-7B-v0.1"),
+        "num_hidden_layers": 4,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    }
     assert model_spec({"huggingface_config": config, "seq_length": 8192}).sliding_window_layers == (0, 2)
 
 
 def test_an_attention_kind_hyperplace_does_not_model_is_refused_rather_than_counted_as_full():
-    config = {**_config("mistralai/Mistral-7B-v0.1"), "num_hidden_layers": 2,
-              "layer_types": ["linear_attention", "full_attention"]}  # Qwen3-Next's gated DeltaNet layers
+    config = {
+        **_config("mistralai/Mistral-7B-v0.1"),
+        "num_hidden_layers": 2,
+        "layer_types": ["linear_attention", "full_attention"],
+    }  # Qwen3-Next's gated DeltaNet layers
     with pytest.raises(InvalidInput) as info:
         model_spec({"huggingface_config": config, "seq_length": 8192})
     assert info.value.field == "model.huggingface_config.layer_types"
@@ -183,8 +216,12 @@ def test_an_attention_kind_hyperplace_does_not_model_is_refused_rather_than_coun
 
 def test_a_layer_types_list_in_a_family_without_local_attention_may_only_say_full_attention():
     config = {**_config("meta-llama/Meta-Llama-3-70B"), "num_hidden_layers": 2}
-    assert model_spec({"huggingface_config": {**config, "layer_types": ["full_attention"] * 2},
-                            "seq_length": 8192}).num_layers == 2
+    assert (
+        model_spec(
+            {"huggingface_config": {**config, "layer_types": ["full_attention"] * 2}, "seq_length": 8192}
+        ).num_layers
+        == 2
+    )
     for kinds in (["linear_attention", "full_attention"], ["full_attention", "sliding_attention"]):
         with pytest.raises(InvalidInput) as info:
             model_spec({"huggingface_config": {**config, "layer_types": kinds}, "seq_length": 8192})
@@ -207,10 +244,13 @@ def test_qwen_windows_only_with_use_sliding_window_and_from_max_window_layers_on
     assert model.sliding_window_layers == tuple(range(40, 48))
 
 
-@pytest.mark.parametrize(("overrides", "total", "active"), [
-    ({}, 117e9, 5.1e9),  # GptOssConfig's defaults: gpt-oss-120b, "117B parameters with 5.1B active"
-    ({"num_hidden_layers": 24, "num_local_experts": 32}, 21e9, 3.6e9),  # gpt-oss-20b: "21B ... 3.6B active"
-])
+@pytest.mark.parametrize(
+    ("overrides", "total", "active"),
+    [
+        ({}, 117e9, 5.1e9),  # GptOssConfig's defaults: gpt-oss-120b, "117B parameters with 5.1B active"
+        ({"num_hidden_layers": 24, "num_local_experts": 32}, 21e9, 3.6e9),  # gpt-oss-20b: "21B ... 3.6B active"
+    ],
+)
 def test_gpt_oss_counts_its_published_parameters_with_windows_on_every_other_layer(overrides, total, active):
     model = model_spec({"huggingface_config": {"model_type": "gpt_oss", **overrides}, "seq_length": 4096})
     counts = parameter_counts(model)
@@ -219,10 +259,13 @@ def test_gpt_oss_counts_its_published_parameters_with_windows_on_every_other_lay
     assert model.sliding_window == 128 and model.sliding_window_layers == tuple(range(0, model.num_layers, 2))
 
 
-@pytest.mark.parametrize(("overrides", "total"), [
-    ({}, 109e9),  # Llama4TextConfig's defaults: Scout, "109B total" (with its vision encoder)
-    ({"num_local_experts": 128, "interleave_moe_layer_step": 2}, 400e9),  # Maverick, "400B total"
-])
+@pytest.mark.parametrize(
+    ("overrides", "total"),
+    [
+        ({}, 109e9),  # Llama4TextConfig's defaults: Scout, "109B total" (with its vision encoder)
+        ({"num_local_experts": 128, "interleave_moe_layer_step": 2}, 400e9),  # Maverick, "400B total"
+    ],
+)
 def test_llama_4_routes_its_moe_layers_beside_a_shared_expert_and_chunks_three_layers_in_four(overrides, total):
     config = {"model_type": "llama4", "text_config": {"model_type": "llama4_text", **overrides}}
     model = model_spec({"huggingface_config": config, "seq_length": 8192})
@@ -235,27 +278,54 @@ def test_llama_4_routes_its_moe_layers_beside_a_shared_expert_and_chunks_three_l
 
 
 def test_chunked_attention_layers_without_a_chunk_size_are_refused():
-    config = {**_config("mistralai/Mistral-7B-v0.1"), "num_hidden_layers": 2,
-              "layer_types": ["chunked_attention", "full_attention"]}
+    config = {
+        **_config("mistralai/Mistral-7B-v0.1"),
+        "num_hidden_layers": 2,
+        "layer_types": ["chunked_attention", "full_attention"],
+    }
     with pytest.raises(InvalidInput) as info:
         model_spec({"huggingface_config": config, "seq_length": 8192})
     assert info.value.field == "model.huggingface_config.attention_chunk_size"
 
 
 # GLM-4.5's config.json keys (zai-org/GLM-4.5); the Air model changes the sizes below
-GLM_4_5 = {"model_type": "glm4_moe", "num_hidden_layers": 92, "hidden_size": 5120, "num_attention_heads": 96,
-           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "moe_intermediate_size": 1536,
-           "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
-           "n_group": 1, "topk_group": 1, "vocab_size": 151552, "num_nextn_predict_layers": 1,
-           "tie_word_embeddings": False}
-GLM_4_5_AIR = {**GLM_4_5, "num_hidden_layers": 46, "hidden_size": 4096, "intermediate_size": 10944,
-               "moe_intermediate_size": 1408, "n_routed_experts": 128, "first_k_dense_replace": 1}
+GLM_4_5 = {
+    "model_type": "glm4_moe",
+    "num_hidden_layers": 92,
+    "hidden_size": 5120,
+    "num_attention_heads": 96,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+    "n_routed_experts": 160,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "n_group": 1,
+    "topk_group": 1,
+    "vocab_size": 151552,
+    "num_nextn_predict_layers": 1,
+    "tie_word_embeddings": False,
+}
+GLM_4_5_AIR = {
+    **GLM_4_5,
+    "num_hidden_layers": 46,
+    "hidden_size": 4096,
+    "intermediate_size": 10944,
+    "moe_intermediate_size": 1408,
+    "n_routed_experts": 128,
+    "first_k_dense_replace": 1,
+}
 
 
-@pytest.mark.parametrize(("config", "total", "active"), [
-    (GLM_4_5, 355e9, 32e9),  # "355 billion total parameters and 32 billion active parameters"
-    (GLM_4_5_AIR, 106e9, 12e9),  # "106 billion total parameters and 12 billion active parameters"
-])
+@pytest.mark.parametrize(
+    ("config", "total", "active"),
+    [
+        (GLM_4_5, 355e9, 32e9),  # "355 billion total parameters and 32 billion active parameters"
+        (GLM_4_5_AIR, 106e9, 12e9),  # "106 billion total parameters and 12 billion active parameters"
+    ],
+)
 def test_glm_4_5_reads_deepseek_style_experts_with_grouped_query_attention(config, total, active):
     model = model_spec({"huggingface_config": config, "seq_length": 4096})
     assert model.mla is None and model.kv_heads == 8 and model.query_width == 96 * 128 != model.hidden_size
@@ -267,8 +337,16 @@ def test_glm_4_5_reads_deepseek_style_experts_with_grouped_query_attention(confi
 
 def test_command_a_is_a_parallel_block_with_windows_on_three_layers_in_four():
     # Command A's config.json sizes (CohereLabs/c4ai-command-a-03-2025), "111B parameters"
-    config = {"model_type": "cohere2", "num_hidden_layers": 64, "hidden_size": 12288, "num_attention_heads": 96,
-              "num_key_value_heads": 8, "intermediate_size": 36864, "vocab_size": 256000, "sliding_window": 4096}
+    config = {
+        "model_type": "cohere2",
+        "num_hidden_layers": 64,
+        "hidden_size": 12288,
+        "num_attention_heads": 96,
+        "num_key_value_heads": 8,
+        "intermediate_size": 36864,
+        "vocab_size": 256000,
+        "sliding_window": 4096,
+    }
     model = model_spec({"huggingface_config": config, "seq_length": 8192})
     assert model.parallel_attention_mlp and model.tie_embeddings
     assert model.sliding_window_layers == tuple(i for i in range(64) if (i + 1) % 4)

@@ -59,17 +59,21 @@ def test_quantizing_to_fp8_costs_nothing_when_the_linears_run_in_16_bit():
     assert float(fwd[False][0]) == 0.0 and float(bwd[False][0]) == 0.0
 
 
-@pytest.mark.parametrize(("scaling", "fwd_elements", "bwd_elements", "bytes_per_element"), [
-    # h = 64, 4h MLP, tp = 2 with sequence parallelism. Forward: projection input h/t and
-    # MLP activation 4h/t (LayerNorm writes FP8 itself under delayed scaling); backward:
-    # QKV 3h/t, projection h/t, up-projection 4h/t and down-projection h/t gradients.
-    ("delayed", 64 / 2 + 256 / 2, 3 * 64 / 2 + 64 / 2 + 256 / 2 + 64 / 2, 4),
-    # current scaling: the two LayerNorm outputs (h/t each) are quantized too, and every
-    # operand is read once more for its amax
-    ("current", 2 * 64 / 2 + 64 / 2 + 256 / 2, 3 * 64 / 2 + 64 / 2 + 256 / 2 + 64 / 2, 6),
-])
-def test_fp8_operands_are_cast_with_their_transpose_once_per_micro_batch(scaling, fwd_elements, bwd_elements,
-                                                                          bytes_per_element):
+@pytest.mark.parametrize(
+    ("scaling", "fwd_elements", "bwd_elements", "bytes_per_element"),
+    [
+        # h = 64, 4h MLP, tp = 2 with sequence parallelism. Forward: projection input h/t and
+        # MLP activation 4h/t (LayerNorm writes FP8 itself under delayed scaling); backward:
+        # QKV 3h/t, projection h/t, up-projection 4h/t and down-projection h/t gradients.
+        ("delayed", 64 / 2 + 256 / 2, 3 * 64 / 2 + 64 / 2 + 256 / 2 + 64 / 2, 4),
+        # current scaling: the two LayerNorm outputs (h/t each) are quantized too, and every
+        # operand is read once more for its amax
+        ("current", 2 * 64 / 2 + 64 / 2 + 256 / 2, 3 * 64 / 2 + 64 / 2 + 256 / 2 + 64 / 2, 6),
+    ],
+)
+def test_fp8_operands_are_cast_with_their_transpose_once_per_micro_batch(
+    scaling, fwd_elements, bwd_elements, bytes_per_element
+):
     model = model_spec(GPT_SMALL)
     training = training_spec({"global_batch_sequences": 1, "precision": "fp8", "fp8_scaling": scaling})
     tokens, hbm = 32.0, 1e12
@@ -84,8 +88,9 @@ def test_small_per_gpu_matrices_run_further_below_peak_than_large_ones():
     mfu = {}
     for h in (256, 8192):
         # short sequences so the projections and MLP (not attention) dominate the FLOPs
-        model = model_spec({"num_layers": 4, "hidden_size": h, "num_attention_heads": h // 128,
-                                 "seq_length": 256, "vocab_size": 1024})
+        model = model_spec(
+            {"num_layers": 4, "hidden_size": h, "num_attention_heads": h // 128, "seq_length": 256, "vocab_size": 1024}
+        )
         mfu[h] = float(predict_layouts(model, cluster, training, layouts(dp=8))["mfu"][0])
     assert mfu[256] < 0.5 * mfu[8192]
     assert mfu[8192] < cluster.gemm_efficiency_max
@@ -95,8 +100,10 @@ def test_older_flash_attention_generations_run_at_their_published_speeds():
     a100, h100 = cluster_spec(A100_NODE), cluster_spec({"preset": "dgx-h100", "nodes": 1})
 
     def speed(cluster, version):
-        return flash_attention_speed(cluster, training_spec({"global_batch_sequences": 8,
-                                                                  "flash_attention_version": version}))
+        return flash_attention_speed(
+            cluster, training_spec({"global_batch_sequences": 8, "flash_attention_version": version})
+        )
+
     # FlashAttention-2 is "around 2x" FlashAttention-1 on A100 (Dao 2023); on H100 it
     # reaches 35% of peak where FlashAttention-3 reaches 75% (Shah et al. 2024)
     assert (speed(a100, None), speed(a100, 2), speed(a100, 1)) == (1.0, 1.0, 0.5)
@@ -126,8 +133,10 @@ def test_an_older_flash_attention_costs_more_the_longer_the_sequence():
 def test_flash_attention_length_curve_is_the_one_measured_on_h100():
     # pytorch/benchmark#2391: unmasked forward, head dim 128, batch x sequence = 16K tokens;
     # FlashAttention-3 and the Triton FlashAttention-2 share the shape, TFLOP/s per length
-    measured = {"fa3": [430.32, 517.099, 565.544, 590.233, 614.234, 620.73],
-                "triton": [328.882, 389.723, 433.721, 458.359, 470.732, 476.753]}
+    measured = {
+        "fa3": [430.32, 517.099, 565.544, 590.233, 614.234, 620.73],
+        "triton": [328.882, 389.723, 433.721, 458.359, 470.732, 476.753],
+    }
     lengths = np.array([512.0, 1024, 2048, 4096, 8192, 16384])
     for tflops in measured.values():
         assert _flash_rate(lengths) == pytest.approx(np.array(tflops) / tflops[-1], rel=0.02)
@@ -143,6 +152,7 @@ def test_causal_flash_attention_runs_slower_per_flop_the_shorter_the_sequence():
 def test_context_parallel_chunks_slow_flash_attention_most_on_short_sequences():
     def cost_of_cp(seq, cp):
         return float(flash_attention_slowdown(seq, cp) / flash_attention_slowdown(seq, 1))
+
     assert 1.0 < cost_of_cp(2048, 2) < cost_of_cp(2048, 4)
     assert cost_of_cp(131072, 2) < 1.01 < cost_of_cp(2048, 2)
 
@@ -164,9 +174,11 @@ def test_a_step_charges_context_parallel_attention_the_short_call_slowdown():
             for v in (1, 2)
         )
         return fa1 - fa2
+
     for seq in (2048, 32768):
-        assert attention_s(seq, 2) / attention_s(seq, 1) == \
-            pytest.approx(float(flash_attention_slowdown(seq, 2) / flash_attention_slowdown(seq, 1)))
+        assert attention_s(seq, 2) / attention_s(seq, 1) == pytest.approx(
+            float(flash_attention_slowdown(seq, 2) / flash_attention_slowdown(seq, 1))
+        )
 
 
 def test_a_gemm_with_one_row_and_column_costs_no_more_than_a_whole_output_tile():
@@ -196,17 +208,28 @@ def test_mpt_throughput_error_stops_growing_with_sequence_length_under_flash_att
         for _, seq, _, _, err in table_errors("dgx-a100", A100_80GB_ROWS, version, 4):
             by_seq.setdefault(seq, []).append(err)
         return [float(np.median(v)) for _, v in sorted(by_seq.items())]
+
     newest, older = medians_by_length(None), medians_by_length(1)
     assert newest[-1] - newest[0] > 0.3
     assert max(older) - min(older) < 0.10 and max(abs(m) for m in older) < 0.10
 
 
 @settings(max_examples=15, deadline=None)
-@given(seq_exp=st.integers(9, 15), tp_exp=st.integers(0, 3), cp=st.sampled_from([1, 2]),
-       recompute=st.sampled_from(["none", "selective", "full"]))
+@given(
+    seq_exp=st.integers(9, 15),
+    tp_exp=st.integers(0, 3),
+    cp=st.sampled_from([1, 2]),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+)
 def test_an_older_flash_attention_never_makes_a_step_faster(seq_exp, tp_exp, cp, recompute):
-    model = {"num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 4,
-             "seq_length": 2**seq_exp, "vocab_size": 32000}
+    model = {
+        "num_layers": 8,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_kv_heads": 4,
+        "seq_length": 2**seq_exp,
+        "vocab_size": 32000,
+    }
     layout = [{"tp": 2**tp_exp, "pp": 1, "cp": cp, "micro_batch_size": 1, "recompute": recompute}]
     steps = [
         evaluate_layouts(

@@ -46,8 +46,9 @@ def test_expert_parallel_rank_map_splits_dp_into_edp_times_ep():
     assert np.array_equal(ep, dp % 4)
 
 
-@pytest.mark.parametrize("layout", [{"tp": 4, "pp": 4, "cp": 2}, {"tp": 2, "ep": 8},
-                                    {"tp": 4, "pp": 2, "ep": 16, "etp": 1}])
+@pytest.mark.parametrize(
+    "layout", [{"tp": 4, "pp": 4, "cp": 2}, {"tp": 2, "ep": 8}, {"tp": 4, "pp": 2, "ep": 16, "etp": 1}]
+)
 def test_a_range_of_the_rank_map_is_that_range_of_the_whole_map(layout):
     rm = rank_map(cluster_spec({"preset": "dgx-h100", "nodes": 8}), layout_spec(layout))
     coords, device, node, local_gpu = rm.ranks(13, 29)
@@ -80,15 +81,26 @@ def test_folded_expert_groups_are_consecutive_ranks_of_neighbouring_tensor_group
 
 
 @settings(max_examples=30, deadline=None)
-@given(nodes=st.integers(1, 6), gpn=st.sampled_from([4, 8]), tp_exp=st.integers(0, 3), pp=st.integers(1, 4),
-       cp=st.sampled_from([1, 2]))
+@given(
+    nodes=st.integers(1, 6),
+    gpn=st.sampled_from([4, 8]),
+    tp_exp=st.integers(0, 3),
+    pp=st.integers(1, 4),
+    cp=st.sampled_from([1, 2]),
+)
 def test_rank_map_keeps_tensor_groups_in_a_node_for_any_mesh(nodes, gpn, tp_exp, pp, cp):
     tp = 2**tp_exp
     n = nodes * gpn
     if tp > gpn or n % (tp * pp * cp):
         return
-    cluster = {"gpus_per_node": gpn, "num_nodes": nodes, "peak_flops_per_s": {"bf16": 1e15}, "memory_bytes": 8e10,
-               "intra_node_bandwidth_bytes_per_s": 4e11, "inter_node_bandwidth_bytes_per_s": 5e10}
+    cluster = {
+        "gpus_per_node": gpn,
+        "num_nodes": nodes,
+        "peak_flops_per_s": {"bf16": 1e15},
+        "memory_bytes": 8e10,
+        "intra_node_bandwidth_bytes_per_s": 4e11,
+        "inter_node_bandwidth_bytes_per_s": 5e10,
+    }
     rm = rank_map(cluster_spec(cluster), layout_spec({"tp": tp, "pp": pp, "cp": cp}))
     assert len({tuple(c) for c in rm.coords}) == n
     outer = rm.coords[:, [0, 1, 3]]  # (dp, pp, cp) identifies one tensor-parallel group

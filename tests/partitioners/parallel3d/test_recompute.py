@@ -39,8 +39,13 @@ from tests.partitioners.parallel3d.shapes import (
     training_spec,
 )
 
-_PARTIAL_MODEL = {"num_layers": 16, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096,
-                  "vocab_size": 32000}
+_PARTIAL_MODEL = {
+    "num_layers": 16,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "seq_length": 4096,
+    "vocab_size": 32000,
+}
 
 
 _PARTIAL_LAYOUT = {"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 2, "zero_stage": 1}
@@ -61,10 +66,14 @@ def test_partial_recomputation_keeps_the_activations_of_the_layers_it_does_not_r
     whole = float(activation_bytes_per_layer(model, training, tokens, tp, np.array([RECOMPUTE_NONE]))[0])
     layer_input = float(activation_bytes_per_layer(model, training, tokens, tp, np.array([RECOMPUTE_FULL]))[0])
     none = float(predict_layouts(model, cluster, training, layouts(dp=8))["activations_bytes"][0])
-    partial = float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=RECOMPUTE_FULL,
-                                                                      recompute_layers=2))["activations_bytes"][0])
-    assert partial - none == pytest.approx((2 * (layer_input - whole) + whole - layer_input)
-                                           * (1 + ACTIVATION_FRAGMENTATION))
+    partial = float(
+        predict_layouts(model, cluster, training, layouts(dp=8, recompute=RECOMPUTE_FULL, recompute_layers=2))[
+            "activations_bytes"
+        ][0]
+    )
+    assert partial - none == pytest.approx(
+        (2 * (layer_input - whole) + whole - layer_input) * (1 + ACTIVATION_FRAGMENTATION)
+    )
 
 
 @pytest.mark.parametrize("recompute", [RECOMPUTE_SELECTIVE, RECOMPUTE_FULL])
@@ -75,8 +84,10 @@ def test_a_recomputed_layer_is_whole_again_during_its_backward(recompute):
     model = model_spec({**GPT_SMALL, "num_layers": 1})
     cluster = cluster_spec(A100_NODE)
     training = training_spec({"global_batch_sequences": 8, "flash_attention": False})
-    none, recomputed = (float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=rc))
-                              ["activations_bytes"][0]) for rc in (RECOMPUTE_NONE, recompute))
+    none, recomputed = (
+        float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=rc))["activations_bytes"][0])
+        for rc in (RECOMPUTE_NONE, recompute)
+    )
     assert recomputed == pytest.approx(none)
 
 
@@ -85,10 +96,14 @@ def test_recomputation_saves_activation_memory_on_every_layer_but_the_one_it_reb
     cluster = cluster_spec(A100_NODE)
     training = training_spec({"global_batch_sequences": 8, "flash_attention": False})
     tokens, tp = np.array([32]), np.array([1])
-    whole, selective = (float(activation_bytes_per_layer(model, training, tokens, tp, np.array([rc]))[0])
-                        for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE))
-    none, kept = (float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=rc))["activations_bytes"][0])
-                  for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE))
+    whole, selective = (
+        float(activation_bytes_per_layer(model, training, tokens, tp, np.array([rc]))[0])
+        for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)
+    )
+    none, kept = (
+        float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=rc))["activations_bytes"][0])
+        for rc in (RECOMPUTE_NONE, RECOMPUTE_SELECTIVE)
+    )
     assert none - kept == pytest.approx(7 * (whole - selective) * (1 + ACTIVATION_FRAGMENTATION))
 
 
@@ -96,26 +111,43 @@ def test_partial_recomputation_repeats_the_forward_of_only_the_layers_it_covers(
     model = model_spec({**GPT_SMALL, "num_layers": 8})
     cluster = cluster_spec(A100_NODE)
     training = training_spec({"global_batch_sequences": 8})
-    compute = {k: float(predict_layouts(model, cluster, training, layouts(dp=8, recompute=RECOMPUTE_FULL,
-                                                                          recompute_layers=k))["compute_s"][0])
-               for k in (0, 2, 8)}
+    compute = {
+        k: float(
+            predict_layouts(model, cluster, training, layouts(dp=8, recompute=RECOMPUTE_FULL, recompute_layers=k))[
+                "compute_s"
+            ][0]
+        )
+        for k in (0, 2, 8)
+    }
     assert compute[2] - compute[0] == pytest.approx(0.25 * (compute[8] - compute[0]))
     hardware = hardware_flops_per_step(model, 8, RECOMPUTE_FULL, 0.25) - model_flops_per_step(model, 8)
-    assert float(hardware) == pytest.approx(0.25 * float(hardware_flops_per_step(model, 8, RECOMPUTE_FULL)
-                                                         - model_flops_per_step(model, 8)))
+    assert float(hardware) == pytest.approx(
+        0.25 * float(hardware_flops_per_step(model, 8, RECOMPUTE_FULL) - model_flops_per_step(model, 8))
+    )
 
 
 def test_full_recomputation_covers_the_fewest_layers_that_fit_with_room_for_allocator_waste():
     training = {"global_batch_sequences": 64}
-    (chosen,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER), training_spec(training),
-                                 layout_specs([_PARTIAL_LAYOUT]))
+    (chosen,) = evaluate_layouts(
+        model_spec(_PARTIAL_MODEL),
+        cluster_spec(_PARTIAL_CLUSTER),
+        training_spec(training),
+        layout_specs([_PARTIAL_LAYOUT]),
+    )
     k = chosen.recompute_num_layers
     assert chosen.recompute == "full"
-    (one_fewer,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER), training_spec(training),
-                                    layout_specs([{**_PARTIAL_LAYOUT, "recompute_num_layers": k - 1}]))
-    (every_layer,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER),
-                                      training_spec(training),
-                                      layout_specs([{**_PARTIAL_LAYOUT, "recompute_num_layers": 16}]))
+    (one_fewer,) = evaluate_layouts(
+        model_spec(_PARTIAL_MODEL),
+        cluster_spec(_PARTIAL_CLUSTER),
+        training_spec(training),
+        layout_specs([{**_PARTIAL_LAYOUT, "recompute_num_layers": k - 1}]),
+    )
+    (every_layer,) = evaluate_layouts(
+        model_spec(_PARTIAL_MODEL),
+        cluster_spec(_PARTIAL_CLUSTER),
+        training_spec(training),
+        layout_specs([{**_PARTIAL_LAYOUT, "recompute_num_layers": 16}]),
+    )
     assert 1 < k < 16 and chosen.fits
     assert not any(n.startswith("tight memory") for n in chosen.notes)
     assert any(n.startswith("partial recomputation: the first") for n in chosen.notes)
@@ -125,83 +157,120 @@ def test_full_recomputation_covers_the_fewest_layers_that_fit_with_room_for_allo
 
 def test_the_2021_software_recomputes_every_layer():
     training = {"global_batch_sequences": 64, "software": "megatron-lm-2021"}
-    plan = plan_parallel_layout(model_spec({**_PARTIAL_MODEL, "seq_length": 1024}), cluster_spec(_PARTIAL_CLUSTER),
-                                training_spec(training),
-                                constraints_spec({"tp": 1, "pp": 1, "micro_batch_size": 2, "zero_stages": [1],
-                                                  "recompute": ["full"]}))
+    plan = plan_parallel_layout(
+        model_spec({**_PARTIAL_MODEL, "seq_length": 1024}),
+        cluster_spec(_PARTIAL_CLUSTER),
+        training_spec(training),
+        constraints_spec({"tp": 1, "pp": 1, "micro_batch_size": 2, "zero_stages": [1], "recompute": ["full"]}),
+    )
     assert plan.candidates[0].recompute_num_layers == 16
 
 
 def test_a_layout_stated_as_full_recomputation_recomputes_every_layer():
     # published runs that say "full activation recomputation" recomputed all of them
-    (pred,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER),
-                               training_spec({"global_batch_sequences": 64}),
-                               layout_specs([{**_PARTIAL_LAYOUT, "recompute": "full"}]))
+    (pred,) = evaluate_layouts(
+        model_spec(_PARTIAL_MODEL),
+        cluster_spec(_PARTIAL_CLUSTER),
+        training_spec({"global_batch_sequences": 64}),
+        layout_specs([{**_PARTIAL_LAYOUT, "recompute": "full"}]),
+    )
     assert pred.recompute_num_layers == 16
     assert not any(n.startswith("partial recomputation") for n in pred.notes)
 
 
 def test_a_stated_recompute_layer_count_implies_full_recomputation_and_is_kept():
-    (pred,) = evaluate_layouts(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER),
-                               training_spec({"global_batch_sequences": 64}),
-                               layout_specs([{**_PARTIAL_LAYOUT, "recompute_num_layers": 12}]))
+    (pred,) = evaluate_layouts(
+        model_spec(_PARTIAL_MODEL),
+        cluster_spec(_PARTIAL_CLUSTER),
+        training_spec({"global_batch_sequences": 64}),
+        layout_specs([{**_PARTIAL_LAYOUT, "recompute_num_layers": 12}]),
+    )
     assert (pred.recompute, pred.recompute_num_layers) == ("full", 12)
     assert pred.to_dict()["recompute_num_layers"] == 12
 
 
 def test_a_recompute_layer_count_of_zero_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(_PARTIAL_MODEL), cluster_spec(_PARTIAL_CLUSTER),
-                             training_spec({"global_batch_sequences": 64}),
-                             constraints_spec({"recompute_num_layers": 0}))
+        plan_parallel_layout(
+            model_spec(_PARTIAL_MODEL),
+            cluster_spec(_PARTIAL_CLUSTER),
+            training_spec({"global_batch_sequences": 64}),
+            constraints_spec({"recompute_num_layers": 0}),
+        )
     assert err.value.field == "constraints.recompute_num_layers"
 
 
 def test_recompute_num_layers_alone_constrains_the_search_to_full_recomputation_of_that_many_layers():
-    plan = plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER),
-                                training_spec({"global_batch_sequences": 64}),
-                                constraints_spec({"recompute_num_layers": 8}), with_rank_map=False)
+    plan = plan_parallel_layout(
+        model_spec(RECOMPUTE_MODEL),
+        cluster_spec(RECOMPUTE_CLUSTER),
+        training_spec({"global_batch_sequences": 64}),
+        constraints_spec({"recompute_num_layers": 8}),
+        with_rank_map=False,
+    )
     assert plan.candidates
     assert all(c.recompute == "full" and c.recompute_num_layers == 8 for c in plan.candidates)
 
 
-@pytest.mark.parametrize(("constraints", "field"), [
-    ({"recompute": ["none"], "recompute_num_layers": 8}, "constraints.recompute_num_layers"),
-    ({"recompute_num_layers": 33}, "constraints.recompute_num_layers"),
-    ({"pp": 4, "max_pp": 2}, "constraints.pp"),
-])
+@pytest.mark.parametrize(
+    ("constraints", "field"),
+    [
+        ({"recompute": ["none"], "recompute_num_layers": 8}, "constraints.recompute_num_layers"),
+        ({"recompute_num_layers": 33}, "constraints.recompute_num_layers"),
+        ({"pp": 4, "max_pp": 2}, "constraints.pp"),
+    ],
+)
 def test_constraints_that_contradict_each_other_or_the_model_are_invalid_input(constraints, field):
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER),
-                             training_spec({"global_batch_sequences": 64}), constraints_spec(constraints))
+        plan_parallel_layout(
+            model_spec(RECOMPUTE_MODEL),
+            cluster_spec(RECOMPUTE_CLUSTER),
+            training_spec({"global_batch_sequences": 64}),
+            constraints_spec(constraints),
+        )
     assert err.value.field == field
 
 
 def test_an_evaluated_recompute_num_layers_is_predicted_as_asked_or_refused_naming_it():
     layout = {"tp": 1, "pp": 2, "recompute": "full"}
-    (asked,) = evaluate_layouts(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER),
-                                training_spec({"global_batch_sequences": 64}),
-                                layout_specs([{**layout, "recompute_num_layers": 15}]))
+    (asked,) = evaluate_layouts(
+        model_spec(RECOMPUTE_MODEL),
+        cluster_spec(RECOMPUTE_CLUSTER),
+        training_spec({"global_batch_sequences": 64}),
+        layout_specs([{**layout, "recompute_num_layers": 15}]),
+    )
     # 15 layers of a chunk: only 1F1B's 16-layer chunks have them, not an interleaved split
     assert (asked.recompute_num_layers, asked.virtual_stages) == (15, 1)
     for too_many in (20, 1000):
         with pytest.raises(InvalidInput) as err:
-            evaluate_layouts(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER),
-                             training_spec({"global_batch_sequences": 64}),
-                             layout_specs([{**layout, "recompute_num_layers": too_many}]))
+            evaluate_layouts(
+                model_spec(RECOMPUTE_MODEL),
+                cluster_spec(RECOMPUTE_CLUSTER),
+                training_spec({"global_batch_sequences": 64}),
+                layout_specs([{**layout, "recompute_num_layers": too_many}]),
+            )
         assert err.value.field == "evaluate[0].recompute_num_layers"
 
 
 def test_the_2021_software_searches_no_selective_recomputation_and_refuses_it_when_asked():
     training = {"global_batch_sequences": 64, "software": "megatron-lm-2021"}
-    plan = plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec(training),
-                                with_rank_map=False)
+    plan = plan_parallel_layout(
+        model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec(training), with_rank_map=False
+    )
     assert plan.candidates and all(c.recompute != "selective" for c in plan.candidates)
     with pytest.raises(InvalidInput) as err:
-        evaluate_layouts(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec(training),
-                         layout_specs([{"tp": 8, "recompute": "selective"}]))
+        evaluate_layouts(
+            model_spec(RECOMPUTE_MODEL),
+            cluster_spec(RECOMPUTE_CLUSTER),
+            training_spec(training),
+            layout_specs([{"tp": 8, "recompute": "selective"}]),
+        )
     assert err.value.field == "evaluate[0].recompute"
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(RECOMPUTE_MODEL), cluster_spec(RECOMPUTE_CLUSTER), training_spec(training),
-                             constraints_spec({"recompute": ["selective"]}))
+        plan_parallel_layout(
+            model_spec(RECOMPUTE_MODEL),
+            cluster_spec(RECOMPUTE_CLUSTER),
+            training_spec(training),
+            constraints_spec({"recompute": ["selective"]}),
+        )
     assert err.value.field == "constraints.recompute"

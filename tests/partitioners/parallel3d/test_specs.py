@@ -52,10 +52,17 @@ def test_shared_inventory_json_and_its_presets_are_accepted_as_clusters():
 
 
 def test_a_one_node_inventory_without_an_inter_node_link_is_a_cluster():
-    device = {"name": "d", "type": "H100", "peak_flops": 989e12,
-              "memory_tiers": [{"name": "HBM", "capacity_bytes": 80e9, "bandwidth_bytes_per_s": 3.35e12}]}
-    node = {"name": "n0", "devices": [dict(device, name=f"d{i}") for i in range(8)],
-            "link": {"bandwidth_bytes_per_s": 4.5e11}}
+    device = {
+        "name": "d",
+        "type": "H100",
+        "peak_flops": 989e12,
+        "memory_tiers": [{"name": "HBM", "capacity_bytes": 80e9, "bandwidth_bytes_per_s": 3.35e12}],
+    }
+    node = {
+        "name": "n0",
+        "devices": [dict(device, name=f"d{i}") for i in range(8)],
+        "link": {"bandwidth_bytes_per_s": 4.5e11},
+    }
     spec = cluster_spec({"name": "one-node", "groups": [node]})
     assert (spec.num_nodes, spec.gpus_per_node) == (1, 8) and math.isinf(spec.inter_node_bandwidth_bytes_per_s)
 
@@ -73,8 +80,11 @@ def test_mixed_gpu_inventory_is_invalid_input_for_the_planner():
 
     doc = inventory_to_json(preset_inventory("dgx-h100", 1))
     other = inventory_to_json(preset_inventory("dgx-a100", 1))["groups"][0]
-    other = {**other, "name": "a100-node",
-             "devices": [{**dev, "name": "a100-" + dev["name"]} for dev in other["devices"]]}
+    other = {
+        **other,
+        "name": "a100-node",
+        "devices": [{**dev, "name": "a100-" + dev["name"]} for dev in other["devices"]],
+    }
     doc["groups"] = doc["groups"] + [other]
     with pytest.raises(InvalidInput) as err:
         cluster_spec(doc)
@@ -83,22 +93,30 @@ def test_mixed_gpu_inventory_is_invalid_input_for_the_planner():
 
 @pytest.mark.parametrize("value", [-0.1, 1.5, float("nan"), True, "0.2"])
 def test_an_allocator_fragmentation_outside_zero_to_one_is_refused(value):
-    with pytest.raises(InvalidInput, match="training.activation_fragmentation"):
+    with pytest.raises(InvalidInput, match=r"training\.activation_fragmentation"):
         training_spec({"global_batch_sequences": 8, "activation_fragmentation": value})
 
 
-@pytest.mark.parametrize(("cluster", "field"), [
-    ({"preset": "dgx-a100", "nodes": 0}, "cluster.num_nodes"),
-    ({"gpus_per_node": 8}, "cluster.num_nodes"),
-    ({"preset": "no-such-box", "nodes": 1}, "cluster.preset"),
-    # rates no hardware has would make every predicted time infinite (see inventory.within)
-    ({"gpu": "a100-80gb", "num_nodes": 2, "inter_node_bandwidth_bytes_per_s": 5e-324},
-     "cluster.inter_node_bandwidth_bytes_per_s"),
-    ({"gpu": "a100-80gb", "num_nodes": 2, "hbm_bandwidth_bytes_per_s": 1e-300}, "cluster.hbm_bandwidth_bytes_per_s"),
-    ({"gpu": "a100-80gb", "num_nodes": 2, "peak_flops_per_s": {"bf16": 1e-300}}, "cluster.peak_flops_per_s.bf16"),
-    ({"gpu": "a100-80gb", "num_nodes": 2, "inter_node_latency_s": 1.7e308}, "cluster.inter_node_latency_s"),
-    ({"gpu": "a100-80gb", "num_nodes": 2, "memory_bytes": 1.7e308}, "cluster.memory_bytes"),
-])
+@pytest.mark.parametrize(
+    ("cluster", "field"),
+    [
+        ({"preset": "dgx-a100", "nodes": 0}, "cluster.num_nodes"),
+        ({"gpus_per_node": 8}, "cluster.num_nodes"),
+        ({"preset": "no-such-box", "nodes": 1}, "cluster.preset"),
+        # rates no hardware has would make every predicted time infinite (see inventory.within)
+        (
+            {"gpu": "a100-80gb", "num_nodes": 2, "inter_node_bandwidth_bytes_per_s": 5e-324},
+            "cluster.inter_node_bandwidth_bytes_per_s",
+        ),
+        (
+            {"gpu": "a100-80gb", "num_nodes": 2, "hbm_bandwidth_bytes_per_s": 1e-300},
+            "cluster.hbm_bandwidth_bytes_per_s",
+        ),
+        ({"gpu": "a100-80gb", "num_nodes": 2, "peak_flops_per_s": {"bf16": 1e-300}}, "cluster.peak_flops_per_s.bf16"),
+        ({"gpu": "a100-80gb", "num_nodes": 2, "inter_node_latency_s": 1.7e308}, "cluster.inter_node_latency_s"),
+        ({"gpu": "a100-80gb", "num_nodes": 2, "memory_bytes": 1.7e308}, "cluster.memory_bytes"),
+    ],
+)
 def test_bad_cluster_is_invalid_input_naming_the_field(cluster, field):
     with pytest.raises(InvalidInput) as err:
         plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(cluster), training_spec({"global_batch_sequences": 8}))
@@ -107,15 +125,22 @@ def test_bad_cluster_is_invalid_input_naming_the_field(cluster, field):
 
 def test_hidden_size_not_multiple_of_heads_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec({**GPT_SMALL, "num_attention_heads": 5}), cluster_spec(A100_NODE),
-                             training_spec({"global_batch_sequences": 8}))
+        plan_parallel_layout(
+            model_spec({**GPT_SMALL, "num_attention_heads": 5}),
+            cluster_spec(A100_NODE),
+            training_spec({"global_batch_sequences": 8}),
+        )
     assert err.value.code == "heads-do-not-divide-hidden"
 
 
 def test_fixed_tp_that_does_not_divide_the_gpus_is_invalid_input():
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(A100_NODE),
-                             training_spec({"global_batch_sequences": 8}), constraints_spec({"tp": 3}))
+        plan_parallel_layout(
+            model_spec(GPT_SMALL),
+            cluster_spec(A100_NODE),
+            training_spec({"global_batch_sequences": 8}),
+            constraints_spec({"tp": 3}),
+        )
     assert err.value.field == "constraints.tp"
 
 
@@ -128,15 +153,21 @@ def test_an_expert_load_imbalance_below_one_or_absurd_is_invalid_input(imbalance
 
 def test_flash_attention_3_before_hopper_is_invalid_input_naming_the_field():
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(A100_NODE),
-                             training_spec({"global_batch_sequences": 8, "flash_attention_version": 3}))
+        plan_parallel_layout(
+            model_spec(GPT_SMALL),
+            cluster_spec(A100_NODE),
+            training_spec({"global_batch_sequences": 8, "flash_attention_version": 3}),
+        )
     assert err.value.field == "training.flash_attention_version" and err.value.code == "not-on-this-gpu"
 
 
-@pytest.mark.parametrize(("parse", "field"), [
-    (lambda: training_spec({"global_batch_sequences": 8, "overlap_tp_comm": "no"}), "training.overlap_tp_comm"),
-    (lambda: model_spec({**GPT_SMALL, "gated_mlp": 1}), "model.gated_mlp"),
-])
+@pytest.mark.parametrize(
+    ("parse", "field"),
+    [
+        (lambda: training_spec({"global_batch_sequences": 8, "overlap_tp_comm": "no"}), "training.overlap_tp_comm"),
+        (lambda: model_spec({**GPT_SMALL, "gated_mlp": 1}), "model.gated_mlp"),
+    ],
+)
 def test_a_flag_that_is_not_a_json_boolean_is_invalid_input_rather_than_truthy(parse, field):
     # bool("no") is True: a string from a command line (-t overlap_tp_comm=no) must not turn a flag on
     with pytest.raises(InvalidInput) as err:
@@ -146,28 +177,43 @@ def test_a_flag_that_is_not_a_json_boolean_is_invalid_input_rather_than_truthy(p
 
 def test_a_layer_listed_twice_is_invalid_input_naming_the_list():
     with pytest.raises(InvalidInput) as err:
-        model_spec({**GPT_SMALL, "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 64,
-                                              "moe_layers": [1, 1]}})
+        model_spec(
+            {
+                **GPT_SMALL,
+                "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 64, "moe_layers": [1, 1]},
+            }
+        )
     assert err.value.field == "model.moe.moe_layers" and err.value.code == "duplicate-layer"
 
 
 def test_a_cluster_given_by_figures_and_an_architecture_gets_that_generations_kernel_ceilings():
-    figures = {"num_nodes": 1, "gpus_per_node": 8, "peak_flops_per_s": {"bf16": 989e12, "fp8": 1979e12},
-               "memory_bytes": 80e9, "hbm_bandwidth_bytes_per_s": 3.35e12,
-               "intra_node_bandwidth_bytes_per_s": 450e9, "inter_node_bandwidth_bytes_per_s": 50e9}
+    figures = {
+        "num_nodes": 1,
+        "gpus_per_node": 8,
+        "peak_flops_per_s": {"bf16": 989e12, "fp8": 1979e12},
+        "memory_bytes": 80e9,
+        "hbm_bandwidth_bytes_per_s": 3.35e12,
+        "intra_node_bandwidth_bytes_per_s": 450e9,
+        "inter_node_bandwidth_bytes_per_s": 50e9,
+    }
     hopper = cluster_spec({**figures, "architecture": "hopper"})
     h100 = cluster_spec({"preset": "dgx-h100", "nodes": 1})
-    assert (hopper.gemm_efficiency_max, hopper.fp8_gemm_efficiency_max, hopper.sm_count) == \
-        (h100.gemm_efficiency_max, h100.fp8_gemm_efficiency_max, h100.sm_count)
+    assert (hopper.gemm_efficiency_max, hopper.fp8_gemm_efficiency_max, hopper.sm_count) == (
+        h100.gemm_efficiency_max,
+        h100.fp8_gemm_efficiency_max,
+        h100.sm_count,
+    )
     # a ceiling the cluster states is its own
-    assert cluster_spec({**figures, "architecture": "hopper", "gemm_efficiency_max": 0.7}).gemm_efficiency_max \
-        == 0.7
+    assert cluster_spec({**figures, "architecture": "hopper", "gemm_efficiency_max": 0.7}).gemm_efficiency_max == 0.7
 
 
 def test_fp8_on_gpus_without_fp8_tensor_cores_is_invalid_input_naming_the_precision():
     with pytest.raises(InvalidInput) as err:
-        plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(A100_NODE),
-                             training_spec({"global_batch_sequences": 8, "precision": "fp8"}))
+        plan_parallel_layout(
+            model_spec(GPT_SMALL),
+            cluster_spec(A100_NODE),
+            training_spec({"global_batch_sequences": 8, "precision": "fp8"}),
+        )
     assert err.value.field == "training.precision" and err.value.code == "not-on-this-gpu"
 
 
@@ -186,14 +232,21 @@ def test_an_inventory_preset_takes_no_figures_it_would_ignore():
 
 
 def test_a_flash_attention_version_needs_a_gpu_generation_with_measured_speeds():
-    custom = {"gpus_per_node": 8, "num_nodes": 1, "peak_flops_per_s": {"bf16": 1e15}, "memory_bytes": 8e10,
-              "intra_node_bandwidth_bytes_per_s": 4e11, "inter_node_bandwidth_bytes_per_s": 5e10}
+    custom = {
+        "gpus_per_node": 8,
+        "num_nodes": 1,
+        "peak_flops_per_s": {"bf16": 1e15},
+        "memory_bytes": 8e10,
+        "intra_node_bandwidth_bytes_per_s": 4e11,
+        "inter_node_bandwidth_bytes_per_s": 5e10,
+    }
     training = {"global_batch_sequences": 8, "flash_attention_version": 2}
     with pytest.raises(InvalidInput) as err:
         plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec(custom), training_spec(training))
     assert err.value.code == "unknown-architecture"
-    assert plan_parallel_layout(model_spec(GPT_SMALL), cluster_spec({**custom, "architecture": "hopper"}),
-                                training_spec(training)).feasible
+    assert plan_parallel_layout(
+        model_spec(GPT_SMALL), cluster_spec({**custom, "architecture": "hopper"}), training_spec(training)
+    ).feasible
 
 
 def test_a_flash_attention_version_with_flash_attention_off_is_a_contradiction():
@@ -212,8 +265,9 @@ def test_a_software_preset_sets_its_flags_and_fields_given_beside_it_win():
     spec = training_spec({"global_batch_sequences": 8, "software": "megatron-lm-2021", "dropout": False})
     assert not spec.flash_attention and not spec.sequence_parallel and spec.fp32_grad_copy_kept
     assert spec.dropout is False  # given explicitly, so the preset's "on" does not apply
-    assert training_spec({"global_batch_sequences": 8, "software": "megatron-core"}) == \
-        training_spec({"global_batch_sequences": 8})
+    assert training_spec({"global_batch_sequences": 8, "software": "megatron-core"}) == training_spec(
+        {"global_batch_sequences": 8}
+    )
 
 
 def test_an_unknown_software_preset_is_invalid_input_listing_the_known_ones():
@@ -243,8 +297,12 @@ def test_integral_floats_and_lists_are_normalised_to_the_types_the_planner_compu
 
 def test_an_unknown_key_in_a_nested_block_is_named_by_its_path():
     with pytest.raises(InvalidInput) as err:
-        model_spec({**GPT_SMALL, "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 64,
-                                         "capacity": 2}})
+        model_spec(
+            {
+                **GPT_SMALL,
+                "moe": {"num_experts": 4, "experts_per_token": 2, "expert_ffn_hidden_size": 64, "capacity": 2},
+            }
+        )
     assert err.value.field == "model.moe.capacity" and err.value.code == "unknown-field"
 
 

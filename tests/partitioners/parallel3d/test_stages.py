@@ -71,8 +71,23 @@ def test_a_larger_micro_batch_group_keeps_more_model_chunks_in_flight_on_the_fir
 
     def first_stage_bytes(m: int) -> float:
         # 4 stages of 2 layers, 2 chunks of 1 layer each
-        return float(stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 0 * one, 2 * one,
-                                            2 * one, 4 * one, 2 * one, m * one).first_bytes[0])
+        return float(
+            stage_activation_bytes(
+                model,
+                training,
+                tokens,
+                tp,
+                rc,
+                0.0 * one,
+                2 * one,
+                0 * one,
+                2 * one,
+                2 * one,
+                4 * one,
+                2 * one,
+                m * one,
+            ).first_bytes[0]
+        )
 
     # 2(p - 1) + (v - 1) N + 1 chunks of one layer: N = 4 at 16 micro-batches, 5 at 15
     assert first_stage_bytes(16) == pytest.approx(11 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
@@ -83,8 +98,9 @@ def test_middle_stages_shed_leftover_layers_nearest_the_first_stage():
     # 13 layers on 8 stages of 2: the ends keep 1 each and the second stage sheds the third
     # short layer (1 x 7 in flight); the third stage's 2 x 6 is then the peak (first: 1 x 8)
     model, training, one, tokens, tp, rc, per_layer = _small_stages(13)
-    stages = stage_activation_bytes(model, training, tokens, tp, rc, 0.0 * one, 2 * one, 0 * one, one, one,
-                                    8 * one, one, 16 * one)
+    stages = stage_activation_bytes(
+        model, training, tokens, tp, rc, 0.0 * one, 2 * one, 0 * one, one, one, 8 * one, one, 16 * one
+    )
     assert (float(stages.middle_rank[0]), float(stages.middle_layers[0])) == (2, 2)
     assert float(stages.middle_bytes[0]) == pytest.approx(2 * 6 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
     assert float(stages.first_bytes[0]) == pytest.approx(1 * 8 * per_layer * (1 + ACTIVATION_FRAGMENTATION))
@@ -102,28 +118,39 @@ def test_the_uneven_stage_note_says_which_middle_stages_are_a_layer_short():
     assert note.endswith("; the stage after the first holds 1")
 
 
-@pytest.mark.parametrize(("layers", "pp", "split"), [
-    (126, 16, (8, 7, 7)),   # Llama 3 405B: one layer fewer on each end (Llama 3 paper, Sec. 3.3.2)
-    (96, 8, (12, 12, 12)),  # even
-    (95, 8, (12, 12, 11)),  # one short: off the last stage
-    (96, 31, (4, 3, 3)),    # many short: the ends and some middle stages hold one fewer
-    (80, 1, (80, 80, 80)),
-])
+@pytest.mark.parametrize(
+    ("layers", "pp", "split"),
+    [
+        (126, 16, (8, 7, 7)),  # Llama 3 405B: one layer fewer on each end (Llama 3 paper, Sec. 3.3.2)
+        (96, 8, (12, 12, 12)),  # even
+        (95, 8, (12, 12, 11)),  # one short: off the last stage
+        (96, 31, (4, 3, 3)),  # many short: the ends and some middle stages hold one fewer
+        (80, 1, (80, 80, 80)),
+    ],
+)
 def test_uneven_pipeline_stages_take_the_shortfall_from_both_ends_first(layers, pp, split):
     q, first, last = stage_layer_split(layers, np.array([pp]))
     assert (float(q[0]), float(first[0]), float(last[0])) == split
 
 
-@pytest.mark.parametrize(("q", "short", "pp", "extras", "ends"), [
-    (8, 2, 16, (0.05, 0.65), (7, 7)),  # Llama 3 405B: a cheap head, one layer off each end
-    (12, 1, 8, (0.05, 0.65), (12, 11)),  # one short: off the slower last stage
-    (4, 3, 16, (0.1, 2.5), (4, 1)),    # a head worth 2.5 layers takes the last stage down to one
-    (4, 3, 16, (0.1, 0.2), (3, 3)),    # ends no slower than a middle stage: the rest shorten middle stages
-    (5, 1, 2, (0.1, 0.0), (4, 5)),     # two stages: the short layer comes off an end, here the first
-])
+@pytest.mark.parametrize(
+    ("q", "short", "pp", "extras", "ends"),
+    [
+        (8, 2, 16, (0.05, 0.65), (7, 7)),  # Llama 3 405B: a cheap head, one layer off each end
+        (12, 1, 8, (0.05, 0.65), (12, 11)),  # one short: off the slower last stage
+        (4, 3, 16, (0.1, 2.5), (4, 1)),  # a head worth 2.5 layers takes the last stage down to one
+        (4, 3, 16, (0.1, 0.2), (3, 3)),  # ends no slower than a middle stage: the rest shorten middle stages
+        (5, 1, 2, (0.1, 0.0), (4, 5)),  # two stages: the short layer comes off an end, here the first
+    ],
+)
 def test_the_stage_that_also_embeds_or_computes_logits_sheds_the_short_layers(q, short, pp, extras, ends):
-    first, last = balanced_end_layers(np.array([q], dtype=float), np.array([short], dtype=float),
-                                      np.array([pp], dtype=float), np.array([extras[0]]), np.array([extras[1]]))
+    first, last = balanced_end_layers(
+        np.array([q], dtype=float),
+        np.array([short], dtype=float),
+        np.array([pp], dtype=float),
+        np.array([extras[0]]),
+        np.array([extras[1]]),
+    )
     assert (float(first[0]), float(last[0])) == ends
 
 
@@ -149,8 +176,9 @@ def test_end_stage_balancing_stops_once_no_layout_moves_a_layer():
         rounds.append(1)
         return first, last
 
-    first, last = balanced_end_layers(np.array([2.0]), np.array([45_360.0]), np.array([50_400.0]),
-                                      np.array([0.1]), np.array([1.5]), end_layer_units)
+    first, last = balanced_end_layers(
+        np.array([2.0]), np.array([45_360.0]), np.array([50_400.0]), np.array([0.1]), np.array([1.5]), end_layer_units
+    )
     assert (float(first[0]), float(last[0])) == (1.0, 1.0)
     assert len(rounds) == 3
 

@@ -40,8 +40,12 @@ from tests.partitioners.placement.test_engine import IDEAL, chain, cluster, two_
 
 
 def context(graph=None, inventory=None, **options) -> PlacementContext:
-    return placement_context(graph or synthetic_hypergraph(120, lanes=6, seed=4), inventory or cluster(4, groups=2),
-                             PlacementOptions(**options), IDEAL)
+    return placement_context(
+        graph or synthetic_hypergraph(120, lanes=6, seed=4),
+        inventory or cluster(4, groups=2),
+        PlacementOptions(**options),
+        IDEAL,
+    )
 
 
 BUILDERS = {
@@ -125,16 +129,22 @@ def test_a_forced_family_schedules_only_that_family():
     assert names == ["metis-4", "metis-edge-cut-4", "metis-2"]
 
 
-@pytest.mark.parametrize("strategy,build", [("heft", lambda c: heft(c, contention=True)),
-                                            ("pipeline", lambda c: pipeline_stages(c, 4)),
-                                            ("metis", lambda c: metis_k_way(c, 4))])
+@pytest.mark.parametrize(
+    "strategy,build",
+    [
+        ("heft", lambda c: heft(c, contention=True)),
+        ("pipeline", lambda c: pipeline_stages(c, 4)),
+        ("metis", lambda c: metis_k_way(c, 4)),
+    ],
+)
 def test_place_lists_what_scoring_the_strategys_proposal_gives(strategy, build):
     graph = synthetic_hypergraph(120, lanes=6, seed=4)
     inv = cluster(4, groups=2)
     options = PlacementOptions(strategy=strategy)
     result = place(graph, inv, options, cost_model=IDEAL)
-    scored = score_proposal(placement_context(graph, inv, options, IDEAL), build(placement_context(graph, inv,
-                                                                                                   options, IDEAL)))
+    scored = score_proposal(
+        placement_context(graph, inv, options, IDEAL), build(placement_context(graph, inv, options, IDEAL))
+    )
     assert result.candidates[0] == scored.candidate
 
 
@@ -149,12 +159,20 @@ def test_two_chains_go_one_per_device_under_heft():
 #: seed 3, recorded before the engine became functions over a frozen context (issue 51): every
 #: candidate in scoring order with its makespan, and the refined winner.
 RECORDED_TRAINING_M2 = [
-    ("single", 0.021904494161768564), ("hybrid-4x2", 0.005469402076429873),
-    ("heft-contention", 0.00524901166299898), ("heft", 0.008447690192777848), ("pipeline-8", 0.00563425959085035),
-    ("metis-8", 0.003834406342460263), ("metis-edge-cut-8", 0.004146990773522715),
-    ("hybrid-2x2", 0.007905565627086535), ("hybrid-1x2", 0.010956297476406671),
-    ("pipeline-4", 0.009892229060729965), ("pipeline-2", 0.01556356726717883), ("metis-4", 0.0075112856910623995),
-    ("metis-2", 0.012723973979590271), ("metis-8+refine", 0.00380875063218934),
+    ("single", 0.021904494161768564),
+    ("hybrid-4x2", 0.005469402076429873),
+    ("heft-contention", 0.00524901166299898),
+    ("heft", 0.008447690192777848),
+    ("pipeline-8", 0.00563425959085035),
+    ("metis-8", 0.003834406342460263),
+    ("metis-edge-cut-8", 0.004146990773522715),
+    ("hybrid-2x2", 0.007905565627086535),
+    ("hybrid-1x2", 0.010956297476406671),
+    ("pipeline-4", 0.009892229060729965),
+    ("pipeline-2", 0.01556356726717883),
+    ("metis-4", 0.0075112856910623995),
+    ("metis-2", 0.012723973979590271),
+    ("metis-8+refine", 0.00380875063218934),
 ]
 
 

@@ -11,17 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioners.graph.generators import synthetic_graph_json, synthetic_hypergraph
 from partitioners.costmodel.costs import CostModel
+from partitioners.costmodel.simulator import remote_transfers, simulate
 from partitioners.errors import Infeasible, InvalidInput
+from partitioners.graph.generators import synthetic_graph_json, synthetic_hypergraph
 from partitioners.graph.hypergraph import graph_from_ops
 from partitioners.graph.json_import import graph_from_json
-from partitioners.placement.engine import PlacementOptions, place
+from partitioners.graph.transforms import PHASE_BACKWARD, PHASE_FORWARD
 from partitioners.hardware.inventory import inventory_from_json
+from partitioners.placement.engine import PlacementOptions, place
 from partitioners.placement.memory_tiers import placed_tier_op_times_s
 from partitioners.placement.pipeline import quotient_is_acyclic
-from partitioners.costmodel.simulator import remote_transfers, simulate
-from partitioners.graph.transforms import PHASE_BACKWARD, PHASE_FORWARD
 
 IDEAL = CostModel(efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0)
 MS = 1e9  # FLOPs that take one millisecond on a 1 TFLOP/s device
@@ -179,7 +179,9 @@ def test_max_devices_limits_the_plan():
 @pytest.mark.parametrize("strategy", ["heft", "metis", "pipeline", "hybrid"])
 def test_a_strategy_that_needs_several_devices_on_one_is_invalid_input(strategy):
     with pytest.raises(InvalidInput) as err:
-        place(chain(), cluster(4), PlacementOptions(strategy=strategy, max_devices=1, micro_batches=2), cost_model=IDEAL)
+        place(
+            chain(), cluster(4), PlacementOptions(strategy=strategy, max_devices=1, micro_batches=2), cost_model=IDEAL
+        )
     assert (err.value.field, err.value.code) == ("options.strategy", "strategy-not-applicable")
 
 
@@ -236,8 +238,9 @@ def test_a_plan_timed_with_tiers_times_every_operator_with_the_tiers_it_states(n
     inventory = inventory_from_json({"preset": "dgx-h100", "nodes": 1})
     r = place(graph, inventory, PlacementOptions(mode="training", micro_batches=2))
     assert r.timed_with_tiers
-    stated = placed_tier_op_times_s(r.graph, inventory, r.placement, r.memory_plan.tensor, r.memory_plan.device,
-                                    r.memory_plan.tier)
+    stated = placed_tier_op_times_s(
+        r.graph, inventory, r.placement, r.memory_plan.tensor, r.memory_plan.device, r.memory_plan.tier
+    )
     np.testing.assert_allclose(r.simulation.op_end_s - r.simulation.op_start_s, stated, rtol=1e-9, atol=1e-15)
 
 
@@ -357,7 +360,12 @@ def test_contention_aware_heft_sees_a_busy_port():
 
 
 def test_throughput_objective_is_the_busiest_device_per_micro_batch():
-    r = place(chain(4, tensor_bytes=1.0), cluster(4), PlacementOptions(objective="throughput", micro_batches=4), cost_model=IDEAL)
+    r = place(
+        chain(4, tensor_bytes=1.0),
+        cluster(4),
+        PlacementOptions(objective="throughput", micro_batches=4),
+        cost_model=IDEAL,
+    )
     assert r.objective_value == pytest.approx(r.simulation.device_busy_s.max() / 4)
     assert r.objective_value == pytest.approx(1e-3)  # 16 ms of work over 4 devices, 4 micro-batches
 
@@ -374,4 +382,4 @@ def test_progress_is_reported_in_order_up_to_the_end():
     seen: list[float] = []
     place(synthetic_hypergraph(300, lanes=6, seed=4), cluster(4), cost_model=IDEAL, on_progress=seen.append)
     assert seen and seen == sorted(seen)
-    assert 0.0 < seen[0] and seen[-1] >= 0.9 and max(seen) <= 1.0
+    assert seen[0] > 0.0 and seen[-1] >= 0.9 and max(seen) <= 1.0

@@ -7,12 +7,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.costmodel.costs import CostModel
+from partitioners.costmodel.simulator import simulate
+from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.graph.hypergraph import TENSOR_PARAMETER, graph_from_ops
 from partitioners.hardware.inventory import inventory_from_json
-from partitioners.placement.memory_tiers import ALIGNMENT_BYTES, UNPLACED, plan_memory_tiers, tensor_lifetimes, tier_op_times_s
-from partitioners.costmodel.simulator import simulate
+from partitioners.placement.memory_tiers import (
+    ALIGNMENT_BYTES,
+    UNPLACED,
+    plan_memory_tiers,
+    tensor_lifetimes,
+    tier_op_times_s,
+)
 
 IDEAL = CostModel(efficiency=(1.0,) * 8, memory_efficiency=1.0, launch_overhead_s=0.0)
 KB = 1024
@@ -161,7 +167,7 @@ def test_no_live_overlap_and_no_tier_over_capacity(n, seed, l2):
     assert plan.capacity_violations == 0
     assert plan.high_water_bytes[:, 1].max() <= l2
     # every holding of the simulator's lifetimes is planned exactly once
-    t, d, _, _ = tensor_lifetimes(g, sim)
+    t, _d, _, _ = tensor_lifetimes(g, sim)
     assert np.unique(plan.tensor * 3 + plan.device).shape[0] == plan.tensor.shape[0] == t.shape[0]
     # parameters in main memory; no two holdings overlap in time and address in a tier
     assert np.all(plan.tier[g.tensor_kind[plan.tensor] == TENSOR_PARAMETER] == 0)

@@ -27,9 +27,16 @@ from tests.partitioners.placement.test_engine import IDEAL, MS, chain, cluster
 
 
 def candidate(name="c", *, makespan_s=1.0, feasible=True, frac=0.5, acyclic=True, devices=1, objective=None):
-    return Candidate(strategy=name, makespan_s=makespan_s, feasible=feasible, comm_bytes=0.0, devices_used=devices,
-                     peak_memory_fraction=frac, acyclic=acyclic,
-                     objective_value=makespan_s if objective is None else objective)
+    return Candidate(
+        strategy=name,
+        makespan_s=makespan_s,
+        feasible=feasible,
+        comm_bytes=0.0,
+        devices_used=devices,
+        peak_memory_fraction=frac,
+        acyclic=acyclic,
+        objective_value=makespan_s if objective is None else objective,
+    )
 
 
 def scored(c: Candidate) -> ScoredCandidate:
@@ -37,16 +44,20 @@ def scored(c: Candidate) -> ScoredCandidate:
 
 
 def test_a_feasible_plan_beats_a_faster_infeasible_one():
-    ranked = [scored(candidate("fast", makespan_s=1.0, feasible=False, frac=1.2)),
-              scored(candidate("slow", makespan_s=5.0))]
+    ranked = [
+        scored(candidate("fast", makespan_s=1.0, feasible=False, frac=1.2)),
+        scored(candidate("slow", makespan_s=5.0)),
+    ]
     assert best_candidate(ranked, pipeline=False) == 1
 
 
 def test_among_infeasible_plans_overshoots_within_the_tolerance_count_as_equal_so_the_faster_wins():
     near = 1.2 * (1 + INFEASIBLE_TOLERANCE / 2)
-    ranked = [scored(candidate("least-over", makespan_s=5.0, feasible=False, frac=1.2)),
-              scored(candidate("near", makespan_s=1.0, feasible=False, frac=near)),
-              scored(candidate("far", makespan_s=0.5, feasible=False, frac=1.5))]
+    ranked = [
+        scored(candidate("least-over", makespan_s=5.0, feasible=False, frac=1.2)),
+        scored(candidate("near", makespan_s=1.0, feasible=False, frac=near)),
+        scored(candidate("far", makespan_s=0.5, feasible=False, frac=1.5)),
+    ]
     assert least_over_budget([s.candidate for s in ranked], pipeline=False) == 1.2
     assert best_candidate(ranked, pipeline=False) == 1
 
@@ -64,8 +75,10 @@ def test_in_pipeline_mode_a_cyclic_plan_ranks_after_every_acyclic_one():
 
 
 def test_the_objective_decides_before_the_makespan():
-    throughput = [scored(candidate("short", makespan_s=1.0, objective=0.9)),
-                  scored(candidate("steady", makespan_s=2.0, objective=0.5))]
+    throughput = [
+        scored(candidate("short", makespan_s=1.0, objective=0.9)),
+        scored(candidate("steady", makespan_s=2.0, objective=0.5)),
+    ]
     assert best_candidate(throughput, pipeline=False) == 1
 
 

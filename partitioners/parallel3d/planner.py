@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from partitioners.errors import Infeasible, InvalidInput
+from partitioners.parallel3d.arrays import FloatArray
 from partitioners.parallel3d.cost import predict_layouts
 from partitioners.parallel3d.flops import model_flops_per_step, parameter_counts
 from partitioners.parallel3d.memory import (
@@ -257,7 +258,7 @@ class RankMap:
     mesh_dim_names: tuple[str, ...]
     order: str = "tp-cp-ep-pp-dp"
 
-    def ranks(self, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def ranks(self, start: int = 0, stop: int | None = None) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
         """``(coords, device, node, local_gpu)`` of ranks ``start`` to ``stop`` (exclusive)."""
         stop = self.num_ranks if stop is None else min(stop, self.num_ranks)
         r = np.arange(max(start, 0), max(stop, start, 0), dtype=np.int64)
@@ -274,23 +275,23 @@ class RankMap:
         return coords, r, (r // self.gpus_per_node).astype(np.int32), (r % self.gpus_per_node).astype(np.int32)
 
     @functools.cached_property
-    def _whole(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _whole(self) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
         return self.ranks()
 
     @property
-    def coords(self) -> np.ndarray:
+    def coords(self) -> FloatArray:
         return self._whole[0]
 
     @property
-    def device(self) -> np.ndarray:
+    def device(self) -> FloatArray:
         return self._whole[1]
 
     @property
-    def node(self) -> np.ndarray:
+    def node(self) -> FloatArray:
         return self._whole[2]
 
     @property
-    def local_gpu(self) -> np.ndarray:
+    def local_gpu(self) -> FloatArray:
         return self._whole[3]
 
     def to_dict(self, limit: int | None = 1024) -> dict[str, Any]:
@@ -510,10 +511,10 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
 
 
 def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, constraints: Constraints,
-                 lay: LayoutArrays, pred: Mapping[str, np.ndarray]) -> np.ndarray:
+                 lay: LayoutArrays, pred: Mapping[str, FloatArray]) -> FloatArray:
     bits = np.zeros(len(lay), dtype=np.int64)
 
-    def mark(name: str, mask: np.ndarray) -> None:
+    def mark(name: str, mask: FloatArray) -> None:
         nonlocal bits
         bits |= np.where(mask, 1 << REJECTION_REASONS.index(name), 0)
 
@@ -554,7 +555,7 @@ def _reason_text(name: str, model: ModelSpec, cluster: ClusterSpec, training: Tr
     return f"out of memory: needs {memory_bytes / _GIB:.1f} GiB per GPU, {cluster.memory_bytes / _GIB:.1f} GiB available"
 
 
-def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits: np.ndarray, model: ModelSpec,
+def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, FloatArray], bits: FloatArray, model: ModelSpec,
                 cluster: ClusterSpec, training: TrainingSpec, tie: bool = False,
                 notes: tuple[str, ...] = ()) -> LayoutPrediction:
     d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero",
@@ -656,15 +657,15 @@ def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
             f"{ACTIVATION_FRAGMENTATION_HIGH:.0%} ({worst_bytes / _GIB:.1f} GiB); measure peak memory before a long run")
 
 
-def _tight_memory(pred: Mapping[str, np.ndarray], index: np.ndarray, capacity_bytes: float,
-                  counted: float) -> np.ndarray:
+def _tight_memory(pred: Mapping[str, FloatArray], index: FloatArray, capacity_bytes: float,
+                  counted: float) -> FloatArray:
     """True where a layout fits only with less allocator waste than ``ACTIVATION_FRAGMENTATION_HIGH``
     (its prediction counted ``counted``)."""
     return bytes_at_high_fragmentation(pred["memory_bytes"][index], pred["activations_bytes"][index],
                                        counted) > capacity_bytes
 
 
-def _best_per_split(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> np.ndarray:
+def _best_per_split(index: FloatArray, lay: LayoutArrays, step: FloatArray) -> FloatArray:
     """Of the candidates at ``index``, the fastest one per (tp, pp) pair, fastest first.
 
     The tensor- and pipeline-parallel sizes are the choice a user makes first (they fix
@@ -779,7 +780,7 @@ def _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred
                        replace(sub, recompute_layers=np.zeros_like(sub.recompute_layers)))
     capacity = float(cluster_spec.memory_bytes)
 
-    def least_fraction(at_zero: np.ndarray, at_all: np.ndarray) -> np.ndarray:
+    def least_fraction(at_zero: FloatArray, at_all: FloatArray) -> FloatArray:
         """Smallest share of layers at which the line from ``at_zero`` to ``at_all`` is within capacity."""
         drop = np.maximum(at_zero - at_all, 1e-9)
         return np.where(at_all <= capacity, np.clip((at_zero - capacity) / drop, 0.0, 1.0), np.inf)

@@ -42,6 +42,7 @@ from partitioners.hardware.inventory import (
     within,
 )
 from partitioners.hardware.inventory import PRESETS as INVENTORY_PRESETS
+from partitioners.parallel3d.arrays import FloatArray
 from partitioners.parallel3d.field_checks import (
     MAX_COUNT,
     as_list,
@@ -206,7 +207,7 @@ class MLASpec:
         check_declared_fields(self)
 
 
-def kv_shard_count(tp: np.ndarray | float, kv_heads: int) -> np.ndarray:
+def kv_shard_count(tp: FloatArray | float, kv_heads: int) -> FloatArray:
     """How many ways tensor parallelism splits K and V: ``tp`` up to the KV head count.
 
     With more tensor-parallel ranks than KV heads (multi-query attention, or GQA with
@@ -244,14 +245,14 @@ class AttentionProjection:
     kv_out_width: int = 0
     kv_heads: int = 1
 
-    def out_per_rank(self, tp: np.ndarray | float) -> np.ndarray | float:
+    def out_per_rank(self, tp: FloatArray | float) -> FloatArray | float:
         """Output features one tensor-parallel rank computes."""
         if self.split != "column":
             return self.out_width
         tp = np.asarray(tp, dtype=float)
         return (self.out_width - self.kv_out_width) / tp + self.kv_out_width / kv_shard_count(tp, self.kv_heads)
 
-    def in_per_rank(self, tp: np.ndarray | float) -> np.ndarray | float:
+    def in_per_rank(self, tp: FloatArray | float) -> FloatArray | float:
         """Input features one tensor-parallel rank reads."""
         return self.in_width / np.asarray(tp, dtype=float) if self.split == "row" else self.in_width
 
@@ -418,7 +419,7 @@ class ModelSpec:
     def kv_heads(self) -> int:
         return self.num_kv_heads or self.num_attention_heads
 
-    def kv_shards(self, tp: np.ndarray | float) -> np.ndarray:
+    def kv_shards(self, tp: FloatArray | float) -> FloatArray:
         """How many ways tensor parallelism splits this model's K and V (:func:`kv_shard_count`)."""
         return kv_shard_count(tp, self.kv_heads)
 

@@ -21,7 +21,7 @@ from partitioners.hardware.collectives import (
     hierarchical_alltoall_time_s,
     p2p_time_s,
 )
-from partitioners.parallel3d.arrays import FloatArray
+from partitioners.parallel3d.arrays import FloatArray, IntArray
 
 __all__ = [
     "OVERLAP_COMPUTE_SLOWDOWN",
@@ -46,7 +46,8 @@ __all__ = [
 OVERLAP_COMPUTE_SLOWDOWN = 0.189
 
 
-def overlapped_time_s(comm_s: FloatArray, window_s: FloatArray, floor_s: FloatArray | float = 0.0) -> FloatArray:
+def overlapped_time_s(comm_s: FloatArray, window_s: FloatArray | float,
+                      floor_s: FloatArray | float = 0.0) -> FloatArray:
     """Critical-path time a collective adds when it runs under ``window_s`` of computation.
 
     What the window cannot cover stays exposed (at least ``floor_s``, e.g. a pipelined
@@ -57,7 +58,7 @@ def overlapped_time_s(comm_s: FloatArray, window_s: FloatArray, floor_s: FloatAr
     return exposed + OVERLAP_COMPUTE_SLOWDOWN * (comm_s - exposed)
 
 
-def exposed_part_s(comm_s: FloatArray, window_s: FloatArray, floor_s: FloatArray | float = 0.0) -> FloatArray:
+def exposed_part_s(comm_s: FloatArray, window_s: FloatArray | float, floor_s: FloatArray | float = 0.0) -> FloatArray:
     """The part of a collective that ``window_s`` of computation cannot cover (at least ``floor_s``)."""
     return np.maximum(np.maximum(comm_s - window_s, 0.0), floor_s)
 
@@ -185,7 +186,7 @@ def point_to_point_time_s(n_bytes: FloatArray, link: LinkSpec) -> FloatArray:
     return np.where(n_bytes > 0, at_1 + (at_2 - at_1) * (n_bytes - 1.0), 0.0)
 
 
-def _distinct_pairs(first: FloatArray, second: FloatArray) -> tuple[FloatArray, FloatArray]:
+def _distinct_pairs(first: FloatArray | IntArray, second: FloatArray | IntArray) -> tuple[IntArray, IntArray]:
     """The distinct (first, second) integer pairs, and each candidate's index among them.
 
     One int64 key per pair sorts as fast as the numbers themselves; ``np.unique(...,
@@ -210,12 +211,13 @@ def two_level_allreduce_time_s(n_bytes: FloatArray, local: FloatArray, groups: F
     and all-gather have no tree variant in NCCL, so they pass ``algorithms=("ring",)``.
     """
     uniq, inverse = _distinct_pairs(local, groups)
-    best = None
+    best: FloatArray | None = None
     for algorithm in algorithms:
         at_1 = np.array([hierarchical_allreduce_time_s(1.0, int(a), int(b), intra, inter, algorithm) for a, b in uniq])
         at_2 = np.array([hierarchical_allreduce_time_s(2.0, int(a), int(b), intra, inter, algorithm) for a, b in uniq])
         slope = at_2 - at_1
         t = (at_1 - slope)[inverse] * n_calls + slope[inverse] * n_bytes
         best = t if best is None else np.minimum(best, t)
+    assert best is not None, "algorithms names at least one algorithm"
     total = local * groups
     return np.where((n_bytes > 0) & (total > 1), best, 0.0)

@@ -51,7 +51,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from partitioners.hardware.collectives import LinkSpec, allgather_time_s, allreduce_time_s
-from partitioners.parallel3d.arrays import FloatArray
+from partitioners.parallel3d.arrays import BoolArray, FloatArray
 from partitioners.parallel3d.comm import (
     chunked_collective_time_s,
     collective_time_s,
@@ -133,7 +133,8 @@ _P2P_SYNC_S = 20e-6
 
 def pipeline_bubble_fraction(pp: FloatArray | int, v: FloatArray | int, m: FloatArray | int) -> FloatArray:
     """Idle fraction of the 1F1B / interleaved schedule, ``(p-1)/(v m)`` (Narayanan et al., SC21)."""
-    return (np.asarray(pp) - 1) / (np.asarray(v) * np.asarray(m))
+    fraction: FloatArray = (np.asarray(pp) - 1) / (np.asarray(v) * np.asarray(m))
+    return fraction
 
 
 def pipeline_time_s(first_s: FloatArray | float, middle_s: FloatArray | float, last_s: FloatArray | float,
@@ -172,7 +173,8 @@ def pipeline_time_s(first_s: FloatArray | float, middle_s: FloatArray | float, l
     slowest = np.maximum(first, np.maximum(np.where(pp_f > 2, mid, first), last))
     mean = (first + np.maximum(pp_f - 2.0, 0.0) * mid + last) / np.maximum(pp_f, 2.0)
     multi = np.asarray(m, dtype=float) * slowest + (pp_f - 1.0) / np.asarray(v, dtype=float) * mean
-    return np.where(pp_f > 1, multi, np.asarray(m, dtype=float) * first)
+    step_s: FloatArray = np.where(pp_f > 1, multi, np.asarray(m, dtype=float) * first)
+    return step_s
 
 
 # --------------------------------------------------------------------- prediction
@@ -257,9 +259,10 @@ class _Sizes:
         return cls(*(getattr(layouts, size.name).astype(np.float64) for size in fields(cls)))
 
     @functools.cached_property
-    def single(self) -> FloatArray:
+    def single(self) -> BoolArray:
         """No pipeline: one stage holds embedding, layers and output layer."""
-        return self.pp == 1
+        one_stage: BoolArray = self.pp == 1
+        return one_stage
 
     @functools.cached_property
     def shard_dense(self) -> FloatArray:
@@ -267,7 +270,7 @@ class _Sizes:
         return self.dp * self.cp
 
     @functools.cached_property
-    def folded(self) -> FloatArray:
+    def folded(self) -> BoolArray:
         """MoE parallel folding: whole experts, expert groups drawn from tp x cp x dp."""
         return self.etp < self.tp
 
@@ -323,13 +326,14 @@ class _BlockGemms:
     column-parallel input linears' backward GEMMs are the window their asynchronous
     backward collectives run in."""
 
-    forward_s: FloatArray
-    backward_s: FloatArray
+    forward_s: FloatArray | float
+    backward_s: FloatArray | float
     column_dgrad_s: FloatArray | float
     column_wgrad_s: FloatArray | float
 
 
-def _projection_shape(projection: AttentionProjection, tp: FloatArray) -> tuple[FloatArray | int, FloatArray | int]:
+def _projection_shape(projection: AttentionProjection, tp: FloatArray) -> tuple[FloatArray | float,
+                                                                               FloatArray | float]:
     """(output, input) features of one attention linear on one tensor-parallel rank."""
     return projection.out_per_rank(tp), projection.in_per_rank(tp)
 
@@ -371,6 +375,7 @@ def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp
     FLOPs in taller, narrower GEMMs.
     """
     moe = model.moe
+    assert moe is not None, "only MoE models have routed experts"
     h, up, fe = model.hidden_size, 2 if model.gated_mlp else 1, moe.expert_ffn_hidden_size
     local_experts = moe.num_experts / ep
     # the busiest expert sets the pace (training.expert_load_imbalance)
@@ -519,6 +524,7 @@ def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceR
     sit ``tp x cp`` ranks apart (``tp-cp-ep-pp-dp``), or next to each other when folded.
     """
     h, moe, tp = model.hidden_size, model.moe, sizes.tp
+    assert moe is not None, "only MoE models exchange tokens between experts"
     stride = np.where(sizes.folded, 1.0, sizes.tp * sizes.cp)
     if training.expert_dispatch == "node-deduplicated":
         # FP8 runs dispatch the FP8 copy the expert GEMM quantizes anyway (1 byte and a
@@ -582,7 +588,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     else:
         a2a = moe_elem = np.zeros_like(tokens)
 
-    def async_backward_tp(dgrad, wgrad):
+    def async_backward_tp(dgrad: FloatArray | float, wgrad: FloatArray | float) -> FloatArray:
         """Exposed part of one column-parallel linear's asynchronous backward collectives.
 
         Without sequence parallelism the input-gradient all-reduce runs under the
@@ -649,7 +655,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
 
 
 def _paired_expert_exchange_s(a2a_s: FloatArray, attention_fwd_s: FloatArray, mlp_fwd_s: FloatArray,
-                              attention_bwd_s: FloatArray, mlp_bwd_s: FloatArray) -> FloatArray:
+                              attention_bwd_s: FloatArray, mlp_bwd_s: FloatArray) -> FloatArray | float:
     """Critical-path time of a MoE layer's four all-to-alls when a forward and a backward overlap.
 
     Megatron-Core's ``--overlap-moe-expert-parallel-comm`` runs one micro-batch's forward
@@ -749,7 +755,7 @@ class _StageParameters:
 
 
 def _stage_parameters(model: ModelSpec, counts: ParameterCounts, tp: FloatArray, ep: FloatArray, etp: FloatArray,
-                      split: _StageSplit, single: FloatArray) -> _StageParameters:
+                      split: _StageSplit, single: BoolArray) -> _StageParameters:
     """Parameters per GPU on each kind of stage: its layers' share plus, on the first,
     the embedding (and position table) and, on the last, the output layer and any
     multi-token-prediction modules (all on one stage when ``single``). Routed experts
@@ -793,7 +799,7 @@ class _StageTimes:
     slowest: _LayerWork
 
 
-def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: FloatArray, has_middle: FloatArray,
+def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: BoolArray, has_middle: BoolArray,
                  first: _LayerWork, mid: _LayerWork, last: _LayerWork, ends: _EndStageWork,
                  params: _StageParameters) -> _StageTimes:
     """Per-micro-batch time of the first, a middle and the last stage, and which one paces the pipeline.
@@ -911,7 +917,7 @@ def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRate
     worst_mid = has_mid & (total_mid > np.maximum(total_first, total_last))
     worst_last = worst_last & ~worst_mid
 
-    def at_worst(first_value, last_value, mid_value):
+    def at_worst(first_value: FloatArray, last_value: FloatArray, mid_value: FloatArray) -> FloatArray:
         return np.select([worst_mid, worst_last], [mid_value, last_value], default=first_value)
 
     return {
@@ -971,7 +977,8 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     local_exp = np.where(shard_expert % local_exp == 0, local_exp, 1.0)
     groups_exp = shard_expert / local_exp
 
-    def dp_allreduce(n_bytes_dense, n_bytes_expert, calls_dense, calls_expert, algorithms=("ring", "tree")):
+    def dp_allreduce(n_bytes_dense: FloatArray, n_bytes_expert: FloatArray, calls_dense: FloatArray,
+                     calls_expert: FloatArray, algorithms: tuple[str, ...] = ("ring", "tree")) -> FloatArray:
         return two_level_allreduce_time_s(n_bytes_dense, local_dense, groups_dense, intra, inter, calls_dense,
                                           algorithms) + \
             two_level_allreduce_time_s(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
@@ -1005,7 +1012,7 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     # ahead of or behind its computation (Zhao et al., "PyTorch FSDP", VLDB 2023, Sec. 4.3)
     hidden = overlap | (zero >= 3)
 
-    def exposed(t_comm, window):
+    def exposed(t_comm: FloatArray, window: FloatArray | float) -> FloatArray:
         return np.where(hidden, overlapped_time_s(t_comm, window, t_comm * tail), t_comm)
 
     # Under the interleaved schedule Megatron-Core synchronises each model chunk on its own
@@ -1019,12 +1026,12 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     chunk_gap_bwd = pp * bwd_window / v
     chunk_gap_fwd = pp * fwd_window / v
 
-    def reduce_exposed(t_comm, window):
+    def reduce_exposed(t_comm: FloatArray, window: FloatArray | float) -> FloatArray:
         # the last chunk's reduction is launched after its backward, with nothing left to hide it
         return np.where(interleaved, chunked_collective_time_s(t_comm, t_comm / v, v, chunk_gap_bwd),
                         exposed(t_comm, window))
 
-    def gather_exposed(t_comm, window):
+    def gather_exposed(t_comm: FloatArray, window: FloatArray | float) -> FloatArray:
         share = t_comm / v
         first = exposed_part_s(share, window / v, share * np.minimum(tail * v, 1.0))
         return np.where(interleaved, chunked_collective_time_s(t_comm, first, v, chunk_gap_fwd),

@@ -55,7 +55,7 @@ _FLASH_REFERENCE_KEYS = 16384.0
 _FLASH_BLOCK_ROWS = 128.0
 
 
-def gemm_time_s(m: FloatArray, n: FloatArray, k: FloatArray, peak: float, eff: float, hbm: float, sms: int,
+def gemm_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, peak: float, eff: float, hbm: float, sms: int,
                 bytes_per_element: float = 2.0, batch: FloatArray | float = 1.0) -> FloatArray:
     """Time of ``batch`` independent ``(m x k) @ (k x n)`` products in one kernel on one GPU.
 
@@ -87,7 +87,8 @@ def gemm_time_s(m: FloatArray, n: FloatArray, k: FloatArray, peak: float, eff: f
         * (k / (k + _GEMM_HALF_DIM))
     compute = 2.0 * m * n * k * batch / (peak * eff * saturation * np.minimum(quantisation, 1.0))
     memory = bytes_per_element * (m * k + k * n + m * n) * batch / hbm
-    return np.maximum(compute, memory)
+    time_s: FloatArray = np.maximum(compute, memory)
+    return time_s
 
 
 def embedding_time_s(tokens: FloatArray | float, hidden_size: int, vocab_size: int, tp: FloatArray | float,
@@ -153,7 +154,7 @@ def gradient_accumulation_time_s(params_per_gpu: FloatArray | float, grad_bytes_
     return np.asarray(params_per_gpu, dtype=float) * (2.0 + 2.0 * grad_bytes_per_param) / hbm_bytes_per_s
 
 
-def gemm_backward_time_s(m: FloatArray, n: FloatArray, k: FloatArray, peak: float, eff: float, hbm: float,
+def gemm_backward_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, peak: float, eff: float, hbm: float,
                          sms: int, bytes_per_element: float = 2.0, batch: FloatArray | float = 1.0) -> FloatArray:
     """Backward of ``Y (m x n) = X (m x k) W (k x n)``: the two GEMMs at their own shapes.
 
@@ -201,7 +202,8 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: FloatA
     attn_output_grads = sum(h / rep_div if p.split == "row" else p.out_per_rank(tp)
                             for p in model.attention_projections)
 
-    def per_token(mlp_fwd, mlp_bwd):
+    def per_token(mlp_fwd: FloatArray | float, mlp_bwd: FloatArray | float) -> tuple[FloatArray | float,
+                                                                                     FloatArray | float]:
         # forward: QKV input, projection input (the local heads' output), MLP inputs;
         # backward: the output gradients of QKV, projection and the MLP's two linears
         fwd = ln_fed + attn_inputs + mlp_fwd

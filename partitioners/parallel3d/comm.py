@@ -79,7 +79,7 @@ def chunked_collective_time_s(comm_s: FloatArray, trailing_share_s: FloatArray, 
     return trailing + OVERLAP_COMPUTE_SLOWDOWN * (comm_s - trailing)
 
 
-def _affine(fn: Callable[[float, int], float], n_ranks: FloatArray) -> tuple[FloatArray, FloatArray]:
+def _affine(fn: Callable[[float, int], float], n_ranks: FloatArray | IntArray) -> tuple[FloatArray, FloatArray]:
     """Intercept and slope of an alpha-beta collective, per distinct group size.
 
     The shared formulas are affine in the message size for a fixed group, so two
@@ -92,7 +92,8 @@ def _affine(fn: Callable[[float, int], float], n_ranks: FloatArray) -> tuple[Flo
     return (at_1 - slope)[inverse], slope[inverse]
 
 
-def collective_time_s(fn: Callable[[float, int], float], n_bytes: FloatArray, n_ranks: FloatArray) -> FloatArray:
+def collective_time_s(fn: Callable[[float, int], float], n_bytes: FloatArray,
+                      n_ranks: FloatArray | IntArray) -> FloatArray:
     """Time of the collective ``fn(bytes, ranks)`` for every candidate; zero without bytes or with one rank."""
     intercept, slope = _affine(fn, n_ranks)
     return np.where((n_bytes > 0) & (n_ranks > 1), intercept + slope * n_bytes, 0.0)

@@ -51,7 +51,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from partitioners.hardware.collectives import LinkSpec, allgather_time_s, allreduce_time_s
-from partitioners.parallel3d.arrays import BoolArray, FloatArray
+from partitioners.parallel3d.arrays import BoolArray, FloatArray, IntArray
 from partitioners.parallel3d.comm import (
     chunked_collective_time_s,
     collective_time_s,
@@ -429,7 +429,7 @@ def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRa
 
 
 def _tensor_parallel_allreduce_s(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                                 rates: _DeviceRates, tokens: FloatArray, tp_sizes: FloatArray) -> FloatArray:
+                                 rates: _DeviceRates, tokens: FloatArray, tp_sizes: IntArray) -> FloatArray:
     """One all-reduce of a micro-batch's activation across the tensor group (with sequence
     parallelism the all-gather + reduce-scatter that replace it move the same bytes)."""
     act_bytes = tokens * model.hidden_size * 2.0
@@ -485,7 +485,7 @@ def _mlp_tensor_parallel_collectives(model: ModelSpec, training: TrainingSpec) -
 
 
 def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray,
-                             cp: FloatArray, cp_sizes: FloatArray) -> FloatArray:
+                             cp: FloatArray, cp_sizes: IntArray) -> FloatArray:
     """The ring exchange of K and V chunks around the context-parallel group, one pass."""
     kv_bytes = tokens * (model.key_width + model.value_width) * 2.0 / model.kv_shards(tp)
     return np.where(

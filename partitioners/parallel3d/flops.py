@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioners.parallel3d.arrays import FloatArray
+from partitioners.parallel3d.arrays import FloatArray, IntArray
 from partitioners.parallel3d.specs import AttentionProjection, ModelSpec, kv_shard_count
 from partitioners.parallel3d.stages import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 
@@ -156,7 +156,7 @@ def mla_up_projections(model: ModelSpec) -> tuple[AttentionProjection, ...]:
     return tuple(p for p in model.attention_projections if p.reads == "latent")
 
 
-def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: FloatArray | int,
+def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: IntArray | int,
                             full_fraction: FloatArray | float = 1.0, flash_attention: bool = False,
                             tp: FloatArray | float = 1.0) -> FloatArray:
     """FLOPs actually executed: model FLOPs plus recomputation and replicated KV heads.

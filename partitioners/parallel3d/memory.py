@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioners.parallel3d.arrays import FloatArray
+from partitioners.parallel3d.arrays import FloatArray, IntArray
 from partitioners.parallel3d.specs import ACTIVATION_FRAGMENTATION, ModelSpec, TrainingSpec
 from partitioners.parallel3d.stages import (
     RECOMPUTE_FULL,
@@ -91,7 +91,7 @@ def bytes_at_high_fragmentation(total_bytes: FloatArray | float, activations_byt
 
 
 def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens: FloatArray, tp: FloatArray,
-                               recompute: FloatArray, moe_layer: bool = False,
+                               recompute: IntArray, moe_layer: bool = False,
                                fp8_gemm_inputs: bool = False) -> FloatArray:
     """Activation bytes one layer keeps for backward, per GPU, for ``tokens`` local tokens.
 
@@ -187,7 +187,7 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     return per_token * tokens
 
 
-def zero_stage_held(zero: FloatArray | int, pp: FloatArray | int) -> FloatArray:
+def zero_stage_held(zero: FloatArray | IntArray | int, pp: FloatArray | int) -> FloatArray:
     """The ZeRO stage whose sharding a GPU's memory actually sees between micro-batches.
 
     Sharding gradients (stage 2) or weights (stage 3) per micro-batch would cost a
@@ -251,7 +251,7 @@ class StageActivations:
 
 
 def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: FloatArray, tp: FloatArray,
-                           recompute: FloatArray, full_fraction: FloatArray, layers_per_stage: FloatArray,
+                           recompute: IntArray, full_fraction: FloatArray, layers_per_stage: FloatArray,
                            moe_layers: FloatArray, first_layers: FloatArray,
                            last_layers: FloatArray, pp: FloatArray, v: FloatArray, m: FloatArray,
                            fp8_gemm_inputs: bool = False, first_moe_layers: FloatArray | None = None,
@@ -310,7 +310,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: Flo
         microbatch_group_size(np.asarray(m, dtype=np.int64), np.asarray(pp, dtype=np.int64),
                               training.flexible_microbatch_groups), pp), pp)
 
-    def chunks_in_flight(rank):
+    def chunks_in_flight(rank: FloatArray | float) -> FloatArray:
         return np.where(v == 1, np.minimum(m, pp - rank),
                         np.minimum(m * v, 2.0 * (pp - rank - 1.0) + (v - 1.0) * group + 1.0))
 

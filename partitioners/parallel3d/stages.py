@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioners.parallel3d.arrays import FloatArray
+from partitioners.parallel3d.arrays import BoolArray, FloatArray, IntArray
 
 __all__ = [
     "RECOMPUTE_NONE",
@@ -48,27 +48,27 @@ class LayoutArrays:
     0 otherwise.
     """
 
-    dp: FloatArray
-    tp: FloatArray
-    pp: FloatArray
-    cp: FloatArray
-    ep: FloatArray
-    etp: FloatArray
-    mbs: FloatArray
-    v: FloatArray
-    zero: FloatArray
-    recompute: FloatArray
-    recompute_layers: FloatArray
+    dp: IntArray
+    tp: IntArray
+    pp: IntArray
+    cp: IntArray
+    ep: IntArray
+    etp: IntArray
+    mbs: IntArray
+    v: IntArray
+    zero: IntArray
+    recompute: IntArray
+    recompute_layers: IntArray
 
     def __len__(self) -> int:
         return int(self.dp.shape[0])
 
-    def take(self, index: FloatArray) -> LayoutArrays:
+    def take(self, index: BoolArray | IntArray) -> LayoutArrays:
         """The candidates at ``index`` (boolean mask or integer positions)."""
         return LayoutArrays(*(getattr(self, name)[index] for name in self.__dataclass_fields__))
 
 
-def stage_layer_split(num_layers: int, pp: FloatArray | int) -> tuple[FloatArray, FloatArray, FloatArray]:
+def stage_layer_split(num_layers: int, pp: FloatArray | IntArray | int) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Layers on the fullest, the first and the last pipeline stage: ``(q, first, last)``.
 
     The fullest stages hold ``q = ceil(L / p)``; the ``p q - L`` layers short of that
@@ -130,7 +130,7 @@ def middle_stages_short(num_layers: int, pp: FloatArray | int, q: FloatArray | i
     return np.maximum(pp * q - num_layers - (q - first_layers) - (q - last_layers), 0)
 
 
-def balanced_end_layers(q: FloatArray, short: FloatArray, pp: FloatArray, first_extra_layers: FloatArray,
+def balanced_end_layers(q: FloatArray, short: FloatArray, pp: FloatArray | IntArray, first_extra_layers: FloatArray,
                         last_extra_layers: FloatArray,
                         end_layer_units: Callable[[FloatArray, FloatArray], tuple[FloatArray, FloatArray]] | None = None,
                         ) -> tuple[FloatArray, FloatArray]:

@@ -30,6 +30,7 @@ The time of a step, and which stage's memory is the peak, are in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -79,6 +80,11 @@ def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capac
     return (capacity_bytes - (total_bytes - activations_bytes)) / raw_activations - 1.0
 
 
+@overload
+def bytes_at_high_fragmentation(total_bytes: FloatArray, activations_bytes: FloatArray | float,
+                                counted: float) -> FloatArray: ...
+@overload
+def bytes_at_high_fragmentation(total_bytes: float, activations_bytes: float, counted: float) -> float: ...
 def bytes_at_high_fragmentation(total_bytes: FloatArray | float, activations_bytes: FloatArray | float,
                                 counted: float) -> FloatArray | float:
     """A footprint predicted with ``counted`` fragmentation, recounted at ``ACTIVATION_FRAGMENTATION_HIGH``.

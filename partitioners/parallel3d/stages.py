@@ -63,7 +63,7 @@ class LayoutArrays:
     def __len__(self) -> int:
         return int(self.dp.shape[0])
 
-    def take(self, index: BoolArray | IntArray) -> LayoutArrays:
+    def take(self, index: BoolArray | IntArray | slice) -> LayoutArrays:
         """The candidates at ``index`` (boolean mask or integer positions)."""
         return LayoutArrays(*(getattr(self, name)[index] for name in self.__dataclass_fields__))
 

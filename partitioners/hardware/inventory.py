@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.hardware.catalogue import NODES as CATALOGUE_NODES
@@ -116,21 +117,21 @@ class Inventory:
 
     name: str
     default_dtype: str
-    group_names: np.ndarray
-    group_link_bandwidth_bytes_per_s: np.ndarray
-    group_link_latency_s: np.ndarray
+    group_names: npt.NDArray[np.object_]
+    group_link_bandwidth_bytes_per_s: npt.NDArray[np.float64]
+    group_link_latency_s: npt.NDArray[np.float64]
     inter_link: LinkSpec
-    device_names: np.ndarray
-    device_types: np.ndarray
-    device_group: np.ndarray
-    device_peak_flops: np.ndarray
-    device_peak_flops_by_dtype: dict[str, np.ndarray]
+    device_names: npt.NDArray[np.object_]
+    device_types: npt.NDArray[np.object_]
+    device_group: npt.NDArray[np.int64]
+    device_peak_flops: npt.NDArray[np.float64]
+    device_peak_flops_by_dtype: dict[str, npt.NDArray[np.float64]]
     tier_names: tuple[str, ...]
-    tier_capacity_bytes: np.ndarray
-    tier_bandwidth_bytes_per_s: np.ndarray
-    device_main_tier: np.ndarray
-    bandwidth_matrix_bytes_per_s: np.ndarray | None = None
-    latency_matrix_s: np.ndarray | None = None
+    tier_capacity_bytes: npt.NDArray[np.float64]
+    tier_bandwidth_bytes_per_s: npt.NDArray[np.float64]
+    device_main_tier: npt.NDArray[np.int64]
+    bandwidth_matrix_bytes_per_s: npt.NDArray[np.float64] | None = None
+    latency_matrix_s: npt.NDArray[np.float64] | None = None
     preset: str | None = None
     _index: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -143,12 +144,12 @@ class Inventory:
         return int(self.group_names.shape[0])
 
     @property
-    def device_memory_bytes(self) -> np.ndarray:
+    def device_memory_bytes(self) -> npt.NDArray[np.float64]:
         """Main-memory capacity per device."""
         return self.tier_capacity_bytes[np.arange(self.n_devices), self.device_main_tier]
 
     @property
-    def device_memory_bandwidth_bytes_per_s(self) -> np.ndarray:
+    def device_memory_bandwidth_bytes_per_s(self) -> npt.NDArray[np.float64]:
         """Main-memory bandwidth per device."""
         return self.tier_bandwidth_bytes_per_s[np.arange(self.n_devices), self.device_main_tier]
 
@@ -436,7 +437,7 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
     return inv
 
 
-def _parse_group(g: Any, gi: int, gwhere: str) -> tuple[str, list, LinkSpec]:
+def _parse_group(g: Any, gi: int, gwhere: str) -> tuple[str, list[Any], LinkSpec]:
     """A group's name, its device list and the link between its devices (a lone device needs none)."""
     if not isinstance(g, Mapping):
         raise InvalidInput(f"{gwhere} must be an object", field=gwhere)

@@ -55,8 +55,8 @@ _FLASH_REFERENCE_KEYS = 16384.0
 _FLASH_BLOCK_ROWS = 128.0
 
 
-def gemm_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, peak: float, eff: float, hbm: float, sms: int,
-                bytes_per_element: float = 2.0, batch: FloatArray | float = 1.0) -> FloatArray:
+def gemm_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, peak: float, eff: float,
+                hbm: float, sms: int, bytes_per_element: float = 2.0, batch: FloatArray | float = 1.0) -> FloatArray:
     """Time of ``batch`` independent ``(m x k) @ (k x n)`` products in one kernel on one GPU.
 
     Roofline of compute at ``eff * peak`` (the asymptotic cuBLAS ceiling, reduced for
@@ -154,8 +154,9 @@ def gradient_accumulation_time_s(params_per_gpu: FloatArray | float, grad_bytes_
     return np.asarray(params_per_gpu, dtype=float) * (2.0 + 2.0 * grad_bytes_per_param) / hbm_bytes_per_s
 
 
-def gemm_backward_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, peak: float, eff: float, hbm: float,
-                         sms: int, bytes_per_element: float = 2.0, batch: FloatArray | float = 1.0) -> FloatArray:
+def gemm_backward_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, peak: float,
+                         eff: float, hbm: float, sms: int, bytes_per_element: float = 2.0,
+                         batch: FloatArray | float = 1.0) -> FloatArray:
     """Backward of ``Y (m x n) = X (m x k) W (k x n)``: the two GEMMs at their own shapes.
 
     ``dX = dY W^T`` is an ``(m x n)(n x k)`` product and ``dW = X^T dY`` a

@@ -259,7 +259,8 @@ class RankMap:
     mesh_dim_names: tuple[str, ...]
     order: str = "tp-cp-ep-pp-dp"
 
-    def ranks(self, start: int = 0, stop: int | None = None) -> tuple[npt.NDArray[np.int32], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    def ranks(self, start: int = 0, stop: int | None = None,
+              ) -> tuple[npt.NDArray[np.int32], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
         """``(coords, device, node, local_gpu)`` of ranks ``start`` to ``stop`` (exclusive)."""
         stop = self.num_ranks if stop is None else min(stop, self.num_ranks)
         r = np.arange(max(start, 0), max(stop, start, 0), dtype=np.int64)

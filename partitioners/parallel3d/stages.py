@@ -132,7 +132,8 @@ def middle_stages_short(num_layers: int, pp: FloatArray | int, q: FloatArray | i
 
 def balanced_end_layers(q: FloatArray, short: FloatArray, pp: FloatArray | IntArray, first_extra_layers: FloatArray,
                         last_extra_layers: FloatArray,
-                        end_layer_units: Callable[[FloatArray, FloatArray], tuple[FloatArray, FloatArray]] | None = None,
+                        end_layer_units: Callable[[FloatArray, FloatArray],
+                                                  tuple[FloatArray, FloatArray]] | None = None,
                         ) -> tuple[FloatArray, FloatArray]:
     """Layers on the first and last pipeline stage when the ``short`` layers a pipeline of
     ``q``-layer stages leaves over come off the stages that need them most.

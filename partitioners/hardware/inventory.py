@@ -520,7 +520,7 @@ class _DeviceColumns:
 
 
 def _tier_arrays(tiers: list[list[tuple[str, float, float]]]
-                 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+                 ) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """Tier names in first-seen order, capacity and bandwidth per (device, tier) (0: the
     device has no such tier), and each device's main-memory tier (the first it lists)."""
     tier_names: list[str] = []
@@ -587,7 +587,7 @@ def _parse_tiers(value: Any, where: str) -> list[tuple[str, float, float]]:
     return out
 
 
-def _matrix(value: Any, n: int, where: str, positive: bool) -> np.ndarray:
+def _matrix(value: Any, n: int, where: str, positive: bool) -> npt.NDArray[np.float64]:
     if n > 4096:
         raise InputTooLarge(f"{where} is only accepted up to 4096 devices", field=where)
     try:
@@ -726,20 +726,20 @@ def link_class(inv: Inventory, src_device: int | str, dst_device: int | str) -> 
     return LINK_CLASS_NAMES[int(link_class_ids(inv, np.array([s]), np.array([d]))[0])]
 
 
-def link_class_ids(inv: Inventory, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+def link_class_ids(inv: Inventory, src: npt.ArrayLike, dst: npt.ArrayLike) -> npt.NDArray[np.int8]:
     """Vectorised link class (``LINK_LOCAL`` / ``LINK_INTRA_GROUP`` / ``LINK_INTER_GROUP``)."""
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
-    same_group = inv.device_group[src] == inv.device_group[dst]
+    src_ids = np.asarray(src, dtype=np.int64)
+    dst_ids = np.asarray(dst, dtype=np.int64)
+    same_group = inv.device_group[src_ids] == inv.device_group[dst_ids]
     out = np.where(same_group, LINK_INTRA_GROUP, LINK_INTER_GROUP).astype(np.int8)
-    out[src == dst] = LINK_LOCAL
+    out[src_ids == dst_ids] = LINK_LOCAL
     return out
 
 
 # ------------------------------------------------------------------ re-planning
 
 
-def _resolve(inv: Inventory, names: Iterable[int | str]) -> np.ndarray:
+def _resolve(inv: Inventory, names: Iterable[int | str]) -> npt.NDArray[np.int64]:
     return np.array(sorted({device_index(inv, n) for n in names}), dtype=np.int64)
 
 
@@ -784,7 +784,7 @@ def without_devices(inv: Inventory, names: Iterable[int | str]) -> Inventory:
     )
 
 
-def with_device_speed(inv: Inventory, scale: Mapping[int | str, float] | np.ndarray) -> Inventory:
+def with_device_speed(inv: Inventory, scale: Mapping[int | str, float] | npt.NDArray[np.floating[Any]]) -> Inventory:
     """The inventory with device peak FLOP/s multiplied by ``scale`` (all dtypes).
 
     Used when load reports show a device running slower than its datasheet

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.errors import InvalidInput
 from partitioners.graph.hypergraph import Hypergraph
@@ -50,21 +51,21 @@ class DeviceTypeConstraint:
         The list of device types of each row (``None`` for "any device").
     """
 
-    op_allowed_set: np.ndarray
-    allowed: np.ndarray
-    set_types: tuple
+    op_allowed_set: npt.NDArray[np.int64]
+    allowed: npt.NDArray[np.bool_]
+    set_types: tuple[tuple[str, ...] | None, ...]
 
-    def allows(self, placement: np.ndarray) -> np.ndarray:
+    def allows(self, placement: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Per operator, whether ``placement`` puts it on a device it may run on."""
         return self.allowed[self.op_allowed_set, placement]
 
 
-def type_list(types: tuple | None) -> str:
+def type_list(types: tuple[str, ...] | None) -> str:
     return ", ".join(types) if types else "any"
 
 
 def device_type_constraint(
-    graph: Hypergraph, inventory: Inventory, op_origin: np.ndarray | None = None
+    graph: Hypergraph, inventory: Inventory, op_origin: npt.NDArray[np.int64] | None = None
 ) -> DeviceTypeConstraint | None:
     """The allowed devices of every operator, or ``None`` when nothing is restricted.
 
@@ -95,7 +96,7 @@ def device_type_constraint(
     types = graph.op_device_types
     if types is None:
         return None
-    row_of_list: dict[tuple | None, int] = {}
+    row_of_list: dict[tuple[str, ...] | None, int] = {}
     op_set = np.fromiter(
         (row_of_list.setdefault(t, len(row_of_list)) for t in types.tolist()), dtype=np.int64, count=graph.n_ops
     )
@@ -108,7 +109,8 @@ def device_type_constraint(
             allowed[row] = np.fromiter((t in wanted for t in device_types), dtype=bool, count=len(device_types))
     unplaceable = ~allowed.any(axis=1)
     if unplaceable.any():
-        ops = np.flatnonzero(unplaceable[op_set])
+        # np.asarray: numpy types ``any(axis=1)`` as a scalar or an array; here it is an array
+        ops = np.flatnonzero(np.asarray(unplaceable)[op_set])
         op = int(ops[0])
         more = f" (and {ops.shape[0] - 1} more operator{'s' if ops.shape[0] > 2 else ''})" if ops.shape[0] > 1 else ""
         raise InvalidInput(
@@ -126,24 +128,25 @@ def device_type_constraint(
     return DeviceTypeConstraint(op_allowed_set=op_set, allowed=allowed, set_types=set_types)
 
 
-def op_working_set_bytes(graph: Hypergraph) -> np.ndarray:
+def op_working_set_bytes(graph: Hypergraph) -> npt.NDArray[np.float64]:
     """Bytes every operator needs on its device while it runs: each distinct tensor it
     reads or writes once (a lower bound on that device's peak memory)."""
     owners = np.repeat(np.arange(graph.n_ops, dtype=np.int64), np.diff(graph.input_ptr))
     pairs = np.unique(owners * graph.n_tensors + graph.input_tensors)
     reads = np.bincount(pairs // graph.n_tensors, weights=graph.tensor_bytes[pairs % graph.n_tensors],
                         minlength=graph.n_ops)
-    return reads + graph.op_output_bytes()
+    working_set_bytes: npt.NDArray[np.float64] = reads + graph.op_output_bytes()
+    return working_set_bytes
 
 
 def move_to_allowed(
-    target: np.ndarray,
-    op_row: np.ndarray,
-    row_allowed: np.ndarray,
-    work_s: np.ndarray,
-    speed: np.ndarray,
-    edges: tuple[np.ndarray, np.ndarray, np.ndarray],
-) -> tuple[np.ndarray, int]:
+    target: npt.NDArray[np.int64],
+    op_row: npt.NDArray[np.int64],
+    row_allowed: npt.NDArray[np.bool_],
+    work_s: npt.NDArray[np.float64],
+    speed: npt.NDArray[np.float64],
+    edges: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]],
+) -> tuple[npt.NDArray[np.int64], int]:
     """Move every operator off a target it may not use, to the allowed target that costs least.
 
     Targets are devices or device groups (ids ``0..n_targets-1``). An operator

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.hardware.catalogue import NODES as CATALOGUE_NODES
@@ -116,21 +117,21 @@ class Inventory:
 
     name: str
     default_dtype: str
-    group_names: np.ndarray
-    group_link_bandwidth_bytes_per_s: np.ndarray
-    group_link_latency_s: np.ndarray
+    group_names: npt.NDArray[np.object_]
+    group_link_bandwidth_bytes_per_s: npt.NDArray[np.float64]
+    group_link_latency_s: npt.NDArray[np.float64]
     inter_link: LinkSpec
-    device_names: np.ndarray
-    device_types: np.ndarray
-    device_group: np.ndarray
-    device_peak_flops: np.ndarray
-    device_peak_flops_by_dtype: dict[str, np.ndarray]
+    device_names: npt.NDArray[np.object_]
+    device_types: npt.NDArray[np.object_]
+    device_group: npt.NDArray[np.int64]
+    device_peak_flops: npt.NDArray[np.float64]
+    device_peak_flops_by_dtype: dict[str, npt.NDArray[np.float64]]
     tier_names: tuple[str, ...]
-    tier_capacity_bytes: np.ndarray
-    tier_bandwidth_bytes_per_s: np.ndarray
-    device_main_tier: np.ndarray
-    bandwidth_matrix_bytes_per_s: np.ndarray | None = None
-    latency_matrix_s: np.ndarray | None = None
+    tier_capacity_bytes: npt.NDArray[np.float64]
+    tier_bandwidth_bytes_per_s: npt.NDArray[np.float64]
+    device_main_tier: npt.NDArray[np.int64]
+    bandwidth_matrix_bytes_per_s: npt.NDArray[np.float64] | None = None
+    latency_matrix_s: npt.NDArray[np.float64] | None = None
     preset: str | None = None
     _index: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -143,12 +144,12 @@ class Inventory:
         return int(self.group_names.shape[0])
 
     @property
-    def device_memory_bytes(self) -> np.ndarray:
+    def device_memory_bytes(self) -> npt.NDArray[np.float64]:
         """Main-memory capacity per device."""
         return self.tier_capacity_bytes[np.arange(self.n_devices), self.device_main_tier]
 
     @property
-    def device_memory_bandwidth_bytes_per_s(self) -> np.ndarray:
+    def device_memory_bandwidth_bytes_per_s(self) -> npt.NDArray[np.float64]:
         """Main-memory bandwidth per device."""
         return self.tier_bandwidth_bytes_per_s[np.arange(self.n_devices), self.device_main_tier]
 
@@ -436,7 +437,7 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
     return inv
 
 
-def _parse_group(g: Any, gi: int, gwhere: str) -> tuple[str, list, LinkSpec]:
+def _parse_group(g: Any, gi: int, gwhere: str) -> tuple[str, list[Any], LinkSpec]:
     """A group's name, its device list and the link between its devices (a lone device needs none)."""
     if not isinstance(g, Mapping):
         raise InvalidInput(f"{gwhere} must be an object", field=gwhere)
@@ -519,7 +520,7 @@ class _DeviceColumns:
 
 
 def _tier_arrays(tiers: list[list[tuple[str, float, float]]]
-                 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+                 ) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """Tier names in first-seen order, capacity and bandwidth per (device, tier) (0: the
     device has no such tier), and each device's main-memory tier (the first it lists)."""
     tier_names: list[str] = []
@@ -586,7 +587,7 @@ def _parse_tiers(value: Any, where: str) -> list[tuple[str, float, float]]:
     return out
 
 
-def _matrix(value: Any, n: int, where: str, positive: bool) -> np.ndarray:
+def _matrix(value: Any, n: int, where: str, positive: bool) -> npt.NDArray[np.float64]:
     if n > 4096:
         raise InputTooLarge(f"{where} is only accepted up to 4096 devices", field=where)
     try:
@@ -725,20 +726,20 @@ def link_class(inv: Inventory, src_device: int | str, dst_device: int | str) -> 
     return LINK_CLASS_NAMES[int(link_class_ids(inv, np.array([s]), np.array([d]))[0])]
 
 
-def link_class_ids(inv: Inventory, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+def link_class_ids(inv: Inventory, src: npt.ArrayLike, dst: npt.ArrayLike) -> npt.NDArray[np.int8]:
     """Vectorised link class (``LINK_LOCAL`` / ``LINK_INTRA_GROUP`` / ``LINK_INTER_GROUP``)."""
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
-    same_group = inv.device_group[src] == inv.device_group[dst]
+    src_ids = np.asarray(src, dtype=np.int64)
+    dst_ids = np.asarray(dst, dtype=np.int64)
+    same_group = inv.device_group[src_ids] == inv.device_group[dst_ids]
     out = np.where(same_group, LINK_INTRA_GROUP, LINK_INTER_GROUP).astype(np.int8)
-    out[src == dst] = LINK_LOCAL
+    out[src_ids == dst_ids] = LINK_LOCAL
     return out
 
 
 # ------------------------------------------------------------------ re-planning
 
 
-def _resolve(inv: Inventory, names: Iterable[int | str]) -> np.ndarray:
+def _resolve(inv: Inventory, names: Iterable[int | str]) -> npt.NDArray[np.int64]:
     return np.array(sorted({device_index(inv, n) for n in names}), dtype=np.int64)
 
 
@@ -783,7 +784,7 @@ def without_devices(inv: Inventory, names: Iterable[int | str]) -> Inventory:
     )
 
 
-def with_device_speed(inv: Inventory, scale: Mapping[int | str, float] | np.ndarray) -> Inventory:
+def with_device_speed(inv: Inventory, scale: Mapping[int | str, float] | npt.NDArray[np.floating[Any]]) -> Inventory:
     """The inventory with device peak FLOP/s multiplied by ``scale`` (all dtypes).
 
     Used when load reports show a device running slower than its datasheet

@@ -21,6 +21,7 @@ from partitioners.hardware.collectives import (
     hierarchical_alltoall_time_s,
     p2p_time_s,
 )
+from partitioners.parallel3d.arrays import FloatArray, IntArray
 
 __all__ = [
     "OVERLAP_COMPUTE_SLOWDOWN",
@@ -45,7 +46,8 @@ __all__ = [
 OVERLAP_COMPUTE_SLOWDOWN = 0.189
 
 
-def overlapped_time_s(comm_s: np.ndarray, window_s: np.ndarray, floor_s: np.ndarray | float = 0.0) -> np.ndarray:
+def overlapped_time_s(comm_s: FloatArray, window_s: FloatArray | float,
+                      floor_s: FloatArray | float = 0.0) -> FloatArray:
     """Critical-path time a collective adds when it runs under ``window_s`` of computation.
 
     What the window cannot cover stays exposed (at least ``floor_s``, e.g. a pipelined
@@ -56,13 +58,13 @@ def overlapped_time_s(comm_s: np.ndarray, window_s: np.ndarray, floor_s: np.ndar
     return exposed + OVERLAP_COMPUTE_SLOWDOWN * (comm_s - exposed)
 
 
-def exposed_part_s(comm_s: np.ndarray, window_s: np.ndarray, floor_s: np.ndarray | float = 0.0) -> np.ndarray:
+def exposed_part_s(comm_s: FloatArray, window_s: FloatArray | float, floor_s: FloatArray | float = 0.0) -> FloatArray:
     """The part of a collective that ``window_s`` of computation cannot cover (at least ``floor_s``)."""
     return np.maximum(np.maximum(comm_s - window_s, 0.0), floor_s)
 
 
-def chunked_collective_time_s(comm_s: np.ndarray, trailing_share_s: np.ndarray, chunks: np.ndarray | float,
-                              gap_s: np.ndarray) -> np.ndarray:
+def chunked_collective_time_s(comm_s: FloatArray, trailing_share_s: FloatArray, chunks: FloatArray | float,
+                              gap_s: FloatArray) -> FloatArray:
     """Critical-path time of a collective issued in ``chunks`` equal shares, one per model chunk.
 
     The shares go out ``gap_s`` apart on one communicator (Megatron-Core's per-chunk
@@ -77,7 +79,7 @@ def chunked_collective_time_s(comm_s: np.ndarray, trailing_share_s: np.ndarray, 
     return trailing + OVERLAP_COMPUTE_SLOWDOWN * (comm_s - trailing)
 
 
-def _affine(fn: Callable[[float, int], float], n_ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _affine(fn: Callable[[float, int], float], n_ranks: FloatArray | IntArray) -> tuple[FloatArray, FloatArray]:
     """Intercept and slope of an alpha-beta collective, per distinct group size.
 
     The shared formulas are affine in the message size for a fixed group, so two
@@ -90,13 +92,14 @@ def _affine(fn: Callable[[float, int], float], n_ranks: np.ndarray) -> tuple[np.
     return (at_1 - slope)[inverse], slope[inverse]
 
 
-def collective_time_s(fn: Callable[[float, int], float], n_bytes: np.ndarray, n_ranks: np.ndarray) -> np.ndarray:
+def collective_time_s(fn: Callable[[float, int], float], n_bytes: FloatArray,
+                      n_ranks: FloatArray | IntArray) -> FloatArray:
     """Time of the collective ``fn(bytes, ranks)`` for every candidate; zero without bytes or with one rank."""
     intercept, slope = _affine(fn, n_ranks)
     return np.where((n_bytes > 0) & (n_ranks > 1), intercept + slope * n_bytes, 0.0)
 
 
-def expert_group_placement(stride: np.ndarray, ep: np.ndarray, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+def expert_group_placement(stride: FloatArray, ep: FloatArray, gpus_per_node: int) -> tuple[FloatArray, FloatArray]:
     """Members of one expert-parallel group per node, and the nodes the group spans.
 
     With the ``tp-cp-ep-pp-dp`` rank order, members of one expert group sit
@@ -109,8 +112,8 @@ def expert_group_placement(stride: np.ndarray, ep: np.ndarray, gpus_per_node: in
     return local, ep // local
 
 
-def expert_alltoall_time_s(n_bytes: np.ndarray, stride: np.ndarray, ep: np.ndarray, gpus_per_node: int,
-                           intra: LinkSpec, inter: LinkSpec) -> np.ndarray:
+def expert_alltoall_time_s(n_bytes: FloatArray, stride: FloatArray, ep: FloatArray, gpus_per_node: int,
+                           intra: LinkSpec, inter: LinkSpec) -> FloatArray:
     """One expert-parallel all-to-all of ``n_bytes`` per rank, placed as the rank map places it.
 
     The members sharing a node exchange their share over NVLink while the rest leaves
@@ -127,13 +130,13 @@ def expert_alltoall_time_s(n_bytes: np.ndarray, stride: np.ndarray, ep: np.ndarr
     return np.where(local * groups > 1, times[inverse].reshape(local.shape), 0.0)
 
 
-def expected_distinct(n_bins: np.ndarray | float, n_draws: np.ndarray | float) -> np.ndarray:
+def expected_distinct(n_bins: FloatArray | float, n_draws: FloatArray | float) -> FloatArray:
     """Expected number of distinct bins hit by ``n_draws`` uniform draws: ``b (1 - (1 - 1/b)^k)``."""
     n_bins = np.maximum(np.asarray(n_bins, dtype=float), 1.0)
     return n_bins * (1.0 - (1.0 - 1.0 / n_bins) ** np.asarray(n_draws, dtype=float))
 
 
-def nodes_within_reach(nodes: np.ndarray, num_groups: int | None, group_topk: int | None) -> np.ndarray:
+def nodes_within_reach(nodes: FloatArray, num_groups: int | None, group_topk: int | None) -> FloatArray:
     """Nodes of an expert group that group-limited routing lets one token reach.
 
     The ``num_groups`` groups of consecutive experts lie over the ``n`` nodes the expert
@@ -148,9 +151,9 @@ def nodes_within_reach(nodes: np.ndarray, num_groups: int | None, group_topk: in
     return np.minimum(spread, nodes)
 
 
-def deduplicated_dispatch_time_s(token_bytes: np.ndarray, experts_per_token: int, num_groups: int | None,
-                                 group_topk: int | None, stride: np.ndarray, ep: np.ndarray, gpus_per_node: int,
-                                 intra: LinkSpec, inter: LinkSpec) -> np.ndarray:
+def deduplicated_dispatch_time_s(token_bytes: FloatArray, experts_per_token: int, num_groups: int | None,
+                                 group_topk: int | None, stride: FloatArray, ep: FloatArray, gpus_per_node: int,
+                                 intra: LinkSpec, inter: LinkSpec) -> FloatArray:
     """One node-deduplicated expert dispatch (or its mirror, the combine) of ``token_bytes`` per rank.
 
     DeepSeek-V3's dispatch (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, Sec. 3.2.2;
@@ -178,13 +181,13 @@ def deduplicated_dispatch_time_s(token_bytes: np.ndarray, experts_per_token: int
     return np.where(local * groups > 1, np.maximum(network, nvlink), 0.0)
 
 
-def point_to_point_time_s(n_bytes: np.ndarray, link: LinkSpec) -> np.ndarray:
+def point_to_point_time_s(n_bytes: FloatArray, link: LinkSpec) -> FloatArray:
     """One send of ``n_bytes`` over ``link`` for every candidate (the shared formula is affine in the bytes)."""
     at_1, at_2 = p2p_time_s(1.0, link), p2p_time_s(2.0, link)
     return np.where(n_bytes > 0, at_1 + (at_2 - at_1) * (n_bytes - 1.0), 0.0)
 
 
-def _distinct_pairs(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _distinct_pairs(first: FloatArray | IntArray, second: FloatArray | IntArray) -> tuple[IntArray, IntArray]:
     """The distinct (first, second) integer pairs, and each candidate's index among them.
 
     One int64 key per pair sorts as fast as the numbers themselves; ``np.unique(...,
@@ -198,9 +201,9 @@ def _distinct_pairs(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, 
     return np.stack([keys // span, keys % span], axis=1), inverse.reshape(-1)
 
 
-def two_level_allreduce_time_s(n_bytes: np.ndarray, local: np.ndarray, groups: np.ndarray, intra: LinkSpec,
-                               inter: LinkSpec, n_calls: np.ndarray | float = 1.0,
-                               algorithms: tuple[str, ...] = ("ring", "tree")) -> np.ndarray:
+def two_level_allreduce_time_s(n_bytes: FloatArray, local: FloatArray, groups: FloatArray, intra: LinkSpec,
+                               inter: LinkSpec, n_calls: FloatArray | float = 1.0,
+                               algorithms: tuple[str, ...] = ("ring", "tree")) -> FloatArray:
     """Two-level all-reduce of ``n_bytes`` split into ``n_calls`` collectives (buckets, layers).
 
     The latency (alpha) terms are paid once per call; the bandwidth terms once for
@@ -209,12 +212,13 @@ def two_level_allreduce_time_s(n_bytes: np.ndarray, local: np.ndarray, groups: n
     and all-gather have no tree variant in NCCL, so they pass ``algorithms=("ring",)``.
     """
     uniq, inverse = _distinct_pairs(local, groups)
-    best = None
+    best: FloatArray | None = None
     for algorithm in algorithms:
         at_1 = np.array([hierarchical_allreduce_time_s(1.0, int(a), int(b), intra, inter, algorithm) for a, b in uniq])
         at_2 = np.array([hierarchical_allreduce_time_s(2.0, int(a), int(b), intra, inter, algorithm) for a, b in uniq])
         slope = at_2 - at_1
         t = (at_1 - slope)[inverse] * n_calls + slope[inverse] * n_bytes
         best = t if best is None else np.minimum(best, t)
+    assert best is not None, "algorithms names at least one algorithm"
     total = local * groups
     return np.where((n_bytes > 0) & (total > 1), best, 0.0)

@@ -51,6 +51,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from partitioners.hardware.collectives import LinkSpec, allgather_time_s, allreduce_time_s
+from partitioners.parallel3d.arrays import BoolArray, FloatArray, IntArray
 from partitioners.parallel3d.comm import (
     chunked_collective_time_s,
     collective_time_s,
@@ -70,8 +71,8 @@ from partitioners.parallel3d.flops import (
 )
 from partitioners.parallel3d.kernels import (
     embedding_time_s,
-    fp8_quantize_time_s,
     flash_attention_slowdown,
+    fp8_quantize_time_s,
     gemm_backward_time_s,
     gemm_time_s,
     gradient_accumulation_time_s,
@@ -130,13 +131,14 @@ _ADAM_BYTES_PER_PARAM = 30.0
 _P2P_SYNC_S = 20e-6
 
 
-def pipeline_bubble_fraction(pp: np.ndarray | int, v: np.ndarray | int, m: np.ndarray | int) -> np.ndarray:
+def pipeline_bubble_fraction(pp: FloatArray | int, v: FloatArray | int, m: FloatArray | int) -> FloatArray:
     """Idle fraction of the 1F1B / interleaved schedule, ``(p-1)/(v m)`` (Narayanan et al., SC21)."""
-    return (np.asarray(pp) - 1) / (np.asarray(v) * np.asarray(m))
+    fraction: FloatArray = (np.asarray(pp) - 1) / (np.asarray(v) * np.asarray(m))
+    return fraction
 
 
-def pipeline_time_s(first_s: np.ndarray | float, middle_s: np.ndarray | float, last_s: np.ndarray | float,
-                    pp: np.ndarray | int, v: np.ndarray | int, m: np.ndarray | int) -> np.ndarray:
+def pipeline_time_s(first_s: FloatArray | float, middle_s: FloatArray | float, last_s: FloatArray | float,
+                    pp: FloatArray | int, v: FloatArray | int, m: FloatArray | int) -> FloatArray:
     """Time of ``m`` micro-batches through a 1F1B / interleaved pipeline of unequal stages.
 
     Parameters
@@ -171,7 +173,8 @@ def pipeline_time_s(first_s: np.ndarray | float, middle_s: np.ndarray | float, l
     slowest = np.maximum(first, np.maximum(np.where(pp_f > 2, mid, first), last))
     mean = (first + np.maximum(pp_f - 2.0, 0.0) * mid + last) / np.maximum(pp_f, 2.0)
     multi = np.asarray(m, dtype=float) * slowest + (pp_f - 1.0) / np.asarray(v, dtype=float) * mean
-    return np.where(pp_f > 1, multi, np.asarray(m, dtype=float) * first)
+    step_s: FloatArray = np.where(pp_f > 1, multi, np.asarray(m, dtype=float) * first)
+    return step_s
 
 
 # --------------------------------------------------------------------- prediction
@@ -199,15 +202,15 @@ class _DeviceRates:
         """True when the linear layers run in FP8."""
         return self.linear_bytes == 1.0
 
-    def gemm_s(self, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float, linear: bool = True,
-               batch: np.ndarray | float = 1.0) -> np.ndarray:
+    def gemm_s(self, m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, linear: bool = True,
+               batch: FloatArray | float = 1.0) -> FloatArray:
         """Forward time of ``(m x k) @ (k x n)``; ``linear=False`` for products kept in 16 bits."""
         return gemm_time_s(m, n, k, self.peak_linear_flops if linear else self.peak_bf16_flops,
                            self.linear_gemm_efficiency if linear else self.gemm_efficiency, self.hbm_bytes_per_s,
                            self.sm_count, self.linear_bytes if linear else 2.0, batch)
 
-    def gemm_backward_s(self, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float,
-                        linear: bool = True, batch: np.ndarray | float = 1.0) -> np.ndarray:
+    def gemm_backward_s(self, m: FloatArray | float, n: FloatArray | float, k: FloatArray | float,
+                        linear: bool = True, batch: FloatArray | float = 1.0) -> FloatArray:
         """Backward time (input and weight gradients) of ``(m x k) @ (k x n)``."""
         return gemm_backward_time_s(m, n, k, self.peak_linear_flops if linear else self.peak_bf16_flops,
                                     self.linear_gemm_efficiency if linear else self.gemm_efficiency,
@@ -242,49 +245,50 @@ def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:
 class _Sizes:
     """A layout's group sizes as floats (the model's arithmetic), and what follows from them."""
 
-    dp: np.ndarray
-    tp: np.ndarray
-    pp: np.ndarray
-    cp: np.ndarray
-    ep: np.ndarray
-    etp: np.ndarray
-    mbs: np.ndarray
-    v: np.ndarray
+    dp: FloatArray
+    tp: FloatArray
+    pp: FloatArray
+    cp: FloatArray
+    ep: FloatArray
+    etp: FloatArray
+    mbs: FloatArray
+    v: FloatArray
 
     @classmethod
     def of(cls, layouts: LayoutArrays) -> _Sizes:
         return cls(*(getattr(layouts, size.name).astype(np.float64) for size in fields(cls)))
 
     @functools.cached_property
-    def single(self) -> np.ndarray:
+    def single(self) -> BoolArray:
         """No pipeline: one stage holds embedding, layers and output layer."""
-        return self.pp == 1
+        one_stage: BoolArray = self.pp == 1
+        return one_stage
 
     @functools.cached_property
-    def shard_dense(self) -> np.ndarray:
+    def shard_dense(self) -> FloatArray:
         """Ranks a dense parameter's gradient and ZeRO state are reduced and sharded over (dp x cp)."""
         return self.dp * self.cp
 
     @functools.cached_property
-    def folded(self) -> np.ndarray:
+    def folded(self) -> BoolArray:
         """MoE parallel folding: whole experts, expert groups drawn from tp x cp x dp."""
         return self.etp < self.tp
 
     @functools.cached_property
-    def shard_expert(self) -> np.ndarray:
+    def shard_expert(self) -> FloatArray:
         """The same for a routed expert's parameters: the ranks of a stage holding the same
         expert shard (tp x cp x dp over ep x etp; dp x cp over ep unfolded)."""
         return np.maximum(self.tp * self.shard_dense / (self.ep * self.etp), 1.0)
 
     @functools.cached_property
-    def dp_inner(self) -> np.ndarray:
+    def dp_inner(self) -> FloatArray:
         """Data-parallel ranks placed inside a pipeline stage's block of consecutive GPUs,
         below pp in the rank order: the ep of ``tp-cp-ep-pp-dp``, or the share of an expert
         group beyond tp x cp when folded (``tp-cp-dp_inner-pp-dp_outer``; see rank_map)."""
         return np.where(self.folded, np.maximum(self.ep / (self.tp * self.cp), 1.0), self.ep)
 
     @functools.cached_property
-    def stage_ranks(self) -> np.ndarray:
+    def stage_ranks(self) -> FloatArray:
         """Consecutive GPUs of one pipeline stage's block (tp x cp x dp_inner)."""
         return self.tp * self.cp * self.dp_inner
 
@@ -294,20 +298,20 @@ class _LayerWork:
     """Seconds one GPU spends on some layers for one micro-batch, forward and backward
     (recomputation included): computation and each kind of collective."""
 
-    compute_s: np.ndarray | float
-    tp_comm_s: np.ndarray | float
-    ep_comm_s: np.ndarray | float
-    cp_comm_s: np.ndarray | float
+    compute_s: FloatArray | float
+    tp_comm_s: FloatArray | float
+    ep_comm_s: FloatArray | float
+    cp_comm_s: FloatArray | float
 
     @property
-    def total_s(self) -> np.ndarray | float:
+    def total_s(self) -> FloatArray | float:
         return self.compute_s + self.tp_comm_s + self.ep_comm_s + self.cp_comm_s
 
 
 _NO_WORK = _LayerWork(0.0, 0.0, 0.0, 0.0)
 
 
-def _stage_work(dense_layers: np.ndarray | float, dense: _LayerWork, moe_layers: np.ndarray | float,
+def _stage_work(dense_layers: FloatArray | float, dense: _LayerWork, moe_layers: FloatArray | float,
                 moe: _LayerWork) -> _LayerWork:
     """The work of a stage holding ``dense_layers`` and ``moe_layers`` layers."""
     return _LayerWork(dense_layers * dense.compute_s + moe_layers * moe.compute_s,
@@ -322,19 +326,20 @@ class _BlockGemms:
     column-parallel input linears' backward GEMMs are the window their asynchronous
     backward collectives run in."""
 
-    forward_s: np.ndarray
-    backward_s: np.ndarray
-    column_dgrad_s: np.ndarray | float
-    column_wgrad_s: np.ndarray | float
+    forward_s: FloatArray | float
+    backward_s: FloatArray | float
+    column_dgrad_s: FloatArray | float
+    column_wgrad_s: FloatArray | float
 
 
-def _projection_shape(projection: AttentionProjection, tp: np.ndarray) -> tuple[np.ndarray | int, np.ndarray | int]:
+def _projection_shape(projection: AttentionProjection, tp: FloatArray) -> tuple[FloatArray | float,
+                                                                               FloatArray | float]:
     """(output, input) features of one attention linear on one tensor-parallel rank."""
     return projection.out_per_rank(tp), projection.in_per_rank(tp)
 
 
-def _attention_linear_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray,
-                            tp: np.ndarray) -> _BlockGemms:
+def _attention_linear_gemms(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray,
+                            tp: FloatArray) -> _BlockGemms:
     column = [_projection_shape(p, tp) for p in model.attention_projections if p.split == "column"]
     return _BlockGemms(
         forward_s=sum(rates.gemm_s(tokens, *_projection_shape(p, tp)) for p in model.attention_projections),
@@ -344,13 +349,13 @@ def _attention_linear_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.nd
     )
 
 
-def _mla_up_projection_s(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray) -> np.ndarray:
+def _mla_up_projection_s(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray) -> FloatArray:
     """Forward of MLA's up-projections, which selective recomputation repeats."""
     return sum((rates.gemm_s(tokens, *_projection_shape(p, tp)) for p in mla_up_projections(model)),
                np.zeros_like(tokens))
 
 
-def _dense_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray) -> _BlockGemms:
+def _dense_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray) -> _BlockGemms:
     h, up, ffn = model.hidden_size, 2 if model.gated_mlp else 1, model.ffn
     return _BlockGemms(
         forward_s=rates.gemm_s(tokens, up * ffn / tp, h) + rates.gemm_s(tokens, h, ffn / tp),
@@ -360,8 +365,8 @@ def _dense_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, 
     )
 
 
-def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
-                   ep: np.ndarray, etp: np.ndarray, imbalance: float) -> _BlockGemms:
+def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray,
+                   ep: FloatArray, etp: FloatArray, imbalance: float) -> _BlockGemms:
     """Routed experts (a grouped GEMM over the local experts), shared experts and the router.
 
     Split over the tensor ranks (``etp = tp``) every rank runs all of the micro-batch's
@@ -370,6 +375,7 @@ def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp
     FLOPs in taller, narrower GEMMs.
     """
     moe = model.moe
+    assert moe is not None, "only MoE models have routed experts"
     h, up, fe = model.hidden_size, 2 if model.gated_mlp else 1, moe.expert_ffn_hidden_size
     local_experts = moe.num_experts / ep
     # the busiest expert sets the pace (training.expert_load_imbalance)
@@ -391,8 +397,8 @@ def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp
                        rates.gemm_s(h, up * fe / etp, tokens_per_expert, batch=local_experts))
 
 
-def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: np.ndarray,
-                      mbs: np.ndarray, tp: np.ndarray, cp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: FloatArray,
+                      mbs: FloatArray, tp: FloatArray, cp: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Forward and backward seconds of the score/softmax/context part of attention."""
     s, a = model.seq_length, model.num_attention_heads
     if training.flash_attention:
@@ -423,7 +429,7 @@ def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRa
 
 
 def _tensor_parallel_allreduce_s(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                                 rates: _DeviceRates, tokens: np.ndarray, tp_sizes: np.ndarray) -> np.ndarray:
+                                 rates: _DeviceRates, tokens: FloatArray, tp_sizes: IntArray) -> FloatArray:
     """One all-reduce of a micro-batch's activation across the tensor group (with sequence
     parallelism the all-gather + reduce-scatter that replace it move the same bytes)."""
     act_bytes = tokens * model.hidden_size * 2.0
@@ -478,8 +484,8 @@ def _mlp_tensor_parallel_collectives(model: ModelSpec, training: TrainingSpec) -
     return (0.5, 0.5, 0.0) if training.sequence_parallel else (0.0, 1.0, 0.0)
 
 
-def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
-                             cp: np.ndarray, cp_sizes: np.ndarray) -> np.ndarray:
+def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray,
+                             cp: FloatArray, cp_sizes: IntArray) -> FloatArray:
     """The ring exchange of K and V chunks around the context-parallel group, one pass."""
     kv_bytes = tokens * (model.key_width + model.value_width) * 2.0 / model.kv_shards(tp)
     return np.where(
@@ -489,8 +495,8 @@ def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: np.n
     )
 
 
-def _context_parallel_merge_s(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray,
-                              cp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _context_parallel_merge_s(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray,
+                              cp: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Forward and backward seconds of merging the ring's per-step attention results.
 
     Each of the ``cp`` ring steps yields a partial result that a separate memory-bound
@@ -509,8 +515,8 @@ def _context_parallel_merge_s(model: ModelSpec, rates: _DeviceRates, tokens: np.
     return per_token_fwd * scale, per_token_bwd * scale
 
 
-def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: np.ndarray,
-                       sizes: _Sizes) -> tuple[np.ndarray, np.ndarray]:
+def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: FloatArray,
+                       sizes: _Sizes) -> tuple[FloatArray, FloatArray]:
     """One expert-parallel all-to-all (the mean of a dispatch and a combine) per MoE layer,
     and the permute/unpermute passes around it.
 
@@ -518,6 +524,7 @@ def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceR
     sit ``tp x cp`` ranks apart (``tp-cp-ep-pp-dp``), or next to each other when folded.
     """
     h, moe, tp = model.hidden_size, model.moe, sizes.tp
+    assert moe is not None, "only MoE models exchange tokens between experts"
     stride = np.where(sizes.folded, 1.0, sizes.tp * sizes.cp)
     if training.expert_dispatch == "node-deduplicated":
         # FP8 runs dispatch the FP8 copy the expert GEMM quantizes anyway (1 byte and a
@@ -538,8 +545,8 @@ def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceR
 
 
 def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, rates: _DeviceRates,
-                layouts: LayoutArrays, sizes: _Sizes, tokens: np.ndarray, full_frac: np.ndarray
-                ) -> tuple[_LayerWork, _LayerWork, np.ndarray]:
+                layouts: LayoutArrays, sizes: _Sizes, tokens: FloatArray, full_frac: FloatArray
+                ) -> tuple[_LayerWork, _LayerWork, FloatArray]:
     """Work of one dense and of one MoE layer (``_NO_WORK`` without MoE) for one
     micro-batch, and one tensor-parallel all-reduce of the activation."""
     tp, cp, ep, etp, mbs = sizes.tp, sizes.cp, sizes.ep, sizes.etp, sizes.mbs
@@ -581,7 +588,7 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     else:
         a2a = moe_elem = np.zeros_like(tokens)
 
-    def async_backward_tp(dgrad, wgrad):
+    def async_backward_tp(dgrad: FloatArray | float, wgrad: FloatArray | float) -> FloatArray:
         """Exposed part of one column-parallel linear's asynchronous backward collectives.
 
         Without sequence parallelism the input-gradient all-reduce runs under the
@@ -647,8 +654,8 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     return layer(False), (layer(True) if model.num_moe_layers else _NO_WORK), tp_ar
 
 
-def _paired_expert_exchange_s(a2a_s: np.ndarray, attention_fwd_s: np.ndarray, mlp_fwd_s: np.ndarray,
-                              attention_bwd_s: np.ndarray, mlp_bwd_s: np.ndarray) -> np.ndarray:
+def _paired_expert_exchange_s(a2a_s: FloatArray, attention_fwd_s: FloatArray, mlp_fwd_s: FloatArray,
+                              attention_bwd_s: FloatArray, mlp_bwd_s: FloatArray) -> FloatArray | float:
     """Critical-path time of a MoE layer's four all-to-alls when a forward and a backward overlap.
 
     Megatron-Core's ``--overlap-moe-expert-parallel-comm`` runs one micro-batch's forward
@@ -669,13 +676,13 @@ def _paired_expert_exchange_s(a2a_s: np.ndarray, attention_fwd_s: np.ndarray, ml
 class _EndStageWork:
     """Per micro-batch work only the end stages do, beside their layers."""
 
-    embedding_s: np.ndarray  # input embedding lookup and gradient, first stage
-    embedding_tp_s: np.ndarray  # the all-reduce of the looked-up rows across the tensor group
-    logits_s: np.ndarray  # output layer and loss, last stage
+    embedding_s: FloatArray  # input embedding lookup and gradient, first stage
+    embedding_tp_s: FloatArray  # the all-reduce of the looked-up rows across the tensor group
+    logits_s: FloatArray  # output layer and loss, last stage
     mtp: _LayerWork  # multi-token prediction modules (their logits in compute_s), last stage
 
 
-def _end_stage_work(model: ModelSpec, rates: _DeviceRates, tokens: np.ndarray, tp: np.ndarray, tp_ar: np.ndarray,
+def _end_stage_work(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray, tp_ar: FloatArray,
                     dense: _LayerWork, moe: _LayerWork) -> _EndStageWork:
     """What the first and last stages do per micro-batch besides their layers."""
     h, vocab = model.hidden_size, model.vocab_size
@@ -711,13 +718,13 @@ class _StageSplit:
     ``full_moe`` of each kind), ``first`` and ``last`` on the end stages (of which
     ``first_moe`` and ``last_moe`` are MoE layers)."""
 
-    full: np.ndarray
-    full_dense: np.ndarray
-    full_moe: np.ndarray
-    first: np.ndarray
-    first_moe: np.ndarray
-    last: np.ndarray
-    last_moe: np.ndarray
+    full: FloatArray
+    full_dense: FloatArray
+    full_moe: FloatArray
+    first: FloatArray
+    first_moe: FloatArray
+    last: FloatArray
+    last_moe: FloatArray
 
 
 @dataclass(frozen=True)
@@ -725,16 +732,16 @@ class _StageParameters:
     """Parameters one GPU holds on the first, a full middle and the last pipeline stage:
     dense ones (sharded over data x context parallel) and routed experts (over their own group)."""
 
-    first_dense: np.ndarray
-    first_expert: np.ndarray
-    mid_dense: np.ndarray
-    mid_expert: np.ndarray
-    last_dense: np.ndarray
-    last_expert: np.ndarray
+    first_dense: FloatArray
+    first_expert: FloatArray
+    mid_dense: FloatArray
+    mid_expert: FloatArray
+    last_dense: FloatArray
+    last_expert: FloatArray
     output: float  # the whole model's output layer (the word embedding when tied)
-    embedding_copy: np.ndarray | float  # the untied word embedding MTP keeps on the last stage
+    embedding_copy: FloatArray | float  # the untied word embedding MTP keeps on the last stage
 
-    def largest(self, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def largest(self, pp: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Parameters of the stage holding the most (its reduction finishes last), and the
         most dense and expert parameters of any stage."""
         has_mid = pp >= 3
@@ -747,8 +754,8 @@ class _StageParameters:
         return total, dense, expert
 
 
-def _stage_parameters(model: ModelSpec, counts: ParameterCounts, tp: np.ndarray, ep: np.ndarray, etp: np.ndarray,
-                      split: _StageSplit, single: np.ndarray) -> _StageParameters:
+def _stage_parameters(model: ModelSpec, counts: ParameterCounts, tp: FloatArray, ep: FloatArray, etp: FloatArray,
+                      split: _StageSplit, single: BoolArray) -> _StageParameters:
     """Parameters per GPU on each kind of stage: its layers' share plus, on the first,
     the embedding (and position table) and, on the last, the output layer and any
     multi-token-prediction modules (all on one stage when ``single``). Routed experts
@@ -785,14 +792,14 @@ class _StageTimes:
     last stage (point-to-point exchanges not included), the slowest of them, and how
     the slowest one's time splits."""
 
-    first_s: np.ndarray
-    middle_s: np.ndarray
-    last_s: np.ndarray
-    slowest_s: np.ndarray
+    first_s: FloatArray
+    middle_s: FloatArray
+    last_s: FloatArray
+    slowest_s: FloatArray
     slowest: _LayerWork
 
 
-def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: np.ndarray, has_middle: np.ndarray,
+def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: BoolArray, has_middle: BoolArray,
                  first: _LayerWork, mid: _LayerWork, last: _LayerWork, ends: _EndStageWork,
                  params: _StageParameters) -> _StageTimes:
     """Per-micro-batch time of the first, a middle and the last stage, and which one paces the pipeline.
@@ -802,7 +809,7 @@ def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: np.ndarray
     and last stages can pace it, as in :func:`pipeline_time_s`.
     """
     # unfused weight-gradient accumulation: one pass over the stage's parameters per micro-batch
-    def accumulation_s(params_per_gpu: np.ndarray) -> np.ndarray:
+    def accumulation_s(params_per_gpu: FloatArray) -> FloatArray:
         if training.gradient_accumulation_fusion:
             return np.zeros_like(params_per_gpu)
         return gradient_accumulation_time_s(params_per_gpu, training.grad_bytes_per_param,
@@ -839,7 +846,7 @@ def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: np.ndarray
 
 
 def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, layouts: LayoutArrays,
-                         sizes: _Sizes, tokens: np.ndarray, stage_time_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                         sizes: _Sizes, tokens: FloatArray, stage_time_s: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Bytes one tensor rank sends across a stage boundary per exchange, and the seconds
     of point-to-point exchange per micro-batch (activation forward, gradient backward,
     per model chunk)."""
@@ -870,8 +877,8 @@ def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _Devic
 
 def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, counts: ParameterCounts,
                     layouts: LayoutArrays, sizes: _Sizes, split: _StageSplit, params: _StageParameters,
-                    tokens: np.ndarray, full_frac: np.ndarray, m: np.ndarray,
-                    p2p_bytes: np.ndarray) -> dict[str, np.ndarray]:
+                    tokens: FloatArray, full_frac: FloatArray, m: FloatArray,
+                    p2p_bytes: FloatArray) -> dict[str, FloatArray]:
     """Memory of the fullest of the first, the last and a middle pipeline stage, by part
     (the ``*_bytes`` entries of predict_layouts and ``fullest_stage``)."""
     tp, pp, v, single = sizes.tp, sizes.pp, sizes.v, sizes.single
@@ -910,7 +917,7 @@ def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRate
     worst_mid = has_mid & (total_mid > np.maximum(total_first, total_last))
     worst_last = worst_last & ~worst_mid
 
-    def at_worst(first_value, last_value, mid_value):
+    def at_worst(first_value: FloatArray, last_value: FloatArray, mid_value: FloatArray) -> FloatArray:
         return np.select([worst_mid, worst_last], [mid_value, last_value], default=first_value)
 
     return {
@@ -924,7 +931,7 @@ def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRate
     }
 
 
-def gradient_bucket_count(params_gpu: np.ndarray, dp: np.ndarray, overlap_grad_reduce: bool) -> np.ndarray:
+def gradient_bucket_count(params_gpu: FloatArray, dp: FloatArray, overlap_grad_reduce: bool) -> FloatArray:
     """Collectives a stage's data-parallel gradient reduction is issued as.
 
     Megatron-Core's DDP fills buckets of ``max(40M, 1M x dp)`` parameters, "larger DP sizes
@@ -941,8 +948,8 @@ def gradient_bucket_count(params_gpu: np.ndarray, dp: np.ndarray, overlap_grad_r
 
 
 def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: LayoutArrays, sizes: _Sizes,
-                     layers_per_stage: np.ndarray, m: np.ndarray, dense_params_gpu: np.ndarray,
-                     expert_params_gpu: np.ndarray, slowest: _LayerWork) -> tuple[np.ndarray, np.ndarray]:
+                     layers_per_stage: FloatArray, m: FloatArray, dense_params_gpu: FloatArray,
+                     expert_params_gpu: FloatArray, slowest: _LayerWork) -> tuple[FloatArray, FloatArray]:
     """Seconds of data-parallel gradient reduction (and ZeRO weight gathers) a step
     leaves on the critical path after overlapping it with the backward, and their total.
 
@@ -970,7 +977,8 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     local_exp = np.where(shard_expert % local_exp == 0, local_exp, 1.0)
     groups_exp = shard_expert / local_exp
 
-    def dp_allreduce(n_bytes_dense, n_bytes_expert, calls_dense, calls_expert, algorithms=("ring", "tree")):
+    def dp_allreduce(n_bytes_dense: FloatArray, n_bytes_expert: FloatArray, calls_dense: FloatArray,
+                     calls_expert: FloatArray, algorithms: tuple[str, ...] = ("ring", "tree")) -> FloatArray:
         return two_level_allreduce_time_s(n_bytes_dense, local_dense, groups_dense, intra, inter, calls_dense,
                                           algorithms) + \
             two_level_allreduce_time_s(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
@@ -1004,7 +1012,7 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     # ahead of or behind its computation (Zhao et al., "PyTorch FSDP", VLDB 2023, Sec. 4.3)
     hidden = overlap | (zero >= 3)
 
-    def exposed(t_comm, window):
+    def exposed(t_comm: FloatArray, window: FloatArray | float) -> FloatArray:
         return np.where(hidden, overlapped_time_s(t_comm, window, t_comm * tail), t_comm)
 
     # Under the interleaved schedule Megatron-Core synchronises each model chunk on its own
@@ -1018,12 +1026,12 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     chunk_gap_bwd = pp * bwd_window / v
     chunk_gap_fwd = pp * fwd_window / v
 
-    def reduce_exposed(t_comm, window):
+    def reduce_exposed(t_comm: FloatArray, window: FloatArray | float) -> FloatArray:
         # the last chunk's reduction is launched after its backward, with nothing left to hide it
         return np.where(interleaved, chunked_collective_time_s(t_comm, t_comm / v, v, chunk_gap_bwd),
                         exposed(t_comm, window))
 
-    def gather_exposed(t_comm, window):
+    def gather_exposed(t_comm: FloatArray, window: FloatArray | float) -> FloatArray:
         share = t_comm / v
         first = exposed_part_s(share, window / v, share * np.minimum(tail * v, 1.0))
         return np.where(interleaved, chunked_collective_time_s(t_comm, first, v, chunk_gap_fwd),
@@ -1049,7 +1057,7 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
 
 
 def _tied_embedding_allreduce_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates,
-                                sizes: _Sizes) -> np.ndarray:
+                                sizes: _Sizes) -> FloatArray:
     """The first and last stages' all-reduce of the word-embedding gradient, after the flush.
 
     Tied input/output embeddings (GPT; SC21 eq. 2 counts V h once): with pp > 1 the last
@@ -1071,7 +1079,7 @@ def _tied_embedding_allreduce_s(model: ModelSpec, training: TrainingSpec, rates:
 
 
 def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                    layouts: LayoutArrays) -> dict[str, np.ndarray]:
+                    layouts: LayoutArrays) -> dict[str, FloatArray]:
     """Predict time, throughput and per-GPU memory of every candidate layout.
 
     Returns a dict of arrays (one entry per candidate): ``step_time_s``,
@@ -1118,7 +1126,7 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     layer_s = mid.total_s / q
     moe_layer_indices = model.moe.moe_layers if model.moe else None
 
-    def end_layer_units(first_layers: np.ndarray, last_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def end_layer_units(first_layers: FloatArray, last_layers: FloatArray) -> tuple[FloatArray, FloatArray]:
         # the end stages' own layers, dense or MoE by position, in middle-stage layer times
         first_moe, last_moe = end_stage_moe_layers(n_layers, moe_layer_indices, n_moe > 0, first_layers,
                                                    last_layers, q, q_moe, v)

@@ -91,7 +91,7 @@ def flag(value: Any, field_name: str) -> bool:
     return value
 
 
-def as_list(value: Any, field_name: str, what: str) -> Sequence:
+def as_list(value: Any, field_name: str, what: str) -> Sequence[Any]:
     """A JSON array (not a string or an object, which are sequences to Python too)."""
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
         raise InvalidInput(f"{field_name} must be {what}, got {value!r}", field=field_name, code="not-a-list")
@@ -152,9 +152,10 @@ def spec_field(default: Any = dataclasses.MISSING, *, kind: str, doc: str, ge: f
     return dataclasses.field(default=default, metadata={"rule": rule})
 
 
-def field_rule(field: dataclasses.Field) -> FieldRule:
+def field_rule(field: dataclasses.Field[Any]) -> FieldRule:
     """The rule a field was declared with."""
-    return field.metadata["rule"]
+    rule: FieldRule = field.metadata["rule"]
+    return rule
 
 
 def _checked(value: Any, rule: FieldRule, path: str) -> Any:
@@ -223,10 +224,10 @@ def check_declared_fields(spec: Any) -> None:
 # --------------------------------------------------------------------------- from a mapping
 
 
-_DECLARED: dict[type, tuple[tuple[dataclasses.Field, type | None], ...]] = {}
+_DECLARED: dict[type, tuple[tuple[dataclasses.Field[Any], type | None], ...]] = {}
 
 
-def _declared(cls: type) -> tuple[tuple[dataclasses.Field, type | None], ...]:
+def _declared(cls: type) -> tuple[tuple[dataclasses.Field[Any], type | None], ...]:
     """The init fields of a spec class, each with the spec class its annotation names (or None); read once."""
     if cls not in _DECLARED:
         hints = typing.get_type_hints(cls)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from partitioners.parallel3d.arrays import FloatArray, IntArray
 from partitioners.parallel3d.specs import AttentionProjection, ModelSpec, kv_shard_count
 from partitioners.parallel3d.stages import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 
@@ -51,7 +52,7 @@ class ParameterCounts:
     attention_kv_per_layer: float = 0.0
     kv_heads: int = 1
 
-    def attention_per_gpu(self, tp: np.ndarray | float) -> np.ndarray:
+    def attention_per_gpu(self, tp: FloatArray | float) -> FloatArray:
         """Attention parameters of one layer on one tensor-parallel rank."""
         tp = np.asarray(tp, dtype=float)
         kv_replicated = self.attention_kv_per_layer * (1.0 / kv_shard_count(tp, self.kv_heads) - 1.0 / tp)
@@ -155,9 +156,9 @@ def mla_up_projections(model: ModelSpec) -> tuple[AttentionProjection, ...]:
     return tuple(p for p in model.attention_projections if p.reads == "latent")
 
 
-def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: np.ndarray | int,
-                            full_fraction: np.ndarray | float = 1.0, flash_attention: bool = False,
-                            tp: np.ndarray | float = 1.0) -> np.ndarray:
+def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: IntArray | int,
+                            full_fraction: FloatArray | float = 1.0, flash_attention: bool = False,
+                            tp: FloatArray | float = 1.0) -> FloatArray:
     """FLOPs actually executed: model FLOPs plus recomputation and replicated KV heads.
 
     Full recomputation repeats every layer's forward (SC21's 96 = 4 x 24), or the

@@ -18,9 +18,9 @@ the longest the model supports), so the request gives it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d.field_checks import as_list, flag, positive_int
@@ -175,6 +175,11 @@ class _Config:
                                field=f"{self.where}.{keys[0]}", code="missing-field")
         return positive_int(self.data[key], f"{self.where}.{key}", allow_zero=allow_zero)
 
+    @overload
+    def optional_int(self, keys: tuple[str, ...] | str, default: int, *, allow_zero: bool = False) -> int: ...
+    @overload
+    def optional_int(self, keys: tuple[str, ...] | str, default: None = None, *,
+                     allow_zero: bool = False) -> int | None: ...
     def optional_int(self, keys: tuple[str, ...] | str, default: int | None = None, *,
                      allow_zero: bool = False) -> int | None:
         keys = (keys,) if isinstance(keys, str) else keys
@@ -235,9 +240,10 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
         step = config.optional_int("interleave_moe_layer_step", 1)
         layers = config.int_list("moe_layers") if config.has("moe_layers") else \
             list(range(step - 1, num_layers, step))
-        block = {"num_experts": config.required_int("num_local_experts"),
-                 "experts_per_token": config.required_int("num_experts_per_tok"),
-                 "expert_ffn_hidden_size": config.required_int("intermediate_size"), "shared_experts": 1}
+        block: dict[str, Any] = {"num_experts": config.required_int("num_local_experts"),
+                                 "experts_per_token": config.required_int("num_experts_per_tok"),
+                                 "expert_ffn_hidden_size": config.required_int("intermediate_size"),
+                                 "shared_experts": 1}
         if len(set(layers)) < num_layers:
             block["moe_layers"] = layers
         return block
@@ -252,9 +258,9 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
             raise InvalidInput(f"{config.where}.mlp_only_layers names layer {max(dense_only)} of a "
                                f"{num_layers}-layer model", field=f"{config.where}.mlp_only_layers",
                                code="layer-out-of-range")
-        block: dict[str, Any] = {"num_experts": config.required_int("num_experts"),
-                                 "experts_per_token": config.required_int("num_experts_per_tok"),
-                                 "expert_ffn_hidden_size": expert_width}
+        block = {"num_experts": config.required_int("num_experts"),
+                 "experts_per_token": config.required_int("num_experts_per_tok"),
+                 "expert_ffn_hidden_size": expert_width}
         shared_width = config.optional_int("shared_expert_intermediate_size", 0, allow_zero=True)
         if shared_width:
             if shared_width % expert_width:
@@ -288,7 +294,7 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
 _LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 
-def _check_one_per_layer(config: _Config, key: str, values: list[Any], num_layers: int) -> None:
+def _check_one_per_layer(config: _Config, key: str, values: Sequence[Any], num_layers: int) -> None:
     if len(values) != num_layers:
         raise InvalidInput(f"{config.where}.{key} names {len(values)} layers, num_hidden_layers is {num_layers}",
                            field=f"{config.where}.{key}", code="layer-count-mismatch")
@@ -316,6 +322,7 @@ def _layer_kinds(config: _Config, family: _Family, num_layers: int) -> list[str]
                                    code="unknown-attention-kind")
         return list(kinds)
     rule, local = family.local_layers, "sliding_attention"
+    chosen: Sequence[int]
     if rule == "all":
         chosen = range(num_layers)
     elif rule == "alternate":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from partitioners.parallel3d.arrays import FloatArray
 from partitioners.parallel3d.specs import ModelSpec, TrainingSpec
 
 __all__ = [
@@ -54,8 +55,8 @@ _FLASH_REFERENCE_KEYS = 16384.0
 _FLASH_BLOCK_ROWS = 128.0
 
 
-def gemm_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: float, hbm: float, sms: int,
-                bytes_per_element: float = 2.0, batch: np.ndarray | float = 1.0) -> np.ndarray:
+def gemm_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, peak: float, eff: float,
+                hbm: float, sms: int, bytes_per_element: float = 2.0, batch: FloatArray | float = 1.0) -> FloatArray:
     """Time of ``batch`` independent ``(m x k) @ (k x n)`` products in one kernel on one GPU.
 
     Roofline of compute at ``eff * peak`` (the asymptotic cuBLAS ceiling, reduced for
@@ -86,11 +87,12 @@ def gemm_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: f
         * (k / (k + _GEMM_HALF_DIM))
     compute = 2.0 * m * n * k * batch / (peak * eff * saturation * np.minimum(quantisation, 1.0))
     memory = bytes_per_element * (m * k + k * n + m * n) * batch / hbm
-    return np.maximum(compute, memory)
+    time_s: FloatArray = np.maximum(compute, memory)
+    return time_s
 
 
-def embedding_time_s(tokens: np.ndarray | float, hidden_size: int, vocab_size: int, tp: np.ndarray | float,
-                     hbm_bytes_per_s: float) -> np.ndarray:
+def embedding_time_s(tokens: FloatArray | float, hidden_size: int, vocab_size: int, tp: FloatArray | float,
+                     hbm_bytes_per_s: float) -> FloatArray:
     """Memory-bound time of the input embedding, forward and backward, for one micro-batch.
 
     Megatron puts the word embedding on the first pipeline stage (Narayanan et al.,
@@ -125,8 +127,8 @@ def embedding_time_s(tokens: np.ndarray | float, hidden_size: int, vocab_size: i
         / hbm_bytes_per_s
 
 
-def gradient_accumulation_time_s(params_per_gpu: np.ndarray | float, grad_bytes_per_param: float,
-                                 hbm_bytes_per_s: float) -> np.ndarray:
+def gradient_accumulation_time_s(params_per_gpu: FloatArray | float, grad_bytes_per_param: float,
+                                 hbm_bytes_per_s: float) -> FloatArray:
     """Memory-bound time of adding one micro-batch's weight gradients into the accumulator.
 
     Without gradient-accumulation fusion each micro-batch's backward writes a fresh
@@ -152,8 +154,9 @@ def gradient_accumulation_time_s(params_per_gpu: np.ndarray | float, grad_bytes_
     return np.asarray(params_per_gpu, dtype=float) * (2.0 + 2.0 * grad_bytes_per_param) / hbm_bytes_per_s
 
 
-def gemm_backward_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: float, eff: float, hbm: float,
-                         sms: int, bytes_per_element: float = 2.0, batch: np.ndarray | float = 1.0) -> np.ndarray:
+def gemm_backward_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, peak: float,
+                         eff: float, hbm: float, sms: int, bytes_per_element: float = 2.0,
+                         batch: FloatArray | float = 1.0) -> FloatArray:
     """Backward of ``Y (m x n) = X (m x k) W (k x n)``: the two GEMMs at their own shapes.
 
     ``dX = dY W^T`` is an ``(m x n)(n x k)`` product and ``dW = X^T dY`` a
@@ -166,8 +169,8 @@ def gemm_backward_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, peak: floa
         + gemm_time_s(k, n, m, peak, eff, hbm, sms, bytes_per_element, batch)
 
 
-def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
-                        hbm_bytes_per_s: float, fp8: bool) -> tuple[dict[bool, np.ndarray], dict[bool, np.ndarray]]:
+def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: FloatArray, tp: FloatArray,
+                        hbm_bytes_per_s: float, fp8: bool) -> tuple[dict[bool, FloatArray], dict[bool, FloatArray]]:
     """Forward and backward time one layer spends quantizing GEMM operands to FP8, per micro-batch.
 
     An FP8 GEMM needs FP8 operands: Transformer Engine casts every linear's input in
@@ -200,7 +203,8 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
     attn_output_grads = sum(h / rep_div if p.split == "row" else p.out_per_rank(tp)
                             for p in model.attention_projections)
 
-    def per_token(mlp_fwd, mlp_bwd):
+    def per_token(mlp_fwd: FloatArray | float, mlp_bwd: FloatArray | float) -> tuple[FloatArray | float,
+                                                                                     FloatArray | float]:
         # forward: QKV input, projection input (the local heads' output), MLP inputs;
         # backward: the output gradients of QKV, projection and the MLP's two linears
         fwd = ln_fed + attn_inputs + mlp_fwd
@@ -220,13 +224,13 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: np.nda
     return {False: dense_fwd * scale, True: moe_fwd * scale}, {False: dense_bwd * scale, True: moe_bwd * scale}
 
 
-def _flash_rate(keys: np.ndarray) -> np.ndarray:
+def _flash_rate(keys: FloatArray) -> FloatArray:
     """FlashAttention's rate over ``keys`` keys per call, relative to the reference length."""
     return (keys / (keys + _FLASH_HALF_RATE_KEYS)) \
         / (_FLASH_REFERENCE_KEYS / (_FLASH_REFERENCE_KEYS + _FLASH_HALF_RATE_KEYS))
 
 
-def flash_attention_slowdown(seq_length: int, cp: np.ndarray | float) -> np.ndarray:
+def flash_attention_slowdown(seq_length: int, cp: FloatArray | float) -> FloatArray:
     """How much longer causal FlashAttention takes per FLOP than at its long-sequence rate.
 
     A FlashAttention kernel loops, for each block of 128 queries, over the blocks of keys

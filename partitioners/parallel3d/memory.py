@@ -30,9 +30,11 @@ The time of a step, and which stage's memory is the peak, are in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
+from partitioners.parallel3d.arrays import FloatArray, IntArray
 from partitioners.parallel3d.specs import ACTIVATION_FRAGMENTATION, ModelSpec, TrainingSpec
 from partitioners.parallel3d.stages import (
     RECOMPUTE_FULL,
@@ -78,8 +80,13 @@ def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capac
     return (capacity_bytes - (total_bytes - activations_bytes)) / raw_activations - 1.0
 
 
-def bytes_at_high_fragmentation(total_bytes: np.ndarray | float, activations_bytes: np.ndarray | float,
-                                counted: float) -> np.ndarray | float:
+@overload
+def bytes_at_high_fragmentation(total_bytes: FloatArray, activations_bytes: FloatArray | float,
+                                counted: float) -> FloatArray: ...
+@overload
+def bytes_at_high_fragmentation(total_bytes: float, activations_bytes: float, counted: float) -> float: ...
+def bytes_at_high_fragmentation(total_bytes: FloatArray | float, activations_bytes: FloatArray | float,
+                                counted: float) -> FloatArray | float:
     """A footprint predicted with ``counted`` fragmentation, recounted at ``ACTIVATION_FRAGMENTATION_HIGH``.
 
     A layout whose recount exceeds capacity fits only if the allocator wastes little
@@ -89,9 +96,9 @@ def bytes_at_high_fragmentation(total_bytes: np.ndarray | float, activations_byt
     return total_bytes + activations_bytes * (ACTIVATION_FRAGMENTATION_HIGH - counted) / (1.0 + counted)
 
 
-def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
-                               recompute: np.ndarray, moe_layer: bool = False,
-                               fp8_gemm_inputs: bool = False) -> np.ndarray:
+def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens: FloatArray, tp: FloatArray,
+                               recompute: IntArray, moe_layer: bool = False,
+                               fp8_gemm_inputs: bool = False) -> FloatArray:
     """Activation bytes one layer keeps for backward, per GPU, for ``tokens`` local tokens.
 
     Korthikanti et al. (2022) Table 2, term by term (per token, bytes):
@@ -186,7 +193,7 @@ def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens:
     return per_token * tokens
 
 
-def zero_stage_held(zero: np.ndarray | int, pp: np.ndarray | int) -> np.ndarray:
+def zero_stage_held(zero: FloatArray | IntArray | int, pp: FloatArray | int) -> FloatArray:
     """The ZeRO stage whose sharding a GPU's memory actually sees between micro-batches.
 
     Sharding gradients (stage 2) or weights (stage 3) per micro-batch would cost a
@@ -203,10 +210,10 @@ def zero_stage_held(zero: np.ndarray | int, pp: np.ndarray | int) -> np.ndarray:
     return np.where((zero >= 2) & (pp > 1), np.minimum(zero, 1), zero)
 
 
-def model_state_bytes(dense_params: np.ndarray, expert_params: np.ndarray, zero: np.ndarray,
-                      shard_dense: np.ndarray, shard_expert: np.ndarray, training: TrainingSpec,
-                      fp8_linears: bool, unquantized_params: np.ndarray | float = 0.0
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def model_state_bytes(dense_params: FloatArray, expert_params: FloatArray, zero: FloatArray,
+                      shard_dense: FloatArray, shard_expert: FloatArray, training: TrainingSpec,
+                      fp8_linears: bool, unquantized_params: FloatArray | float = 0.0
+                      ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Bytes of weights, gradients and optimizer state one GPU keeps for the parameters it holds.
 
     Mixed-precision Adam keeps 16-bit weights, ``training.grad_bytes_per_param`` of
@@ -242,19 +249,19 @@ class StageActivations:
     pipeline stage (zero without one), with allocator fragmentation; how many layers that
     middle stage holds and its pipeline rank."""
 
-    first_bytes: np.ndarray
-    last_bytes: np.ndarray
-    middle_bytes: np.ndarray
-    middle_layers: np.ndarray
-    middle_rank: np.ndarray
+    first_bytes: FloatArray
+    last_bytes: FloatArray
+    middle_bytes: FloatArray
+    middle_layers: FloatArray
+    middle_rank: FloatArray
 
 
-def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.ndarray, tp: np.ndarray,
-                           recompute: np.ndarray, full_fraction: np.ndarray, layers_per_stage: np.ndarray,
-                           moe_layers: np.ndarray, first_layers: np.ndarray,
-                           last_layers: np.ndarray, pp: np.ndarray, v: np.ndarray, m: np.ndarray,
-                           fp8_gemm_inputs: bool = False, first_moe_layers: np.ndarray | None = None,
-                           last_moe_layers: np.ndarray | None = None) -> StageActivations:
+def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: FloatArray, tp: FloatArray,
+                           recompute: IntArray, full_fraction: FloatArray, layers_per_stage: FloatArray,
+                           moe_layers: FloatArray, first_layers: FloatArray,
+                           last_layers: FloatArray, pp: FloatArray, v: FloatArray, m: FloatArray,
+                           fp8_gemm_inputs: bool = False, first_moe_layers: FloatArray | None = None,
+                           last_moe_layers: FloatArray | None = None) -> StageActivations:
     """Peak activation bytes on the first, the last and the fullest middle pipeline stage.
 
     Stage ``r`` holds min(m, p - r) micro-batches in flight under 1F1B and
@@ -294,7 +301,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     kept_moe = activation_bytes_per_layer(model, training, tokens, tp, no_recompute, moe_layer=True,
                                           fp8_gemm_inputs=fp8_gemm_inputs) if has_moe else 0.0
 
-    def per_layer(moe_share: np.ndarray) -> np.ndarray:
+    def per_layer(moe_share: FloatArray) -> FloatArray:
         """Average bytes of a layer on a stage whose layers are ``moe_share`` MoE."""
         held = (1.0 - moe_share) * dense_act + moe_share * moe_act
         kept = (1.0 - moe_share) * kept_dense + moe_share * kept_moe
@@ -309,7 +316,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
         microbatch_group_size(np.asarray(m, dtype=np.int64), np.asarray(pp, dtype=np.int64),
                               training.flexible_microbatch_groups), pp), pp)
 
-    def chunks_in_flight(rank):
+    def chunks_in_flight(rank: FloatArray | float) -> FloatArray:
         return np.where(v == 1, np.minimum(m, pp - rank),
                         np.minimum(m * v, 2.0 * (pp - rank - 1.0) + (v - 1.0) * group + 1.0))
 
@@ -335,7 +342,7 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: np.
     rebuilt_dense = kept_dense - dense_act
     rebuilt_moe = kept_moe - moe_act
 
-    def rebuilt(moe_count: np.ndarray | None, layer_count: np.ndarray) -> np.ndarray:
+    def rebuilt(moe_count: FloatArray | None, layer_count: FloatArray) -> FloatArray:
         if not has_moe:
             return rebuilt_dense
         if moe_count is None:  # an end stage left to the middle stage's mix

@@ -40,13 +40,15 @@ References
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.errors import Infeasible, InvalidInput
+from partitioners.parallel3d.arrays import BoolArray, FloatArray, IntArray
 from partitioners.parallel3d.cost import predict_layouts
 from partitioners.parallel3d.flops import model_flops_per_step, parameter_counts
 from partitioners.parallel3d.memory import (
@@ -257,7 +259,8 @@ class RankMap:
     mesh_dim_names: tuple[str, ...]
     order: str = "tp-cp-ep-pp-dp"
 
-    def ranks(self, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def ranks(self, start: int = 0, stop: int | None = None,
+              ) -> tuple[npt.NDArray[np.int32], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
         """``(coords, device, node, local_gpu)`` of ranks ``start`` to ``stop`` (exclusive)."""
         stop = self.num_ranks if stop is None else min(stop, self.num_ranks)
         r = np.arange(max(start, 0), max(stop, start, 0), dtype=np.int64)
@@ -274,23 +277,23 @@ class RankMap:
         return coords, r, (r // self.gpus_per_node).astype(np.int32), (r % self.gpus_per_node).astype(np.int32)
 
     @functools.cached_property
-    def _whole(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _whole(self) -> tuple[npt.NDArray[np.int32], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
         return self.ranks()
 
     @property
-    def coords(self) -> np.ndarray:
+    def coords(self) -> npt.NDArray[np.int32]:
         return self._whole[0]
 
     @property
-    def device(self) -> np.ndarray:
+    def device(self) -> IntArray:
         return self._whole[1]
 
     @property
-    def node(self) -> np.ndarray:
+    def node(self) -> npt.NDArray[np.int32]:
         return self._whole[2]
 
     @property
-    def local_gpu(self) -> np.ndarray:
+    def local_gpu(self) -> npt.NDArray[np.int32]:
         return self._whole[3]
 
     def to_dict(self, limit: int | None = 1024) -> dict[str, Any]:
@@ -510,10 +513,10 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
 
 
 def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, constraints: Constraints,
-                 lay: LayoutArrays, pred: Mapping[str, np.ndarray]) -> np.ndarray:
+                 lay: LayoutArrays, pred: Mapping[str, FloatArray]) -> IntArray:
     bits = np.zeros(len(lay), dtype=np.int64)
 
-    def mark(name: str, mask: np.ndarray) -> None:
+    def mark(name: str, mask: BoolArray | bool) -> None:
         nonlocal bits
         bits |= np.where(mask, 1 << REJECTION_REASONS.index(name), 0)
 
@@ -554,7 +557,7 @@ def _reason_text(name: str, model: ModelSpec, cluster: ClusterSpec, training: Tr
     return f"out of memory: needs {memory_bytes / _GIB:.1f} GiB per GPU, {cluster.memory_bytes / _GIB:.1f} GiB available"
 
 
-def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, np.ndarray], bits: np.ndarray, model: ModelSpec,
+def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, FloatArray], bits: IntArray, model: ModelSpec,
                 cluster: ClusterSpec, training: TrainingSpec, tie: bool = False,
                 notes: tuple[str, ...] = ()) -> LayoutPrediction:
     d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero",
@@ -656,15 +659,15 @@ def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
             f"{ACTIVATION_FRAGMENTATION_HIGH:.0%} ({worst_bytes / _GIB:.1f} GiB); measure peak memory before a long run")
 
 
-def _tight_memory(pred: Mapping[str, np.ndarray], index: np.ndarray, capacity_bytes: float,
-                  counted: float) -> np.ndarray:
+def _tight_memory(pred: Mapping[str, FloatArray], index: IntArray, capacity_bytes: float,
+                  counted: float) -> BoolArray:
     """True where a layout fits only with less allocator waste than ``ACTIVATION_FRAGMENTATION_HIGH``
     (its prediction counted ``counted``)."""
     return bytes_at_high_fragmentation(pred["memory_bytes"][index], pred["activations_bytes"][index],
                                        counted) > capacity_bytes
 
 
-def _best_per_split(index: np.ndarray, lay: LayoutArrays, step: np.ndarray) -> np.ndarray:
+def _best_per_split(index: IntArray, lay: LayoutArrays, step: FloatArray) -> IntArray:
     """Of the candidates at ``index``, the fastest one per (tp, pp) pair, fastest first.
 
     The tensor- and pipeline-parallel sizes are the choice a user makes first (they fix
@@ -738,7 +741,8 @@ def _consistent(cons: Constraints, model: ModelSpec) -> Constraints:
     return replace(cons, recompute=("full",))
 
 
-def _predict(model_spec, cluster_spec, training_spec, lay):
+def _predict(model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec,
+             lay: LayoutArrays) -> dict[str, FloatArray]:
     if len(lay) <= _CHUNK:
         return predict_layouts(model_spec, cluster_spec, training_spec, lay)
     # bounded working memory: ~100 float64 temporaries per candidate
@@ -747,7 +751,8 @@ def _predict(model_spec, cluster_spec, training_spec, lay):
     return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 
 
-def _search(model_spec, cluster_spec, training_spec, cons):
+def _search(model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec,
+            cons: Constraints) -> tuple[LayoutArrays, dict[str, FloatArray], IntArray]:
     lay = enumerate_layouts(model_spec, cluster_spec, training_spec, cons)
     if len(lay) == 0:
         return lay, {}, np.zeros(0, dtype=np.int64)
@@ -758,7 +763,9 @@ def _search(model_spec, cluster_spec, training_spec, cons):
     return lay, pred, bits
 
 
-def _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred):
+def _fewest_recomputed_layers(model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec,
+                              lay: LayoutArrays, pred: dict[str, FloatArray],
+                              ) -> tuple[LayoutArrays, dict[str, FloatArray]]:
     """Cut full recomputation down to the fewest layers per model chunk that fit with headroom.
 
     Recomputing a layer trades its kept activations for a repeated forward pass;
@@ -779,7 +786,7 @@ def _fewest_recomputed_layers(model_spec, cluster_spec, training_spec, lay, pred
                        replace(sub, recompute_layers=np.zeros_like(sub.recompute_layers)))
     capacity = float(cluster_spec.memory_bytes)
 
-    def least_fraction(at_zero: np.ndarray, at_all: np.ndarray) -> np.ndarray:
+    def least_fraction(at_zero: FloatArray | float, at_all: FloatArray | float) -> FloatArray:
         """Smallest share of layers at which the line from ``at_zero`` to ``at_all`` is within capacity."""
         drop = np.maximum(at_zero - at_all, 1e-9)
         return np.where(at_all <= capacity, np.clip((at_zero - capacity) / drop, 0.0, 1.0), np.inf)
@@ -864,12 +871,13 @@ def plan_parallel_layout(model: ModelSpec, cluster: ClusterSpec, training: Train
         ordered = np.concatenate([band, ranked[~in_band]])[:top_k]
         for i in ordered:
             tie = bool(step[i] <= best_time * (1.0 + cons.tie_tolerance))
-            note = ()
+            tie_note: tuple[str, ...] = ()
             if tie and band.size > 1:
-                note = (f"within {cons.tie_tolerance:.1%} of the fastest prediction "
-                        f"({best_time:.3f} s): a tie at the model's accuracy; ties rank layouts with room for "
-                        "allocator waste first, fastest first within each group",)
-            candidates.append(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec, tie, note))
+                tie_note = (f"within {cons.tie_tolerance:.1%} of the fastest prediction "
+                            f"({best_time:.3f} s): a tie at the model's accuracy; ties rank layouts with room for "
+                            "allocator waste first, fastest first within each group",)
+            candidates.append(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec, tie,
+                                          tie_note))
         threshold = step[ordered[0]]
     else:
         threshold = np.inf
@@ -895,7 +903,8 @@ def _why_no_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         value = getattr(cons, name)
         if value is None:
             continue
-        relaxed = replace(cons, **{name: None})
+        unset: dict[str, Any] = {name: None}
+        relaxed = replace(cons, **unset)
         if name == "recompute_num_layers" and cons.recompute == ("full",):
             relaxed = replace(relaxed, recompute=RECOMPUTE_MODES)
         if len(enumerate_layouts(model, cluster, training, relaxed)):
@@ -910,7 +919,8 @@ def _why_no_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
             f"(fixed sizes must multiply to a divisor of the GPU count)")
 
 
-def _why_nothing_fits(model, cluster, training, lay, pred, bits, counts) -> list[str]:
+def _why_nothing_fits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, lay: LayoutArrays,
+                      pred: Mapping[str, FloatArray], bits: IntArray, counts: Mapping[str, int]) -> list[str]:
     """Sentences saying why no layout can run and what would have to change."""
     notes = [("no layout can run: " + ", ".join(f"{n} {name}" for name, n in counts.items() if n)
               + f" (of {len(lay)} layouts searched)")]
@@ -1077,10 +1087,13 @@ def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> Ran
     """
     spec = cluster
     given = layout.given() if isinstance(layout, LayoutSpec) else None
-    get = (lambda k: int(getattr(layout, k))) if given is None else (lambda k: int(given.get(k, 1)))
+    get: Callable[[str], int] = ((lambda k: int(getattr(layout, k))) if given is None
+                                 else (lambda k: int(given.get(k, 1))))
     tp, pp, cp, ep = get("tp"), get("pp"), get("cp"), get("ep")
     etp = get("etp") if given is None or "etp" in given else tp
     n = spec.num_gpus
+    shape: tuple[int, ...]
+    names: tuple[str, ...]
     if tp * pp * cp <= 0 or n % (tp * pp * cp):
         raise InvalidInput(f"tp x pp x cp = {tp * pp * cp} does not divide {n} GPUs", field="layout",
                            code="does-not-divide")

@@ -42,6 +42,7 @@ from partitioners.hardware.inventory import (
     within,
 )
 from partitioners.hardware.inventory import PRESETS as INVENTORY_PRESETS
+from partitioners.parallel3d.arrays import FloatArray
 from partitioners.parallel3d.field_checks import (
     MAX_COUNT,
     as_list,
@@ -173,7 +174,9 @@ class MoESpec:
         if (self.num_groups is None) != (self.group_topk is None):
             raise _refuse(root, "group_topk" if self.group_topk is None else "num_groups",
                           f"{root}.num_groups and {root}.group_topk come together", "missing-field")
-        if self.num_groups is not None and (self.num_experts % self.num_groups or self.group_topk > self.num_groups):
+        # both or neither are set (checked above); naming both lets the checker see it
+        if self.num_groups is not None and self.group_topk is not None \
+                and (self.num_experts % self.num_groups or self.group_topk > self.num_groups):
             raise _refuse(root, "num_groups", f"num_groups {self.num_groups} must divide num_experts "
                           f"{self.num_experts} and group_topk {self.group_topk} must not exceed it",
                           "groups-do-not-divide-experts")
@@ -206,7 +209,7 @@ class MLASpec:
         check_declared_fields(self)
 
 
-def kv_shard_count(tp: np.ndarray | float, kv_heads: int) -> np.ndarray:
+def kv_shard_count(tp: FloatArray | float, kv_heads: int) -> FloatArray:
     """How many ways tensor parallelism splits K and V: ``tp`` up to the KV head count.
 
     With more tensor-parallel ranks than KV heads (multi-query attention, or GQA with
@@ -220,7 +223,8 @@ def kv_shard_count(tp: np.ndarray | float, kv_heads: int) -> np.ndarray:
     The replicated KV weights' gradient all-reduce across the tensor group
     (``h x 2 x head width`` per layer, like the LayerNorm gains') is left out.
     """
-    return np.minimum(np.asarray(tp, dtype=float), kv_heads)
+    shards: FloatArray = np.minimum(np.asarray(tp, dtype=float), kv_heads)
+    return shards
 
 
 @dataclass(frozen=True)
@@ -244,14 +248,14 @@ class AttentionProjection:
     kv_out_width: int = 0
     kv_heads: int = 1
 
-    def out_per_rank(self, tp: np.ndarray | float) -> np.ndarray | float:
+    def out_per_rank(self, tp: FloatArray | float) -> FloatArray | float:
         """Output features one tensor-parallel rank computes."""
         if self.split != "column":
             return self.out_width
         tp = np.asarray(tp, dtype=float)
         return (self.out_width - self.kv_out_width) / tp + self.kv_out_width / kv_shard_count(tp, self.kv_heads)
 
-    def in_per_rank(self, tp: np.ndarray | float) -> np.ndarray | float:
+    def in_per_rank(self, tp: FloatArray | float) -> FloatArray | float:
         """Input features one tensor-parallel rank reads."""
         return self.in_width / np.asarray(tp, dtype=float) if self.split == "row" else self.in_width
 
@@ -418,7 +422,7 @@ class ModelSpec:
     def kv_heads(self) -> int:
         return self.num_kv_heads or self.num_attention_heads
 
-    def kv_shards(self, tp: np.ndarray | float) -> np.ndarray:
+    def kv_shards(self, tp: FloatArray | float) -> FloatArray:
         """How many ways tensor parallelism splits this model's K and V (:func:`kv_shard_count`)."""
         return kv_shard_count(tp, self.kv_heads)
 
@@ -499,13 +503,13 @@ class ModelSpec:
         causal = s * (s + 1) / 2
         share = 1.0
         windowed = self._local_layer_count(self.sliding_window, self.sliding_window_layers)
-        if windowed and self.sliding_window < s:
-            w = self.sliding_window
+        w = self.sliding_window
+        if windowed and w is not None and w < s:  # windowed > 0 only with a window
             share -= windowed / self.num_layers * (1.0 - (w * (w + 1) / 2 + (s - w) * w) / causal)
         chunked = self._local_layer_count(self.attention_chunk_size, self.chunked_attention_layers)
-        if chunked and self.attention_chunk_size < s:
-            whole, rest = divmod(s, self.attention_chunk_size)
-            c = self.attention_chunk_size
+        c = self.attention_chunk_size
+        if chunked and c is not None and c < s:  # chunked > 0 only with a chunk size
+            whole, rest = divmod(s, c)
             share -= chunked / self.num_layers * (1.0 - (whole * c * (c + 1) / 2 + rest * (rest + 1) / 2) / causal)
         return share
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from partitioners.parallel3d.arrays import BoolArray, FloatArray, IntArray
+
 __all__ = [
     "RECOMPUTE_NONE",
     "RECOMPUTE_SELECTIVE",
@@ -46,27 +48,27 @@ class LayoutArrays:
     0 otherwise.
     """
 
-    dp: np.ndarray
-    tp: np.ndarray
-    pp: np.ndarray
-    cp: np.ndarray
-    ep: np.ndarray
-    etp: np.ndarray
-    mbs: np.ndarray
-    v: np.ndarray
-    zero: np.ndarray
-    recompute: np.ndarray
-    recompute_layers: np.ndarray
+    dp: IntArray
+    tp: IntArray
+    pp: IntArray
+    cp: IntArray
+    ep: IntArray
+    etp: IntArray
+    mbs: IntArray
+    v: IntArray
+    zero: IntArray
+    recompute: IntArray
+    recompute_layers: IntArray
 
     def __len__(self) -> int:
         return int(self.dp.shape[0])
 
-    def take(self, index: np.ndarray) -> LayoutArrays:
+    def take(self, index: BoolArray | IntArray | slice) -> LayoutArrays:
         """The candidates at ``index`` (boolean mask or integer positions)."""
         return LayoutArrays(*(getattr(self, name)[index] for name in self.__dataclass_fields__))
 
 
-def stage_layer_split(num_layers: int, pp: np.ndarray | int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stage_layer_split(num_layers: int, pp: FloatArray | IntArray | int) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Layers on the fullest, the first and the last pipeline stage: ``(q, first, last)``.
 
     The fullest stages hold ``q = ceil(L / p)``; the ``p q - L`` layers short of that
@@ -88,8 +90,8 @@ def stage_layer_split(num_layers: int, pp: np.ndarray | int) -> tuple[np.ndarray
 
 
 def end_stage_moe_layers(num_layers: int, moe_layers: tuple[int, ...] | None, has_moe: bool,
-                         first_layers: np.ndarray, last_layers: np.ndarray, layers_per_stage: np.ndarray,
-                         moe_per_stage: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                         first_layers: FloatArray, last_layers: FloatArray, layers_per_stage: FloatArray,
+                         moe_per_stage: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray]:
     """MoE layers among the first rank's ``first_layers`` and the last rank's ``last_layers``.
 
     The first pipeline rank's first model chunk holds the model's first layers and the
@@ -118,8 +120,8 @@ def end_stage_moe_layers(num_layers: int, moe_layers: tuple[int, ...] | None, ha
     return prefix[head] + inner_moe, prefix[-1] - prefix[num_layers - tail] + inner_moe
 
 
-def middle_stages_short(num_layers: int, pp: np.ndarray | int, q: np.ndarray | int, first_layers: np.ndarray | int,
-                        last_layers: np.ndarray | int) -> np.ndarray:
+def middle_stages_short(num_layers: int, pp: FloatArray | int, q: FloatArray | int, first_layers: FloatArray | int,
+                        last_layers: FloatArray | int) -> FloatArray:
     """How many middle stages hold ``q - 1`` layers: the leftover layers the end stages do not shed.
 
     They are taken from the middle stages nearest the first, which keep the most
@@ -128,10 +130,11 @@ def middle_stages_short(num_layers: int, pp: np.ndarray | int, q: np.ndarray | i
     return np.maximum(pp * q - num_layers - (q - first_layers) - (q - last_layers), 0)
 
 
-def balanced_end_layers(q: np.ndarray, short: np.ndarray, pp: np.ndarray, first_extra_layers: np.ndarray,
-                        last_extra_layers: np.ndarray,
-                        end_layer_units: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def balanced_end_layers(q: FloatArray, short: FloatArray, pp: FloatArray | IntArray, first_extra_layers: FloatArray,
+                        last_extra_layers: FloatArray,
+                        end_layer_units: Callable[[FloatArray, FloatArray],
+                                                  tuple[FloatArray, FloatArray]] | None = None,
+                        ) -> tuple[FloatArray, FloatArray]:
     """Layers on the first and last pipeline stage when the ``short`` layers a pipeline of
     ``q``-layer stages leaves over come off the stages that need them most.
 
@@ -176,7 +179,7 @@ def balanced_end_layers(q: np.ndarray, short: np.ndarray, pp: np.ndarray, first_
     return first, last
 
 
-def microbatch_group_size(m: np.ndarray, pp: np.ndarray, flexible: bool) -> np.ndarray:
+def microbatch_group_size(m: FloatArray, pp: FloatArray, flexible: bool) -> FloatArray:
     """Micro-batches the interleaved schedule runs through a model chunk before the next
     chunk, or 0 where it cannot run.
 

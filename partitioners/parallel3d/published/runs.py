@@ -104,7 +104,7 @@ KORTHIKANTI_SOFTWARE = {"software": "megatron-lm-2022"}
 KORTHIKANTI_SEARCH = {"zero_stages": [0], "recompute": ["none", "selective", "full"], "allow_uneven_pp": False}
 
 
-def gpt(layers: int, hidden: int, heads: int) -> dict:
+def gpt(layers: int, hidden: int, heads: int) -> dict[str, Any]:
     """A GPT-3-style model as the two papers define it (4h MLP, MHA, sequence 2048, vocabulary 51,200).
 
     Input and output embeddings are tied: SC21 eq. (2), ``P = 12lh^2(1 + 13/(12h) + (V+s)/(12lh))``,
@@ -168,7 +168,7 @@ _KORTHIKANTI_ROWS = [
     ("1T", 160, 25600, 128, 8, 64, 512, 512, 1, 0.563, 0.570),
 ]
 
-KORTHIKANTI22 = [
+KORTHIKANTI22: list[dict[str, Any]] = [
     {
         "source": "Korthikanti et al. 2022, Table 3 + MFU/HFU table",
         "name": f"GPT-{name}",
@@ -266,7 +266,7 @@ SC21_FIGURE17_THROUGHPUT = {
 
 
 def _sc21_point(label: str, layers: int, hidden: int, heads: int, nodes: int, tp: int, pp: int,
-                micro_batch_size: int = 1, virtual_stages: int = 1, **training: Any) -> dict:
+                micro_batch_size: int = 1, virtual_stages: int = 1, **training: Any) -> dict[str, Any]:
     """One bar of an SC21 figure: a GPT shape on DGX A100 nodes, run as examples/sc21 ran it
     (``training``: flags the figure changes on top of SC21_SOFTWARE)."""
     return {"label": label, "model": gpt(layers, hidden, heads), "cluster": {"preset": "dgx-a100", "nodes": nodes},
@@ -393,11 +393,11 @@ MEGATRON_BRIDGE_H100 = [
 # 4,096; squared-ReLU MLP, i.e. not gated) with the 256,000-token Nemotron vocabulary; Nemotron-4
 # 340B as its technical report (96 x 18,432, 96 heads, 8 KV heads, FFN 73,728). The table's
 # Nemotron-22B is left out: its shape is not published.
-def _nemo_gpt3(layers: int, hidden: int, heads: int) -> dict:
+def _nemo_gpt3(layers: int, hidden: int, heads: int) -> dict[str, Any]:
     return {**gpt(layers, hidden, heads), "vocab_size": 50304}
 
 
-def _llama2(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int) -> dict:
+def _llama2(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int) -> dict[str, Any]:
     return {"num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv_heads,
             "ffn_hidden_size": ffn, "gated_mlp": True, "seq_length": 4096, "vocab_size": 32000}
 
@@ -546,7 +546,7 @@ _MODELZOO_SOFTWARE = {"precision": "bf16", "overlap_tp_comm": True, "dropout": F
 _DEEPEP = {"expert_dispatch": "node-deduplicated"}
 
 
-def _modelzoo_row(label: str, layout: dict, published_step_s: float, **training: Any) -> dict:
+def _modelzoo_row(label: str, layout: dict[str, Any], published_step_s: float, **training: Any) -> dict[str, Any]:
     return {"source": "Megatron-MoE-ModelZoo best_practice/qwen3/readme.md, H100 table",
             "name": label, "model": _QWEN3_235B_A22B, "cluster": {"preset": "dgx-h100", "nodes": 32},
             "training": {"global_batch_sequences": 2048, **_MODELZOO_SOFTWARE, **training},

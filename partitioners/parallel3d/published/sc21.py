@@ -22,7 +22,7 @@ from partitioners.parallel3d.published.runs import (
 from partitioners.parallel3d.specs import Constraints, LayoutSpec
 
 
-def predicted_tflops(comparison: dict, batch: int) -> list[float]:
+def predicted_tflops(comparison: dict[str, Any], batch: int) -> list[float]:
     """Predicted "achieved teraFLOP/s per GPU" (SC21's measure: recomputation counted) of each bar."""
     values = []
     for point in comparison["points"]:
@@ -33,7 +33,7 @@ def predicted_tflops(comparison: dict, batch: int) -> list[float]:
     return values
 
 
-def finding_holds(comparison: dict, tflops_by_batch: dict[int, list[float]]) -> tuple[str, str]:
+def finding_holds(comparison: dict[str, Any], tflops_by_batch: dict[int, list[float]]) -> tuple[str, str]:
     """Whether predictions reproduce the finding the paper states for one figure: "yes", "no", or
     "tie" (a "peak" finding whose layout is predicted within the planner's tie tolerance of the
     fastest, a gap below the model's accuracy), with what differs."""

@@ -50,7 +50,6 @@ import tracemalloc
 import numpy as np
 
 from partitioners.parallel3d.cost import predict_layouts
-from partitioners.parallel3d.field_checks import spec_from_mapping
 from partitioners.parallel3d.memory import ACTIVATION_FRAGMENTATION, ACTIVATION_FRAGMENTATION_HIGH
 from partitioners.parallel3d.planner import (
     enumerate_layouts,
@@ -80,6 +79,7 @@ from partitioners.parallel3d.published.sc21 import (
     predicted_tflops,
     sequences_per_s,
 )
+from partitioners.parallel3d.spec_fields import spec_from_mapping
 from partitioners.parallel3d.specs import ClusterSpec, Constraints, LayoutSpec
 from service.domain.parallel import plan_answer, plan_inputs
 

@@ -47,7 +47,13 @@ from onnx import AttributeProto, TensorProto
 
 from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.graph.flops import estimate_flops
-from partitioners.graph.hypergraph import MAX_TENSOR_BYTES, Hypergraph, build_hypergraph, csr_from_lists, topological_order
+from partitioners.graph.hypergraph import (
+    MAX_TENSOR_BYTES,
+    Hypergraph,
+    build_hypergraph,
+    csr_from_lists,
+    topological_order,
+)
 
 __all__ = ["MAX_DIM", "MAX_TENSOR_BYTES", "graph_from_onnx_bytes"]
 

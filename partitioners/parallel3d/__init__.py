@@ -5,7 +5,7 @@
 - :mod:`~partitioners.parallel3d.specs`: the typed inputs (:class:`ModelSpec`,
   :class:`ClusterSpec`, :class:`TrainingSpec`, :class:`Constraints`, :class:`LayoutSpec`),
   each field declared once with its limits and description;
-  :mod:`~partitioners.parallel3d.field_checks`: those declarations' checks, and
+  :mod:`~partitioners.parallel3d.spec_fields`: those declarations' checks, and
   :func:`spec_from_mapping`, which builds any of the inputs from a JSON-shaped mapping.
 - :mod:`~partitioners.parallel3d.presets`: GPUs, the nodes they ship in, software generations.
 - :mod:`~partitioners.parallel3d.cost`, :mod:`~partitioners.parallel3d.memory`,
@@ -16,7 +16,6 @@
 - :mod:`~partitioners.parallel3d.published`: published runs the planner is checked against.
 """
 
-from partitioners.parallel3d.field_checks import spec_from_mapping
 from partitioners.parallel3d.planner import (
     LayoutPrediction,
     ParallelPlan,
@@ -24,6 +23,7 @@ from partitioners.parallel3d.planner import (
     plan_parallel_layout,
     rank_map,
 )
+from partitioners.parallel3d.spec_fields import spec_from_mapping
 from partitioners.parallel3d.specs import ClusterSpec, Constraints, LayoutSpec, ModelSpec, TrainingSpec
 
 __all__ = ["LayoutPrediction", "ParallelPlan", "evaluate_layouts", "plan_parallel_layout", "rank_map",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from partitioners.errors import InvalidInput
-from partitioners.parallel3d.field_checks import as_list, flag, positive_int
+from partitioners.parallel3d.spec_fields import as_list, flag, positive_int
 
 __all__ = ["HUGGINGFACE_MODEL_TYPES", "model_fields_from_huggingface"]
 

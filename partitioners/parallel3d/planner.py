@@ -13,7 +13,7 @@ out on the physical GPUs.
 Entry points: :func:`plan_parallel_layout` (search), :func:`evaluate_layouts`
 (predict given layouts) and :func:`rank_map`. They take the typed inputs of
 :mod:`partitioners.parallel3d.specs` (built from JSON-shaped mappings by
-:func:`~partitioners.parallel3d.field_checks.spec_from_mapping`; the HTTP answer is
+:func:`~partitioners.parallel3d.spec_fields.spec_from_mapping`; the HTTP answer is
 composed in ``service.domain.parallel``) and return dataclasses with ``to_dict()`` for
 JSON. The rank map is returned as numpy arrays for the top
 candidate only (100,000 ranks is large); the caller chooses how much to serialise.
@@ -820,7 +820,7 @@ def plan_parallel_layout(model: ModelSpec, cluster: ClusterSpec, training: Train
     ----------
     model, cluster, training, constraints
         The typed inputs (:mod:`partitioners.parallel3d.specs`); from JSON-shaped
-        mappings, :func:`~partitioners.parallel3d.field_checks.spec_from_mapping` builds them.
+        mappings, :func:`~partitioners.parallel3d.spec_fields.spec_from_mapping` builds them.
     top_k : int
         Number of ranked candidates returned, each the fastest variant
         (cp, ep, micro-batch, v, ZeRO, recomputation) of a distinct (tp, pp) pair.

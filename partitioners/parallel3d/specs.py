@@ -1,11 +1,11 @@
 """Inputs of the 3D-parallel planner: model shape, cluster, training settings, constraints, layouts.
 
 Each input is a frozen dataclass and its fields are the one definition of it: every
-field is declared with :func:`~partitioners.parallel3d.field_checks.spec_field` (its
+field is declared with :func:`~partitioners.parallel3d.spec_fields.spec_field` (its
 default, a one-line description, its limits), and the class's one ``__post_init__``
 checks them all, then what ties fields together, raising
 :class:`partitioners.errors.InvalidInput` with the field's dotted path
-(``model.moe.num_experts``). :func:`~partitioners.parallel3d.field_checks.spec_from_mapping`
+(``model.moe.num_experts``). :func:`~partitioners.parallel3d.spec_fields.spec_from_mapping`
 builds any of them from a JSON-shaped mapping, and the HTTP schema
 (``service.schemas.parallel``) is generated from the same declarations, so a limit or
 a default is stated here once. Units are in the names (``_bytes``, ``_per_s``, ``_s``).
@@ -43,16 +43,6 @@ from partitioners.hardware.inventory import (
 )
 from partitioners.hardware.inventory import PRESETS as INVENTORY_PRESETS
 from partitioners.parallel3d.arrays import FloatArray
-from partitioners.parallel3d.field_checks import (
-    MAX_COUNT,
-    as_list,
-    check_declared_fields,
-    is_finite_number,
-    positive_float,
-    positive_int,
-    reject_unknown,
-    spec_field,
-)
 from partitioners.parallel3d.huggingface import model_fields_from_huggingface
 from partitioners.parallel3d.presets import (
     FLASH_ATTENTION_SPEED,
@@ -61,6 +51,16 @@ from partitioners.parallel3d.presets import (
     NODE_PRESETS,
     SOFTWARE_PRESETS,
     gpu_spec_by_name,
+)
+from partitioners.parallel3d.spec_fields import (
+    MAX_COUNT,
+    as_list,
+    check_declared_fields,
+    is_finite_number,
+    positive_float,
+    positive_int,
+    reject_unknown,
+    spec_field,
 )
 
 __all__ = [

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.parallel3d.field_checks import spec_from_mapping
 from partitioners.parallel3d.planner import evaluate_layouts, plan_parallel_layout, rank_map
+from partitioners.parallel3d.spec_fields import spec_from_mapping
 from partitioners.parallel3d.specs import (
     MAX_EVALUATED_LAYOUTS,
     ClusterSpec,

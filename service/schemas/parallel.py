@@ -3,7 +3,7 @@ the answer.
 
 The request's blocks are generated from the frozen dataclasses of
 :mod:`partitioners.parallel3d.specs`: every field, its bounds and its description come
-from the field's declaration there (:func:`~partitioners.parallel3d.field_checks.spec_field`),
+from the field's declaration there (:func:`~partitioners.parallel3d.spec_fields.spec_field`),
 so the schema and the planner hold the same limits and defaults. Only the shorthand
 forms (a cluster ``preset``/``gpu``/``inventory``, a training ``software`` generation, a
 model's Hugging Face config) are written here. ``service.domain.parallel`` maps a
@@ -17,10 +17,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model
 
-from partitioners.parallel3d.field_checks import FieldRule, field_rule
 from partitioners.parallel3d.huggingface import HUGGINGFACE_MODEL_TYPES
 from partitioners.parallel3d.planner import REJECTION_REASONS
 from partitioners.parallel3d.presets import NODE_PRESETS, SOFTWARE_PRESETS
+from partitioners.parallel3d.spec_fields import FieldRule, field_rule
 from partitioners.parallel3d.specs import (
     MAX_EVALUATED_LAYOUTS,
     MAX_LAYERS,

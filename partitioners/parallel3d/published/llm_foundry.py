@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from partitioners.parallel3d.field_checks import spec_from_mapping
 from partitioners.parallel3d.planner import evaluate_layouts
 from partitioners.parallel3d.published.runs import specs_of
+from partitioners.parallel3d.spec_fields import spec_from_mapping
 from partitioners.parallel3d.specs import LayoutSpec
 
 # MPT shapes (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): d_model, heads, layers;

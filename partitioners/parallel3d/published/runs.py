@@ -58,7 +58,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from partitioners.parallel3d.field_checks import spec_from_mapping
+from partitioners.parallel3d.spec_fields import spec_from_mapping
 from partitioners.parallel3d.specs import ClusterSpec, Constraints, ModelSpec, TrainingSpec
 
 __all__ = ["specs_of", "constraints_of",

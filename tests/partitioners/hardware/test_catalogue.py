@@ -14,8 +14,8 @@ from partitioners.hardware import catalogue
 from partitioners.hardware.catalogue import ACCELERATORS, NODES, REFERENCES, Accelerator, MemoryTier, Node
 from partitioners.hardware.collectives import LinkSpec
 from partitioners.hardware.inventory import PLACEMENT_PRESET_NAMES, PRESETS, preset_inventory
-from partitioners.parallel3d.field_checks import spec_from_mapping
 from partitioners.parallel3d.presets import GPU_SPECS, NODE_PRESETS, gpu_spec_by_name
+from partitioners.parallel3d.spec_fields import spec_from_mapping
 from partitioners.parallel3d.specs import ClusterSpec
 
 TRAINING_DTYPES = ("bf16", "fp16", "fp8")

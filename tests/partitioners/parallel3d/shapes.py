@@ -2,7 +2,7 @@
 
 The planner takes typed specs; these tests write their inputs as the JSON a request
 carries and read them with the one generic reader,
-:func:`~partitioners.parallel3d.field_checks.spec_from_mapping`.
+:func:`~partitioners.parallel3d.spec_fields.spec_from_mapping`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from partitioners.parallel3d.field_checks import spec_from_mapping
 from partitioners.parallel3d.planner import LayoutPrediction
+from partitioners.parallel3d.spec_fields import spec_from_mapping
 from partitioners.parallel3d.specs import ClusterSpec, Constraints, LayoutSpec, ModelSpec, TrainingSpec
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The planner's inputs: what is accepted and what is refused, naming the field.
 
 partitioners.parallel3d.specs (the dataclasses and their checks) and
-partitioners.parallel3d.field_checks (the declared fields and the one mapping reader).
+partitioners.parallel3d.spec_fields (the declared fields and the one mapping reader).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import math
 import pytest
 
 from partitioners.errors import InvalidInput
-from partitioners.parallel3d.field_checks import field_rule, spec_from_mapping
 from partitioners.parallel3d.planner import plan_parallel_layout
+from partitioners.parallel3d.spec_fields import field_rule, spec_from_mapping
 from partitioners.parallel3d.specs import (
     ClusterSpec,
     Constraints,

@@ -37,7 +37,10 @@ from typing import Any, NamedTuple, TypeGuard
 __all__ = [
     "ELEMENTWISE_OPS",
     "SHAPE_ONLY_OPS",
+    "Attrs",
     "FlopEstimate",
+    "KnownShape",
+    "Shape",
     "estimate_flops",
     "estimate_op_flops",
     "flop_formula_known",

@@ -9,13 +9,16 @@ checks that name the offending field run only once that pass has found a problem
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.graph.flops import estimate_flops
+from partitioners.graph.flops import Shape, estimate_flops
 from partitioners.graph.hypergraph import (
     MAX_OP_FLOPS,
     MAX_TENSOR_BYTES,
@@ -37,6 +40,9 @@ _NUMBER_TYPES = frozenset({int, float})
 _GRAPH_FIELDS = ("name", "nodes", "tensors", "warnings")
 _NODE_FIELDS = ("name", "op", "inputs", "outputs", "flops", "param_bytes", "device_types")
 _TENSOR_FIELDS = ("name", "bytes", "shape", "dtype", "kind")
+#: Entries of the document's "nodes" or "tensors" list as decoded from JSON: nothing is
+#: known of them until :class:`_JsonColumns` has checked each column's value types.
+_JsonEntries = list[Any]
 _OPTIONAL_NUMBER_TYPES = frozenset({int, float, type(None)})
 #: Bytes per element assumed when an operator has neither flops nor shapes and its
 #: work is estimated from its output bytes (float32, the ONNX export default).
@@ -46,7 +52,7 @@ _FLOAT_MAX = float(np.finfo(np.float64).max)
 _MAX_DIM = 2**63 - 1
 
 
-def _types(values: list) -> set[type]:
+def _types(values: Iterable[object]) -> set[type]:
     return set(map(type, values))
 
 
@@ -55,7 +61,7 @@ def _describe(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _raise_entry_problem(nodes: list, tensors: list) -> None:
+def _raise_entry_problem(nodes: _JsonEntries, tensors: _JsonEntries) -> None:
     """Find and raise the first malformed entry, with its exact field path.
 
     The fast path only notices *that* some entry has the wrong shape (a missing key,
@@ -142,7 +148,7 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
     raise InvalidInput("the graph is malformed", field="nodes", code="invalid-graph")  # pragma: no cover
 
 
-def _unknown_field_first(entry: dict, where: str, kind: str, fields: tuple[str, ...]) -> None:
+def _unknown_field_first(entry: dict[str, Any], where: str, kind: str, fields: tuple[str, ...]) -> None:
     """An unknown field is reported before a missing one: ``"nmae"`` is a typo of ``"name"``."""
     unknown = [key for key in entry if key not in fields]
     if unknown:
@@ -151,8 +157,14 @@ def _unknown_field_first(entry: dict, where: str, kind: str, fields: tuple[str, 
         _raise_unknown_field(owner, unknown[0], where, fields)
 
 
-def _check_numbers(values: np.ndarray, present: np.ndarray | None, owner_names: list, what: str, section: str,
-                   maximum: float) -> None:
+def _check_numbers(
+    values: npt.NDArray[np.float64],
+    present: npt.NDArray[np.bool_] | None,
+    owner_names: Sequence[str],
+    what: str,
+    section: str,
+    maximum: float,
+) -> None:
     """Reject negative, non-finite or absurdly large sizes and FLOP counts, naming the first offender."""
     bad = ~np.isfinite(values) | (values < 0) | (values > maximum)
     if present is not None:
@@ -167,7 +179,9 @@ def _check_numbers(values: np.ndarray, present: np.ndarray | None, owner_names: 
         )
 
 
-def _float_array(values: list, owner_names: list, what: str, section: str) -> np.ndarray:
+def _float_array(
+    values: Sequence[float | None], owner_names: Sequence[str], what: str, section: str
+) -> npt.NDArray[np.float64]:
     """``values`` as float64 (None -> nan); integers beyond float range are rejected."""
     try:
         return np.array(values, dtype=np.float64)
@@ -181,7 +195,7 @@ def _float_array(values: list, owner_names: list, what: str, section: str) -> np
         ) from None
 
 
-def _first_duplicate(names: list) -> tuple[int, int]:
+def _first_duplicate(names: Sequence[str]) -> tuple[int, int]:
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if name in seen:
@@ -190,7 +204,7 @@ def _first_duplicate(names: list) -> tuple[int, int]:
     raise AssertionError("no duplicate")  # pragma: no cover
 
 
-def _unknown_reference(nodes: list, key: str, index: dict) -> None:
+def _unknown_reference(nodes: _JsonEntries, key: str, index: dict[str, int]) -> None:
     for i, n in enumerate(nodes):
         for j, ref in enumerate(n[key]):
             if ref not in index:
@@ -208,7 +222,9 @@ def _unknown_reference(nodes: list, key: str, index: dict) -> None:
     raise AssertionError("no unknown reference")  # pragma: no cover
 
 
-def _csr_ids(lists: list[list[str]], index: dict, nodes: list, key: str) -> tuple[np.ndarray, np.ndarray]:
+def _csr_ids(
+    lists: list[list[str]], index: dict[str, int], nodes: _JsonEntries, key: str
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Name lists -> CSR of tensor ids, one C-level pass (map over dict lookups)."""
     lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     ptr = np.zeros(len(lists) + 1, dtype=np.int64)
@@ -221,7 +237,7 @@ def _csr_ids(lists: list[list[str]], index: dict, nodes: list, key: str) -> tupl
 
 
 def graph_from_json(
-    doc: dict,
+    doc: dict[str, Any],
     *,
     max_ops: int | None = None,
     max_tensors: int | None = None,
@@ -328,7 +344,7 @@ def graph_from_json(
     return graph
 
 
-def _document_lists(doc: object) -> tuple[list, list, str]:
+def _document_lists(doc: object) -> tuple[_JsonEntries, _JsonEntries, str]:
     """The document's ``nodes``, ``tensors`` and ``name``, or what is wrong with its outline."""
     if not isinstance(doc, dict):
         raise InvalidInput(
@@ -368,7 +384,7 @@ def _raise_unknown_field(owner: str, key: object, where: str, fields: tuple[str,
     )
 
 
-def _check_fields(nodes: list, tensors: list) -> None:
+def _check_fields(nodes: _JsonEntries, tensors: _JsonEntries) -> None:
     """Reject a node or tensor field the graph form does not have, naming the first one.
 
     One C-level pass collects every key in use; only when one is unknown does a second
@@ -411,26 +427,26 @@ class _JsonColumns:
     locator that names the entry.
     """
 
-    t_names: list
-    t_bytes: list
-    t_shapes: list
-    t_dtypes: list
-    t_kinds: list
-    op_names: list
-    op_types: list
-    op_inputs: list
-    op_outputs: list
-    op_flops: list
-    op_params: list
-    op_devices: list
+    t_names: list[str]
+    t_bytes: list[float]
+    t_shapes: list[list[int | None] | None]
+    t_dtypes: list[str | None]
+    t_kinds: list[str | None]
+    op_names: list[str]
+    op_types: list[str]
+    op_inputs: list[list[str]]
+    op_outputs: list[list[str]]
+    op_flops: list[float | None]
+    op_params: list[float | None]
+    op_devices: list[list[str] | None]
     flops_types: set[type]
     params_types: set[type]
     device_types_types: set[type]
-    kind_values: set
+    kind_values: set[object]  # the kinds in use; a sentinel object() when one is not a string
     has_shapes: bool
 
     @classmethod
-    def read(cls, nodes: list, tensors: list) -> "_JsonColumns":
+    def read(cls, nodes: _JsonEntries, tensors: _JsonEntries) -> _JsonColumns:
         try:
             t_names = [t["name"] for t in tensors]
             t_bytes = [t["bytes"] for t in tensors]
@@ -485,7 +501,7 @@ class _JsonColumns:
                    has_shapes)
 
 
-def _unique_names(columns: _JsonColumns) -> dict:
+def _unique_names(columns: _JsonColumns) -> dict[str, int]:
     """Tensor name -> index, once tensor and operator names are each known to be unique and
     non-empty (an empty name cannot be referred to, shown or told apart in a plan)."""
     t_names, op_names = columns.t_names, columns.op_names
@@ -516,14 +532,14 @@ def _unique_names(columns: _JsonColumns) -> dict:
     return index
 
 
-def _absent(values: list, value_types: set[type], count: int) -> np.ndarray:
+def _absent(values: Sequence[object], value_types: set[type], count: int) -> npt.NDArray[np.bool_]:
     """Per entry, whether an optional number was left out (``None``)."""
     if type(None) not in value_types:
         return np.zeros(count, dtype=bool)
     return np.fromiter((v is None for v in values), dtype=bool, count=count)
 
 
-def _object_vector(items: list) -> np.ndarray:
+def _object_vector(items: Sequence[object]) -> npt.NDArray[np.object_]:
     """A 1-D object array of ``items``, even when they are tuples numpy would stack into 2-D."""
     return np.fromiter(items, dtype=object, count=len(items))
 
@@ -561,7 +577,8 @@ def _declared_parameters(columns: _JsonColumns, produced: np.ndarray) -> np.ndar
         else:
             detail = f"tensor '{t_names[t]}' is declared an activation but no operator writes it"
         raise InvalidInput(detail, field=f"tensors[{t}].kind", code="kind-mismatch")
-    return kind_arr == TENSOR_PARAMETER
+    is_parameter: npt.NDArray[np.bool_] = kind_arr == TENSOR_PARAMETER
+    return is_parameter
 
 
 def _carried_warnings(value: object) -> list[str]:
@@ -581,7 +598,7 @@ def _estimate_missing_flops(
     in_ids: np.ndarray,
     out_ptr: np.ndarray,
     out_ids: np.ndarray,
-    shapes: list | None,
+    shapes: list[Shape | None] | None,
     tensor_bytes: np.ndarray,
     warnings: list[str],
 ) -> None:

@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -30,7 +30,7 @@ from partitioners.graph.hypergraph import (
     topological_order,
 )
 
-__all__ = ["graph_from_json"]
+__all__ = ["GraphJson", "NodeJson", "TensorJson", "graph_from_json"]
 
 _TENSOR_KINDS = {None: -1, "activation": TENSOR_ACTIVATION, "input": TENSOR_INPUT, "parameter": TENSOR_PARAMETER}
 _NUMBER_TYPES = frozenset({int, float})
@@ -40,6 +40,41 @@ _NUMBER_TYPES = frozenset({int, float})
 _GRAPH_FIELDS = ("name", "nodes", "tensors", "warnings")
 _NODE_FIELDS = ("name", "op", "inputs", "outputs", "flops", "param_bytes", "device_types")
 _TENSOR_FIELDS = ("name", "bytes", "shape", "dtype", "kind")
+
+
+class NodeJson(TypedDict):
+    """One operator of the JSON graph form (an entry of ``"nodes"``)."""
+
+    name: str
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    flops: NotRequired[float | None]  # None or absent: estimated from shapes on import
+    param_bytes: NotRequired[float | None]  # absent: the bytes of the parameter tensors it reads
+    device_types: NotRequired[list[str] | None]  # absent: any device type
+
+
+class TensorJson(TypedDict):
+    """One tensor of the JSON graph form (an entry of ``"tensors"``)."""
+
+    name: str
+    bytes: float
+    shape: NotRequired[list[int | None] | None]  # None in a shape: a dimension left unresolved
+    dtype: NotRequired[str | None]
+    kind: NotRequired[Literal["activation", "input", "parameter"] | None]  # absent: from the structure
+
+
+class GraphJson(TypedDict):
+    """The JSON graph form as :func:`~partitioners.graph.canonical.graph_to_json` and the
+    generators write it; :func:`graph_from_json` also takes it without ``"name"`` (then
+    ``""``) or ``"tensors"`` (then none declared), and checks every field itself."""
+
+    name: str
+    nodes: list[NodeJson]
+    tensors: list[TensorJson]
+    warnings: NotRequired[list[str]]
+
+
 #: Entries of the document's "nodes" or "tensors" list as decoded from JSON: nothing is
 #: known of them until :class:`_JsonColumns` has checked each column's value types.
 _JsonEntries = list[Any]

@@ -156,7 +156,8 @@ class _Block:
     @property
     def n_tensors(self) -> int:
         """Local tensors per micro-batch: the repeated base tensors plus the new ones."""
-        return self.n_local + self.new_tensor_bytes.shape[0]
+        n_new: int = self.new_tensor_bytes.shape[0]
+        return self.n_local + n_new
 
 
 def _forward_block(graph: Hypergraph, slots: _TensorSlots) -> _Block:

@@ -9,12 +9,16 @@ storage), and :func:`graph_to_json` writes it as the JSON form that is stored.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.graph.hypergraph import TENSOR_PARAMETER, Hypergraph, build_hypergraph
+from partitioners.graph.json_import import GraphJson, NodeJson, TensorJson
 
 __all__ = ["NameOrder", "canonical_graph", "graph_to_json", "model_hash", "name_order"]
 
@@ -75,14 +79,20 @@ def _permute_csr(ptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tupl
     return new_ptr, indices[gather]
 
 
-def _strings_digest(h, strings: list) -> None:
+class _Digest(Protocol):
+    """What :func:`_strings_digest` needs of a ``hashlib`` hash object."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+
+def _strings_digest(h: _Digest, strings: Sequence[str]) -> None:
     """Feed strings unambiguously: their UTF-8 lengths, then their bytes."""
     encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
     h.update(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)).tobytes())
     h.update(b"".join(encoded))
 
 
-def _optional_strings(values: list) -> list[str]:
+def _optional_strings(values: Sequence[str | None]) -> list[str]:
     # "\x00" cannot start a valid dtype or device name here: it marks "absent"
     return ["\x00" if v is None else v for v in values]
 
@@ -149,7 +159,7 @@ def model_hash(graph: Hypergraph, order: NameOrder | None = None) -> str:
     return h.hexdigest()
 
 
-def graph_to_json(graph: Hypergraph, order: NameOrder | None = None) -> dict:
+def graph_to_json(graph: Hypergraph, order: NameOrder | None = None) -> GraphJson:
     """The canonical JSON form (DESIGN.md "Data shapes"), for storage and display.
 
     Nodes and tensors are listed in name order; every node carries its ``flops`` (so
@@ -171,7 +181,7 @@ def graph_to_json(graph: Hypergraph, order: NameOrder | None = None) -> dict:
     out_ptr, out_idx = _permute_csr(graph.output_ptr, graph.output_tensors, op_order)
     in_names, out_names = graph.tensor_names[in_idx].tolist(), graph.tensor_names[out_idx].tolist()
     in_bounds, out_bounds = in_ptr.tolist(), out_ptr.tolist()
-    nodes = [
+    nodes: list[NodeJson] = [
         {"name": name, "op": op_type, "inputs": in_names[a:b], "outputs": out_names[c:d], "flops": flops}
         for name, op_type, a, b, c, d, flops in zip(
             graph.op_names[op_order].tolist(),
@@ -197,7 +207,7 @@ def graph_to_json(graph: Hypergraph, order: NameOrder | None = None) -> dict:
         size_values = sizes.astype(np.int64).tolist()  # integral byte counts print as integers
     else:
         size_values = [int(v) if v.is_integer() else v for v in sizes.tolist()]
-    tensors = [
+    tensors: list[TensorJson] = [
         {"name": name, "bytes": size} for name, size in zip(graph.tensor_names[tensor_order].tolist(), size_values)
     ]
     order_list = tensor_order.tolist()
@@ -211,13 +221,13 @@ def graph_to_json(graph: Hypergraph, order: NameOrder | None = None) -> dict:
                 tensors[i]["dtype"] = graph.tensor_dtypes[t]
     for i in np.flatnonzero(graph.tensor_kind[tensor_order] == TENSOR_PARAMETER).tolist():
         tensors[i]["kind"] = "parameter"
-    doc = {"name": graph.name, "nodes": nodes, "tensors": tensors}
+    doc: GraphJson = {"name": graph.name, "nodes": nodes, "tensors": tensors}
     if graph.warnings:
         doc["warnings"] = list(graph.warnings)
     return doc
 
 
-def _object_vector(items: list) -> np.ndarray:
+def _object_vector(items: Sequence[object]) -> npt.NDArray[np.object_]:
     """A 1-D object array of ``items``, even when they are tuples numpy would stack into 2-D."""
     return np.fromiter(items, dtype=object, count=len(items))
 

@@ -32,18 +32,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 __all__ = [
     "ELEMENTWISE_OPS",
     "SHAPE_ONLY_OPS",
+    "Attrs",
     "FlopEstimate",
+    "KnownShape",
+    "Shape",
     "estimate_flops",
     "estimate_op_flops",
     "flop_formula_known",
 ]
 
-Shape = tuple  # tuple[int | None, ...]
+#: A tensor shape as importers hand it over: ``None`` entries are unknown dimensions.
+Shape = tuple[int | None, ...]
+#: A shape whose every dimension is a known non-negative int (what :func:`_known` admits).
+KnownShape = tuple[int, ...]
+#: Operator attributes by name; values are whatever the importer decoded (int, float,
+#: str, bytes, lists of those), so each formula reads and converts only what it needs.
+Attrs = Mapping[str, Any]
 
 #: Pointwise operators: 1 FLOP per output element.
 ELEMENTWISE_OPS = frozenset(
@@ -131,11 +140,11 @@ class FlopEstimate(NamedTuple):
     note: str | None = None
 
 
-def _known(shape: Shape | None) -> bool:
+def _known(shape: Shape | None) -> TypeGuard[KnownShape]:
     return shape is not None and all(isinstance(d, int) and d >= 0 for d in shape)
 
 
-def _numel(shape: Shape) -> int:
+def _numel(shape: KnownShape) -> int:
     return math.prod(shape)
 
 
@@ -143,13 +152,13 @@ def _get(shapes: Sequence[Shape | None], i: int) -> Shape | None:
     return shapes[i] if i < len(shapes) else None
 
 
-def _matmul(a: Shape, b: Shape, out: Shape | None) -> float:
+def _matmul(a: KnownShape, b: KnownShape, out: KnownShape | None) -> float:
     if len(a) < 1 or len(b) < 1:
         raise ValueError("MatMul operands must have rank 1 or more")
     # numpy matmul semantics: 1-D operands are promoted then the added axis dropped,
     # so the contracted length is a[-1] and the output holds the result elements.
     k = a[-1]
-    if out is None or not _known(out):
+    if out is None:
         batch = _numel(a[:-2]) if len(a) > 2 else 1
         m = a[-2] if len(a) >= 2 else 1
         n = b[-1] if len(b) >= 2 else 1
@@ -161,8 +170,7 @@ def _matmul(a: Shape, b: Shape, out: Shape | None) -> float:
     return 2.0 * out_elems * k
 
 
-def _gemm(shapes: Sequence[Shape | None], attrs: Mapping) -> float:
-    a, b = shapes[0], shapes[1]
+def _gemm(a: KnownShape, b: KnownShape, shapes: Sequence[Shape | None], attrs: Attrs) -> float:
     m, k = (a[1], a[0]) if attrs.get("transA", 0) else (a[0], a[1])
     n = b[0] if attrs.get("transB", 0) else b[1]
     flops = 2.0 * m * n * k
@@ -171,10 +179,9 @@ def _gemm(shapes: Sequence[Shape | None], attrs: Mapping) -> float:
     return flops
 
 
-def _conv(shapes: Sequence[Shape | None], out: Shape) -> float:
+def _conv(w: KnownShape, shapes: Sequence[Shape | None], out: KnownShape) -> float:
     # W is [C_out, C_in / group, k1, k2, ...]: every output element is a dot product
     # over C_in / group * prod(k) inputs.
-    w = shapes[1]
     if len(w) < 3:
         raise ValueError("Conv weight must be [C_out, C_in / group, k...]")
     flops = 2.0 * _numel(out) * _numel(w[1:])
@@ -183,29 +190,27 @@ def _conv(shapes: Sequence[Shape | None], out: Shape) -> float:
     return flops
 
 
-def _conv_transpose(shapes: Sequence[Shape | None], out: Shape | None) -> float:
+def _conv_transpose(x: KnownShape, w: KnownShape, shapes: Sequence[Shape | None], out: KnownShape | None) -> float:
     # W is [C_in, C_out / group, k...]: every input element scatters into
     # C_out / group * prod(k) outputs.
-    x, w = shapes[0], shapes[1]
     if len(w) < 3:
         raise ValueError("ConvTranspose weight must be [C_in, C_out / group, k...]")
     flops = 2.0 * _numel(x) * _numel(w[1:])
-    if _known(_get(shapes, 2)) and out is not None and _known(out):
+    if _known(_get(shapes, 2)) and out is not None:
         flops += _numel(out)
     return flops
 
 
-def _pool(out: Shape, attrs: Mapping) -> float:
+def _pool(out: KnownShape, attrs: Attrs) -> float:
     kernel = attrs.get("kernel_shape")
     if not kernel:
         raise KeyError("kernel_shape")
     return float(_numel(out) * math.prod(kernel))
 
 
-def _rnn(op: str, shapes: Sequence[Shape | None], attrs: Mapping) -> float:
+def _rnn(op: str, x: KnownShape, w: KnownShape, shapes: Sequence[Shape | None], attrs: Attrs) -> float:
     # X [seq, batch, input] (layout=0) or [batch, seq, input] (layout=1);
     # W [dirs, gates * hidden, input], R [dirs, gates * hidden, hidden].
-    x, w = shapes[0], shapes[1]
     seq, batch = (x[1], x[0]) if attrs.get("layout", 0) else (x[0], x[1])
     dirs, gates_hidden, n_in = w
     gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
@@ -222,7 +227,7 @@ def _rnn(op: str, shapes: Sequence[Shape | None], attrs: Mapping) -> float:
     return per_step * seq * batch * dirs
 
 
-def _einsum(shapes: Sequence[Shape | None], attrs: Mapping, out: Shape | None) -> float:
+def _einsum(shapes: Sequence[KnownShape], attrs: Attrs, out: KnownShape | None) -> float:
     equation = attrs["equation"]
     if isinstance(equation, bytes):
         equation = equation.decode()
@@ -234,21 +239,20 @@ def _einsum(shapes: Sequence[Shape | None], attrs: Mapping, out: Shape | None) -
         for letter, dim in zip(term, shape):
             sizes[letter] = dim
     total = math.prod(sizes.values())
-    out_elems = _numel(out) if out is not None and _known(out) else None
+    out_elems = _numel(out) if out is not None else None
     if out_elems is not None and total == out_elems:
         return float(total)  # no contracted index: a pointwise product
     return 2.0 * total
 
 
-def _attention(op: str, shapes: Sequence[Shape | None], attrs: Mapping) -> float:
+def _attention(op: str, first: KnownShape, second: KnownShape, shapes: Sequence[Shape | None], attrs: Attrs) -> float:
     if op == "GroupQueryAttention":
         # com.microsoft.GroupQueryAttention with separate query [B, S, H * d] and key
         # inputs; past_key [B, H_kv, P, d] (input 3) extends the attended length to P + S.
         # Key/value heads are shared, so the FLOPs are those of H full heads.
-        q = shapes[0]
         if not _known(_get(shapes, 1)):
             raise KeyError("packed QKV input")
-        b, s, d = q
+        b, s, d = first
         past = _get(shapes, 3)
         length = s + (past[2] if _known(past) and len(past) == 4 else 0)
         heads = int(attrs.get("num_heads", 1))
@@ -256,18 +260,16 @@ def _attention(op: str, shapes: Sequence[Shape | None], attrs: Mapping) -> float
     if op == "Attention":
         # com.microsoft.Attention: input [B, S, D_in], weights [D_in, 3 * D]; computes
         # the QKV projection, Q K^T, softmax and the weighted sum of V.
-        x, w = shapes[0], shapes[1]
-        b, s, d_in = x
-        d3 = w[1]
+        b, s, d_in = first
+        d3 = second[1]
         d = d3 // 3
         proj = 2.0 * b * s * d_in * d3
         scores = 2.0 * b * s * s * d
         heads = int(attrs.get("num_heads", 1))
         return proj + 2 * scores + _SOFTMAX_FLOPS_PER_ELEMENT * b * heads * s * s
     # com.microsoft.MultiHeadAttention: query [B, S, D], key [B, L, D] (projected)
-    q, k = shapes[0], shapes[1]
-    b, s, d = q
-    length = k[1] if len(k) == 3 else k[2]
+    b, s, d = first
+    length = second[1] if len(second) == 3 else second[2]
     heads = int(attrs.get("num_heads", 1))
     return 2 * (2.0 * b * s * length * d) + _SOFTMAX_FLOPS_PER_ELEMENT * b * heads * s * length
 
@@ -294,7 +296,7 @@ def estimate_flops(
     op_type: str,
     input_shapes: Sequence[Shape | None],
     output_shapes: Sequence[Shape | None],
-    attrs: Mapping | None = None,
+    attrs: Attrs | None = None,
 ) -> FlopEstimate:
     """FLOPs of one execution of ``op_type`` given its input and output shapes.
 
@@ -317,8 +319,8 @@ def estimate_flops(
         pointwise fallback (1 FLOP per known output element) and ``note`` says why.
     """
     attrs = attrs or {}
-    out = _get(output_shapes, 0)
-    out_known = _known(out)
+    first_out = _get(output_shapes, 0)
+    out = first_out if _known(first_out) else None  # the first output's shape where known
 
     def fallback(reason: str) -> FlopEstimate:
         elems = sum(_numel(s) for s in output_shapes if _known(s))
@@ -338,11 +340,11 @@ def estimate_flops(
         if op_type == "MatMulNBits":
             # com.microsoft.MatMulNBits: A [..., K] times a block-quantized [K, N] weight;
             # K and N are attributes because B is stored packed.
-            if not out_known:
+            if out is None:
                 return fallback("output shape unknown")
             return FlopEstimate(2.0 * _numel(out) * int(attrs["K"]))
         if op_type in ELEMENTWISE_OPS:
-            if not out_known:
+            if out is None:
                 return fallback("output shape unknown")
             return FlopEstimate(float(_numel(out)))
         if op_type in ("MatMul", "FusedMatMul"):
@@ -353,19 +355,22 @@ def estimate_flops(
                 a = a[:-2] + (a[-1], a[-2]) if attrs.get("transA") and len(a) >= 2 else a
             return FlopEstimate(_matmul(a, b, out))
         if op_type == "Gemm":
-            if not (_known(_get(input_shapes, 0)) and _known(_get(input_shapes, 1))):
+            a, b = _get(input_shapes, 0), _get(input_shapes, 1)
+            if not (_known(a) and _known(b)):
                 return fallback("operand shapes unknown")
-            return FlopEstimate(_gemm(input_shapes, attrs))
+            return FlopEstimate(_gemm(a, b, input_shapes, attrs))
         if op_type == "Conv":
-            if not (out_known and _known(_get(input_shapes, 1))):
+            w = _get(input_shapes, 1)
+            if not (out is not None and _known(w)):
                 return fallback("weight or output shape unknown")
-            return FlopEstimate(_conv(input_shapes, out))
+            return FlopEstimate(_conv(w, input_shapes, out))
         if op_type == "ConvTranspose":
-            if not (_known(_get(input_shapes, 0)) and _known(_get(input_shapes, 1))):
+            x, w = _get(input_shapes, 0), _get(input_shapes, 1)
+            if not (_known(x) and _known(w)):
                 return fallback("input or weight shape unknown")
-            return FlopEstimate(_conv_transpose(input_shapes, out))
+            return FlopEstimate(_conv_transpose(x, w, input_shapes, out))
         if op_type in _POOLS:
-            if not out_known:
+            if out is None:
                 return fallback("output shape unknown")
             return FlopEstimate(_pool(out, attrs))
         if op_type in _REDUCTIONS:
@@ -386,17 +391,20 @@ def estimate_flops(
             )
             return FlopEstimate(float(per * _numel(x)))
         if op_type in ("LSTM", "GRU", "RNN"):
-            if not (_known(_get(input_shapes, 0)) and _known(_get(input_shapes, 1))):
+            x, w = _get(input_shapes, 0), _get(input_shapes, 1)
+            if not (_known(x) and _known(w)):
                 return fallback("input or weight shape unknown")
-            return FlopEstimate(_rnn(op_type, input_shapes, attrs))
+            return FlopEstimate(_rnn(op_type, x, w, input_shapes, attrs))
         if op_type == "Einsum":
-            if not all(_known(s) for s in input_shapes):
+            known_inputs = [s for s in input_shapes if _known(s)]
+            if len(known_inputs) < len(input_shapes):
                 return fallback("operand shapes unknown")
-            return FlopEstimate(_einsum(input_shapes, attrs, out))
+            return FlopEstimate(_einsum(known_inputs, attrs, out))
         if op_type in ("Attention", "MultiHeadAttention", "GroupQueryAttention"):
-            if not (_known(_get(input_shapes, 0)) and _known(_get(input_shapes, 1))):
+            first, second = _get(input_shapes, 0), _get(input_shapes, 1)
+            if not (_known(first) and _known(second)):
                 return fallback("input shapes unknown")
-            return FlopEstimate(_attention(op_type, input_shapes, attrs))
+            return FlopEstimate(_attention(op_type, first, second, input_shapes, attrs))
     except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
         return fallback(f"shapes or attributes do not fit the {op_type} formula ({exc!r})")
     return fallback(f"no FLOP formula for operator type '{op_type}'")
@@ -406,7 +414,7 @@ def estimate_op_flops(
     op_type: str,
     input_shapes: Sequence[Shape | None],
     output_shapes: Sequence[Shape | None],
-    attrs: Mapping | None = None,
+    attrs: Attrs | None = None,
 ) -> tuple[float, bool]:
     """``(flops, known)``: :func:`estimate_flops` as a pair, ``known`` False on fallback.
 

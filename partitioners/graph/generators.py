@@ -11,13 +11,29 @@ operators take about a second.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.graph.hypergraph import Hypergraph, build_hypergraph
+from partitioners.graph.json_import import GraphJson, NodeJson, TensorJson
 
 __all__ = ["synthetic_hypergraph", "synthetic_graph_json", "diamond_graph_json"]
 
 
-def _layout(n_ops: int, lanes: int, seed: int):
+#: :func:`_layout`'s columns, per operator: first input (op id), whether it has one,
+#: second input, whether it has one, FLOPs, output bytes, whether it has weights, weight bytes.
+_Layout = tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.float64],
+]
+
+
+def _layout(n_ops: int, lanes: int, seed: int) -> _Layout:
     rng = np.random.default_rng(seed)
     op_ids = np.arange(n_ops, dtype=np.int64)
     level = op_ids // lanes
@@ -87,11 +103,11 @@ def synthetic_hypergraph(n_ops: int, *, lanes: int = 18, seed: int = 0) -> Hyper
     )
 
 
-def synthetic_graph_json(n_ops: int, *, lanes: int = 18, seed: int = 0) -> dict:
+def synthetic_graph_json(n_ops: int, *, lanes: int = 18, seed: int = 0) -> GraphJson:
     """The same DAG as :func:`synthetic_hypergraph` in the service's JSON graph form."""
     graph = synthetic_hypergraph(n_ops, lanes=lanes, seed=seed)
     names = graph.tensor_names
-    nodes = []
+    nodes: list[NodeJson] = []
     for op in range(n_ops):
         nodes.append(
             {
@@ -102,15 +118,16 @@ def synthetic_graph_json(n_ops: int, *, lanes: int = 18, seed: int = 0) -> dict:
                 "flops": float(graph.op_flops[op]),
             }
         )
-    tensors = [
-        {"name": names[t], "bytes": int(graph.tensor_bytes[t])}
-        | ({"kind": "parameter"} if graph.tensor_kind[t] == 2 else {})
-        for t in range(graph.n_tensors)
-    ]
+    tensors: list[TensorJson] = []
+    for t in range(graph.n_tensors):
+        tensor: TensorJson = {"name": names[t], "bytes": int(graph.tensor_bytes[t])}
+        if graph.tensor_kind[t] == 2:
+            tensor["kind"] = "parameter"
+        tensors.append(tensor)
     return {"name": graph.name, "nodes": nodes, "tensors": tensors}
 
 
-def diamond_graph_json(name: str = "diamond", *, scale: float = 1.0) -> dict:
+def diamond_graph_json(name: str = "diamond", *, scale: float = 1.0) -> GraphJson:
     """x -> a -> (b, c) -> d: the smallest graph with a fork, a join and parameters (API tests, load test)."""
     mb = 1_000_000
     return {

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import TypedDict
 
 import numpy as np
 
 from partitioners.errors import InvalidInput
+from partitioners.graph.flops import Shape
 
 __all__ = [
     "MAX_OP_FLOPS",
@@ -36,6 +38,7 @@ __all__ = [
     "TENSOR_ACTIVATION",
     "TENSOR_INPUT",
     "TENSOR_PARAMETER",
+    "GraphSummary",
     "Hypergraph",
     "build_hypergraph",
     "csr_from_lists",
@@ -109,8 +112,8 @@ class Hypergraph:
     output_tensors: np.ndarray
     consumer_ptr: np.ndarray
     consumer_ops: np.ndarray
-    tensor_shapes: list | None = None
-    tensor_dtypes: list | None = None
+    tensor_shapes: list[Shape | None] | None = None
+    tensor_dtypes: list[str | None] | None = None
     warnings: list[str] = field(default_factory=list)
     op_device_types: np.ndarray | None = None
 
@@ -195,8 +198,8 @@ def build_hypergraph(
     tensor_bytes: np.ndarray,
     tensor_is_parameter: np.ndarray | None = None,
     op_param_bytes: np.ndarray | None = None,
-    tensor_shapes: list | None = None,
-    tensor_dtypes: list | None = None,
+    tensor_shapes: list[Shape | None] | None = None,
+    tensor_dtypes: list[str | None] | None = None,
     warnings: list[str] | None = None,
     op_device_types: np.ndarray | None = None,
 ) -> Hypergraph:
@@ -451,13 +454,25 @@ def op_levels(graph: Hypergraph) -> np.ndarray:
     return _levels_and_order(graph)[1]
 
 
+class GraphSummary(TypedDict):
+    """:func:`graph_summary`'s figures (byte counts in bytes, FLOPs per execution)."""
 
-def graph_summary(graph: Hypergraph) -> dict:
+    name: str
+    n_ops: int
+    n_tensors: int
+    total_flops: float
+    parameter_bytes: float
+    activation_bytes: float
+    input_bytes: float
+    n_warnings: int
+
+
+def graph_summary(graph: Hypergraph) -> GraphSummary:
     """Headline figures of a graph, for API answers and listings.
 
     Returns
     -------
-    dict
+    GraphSummary
         ``name``, ``n_ops``, ``n_tensors``, ``total_flops``, ``parameter_bytes`` (sum
         over parameter tensors plus weights given only as ``param_bytes`` on nodes),
         ``activation_bytes`` (sum over tensors operators write), ``input_bytes`` (graph
@@ -482,4 +497,3 @@ def graph_summary(graph: Hypergraph) -> dict:
         "input_bytes": float(sizes[kind == TENSOR_INPUT].sum()),
         "n_warnings": len(graph.warnings),
     }
-

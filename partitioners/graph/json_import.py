@@ -9,13 +9,16 @@ checks that name the offending field run only once that pass has found a problem
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import Any, Literal, NotRequired, TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.graph.flops import estimate_flops
+from partitioners.graph.flops import Shape, estimate_flops
 from partitioners.graph.hypergraph import (
     MAX_OP_FLOPS,
     MAX_TENSOR_BYTES,
@@ -27,7 +30,7 @@ from partitioners.graph.hypergraph import (
     topological_order,
 )
 
-__all__ = ["graph_from_json"]
+__all__ = ["GraphJson", "NodeJson", "TensorJson", "graph_from_json"]
 
 _TENSOR_KINDS = {None: -1, "activation": TENSOR_ACTIVATION, "input": TENSOR_INPUT, "parameter": TENSOR_PARAMETER}
 _NUMBER_TYPES = frozenset({int, float})
@@ -37,6 +40,44 @@ _NUMBER_TYPES = frozenset({int, float})
 _GRAPH_FIELDS = ("name", "nodes", "tensors", "warnings")
 _NODE_FIELDS = ("name", "op", "inputs", "outputs", "flops", "param_bytes", "device_types")
 _TENSOR_FIELDS = ("name", "bytes", "shape", "dtype", "kind")
+
+
+class NodeJson(TypedDict):
+    """One operator of the JSON graph form (an entry of ``"nodes"``)."""
+
+    name: str
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    flops: NotRequired[float | None]  # None or absent: estimated from shapes on import
+    param_bytes: NotRequired[float | None]  # absent: the bytes of the parameter tensors it reads
+    device_types: NotRequired[list[str] | None]  # absent: any device type
+
+
+class TensorJson(TypedDict):
+    """One tensor of the JSON graph form (an entry of ``"tensors"``)."""
+
+    name: str
+    bytes: float
+    shape: NotRequired[list[int | None] | None]  # None in a shape: a dimension left unresolved
+    dtype: NotRequired[str | None]
+    kind: NotRequired[Literal["activation", "input", "parameter"] | None]  # absent: from the structure
+
+
+class GraphJson(TypedDict):
+    """The JSON graph form as :func:`~partitioners.graph.canonical.graph_to_json` and the
+    generators write it; :func:`graph_from_json` also takes it without ``"name"`` (then
+    ``""``) or ``"tensors"`` (then none declared), and checks every field itself."""
+
+    name: str
+    nodes: list[NodeJson]
+    tensors: list[TensorJson]
+    warnings: NotRequired[list[str]]
+
+
+#: Entries of the document's "nodes" or "tensors" list as decoded from JSON: nothing is
+#: known of them until :class:`_JsonColumns` has checked each column's value types.
+_JsonEntries = list[Any]
 _OPTIONAL_NUMBER_TYPES = frozenset({int, float, type(None)})
 #: Bytes per element assumed when an operator has neither flops nor shapes and its
 #: work is estimated from its output bytes (float32, the ONNX export default).
@@ -46,7 +87,7 @@ _FLOAT_MAX = float(np.finfo(np.float64).max)
 _MAX_DIM = 2**63 - 1
 
 
-def _types(values: list) -> set[type]:
+def _types(values: Iterable[object]) -> set[type]:
     return set(map(type, values))
 
 
@@ -55,7 +96,7 @@ def _describe(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _raise_entry_problem(nodes: list, tensors: list) -> None:
+def _raise_entry_problem(nodes: _JsonEntries, tensors: _JsonEntries) -> None:
     """Find and raise the first malformed entry, with its exact field path.
 
     The fast path only notices *that* some entry has the wrong shape (a missing key,
@@ -142,7 +183,7 @@ def _raise_entry_problem(nodes: list, tensors: list) -> None:
     raise InvalidInput("the graph is malformed", field="nodes", code="invalid-graph")  # pragma: no cover
 
 
-def _unknown_field_first(entry: dict, where: str, kind: str, fields: tuple[str, ...]) -> None:
+def _unknown_field_first(entry: dict[str, Any], where: str, kind: str, fields: tuple[str, ...]) -> None:
     """An unknown field is reported before a missing one: ``"nmae"`` is a typo of ``"name"``."""
     unknown = [key for key in entry if key not in fields]
     if unknown:
@@ -151,8 +192,14 @@ def _unknown_field_first(entry: dict, where: str, kind: str, fields: tuple[str, 
         _raise_unknown_field(owner, unknown[0], where, fields)
 
 
-def _check_numbers(values: np.ndarray, present: np.ndarray | None, owner_names: list, what: str, section: str,
-                   maximum: float) -> None:
+def _check_numbers(
+    values: npt.NDArray[np.float64],
+    present: npt.NDArray[np.bool_] | None,
+    owner_names: Sequence[str],
+    what: str,
+    section: str,
+    maximum: float,
+) -> None:
     """Reject negative, non-finite or absurdly large sizes and FLOP counts, naming the first offender."""
     bad = ~np.isfinite(values) | (values < 0) | (values > maximum)
     if present is not None:
@@ -167,7 +214,9 @@ def _check_numbers(values: np.ndarray, present: np.ndarray | None, owner_names: 
         )
 
 
-def _float_array(values: list, owner_names: list, what: str, section: str) -> np.ndarray:
+def _float_array(
+    values: Sequence[float | None], owner_names: Sequence[str], what: str, section: str
+) -> npt.NDArray[np.float64]:
     """``values`` as float64 (None -> nan); integers beyond float range are rejected."""
     try:
         return np.array(values, dtype=np.float64)
@@ -181,7 +230,7 @@ def _float_array(values: list, owner_names: list, what: str, section: str) -> np
         ) from None
 
 
-def _first_duplicate(names: list) -> tuple[int, int]:
+def _first_duplicate(names: Sequence[str]) -> tuple[int, int]:
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if name in seen:
@@ -190,7 +239,7 @@ def _first_duplicate(names: list) -> tuple[int, int]:
     raise AssertionError("no duplicate")  # pragma: no cover
 
 
-def _unknown_reference(nodes: list, key: str, index: dict) -> None:
+def _unknown_reference(nodes: _JsonEntries, key: str, index: dict[str, int]) -> None:
     for i, n in enumerate(nodes):
         for j, ref in enumerate(n[key]):
             if ref not in index:
@@ -208,7 +257,9 @@ def _unknown_reference(nodes: list, key: str, index: dict) -> None:
     raise AssertionError("no unknown reference")  # pragma: no cover
 
 
-def _csr_ids(lists: list[list[str]], index: dict, nodes: list, key: str) -> tuple[np.ndarray, np.ndarray]:
+def _csr_ids(
+    lists: list[list[str]], index: dict[str, int], nodes: _JsonEntries, key: str
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Name lists -> CSR of tensor ids, one C-level pass (map over dict lookups)."""
     lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     ptr = np.zeros(len(lists) + 1, dtype=np.int64)
@@ -221,7 +272,7 @@ def _csr_ids(lists: list[list[str]], index: dict, nodes: list, key: str) -> tupl
 
 
 def graph_from_json(
-    doc: dict,
+    doc: dict[str, Any],
     *,
     max_ops: int | None = None,
     max_tensors: int | None = None,
@@ -328,7 +379,7 @@ def graph_from_json(
     return graph
 
 
-def _document_lists(doc: object) -> tuple[list, list, str]:
+def _document_lists(doc: object) -> tuple[_JsonEntries, _JsonEntries, str]:
     """The document's ``nodes``, ``tensors`` and ``name``, or what is wrong with its outline."""
     if not isinstance(doc, dict):
         raise InvalidInput(
@@ -368,7 +419,7 @@ def _raise_unknown_field(owner: str, key: object, where: str, fields: tuple[str,
     )
 
 
-def _check_fields(nodes: list, tensors: list) -> None:
+def _check_fields(nodes: _JsonEntries, tensors: _JsonEntries) -> None:
     """Reject a node or tensor field the graph form does not have, naming the first one.
 
     One C-level pass collects every key in use; only when one is unknown does a second
@@ -411,26 +462,26 @@ class _JsonColumns:
     locator that names the entry.
     """
 
-    t_names: list
-    t_bytes: list
-    t_shapes: list
-    t_dtypes: list
-    t_kinds: list
-    op_names: list
-    op_types: list
-    op_inputs: list
-    op_outputs: list
-    op_flops: list
-    op_params: list
-    op_devices: list
+    t_names: list[str]
+    t_bytes: list[float]
+    t_shapes: list[list[int | None] | None]
+    t_dtypes: list[str | None]
+    t_kinds: list[str | None]
+    op_names: list[str]
+    op_types: list[str]
+    op_inputs: list[list[str]]
+    op_outputs: list[list[str]]
+    op_flops: list[float | None]
+    op_params: list[float | None]
+    op_devices: list[list[str] | None]
     flops_types: set[type]
     params_types: set[type]
     device_types_types: set[type]
-    kind_values: set
+    kind_values: set[object]  # the kinds in use; a sentinel object() when one is not a string
     has_shapes: bool
 
     @classmethod
-    def read(cls, nodes: list, tensors: list) -> "_JsonColumns":
+    def read(cls, nodes: _JsonEntries, tensors: _JsonEntries) -> _JsonColumns:
         try:
             t_names = [t["name"] for t in tensors]
             t_bytes = [t["bytes"] for t in tensors]
@@ -480,25 +531,47 @@ class _JsonColumns:
             [] in op_devices or not _types(list(chain.from_iterable(d for d in op_devices if d is not None))) <= {str}
         ):
             _raise_entry_problem(nodes, tensors)
-        return cls(t_names, t_bytes, t_shapes, t_dtypes, t_kinds, op_names, op_types, op_inputs, op_outputs,
-                   op_flops, op_params, op_devices, flops_types, params_types, device_types_types, kind_values,
-                   has_shapes)
+        return cls(
+            t_names,
+            t_bytes,
+            t_shapes,
+            t_dtypes,
+            t_kinds,
+            op_names,
+            op_types,
+            op_inputs,
+            op_outputs,
+            op_flops,
+            op_params,
+            op_devices,
+            flops_types,
+            params_types,
+            device_types_types,
+            kind_values,
+            has_shapes,
+        )
 
 
-def _unique_names(columns: _JsonColumns) -> dict:
+def _unique_names(columns: _JsonColumns) -> dict[str, int]:
     """Tensor name -> index, once tensor and operator names are each known to be unique and
     non-empty (an empty name cannot be referred to, shown or told apart in a plan)."""
     t_names, op_names = columns.t_names, columns.op_names
     index = dict(zip(t_names, range(len(t_names))))
     if "" in index:
         i = t_names.index("")
-        raise InvalidInput(f'tensors[{i}] has an empty "name"; every tensor needs a name', field=f"tensors[{i}].name",
-                           code="invalid-tensor")
+        raise InvalidInput(
+            f'tensors[{i}] has an empty "name"; every tensor needs a name',
+            field=f"tensors[{i}].name",
+            code="invalid-tensor",
+        )
     op_name_set = set(op_names)
     if "" in op_name_set:
         i = op_names.index("")
-        raise InvalidInput(f'nodes[{i}] has an empty "name"; every operator needs a name', field=f"nodes[{i}].name",
-                           code="invalid-node")
+        raise InvalidInput(
+            f'nodes[{i}] has an empty "name"; every operator needs a name',
+            field=f"nodes[{i}].name",
+            code="invalid-node",
+        )
     if len(index) != len(t_names):
         first, again = _first_duplicate(t_names)
         raise InvalidInput(
@@ -516,14 +589,14 @@ def _unique_names(columns: _JsonColumns) -> dict:
     return index
 
 
-def _absent(values: list, value_types: set[type], count: int) -> np.ndarray:
+def _absent(values: Sequence[object], value_types: set[type], count: int) -> npt.NDArray[np.bool_]:
     """Per entry, whether an optional number was left out (``None``)."""
     if type(None) not in value_types:
         return np.zeros(count, dtype=bool)
     return np.fromiter((v is None for v in values), dtype=bool, count=count)
 
 
-def _object_vector(items: list) -> np.ndarray:
+def _object_vector(items: Sequence[object]) -> npt.NDArray[np.object_]:
     """A 1-D object array of ``items``, even when they are tuples numpy would stack into 2-D."""
     return np.fromiter(items, dtype=object, count=len(items))
 
@@ -561,7 +634,8 @@ def _declared_parameters(columns: _JsonColumns, produced: np.ndarray) -> np.ndar
         else:
             detail = f"tensor '{t_names[t]}' is declared an activation but no operator writes it"
         raise InvalidInput(detail, field=f"tensors[{t}].kind", code="kind-mismatch")
-    return kind_arr == TENSOR_PARAMETER
+    is_parameter: npt.NDArray[np.bool_] = kind_arr == TENSOR_PARAMETER
+    return is_parameter
 
 
 def _carried_warnings(value: object) -> list[str]:
@@ -581,7 +655,7 @@ def _estimate_missing_flops(
     in_ids: np.ndarray,
     out_ptr: np.ndarray,
     out_ids: np.ndarray,
-    shapes: list | None,
+    shapes: list[Shape | None] | None,
     tensor_bytes: np.ndarray,
     warnings: list[str],
 ) -> None:
@@ -614,4 +688,3 @@ def _estimate_missing_flops(
             f'{subject} neither "flops" nor tensor shapes: estimated one FLOP per '
             f"{_FALLBACK_ELEMENT_BYTES:g} output bytes (one float32 element)"
         )
-

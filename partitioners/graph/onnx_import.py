@@ -37,16 +37,18 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.graph.flops import estimate_flops
+from partitioners.graph.flops import Shape, estimate_flops
 from partitioners.graph.hypergraph import (
     MAX_TENSOR_BYTES,
     Hypergraph,
@@ -124,10 +126,11 @@ def _check_names(graph: onnx.GraphProto) -> None:
     validate: invalid UTF-8 surfaces as ``bytes`` in Python. Such names cannot be
     stored (PostgreSQL text rejects NUL) or shown, so the upload is malformed.
     """
+
     def bad(value: object) -> bool:
         return type(value) is not str or "\x00" in value
 
-    def node_strings(node: onnx.NodeProto) -> tuple:
+    def node_strings(node: onnx.NodeProto) -> tuple[str, ...]:
         return (node.name, node.op_type, node.domain, *node.input, *node.output)
 
     strings = [value for node in graph.node for value in node_strings(node)]
@@ -164,6 +167,7 @@ def _check_ranks(graph: onnx.GraphProto) -> None:
     a rank in the thousands, a few kilobytes in the file, costs gigabytes over a chain of
     operators. No runtime accepts such a rank; it is a malformed model.
     """
+
     def too_deep(rank: int, what: str, where: str) -> None:
         if rank > MAX_RANK:
             raise InvalidInput(
@@ -283,7 +287,7 @@ MAX_FOLD_ROUNDS = 8
 _STAND_IN_PREFIX = "hyperplace::shape-only::"
 #: (name, shape with None for unknown dims or None for no shape, ONNX element type or None)
 #: of one graph value, as shape inference left it (:func:`_value_shapes`).
-_ValueShape = tuple[str, "tuple | None", "int | None"]
+_ValueShape = tuple[str, Shape | None, int | None]
 
 
 def _mark_external(tensor: TensorProto) -> None:
@@ -300,7 +304,7 @@ def _mark_external(tensor: TensorProto) -> None:
     entry.key, entry.value = "location", "dropped-by-hyperplace"
 
 
-def _shape_only(dims, data_type: int) -> TensorProto:
+def _shape_only(dims: Iterable[int], data_type: int) -> TensorProto:
     tensor = TensorProto()
     tensor.data_type = data_type
     tensor.dims.extend(int(d) for d in dims)
@@ -333,7 +337,9 @@ def _infer(model: onnx.ModelProto, warnings: list[str], *, data_prop: bool) -> o
         return model
 
 
-def _int_attr(node: onnx.NodeProto, name: str, default):
+def _int_attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    """The value of attribute ``name`` of ``node`` (an int, a list or a tensor, as ONNX
+    decodes it), or ``default`` when the node does not set it."""
     for attr in node.attribute:
         if attr.name == name:
             return onnx.helper.get_attribute_value(attr)
@@ -363,19 +369,19 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
     return None
 
 
-def _axes(node: onnx.NodeProto, args: list, position: int) -> list[int] | None:
+def _axes(node: onnx.NodeProto, args: Sequence[npt.NDArray[Any] | None], position: int) -> list[int] | None:
     if len(args) > position and args[position] is not None:
         return [int(a) for a in np.asarray(args[position]).reshape(-1)]
     value = _int_attr(node, "axes", None)
     return None if value is None else [int(a) for a in value]
 
 
-def _fits(shape) -> bool:
+def _fits(shape: Iterable[int]) -> bool:
     """Whether a value of this shape is small enough to fold (checked before it is built)."""
     return math.prod(int(d) for d in shape) <= FOLD_MAX_ELEMENTS
 
 
-def _range_length(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> int | None:
+def _range_length(start: npt.NDArray[Any], limit: npt.NDArray[Any], delta: npt.NDArray[Any]) -> int | None:
     """Elements of ``Range(start, limit, delta)``: max(ceil((limit - start) / delta), 0).
 
     Computed from the three scalars, so the length is known before anything is built;
@@ -388,12 +394,15 @@ def _range_length(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> in
         return None
     if all(isinstance(v, int) for v in (first, last, step)):
         quotient, remainder = divmod(last - first, step)
-        return max(quotient + (1 if remainder else 0), 0)
+        length: int = max(quotient + (1 if remainder else 0), 0)
+        return length
     span = (float(last) - float(first)) / float(step)
     return max(math.ceil(span), 0) if math.isfinite(span) else None
 
 
-def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.ndarray] | None:
+def _eval_node(
+    node: onnx.NodeProto, args: Sequence[npt.NDArray[Any] | None], in_shapes: Sequence[Shape | None]
+) -> list[npt.NDArray[Any]] | None:
     """Evaluate one shape-computation node with numpy, or None when it is not one.
 
     Covers what exporters emit between ``Shape`` and ``Reshape``/``Expand``/``Range``
@@ -404,20 +413,24 @@ def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.nda
     an output over it is not folded (None).
     """
     op = node.op_type
-    a = args[0] if args else None
     if op == "Shape":
-        shape = in_shapes[0]
-        if shape is None or any(d is None for d in shape):
+        in_shape = in_shapes[0]
+        if in_shape is None or any(d is None for d in in_shape):
             return None
-        return [np.array(shape[_int_attr(node, "start", 0) : _int_attr(node, "end", None)], dtype=np.int64)]
-    if any(x is None for x in args[: {"Slice": 3, "Unsqueeze": 1, "Squeeze": 1, "Range": 3}.get(op, len(args))]):
-        return None
+        return [np.array(in_shape[_int_attr(node, "start", 0) : _int_attr(node, "end", None)], dtype=np.int64)]
+    # the leading inputs the operator cannot do without (every one, but for the optional
+    # trailing ones of Slice, Unsqueeze, Squeeze and Range) must all be known values
+    required = args[: {"Slice": 3, "Unsqueeze": 1, "Squeeze": 1, "Range": 3}.get(op, len(args))]
+    known = [x for x in required if x is not None]
+    if len(known) < len(required) or not known:
+        return None  # an unknown value, or no input at all (a malformed node): nothing to fold
+    a = known[0]
     if op == "Size":
         return [np.array(a.size, dtype=np.int64)]
     if op == "Identity":
         return [a]
     if op == "Gather":
-        indices = args[1].astype(np.int64)
+        indices = known[1].astype(np.int64)
         axis = _int_attr(node, "axis", 0)
         axis = axis + a.ndim if axis < 0 else axis
         if not 0 <= axis < a.ndim or not _fits(a.shape[:axis] + indices.shape + a.shape[axis + 1 :]):
@@ -426,6 +439,8 @@ def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.nda
     if op == "Unsqueeze":
         out = a
         axes = _axes(node, args, 1)
+        if axes is None:
+            return None  # Unsqueeze cannot do without its axes
         rank = a.ndim + len(axes)
         for axis in sorted(x % rank for x in axes):
             out = np.expand_dims(out, axis)
@@ -434,24 +449,27 @@ def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.nda
         axes = _axes(node, args, 1)
         return [np.squeeze(a) if axes is None else np.squeeze(a, axis=tuple(axes))]
     if op == "Concat":
-        if sum(x.size for x in args) > FOLD_MAX_ELEMENTS:
+        if sum(x.size for x in known) > FOLD_MAX_ELEMENTS:
             return None
-        return [np.concatenate([np.atleast_1d(x) if x.ndim == 0 else x for x in args], axis=_int_attr(node, "axis", 0))]
+        parts = [np.atleast_1d(x) if x.ndim == 0 else x for x in known]
+        return [np.concatenate(parts, axis=_int_attr(node, "axis", 0))]
     if op == "Slice":
-        starts, ends = args[1].reshape(-1), args[2].reshape(-1)
-        axes = args[3].reshape(-1) if len(args) > 3 and args[3] is not None else np.arange(starts.size)
+        starts, ends = known[1].reshape(-1), known[2].reshape(-1)
+        slice_axes = args[3].reshape(-1) if len(args) > 3 and args[3] is not None else np.arange(starts.size)
         steps = args[4].reshape(-1) if len(args) > 4 and args[4] is not None else np.ones(starts.size, dtype=np.int64)
         index = [slice(None)] * a.ndim
-        for start, end, axis, step in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
+        for start, end, axis, step in zip(starts.tolist(), ends.tolist(), slice_axes.tolist(), steps.tolist()):
             index[axis] = slice(start, end, step)
         return [a[tuple(index)]]
     if op == "Cast":
         return [a.astype(onnx.helper.tensor_dtype_to_np_dtype(_int_attr(node, "to", TensorProto.INT64)))]
     if op == "Range":
-        length = _range_length(a, args[1], args[2])
+        length = _range_length(a, known[1], known[2])
         if length is None or length > FOLD_MAX_ELEMENTS:
             return None
-        return [np.arange(a, args[1], args[2]).astype(np.result_type(a, args[1], args[2]))]
+        # numpy's stubs take scalars only; arange also takes these size-1 arrays (_range_length checked)
+        dtype = np.result_type(a, known[1], known[2])
+        return [np.arange(a, known[1], known[2]).astype(dtype)]  # type: ignore[call-overload]
     if op == "ConstantOfShape":
         shape = tuple(int(d) for d in a.reshape(-1))
         if any(d < 0 for d in shape) or not _fits(shape):
@@ -462,24 +480,24 @@ def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.nda
         fill = onnx.numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
         return [np.full(shape, fill[0], dtype=fill.dtype)]
     if op == "Expand":
-        shape = np.broadcast_shapes(a.shape, tuple(int(d) for d in args[1].reshape(-1)))
+        shape = np.broadcast_shapes(a.shape, tuple(int(d) for d in known[1].reshape(-1)))
         if not _fits(shape):
             return None
         return [np.broadcast_to(a, shape).copy()]
     if op == "Reshape":
-        target = [int(d) for d in args[1].reshape(-1)]
+        target = [int(d) for d in known[1].reshape(-1)]
         if not _int_attr(node, "allowzero", 0):
             target = [a.shape[i] if d == 0 else d for i, d in enumerate(target)]
         return [a.reshape(target)]
     if op == "Transpose":
         return [np.transpose(a, _int_attr(node, "perm", None))]
     # the rest broadcast their inputs against each other: the output can be far larger
-    if not _fits(np.broadcast_shapes(*(x.shape for x in args))):
+    if not _fits(np.broadcast_shapes(*(x.shape for x in known))):
         return None
     if op == "Where":
-        return [np.where(a, args[1], args[2])]
+        return [np.where(a, known[1], known[2])]
     if op in _FOLD_BINARY:
-        out = _FOLD_BINARY[op](a, args[1])
+        out = _FOLD_BINARY[op](a, known[1])
         if op == "Div" and np.issubdtype(out.dtype, np.floating) and np.issubdtype(a.dtype, np.integer):
             out = np.trunc(out).astype(a.dtype)  # integer Div truncates toward zero
         return [np.asarray(out)]
@@ -487,7 +505,7 @@ def _eval_node(node: onnx.NodeProto, args: list, in_shapes: list) -> list[np.nda
         return [np.asarray(_FOLD_UNARY[op](a))]
     if op in ("Min", "Max"):
         # pairwise: ``np.minimum.reduce`` of a list would first stack every input
-        return [np.asarray(functools.reduce(np.minimum if op == "Min" else np.maximum, args))]
+        return [np.asarray(functools.reduce(np.minimum if op == "Min" else np.maximum, known))]
     return None
 
 
@@ -570,8 +588,10 @@ def _without_long_values(model: onnx.ModelProto, static: list[_ValueShape]) -> o
     # Initializers with external data (a graph-only upload's weights, and every one
     # :func:`_hide_long_constants` found long) already show ONNX dims and no values, as a
     # stand-in would; the inline ones are short, but a long Concat may read them.
-    if not any(shape is not None and len(shape) == 1 and shape[0] is not None and shape[0] > SHAPE_DATA_MAX_ELEMENTS
-               for _, shape, _ in static):
+    if not any(
+        shape is not None and len(shape) == 1 and shape[0] is not None and shape[0] > SHAPE_DATA_MAX_ELEMENTS
+        for _, shape, _ in static
+    ):
         return model  # no long vector, and so no Concat that adds up to one
     inline = [init for init in model.graph.initializer if init.data_location != TensorProto.EXTERNAL]
     lengths: dict[str, int] = {}
@@ -586,7 +606,7 @@ def _without_long_values(model: onnx.ModelProto, static: list[_ValueShape]) -> o
         elem_types[init.name] = init.data_type
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    stand_ins: dict[str, str] = {}
+    stand_ins: dict[str, tuple[str, int]] = {}  # name -> (its stand-in's name, its element type)
     for node in copy.graph.node:
         if _is_constant(node):
             continue
@@ -595,15 +615,16 @@ def _without_long_values(model: onnx.ModelProto, static: list[_ValueShape]) -> o
             length = lengths.get(name)
             if length is None or not (length > SHAPE_DATA_MAX_ELEMENTS or long_concat):
                 continue
-            if elem_types.get(name) is None:
+            elem = elem_types.get(name)
+            if elem is None:
                 continue
             if name not in stand_ins:
-                stand_ins[name] = f"{_STAND_IN_PREFIX}{len(stand_ins)}"
-            node.input[k] = stand_ins[name]
+                stand_ins[name] = (f"{_STAND_IN_PREFIX}{len(stand_ins)}", elem)
+            node.input[k] = stand_ins[name][0]
     if stand_ins:
         constants = [
-            onnx.helper.make_node("Constant", [], [stand_in], value=_shape_only([lengths[name]], elem_types[name]))
-            for name, stand_in in stand_ins.items()
+            onnx.helper.make_node("Constant", [], [stand_in], value=_shape_only([lengths[name]], elem))
+            for name, (stand_in, elem) in stand_ins.items()
         ]
         nodes = constants + list(copy.graph.node)
         del copy.graph.node[:]
@@ -616,7 +637,13 @@ def _check_sizes(values: list[_ValueShape]) -> None:
     :data:`MAX_TENSOR_BYTES`, as soon as shape inference has found it (``values``: its
     :func:`_value_shapes`)."""
     for name, shape, elem in values:
-        if shape is not None and elem in _BITS and None not in shape and not name.startswith(_STAND_IN_PREFIX):
+        if (
+            shape is not None
+            and elem is not None
+            and elem in _BITS
+            and None not in shape
+            and not name.startswith(_STAND_IN_PREFIX)
+        ):
             _check_tensor_size(name, shape, elem)
 
 
@@ -631,9 +658,13 @@ def _all_shaped(values: list[_ValueShape], produced: list[str]) -> bool:
     return whole.issuperset(produced)
 
 
-def _check_tensor_size(name: str, shape: tuple, elem: int) -> float:
-    """Bytes of a tensor with a static shape, or ``absurd-size`` over :data:`MAX_TENSOR_BYTES`."""
-    size = float(math.prod(shape)) * _BITS[elem] / 8.0
+def _check_tensor_size(name: str, shape: Shape, elem: int) -> float:
+    """Bytes of a tensor with a static shape, or ``absurd-size`` over :data:`MAX_TENSOR_BYTES`.
+
+    Both callers have checked that ``shape`` holds no None, in their own loops over up
+    to every tensor of the model; narrowing it again here would cost a pass per tensor.
+    """
+    size = float(math.prod(shape)) * _BITS[elem] / 8.0  # type: ignore[arg-type]  # no None: see above
     if size > MAX_TENSOR_BYTES:
         raise InvalidInput(
             f"tensor '{name}' would hold {size:.3g} bytes (shape {list(shape)}), over the "
@@ -742,10 +773,14 @@ def _infer_with_folding(model: onnx.ModelProto, warnings: list[str]) -> tuple[li
             try:
                 data_type = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
                 # inference sees the value only while shapes are still being learnt
-                shown = None if shapes_final else (
-                    onnx.numpy_helper.from_array(value)
-                    if value.size <= SHAPE_DATA_MAX_ELEMENTS
-                    else _shape_only(value.shape, data_type)
+                shown = (
+                    None
+                    if shapes_final
+                    else (
+                        onnx.numpy_helper.from_array(value)
+                        if value.size <= SHAPE_DATA_MAX_ELEMENTS
+                        else _shape_only(value.shape, data_type)
+                    )
                 )
             except (TypeError, ValueError, KeyError):  # a dtype ONNX has no tensor type for
                 continue
@@ -779,7 +814,7 @@ def _value_shapes(model: onnx.ModelProto) -> list[_ValueShape]:
     return [(value.name, *_value_shape(value)) for value in (*graph.input, *graph.value_info, *graph.output)]
 
 
-def _value_shape(value: onnx.ValueInfoProto) -> tuple[tuple | None, int | None]:
+def _value_shape(value: onnx.ValueInfoProto) -> tuple[Shape | None, int | None]:
     type_proto = value.type
     if not type_proto.HasField("tensor_type"):
         return None, None
@@ -788,12 +823,16 @@ def _value_shape(value: onnx.ValueInfoProto) -> tuple[tuple | None, int | None]:
     if not tensor_type.HasField("shape"):
         return None, elem
     # a dim is a value, a symbol or neither (the oneof); WhichOneof reads it in one call
-    shape = tuple([d.dim_value if d.WhichOneof("value") == "dim_value" and d.dim_value >= 0 else None
-                   for d in tensor_type.shape.dim])
+    shape = tuple(
+        [
+            d.dim_value if d.WhichOneof("value") == "dim_value" and d.dim_value >= 0 else None
+            for d in tensor_type.shape.dim
+        ]
+    )
     return shape, elem
 
 
-def _attrs(node: onnx.NodeProto) -> dict:
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     out = {}
     for attr in node.attribute:
         if attr.type in _SCALAR_ATTRS:
@@ -815,7 +854,7 @@ def _outer_reads(node: onnx.NodeProto) -> tuple[list[str], int, bool]:
     truncated = False
     stack: list[tuple[onnx.GraphProto, frozenset[str], int]] = []
     for attr in node.attribute:
-        for body in ([attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)):
+        for body in [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs):
             stack.append((body, frozenset(), 1))
     while stack:
         body, defined_above, depth = stack.pop()
@@ -844,7 +883,7 @@ def _outer_reads(node: onnx.NodeProto) -> tuple[list[str], int, bool]:
     return reads, n_nodes, truncated
 
 
-def _op_names(nodes) -> list[str]:
+def _op_names(nodes: Iterable[onnx.NodeProto]) -> list[str]:
     """Node names made unique and non-empty (ONNX allows both empty and repeated names).
 
     An unnamed node is called ``"<op_type>(<first output>)"``: output names are unique
@@ -986,14 +1025,14 @@ class _TensorTable:
     and outputs take the shapes and types shape inference found for them.
     """
 
-    shapes: dict[str, tuple | None]
+    shapes: dict[str, Shape | None]
     elems: dict[str, int | None]
     parameters: set[str]
     runtime_inputs: list[str]
 
     @classmethod
-    def of(cls, graph: onnx.GraphProto, inferred: list[_ValueShape]) -> "_TensorTable":
-        shapes: dict[str, tuple | None] = {}
+    def of(cls, graph: onnx.GraphProto, inferred: list[_ValueShape]) -> _TensorTable:
+        shapes: dict[str, Shape | None] = {}
         elems: dict[str, int | None] = {}
         parameters: set[str] = set()
         for init in graph.initializer:
@@ -1064,12 +1103,17 @@ class _Operators:
             shown = ", ".join(self.opaque[:5]) + (f" and {len(self.opaque) - 5} more" if len(self.opaque) > 5 else "")
             lines.append(
                 f"control flow placed as opaque operators, FLOPs estimated from their outputs: {shown}"
-                + (f"; subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH} were not inspected"
-                   if self.deep_truncated else "")
+                + (
+                    f"; subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH} were not inspected"
+                    if self.deep_truncated
+                    else ""
+                )
             )
         for op_type, count in sorted(self.fallback_types.items()):
-            lines.append(f"no FLOP formula for operator type '{op_type}' ({count} operators): "
-                         "counted one FLOP per output element")
+            lines.append(
+                f"no FLOP formula for operator type '{op_type}' ({count} operators): "
+                "counted one FLOP per output element"
+            )
         for op_type, count in sorted(self.shape_notes.items()):
             lines.append(
                 f"{count} '{op_type}' operators have incomplete shapes after inference: "
@@ -1118,9 +1162,20 @@ def _read_operators(graph: onnx.GraphProto, table: _TensorTable, folded: np.ndar
     outputs are listed in ``folded_outputs`` instead.
     """
     all_names = _op_names(graph.node)  # over every node, so names do not depend on what was folded
-    ops = _Operators(names=[], types=[], inputs=[], outputs=[], flops=np.zeros(0), fallback_types={},
-                     shape_notes={}, opaque=[], deep_truncated=False, n_folded=int(folded.sum()),
-                     folded_outputs={}, folded_reads=set())
+    ops = _Operators(
+        names=[],
+        types=[],
+        inputs=[],
+        outputs=[],
+        flops=np.zeros(0),
+        fallback_types={},
+        shape_notes={},
+        opaque=[],
+        deep_truncated=False,
+        n_folded=int(folded.sum()),
+        folded_outputs={},
+        folded_reads=set(),
+    )
     flops: list[float] = []
     op_names, parameters, runtime_inputs = all_names, table.parameters, table.runtime_inputs
     producer: dict[str, int] = {}
@@ -1140,9 +1195,9 @@ def _read_operators(graph: onnx.GraphProto, table: _TensorTable, folded: np.ndar
             producer[out] = i
         inputs = [x for x in node.input if x]
         attributes = node.attribute
-        if op_type in _CONTROL_FLOW or (attributes and any(
-            a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in attributes
-        )):
+        if op_type in _CONTROL_FLOW or (
+            attributes and any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in attributes)
+        ):
             reads, body_nodes, truncated = _outer_reads(node)
             inputs = inputs + [r for r in reads if (r in defined or r in producer) and r not in inputs]
             ops.opaque.append(f"'{op_names[i]}' ({op_type}, {body_nodes} operators inside)")
@@ -1195,15 +1250,16 @@ def _tensor_order(graph: onnx.GraphProto, table: _TensorTable, ops: _Operators) 
     return tensor_names, unused_params
 
 
-def _tensor_bytes(names: list[str], shapes: list, elems: list) -> tuple[np.ndarray, int]:
+def _tensor_bytes(
+    names: list[str], shapes: list[Shape | None], elems: list[int | None]
+) -> tuple[npt.NDArray[np.float64], int]:
     """Bytes of every tensor with a static shape and known dtype, and how many had none
     (counted as 0); a tensor over MAX_TENSOR_BYTES means the dims were bound wrong."""
     tensor_bytes = np.zeros(len(names), dtype=np.float64)
     unknown_size = 0
     for k, (shape, elem) in enumerate(zip(shapes, elems)):
-        if shape is None or any(d is None or d < 0 for d in shape) or elem not in _BITS:
+        if shape is None or any(d is None or d < 0 for d in shape) or elem is None or elem not in _BITS:
             unknown_size += 1
             continue
         tensor_bytes[k] = np.ceil(_check_tensor_size(names[k], shape, elem))
     return tensor_bytes, unknown_size
-

@@ -13,6 +13,8 @@ data that is never written), as a pipeline uploads them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -40,7 +42,7 @@ class _Builder:
         self.initializers: list[TensorProto] = []
         self._count = 0
 
-    def node(self, op_type: str, inputs: list[str], n_outputs: int = 1, **attrs) -> list[str]:
+    def node(self, op_type: str, inputs: list[str], n_outputs: int = 1, **attrs: Any) -> list[str]:
         self._count += 1
         outputs = [f"{op_type.lower()}_{self._count}_{k}" for k in range(n_outputs)]
         self.nodes.append(helper.make_node(op_type, inputs, outputs, name=f"/{op_type}_{self._count}", **attrs))
@@ -91,8 +93,12 @@ def synthetic_transformer_onnx(n_layers: int, *, hidden: int = 768, heads: int =
     (x,) = b.node("Gather", ["wte", "input_ids"], axis=0)
     for layer in range(n_layers):
         w = {name: f"h{layer}.{name}" for name in ("qkv", "proj", "fc", "out")}
-        for name, dims in (("qkv", [hidden, 3 * hidden]), ("proj", [hidden, hidden]), ("fc", [hidden, 4 * hidden]),
-                           ("out", [4 * hidden, hidden])):
+        for name, dims in (
+            ("qkv", [hidden, 3 * hidden]),
+            ("proj", [hidden, hidden]),
+            ("fc", [hidden, 4 * hidden]),
+            ("out", [4 * hidden, hidden]),
+        ):
             b.initializers.append(_weight(w[name], dims))
         (normed,) = b.node("LayerNormalization", [x, "ln_scale", "ln_bias"], axis=-1)
         (qkv,) = b.node("MatMul", [normed, w["qkv"]])
@@ -128,4 +134,5 @@ def synthetic_transformer_onnx(n_layers: int, *, hidden: int = 768, heads: int =
         initializer=b.initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return model.SerializeToString()
+    data: bytes = model.SerializeToString()  # protobuf's Message has no stubs here: Any to mypy
+    return data

@@ -156,7 +156,8 @@ class _Block:
     @property
     def n_tensors(self) -> int:
         """Local tensors per micro-batch: the repeated base tensors plus the new ones."""
-        return self.n_local + self.new_tensor_bytes.shape[0]
+        n_new: int = self.new_tensor_bytes.shape[0]
+        return self.n_local + n_new
 
 
 def _forward_block(graph: Hypergraph, slots: _TensorSlots) -> _Block:
@@ -164,13 +165,25 @@ def _forward_block(graph: Hypergraph, slots: _TensorSlots) -> _Block:
     in_owner, in_tensor = _pairs(graph.input_ptr, graph.input_tensors)
     out_owner, out_tensor = _pairs(graph.output_ptr, graph.output_tensors)
     none = np.zeros(0, dtype=np.int64)
-    return _Block(graph.n_ops, slots.local.shape[0], in_owner, slots.slot[in_tensor], out_owner,
-                  slots.slot[out_tensor], np.zeros(0, dtype=object), np.zeros(0), none, none, none)
+    return _Block(
+        graph.n_ops,
+        slots.local.shape[0],
+        in_owner,
+        slots.slot[in_tensor],
+        out_owner,
+        slots.slot[out_tensor],
+        np.zeros(0, dtype=object),
+        np.zeros(0),
+        none,
+        none,
+        none,
+    )
 
 
 def _gradient_names(graph: Hypergraph, tensors: np.ndarray, consumers: np.ndarray) -> np.ndarray:
-    return np.array([f"grad/{graph.tensor_names[t]}/{graph.op_names[c]}" for t, c in zip(tensors, consumers)],
-                    dtype=object)
+    return np.array(
+        [f"grad/{graph.tensor_names[t]}/{graph.op_names[c]}" for t, c in zip(tensors, consumers)], dtype=object
+    )
 
 
 def _training_block(graph: Hypergraph, slots: _TensorSlots, micro_batches: int) -> _Block:
@@ -195,20 +208,29 @@ def _training_block(graph: Hypergraph, slots: _TensorSlots, micro_batches: int) 
     seeds = np.flatnonzero((kind == TENSOR_ACTIVATION) & (np.diff(graph.consumer_ptr) == 0))
     # the producer's gradient reads the activation gradients, the seeds, and the saved
     # forward inputs (activations and graph inputs) and parameters
-    input_owner = [forward.input_owner, grad_op[graph.tensor_producer[act_t]], grad_op[graph.tensor_producer[seeds]],
-                   grad_op[forward.input_owner]]
+    input_owner = [
+        forward.input_owner,
+        grad_op[graph.tensor_producer[act_t]],
+        grad_op[graph.tensor_producer[seeds]],
+        grad_op[forward.input_owner],
+    ]
     input_tensor = [forward.input_tensor, act_grad, slots.slot[seeds], forward.input_tensor]
     # the consumer's gradient writes the activation and parameter gradients
     output_owner = [forward.output_owner, grad_op[act_consumer], grad_op[par_consumer]]
     output_tensor = [forward.output_tensor, act_grad, par_grad]
     stepped = np.unique(par_t)
     return _Block(
-        2 * n, n_local,
-        np.concatenate(input_owner), np.concatenate(input_tensor),
-        np.concatenate(output_owner), np.concatenate(output_tensor),
+        2 * n,
+        n_local,
+        np.concatenate(input_owner),
+        np.concatenate(input_tensor),
+        np.concatenate(output_owner),
+        np.concatenate(output_tensor),
         np.concatenate([_gradient_names(graph, act_t, act_consumer), _gradient_names(graph, par_t, par_consumer)]),
         np.concatenate([graph.tensor_bytes[act_t], graph.tensor_bytes[par_t] / micro_batches]),
-        stepped, np.searchsorted(stepped, par_t), par_grad,
+        stepped,
+        np.searchsorted(stepped, par_t),
+        par_grad,
     )
 
 
@@ -263,8 +285,9 @@ def _per_micro_batch(names: np.ndarray, micro_batches: int) -> list[np.ndarray]:
     return [_suffix(names, f"@mb{mb}") for mb in range(micro_batches)]
 
 
-def _expanded_hypergraph(graph: Hypergraph, slots: _TensorSlots, block: _Block, wiring: _Wiring,
-                         training: bool, micro_batches: int) -> Hypergraph:
+def _expanded_hypergraph(
+    graph: Hypergraph, slots: _TensorSlots, block: _Block, wiring: _Wiring, training: bool, micro_batches: int
+) -> Hypergraph:
     """Names, types, FLOPs and bytes of the expanded operators and tensors, with their wiring."""
     m, stepped = micro_batches, block.stepped_params
     phases = 2 if training else 1
@@ -275,7 +298,7 @@ def _expanded_hypergraph(graph: Hypergraph, slots: _TensorSlots, block: _Block, 
     local_bytes = np.concatenate([graph.tensor_bytes[slots.local], block.new_tensor_bytes])
     param_bytes = graph.tensor_bytes[stepped]
     tensor_is_parameter = np.zeros(m * block.n_tensors + slots.shared.shape[0] + stepped.shape[0], dtype=bool)
-    tensor_is_parameter[m * block.n_tensors:] = True
+    tensor_is_parameter[m * block.n_tensors :] = True
     return build_hypergraph(
         name=graph.name,
         op_names=np.concatenate([*_per_micro_batch(block_names, m), _prefix("step/", graph.tensor_names[stepped])]),
@@ -285,10 +308,16 @@ def _expanded_hypergraph(graph: Hypergraph, slots: _TensorSlots, block: _Block, 
         input_tensors=wiring.input_tensors,
         output_ptr=wiring.output_ptr,
         output_tensors=wiring.output_tensors,
-        tensor_names=np.concatenate([*_per_micro_batch(local_names, m), graph.tensor_names[slots.shared],
-                                     _prefix("adam/", graph.tensor_names[stepped])]),
-        tensor_bytes=np.concatenate([np.tile(local_bytes, m), graph.tensor_bytes[slots.shared],
-                                     param_bytes * OPTIMIZER_STATE_FACTOR]),
+        tensor_names=np.concatenate(
+            [
+                *_per_micro_batch(local_names, m),
+                graph.tensor_names[slots.shared],
+                _prefix("adam/", graph.tensor_names[stepped]),
+            ]
+        ),
+        tensor_bytes=np.concatenate(
+            [np.tile(local_bytes, m), graph.tensor_bytes[slots.shared], param_bytes * OPTIMIZER_STATE_FACTOR]
+        ),
         tensor_is_parameter=tensor_is_parameter,
         warnings=list(graph.warnings),
     )

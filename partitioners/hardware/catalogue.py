@@ -84,26 +84,28 @@ MiB = 2**20
 KiB = 2**10
 
 #: Short reference key -> the public document it stands for (see the module docstring).
-REFERENCES: Mapping[str, str] = MappingProxyType({
-    "A100": "NVIDIA A100 Tensor Core GPU datasheet (2021); NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020)",
-    "A800": "NVIDIA's A800 announcement (7 November 2022, reported by Reuters): A100 with NVLink at 400 GB/s",
-    "DGXA100": "NVIDIA DGX A100 datasheet (2020); DGX A100 User Guide",
-    "H100": "NVIDIA H100 Tensor Core GPU datasheet (2023); NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022)",
-    "DGXH100": "NVIDIA DGX H100 datasheet; DGX H100 User Guide, Hardware Overview",
-    "H800": "NVIDIA H800 product brief; DeepSeek-V3 Technical Report (2024), Sec. 3.1",
-    "H200": "NVIDIA H200 Tensor Core GPU datasheet (2024)",
-    "B200": "NVIDIA DGX B200 datasheet (2024); HGX B200 specifications, nvidia.com/data-center/hgx (2024)",
-    "GB200": "NVIDIA GB200 NVL72 specifications, nvidia.com/data-center/gb200-nvl72 (2024); DGX GB200 datasheet",
-    "L40S": "NVIDIA L40S datasheet (2023)",
-    "ASCEND": "Huawei Atlas 800T A2 and Ascend 910B figures as reported publicly",
-    "PCIE4": "PCI-SIG, PCI Express Base Specification 4.0",
-    "ETH100G": "IEEE 802.3ba-2010, 100 Gb/s Ethernet",
-    "DRIVER": "cudaDeviceProp.totalGlobalMem as PyTorch's out-of-memory message reports it (vllm-project/vllm#27508)",
-    "CCH100": "Chips and Cheese, Nvidia's H100: Funny L2, and Tons of Bandwidth (2023)",
-    "JIA18": "Z. Jia et al., Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking (2018)",
-    "NVLAT": "A. Li et al., Evaluating Modern GPU Interconnect, IEEE TPDS 31(1), 2020",
-    "IBLAT": "NVIDIA ConnectX-7 product brief; nccl-tests small-message latencies across nodes",
-})
+REFERENCES: Mapping[str, str] = MappingProxyType(
+    {
+        "A100": "NVIDIA A100 Tensor Core GPU datasheet (2021); NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020)",
+        "A800": "NVIDIA's A800 announcement (7 November 2022, reported by Reuters): A100 with NVLink at 400 GB/s",
+        "DGXA100": "NVIDIA DGX A100 datasheet (2020); DGX A100 User Guide",
+        "H100": "NVIDIA H100 Tensor Core GPU datasheet (2023); NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022)",
+        "DGXH100": "NVIDIA DGX H100 datasheet; DGX H100 User Guide, Hardware Overview",
+        "H800": "NVIDIA H800 product brief; DeepSeek-V3 Technical Report (2024), Sec. 3.1",
+        "H200": "NVIDIA H200 Tensor Core GPU datasheet (2024)",
+        "B200": "NVIDIA DGX B200 datasheet (2024); HGX B200 specifications, nvidia.com/data-center/hgx (2024)",
+        "GB200": "NVIDIA GB200 NVL72 specifications, nvidia.com/data-center/gb200-nvl72 (2024); DGX GB200 datasheet",
+        "L40S": "NVIDIA L40S datasheet (2023)",
+        "ASCEND": "Huawei Atlas 800T A2 and Ascend 910B figures as reported publicly",
+        "PCIE4": "PCI-SIG, PCI Express Base Specification 4.0",
+        "ETH100G": "IEEE 802.3ba-2010, 100 Gb/s Ethernet",
+        "DRIVER": "cudaDeviceProp.totalGlobalMem as PyTorch's out-of-memory message reports it (vllm-project/vllm#27508)",
+        "CCH100": "Chips and Cheese, Nvidia's H100: Funny L2, and Tons of Bandwidth (2023)",
+        "JIA18": "Z. Jia et al., Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking (2018)",
+        "NVLAT": "A. Li et al., Evaluating Modern GPU Interconnect, IEEE TPDS 31(1), 2020",
+        "IBLAT": "NVIDIA ConnectX-7 product brief; nccl-tests small-message latencies across nodes",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,10 @@ class MemoryTier:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a memory tier needs a name")
-        for label, value in (("capacity_bytes", self.capacity_bytes),
-                             ("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s)):
+        for label, value in (
+            ("capacity_bytes", self.capacity_bytes),
+            ("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s),
+        ):
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"memory tier {self.name!r}: {label} must be a positive finite number, got {value!r}")
 
@@ -248,53 +252,124 @@ _A100_ON_CHIP = (MemoryTier("L2", 40 * MiB, 4.96 * TB), MemoryTier("SMEM", 108 *
 _HOPPER_PEAKS = {"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12, "fp32": 66.9e12}
 _HOPPER_ON_CHIP = (MemoryTier("L2", 50 * MiB, 5.5 * TB), MemoryTier("SMEM", 132 * 228 * KiB, 30.9 * TB))
 
-ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({acc.key: acc for acc in (
-    # [A100] HBM2e "80 GB" = 80 GiB (5 stacks of 16 GiB; nvidia-smi shows 81,920 MiB) at
-    # 2,039 GB/s, of which the driver hands a process 79.35 GiB [DRIVER].
-    Accelerator("a100-80gb", "A100-SXM4-80GB", "ampere", _A100_PEAKS,
-                (MemoryTier("HBM", 79.35 * GiB, 2.039 * TB), *_A100_ON_CHIP), 108, ("A100", "DRIVER", "JIA18")),
-    # [A100] the 40 GB part: HBM2 at 1,555 GB/s, 39.59 GiB to a process [DRIVER]; same die.
-    Accelerator("a100-40gb", "A100-SXM4-40GB", "ampere", _A100_PEAKS,
-                (MemoryTier("HBM", 39.59 * GiB, 1.555 * TB), *_A100_ON_CHIP), 108, ("A100", "DRIVER", "JIA18")),
-    # [A800] export variant of the A100 SXM4 80GB: the same chip and memory, NVLink cut (see its node).
-    Accelerator("a800-80gb", "A800-SXM4-80GB", "ampere", _A100_PEAKS,
-                (MemoryTier("HBM", 79.35 * GiB, 2.039 * TB), *_A100_ON_CHIP), 108, ("A800", "A100", "DRIVER")),
-    # [H100] HBM3 "80 GB" = 80 GiB (5 stacks of 16 GiB; nvidia-smi shows 81,559 MiB) at 3.35 TB/s,
-    # of which the driver hands a process 79.11 GiB [DRIVER].
-    Accelerator("h100-sxm", "H100-SXM5-80GB", "hopper", _HOPPER_PEAKS,
-                (MemoryTier("HBM", 79.11 * GiB, 3.35 * TB), *_HOPPER_ON_CHIP), 132, ("H100", "DRIVER", "CCH100")),
-    # [H800] export variant of the H100 SXM5: H100 compute and memory, NVLink cut (see its node).
-    Accelerator("h800-sxm", "H800-SXM5-80GB", "hopper", _HOPPER_PEAKS,
-                (MemoryTier("HBM", 79.11 * GiB, 3.35 * TB), *_HOPPER_ON_CHIP), 132,
-                ("H800", "H100", "DRIVER", "CCH100")),
-    # [H200] same compute as H100 SXM; 141 GB HBM3e at 4.8 TB/s, 139.80 GiB to a process [DRIVER].
-    Accelerator("h200-sxm", "H200-SXM5-141GB", "hopper", _HOPPER_PEAKS,
-                (MemoryTier("HBM", 139.80 * GiB, 4.8 * TB), *_HOPPER_ON_CHIP), 132,
-                ("H200", "H100", "DRIVER", "CCH100")),
-    # [B200] HGX B200 8-GPU totals with sparsity: fp8 72 PFLOP/s, bf16/fp16 36, tf32 18; fp32
-    # 600 TFLOP/s; 1,440 GB HBM3e at 64 TB/s. Per GPU, dense = half the sparse figure: fp8 4.5 PF,
-    # bf16 2.25 PF, tf32 1.125 PF, fp32 75 TF; "180 GB" at 8 TB/s, of which the driver hands a
-    # process 178.35 GiB [DRIVER]. 148 SMs as the CUDA device properties report them
-    # (multiProcessorCount). L2 and shared-memory sizes are in no public datasheet: only HBM.
-    Accelerator("b200", "B200", "blackwell",
+ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
+    {
+        acc.key: acc
+        for acc in (
+            # [A100] HBM2e "80 GB" = 80 GiB (5 stacks of 16 GiB; nvidia-smi shows 81,920 MiB) at
+            # 2,039 GB/s, of which the driver hands a process 79.35 GiB [DRIVER].
+            Accelerator(
+                "a100-80gb",
+                "A100-SXM4-80GB",
+                "ampere",
+                _A100_PEAKS,
+                (MemoryTier("HBM", 79.35 * GiB, 2.039 * TB), *_A100_ON_CHIP),
+                108,
+                ("A100", "DRIVER", "JIA18"),
+            ),
+            # [A100] the 40 GB part: HBM2 at 1,555 GB/s, 39.59 GiB to a process [DRIVER]; same die.
+            Accelerator(
+                "a100-40gb",
+                "A100-SXM4-40GB",
+                "ampere",
+                _A100_PEAKS,
+                (MemoryTier("HBM", 39.59 * GiB, 1.555 * TB), *_A100_ON_CHIP),
+                108,
+                ("A100", "DRIVER", "JIA18"),
+            ),
+            # [A800] export variant of the A100 SXM4 80GB: the same chip and memory, NVLink cut (see its node).
+            Accelerator(
+                "a800-80gb",
+                "A800-SXM4-80GB",
+                "ampere",
+                _A100_PEAKS,
+                (MemoryTier("HBM", 79.35 * GiB, 2.039 * TB), *_A100_ON_CHIP),
+                108,
+                ("A800", "A100", "DRIVER"),
+            ),
+            # [H100] HBM3 "80 GB" = 80 GiB (5 stacks of 16 GiB; nvidia-smi shows 81,559 MiB) at 3.35 TB/s,
+            # of which the driver hands a process 79.11 GiB [DRIVER].
+            Accelerator(
+                "h100-sxm",
+                "H100-SXM5-80GB",
+                "hopper",
+                _HOPPER_PEAKS,
+                (MemoryTier("HBM", 79.11 * GiB, 3.35 * TB), *_HOPPER_ON_CHIP),
+                132,
+                ("H100", "DRIVER", "CCH100"),
+            ),
+            # [H800] export variant of the H100 SXM5: H100 compute and memory, NVLink cut (see its node).
+            Accelerator(
+                "h800-sxm",
+                "H800-SXM5-80GB",
+                "hopper",
+                _HOPPER_PEAKS,
+                (MemoryTier("HBM", 79.11 * GiB, 3.35 * TB), *_HOPPER_ON_CHIP),
+                132,
+                ("H800", "H100", "DRIVER", "CCH100"),
+            ),
+            # [H200] same compute as H100 SXM; 141 GB HBM3e at 4.8 TB/s, 139.80 GiB to a process [DRIVER].
+            Accelerator(
+                "h200-sxm",
+                "H200-SXM5-141GB",
+                "hopper",
+                _HOPPER_PEAKS,
+                (MemoryTier("HBM", 139.80 * GiB, 4.8 * TB), *_HOPPER_ON_CHIP),
+                132,
+                ("H200", "H100", "DRIVER", "CCH100"),
+            ),
+            # [B200] HGX B200 8-GPU totals with sparsity: fp8 72 PFLOP/s, bf16/fp16 36, tf32 18; fp32
+            # 600 TFLOP/s; 1,440 GB HBM3e at 64 TB/s. Per GPU, dense = half the sparse figure: fp8 4.5 PF,
+            # bf16 2.25 PF, tf32 1.125 PF, fp32 75 TF; "180 GB" at 8 TB/s, of which the driver hands a
+            # process 178.35 GiB [DRIVER]. 148 SMs as the CUDA device properties report them
+            # (multiProcessorCount). L2 and shared-memory sizes are in no public datasheet: only HBM.
+            Accelerator(
+                "b200",
+                "B200",
+                "blackwell",
                 {"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15, "tf32": 1.125e15, "fp32": 75e12},
-                (MemoryTier("HBM", 178.35 * GiB, 8 * TB),), 148, ("B200", "DRIVER")),
-    # [GB200] NVL72 rack totals with sparsity: fp8 720 PF, bf16/fp16 360 PF, tf32 180 PF; fp32
-    # 5,760 TF; up to 13.4 TB HBM3e at 576 TB/s. Per GPU dense: fp8 5 PF, bf16 2.5 PF, tf32
-    # 1.25 PF, fp32 80 TF; 186 GB (13.4 TB / 72) at 8 TB/s. No driver figure at hand.
-    Accelerator("gb200", "B200-GB200", "blackwell",
+                (MemoryTier("HBM", 178.35 * GiB, 8 * TB),),
+                148,
+                ("B200", "DRIVER"),
+            ),
+            # [GB200] NVL72 rack totals with sparsity: fp8 720 PF, bf16/fp16 360 PF, tf32 180 PF; fp32
+            # 5,760 TF; up to 13.4 TB HBM3e at 576 TB/s. Per GPU dense: fp8 5 PF, bf16 2.5 PF, tf32
+            # 1.25 PF, fp32 80 TF; 186 GB (13.4 TB / 72) at 8 TB/s. No driver figure at hand.
+            Accelerator(
+                "gb200",
+                "B200-GB200",
+                "blackwell",
                 {"bf16": 2.5e15, "fp16": 2.5e15, "fp8": 5e15, "tf32": 1.25e15, "fp32": 80e12},
-                (MemoryTier("HBM", 13.4 * TB / 72, 8 * TB),), None, ("GB200",)),
-    # [ASCEND] fp16/bf16 ~320 TFLOP/s dense (Huawei's 910 was 256 TFLOP/s fp16; the 910B is
-    # reported at ~320); 64 GB HBM2e reported at 1.6 TB/s. fp32, fp8: no public figure (fp8
-    # unsupported). Approximate: replace with vendor figures if known.
-    Accelerator("ascend-910b", "Ascend-910B", "davinci", {"bf16": 320e12, "fp16": 320e12},
-                (MemoryTier("HBM", 64 * GB, 1.6 * TB),), None, ("ASCEND",)),
-    # [L40S] bf16/fp16 tensor 362.05 TFLOP/s with sparsity -> 181 dense; fp8 733 sparse -> 366
-    # dense; fp32 91.6 TFLOP/s; 48 GB GDDR6 at 864 GB/s. L2 bandwidth unpublished: GDDR6 only.
-    Accelerator("l40s", "L40S", "ada", {"bf16": 181e12, "fp16": 181e12, "fp8": 366e12, "fp32": 91.6e12},
-                (MemoryTier("GDDR6", 48 * GB, 864 * GB),), None, ("L40S",)),
-)})
+                (MemoryTier("HBM", 13.4 * TB / 72, 8 * TB),),
+                None,
+                ("GB200",),
+            ),
+            # [ASCEND] fp16/bf16 ~320 TFLOP/s dense (Huawei's 910 was 256 TFLOP/s fp16; the 910B is
+            # reported at ~320); 64 GB HBM2e reported at 1.6 TB/s. fp32, fp8: no public figure (fp8
+            # unsupported). Approximate: replace with vendor figures if known.
+            Accelerator(
+                "ascend-910b",
+                "Ascend-910B",
+                "davinci",
+                {"bf16": 320e12, "fp16": 320e12},
+                (MemoryTier("HBM", 64 * GB, 1.6 * TB),),
+                None,
+                ("ASCEND",),
+            ),
+            # [L40S] bf16/fp16 tensor 362.05 TFLOP/s with sparsity -> 181 dense; fp8 733 sparse -> 366
+            # dense; fp32 91.6 TFLOP/s; 48 GB GDDR6 at 864 GB/s. L2 bandwidth unpublished: GDDR6 only.
+            Accelerator(
+                "l40s",
+                "L40S",
+                "ada",
+                {"bf16": 181e12, "fp16": 181e12, "fp8": 366e12, "fp32": 91.6e12},
+                (MemoryTier("GDDR6", 48 * GB, 864 * GB),),
+                None,
+                ("L40S",),
+            ),
+        )
+    }
+)
 
 # ------------------------------------------------------------------------------ nodes
 
@@ -314,37 +389,83 @@ _NVLINK4 = LinkSpec(bandwidth_bytes_per_s=450 * GB, latency_s=_NVLINK_LATENCY_S)
 _NVLINK5 = LinkSpec(bandwidth_bytes_per_s=900 * GB, latency_s=_NVLINK_LATENCY_S)
 _NVLINK_EXPORT = LinkSpec(bandwidth_bytes_per_s=200 * GB, latency_s=_NVLINK_LATENCY_S)
 
-NODES: Mapping[str, Node] = MappingProxyType({node.name: node for node in (
-    # DGX A100 [DGXA100]: 8 x A100 SXM 80GB on NVSwitch gen 2, NVLink 3; 8 x ConnectX-6 HDR.
-    Node("dgx-a100", ACCELERATORS["a100-80gb"], 8, _NVLINK3, _HDR_200G, ("DGXA100", "A100", "NVLAT", "IBLAT")),
-    # DGX A100 320GB [DGXA100]: the same system with 8 x A100 SXM 40GB.
-    Node("dgx-a100-40gb", ACCELERATORS["a100-40gb"], 8, _NVLINK3, _HDR_200G, ("DGXA100", "A100", "NVLAT", "IBLAT")),
-    # HGX A800 [A800]: 8 x A800 with NVLink at 400 GB/s bidirectional; NICs as in DGX A100.
-    Node("hgx-a800", ACCELERATORS["a800-80gb"], 8, _NVLINK_EXPORT, _HDR_200G,
-         ("A800", "DGXA100", "NVLAT", "IBLAT")),
-    # DGX H100 [DGXH100]: 8 x H100 SXM on NVSwitch gen 3, NVLink 4; 8 x ConnectX-7 NDR.
-    Node("dgx-h100", ACCELERATORS["h100-sxm"], 8, _NVLINK4, _NDR_400G, ("DGXH100", "H100", "NVLAT", "IBLAT")),
-    # HGX H100 8-GPU: the DGX H100 baseboard in other vendors' servers, one 400 Gb/s NIC per GPU.
-    Node("hgx-h100", ACCELERATORS["h100-sxm"], 8, _NVLINK4, _NDR_400G, ("DGXH100", "H100", "NVLAT", "IBLAT")),
-    # DGX H200 [H200]: 8 x H200 on the same NVLink 4 / NVSwitch gen 3, 8 x ConnectX-7 NDR.
-    Node("dgx-h200", ACCELERATORS["h200-sxm"], 8, _NVLINK4, _NDR_400G, ("H200", "DGXH100", "NVLAT", "IBLAT")),
-    # HGX H800 [H800]: 8 x H800 with NVLink at 400 GB/s bidirectional; InfiniBand across nodes,
-    # one 400 Gb/s NIC per GPU.
-    Node("hgx-h800", ACCELERATORS["h800-sxm"], 8, _NVLINK_EXPORT, _NDR_400G, ("H800", "DGXH100", "NVLAT", "IBLAT")),
-    # DGX B200 [B200]: 8 x B200 on NVLink 5; 8 x ConnectX-7 400 Gb/s.
-    Node("dgx-b200", ACCELERATORS["b200"], 8, _NVLINK5, _NDR_400G, ("B200", "NVLAT", "IBLAT")),
-    # GB200 NVL72 [GB200]: 72 GPUs in one NVLink domain per rack, 130 TB/s aggregate = 1.8 TB/s
-    # per GPU bidirectional = 900 GB/s per direction; one ConnectX-7 400 Gb/s port per GPU
-    # between racks (DGX GB200 datasheet).
-    Node("gb200-nvl72", ACCELERATORS["gb200"], 72, _NVLINK5, _NDR_400G, ("GB200", "NVLAT", "IBLAT"),
-         group_prefix="rack"),
-    # Atlas 800T A2 [ASCEND]: 8 x Ascend 910B in an HCCS full mesh; each NPU has 7 HCCS links of
-    # 56 GB/s (392 GB/s aggregate), so one peer pair gets 56 GB/s. Scale-out: 8 x 200 GbE RoCE =
-    # 25 GB/s per NPU. Latencies as NVLink / InfiniBand.
-    Node("ascend-910b", ACCELERATORS["ascend-910b"], 8, LinkSpec(56 * GB, _NVLINK_LATENCY_S), _HDR_200G,
-         ("ASCEND", "NVLAT", "IBLAT"), device_prefix="npu"),
-    # Workstation: 4 x L40S [L40S] with no NVLink, peer to peer over PCIe 4.0 x16 [PCIE4] =
-    # 31.5 GB/s per direction, ~10 us [NVLAT]; machines joined by 100 GbE [ETH100G] = 12.5 GB/s, 10 us.
-    Node("pcie-workstation", ACCELERATORS["l40s"], 4, LinkSpec(31.5 * GB, 10e-6), LinkSpec(12.5 * GB, 10e-6),
-         ("L40S", "PCIE4", "NVLAT", "ETH100G"), group_prefix="host"),
-)})
+NODES: Mapping[str, Node] = MappingProxyType(
+    {
+        node.name: node
+        for node in (
+            # DGX A100 [DGXA100]: 8 x A100 SXM 80GB on NVSwitch gen 2, NVLink 3; 8 x ConnectX-6 HDR.
+            Node("dgx-a100", ACCELERATORS["a100-80gb"], 8, _NVLINK3, _HDR_200G, ("DGXA100", "A100", "NVLAT", "IBLAT")),
+            # DGX A100 320GB [DGXA100]: the same system with 8 x A100 SXM 40GB.
+            Node(
+                "dgx-a100-40gb",
+                ACCELERATORS["a100-40gb"],
+                8,
+                _NVLINK3,
+                _HDR_200G,
+                ("DGXA100", "A100", "NVLAT", "IBLAT"),
+            ),
+            # HGX A800 [A800]: 8 x A800 with NVLink at 400 GB/s bidirectional; NICs as in DGX A100.
+            Node(
+                "hgx-a800",
+                ACCELERATORS["a800-80gb"],
+                8,
+                _NVLINK_EXPORT,
+                _HDR_200G,
+                ("A800", "DGXA100", "NVLAT", "IBLAT"),
+            ),
+            # DGX H100 [DGXH100]: 8 x H100 SXM on NVSwitch gen 3, NVLink 4; 8 x ConnectX-7 NDR.
+            Node("dgx-h100", ACCELERATORS["h100-sxm"], 8, _NVLINK4, _NDR_400G, ("DGXH100", "H100", "NVLAT", "IBLAT")),
+            # HGX H100 8-GPU: the DGX H100 baseboard in other vendors' servers, one 400 Gb/s NIC per GPU.
+            Node("hgx-h100", ACCELERATORS["h100-sxm"], 8, _NVLINK4, _NDR_400G, ("DGXH100", "H100", "NVLAT", "IBLAT")),
+            # DGX H200 [H200]: 8 x H200 on the same NVLink 4 / NVSwitch gen 3, 8 x ConnectX-7 NDR.
+            Node("dgx-h200", ACCELERATORS["h200-sxm"], 8, _NVLINK4, _NDR_400G, ("H200", "DGXH100", "NVLAT", "IBLAT")),
+            # HGX H800 [H800]: 8 x H800 with NVLink at 400 GB/s bidirectional; InfiniBand across nodes,
+            # one 400 Gb/s NIC per GPU.
+            Node(
+                "hgx-h800",
+                ACCELERATORS["h800-sxm"],
+                8,
+                _NVLINK_EXPORT,
+                _NDR_400G,
+                ("H800", "DGXH100", "NVLAT", "IBLAT"),
+            ),
+            # DGX B200 [B200]: 8 x B200 on NVLink 5; 8 x ConnectX-7 400 Gb/s.
+            Node("dgx-b200", ACCELERATORS["b200"], 8, _NVLINK5, _NDR_400G, ("B200", "NVLAT", "IBLAT")),
+            # GB200 NVL72 [GB200]: 72 GPUs in one NVLink domain per rack, 130 TB/s aggregate = 1.8 TB/s
+            # per GPU bidirectional = 900 GB/s per direction; one ConnectX-7 400 Gb/s port per GPU
+            # between racks (DGX GB200 datasheet).
+            Node(
+                "gb200-nvl72",
+                ACCELERATORS["gb200"],
+                72,
+                _NVLINK5,
+                _NDR_400G,
+                ("GB200", "NVLAT", "IBLAT"),
+                group_prefix="rack",
+            ),
+            # Atlas 800T A2 [ASCEND]: 8 x Ascend 910B in an HCCS full mesh; each NPU has 7 HCCS links of
+            # 56 GB/s (392 GB/s aggregate), so one peer pair gets 56 GB/s. Scale-out: 8 x 200 GbE RoCE =
+            # 25 GB/s per NPU. Latencies as NVLink / InfiniBand.
+            Node(
+                "ascend-910b",
+                ACCELERATORS["ascend-910b"],
+                8,
+                LinkSpec(56 * GB, _NVLINK_LATENCY_S),
+                _HDR_200G,
+                ("ASCEND", "NVLAT", "IBLAT"),
+                device_prefix="npu",
+            ),
+            # Workstation: 4 x L40S [L40S] with no NVLink, peer to peer over PCIe 4.0 x16 [PCIE4] =
+            # 31.5 GB/s per direction, ~10 us [NVLAT]; machines joined by 100 GbE [ETH100G] = 12.5 GB/s, 10 us.
+            Node(
+                "pcie-workstation",
+                ACCELERATORS["l40s"],
+                4,
+                LinkSpec(31.5 * GB, 10e-6),
+                LinkSpec(12.5 * GB, 10e-6),
+                ("L40S", "PCIE4", "NVLAT", "ETH100G"),
+                group_prefix="host",
+            ),
+        )
+    }
+)

@@ -132,9 +132,7 @@ def hierarchical_allgather_time_s(
     if n_groups <= 1:
         return allgather_time_s(n_bytes_total, ranks_per_group, intra_link)
     r = max(ranks_per_group, 1)
-    return allgather_time_s(n_bytes_total / r, n_groups, inter_link) + allgather_time_s(
-        n_bytes_total, r, intra_link
-    )
+    return allgather_time_s(n_bytes_total / r, n_groups, inter_link) + allgather_time_s(n_bytes_total, r, intra_link)
 
 
 def hierarchical_alltoall_time_s(

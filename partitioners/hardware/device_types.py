@@ -133,8 +133,9 @@ def op_working_set_bytes(graph: Hypergraph) -> npt.NDArray[np.float64]:
     reads or writes once (a lower bound on that device's peak memory)."""
     owners = np.repeat(np.arange(graph.n_ops, dtype=np.int64), np.diff(graph.input_ptr))
     pairs = np.unique(owners * graph.n_tensors + graph.input_tensors)
-    reads = np.bincount(pairs // graph.n_tensors, weights=graph.tensor_bytes[pairs % graph.n_tensors],
-                        minlength=graph.n_ops)
+    reads = np.bincount(
+        pairs // graph.n_tensors, weights=graph.tensor_bytes[pairs % graph.n_tensors], minlength=graph.n_ops
+    )
     working_set_bytes: npt.NDArray[np.float64] = reads + graph.op_output_bytes()
     return working_set_bytes
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -166,7 +167,12 @@ class Inventory:
 #: The nodes of :data:`~partitioners.hardware.catalogue.NODES` a placement request may name as a
 #: preset. Their figures (and sources) live in the catalogue, which the 3D planner reads too.
 PLACEMENT_PRESET_NAMES: tuple[str, ...] = (
-    "dgx-h100", "dgx-a100", "dgx-b200", "gb200-nvl72", "ascend-910b", "pcie-workstation",
+    "dgx-h100",
+    "dgx-a100",
+    "dgx-b200",
+    "gb200-nvl72",
+    "ascend-910b",
+    "pcie-workstation",
 )
 
 
@@ -176,8 +182,11 @@ def _device_doc(accelerator: Accelerator) -> dict[str, Any]:
         "type": accelerator.device_type,
         "peak_flops": dict(accelerator.dense_peak_flops_per_s),
         "memory_tiers": [
-            {"name": tier.name, "capacity_bytes": tier.capacity_bytes,
-             "bandwidth_bytes_per_s": tier.bandwidth_bytes_per_s}
+            {
+                "name": tier.name,
+                "capacity_bytes": tier.capacity_bytes,
+                "bandwidth_bytes_per_s": tier.bandwidth_bytes_per_s,
+            }
             for tier in accelerator.memory_tiers
         ],
     }
@@ -190,10 +199,14 @@ def _preset_doc(node: Node) -> dict[str, Any]:
         "group_prefix": node.group_prefix,
         "device_prefix": node.device_prefix,
         "device": _device_doc(node.accelerator),
-        "link": {"bandwidth_bytes_per_s": node.intra_node_link.bandwidth_bytes_per_s,
-                 "latency_s": node.intra_node_link.latency_s},
-        "inter_link": {"bandwidth_bytes_per_s": node.inter_node_link.bandwidth_bytes_per_s,
-                       "latency_s": node.inter_node_link.latency_s},
+        "link": {
+            "bandwidth_bytes_per_s": node.intra_node_link.bandwidth_bytes_per_s,
+            "latency_s": node.intra_node_link.latency_s,
+        },
+        "inter_link": {
+            "bandwidth_bytes_per_s": node.inter_node_link.bandwidth_bytes_per_s,
+            "latency_s": node.inter_node_link.latency_s,
+        },
         "name": node.name,
     }
 
@@ -278,8 +291,9 @@ def within(value: float, where: str, bounds: tuple[float, float], unit: str) -> 
     """``value`` if it lies in ``bounds`` (inclusive), else the 4xx naming the field and the range."""
     low, high = bounds
     if not low <= value <= high:
-        raise InvalidInput(f"{where} must be between {low:g} and {high:g} {unit}, got {value:g}", field=where,
-                           code="out-of-range")
+        raise InvalidInput(
+            f"{where} must be between {low:g} and {high:g} {unit}, got {value:g}", field=where, code="out-of-range"
+        )
     return value
 
 
@@ -319,9 +333,7 @@ def _non_negative(value: Any, where: str) -> float:
 
 def _link(doc: Any, where: str) -> LinkSpec:
     if not isinstance(doc, Mapping):
-        raise InvalidInput(
-            f"{where} must be an object with bandwidth_bytes_per_s and latency_s", field=where
-        )
+        raise InvalidInput(f"{where} must be an object with bandwidth_bytes_per_s and latency_s", field=where)
     return LinkSpec(
         bandwidth_bytes_per_s=_bandwidth(doc.get("bandwidth_bytes_per_s"), f"{where}.bandwidth_bytes_per_s"),
         latency_s=_latency(doc.get("latency_s", 0.0), f"{where}.latency_s"),
@@ -370,14 +382,10 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         raise InvalidInput("inventory.default_dtype must be a dtype name", field="inventory.default_dtype")
     groups = doc.get("groups")
     if not isinstance(groups, list) or not groups:
-        raise InvalidInput(
-            "inventory.groups must be a non-empty list of device groups", field="inventory.groups"
-        )
+        raise InvalidInput("inventory.groups must be a non-empty list of device groups", field="inventory.groups")
     n_total = sum(len(g["devices"]) for g in groups if isinstance(g, Mapping) and isinstance(g.get("devices"), list))
     if n_total > MAX_DEVICES:
-        raise InputTooLarge(
-            f"inventory has {n_total} devices; the limit is {MAX_DEVICES}", field="inventory.groups"
-        )
+        raise InputTooLarge(f"inventory has {n_total} devices; the limit is {MAX_DEVICES}", field="inventory.groups")
 
     devices = _DeviceColumns()
     group_names: list[str] = []
@@ -519,8 +527,9 @@ class _DeviceColumns:
         self.tiers.append(tier_list)
 
 
-def _tier_arrays(tiers: list[list[tuple[str, float, float]]]
-                 ) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+def _tier_arrays(
+    tiers: list[list[tuple[str, float, float]]],
+) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """Tier names in first-seen order, capacity and bandwidth per (device, tier) (0: the
     device has no such tier), and each device's main-memory tier (the first it lists)."""
     tier_names: list[str] = []
@@ -552,8 +561,7 @@ def _parse_peak(value: Any, where: str, default_dtype: str) -> dict[str, float]:
             out[k] = _peak_flops(v, f"{where}.{k}")
         if default_dtype not in out:
             raise InvalidInput(
-                f"{where} has no entry for the default dtype '{default_dtype}' "
-                f"(has {', '.join(sorted(out))})",
+                f"{where} has no entry for the default dtype '{default_dtype}' (has {', '.join(sorted(out))})",
                 field=where,
             )
         return out
@@ -562,9 +570,7 @@ def _parse_peak(value: Any, where: str, default_dtype: str) -> dict[str, float]:
 
 def _parse_tiers(value: Any, where: str) -> list[tuple[str, float, float]]:
     if not isinstance(value, list) or not value:
-        raise InvalidInput(
-            f"{where} must list at least one memory tier (main memory first)", field=where
-        )
+        raise InvalidInput(f"{where} must list at least one memory tier (main memory first)", field=where)
     out = []
     names = set()
     for ti, t in enumerate(value):

@@ -26,5 +26,16 @@ from partitioners.parallel3d.planner import (
 from partitioners.parallel3d.spec_fields import spec_from_mapping
 from partitioners.parallel3d.specs import ClusterSpec, Constraints, LayoutSpec, ModelSpec, TrainingSpec
 
-__all__ = ["LayoutPrediction", "ParallelPlan", "evaluate_layouts", "plan_parallel_layout", "rank_map",
-           "ModelSpec", "ClusterSpec", "TrainingSpec", "Constraints", "LayoutSpec", "spec_from_mapping"]
+__all__ = [
+    "LayoutPrediction",
+    "ParallelPlan",
+    "evaluate_layouts",
+    "plan_parallel_layout",
+    "rank_map",
+    "ModelSpec",
+    "ClusterSpec",
+    "TrainingSpec",
+    "Constraints",
+    "LayoutSpec",
+    "spec_from_mapping",
+]

@@ -46,8 +46,9 @@ __all__ = [
 OVERLAP_COMPUTE_SLOWDOWN = 0.189
 
 
-def overlapped_time_s(comm_s: FloatArray, window_s: FloatArray | float,
-                      floor_s: FloatArray | float = 0.0) -> FloatArray:
+def overlapped_time_s(
+    comm_s: FloatArray, window_s: FloatArray | float, floor_s: FloatArray | float = 0.0
+) -> FloatArray:
     """Critical-path time a collective adds when it runs under ``window_s`` of computation.
 
     What the window cannot cover stays exposed (at least ``floor_s``, e.g. a pipelined
@@ -63,8 +64,9 @@ def exposed_part_s(comm_s: FloatArray, window_s: FloatArray | float, floor_s: Fl
     return np.maximum(np.maximum(comm_s - window_s, 0.0), floor_s)
 
 
-def chunked_collective_time_s(comm_s: FloatArray, trailing_share_s: FloatArray, chunks: FloatArray | float,
-                              gap_s: FloatArray) -> FloatArray:
+def chunked_collective_time_s(
+    comm_s: FloatArray, trailing_share_s: FloatArray, chunks: FloatArray | float, gap_s: FloatArray
+) -> FloatArray:
     """Critical-path time of a collective issued in ``chunks`` equal shares, one per model chunk.
 
     The shares go out ``gap_s`` apart on one communicator (Megatron-Core's per-chunk
@@ -92,8 +94,9 @@ def _affine(fn: Callable[[float, int], float], n_ranks: FloatArray | IntArray) -
     return (at_1 - slope)[inverse], slope[inverse]
 
 
-def collective_time_s(fn: Callable[[float, int], float], n_bytes: FloatArray,
-                      n_ranks: FloatArray | IntArray) -> FloatArray:
+def collective_time_s(
+    fn: Callable[[float, int], float], n_bytes: FloatArray, n_ranks: FloatArray | IntArray
+) -> FloatArray:
     """Time of the collective ``fn(bytes, ranks)`` for every candidate; zero without bytes or with one rank."""
     intercept, slope = _affine(fn, n_ranks)
     return np.where((n_bytes > 0) & (n_ranks > 1), intercept + slope * n_bytes, 0.0)
@@ -112,8 +115,9 @@ def expert_group_placement(stride: FloatArray, ep: FloatArray, gpus_per_node: in
     return local, ep // local
 
 
-def expert_alltoall_time_s(n_bytes: FloatArray, stride: FloatArray, ep: FloatArray, gpus_per_node: int,
-                           intra: LinkSpec, inter: LinkSpec) -> FloatArray:
+def expert_alltoall_time_s(
+    n_bytes: FloatArray, stride: FloatArray, ep: FloatArray, gpus_per_node: int, intra: LinkSpec, inter: LinkSpec
+) -> FloatArray:
     """One expert-parallel all-to-all of ``n_bytes`` per rank, placed as the rank map places it.
 
     The members sharing a node exchange their share over NVLink while the rest leaves
@@ -125,8 +129,14 @@ def expert_alltoall_time_s(n_bytes: FloatArray, stride: FloatArray, ep: FloatArr
     byte_values, byte_code = np.unique(np.asarray(n_bytes, dtype=float) * np.ones(local.shape), return_inverse=True)
     placements, placement_code = _distinct_pairs(local, groups)
     uniq, inverse = _distinct_pairs(byte_code, placement_code)
-    times = np.array([hierarchical_alltoall_time_s(float(byte_values[b]), int(placements[p][0]), int(placements[p][1]),
-                                                   intra, inter) for b, p in uniq])
+    times = np.array(
+        [
+            hierarchical_alltoall_time_s(
+                float(byte_values[b]), int(placements[p][0]), int(placements[p][1]), intra, inter
+            )
+            for b, p in uniq
+        ]
+    )
     return np.where(local * groups > 1, times[inverse].reshape(local.shape), 0.0)
 
 
@@ -151,9 +161,17 @@ def nodes_within_reach(nodes: FloatArray, num_groups: int | None, group_topk: in
     return np.minimum(spread, nodes)
 
 
-def deduplicated_dispatch_time_s(token_bytes: FloatArray, experts_per_token: int, num_groups: int | None,
-                                 group_topk: int | None, stride: FloatArray, ep: FloatArray, gpus_per_node: int,
-                                 intra: LinkSpec, inter: LinkSpec) -> FloatArray:
+def deduplicated_dispatch_time_s(
+    token_bytes: FloatArray,
+    experts_per_token: int,
+    num_groups: int | None,
+    group_topk: int | None,
+    stride: FloatArray,
+    ep: FloatArray,
+    gpus_per_node: int,
+    intra: LinkSpec,
+    inter: LinkSpec,
+) -> FloatArray:
     """One node-deduplicated expert dispatch (or its mirror, the combine) of ``token_bytes`` per rank.
 
     DeepSeek-V3's dispatch (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, Sec. 3.2.2;
@@ -174,10 +192,12 @@ def deduplicated_dispatch_time_s(token_bytes: FloatArray, experts_per_token: int
     gpus_per_reached_node = expected_distinct(local_f, experts_per_token / nodes)
     forwarded = nodes * gpus_per_reached_node * (local_f - 1.0) / local_f
     token_bytes = np.asarray(token_bytes, dtype=float)
-    network = np.where(groups > 1, (groups_f - 1.0) * inter.latency_s
-                       + token_bytes * remote_nodes / inter.bandwidth_bytes_per_s, 0.0)
-    nvlink = np.where(local > 1, (local_f - 1.0) * intra.latency_s
-                      + token_bytes * forwarded / intra.bandwidth_bytes_per_s, 0.0)
+    network = np.where(
+        groups > 1, (groups_f - 1.0) * inter.latency_s + token_bytes * remote_nodes / inter.bandwidth_bytes_per_s, 0.0
+    )
+    nvlink = np.where(
+        local > 1, (local_f - 1.0) * intra.latency_s + token_bytes * forwarded / intra.bandwidth_bytes_per_s, 0.0
+    )
     return np.where(local * groups > 1, np.maximum(network, nvlink), 0.0)
 
 
@@ -201,9 +221,15 @@ def _distinct_pairs(first: FloatArray | IntArray, second: FloatArray | IntArray)
     return np.stack([keys // span, keys % span], axis=1), inverse.reshape(-1)
 
 
-def two_level_allreduce_time_s(n_bytes: FloatArray, local: FloatArray, groups: FloatArray, intra: LinkSpec,
-                               inter: LinkSpec, n_calls: FloatArray | float = 1.0,
-                               algorithms: tuple[str, ...] = ("ring", "tree")) -> FloatArray:
+def two_level_allreduce_time_s(
+    n_bytes: FloatArray,
+    local: FloatArray,
+    groups: FloatArray,
+    intra: LinkSpec,
+    inter: LinkSpec,
+    n_calls: FloatArray | float = 1.0,
+    algorithms: tuple[str, ...] = ("ring", "tree"),
+) -> FloatArray:
     """Two-level all-reduce of ``n_bytes`` split into ``n_calls`` collectives (buckets, layers).
 
     The latency (alpha) terms are paid once per call; the bandwidth terms once for

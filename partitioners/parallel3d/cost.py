@@ -137,8 +137,14 @@ def pipeline_bubble_fraction(pp: FloatArray | int, v: FloatArray | int, m: Float
     return fraction
 
 
-def pipeline_time_s(first_s: FloatArray | float, middle_s: FloatArray | float, last_s: FloatArray | float,
-                    pp: FloatArray | int, v: FloatArray | int, m: FloatArray | int) -> FloatArray:
+def pipeline_time_s(
+    first_s: FloatArray | float,
+    middle_s: FloatArray | float,
+    last_s: FloatArray | float,
+    pp: FloatArray | int,
+    v: FloatArray | int,
+    m: FloatArray | int,
+) -> FloatArray:
     """Time of ``m`` micro-batches through a 1F1B / interleaved pipeline of unequal stages.
 
     Parameters
@@ -202,19 +208,47 @@ class _DeviceRates:
         """True when the linear layers run in FP8."""
         return self.linear_bytes == 1.0
 
-    def gemm_s(self, m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, linear: bool = True,
-               batch: FloatArray | float = 1.0) -> FloatArray:
+    def gemm_s(
+        self,
+        m: FloatArray | float,
+        n: FloatArray | float,
+        k: FloatArray | float,
+        linear: bool = True,
+        batch: FloatArray | float = 1.0,
+    ) -> FloatArray:
         """Forward time of ``(m x k) @ (k x n)``; ``linear=False`` for products kept in 16 bits."""
-        return gemm_time_s(m, n, k, self.peak_linear_flops if linear else self.peak_bf16_flops,
-                           self.linear_gemm_efficiency if linear else self.gemm_efficiency, self.hbm_bytes_per_s,
-                           self.sm_count, self.linear_bytes if linear else 2.0, batch)
+        return gemm_time_s(
+            m,
+            n,
+            k,
+            self.peak_linear_flops if linear else self.peak_bf16_flops,
+            self.linear_gemm_efficiency if linear else self.gemm_efficiency,
+            self.hbm_bytes_per_s,
+            self.sm_count,
+            self.linear_bytes if linear else 2.0,
+            batch,
+        )
 
-    def gemm_backward_s(self, m: FloatArray | float, n: FloatArray | float, k: FloatArray | float,
-                        linear: bool = True, batch: FloatArray | float = 1.0) -> FloatArray:
+    def gemm_backward_s(
+        self,
+        m: FloatArray | float,
+        n: FloatArray | float,
+        k: FloatArray | float,
+        linear: bool = True,
+        batch: FloatArray | float = 1.0,
+    ) -> FloatArray:
         """Backward time (input and weight gradients) of ``(m x k) @ (k x n)``."""
-        return gemm_backward_time_s(m, n, k, self.peak_linear_flops if linear else self.peak_bf16_flops,
-                                    self.linear_gemm_efficiency if linear else self.gemm_efficiency,
-                                    self.hbm_bytes_per_s, self.sm_count, self.linear_bytes if linear else 2.0, batch)
+        return gemm_backward_time_s(
+            m,
+            n,
+            k,
+            self.peak_linear_flops if linear else self.peak_bf16_flops,
+            self.linear_gemm_efficiency if linear else self.gemm_efficiency,
+            self.hbm_bytes_per_s,
+            self.sm_count,
+            self.linear_bytes if linear else 2.0,
+            batch,
+        )
 
 
 def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:
@@ -223,8 +257,7 @@ def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:
     linear_bytes = 1.0 if training.precision == "fp8" and training.precision in cluster.peak_flops_per_s else 2.0
     eff = cluster.gemm_efficiency_max
     # FP8 linears run against the FP8 ceiling where one was measured (GPUSpec)
-    eff_linear = cluster.fp8_gemm_efficiency_max if linear_bytes == 1.0 and cluster.fp8_gemm_efficiency_max \
-        else eff
+    eff_linear = cluster.fp8_gemm_efficiency_max if linear_bytes == 1.0 and cluster.fp8_gemm_efficiency_max else eff
     return _DeviceRates(
         peak_bf16_flops=peak_bf16,
         peak_linear_flops=cluster.peak_flops_per_s.get(training.precision, peak_bf16),
@@ -311,13 +344,16 @@ class _LayerWork:
 _NO_WORK = _LayerWork(0.0, 0.0, 0.0, 0.0)
 
 
-def _stage_work(dense_layers: FloatArray | float, dense: _LayerWork, moe_layers: FloatArray | float,
-                moe: _LayerWork) -> _LayerWork:
+def _stage_work(
+    dense_layers: FloatArray | float, dense: _LayerWork, moe_layers: FloatArray | float, moe: _LayerWork
+) -> _LayerWork:
     """The work of a stage holding ``dense_layers`` and ``moe_layers`` layers."""
-    return _LayerWork(dense_layers * dense.compute_s + moe_layers * moe.compute_s,
-                     dense_layers * dense.tp_comm_s + moe_layers * moe.tp_comm_s,
-                     moe_layers * moe.ep_comm_s,
-                     dense_layers * dense.cp_comm_s + moe_layers * moe.cp_comm_s)
+    return _LayerWork(
+        dense_layers * dense.compute_s + moe_layers * moe.compute_s,
+        dense_layers * dense.tp_comm_s + moe_layers * moe.tp_comm_s,
+        moe_layers * moe.ep_comm_s,
+        dense_layers * dense.cp_comm_s + moe_layers * moe.cp_comm_s,
+    )
 
 
 @dataclass(frozen=True)
@@ -332,14 +368,12 @@ class _BlockGemms:
     column_wgrad_s: FloatArray | float
 
 
-def _projection_shape(projection: AttentionProjection, tp: FloatArray) -> tuple[FloatArray | float,
-                                                                               FloatArray | float]:
+def _projection_shape(projection: AttentionProjection, tp: FloatArray) -> tuple[FloatArray | float, FloatArray | float]:
     """(output, input) features of one attention linear on one tensor-parallel rank."""
     return projection.out_per_rank(tp), projection.in_per_rank(tp)
 
 
-def _attention_linear_gemms(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray,
-                            tp: FloatArray) -> _BlockGemms:
+def _attention_linear_gemms(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray) -> _BlockGemms:
     column = [_projection_shape(p, tp) for p in model.attention_projections if p.split == "column"]
     return _BlockGemms(
         forward_s=sum(rates.gemm_s(tokens, *_projection_shape(p, tp)) for p in model.attention_projections),
@@ -351,8 +385,9 @@ def _attention_linear_gemms(model: ModelSpec, rates: _DeviceRates, tokens: Float
 
 def _mla_up_projection_s(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray) -> FloatArray:
     """Forward of MLA's up-projections, which selective recomputation repeats."""
-    return sum((rates.gemm_s(tokens, *_projection_shape(p, tp)) for p in mla_up_projections(model)),
-               np.zeros_like(tokens))
+    return sum(
+        (rates.gemm_s(tokens, *_projection_shape(p, tp)) for p in mla_up_projections(model)), np.zeros_like(tokens)
+    )
 
 
 def _dense_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray) -> _BlockGemms:
@@ -365,8 +400,15 @@ def _dense_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, 
     )
 
 
-def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray,
-                   ep: FloatArray, etp: FloatArray, imbalance: float) -> _BlockGemms:
+def _moe_mlp_gemms(
+    model: ModelSpec,
+    rates: _DeviceRates,
+    tokens: FloatArray,
+    tp: FloatArray,
+    ep: FloatArray,
+    etp: FloatArray,
+    imbalance: float,
+) -> _BlockGemms:
     """Routed experts (a grouped GEMM over the local experts), shared experts and the router.
 
     Split over the tensor ranks (``etp = tp``) every rank runs all of the micro-batch's
@@ -379,26 +421,43 @@ def _moe_mlp_gemms(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp
     h, up, fe = model.hidden_size, 2 if model.gated_mlp else 1, moe.expert_ffn_hidden_size
     local_experts = moe.num_experts / ep
     # the busiest expert sets the pace (training.expert_load_imbalance)
-    tokens_per_expert = np.maximum(
-        imbalance * tokens * etp / tp * moe.experts_per_token * ep / moe.num_experts, 1.0)
-    forward = rates.gemm_s(tokens_per_expert, up * fe / etp, h, batch=local_experts) \
-        + rates.gemm_s(tokens_per_expert, h, fe / etp, batch=local_experts)
-    backward = rates.gemm_backward_s(tokens_per_expert, up * fe / etp, h, batch=local_experts) \
-        + rates.gemm_backward_s(tokens_per_expert, h, fe / etp, batch=local_experts)
+    tokens_per_expert = np.maximum(imbalance * tokens * etp / tp * moe.experts_per_token * ep / moe.num_experts, 1.0)
+    forward = rates.gemm_s(tokens_per_expert, up * fe / etp, h, batch=local_experts) + rates.gemm_s(
+        tokens_per_expert, h, fe / etp, batch=local_experts
+    )
+    backward = rates.gemm_backward_s(tokens_per_expert, up * fe / etp, h, batch=local_experts) + rates.gemm_backward_s(
+        tokens_per_expert, h, fe / etp, batch=local_experts
+    )
     if moe.shared_experts:
-        forward = forward + rates.gemm_s(tokens, up * fe * moe.shared_experts / tp, h) \
+        forward = (
+            forward
+            + rates.gemm_s(tokens, up * fe * moe.shared_experts / tp, h)
             + rates.gemm_s(tokens, h, fe * moe.shared_experts / tp)
-        backward = backward + rates.gemm_backward_s(tokens, up * fe * moe.shared_experts / tp, h) \
+        )
+        backward = (
+            backward
+            + rates.gemm_backward_s(tokens, up * fe * moe.shared_experts / tp, h)
             + rates.gemm_backward_s(tokens, h, fe * moe.shared_experts / tp)
+        )
     forward = forward + rates.gemm_s(tokens, float(moe.num_experts), h, linear=False)
     backward = backward + rates.gemm_backward_s(tokens, float(moe.num_experts), h, linear=False)
-    return _BlockGemms(forward, backward,
-                       rates.gemm_s(tokens_per_expert, h, up * fe / etp, batch=local_experts),
-                       rates.gemm_s(h, up * fe / etp, tokens_per_expert, batch=local_experts))
+    return _BlockGemms(
+        forward,
+        backward,
+        rates.gemm_s(tokens_per_expert, h, up * fe / etp, batch=local_experts),
+        rates.gemm_s(h, up * fe / etp, tokens_per_expert, batch=local_experts),
+    )
 
 
-def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: FloatArray,
-                      mbs: FloatArray, tp: FloatArray, cp: FloatArray) -> tuple[FloatArray, FloatArray]:
+def _attention_core_s(
+    model: ModelSpec,
+    training: TrainingSpec,
+    rates: _DeviceRates,
+    tokens: FloatArray,
+    mbs: FloatArray,
+    tp: FloatArray,
+    cp: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
     """Forward and backward seconds of the score/softmax/context part of attention."""
     s, a = model.seq_length, model.num_attention_heads
     if training.flash_attention:
@@ -410,16 +469,23 @@ def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRa
         # ones in every family that has them, so each stage holds about that mix), at the
         # whole sequence's kernel efficiency: a window of a few hundred tokens runs its
         # few tiles slower, on a share of the work too small to move the step
-        forward = tokens * s * (model.query_width + model.context_width) / tp \
-            * model.attention_score_share * flash_attention_slowdown(s, cp) \
+        forward = (
+            tokens
+            * s
+            * (model.query_width + model.context_width)
+            / tp
+            * model.attention_score_share
+            * flash_attention_slowdown(s, cp)
             / (rates.peak_bf16_flops * rates.gemm_efficiency * _FLASH_OVER_GEMM * rates.flash_attention_speed)
+        )
         return forward, 2.5 * forward / _FLASH_BACKWARD_OVER_FORWARD
     # batched QK^T and attention x V over the full s x s matrix (masked after),
     # plus fused scale-mask-softmax and dropout streaming 9 bytes per score
     heads_local = a / tp
     batch_heads = mbs * heads_local
-    batched = rates.gemm_s(tokens / mbs, float(s), float(model.query_width / a), linear=False, batch=batch_heads) \
-        + rates.gemm_s(tokens / mbs, float(model.context_width / a), float(s), linear=False, batch=batch_heads)
+    batched = rates.gemm_s(
+        tokens / mbs, float(s), float(model.query_width / a), linear=False, batch=batch_heads
+    ) + rates.gemm_s(tokens / mbs, float(model.context_width / a), float(s), linear=False, batch=batch_heads)
     score_bytes_fwd = 9.0 * tokens * heads_local * s
     forward = batched + score_bytes_fwd / rates.hbm_achieved_bytes_per_s
     # backward: four batched GEMMs (dQ, dK, dV, dP) and softmax/dropout backward,
@@ -428,8 +494,14 @@ def _attention_core_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRa
     return forward, 2.0 * batched + 1.5 * score_bytes_fwd / rates.hbm_achieved_bytes_per_s
 
 
-def _tensor_parallel_allreduce_s(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                                 rates: _DeviceRates, tokens: FloatArray, tp_sizes: IntArray) -> FloatArray:
+def _tensor_parallel_allreduce_s(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    rates: _DeviceRates,
+    tokens: FloatArray,
+    tp_sizes: IntArray,
+) -> FloatArray:
     """One all-reduce of a micro-batch's activation across the tensor group (with sequence
     parallelism the all-gather + reduce-scatter that replace it move the same bytes)."""
     act_bytes = tokens * model.hidden_size * 2.0
@@ -440,8 +512,11 @@ def _tensor_parallel_allreduce_s(model: ModelSpec, cluster: ClusterSpec, trainin
         # a true all-reduce: NVLink SHARP speeds it up across a full NVSwitch node (NCCL
         # picks NVLS for all-reduce only; sequence parallelism's all-gather and
         # reduce-scatter run as rings) -- see GPUSpec.nvls_allreduce_speedup
-        tp_ar = np.where((tp_sizes == rates.gpus_per_node) & (rates.gpus_per_node >= 8),
-                         tp_ar / cluster.nvls_allreduce_speedup, tp_ar)
+        tp_ar = np.where(
+            (tp_sizes == rates.gpus_per_node) & (rates.gpus_per_node >= 8),
+            tp_ar / cluster.nvls_allreduce_speedup,
+            tp_ar,
+        )
     return tp_ar
 
 
@@ -484,8 +559,9 @@ def _mlp_tensor_parallel_collectives(model: ModelSpec, training: TrainingSpec) -
     return (0.5, 0.5, 0.0) if training.sequence_parallel else (0.0, 1.0, 0.0)
 
 
-def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray,
-                             cp: FloatArray, cp_sizes: IntArray) -> FloatArray:
+def _context_parallel_ring_s(
+    model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray, cp: FloatArray, cp_sizes: IntArray
+) -> FloatArray:
     """The ring exchange of K and V chunks around the context-parallel group, one pass."""
     kv_bytes = tokens * (model.key_width + model.value_width) * 2.0 / model.kv_shards(tp)
     return np.where(
@@ -495,8 +571,9 @@ def _context_parallel_ring_s(model: ModelSpec, rates: _DeviceRates, tokens: Floa
     )
 
 
-def _context_parallel_merge_s(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray,
-                              cp: FloatArray) -> tuple[FloatArray, FloatArray]:
+def _context_parallel_merge_s(
+    model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray, cp: FloatArray
+) -> tuple[FloatArray, FloatArray]:
     """Forward and backward seconds of merging the ring's per-step attention results.
 
     Each of the ``cp`` ring steps yields a partial result that a separate memory-bound
@@ -515,8 +592,9 @@ def _context_parallel_merge_s(model: ModelSpec, rates: _DeviceRates, tokens: Flo
     return per_token_fwd * scale, per_token_bwd * scale
 
 
-def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: FloatArray,
-                       sizes: _Sizes) -> tuple[FloatArray, FloatArray]:
+def _expert_exchange_s(
+    model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, tokens: FloatArray, sizes: _Sizes
+) -> tuple[FloatArray, FloatArray]:
     """One expert-parallel all-to-all (the mean of a dispatch and a combine) per MoE layer,
     and the permute/unpermute passes around it.
 
@@ -531,10 +609,17 @@ def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceR
         # 4-byte scale per 128 elements, DeepSeek-V3 Sec. 3.3.2); combines stay 16-bit
         token_bytes = training.expert_load_imbalance * tokens * h / tp
         dispatch_bytes = 1.0 + 4.0 / 128.0 if rates.fp8 else 2.0
-        one_way = functools.partial(deduplicated_dispatch_time_s, experts_per_token=moe.experts_per_token,
-                                    num_groups=moe.num_groups, group_topk=moe.group_topk, stride=stride,
-                                    ep=sizes.ep, gpus_per_node=rates.gpus_per_node, intra=rates.intra,
-                                    inter=rates.inter)
+        one_way = functools.partial(
+            deduplicated_dispatch_time_s,
+            experts_per_token=moe.experts_per_token,
+            num_groups=moe.num_groups,
+            group_topk=moe.group_topk,
+            stride=stride,
+            ep=sizes.ep,
+            gpus_per_node=rates.gpus_per_node,
+            intra=rates.intra,
+            inter=rates.inter,
+        )
         # the mean of a dispatch and a combine: _layer_work counts them in pairs
         a2a = 0.5 * (one_way(token_bytes * dispatch_bytes) + one_way(token_bytes * 2.0))
     else:
@@ -544,9 +629,16 @@ def _expert_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceR
     return a2a, permute
 
 
-def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, rates: _DeviceRates,
-                layouts: LayoutArrays, sizes: _Sizes, tokens: FloatArray, full_frac: FloatArray
-                ) -> tuple[_LayerWork, _LayerWork, FloatArray]:
+def _layer_work(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    rates: _DeviceRates,
+    layouts: LayoutArrays,
+    sizes: _Sizes,
+    tokens: FloatArray,
+    full_frac: FloatArray,
+) -> tuple[_LayerWork, _LayerWork, FloatArray]:
     """Work of one dense and of one MoE layer (``_NO_WORK`` without MoE) for one
     micro-batch, and one tensor-parallel all-reduce of the activation."""
     tp, cp, ep, etp, mbs = sizes.tp, sizes.cp, sizes.ep, sizes.etp, sizes.mbs
@@ -570,8 +662,14 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     norm_rebuild = tokens * 8.0 * (h + model.latent_width) / rep_div / hbm_eff
     act_rebuild = {False: tokens * (2.0 * up + rates.linear_bytes) * model.ffn / tp / hbm_eff}
     if model.moe is not None:
-        act_rebuild[True] = tokens * (model.moe.experts_per_token + model.moe.shared_experts) \
-            * (2.0 * up + rates.linear_bytes) * model.moe.expert_ffn_hidden_size / tp / hbm_eff
+        act_rebuild[True] = (
+            tokens
+            * (model.moe.experts_per_token + model.moe.shared_experts)
+            * (2.0 * up + rates.linear_bytes)
+            * model.moe.expert_ffn_hidden_size
+            / tp
+            / hbm_eff
+        )
     quantize_fwd, quantize_bwd = fp8_quantize_time_s(model, training, tokens, tp, hbm_eff, fp8=rates.fp8)
 
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter with sequence
@@ -607,14 +705,14 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
         # a folded MoE layer's experts run no tensor-parallel collectives
         mlp_tp = np.where(sizes.folded, 0.0, 1.0) if is_moe else np.ones_like(tokens)
         tp_forward, tp_backward, tp_output_grad_gathers = (
-            tp_collectives[j] - (1.0 - mlp_tp) * mlp_collectives[j] for j in range(3))
+            tp_collectives[j] - (1.0 - mlp_tp) * mlp_collectives[j] for j in range(3)
+        )
         gemm_f = attention.forward_s + mlp[is_moe].forward_s
         gemm_b = attention.backward_s + mlp[is_moe].backward_s
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
         fwd_compute = gemm_f + attn_core_fwd + cp_merge_fwd + elem + quantize_fwd[is_moe]
         bwd_compute = gemm_b + attn_core_bwd + cp_merge_bwd + 2.0 * elem + quantize_bwd[is_moe]
-        selective = mla_up_fwd + (norm_rebuild + act_rebuild[is_moe] if training.flash_attention
-                                  else attn_core_fwd)
+        selective = mla_up_fwd + (norm_rebuild + act_rebuild[is_moe] if training.flash_attention else attn_core_fwd)
         recompute_compute = full_frac * fwd_compute + np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)
         compute = fwd_compute + bwd_compute + recompute_compute
         tp_comm = (tp_forward * (1.0 + full_frac) + tp_backward) * tp_ar
@@ -627,8 +725,11 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
             # recomputed forward's and, with sequence parallelism, the all-gather of the
             # output gradient in front of the row-parallel linears
             in_line = tp_forward * (1.0 + full_frac) + tp_output_grad_gathers
-            tp_comm = in_line * tp_ar + async_backward_tp(attention.column_dgrad_s, attention.column_wgrad_s) \
+            tp_comm = (
+                in_line * tp_ar
+                + async_backward_tp(attention.column_dgrad_s, attention.column_wgrad_s)
                 + mlp_tp * async_backward_tp(mlp[is_moe].column_dgrad_s, mlp[is_moe].column_wgrad_s)
+            )
         if training.overlap_tp_comm:
             # pipelined all-gather/reduce-scatter under the neighbouring GEMMs (Transformer
             # Engine userbuffers; Wang et al., "Overlap communication with dependent
@@ -646,16 +747,22 @@ def _layer_work(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
             attention_bwd = attention.backward_s + attn_core_bwd + cp_merge_bwd + 2.0 * elementwise_fwd
             mlp_fwd = mlp[True].forward_s + moe_elem + quantize_fwd[True]
             mlp_bwd = mlp[True].backward_s + 2.0 * moe_elem + quantize_bwd[True]
-            ep_comm = _paired_expert_exchange_s(a2a, attention_fwd, mlp_fwd, attention_bwd, mlp_bwd) \
-                + 2.0 * full_frac * a2a
+            ep_comm = (
+                _paired_expert_exchange_s(a2a, attention_fwd, mlp_fwd, attention_bwd, mlp_bwd) + 2.0 * full_frac * a2a
+            )
         cp_comm = cp_fwd + cp_bwd + full_frac * cp_fwd
         return _LayerWork(compute, tp_comm, ep_comm, cp_comm)
 
     return layer(False), (layer(True) if model.num_moe_layers else _NO_WORK), tp_ar
 
 
-def _paired_expert_exchange_s(a2a_s: FloatArray, attention_fwd_s: FloatArray, mlp_fwd_s: FloatArray,
-                              attention_bwd_s: FloatArray, mlp_bwd_s: FloatArray) -> FloatArray | float:
+def _paired_expert_exchange_s(
+    a2a_s: FloatArray,
+    attention_fwd_s: FloatArray,
+    mlp_fwd_s: FloatArray,
+    attention_bwd_s: FloatArray,
+    mlp_bwd_s: FloatArray,
+) -> FloatArray | float:
     """Critical-path time of a MoE layer's four all-to-alls when a forward and a backward overlap.
 
     Megatron-Core's ``--overlap-moe-expert-parallel-comm`` runs one micro-batch's forward
@@ -668,8 +775,9 @@ def _paired_expert_exchange_s(a2a_s: FloatArray, attention_fwd_s: FloatArray, ml
     however much computation the rest of the layer has; the hidden part slows the
     block it runs under (``overlapped_time_s``).
     """
-    return sum(overlapped_time_s(a2a_s, window_s)
-               for window_s in (attention_fwd_s, mlp_bwd_s, mlp_fwd_s, attention_bwd_s))
+    return sum(
+        overlapped_time_s(a2a_s, window_s) for window_s in (attention_fwd_s, mlp_bwd_s, mlp_fwd_s, attention_bwd_s)
+    )
 
 
 @dataclass(frozen=True)
@@ -682,8 +790,15 @@ class _EndStageWork:
     mtp: _LayerWork  # multi-token prediction modules (their logits in compute_s), last stage
 
 
-def _end_stage_work(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, tp: FloatArray, tp_ar: FloatArray,
-                    dense: _LayerWork, moe: _LayerWork) -> _EndStageWork:
+def _end_stage_work(
+    model: ModelSpec,
+    rates: _DeviceRates,
+    tokens: FloatArray,
+    tp: FloatArray,
+    tp_ar: FloatArray,
+    dense: _LayerWork,
+    moe: _LayerWork,
+) -> _EndStageWork:
     """What the first and last stages do per micro-batch besides their layers."""
     h, vocab = model.hidden_size, model.vocab_size
     # output layer + vocab-parallel cross-entropy on the last stage (fp32 logits,
@@ -692,24 +807,34 @@ def _end_stage_work(model: ModelSpec, rates: _DeviceRates, tokens: FloatArray, t
     # normalization operators, and attention operators" in BF16/FP32 (DeepSeek-V3
     # Technical Report, Sec. 3.3.1), and Megatron-Core's output layer is its own
     # ColumnParallelLinear, outside Transformer Engine's FP8 autocast.
-    logits_s = rates.gemm_s(tokens, vocab / tp, h, linear=False) \
-        + rates.gemm_backward_s(tokens, vocab / tp, h, linear=False) \
+    logits_s = (
+        rates.gemm_s(tokens, vocab / tp, h, linear=False)
+        + rates.gemm_backward_s(tokens, vocab / tp, h, linear=False)
         + tokens * vocab / tp * 16.0 / rates.hbm_achieved_bytes_per_s
+    )
     # multi-token prediction on the last stage: per module one more layer of the last
     # layer's kind, its 2h -> h projection and one more pass through the output head
     if model.mtp_layers:
         layer = _stage_work(0.0, dense, 1.0, moe) if model.mtp_layer_is_moe else _stage_work(1.0, dense, 0.0, moe)
         n = model.mtp_layers
-        mtp = _LayerWork(n * (layer.compute_s + rates.gemm_s(tokens, h / tp, 2.0 * h)
-                             + rates.gemm_backward_s(tokens, h / tp, 2.0 * h) + logits_s),
-                        n * layer.tp_comm_s, n * layer.ep_comm_s, n * layer.cp_comm_s)
+        mtp = _LayerWork(
+            n
+            * (
+                layer.compute_s
+                + rates.gemm_s(tokens, h / tp, 2.0 * h)
+                + rates.gemm_backward_s(tokens, h / tp, 2.0 * h)
+                + logits_s
+            ),
+            n * layer.tp_comm_s,
+            n * layer.ep_comm_s,
+            n * layer.cp_comm_s,
+        )
     else:
         none = np.zeros_like(tokens)
         mtp = _LayerWork(none, none, none, none)
     # the partial rows of the vocabulary-parallel lookup are all-reduced across the
     # tensor group (reduce-scatter with sequence parallelism: the same bytes)
-    return _EndStageWork(embedding_time_s(tokens, h, vocab, tp, rates.hbm_achieved_bytes_per_s), tp_ar, logits_s,
-                         mtp)
+    return _EndStageWork(embedding_time_s(tokens, h, vocab, tp, rates.hbm_achieved_bytes_per_s), tp_ar, logits_s, mtp)
 
 
 @dataclass(frozen=True)
@@ -747,30 +872,48 @@ class _StageParameters:
         has_mid = pp >= 3
         mid_dense = np.where(has_mid, self.mid_dense, 0.0)
         mid_expert = np.where(has_mid, self.mid_expert, 0.0)
-        total = np.maximum(np.maximum(self.first_dense + self.first_expert, self.last_dense + self.last_expert),
-                           mid_dense + mid_expert)
+        total = np.maximum(
+            np.maximum(self.first_dense + self.first_expert, self.last_dense + self.last_expert), mid_dense + mid_expert
+        )
         dense = np.maximum(np.maximum(self.first_dense, self.last_dense), mid_dense)
         expert = np.maximum(np.maximum(self.first_expert, self.last_expert), mid_expert)
         return total, dense, expert
 
 
-def _stage_parameters(model: ModelSpec, counts: ParameterCounts, tp: FloatArray, ep: FloatArray, etp: FloatArray,
-                      split: _StageSplit, single: BoolArray) -> _StageParameters:
+def _stage_parameters(
+    model: ModelSpec,
+    counts: ParameterCounts,
+    tp: FloatArray,
+    ep: FloatArray,
+    etp: FloatArray,
+    split: _StageSplit,
+    single: BoolArray,
+) -> _StageParameters:
     """Parameters per GPU on each kind of stage: its layers' share plus, on the first,
     the embedding (and position table) and, on the last, the output layer and any
     multi-token-prediction modules (all on one stage when ``single``). Routed experts
     are split over ``ep x etp`` ranks."""
     attn_gpu = counts.attention_per_gpu(tp)
-    mid_dense = split.full * attn_gpu + (split.full_dense * counts.dense_mlp_per_layer
-                                         + split.full_moe * counts.moe_shared_per_layer) / tp
+    mid_dense = (
+        split.full * attn_gpu
+        + (split.full_dense * counts.dense_mlp_per_layer + split.full_moe * counts.moe_shared_per_layer) / tp
+    )
     mid_expert = split.full_moe * counts.experts_per_layer / (ep * etp)
-    first_dense = split.first * attn_gpu + ((split.first - split.first_moe) * counts.dense_mlp_per_layer
-                                            + split.first_moe * counts.moe_shared_per_layer) / tp \
-        + counts.embedding / tp + counts.position_embedding
+    first_dense = (
+        split.first * attn_gpu
+        + ((split.first - split.first_moe) * counts.dense_mlp_per_layer + split.first_moe * counts.moe_shared_per_layer)
+        / tp
+        + counts.embedding / tp
+        + counts.position_embedding
+    )
     first_expert = split.first_moe * counts.experts_per_layer / (ep * etp)
-    output = (counts.output if counts.output else counts.embedding)
-    last_dense = split.last * attn_gpu + ((split.last - split.last_moe) * counts.dense_mlp_per_layer
-                                          + split.last_moe * counts.moe_shared_per_layer) / tp + output / tp
+    output = counts.output if counts.output else counts.embedding
+    last_dense = (
+        split.last * attn_gpu
+        + ((split.last - split.last_moe) * counts.dense_mlp_per_layer + split.last_moe * counts.moe_shared_per_layer)
+        / tp
+        + output / tp
+    )
     last_expert = split.last_moe * counts.experts_per_layer / (ep * etp)
     # multi-token prediction: its layers and projections, and (untied) a copy of the embedding
     mtp_mlp = counts.moe_shared_per_layer if model.mtp_layer_is_moe else counts.dense_mlp_per_layer
@@ -782,8 +925,9 @@ def _stage_parameters(model: ModelSpec, counts: ParameterCounts, tp: FloatArray,
     # pp == 1: one stage holds embedding and output
     first_dense = np.where(single, first_dense + counts.output / tp + mtp_dense, first_dense)
     first_expert = np.where(single, first_expert + mtp_expert, first_expert)
-    return _StageParameters(first_dense, first_expert, mid_dense, mid_expert, last_dense, last_expert, output,
-                            embedding_copy)
+    return _StageParameters(
+        first_dense, first_expert, mid_dense, mid_expert, last_dense, last_expert, output, embedding_copy
+    )
 
 
 @dataclass(frozen=True)
@@ -799,21 +943,31 @@ class _StageTimes:
     slowest: _LayerWork
 
 
-def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: BoolArray, has_middle: BoolArray,
-                 first: _LayerWork, mid: _LayerWork, last: _LayerWork, ends: _EndStageWork,
-                 params: _StageParameters) -> _StageTimes:
+def _stage_times(
+    training: TrainingSpec,
+    rates: _DeviceRates,
+    single: BoolArray,
+    has_middle: BoolArray,
+    first: _LayerWork,
+    mid: _LayerWork,
+    last: _LayerWork,
+    ends: _EndStageWork,
+    params: _StageParameters,
+) -> _StageTimes:
     """Per-micro-batch time of the first, a middle and the last stage, and which one paces the pipeline.
 
     A pipeline of two stages has no middle one (``has_middle`` False): there the full
     ``ceil(L/p)``-layer stage that ``mid`` describes does not exist, and only the first
     and last stages can pace it, as in :func:`pipeline_time_s`.
     """
+
     # unfused weight-gradient accumulation: one pass over the stage's parameters per micro-batch
     def accumulation_s(params_per_gpu: FloatArray) -> FloatArray:
         if training.gradient_accumulation_fusion:
             return np.zeros_like(params_per_gpu)
-        return gradient_accumulation_time_s(params_per_gpu, training.grad_bytes_per_param,
-                                            rates.hbm_achieved_bytes_per_s)
+        return gradient_accumulation_time_s(
+            params_per_gpu, training.grad_bytes_per_param, rates.hbm_achieved_bytes_per_s
+        )
 
     mid_acc = accumulation_s(params.mid_dense + params.mid_expert)
     first_acc = accumulation_s(params.first_dense + params.first_expert)
@@ -826,27 +980,54 @@ def _stage_times(training: TrainingSpec, rates: _DeviceRates, single: BoolArray,
     # the slowest stage paces the steady state (Narayanan et al. SC21, Sec. 2.2: every
     # stage runs one forward and one backward per micro-batch in lock-step)
     pacing_mid_total = np.where(has_middle, mid_total, 0.0)
-    slowest_s = np.where(single, first_total + logits + mtp_time,
-                         np.maximum(first_total, np.maximum(pacing_mid_total, last_total)))
+    slowest_s = np.where(
+        single, first_total + logits + mtp_time, np.maximum(first_total, np.maximum(pacing_mid_total, last_total))
+    )
     use_last = (~single) & (last_total >= first_total) & (last_total > pacing_mid_total)
     use_first = (~single) & (~use_last) & (first_total > pacing_mid_total)
     which = [single, use_last, use_first]
     slowest = _LayerWork(
-        np.select(which, [first.compute_s + logits + mtp.compute_s + ends.embedding_s + first_acc,
-                          last.compute_s + logits + mtp.compute_s + last_acc,
-                          first.compute_s + ends.embedding_s + first_acc], default=mid.compute_s + mid_acc),
-        np.select(which, [first.tp_comm_s + ends.embedding_tp_s + mtp.tp_comm_s, last.tp_comm_s + mtp.tp_comm_s,
-                          first.tp_comm_s + ends.embedding_tp_s], default=mid.tp_comm_s),
-        np.select(which, [first.ep_comm_s + mtp.ep_comm_s, last.ep_comm_s + mtp.ep_comm_s, first.ep_comm_s],
-                  default=mid.ep_comm_s),
-        np.select(which, [first.cp_comm_s + mtp.cp_comm_s, last.cp_comm_s + mtp.cp_comm_s, first.cp_comm_s],
-                  default=mid.cp_comm_s),
+        np.select(
+            which,
+            [
+                first.compute_s + logits + mtp.compute_s + ends.embedding_s + first_acc,
+                last.compute_s + logits + mtp.compute_s + last_acc,
+                first.compute_s + ends.embedding_s + first_acc,
+            ],
+            default=mid.compute_s + mid_acc,
+        ),
+        np.select(
+            which,
+            [
+                first.tp_comm_s + ends.embedding_tp_s + mtp.tp_comm_s,
+                last.tp_comm_s + mtp.tp_comm_s,
+                first.tp_comm_s + ends.embedding_tp_s,
+            ],
+            default=mid.tp_comm_s,
+        ),
+        np.select(
+            which,
+            [first.ep_comm_s + mtp.ep_comm_s, last.ep_comm_s + mtp.ep_comm_s, first.ep_comm_s],
+            default=mid.ep_comm_s,
+        ),
+        np.select(
+            which,
+            [first.cp_comm_s + mtp.cp_comm_s, last.cp_comm_s + mtp.cp_comm_s, first.cp_comm_s],
+            default=mid.cp_comm_s,
+        ),
     )
     return _StageTimes(first_total, mid_total, last_total, slowest_s, slowest)
 
 
-def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, layouts: LayoutArrays,
-                         sizes: _Sizes, tokens: FloatArray, stage_time_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+def _pipeline_exchange_s(
+    model: ModelSpec,
+    training: TrainingSpec,
+    rates: _DeviceRates,
+    layouts: LayoutArrays,
+    sizes: _Sizes,
+    tokens: FloatArray,
+    stage_time_s: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
     """Bytes one tensor rank sends across a stage boundary per exchange, and the seconds
     of point-to-point exchange per micro-batch (activation forward, gradient backward,
     per model chunk)."""
@@ -861,11 +1042,13 @@ def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _Devic
     p2p_bytes = tokens * model.hidden_size * 2.0 / np.where(whole_activation, 1.0, tp)
     stage_ranks = sizes.stage_ranks
     pp_inter = (stage_ranks >= gpn) | (stage_ranks * sizes.pp > gpn)
-    p2p_one = np.where(pp_inter, point_to_point_time_s(p2p_bytes, rates.inter),
-                       point_to_point_time_s(p2p_bytes, rates.intra))
+    p2p_one = np.where(
+        pp_inter, point_to_point_time_s(p2p_bytes, rates.inter), point_to_point_time_s(p2p_bytes, rates.intra)
+    )
     if not training.sequence_parallel and training.pipeline_scatter_gather:
-        p2p_one = p2p_one + collective_time_s(lambda n, p: allgather_time_s(n, p, rates.intra), p2p_bytes * tp,
-                                              layouts.tp)
+        p2p_one = p2p_one + collective_time_s(
+            lambda n, p: allgather_time_s(n, p, rates.intra), p2p_bytes * tp, layouts.tp
+        )
     # with overlap_p2p_comm (interleaved schedule only) each exchange is posted
     # asynchronously and waited for when the next model chunk needs it: it runs under the
     # current chunk's forward or backward, without the batched exchange's device sync
@@ -875,10 +1058,20 @@ def _pipeline_exchange_s(model: ModelSpec, training: TrainingSpec, rates: _Devic
     return p2p_bytes, np.where(sizes.single, 0.0, 2.0 * v * p2p_one)
 
 
-def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, counts: ParameterCounts,
-                    layouts: LayoutArrays, sizes: _Sizes, split: _StageSplit, params: _StageParameters,
-                    tokens: FloatArray, full_frac: FloatArray, m: FloatArray,
-                    p2p_bytes: FloatArray) -> dict[str, FloatArray]:
+def _memory_per_gpu(
+    model: ModelSpec,
+    training: TrainingSpec,
+    rates: _DeviceRates,
+    counts: ParameterCounts,
+    layouts: LayoutArrays,
+    sizes: _Sizes,
+    split: _StageSplit,
+    params: _StageParameters,
+    tokens: FloatArray,
+    full_frac: FloatArray,
+    m: FloatArray,
+    p2p_bytes: FloatArray,
+) -> dict[str, FloatArray]:
     """Memory of the fullest of the first, the last and a middle pipeline stage, by part
     (the ``*_bytes`` entries of predict_layouts and ``fullest_stage``)."""
     tp, pp, v, single = sizes.tp, sizes.pp, sizes.v, sizes.single
@@ -887,28 +1080,55 @@ def _memory_per_gpu(model: ModelSpec, training: TrainingSpec, rates: _DeviceRate
     fp8 = rates.fp8
 
     # embedding, output layer and position table stay 16-bit in FP8 runs
-    first_unquantized = counts.embedding / tp + counts.position_embedding \
-        + np.where(single, counts.output / tp, 0.0)
+    first_unquantized = counts.embedding / tp + counts.position_embedding + np.where(single, counts.output / tp, 0.0)
     last_unquantized = params.output / tp + params.embedding_copy
-    w_first, g_first, o_first = model_state_bytes(params.first_dense, params.first_expert, zero_held, shard_dense,
-                                                  shard_expert, training, fp8, first_unquantized)
-    w_last, g_last, o_last = model_state_bytes(params.last_dense, params.last_expert, zero_held, shard_dense,
-                                               shard_expert, training, fp8, last_unquantized)
-    stages = stage_activation_bytes(model, training, tokens, tp, layouts.recompute, full_frac, split.full,
-                                    split.full_moe, split.first, split.last, pp, v, m,
-                                    fp8_gemm_inputs=fp8, first_moe_layers=split.first_moe,
-                                    last_moe_layers=split.last_moe)
+    w_first, g_first, o_first = model_state_bytes(
+        params.first_dense, params.first_expert, zero_held, shard_dense, shard_expert, training, fp8, first_unquantized
+    )
+    w_last, g_last, o_last = model_state_bytes(
+        params.last_dense, params.last_expert, zero_held, shard_dense, shard_expert, training, fp8, last_unquantized
+    )
+    stages = stage_activation_bytes(
+        model,
+        training,
+        tokens,
+        tp,
+        layouts.recompute,
+        full_frac,
+        split.full,
+        split.full_moe,
+        split.first,
+        split.last,
+        pp,
+        v,
+        m,
+        fp8_gemm_inputs=fp8,
+        first_moe_layers=split.first_moe,
+        last_moe_layers=split.last_moe,
+    )
     act_first, act_last, act_mid = stages.first_bytes, stages.last_bytes, stages.middle_bytes
     has_mid = pp >= 3
     # a shortened middle stage holds one layer less
     held_mid = np.where(has_mid, stages.middle_layers / split.full, 0.0)
-    w_mid, g_mid, o_mid = model_state_bytes(params.mid_dense * held_mid, params.mid_expert * held_mid, zero_held,
-                                            shard_dense, shard_expert, training, fp8, 0.0)
+    w_mid, g_mid, o_mid = model_state_bytes(
+        params.mid_dense * held_mid,
+        params.mid_expert * held_mid,
+        zero_held,
+        shard_dense,
+        shard_expert,
+        training,
+        fp8,
+        0.0,
+    )
 
     # ---- buffers: fixed reserve, ZeRO-3 prefetch of two layers, p2p and TP staging
     layer_params_gpu = counts.attention_per_gpu(tp) + counts.dense_mlp_per_layer / tp
-    buffers = RESERVED_BYTES + np.where(zero_held >= 3, 2.0 * 2.0 * layer_params_gpu, 0.0) \
-        + 2.0 * tokens * model.hidden_size * 2.0 + 2.0 * p2p_bytes
+    buffers = (
+        RESERVED_BYTES
+        + np.where(zero_held >= 3, 2.0 * 2.0 * layer_params_gpu, 0.0)
+        + 2.0 * tokens * model.hidden_size * 2.0
+        + 2.0 * p2p_bytes
+    )
 
     total_first = w_first + g_first + o_first + act_first + buffers
     total_last = w_last + g_last + o_last + act_last + buffers
@@ -947,9 +1167,17 @@ def gradient_bucket_count(params_gpu: FloatArray, dp: FloatArray, overlap_grad_r
     return np.maximum(np.ceil(params_gpu / np.maximum(40e6, 1e6 * dp)), 1.0)
 
 
-def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: LayoutArrays, sizes: _Sizes,
-                     layers_per_stage: FloatArray, m: FloatArray, dense_params_gpu: FloatArray,
-                     expert_params_gpu: FloatArray, slowest: _LayerWork) -> tuple[FloatArray, FloatArray]:
+def _data_parallel_s(
+    training: TrainingSpec,
+    rates: _DeviceRates,
+    layouts: LayoutArrays,
+    sizes: _Sizes,
+    layers_per_stage: FloatArray,
+    m: FloatArray,
+    dense_params_gpu: FloatArray,
+    expert_params_gpu: FloatArray,
+    slowest: _LayerWork,
+) -> tuple[FloatArray, FloatArray]:
     """Seconds of data-parallel gradient reduction (and ZeRO weight gathers) a step
     leaves on the critical path after overlapping it with the backward, and their total.
 
@@ -977,11 +1205,16 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     local_exp = np.where(shard_expert % local_exp == 0, local_exp, 1.0)
     groups_exp = shard_expert / local_exp
 
-    def dp_allreduce(n_bytes_dense: FloatArray, n_bytes_expert: FloatArray, calls_dense: FloatArray,
-                     calls_expert: FloatArray, algorithms: tuple[str, ...] = ("ring", "tree")) -> FloatArray:
-        return two_level_allreduce_time_s(n_bytes_dense, local_dense, groups_dense, intra, inter, calls_dense,
-                                          algorithms) + \
-            two_level_allreduce_time_s(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
+    def dp_allreduce(
+        n_bytes_dense: FloatArray,
+        n_bytes_expert: FloatArray,
+        calls_dense: FloatArray,
+        calls_expert: FloatArray,
+        algorithms: tuple[str, ...] = ("ring", "tree"),
+    ) -> FloatArray:
+        return two_level_allreduce_time_s(
+            n_bytes_dense, local_dense, groups_dense, intra, inter, calls_dense, algorithms
+        ) + two_level_allreduce_time_s(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
 
     # ZeRO-3 gathers one layer at a time; other gradients travel in Megatron-Core's buckets
     buckets_dense = gradient_bucket_count(dense_params_gpu, sizes.dp, training.overlap_grad_reduce)
@@ -990,14 +1223,14 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
     ar_grads = dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu, buckets_dense, buckets_expert)
     ring = ("ring",)
     # reduce-scatter and all-gather are each half a ring all-reduce (Rabenseifner)
-    rs_grads = 0.5 * dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu, buckets_dense, buckets_expert,
-                                  ring)
+    rs_grads = 0.5 * dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu, buckets_dense, buckets_expert, ring)
     # weights are gathered in 16 bits, or in FP8 where they are kept in FP8 (fp8_params)
     gathered = 1.0 if rates.fp8 and training.fp8_params else 2.0
     ag_params = 0.5 * np.where(
         zero >= 3,
         dp_allreduce(gathered * dense_params_gpu, gathered * expert_params_gpu, per_layer, per_layer, ring),
-        dp_allreduce(gathered * dense_params_gpu, gathered * expert_params_gpu, buckets_dense, buckets_expert, ring))
+        dp_allreduce(gathered * dense_params_gpu, gathered * expert_params_gpu, buckets_dense, buckets_expert, ring),
+    )
 
     # the last micro-batch's backward on a stage is the window the gradient reduction can hide in
     bwd_window = slowest.total_s * (2.0 / 3.0)
@@ -1028,14 +1261,16 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
 
     def reduce_exposed(t_comm: FloatArray, window: FloatArray | float) -> FloatArray:
         # the last chunk's reduction is launched after its backward, with nothing left to hide it
-        return np.where(interleaved, chunked_collective_time_s(t_comm, t_comm / v, v, chunk_gap_bwd),
-                        exposed(t_comm, window))
+        return np.where(
+            interleaved, chunked_collective_time_s(t_comm, t_comm / v, v, chunk_gap_bwd), exposed(t_comm, window)
+        )
 
     def gather_exposed(t_comm: FloatArray, window: FloatArray | float) -> FloatArray:
         share = t_comm / v
         first = exposed_part_s(share, window / v, share * np.minimum(tail * v, 1.0))
-        return np.where(interleaved, chunked_collective_time_s(t_comm, first, v, chunk_gap_fwd),
-                        exposed(t_comm, window))
+        return np.where(
+            interleaved, chunked_collective_time_s(t_comm, first, v, chunk_gap_fwd), exposed(t_comm, window)
+        )
 
     # deferred ZeRO-2/3 under a pipeline: one weight gather ahead of the first forward, one
     # reduce-scatter issued after the stage's last backward, with no compute left to hide it
@@ -1050,14 +1285,17 @@ def _data_parallel_s(training: TrainingSpec, rates: _DeviceRates, layouts: Layou
         default=m * (exposed(ag_params, fwd_window) + exposed(ag_params + rs_grads, bwd_window)),
     )
     exposed_s = np.where(shard_dense * np.maximum(shard_expert, 1) > 1, exposed_s, 0.0)
-    total_s = np.select([deferred, zero == 0, zero == 1, zero == 2],
-                        [rs_grads + ag_params, ar_grads, rs_grads + ag_params, m * rs_grads + ag_params],
-                        default=m * (2.0 * ag_params + rs_grads))
+    total_s = np.select(
+        [deferred, zero == 0, zero == 1, zero == 2],
+        [rs_grads + ag_params, ar_grads, rs_grads + ag_params, m * rs_grads + ag_params],
+        default=m * (2.0 * ag_params + rs_grads),
+    )
     return exposed_s, total_s
 
 
-def _tied_embedding_allreduce_s(model: ModelSpec, training: TrainingSpec, rates: _DeviceRates,
-                                sizes: _Sizes) -> FloatArray:
+def _tied_embedding_allreduce_s(
+    model: ModelSpec, training: TrainingSpec, rates: _DeviceRates, sizes: _Sizes
+) -> FloatArray:
     """The first and last stages' all-reduce of the word-embedding gradient, after the flush.
 
     Tied input/output embeddings (GPT; SC21 eq. 2 counts V h once): with pp > 1 the last
@@ -1067,19 +1305,24 @@ def _tied_embedding_allreduce_s(model: ModelSpec, training: TrainingSpec, rates:
     multi-token prediction keeps such a copy for the next tokens' embeddings.
     """
     tp = sizes.tp
-    tied_bytes = float(training.grad_bytes_per_param) * model.vocab_size * model.hidden_size / tp \
-        if model.tie_embeddings or model.mtp_layers else 0.0
+    tied_bytes = (
+        float(training.grad_bytes_per_param) * model.vocab_size * model.hidden_size / tp
+        if model.tie_embeddings or model.mtp_layers
+        else 0.0
+    )
     first_last_inter = sizes.stage_ranks * sizes.pp > rates.gpus_per_node
     two = np.full_like(tp, 2.0)
     tied_ar = np.where(
         first_last_inter,
         collective_time_s(lambda n, p: allreduce_time_s(n, p, rates.inter), tied_bytes * np.ones_like(tp), two),
-        collective_time_s(lambda n, p: allreduce_time_s(n, p, rates.intra), tied_bytes * np.ones_like(tp), two))
+        collective_time_s(lambda n, p: allreduce_time_s(n, p, rates.intra), tied_bytes * np.ones_like(tp), two),
+    )
     return np.where(sizes.single, 0.0, tied_ar)
 
 
-def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                    layouts: LayoutArrays) -> dict[str, FloatArray]:
+def predict_layouts(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layouts: LayoutArrays
+) -> dict[str, FloatArray]:
     """Predict time, throughput and per-GPU memory of every candidate layout.
 
     Returns a dict of arrays (one entry per candidate): ``step_time_s``,
@@ -1128,16 +1371,25 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     def end_layer_units(first_layers: FloatArray, last_layers: FloatArray) -> tuple[FloatArray, FloatArray]:
         # the end stages' own layers, dense or MoE by position, in middle-stage layer times
-        first_moe, last_moe = end_stage_moe_layers(n_layers, moe_layer_indices, n_moe > 0, first_layers,
-                                                   last_layers, q, q_moe, v)
-        return (_stage_work(first_layers - first_moe, dense, first_moe, moe).total_s / layer_s,
-                _stage_work(last_layers - last_moe, dense, last_moe, moe).total_s / layer_s)
+        first_moe, last_moe = end_stage_moe_layers(
+            n_layers, moe_layer_indices, n_moe > 0, first_layers, last_layers, q, q_moe, v
+        )
+        return (
+            _stage_work(first_layers - first_moe, dense, first_moe, moe).total_s / layer_s,
+            _stage_work(last_layers - last_moe, dense, last_moe, moe).total_s / layer_s,
+        )
 
-    first_layers, last_layers = balanced_end_layers(q, layouts.pp * q - n_layers, layouts.pp,
-                                                    (ends.embedding_s + ends.embedding_tp_s) / layer_s,
-                                                    (ends.logits_s + ends.mtp.total_s) / layer_s, end_layer_units)
-    first_moe, last_moe = end_stage_moe_layers(n_layers, moe_layer_indices, n_moe > 0, first_layers, last_layers,
-                                               q, q_moe, v)
+    first_layers, last_layers = balanced_end_layers(
+        q,
+        layouts.pp * q - n_layers,
+        layouts.pp,
+        (ends.embedding_s + ends.embedding_tp_s) / layer_s,
+        (ends.logits_s + ends.mtp.total_s) / layer_s,
+        end_layer_units,
+    )
+    first_moe, last_moe = end_stage_moe_layers(
+        n_layers, moe_layer_indices, n_moe > 0, first_layers, last_layers, q, q_moe, v
+    )
     split = _StageSplit(q, q_dense, q_moe, first_layers, first_moe, last_layers, last_moe)
     params = _stage_parameters(model, counts, tp, ep, sizes.etp, split, single)
     first = _stage_work(split.first - split.first_moe, dense, split.first_moe, moe)
@@ -1146,19 +1398,28 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 
     p2p_bytes, p2p_per_mb = _pipeline_exchange_s(model, training, rates, layouts, sizes, tokens, stages.slowest_s)
     # unequal stages (embedding first, logits last): see pipeline_time_s
-    pipeline_time = pipeline_time_s(np.where(single, stages.slowest_s, stages.first_s + p2p_per_mb),
-                                    stages.middle_s + p2p_per_mb, stages.last_s + p2p_per_mb, pp, v, m)
+    pipeline_time = pipeline_time_s(
+        np.where(single, stages.slowest_s, stages.first_s + p2p_per_mb),
+        stages.middle_s + p2p_per_mb,
+        stages.last_s + p2p_per_mb,
+        pp,
+        v,
+        m,
+    )
     bubble = np.where(single, 0.0, pipeline_time - m * (stages.slowest_s + p2p_per_mb))
 
     stage_params_gpu, dense_params_gpu, expert_params_gpu = params.largest(pp)
-    dp_exposed, dp_total = _data_parallel_s(training, rates, layouts, sizes, q, m, dense_params_gpu,
-                                            expert_params_gpu, stages.slowest)
+    dp_exposed, dp_total = _data_parallel_s(
+        training, rates, layouts, sizes, q, m, dense_params_gpu, expert_params_gpu, stages.slowest
+    )
     tied_ar = _tied_embedding_allreduce_s(model, training, rates, sizes)
     dp_exposed = dp_exposed + tied_ar
 
-    shard_for_opt = np.where(layouts.zero >= 1,
-                             dense_params_gpu / sizes.shard_dense + expert_params_gpu / sizes.shard_expert,
-                             stage_params_gpu)
+    shard_for_opt = np.where(
+        layouts.zero >= 1,
+        dense_params_gpu / sizes.shard_dense + expert_params_gpu / sizes.shard_expert,
+        stage_params_gpu,
+    )
     optimizer_time = shard_for_opt * _ADAM_BYTES_PER_PARAM / rates.hbm_achieved_bytes_per_s
 
     step = pipeline_time + dp_exposed + optimizer_time
@@ -1189,8 +1450,9 @@ def predict_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "dp_comm_exposed_s": dp_exposed,
         "dp_comm_total_s": dp_total + tied_ar,
         "optimizer_s": optimizer_time,
-        **_memory_per_gpu(model, training, rates, counts, layouts, sizes, split, params, tokens, full_frac, m,
-                           p2p_bytes),
+        **_memory_per_gpu(
+            model, training, rates, counts, layouts, sizes, split, params, tokens, full_frac, m, p2p_bytes
+        ),
         "num_micro_batches": m,
         "layers_per_stage": q,
         "first_stage_layers": first_layers,

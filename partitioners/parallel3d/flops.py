@@ -56,8 +56,11 @@ class ParameterCounts:
         """Attention parameters of one layer on one tensor-parallel rank."""
         tp = np.asarray(tp, dtype=float)
         kv_replicated = self.attention_kv_per_layer * (1.0 / kv_shard_count(tp, self.kv_heads) - 1.0 / tp)
-        return (self.attention_per_layer - self.attention_replicated_per_layer) / tp \
-            + self.attention_replicated_per_layer + kv_replicated
+        return (
+            (self.attention_per_layer - self.attention_replicated_per_layer) / tp
+            + self.attention_replicated_per_layer
+            + kv_replicated
+        )
 
 
 def parameter_counts(model: ModelSpec) -> ParameterCounts:
@@ -66,8 +69,9 @@ def parameter_counts(model: ModelSpec) -> ParameterCounts:
     mats = 3 if model.gated_mlp else 2
     latent_norms = (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank if model.mla is not None else 0
     attention = sum(p.in_width * p.out_width for p in model.attention_projections) + 2 * h + latent_norms
-    attention_replicated = sum(p.in_width * p.out_width for p in model.attention_projections
-                               if p.split == "replicated") + latent_norms
+    attention_replicated = (
+        sum(p.in_width * p.out_width for p in model.attention_projections if p.split == "replicated") + latent_norms
+    )
     dense_mlp = mats * h * model.ffn
     experts = shared = 0.0
     active_moe = 0.0
@@ -83,15 +87,44 @@ def parameter_counts(model: ModelSpec) -> ParameterCounts:
     position = float(model.seq_length * h) if model.learned_position_embeddings else 0.0
     router = h * model.moe.num_experts if model.moe else 0
     projection = 2 * h * h + 2 * h
-    mtp_mlp, mtp_active_mlp = (experts + shared, active_moe + router) if model.mtp_layer_is_moe \
-        else (dense_mlp, dense_mlp)
-    total = model.num_layers * attention + n_dense * dense_mlp + n_moe * (experts + shared) + embedding + output + h \
-        + position + model.mtp_layers * (attention + mtp_mlp + projection)
-    active = model.num_layers * attention + n_dense * dense_mlp + n_moe * (active_moe + router) + embedding \
-        + output + position + model.mtp_layers * (attention + mtp_active_mlp + projection)
+    mtp_mlp, mtp_active_mlp = (
+        (experts + shared, active_moe + router) if model.mtp_layer_is_moe else (dense_mlp, dense_mlp)
+    )
+    total = (
+        model.num_layers * attention
+        + n_dense * dense_mlp
+        + n_moe * (experts + shared)
+        + embedding
+        + output
+        + h
+        + position
+        + model.mtp_layers * (attention + mtp_mlp + projection)
+    )
+    active = (
+        model.num_layers * attention
+        + n_dense * dense_mlp
+        + n_moe * (active_moe + router)
+        + embedding
+        + output
+        + position
+        + model.mtp_layers * (attention + mtp_active_mlp + projection)
+    )
     attention_kv = sum(p.in_width * p.kv_out_width for p in model.attention_projections)
-    return ParameterCounts(attention, dense_mlp, experts, shared, embedding, output, total, active, position,
-                           attention_replicated, projection, attention_kv, model.kv_heads)
+    return ParameterCounts(
+        attention,
+        dense_mlp,
+        experts,
+        shared,
+        embedding,
+        output,
+        total,
+        active,
+        position,
+        attention_replicated,
+        projection,
+        attention_kv,
+        model.kv_heads,
+    )
 
 
 def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
@@ -115,8 +148,10 @@ def _forward_flops_per_token(model: ModelSpec) -> tuple[float, float, float]:
     moe_mlp = 0.0
     if model.moe is not None:
         moe = model.moe
-        moe_mlp = 2 * mats * h * moe.expert_ffn_hidden_size * (moe.experts_per_token + moe.shared_experts) \
+        moe_mlp = (
+            2 * mats * h * moe.expert_ffn_hidden_size * (moe.experts_per_token + moe.shared_experts)
             + 2 * h * moe.num_experts
+        )
     # local-attention layers score only their window or chunk (ModelSpec.attention_score_share)
     scores = model.num_layers * attn_scores * model.attention_score_share
     layers = model.num_layers * attn_linear + scores + (model.num_layers - n_moe) * dense_mlp + n_moe * moe_mlp
@@ -156,9 +191,14 @@ def mla_up_projections(model: ModelSpec) -> tuple[AttentionProjection, ...]:
     return tuple(p for p in model.attention_projections if p.reads == "latent")
 
 
-def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recompute: IntArray | int,
-                            full_fraction: FloatArray | float = 1.0, flash_attention: bool = False,
-                            tp: FloatArray | float = 1.0) -> FloatArray:
+def hardware_flops_per_step(
+    model: ModelSpec,
+    global_batch_sequences: int,
+    recompute: IntArray | int,
+    full_fraction: FloatArray | float = 1.0,
+    flash_attention: bool = False,
+    tp: FloatArray | float = 1.0,
+) -> FloatArray:
     """FLOPs actually executed: model FLOPs plus recomputation and replicated KV heads.
 
     Full recomputation repeats every layer's forward (SC21's 96 = 4 x 24), or the
@@ -174,20 +214,32 @@ def hardware_flops_per_step(model: ModelSpec, global_batch_sequences: int, recom
     the scores outside its window or chunk are executed too.
     """
     layers, scores, _ = _forward_flops_per_token(model)
-    masked = 0.0 if flash_attention else \
-        model.num_layers * 2 * model.seq_length * (model.query_width + model.context_width) \
+    masked = (
+        0.0
+        if flash_attention
+        else model.num_layers
+        * 2
+        * model.seq_length
+        * (model.query_width + model.context_width)
         * (1.0 - model.attention_score_share)
+    )
     layers, scores = layers + masked, scores + masked
-    selective = (0.0 if flash_attention else scores) \
-        + (model.num_layers + model.mtp_layers) * 2 * sum(p.in_width * p.out_width for p in mla_up_projections(model))
+    selective = (0.0 if flash_attention else scores) + (model.num_layers + model.mtp_layers) * 2 * sum(
+        p.in_width * p.out_width for p in mla_up_projections(model)
+    )
     tokens = global_batch_sequences * model.seq_length
     rc = np.asarray(recompute)
     full_fraction = np.asarray(full_fraction, dtype=float)
-    extra = np.where(rc == RECOMPUTE_FULL, layers * full_fraction,
-                     np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)) * tokens
+    extra = (
+        np.where(rc == RECOMPUTE_FULL, layers * full_fraction, np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0))
+        * tokens
+    )
     tp = np.asarray(tp, dtype=float)
     copies = tp / kv_shard_count(tp, model.kv_heads) - 1.0  # beyond the one the model FLOPs count
-    kv_forward = (model.num_layers + model.mtp_layers) * 2 * sum(p.in_width * p.kv_out_width
-                                                                 for p in model.attention_projections)
+    kv_forward = (
+        (model.num_layers + model.mtp_layers)
+        * 2
+        * sum(p.in_width * p.kv_out_width for p in model.attention_projections)
+    )
     replicated = copies * kv_forward * (3.0 + np.where(rc == RECOMPUTE_FULL, full_fraction, 0.0)) * tokens
     return model_flops_per_step(model, global_batch_sequences) + 3.0 * masked * tokens + extra + replicated

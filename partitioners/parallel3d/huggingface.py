@@ -64,11 +64,25 @@ class _Family:
 
 _LLAMA = _Family()
 # transformers LlamaConfig.__init__ defaults (Llama-1/2-7B's shape)
-_LLAMA_WITH_DEFAULTS = _Family(defaults=(("vocab_size", 32000), ("hidden_size", 4096), ("intermediate_size", 11008),
-                                         ("num_hidden_layers", 32), ("num_attention_heads", 32)))
-_GPT2 = _Family(layers=("n_layer", "num_hidden_layers"), hidden=("n_embd", "hidden_size"),
-                heads=("n_head", "num_attention_heads"), kv_heads=None, ffn=("n_inner",), gated_mlp=False,
-                tie_embeddings_default=True, learned_position_embeddings=True)
+_LLAMA_WITH_DEFAULTS = _Family(
+    defaults=(
+        ("vocab_size", 32000),
+        ("hidden_size", 4096),
+        ("intermediate_size", 11008),
+        ("num_hidden_layers", 32),
+        ("num_attention_heads", 32),
+    )
+)
+_GPT2 = _Family(
+    layers=("n_layer", "num_hidden_layers"),
+    hidden=("n_embd", "hidden_size"),
+    heads=("n_head", "num_attention_heads"),
+    kv_heads=None,
+    ffn=("n_inner",),
+    gated_mlp=False,
+    tie_embeddings_default=True,
+    learned_position_embeddings=True,
+)
 
 _QWEN = _Family(local_layers="qwen")
 
@@ -86,17 +100,32 @@ _FAMILIES: dict[str, _Family] = {
     "gemma2": _Family(tie_embeddings_default=True, local_layers="alternate", sliding_window_default=4096),
     # transformers Gemma3TextConfig.__init__ defaults: Gemma 3's multimodal configs save a
     # text_config with only what differs from them
-    "gemma3_text": _Family(tie_embeddings_default=True, local_layers="pattern",
-                           defaults=(("vocab_size", 262_208), ("hidden_size", 2304), ("intermediate_size", 9216),
-                                     ("num_hidden_layers", 26), ("num_attention_heads", 8),
-                                     ("num_key_value_heads", 4), ("head_dim", 256), ("sliding_window", 4096),
-                                     ("sliding_window_pattern", 6))),
+    "gemma3_text": _Family(
+        tie_embeddings_default=True,
+        local_layers="pattern",
+        defaults=(
+            ("vocab_size", 262_208),
+            ("hidden_size", 2304),
+            ("intermediate_size", 9216),
+            ("num_hidden_layers", 26),
+            ("num_attention_heads", 8),
+            ("num_key_value_heads", 4),
+            ("head_dim", 256),
+            ("sliding_window", 4096),
+            ("sliding_window_pattern", 6),
+        ),
+    ),
     # Command-R: attention and MLP both read the layer's one norm output and are added together
     "cohere": _Family(parallel_key=("", True), tie_embeddings_default=True),
     # Command R7B / Command A: Command-R's block with 4096-token windows on three layers in
     # four (Cohere2Config: sliding_window_pattern 4)
-    "cohere2": _Family(parallel_key=("", True), tie_embeddings_default=True, local_layers="pattern",
-                       sliding_window_default=4096, defaults=(("sliding_window_pattern", 4),)),
+    "cohere2": _Family(
+        parallel_key=("", True),
+        tie_embeddings_default=True,
+        local_layers="pattern",
+        sliding_window_default=4096,
+        defaults=(("sliding_window_pattern", 4),),
+    ),
     # plain (non-gated) MLPs under Llama's key names: squared ReLU, GELU
     "nemotron": _Family(gated_mlp=False),
     "starcoder2": _Family(gated_mlp=False, tie_embeddings_default=True, local_layers="all"),
@@ -104,37 +133,74 @@ _FAMILIES: dict[str, _Family] = {
     # GPT-2 and its descendants: learned positions, tied output layer, 4 h MLP unless n_inner
     "gpt2": _GPT2,
     "gpt_bigcode": _GPT2,  # StarCoder: multi_query (default on) is one KV head, read below
-    "opt": _Family(kv_heads=None, ffn=("ffn_dim",), gated_mlp=False, tie_embeddings_default=True,
-                   learned_position_embeddings=True),
-    "bloom": _Family(layers=("n_layer", "num_hidden_layers"), hidden=("hidden_size", "n_embed"),
-                     heads=("n_head", "num_attention_heads"), kv_heads=None, ffn=None, gated_mlp=False,
-                     tie_embeddings_default=True),
+    "opt": _Family(
+        kv_heads=None, ffn=("ffn_dim",), gated_mlp=False, tie_embeddings_default=True, learned_position_embeddings=True
+    ),
+    "bloom": _Family(
+        layers=("n_layer", "num_hidden_layers"),
+        hidden=("hidden_size", "n_embed"),
+        heads=("n_head", "num_attention_heads"),
+        kv_heads=None,
+        ffn=None,
+        gated_mlp=False,
+        tie_embeddings_default=True,
+    ),
     # Falcon: kv heads from new_decoder_architecture / multi_query, read below
-    "falcon": _Family(layers=("num_hidden_layers", "n_layer"), hidden=("hidden_size", "n_embed"),
-                      heads=("num_attention_heads", "n_head"),
-                      kv_heads=None, ffn=("ffn_hidden_size",), gated_mlp=False,
-                      parallel_key=("parallel_attn", True), tie_embeddings_default=True),
+    "falcon": _Family(
+        layers=("num_hidden_layers", "n_layer"),
+        hidden=("hidden_size", "n_embed"),
+        heads=("num_attention_heads", "n_head"),
+        kv_heads=None,
+        ffn=("ffn_hidden_size",),
+        gated_mlp=False,
+        parallel_key=("parallel_attn", True),
+        tie_embeddings_default=True,
+    ),
     # Mixture-of-Experts families
     # Llama 4 (Scout, Maverick): every interleave_moe_layer_step-th layer routes top-k over
     # experts of intermediate_size plus one shared expert of that width, the others are
     # dense MLPs of intermediate_size_mlp; chunked attention on the rotary layers.
     # Llama4TextConfig's defaults are Scout's shape.
-    "llama4_text": _Family(ffn=("intermediate_size_mlp",), moe="llama4", local_layers="no_rope",
-                           defaults=(("vocab_size", 202_048), ("hidden_size", 5120), ("intermediate_size", 8192),
-                                     ("intermediate_size_mlp", 16384), ("num_hidden_layers", 48),
-                                     ("num_attention_heads", 40), ("num_key_value_heads", 8), ("head_dim", 128),
-                                     ("num_experts_per_tok", 1), ("num_local_experts", 16),
-                                     ("interleave_moe_layer_step", 1), ("attention_chunk_size", 8192),
-                                     ("no_rope_layer_interval", 4))),
+    "llama4_text": _Family(
+        ffn=("intermediate_size_mlp",),
+        moe="llama4",
+        local_layers="no_rope",
+        defaults=(
+            ("vocab_size", 202_048),
+            ("hidden_size", 5120),
+            ("intermediate_size", 8192),
+            ("intermediate_size_mlp", 16384),
+            ("num_hidden_layers", 48),
+            ("num_attention_heads", 40),
+            ("num_key_value_heads", 8),
+            ("head_dim", 128),
+            ("num_experts_per_tok", 1),
+            ("num_local_experts", 16),
+            ("interleave_moe_layer_step", 1),
+            ("attention_chunk_size", 8192),
+            ("no_rope_layer_interval", 4),
+        ),
+    ),
     "mixtral": _Family(moe="mixtral", local_layers="all"),
     # gpt-oss: Mixtral's expert keys (num_experts an alias), a SwiGLU expert as wide as
     # the hidden size, 128-token windows on every other layer; GptOssConfig's defaults
     # are gpt-oss-120b's shape
-    "gpt_oss": _Family(moe="mixtral", local_layers="alternate", sliding_window_default=128,
-                       defaults=(("num_hidden_layers", 36), ("num_local_experts", 128), ("vocab_size", 201_088),
-                                 ("hidden_size", 2880), ("intermediate_size", 2880), ("head_dim", 64),
-                                 ("num_attention_heads", 64), ("num_key_value_heads", 8),
-                                 ("num_experts_per_tok", 4))),
+    "gpt_oss": _Family(
+        moe="mixtral",
+        local_layers="alternate",
+        sliding_window_default=128,
+        defaults=(
+            ("num_hidden_layers", 36),
+            ("num_local_experts", 128),
+            ("vocab_size", 201_088),
+            ("hidden_size", 2880),
+            ("intermediate_size", 2880),
+            ("head_dim", 64),
+            ("num_attention_heads", 64),
+            ("num_key_value_heads", 8),
+            ("num_experts_per_tok", 4),
+        ),
+    ),
     "qwen2_moe": _Family(moe="qwen_moe", local_layers="qwen"),
     "qwen3_moe": _Family(moe="qwen_moe", local_layers="qwen"),
     # GLM-4.5/4.6: DeepSeek-V3's expert keys and multi-token prediction with GQA attention
@@ -171,17 +237,22 @@ class _Config:
         if key is None and keys[0] in self.defaults:
             return self.defaults[keys[0]]
         if key is None:
-            raise InvalidInput(f"{self.where}.{keys[0]} is required for model_type {self.data.get('model_type')!r}",
-                               field=f"{self.where}.{keys[0]}", code="missing-field")
+            raise InvalidInput(
+                f"{self.where}.{keys[0]} is required for model_type {self.data.get('model_type')!r}",
+                field=f"{self.where}.{keys[0]}",
+                code="missing-field",
+            )
         return positive_int(self.data[key], f"{self.where}.{key}", allow_zero=allow_zero)
 
     @overload
     def optional_int(self, keys: tuple[str, ...] | str, default: int, *, allow_zero: bool = False) -> int: ...
     @overload
-    def optional_int(self, keys: tuple[str, ...] | str, default: None = None, *,
-                     allow_zero: bool = False) -> int | None: ...
-    def optional_int(self, keys: tuple[str, ...] | str, default: int | None = None, *,
-                     allow_zero: bool = False) -> int | None:
+    def optional_int(
+        self, keys: tuple[str, ...] | str, default: None = None, *, allow_zero: bool = False
+    ) -> int | None: ...
+    def optional_int(
+        self, keys: tuple[str, ...] | str, default: int | None = None, *, allow_zero: bool = False
+    ) -> int | None:
         keys = (keys,) if isinstance(keys, str) else keys
         return self.required_int(keys, allow_zero=allow_zero) if self.gives(keys) else default
 
@@ -192,25 +263,31 @@ class _Config:
     def int_list(self, key: str) -> list[int]:
         if not self.has(key):
             return []
-        return [positive_int(x, f"{self.where}.{key}[]", allow_zero=True)
-                for x in as_list(self.data[key], f"{self.where}.{key}", "a list of layer indices")]
+        return [
+            positive_int(x, f"{self.where}.{key}[]", allow_zero=True)
+            for x in as_list(self.data[key], f"{self.where}.{key}", "a list of layer indices")
+        ]
 
 
 def _text_config(data: Any, where: str) -> _Config:
     """The language model's config: the document itself, or its ``text_config`` (LLaVA, Gemma 3, ...)."""
     for _ in range(4):  # a wrapper of a wrapper at most
         if not isinstance(data, Mapping):
-            raise InvalidInput(f"{where} must be an object (the model's config.json)", field=where,
-                               code="not-an-object")
+            raise InvalidInput(
+                f"{where} must be an object (the model's config.json)", field=where, code="not-an-object"
+            )
         model_type = data.get("model_type")
         if isinstance(model_type, str) and model_type in _FAMILIES:
             return _Config(data, where, dict(_FAMILIES[model_type].defaults))
         if not isinstance(data.get("text_config"), Mapping):
             break
         data, where = data["text_config"], f"{where}.text_config"
-    raise InvalidInput(f"{where}.model_type {data.get('model_type')!r} is not one hyperplace reads "
-                       f"({', '.join(HUGGINGFACE_MODEL_TYPES)}); describe the model by its shape fields instead",
-                       field=f"{where}.model_type", code="unknown-model-type")
+    raise InvalidInput(
+        f"{where}.model_type {data.get('model_type')!r} is not one hyperplace reads "
+        f"({', '.join(HUGGINGFACE_MODEL_TYPES)}); describe the model by its shape fields instead",
+        field=f"{where}.model_type",
+        code="unknown-model-type",
+    )
 
 
 def _kv_heads(config: _Config, family: _Family, model_type: str, heads: int) -> int | None:
@@ -231,19 +308,22 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
     """The ``model.moe`` block, with the MoE layers each family's modelling code builds."""
     if family.moe == "mixtral":
         # every layer routes over num_local_experts experts of intermediate_size
-        return {"num_experts": config.required_int(("num_local_experts", "num_experts")),
-                "experts_per_token": config.required_int("num_experts_per_tok"),
-                "expert_ffn_hidden_size": config.required_int("intermediate_size")}
+        return {
+            "num_experts": config.required_int(("num_local_experts", "num_experts")),
+            "experts_per_token": config.required_int("num_experts_per_tok"),
+            "expert_ffn_hidden_size": config.required_int("intermediate_size"),
+        }
     if family.moe == "llama4":
         # Llama4TextMoe: the routed experts and a shared_expert MLP of intermediate_size;
         # moe_layers, or every interleave_moe_layer_step-th layer counting from the step's last
         step = config.optional_int("interleave_moe_layer_step", 1)
-        layers = config.int_list("moe_layers") if config.has("moe_layers") else \
-            list(range(step - 1, num_layers, step))
-        block: dict[str, Any] = {"num_experts": config.required_int("num_local_experts"),
-                                 "experts_per_token": config.required_int("num_experts_per_tok"),
-                                 "expert_ffn_hidden_size": config.required_int("intermediate_size"),
-                                 "shared_experts": 1}
+        layers = config.int_list("moe_layers") if config.has("moe_layers") else list(range(step - 1, num_layers, step))
+        block: dict[str, Any] = {
+            "num_experts": config.required_int("num_local_experts"),
+            "experts_per_token": config.required_int("num_experts_per_tok"),
+            "expert_ffn_hidden_size": config.required_int("intermediate_size"),
+            "shared_experts": 1,
+        }
         if len(set(layers)) < num_layers:
             block["moe_layers"] = layers
         return block
@@ -255,19 +335,26 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
         step = config.optional_int("decoder_sparse_step", 1)
         dense_only = set(config.int_list("mlp_only_layers"))
         if any(index >= num_layers for index in dense_only):
-            raise InvalidInput(f"{config.where}.mlp_only_layers names layer {max(dense_only)} of a "
-                               f"{num_layers}-layer model", field=f"{config.where}.mlp_only_layers",
-                               code="layer-out-of-range")
-        block = {"num_experts": config.required_int("num_experts"),
-                 "experts_per_token": config.required_int("num_experts_per_tok"),
-                 "expert_ffn_hidden_size": expert_width}
+            raise InvalidInput(
+                f"{config.where}.mlp_only_layers names layer {max(dense_only)} of a {num_layers}-layer model",
+                field=f"{config.where}.mlp_only_layers",
+                code="layer-out-of-range",
+            )
+        block = {
+            "num_experts": config.required_int("num_experts"),
+            "experts_per_token": config.required_int("num_experts_per_tok"),
+            "expert_ffn_hidden_size": expert_width,
+        }
         shared_width = config.optional_int("shared_expert_intermediate_size", 0, allow_zero=True)
         if shared_width:
             if shared_width % expert_width:
-                raise InvalidInput(f"{config.where}.shared_expert_intermediate_size {shared_width} is not a multiple "
-                                   f"of moe_intermediate_size {expert_width}: hyperplace counts shared experts in "
-                                   "routed-expert widths", field=f"{config.where}.shared_expert_intermediate_size",
-                                   code="shared-expert-width")
+                raise InvalidInput(
+                    f"{config.where}.shared_expert_intermediate_size {shared_width} is not a multiple "
+                    f"of moe_intermediate_size {expert_width}: hyperplace counts shared experts in "
+                    "routed-expert widths",
+                    field=f"{config.where}.shared_expert_intermediate_size",
+                    code="shared-expert-width",
+                )
             block["shared_experts"] = shared_width // expert_width
         layers = [i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0]
         if len(layers) < num_layers:
@@ -277,10 +364,12 @@ def _moe_block(config: _Config, family: _Family, num_layers: int) -> dict[str, A
     # moe_layer_freq-th; n_group / topk_group limit a token's experts to its best groups
     first_dense = config.optional_int("first_k_dense_replace", 0, allow_zero=True)
     freq = config.optional_int("moe_layer_freq", 1)
-    block = {"num_experts": config.required_int("n_routed_experts"),
-             "experts_per_token": config.required_int("num_experts_per_tok"),
-             "expert_ffn_hidden_size": config.required_int("moe_intermediate_size"),
-             "shared_experts": config.optional_int("n_shared_experts", 0, allow_zero=True)}
+    block = {
+        "num_experts": config.required_int("n_routed_experts"),
+        "experts_per_token": config.required_int("num_experts_per_tok"),
+        "expert_ffn_hidden_size": config.required_int("moe_intermediate_size"),
+        "shared_experts": config.optional_int("n_shared_experts", 0, allow_zero=True),
+    }
     layers = [i for i in range(num_layers) if i >= first_dense and i % freq == 0]
     if len(layers) < num_layers:
         block["moe_layers"] = layers
@@ -296,8 +385,11 @@ _LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 def _check_one_per_layer(config: _Config, key: str, values: Sequence[Any], num_layers: int) -> None:
     if len(values) != num_layers:
-        raise InvalidInput(f"{config.where}.{key} names {len(values)} layers, num_hidden_layers is {num_layers}",
-                           field=f"{config.where}.{key}", code="layer-count-mismatch")
+        raise InvalidInput(
+            f"{config.where}.{key} names {len(values)} layers, num_hidden_layers is {num_layers}",
+            field=f"{config.where}.{key}",
+            code="layer-count-mismatch",
+        )
 
 
 def _layer_kinds(config: _Config, family: _Family, num_layers: int) -> list[str]:
@@ -317,9 +409,12 @@ def _layer_kinds(config: _Config, family: _Family, num_layers: int) -> list[str]
         _check_one_per_layer(config, "layer_types", kinds, num_layers)
         for index, kind in enumerate(kinds):
             if kind not in _LAYER_TYPES:
-                raise InvalidInput(f"{config.where}.layer_types[{index}] {kind!r} is not an attention hyperplace "
-                                   f"models ({', '.join(_LAYER_TYPES)})", field=f"{config.where}.layer_types",
-                                   code="unknown-attention-kind")
+                raise InvalidInput(
+                    f"{config.where}.layer_types[{index}] {kind!r} is not an attention hyperplace "
+                    f"models ({', '.join(_LAYER_TYPES)})",
+                    field=f"{config.where}.layer_types",
+                    code="unknown-attention-kind",
+                )
         return list(kinds)
     rule, local = family.local_layers, "sliding_attention"
     chosen: Sequence[int]
@@ -355,9 +450,12 @@ def _local_attention(config: _Config, family: _Family, num_layers: int) -> dict[
         if config.has("layer_types"):
             for index, kind in enumerate(_layer_kinds(config, family, num_layers)):
                 if kind != "full_attention":
-                    raise InvalidInput(f"{config.where}.layer_types[{index}] is {kind!r}, but "
-                                       f"{config.data['model_type']} layers all attend fully",
-                                       field=f"{config.where}.layer_types", code="unknown-attention-kind")
+                    raise InvalidInput(
+                        f"{config.where}.layer_types[{index}] is {kind!r}, but "
+                        f"{config.data['model_type']} layers all attend fully",
+                        field=f"{config.where}.layer_types",
+                        code="unknown-attention-kind",
+                    )
         return {}
     sizes: dict[str, int | None] = {}
     for key, default in (("sliding_window", family.sliding_window_default), ("attention_chunk_size", None)):
@@ -367,12 +465,17 @@ def _local_attention(config: _Config, family: _Family, num_layers: int) -> dict[
             sizes[key] = config.defaults.get(key, default)
     kinds = _layer_kinds(config, family, num_layers)
     fields: dict[str, Any] = {}
-    for kind, size_key, layers_key in (("sliding_attention", "sliding_window", "sliding_window_layers"),
-                                       ("chunked_attention", "attention_chunk_size", "chunked_attention_layers")):
+    for kind, size_key, layers_key in (
+        ("sliding_attention", "sliding_window", "sliding_window_layers"),
+        ("chunked_attention", "attention_chunk_size", "chunked_attention_layers"),
+    ):
         layers = [i for i, layer_kind in enumerate(kinds) if layer_kind == kind]
         if layers and sizes[size_key] is None and kind == "chunked_attention":
-            raise InvalidInput(f"{config.where}.attention_chunk_size is required for the chunked_attention layers",
-                               field=f"{config.where}.attention_chunk_size", code="missing-field")
+            raise InvalidInput(
+                f"{config.where}.attention_chunk_size is required for the chunked_attention layers",
+                field=f"{config.where}.attention_chunk_size",
+                code="missing-field",
+            )
         if not layers or sizes[size_key] is None:  # a null sliding_window attends to everything
             continue
         fields[size_key] = sizes[size_key]
@@ -418,11 +521,13 @@ def model_fields_from_huggingface(config: Any, where: str = "model.huggingface_c
         key, default = family.parallel_key
         fields["parallel_attention_mlp"] = cfg.flag(key, default) if key else default
     if family.mla:
-        fields["mla"] = {"q_lora_rank": cfg.optional_int("q_lora_rank"),
-                         "kv_lora_rank": cfg.required_int("kv_lora_rank"),
-                         "qk_nope_head_dim": cfg.required_int("qk_nope_head_dim"),
-                         "qk_rope_head_dim": cfg.required_int("qk_rope_head_dim", allow_zero=True),
-                         "v_head_dim": cfg.required_int("v_head_dim")}
+        fields["mla"] = {
+            "q_lora_rank": cfg.optional_int("q_lora_rank"),
+            "kv_lora_rank": cfg.required_int("kv_lora_rank"),
+            "qk_nope_head_dim": cfg.required_int("qk_nope_head_dim"),
+            "qk_rope_head_dim": cfg.required_int("qk_rope_head_dim", allow_zero=True),
+            "v_head_dim": cfg.required_int("v_head_dim"),
+        }
     else:
         kv_heads = _kv_heads(cfg, family, model_type, heads)
         if kv_heads is not None:

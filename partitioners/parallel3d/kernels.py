@@ -55,8 +55,17 @@ _FLASH_REFERENCE_KEYS = 16384.0
 _FLASH_BLOCK_ROWS = 128.0
 
 
-def gemm_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, peak: float, eff: float,
-                hbm: float, sms: int, bytes_per_element: float = 2.0, batch: FloatArray | float = 1.0) -> FloatArray:
+def gemm_time_s(
+    m: FloatArray | float,
+    n: FloatArray | float,
+    k: FloatArray | float,
+    peak: float,
+    eff: float,
+    hbm: float,
+    sms: int,
+    bytes_per_element: float = 2.0,
+    batch: FloatArray | float = 1.0,
+) -> FloatArray:
     """Time of ``batch`` independent ``(m x k) @ (k x n)`` products in one kernel on one GPU.
 
     Roofline of compute at ``eff * peak`` (the asymptotic cuBLAS ceiling, reduced for
@@ -83,16 +92,18 @@ def gemm_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | fl
     # 1-wide product cost milliseconds).
     m_padded = m_tiles * _TILE
     n_padded = n_tiles * _TILE
-    saturation = (m_padded / (m_padded + _GEMM_HALF_DIM)) * (n_padded / (n_padded + _GEMM_HALF_DIM)) \
-        * (k / (k + _GEMM_HALF_DIM))
+    saturation = (
+        (m_padded / (m_padded + _GEMM_HALF_DIM)) * (n_padded / (n_padded + _GEMM_HALF_DIM)) * (k / (k + _GEMM_HALF_DIM))
+    )
     compute = 2.0 * m * n * k * batch / (peak * eff * saturation * np.minimum(quantisation, 1.0))
     memory = bytes_per_element * (m * k + k * n + m * n) * batch / hbm
     time_s: FloatArray = np.maximum(compute, memory)
     return time_s
 
 
-def embedding_time_s(tokens: FloatArray | float, hidden_size: int, vocab_size: int, tp: FloatArray | float,
-                     hbm_bytes_per_s: float) -> FloatArray:
+def embedding_time_s(
+    tokens: FloatArray | float, hidden_size: int, vocab_size: int, tp: FloatArray | float, hbm_bytes_per_s: float
+) -> FloatArray:
     """Memory-bound time of the input embedding, forward and backward, for one micro-batch.
 
     Megatron puts the word embedding on the first pipeline stage (Narayanan et al.,
@@ -123,12 +134,14 @@ def embedding_time_s(tokens: FloatArray | float, hidden_size: int, vocab_size: i
     """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
-    return (tokens * hidden_size * 4.0 + _EMBEDDING_GRAD_BYTES_PER_ELEMENT * vocab_size * hidden_size / tp) \
-        / hbm_bytes_per_s
+    return (
+        tokens * hidden_size * 4.0 + _EMBEDDING_GRAD_BYTES_PER_ELEMENT * vocab_size * hidden_size / tp
+    ) / hbm_bytes_per_s
 
 
-def gradient_accumulation_time_s(params_per_gpu: FloatArray | float, grad_bytes_per_param: float,
-                                 hbm_bytes_per_s: float) -> FloatArray:
+def gradient_accumulation_time_s(
+    params_per_gpu: FloatArray | float, grad_bytes_per_param: float, hbm_bytes_per_s: float
+) -> FloatArray:
     """Memory-bound time of adding one micro-batch's weight gradients into the accumulator.
 
     Without gradient-accumulation fusion each micro-batch's backward writes a fresh
@@ -154,9 +167,17 @@ def gradient_accumulation_time_s(params_per_gpu: FloatArray | float, grad_bytes_
     return np.asarray(params_per_gpu, dtype=float) * (2.0 + 2.0 * grad_bytes_per_param) / hbm_bytes_per_s
 
 
-def gemm_backward_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatArray | float, peak: float,
-                         eff: float, hbm: float, sms: int, bytes_per_element: float = 2.0,
-                         batch: FloatArray | float = 1.0) -> FloatArray:
+def gemm_backward_time_s(
+    m: FloatArray | float,
+    n: FloatArray | float,
+    k: FloatArray | float,
+    peak: float,
+    eff: float,
+    hbm: float,
+    sms: int,
+    bytes_per_element: float = 2.0,
+    batch: FloatArray | float = 1.0,
+) -> FloatArray:
     """Backward of ``Y (m x n) = X (m x k) W (k x n)``: the two GEMMs at their own shapes.
 
     ``dX = dY W^T`` is an ``(m x n)(n x k)`` product and ``dW = X^T dY`` a
@@ -165,12 +186,14 @@ def gemm_backward_time_s(m: FloatArray | float, n: FloatArray | float, k: FloatA
     the tokens, so its tiles, waves and saturation differ from the forward's (a skinny
     tensor-parallel shard with few tokens fills the SMs better backward than forward).
     """
-    return gemm_time_s(m, k, n, peak, eff, hbm, sms, bytes_per_element, batch) \
-        + gemm_time_s(k, n, m, peak, eff, hbm, sms, bytes_per_element, batch)
+    return gemm_time_s(m, k, n, peak, eff, hbm, sms, bytes_per_element, batch) + gemm_time_s(
+        k, n, m, peak, eff, hbm, sms, bytes_per_element, batch
+    )
 
 
-def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: FloatArray, tp: FloatArray,
-                        hbm_bytes_per_s: float, fp8: bool) -> tuple[dict[bool, FloatArray], dict[bool, FloatArray]]:
+def fp8_quantize_time_s(
+    model: ModelSpec, training: TrainingSpec, tokens: FloatArray, tp: FloatArray, hbm_bytes_per_s: float, fp8: bool
+) -> tuple[dict[bool, FloatArray], dict[bool, FloatArray]]:
     """Forward and backward time one layer spends quantizing GEMM operands to FP8, per micro-batch.
 
     An FP8 GEMM needs FP8 operands: Transformer Engine casts every linear's input in
@@ -200,11 +223,13 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: FloatA
     # attention linears: inputs other than the LayerNorm output (MLA's latents, the heads'
     # output entering the row-parallel projection) and every output gradient
     attn_inputs = sum(p.in_per_rank(tp) for p in model.attention_projections if p.reads != "norm")
-    attn_output_grads = sum(h / rep_div if p.split == "row" else p.out_per_rank(tp)
-                            for p in model.attention_projections)
+    attn_output_grads = sum(
+        h / rep_div if p.split == "row" else p.out_per_rank(tp) for p in model.attention_projections
+    )
 
-    def per_token(mlp_fwd: FloatArray | float, mlp_bwd: FloatArray | float) -> tuple[FloatArray | float,
-                                                                                     FloatArray | float]:
+    def per_token(
+        mlp_fwd: FloatArray | float, mlp_bwd: FloatArray | float
+    ) -> tuple[FloatArray | float, FloatArray | float]:
         # forward: QKV input, projection input (the local heads' output), MLP inputs;
         # backward: the output gradients of QKV, projection and the MLP's two linears
         fwd = ln_fed + attn_inputs + mlp_fwd
@@ -216,8 +241,10 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: FloatA
         moe = model.moe
         k, fe, shared = moe.experts_per_token, moe.expert_ffn_hidden_size, moe.shared_experts
         # each routed copy of a token enters its expert whole (h) and leaves it whole
-        moe_fwd, moe_bwd = per_token(k * h + (k + shared) * fe / tp + (ln_fed if shared else 0.0),
-                                     (k + shared) * up * fe / tp + k * h + (h / rep_div if shared else 0.0))
+        moe_fwd, moe_bwd = per_token(
+            k * h + (k + shared) * fe / tp + (ln_fed if shared else 0.0),
+            (k + shared) * up * fe / tp + k * h + (h / rep_div if shared else 0.0),
+        )
     else:
         moe_fwd, moe_bwd = dense_fwd, dense_bwd
     scale = tokens / hbm_bytes_per_s
@@ -226,8 +253,9 @@ def fp8_quantize_time_s(model: ModelSpec, training: TrainingSpec, tokens: FloatA
 
 def _flash_rate(keys: FloatArray) -> FloatArray:
     """FlashAttention's rate over ``keys`` keys per call, relative to the reference length."""
-    return (keys / (keys + _FLASH_HALF_RATE_KEYS)) \
-        / (_FLASH_REFERENCE_KEYS / (_FLASH_REFERENCE_KEYS + _FLASH_HALF_RATE_KEYS))
+    return (keys / (keys + _FLASH_HALF_RATE_KEYS)) / (
+        _FLASH_REFERENCE_KEYS / (_FLASH_REFERENCE_KEYS + _FLASH_HALF_RATE_KEYS)
+    )
 
 
 def flash_attention_slowdown(seq_length: int, cp: FloatArray | float) -> FloatArray:

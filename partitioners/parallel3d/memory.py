@@ -65,8 +65,9 @@ RESERVED_BYTES = 3.0 * 1024**3
 ACTIVATION_FRAGMENTATION_HIGH = 0.30
 
 
-def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capacity_bytes: float,
-                             counted: float) -> float:
+def fragmentation_that_fills(
+    total_bytes: float, activations_bytes: float, capacity_bytes: float, counted: float
+) -> float:
     """Allocator fragmentation of activations at which a predicted footprint reaches capacity.
 
     ``total_bytes`` and ``activations_bytes`` are predictions made with ``counted``
@@ -81,12 +82,14 @@ def fragmentation_that_fills(total_bytes: float, activations_bytes: float, capac
 
 
 @overload
-def bytes_at_high_fragmentation(total_bytes: FloatArray, activations_bytes: FloatArray | float,
-                                counted: float) -> FloatArray: ...
+def bytes_at_high_fragmentation(
+    total_bytes: FloatArray, activations_bytes: FloatArray | float, counted: float
+) -> FloatArray: ...
 @overload
 def bytes_at_high_fragmentation(total_bytes: float, activations_bytes: float, counted: float) -> float: ...
-def bytes_at_high_fragmentation(total_bytes: FloatArray | float, activations_bytes: FloatArray | float,
-                                counted: float) -> FloatArray | float:
+def bytes_at_high_fragmentation(
+    total_bytes: FloatArray | float, activations_bytes: FloatArray | float, counted: float
+) -> FloatArray | float:
     """A footprint predicted with ``counted`` fragmentation, recounted at ``ACTIVATION_FRAGMENTATION_HIGH``.
 
     A layout whose recount exceeds capacity fits only if the allocator wastes little
@@ -96,9 +99,15 @@ def bytes_at_high_fragmentation(total_bytes: FloatArray | float, activations_byt
     return total_bytes + activations_bytes * (ACTIVATION_FRAGMENTATION_HIGH - counted) / (1.0 + counted)
 
 
-def activation_bytes_per_layer(model: ModelSpec, training: TrainingSpec, tokens: FloatArray, tp: FloatArray,
-                               recompute: IntArray, moe_layer: bool = False,
-                               fp8_gemm_inputs: bool = False) -> FloatArray:
+def activation_bytes_per_layer(
+    model: ModelSpec,
+    training: TrainingSpec,
+    tokens: FloatArray,
+    tp: FloatArray,
+    recompute: IntArray,
+    moe_layer: bool = False,
+    fp8_gemm_inputs: bool = False,
+) -> FloatArray:
     """Activation bytes one layer keeps for backward, per GPU, for ``tokens`` local tokens.
 
     Korthikanti et al. (2022) Table 2, term by term (per token, bytes):
@@ -210,10 +219,16 @@ def zero_stage_held(zero: FloatArray | IntArray | int, pp: FloatArray | int) -> 
     return np.where((zero >= 2) & (pp > 1), np.minimum(zero, 1), zero)
 
 
-def model_state_bytes(dense_params: FloatArray, expert_params: FloatArray, zero: FloatArray,
-                      shard_dense: FloatArray, shard_expert: FloatArray, training: TrainingSpec,
-                      fp8_linears: bool, unquantized_params: FloatArray | float = 0.0
-                      ) -> tuple[FloatArray, FloatArray, FloatArray]:
+def model_state_bytes(
+    dense_params: FloatArray,
+    expert_params: FloatArray,
+    zero: FloatArray,
+    shard_dense: FloatArray,
+    shard_expert: FloatArray,
+    training: TrainingSpec,
+    fp8_linears: bool,
+    unquantized_params: FloatArray | float = 0.0,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Bytes of weights, gradients and optimizer state one GPU keeps for the parameters it holds.
 
     Mixed-precision Adam keeps 16-bit weights, ``training.grad_bytes_per_param`` of
@@ -231,8 +246,11 @@ def model_state_bytes(dense_params: FloatArray, expert_params: FloatArray, zero:
     linear_bytes = (2.0 if training.fp8_params else 4.0) if fp8_linears else 2.0
     whole = dense_params + expert_params
     sharded = dense_params / shard_dense + expert_params / shard_expert
-    weights = np.where(zero >= 3, linear_bytes * sharded + (2.0 - linear_bytes) * unquantized_params / shard_dense,
-                       linear_bytes * whole + (2.0 - linear_bytes) * unquantized_params)
+    weights = np.where(
+        zero >= 3,
+        linear_bytes * sharded + (2.0 - linear_bytes) * unquantized_params / shard_dense,
+        linear_bytes * whole + (2.0 - linear_bytes) * unquantized_params,
+    )
     grads = np.where(zero >= 2, grad_bytes * sharded, grad_bytes * whole)
     if training.ddp_bucket_copy:
         grads = grads + grad_bytes * whole
@@ -256,12 +274,24 @@ class StageActivations:
     middle_rank: FloatArray
 
 
-def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: FloatArray, tp: FloatArray,
-                           recompute: IntArray, full_fraction: FloatArray, layers_per_stage: FloatArray,
-                           moe_layers: FloatArray, first_layers: FloatArray,
-                           last_layers: FloatArray, pp: FloatArray, v: FloatArray, m: FloatArray,
-                           fp8_gemm_inputs: bool = False, first_moe_layers: FloatArray | None = None,
-                           last_moe_layers: FloatArray | None = None) -> StageActivations:
+def stage_activation_bytes(
+    model: ModelSpec,
+    training: TrainingSpec,
+    tokens: FloatArray,
+    tp: FloatArray,
+    recompute: IntArray,
+    full_fraction: FloatArray,
+    layers_per_stage: FloatArray,
+    moe_layers: FloatArray,
+    first_layers: FloatArray,
+    last_layers: FloatArray,
+    pp: FloatArray,
+    v: FloatArray,
+    m: FloatArray,
+    fp8_gemm_inputs: bool = False,
+    first_moe_layers: FloatArray | None = None,
+    last_moe_layers: FloatArray | None = None,
+) -> StageActivations:
     """Peak activation bytes on the first, the last and the fullest middle pipeline stage.
 
     Stage ``r`` holds min(m, p - r) micro-batches in flight under 1F1B and
@@ -290,16 +320,28 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: Flo
     has_moe = model.num_moe_layers > 0
     single = pp == 1
     q, q_moe = layers_per_stage, moe_layers
-    dense_act = activation_bytes_per_layer(model, training, tokens, tp, recompute, moe_layer=False,
-                                           fp8_gemm_inputs=fp8_gemm_inputs)
-    moe_act = activation_bytes_per_layer(model, training, tokens, tp, recompute, moe_layer=True,
-                                         fp8_gemm_inputs=fp8_gemm_inputs) if has_moe else 0.0
+    dense_act = activation_bytes_per_layer(
+        model, training, tokens, tp, recompute, moe_layer=False, fp8_gemm_inputs=fp8_gemm_inputs
+    )
+    moe_act = (
+        activation_bytes_per_layer(
+            model, training, tokens, tp, recompute, moe_layer=True, fp8_gemm_inputs=fp8_gemm_inputs
+        )
+        if has_moe
+        else 0.0
+    )
     # layers left out of a partial full recomputation keep everything
     no_recompute = np.zeros_like(recompute)
-    kept_dense = activation_bytes_per_layer(model, training, tokens, tp, no_recompute, moe_layer=False,
-                                            fp8_gemm_inputs=fp8_gemm_inputs)
-    kept_moe = activation_bytes_per_layer(model, training, tokens, tp, no_recompute, moe_layer=True,
-                                          fp8_gemm_inputs=fp8_gemm_inputs) if has_moe else 0.0
+    kept_dense = activation_bytes_per_layer(
+        model, training, tokens, tp, no_recompute, moe_layer=False, fp8_gemm_inputs=fp8_gemm_inputs
+    )
+    kept_moe = (
+        activation_bytes_per_layer(
+            model, training, tokens, tp, no_recompute, moe_layer=True, fp8_gemm_inputs=fp8_gemm_inputs
+        )
+        if has_moe
+        else 0.0
+    )
 
     def per_layer(moe_share: FloatArray) -> FloatArray:
         """Average bytes of a layer on a stage whose layers are ``moe_share`` MoE."""
@@ -312,13 +354,21 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: Flo
     last_act_avg = layer_act_avg if last_moe_layers is None else per_layer(last_moe_layers / last_layers)
 
     # micro-batches per group of the interleaved schedule (pp, or more when m is not a multiple)
-    group = np.where(v > 1, np.maximum(
-        microbatch_group_size(np.asarray(m, dtype=np.int64), np.asarray(pp, dtype=np.int64),
-                              training.flexible_microbatch_groups), pp), pp)
+    group = np.where(
+        v > 1,
+        np.maximum(
+            microbatch_group_size(
+                np.asarray(m, dtype=np.int64), np.asarray(pp, dtype=np.int64), training.flexible_microbatch_groups
+            ),
+            pp,
+        ),
+        pp,
+    )
 
     def chunks_in_flight(rank: FloatArray | float) -> FloatArray:
-        return np.where(v == 1, np.minimum(m, pp - rank),
-                        np.minimum(m * v, 2.0 * (pp - rank - 1.0) + (v - 1.0) * group + 1.0))
+        return np.where(
+            v == 1, np.minimum(m, pp - rank), np.minimum(m * v, 2.0 * (pp - rank - 1.0) + (v - 1.0) * group + 1.0)
+        )
 
     chunks_first = chunks_in_flight(0.0)
     chunks_last = np.where(v == 1, 1.0, np.minimum(m * v, (v - 1.0) * group + 1.0))
@@ -347,11 +397,18 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: Flo
             return rebuilt_dense
         if moe_count is None:  # an end stage left to the middle stage's mix
             moe_count, layer_count = q_moe, q
-        return np.where(moe_count >= layer_count, rebuilt_moe,
-                        np.where(moe_count <= 0, rebuilt_dense, np.maximum(rebuilt_dense, rebuilt_moe)))
+        return np.where(
+            moe_count >= layer_count,
+            rebuilt_moe,
+            np.where(moe_count <= 0, rebuilt_dense, np.maximum(rebuilt_dense, rebuilt_moe)),
+        )
+
     # the embedding output's dropout mask
-    embed_act = chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0) \
-        if training.dropout else np.zeros_like(tokens)
+    embed_act = (
+        chunks_first * tokens * h / np.where(training.sequence_parallel, tp, 1.0)
+        if training.dropout
+        else np.zeros_like(tokens)
+    )
     act_first = layers_first * first_act_avg + rebuilt(first_moe_layers, first_layers) + embed_act
     act_mid = np.where(pp >= 3, layers_mid * layer_act_avg + rebuilt(q_moe, q), 0.0)
     if training.stage_outputs_kept:
@@ -362,10 +419,18 @@ def stage_activation_bytes(model: ModelSpec, training: TrainingSpec, tokens: Flo
     logits_act = 4.0 * tokens * vocab / tp
     # multi-token prediction: per module its layer, its normed 2h input and another set
     # of logits, for the one micro-batch the last stage holds in its last model chunk
-    mtp_act = model.mtp_layers * ((moe_act if model.mtp_layer_is_moe else dense_act) + logits_act
-                                  + 2.0 * 2.0 * h * tokens / np.where(training.sequence_parallel, tp, 1.0))
+    mtp_act = model.mtp_layers * (
+        (moe_act if model.mtp_layer_is_moe else dense_act)
+        + logits_act
+        + 2.0 * 2.0 * h * tokens / np.where(training.sequence_parallel, tp, 1.0)
+    )
     act_last = layers_last * last_act_avg + rebuilt(last_moe_layers, last_layers) + logits_act + mtp_act
     act_first = np.where(single, act_first + logits_act + mtp_act, act_first)
     fragmented = 1.0 + training.activation_fragmentation
-    return StageActivations(act_first * fragmented, act_last * fragmented, act_mid * fragmented, mid_layers,
-                            np.where(pp >= 3, mid_rank, 0.0))
+    return StageActivations(
+        act_first * fragmented,
+        act_last * fragmented,
+        act_mid * fragmented,
+        mid_layers,
+        np.where(pp >= 3, mid_rank, 0.0),
+    )

@@ -139,13 +139,16 @@ class MemoryBreakdown:
         """
         if self.activations_bytes <= 0.0:
             return None
-        return fragmentation_that_fills(self.total_bytes, self.activations_bytes, self.capacity_bytes,
-                                        self.activation_fragmentation)
+        return fragmentation_that_fills(
+            self.total_bytes, self.activations_bytes, self.capacity_bytes, self.activation_fragmentation
+        )
 
     def to_dict(self) -> dict[str, float | int | None]:
-        return {**{k: float(getattr(self, k)) for k in self.__dataclass_fields__ if k != "fullest_stage"},
-                "fullest_stage": self.fullest_stage,
-                "fragmentation_that_fills": self.fragmentation_that_fills}
+        return {
+            **{k: float(getattr(self, k)) for k in self.__dataclass_fields__ if k != "fullest_stage"},
+            "fullest_stage": self.fullest_stage,
+            "fragmentation_that_fills": self.fragmentation_that_fills,
+        }
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,12 @@ class LayoutPrediction:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "etp": self.etp,
+            "dp": self.dp,
+            "tp": self.tp,
+            "pp": self.pp,
+            "cp": self.cp,
+            "ep": self.ep,
+            "etp": self.etp,
             "virtual_stages": self.virtual_stages,
             "micro_batch_size": self.micro_batch_size,
             "num_micro_batches": self.num_micro_batches,
@@ -212,8 +220,8 @@ class LayoutPrediction:
             "mfu": self.mfu,
             "mfu_causal": self.mfu_causal,
             "mfu_note": "model FLOPs only (Narayanan et al. SC21 count, no recomputation) / bf16 dense peak; "
-                        "mfu_causal counts attention over the causal half only (Megatron-Bridge's Model TFLOP/s); "
-                        "sliding-window and chunked layers count only the scores inside their window or chunk",
+            "mfu_causal counts attention over the causal half only (Megatron-Bridge's Model TFLOP/s); "
+            "sliding-window and chunked layers count only the scores inside their window or chunk",
             "hfu": self.hfu,
             "bubble_fraction": self.bubble_fraction,
             "time_breakdown_s": dict(self.time_breakdown_s),
@@ -259,8 +267,11 @@ class RankMap:
     mesh_dim_names: tuple[str, ...]
     order: str = "tp-cp-ep-pp-dp"
 
-    def ranks(self, start: int = 0, stop: int | None = None,
-              ) -> tuple[npt.NDArray[np.int32], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    def ranks(
+        self,
+        start: int = 0,
+        stop: int | None = None,
+    ) -> tuple[npt.NDArray[np.int32], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
         """``(coords, device, node, local_gpu)`` of ranks ``start`` to ``stop`` (exclusive)."""
         stop = self.num_ranks if stop is None else min(stop, self.num_ranks)
         r = np.arange(max(start, 0), max(stop, start, 0), dtype=np.int64)
@@ -307,8 +318,13 @@ class RankMap:
             "mesh_dim_names": list(self.mesh_dim_names),
             "coord_names": list(self.COORD_NAMES),
             "ranks": [
-                {"rank": r, **dict(zip(self.COORD_NAMES, coords[r])), "device": device[r], "node": node[r],
-                 "local_gpu": local_gpu[r]}
+                {
+                    "rank": r,
+                    **dict(zip(self.COORD_NAMES, coords[r])),
+                    "device": device[r],
+                    "node": node[r],
+                    "local_gpu": local_gpu[r],
+                }
                 for r in range(k)
             ],
             "truncated": k < n,
@@ -386,8 +402,9 @@ def _expert_tensor_sizes(model: ModelSpec, training: TrainingSpec, tp: int) -> t
     return (tp, 1) if model.moe is not None and training.sequence_parallel and tp > 1 else (tp,)
 
 
-def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                      constraints: Constraints) -> LayoutArrays:
+def enumerate_layouts(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, constraints: Constraints
+) -> LayoutArrays:
     """Every candidate layout the constraints allow, as parallel arrays.
 
     Structural impossibilities are never generated (``dp`` must be an integer,
@@ -414,14 +431,17 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     if constraints.cp is not None:
         cps = [constraints.cp]
     elif training.flash_attention:
-        cps = [c for c in (1, 2, 4, 8, 16, 32) if c <= _MAX_CP and (c == 1 or (
-            model.seq_length % (2 * c) == 0 and model.seq_length // c >= 1024))]
+        cps = [
+            c
+            for c in (1, 2, 4, 8, 16, 32)
+            if c <= _MAX_CP and (c == 1 or (model.seq_length % (2 * c) == 0 and model.seq_length // c >= 1024))
+        ]
     else:
         cps = [1]
     if constraints.ep is not None:
         eps = [constraints.ep]
     elif model.moe is not None:
-        eps = [e for e in _divisors(model.moe.num_experts)]
+        eps = _divisors(model.moe.num_experts)
     else:
         eps = [1]
     max_pp = model.num_layers if constraints.max_pp is None else min(constraints.max_pp, model.num_layers)
@@ -451,8 +471,10 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
     mbss = np.array([constraints.micro_batch_size] if constraints.micro_batch_size else _MICRO_BATCH_SIZES)
     vs = np.array([constraints.virtual_stages] if constraints.virtual_stages else _VIRTUAL_STAGES)
     zeros = np.array(sorted(set(constraints.zero_stages)))
-    rcs = np.array(sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute
-                           if r != "selective" or training.selective_recompute}), dtype=np.int64)
+    rcs = np.array(
+        sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute if r != "selective" or training.selective_recompute}),
+        dtype=np.int64,
+    )
     # (mesh, micro-batch, v) first: most of those fail on their own, before each survivor
     # is crossed with the ZeRO stages and recomputation modes (in the same order as one
     # grid over all five would give: mesh, micro-batch, v, ZeRO, recomputation)
@@ -508,12 +530,29 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, training: Training
             keep &= (rc != RECOMPUTE_FULL) | (chunk_layers >= constraints.recompute_num_layers)
         chunk_layers = np.minimum(chunk_layers, constraints.recompute_num_layers)
     recompute_layers = np.where(rc == RECOMPUTE_FULL, chunk_layers, 0)
-    return LayoutArrays(dp[keep], tp[keep], pp[keep], cp[keep], ep[keep], etp[keep], mbs[keep], v[keep], zero[keep],
-                        rc[keep], recompute_layers[keep])
+    return LayoutArrays(
+        dp[keep],
+        tp[keep],
+        pp[keep],
+        cp[keep],
+        ep[keep],
+        etp[keep],
+        mbs[keep],
+        v[keep],
+        zero[keep],
+        rc[keep],
+        recompute_layers[keep],
+    )
 
 
-def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, constraints: Constraints,
-                 lay: LayoutArrays, pred: Mapping[str, FloatArray]) -> IntArray:
+def _reason_bits(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    constraints: Constraints,
+    lay: LayoutArrays,
+    pred: Mapping[str, FloatArray],
+) -> IntArray:
     bits = np.zeros(len(lay), dtype=np.int64)
 
     def mark(name: str, mask: BoolArray | bool) -> None:
@@ -523,8 +562,10 @@ def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     mark("tp-crosses-node", (lay.tp > cluster.gpus_per_node) | (cluster.gpus_per_node % lay.tp != 0))
     # each rank takes whole query heads and whole KV heads, replicated past the KV head
     # count (ModelSpec.kv_shards): the KV heads must divide tp or be divided by it
-    mark("heads-not-divisible-by-tp", (model.num_attention_heads % lay.tp != 0)
-         | ((model.kv_heads % lay.tp != 0) & (lay.tp % model.kv_heads != 0)))
+    mark(
+        "heads-not-divisible-by-tp",
+        (model.num_attention_heads % lay.tp != 0) | ((model.kv_heads % lay.tp != 0) & (lay.tp % model.kv_heads != 0)),
+    )
     _, first, last = stage_layer_split(model.num_layers, lay.pp)
     mark("more-stages-than-layers", (lay.pp > model.num_layers) | (first < 1) | (last < 1))
     if not constraints.allow_uneven_pp:
@@ -534,36 +575,57 @@ def _reason_bits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     return bits
 
 
-def _reason_text(name: str, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, d: Mapping[str, Any],
-                 memory_bytes: float) -> str:
+def _reason_text(
+    name: str, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, d: Mapping[str, Any], memory_bytes: float
+) -> str:
     if name == "tp-crosses-node":
         if d["tp"] <= cluster.gpus_per_node:
-            return (f"tp={d['tp']} does not divide the {cluster.gpus_per_node} GPUs of a node: some tensor-parallel "
-                    "groups would straddle two nodes and their per-layer all-reduces leave the NVLink domain")
-        return (f"tp={d['tp']} spans {d['tp'] / cluster.gpus_per_node:g} nodes of {cluster.gpus_per_node} GPUs: "
-                "its per-layer all-reduces would leave the NVLink/NVSwitch domain")
+            return (
+                f"tp={d['tp']} does not divide the {cluster.gpus_per_node} GPUs of a node: some tensor-parallel "
+                "groups would straddle two nodes and their per-layer all-reduces leave the NVLink domain"
+            )
+        return (
+            f"tp={d['tp']} spans {d['tp'] / cluster.gpus_per_node:g} nodes of {cluster.gpus_per_node} GPUs: "
+            "its per-layer all-reduces would leave the NVLink/NVSwitch domain"
+        )
     if name == "heads-not-divisible-by-tp":
         if model.num_attention_heads % d["tp"]:
             return f"{model.num_attention_heads} attention heads are not divisible by tp={d['tp']}"
-        return (f"{model.kv_heads} KV heads are neither divisible by tp={d['tp']} nor divide it "
-                "(each rank needs whole KV heads, replicated when tp exceeds them)")
+        return (
+            f"{model.kv_heads} KV heads are neither divisible by tp={d['tp']} nor divide it "
+            "(each rank needs whole KV heads, replicated when tp exceeds them)"
+        )
     if name == "more-stages-than-layers":
         return f"pp={d['pp']} leaves a pipeline stage without layers ({model.num_layers} layers)"
     if name == "layers-not-divisible-by-pp":
         return f"{model.num_layers} layers are not divisible by pp={d['pp']} (uneven stages not allowed)"
     if name == "batch-not-divisible":
-        return (f"global batch {training.global_batch_sequences} is not a multiple of dp x micro-batch = "
-                f"{d['dp']} x {d['mbs']}")
-    return f"out of memory: needs {memory_bytes / _GIB:.1f} GiB per GPU, {cluster.memory_bytes / _GIB:.1f} GiB available"
+        return (
+            f"global batch {training.global_batch_sequences} is not a multiple of dp x micro-batch = "
+            f"{d['dp']} x {d['mbs']}"
+        )
+    return (
+        f"out of memory: needs {memory_bytes / _GIB:.1f} GiB per GPU, {cluster.memory_bytes / _GIB:.1f} GiB available"
+    )
 
 
-def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, FloatArray], bits: IntArray, model: ModelSpec,
-                cluster: ClusterSpec, training: TrainingSpec, tie: bool = False,
-                notes: tuple[str, ...] = ()) -> LayoutPrediction:
-    d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero",
-                                              "recompute")}
-    reasons = tuple(_reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i]))
-                    for j, name in enumerate(REJECTION_REASONS) if bits[i] >> j & 1)
+def _prediction(
+    i: int,
+    lay: LayoutArrays,
+    pred: Mapping[str, FloatArray],
+    bits: IntArray,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    tie: bool = False,
+    notes: tuple[str, ...] = (),
+) -> LayoutPrediction:
+    d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero", "recompute")}
+    reasons = tuple(
+        _reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i]))
+        for j, name in enumerate(REJECTION_REASONS)
+        if bits[i] >> j & 1
+    )
     extra = list(notes)
     if model.moe is not None:
         extra.append(MOE_HOST_TIME_NOTE)
@@ -575,58 +637,105 @@ def _prediction(i: int, lay: LayoutArrays, pred: Mapping[str, FloatArray], bits:
             middle = f"; the stage after the first holds {q - 1}"
         elif middle_short > 1:
             middle = f"; the {middle_short} stages after the first hold {q - 1}"
-        extra.append(f"uneven stages: at most {q} layers per stage, {first} on the first (which also holds "
-                     f"the embedding) and {last} on the last (which also holds the output layer){middle}")
+        extra.append(
+            f"uneven stages: at most {q} layers per stage, {first} on the first (which also holds "
+            f"the embedding) and {last} on the last (which also holds the output layer){middle}"
+        )
         if d["v"] > 1 and (first % d["v"] or last % d["v"] or middle_short):
             # per-stage layer counts that v does not divide: Megatron-Core states them with
             # --pipeline-model-parallel-layout, which may leave a chunk empty; the
             # --decoder-first/last-pipeline-num-layers flags need counts that v divides
-            extra.append(f"{d['pp']} stages x {d['v']} model chunks for {model.num_layers} layers: some chunks "
-                         f"hold fewer layers{' (or none)' if d['pp'] * d['v'] > model.num_layers else ''}, which "
-                         "Megatron-Core states with --pipeline-model-parallel-layout")
+            extra.append(
+                f"{d['pp']} stages x {d['v']} model chunks for {model.num_layers} layers: some chunks "
+                f"hold fewer layers{' (or none)' if d['pp'] * d['v'] > model.num_layers else ''}, which "
+                "Megatron-Core states with --pipeline-model-parallel-layout"
+            )
     memory = MemoryBreakdown(
-        parameters_bytes=float(pred["parameters_bytes"][i]), gradients_bytes=float(pred["gradients_bytes"][i]),
+        parameters_bytes=float(pred["parameters_bytes"][i]),
+        gradients_bytes=float(pred["gradients_bytes"][i]),
         optimizer_state_bytes=float(pred["optimizer_state_bytes"][i]),
-        activations_bytes=float(pred["activations_bytes"][i]), buffers_bytes=float(pred["buffers_bytes"][i]),
-        total_bytes=float(pred["memory_bytes"][i]), capacity_bytes=float(cluster.memory_bytes),
-        fullest_stage=int(pred["fullest_stage"][i]), activation_fragmentation=training.activation_fragmentation)
+        activations_bytes=float(pred["activations_bytes"][i]),
+        buffers_bytes=float(pred["buffers_bytes"][i]),
+        total_bytes=float(pred["memory_bytes"][i]),
+        capacity_bytes=float(cluster.memory_bytes),
+        fullest_stage=int(pred["fullest_stage"][i]),
+        activation_fragmentation=training.activation_fragmentation,
+    )
     memory_note = _tight_memory_note(memory) if not reasons else None
     if memory_note:
         extra.append(memory_note)
     if zero_stage_held(d["zero"], d["pp"]) != d["zero"]:
-        extra.append(f"ZeRO-{d['zero']} under a pipeline is deferred, as PyTorch FSDP runs it with "
-                     "torch.distributed.pipelining: weights and gradients stay whole across the micro-batches "
-                     "(ZeRO-1's memory) and are reduce-scattered once, after the last backward (DeepSpeed "
-                     "refuses ZeRO-2/3 with pipeline parallelism)")
+        extra.append(
+            f"ZeRO-{d['zero']} under a pipeline is deferred, as PyTorch FSDP runs it with "
+            "torch.distributed.pipelining: weights and gradients stay whole across the micro-batches "
+            "(ZeRO-1's memory) and are reduce-scattered once, after the last backward (DeepSpeed "
+            "refuses ZeRO-2/3 with pipeline parallelism)"
+        )
     micro_batches = int(pred["num_micro_batches"][i])
     if d["v"] > 1 and micro_batches % d["pp"]:
-        group = int(microbatch_group_size(np.array([micro_batches]), np.array([d["pp"]]),
-                                          training.flexible_microbatch_groups)[0])
-        extra.append(f"{micro_batches} micro-batches are not a multiple of pp={d['pp']}: the interleaved schedule "
-                     f"takes them in groups of {group} (Megatron-Core --microbatch-group-size-per-virtual-"
-                     f"pipeline-stage {group}), {(d['v'] - 1) * (group - d['pp'])} more model chunks in flight")
+        group = int(
+            microbatch_group_size(np.array([micro_batches]), np.array([d["pp"]]), training.flexible_microbatch_groups)[
+                0
+            ]
+        )
+        extra.append(
+            f"{micro_batches} micro-batches are not a multiple of pp={d['pp']}: the interleaved schedule "
+            f"takes them in groups of {group} (Megatron-Core --microbatch-group-size-per-virtual-"
+            f"pipeline-stage {group}), {(d['v'] - 1) * (group - d['pp'])} more model chunks in flight"
+        )
     chunk_layers = q // d["v"]
     recompute_layers = int(lay.recompute_layers[i])
     if d["recompute"] == RECOMPUTE_FULL and recompute_layers < chunk_layers:
-        extra.append(f"partial recomputation: the first {recompute_layers} of the {chunk_layers} layers of each "
-                     f"model chunk are recomputed, the rest keep their activations (Megatron-LM "
-                     f"--recompute-method block --recompute-num-layers {recompute_layers})")
+        extra.append(
+            f"partial recomputation: the first {recompute_layers} of the {chunk_layers} layers of each "
+            f"model chunk are recomputed, the rest keep their activations (Megatron-LM "
+            f"--recompute-method block --recompute-num-layers {recompute_layers})"
+        )
     mfu = float(pred["mfu"][i])
     if mfu > 1.0:
-        extra.append(f"mfu {mfu:.2f} is above 1 because the SC21 count it follows takes attention over the whole "
-                     "s x s matrix, twice the causal work the kernels do, and attention dominates at this "
-                     f"sequence length; mfu_causal ({float(pred['mfu_causal'][i]):.2f}) counts what runs")
-    breakdown = {k: float(pred[k][i]) for k in ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
-                                                "bubble_s", "dp_comm_exposed_s", "dp_comm_total_s", "optimizer_s")}
+        extra.append(
+            f"mfu {mfu:.2f} is above 1 because the SC21 count it follows takes attention over the whole "
+            "s x s matrix, twice the causal work the kernels do, and attention dominates at this "
+            f"sequence length; mfu_causal ({float(pred['mfu_causal'][i]):.2f}) counts what runs"
+        )
+    breakdown = {
+        k: float(pred[k][i])
+        for k in (
+            "compute_s",
+            "tp_comm_s",
+            "cp_comm_s",
+            "ep_comm_s",
+            "pp_comm_s",
+            "bubble_s",
+            "dp_comm_exposed_s",
+            "dp_comm_total_s",
+            "optimizer_s",
+        )
+    }
     return LayoutPrediction(
-        dp=d["dp"], tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], etp=d["etp"], virtual_stages=d["v"],
-        micro_batch_size=d["mbs"], num_micro_batches=int(pred["num_micro_batches"][i]), zero_stage=d["zero"],
-        recompute=RECOMPUTE_MODES[d["recompute"]], recompute_num_layers=recompute_layers,
+        dp=d["dp"],
+        tp=d["tp"],
+        pp=d["pp"],
+        cp=d["cp"],
+        ep=d["ep"],
+        etp=d["etp"],
+        virtual_stages=d["v"],
+        micro_batch_size=d["mbs"],
+        num_micro_batches=int(pred["num_micro_batches"][i]),
+        zero_stage=d["zero"],
+        recompute=RECOMPUTE_MODES[d["recompute"]],
+        recompute_num_layers=recompute_layers,
         step_time_s=float(pred["step_time_s"][i]),
-        tokens_per_s=float(pred["tokens_per_s"][i]), mfu=mfu,
-        mfu_causal=float(pred["mfu_causal"][i]), hfu=float(pred["hfu"][i]),
-        bubble_fraction=float(pred["bubble_fraction"][i]), time_breakdown_s=breakdown, memory=memory,
-        reasons=reasons, notes=tuple(extra), tie_with_best=tie,
+        tokens_per_s=float(pred["tokens_per_s"][i]),
+        mfu=mfu,
+        mfu_causal=float(pred["mfu_causal"][i]),
+        hfu=float(pred["hfu"][i]),
+        bubble_fraction=float(pred["bubble_fraction"][i]),
+        time_breakdown_s=breakdown,
+        memory=memory,
+        reasons=reasons,
+        notes=tuple(extra),
+        tie_with_best=tie,
     )
 
 
@@ -638,7 +747,8 @@ MOE_HOST_TIME_NOTE = (
     "Megatron-Bridge's benchmarks ran 1.2-2.4x slower than predicted, most where experts are small, whose "
     "kernel launches and routing synchronisation leave the GPU waiting on the host; of five Qwen3-235B layouts "
     "measured side by side (Megatron-MoE-ModelZoo), one ran 1.5x faster than predicted and three up to 1.6x "
-    "slower; read the step time as uncertain by tens of percent, and the order of MoE layouts as weak")
+    "slower; read the step time as uncertain by tens of percent, and the order of MoE layouts as weak"
+)
 
 
 def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
@@ -654,17 +764,20 @@ def _tight_memory_note(memory: MemoryBreakdown) -> str | None:
         return None
     total_bytes, capacity_bytes = memory.total_bytes, memory.capacity_bytes
     worst_bytes = bytes_at_high_fragmentation(total_bytes, memory.activations_bytes, memory.activation_fragmentation)
-    return (f"tight memory: {total_bytes / _GIB:.1f} of {capacity_bytes / _GIB:.1f} GiB fits with "
-            f"{memory.activation_fragmentation:.0%} allocator fragmentation of activations but not with "
-            f"{ACTIVATION_FRAGMENTATION_HIGH:.0%} ({worst_bytes / _GIB:.1f} GiB); measure peak memory before a long run")
+    return (
+        f"tight memory: {total_bytes / _GIB:.1f} of {capacity_bytes / _GIB:.1f} GiB fits with "
+        f"{memory.activation_fragmentation:.0%} allocator fragmentation of activations but not with "
+        f"{ACTIVATION_FRAGMENTATION_HIGH:.0%} ({worst_bytes / _GIB:.1f} GiB); measure peak memory before a long run"
+    )
 
 
-def _tight_memory(pred: Mapping[str, FloatArray], index: IntArray, capacity_bytes: float,
-                  counted: float) -> BoolArray:
+def _tight_memory(pred: Mapping[str, FloatArray], index: IntArray, capacity_bytes: float, counted: float) -> BoolArray:
     """True where a layout fits only with less allocator waste than ``ACTIVATION_FRAGMENTATION_HIGH``
     (its prediction counted ``counted``)."""
-    return bytes_at_high_fragmentation(pred["memory_bytes"][index], pred["activations_bytes"][index],
-                                       counted) > capacity_bytes
+    return (
+        bytes_at_high_fragmentation(pred["memory_bytes"][index], pred["activations_bytes"][index], counted)
+        > capacity_bytes
+    )
 
 
 def _best_per_split(index: IntArray, lay: LayoutArrays, step: FloatArray) -> IntArray:
@@ -695,29 +808,40 @@ def _check_sizes(sizes: Mapping[str, int | None], model: ModelSpec, num_gpus: in
     for name in ("tp", "pp", "cp"):
         value = sizes.get(name)
         if value is not None and num_gpus % value:
-            raise InvalidInput(f"{where}.{name}={value} does not divide the {num_gpus} GPUs of the cluster",
-                               field=f"{where}.{name}", code="does-not-divide")
+            raise InvalidInput(
+                f"{where}.{name}={value} does not divide the {num_gpus} GPUs of the cluster",
+                field=f"{where}.{name}",
+                code="does-not-divide",
+            )
     ep = sizes.get("ep")
     if ep is not None and model.moe is None and ep != 1:
         raise InvalidInput(f"{where}.ep > 1 needs a model with an MoE block", field=f"{where}.ep", code="no-experts")
     if ep is not None and model.moe is not None and model.moe.num_experts % ep:
-        raise InvalidInput(f"{where}.ep={ep} does not divide {model.moe.num_experts} experts",
-                           field=f"{where}.ep", code="does-not-divide")
+        raise InvalidInput(
+            f"{where}.ep={ep} does not divide {model.moe.num_experts} experts",
+            field=f"{where}.ep",
+            code="does-not-divide",
+        )
 
 
-def _checked(model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec,
-             constraints: Constraints | None) -> tuple[ModelSpec, ClusterSpec, TrainingSpec, Constraints]:
+def _checked(
+    model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec, constraints: Constraints | None
+) -> tuple[ModelSpec, ClusterSpec, TrainingSpec, Constraints]:
     """What ties the inputs together: the GPUs run the precision and FlashAttention asked for, and the
     constraints agree with the model, the software and the cluster."""
     flash_attention_speed(cluster_spec, training_spec)  # a FlashAttention generation the GPUs run
     check_precision_runs(cluster_spec, training_spec)
     cons = _consistent(Constraints() if constraints is None else constraints, model_spec)
     if not training_spec.selective_recompute and cons.recompute == ("selective",):
-        raise InvalidInput("constraints.recompute allows only selective recomputation, which this software "
-                           "(training.selective_recompute false, as in megatron-lm-2021) does not have",
-                           field="constraints.recompute", code="not-in-this-software")
-    _check_sizes({"tp": cons.tp, "pp": cons.pp, "cp": cons.cp, "ep": cons.ep}, model_spec, cluster_spec.num_gpus,
-                 "constraints")
+        raise InvalidInput(
+            "constraints.recompute allows only selective recomputation, which this software "
+            "(training.selective_recompute false, as in megatron-lm-2021) does not have",
+            field="constraints.recompute",
+            code="not-in-this-software",
+        )
+    _check_sizes(
+        {"tp": cons.tp, "pp": cons.pp, "cp": cons.cp, "ep": cons.ep}, model_spec, cluster_spec.num_gpus, "constraints"
+    )
     return model_spec, cluster_spec, training_spec, cons
 
 
@@ -726,33 +850,46 @@ def _consistent(cons: Constraints, model: ModelSpec) -> Constraints:
     alone implies full recomputation (Megatron-LM's ``--recompute-num-layers`` goes with
     ``--recompute-granularity full``)."""
     if cons.pp is not None and cons.max_pp is not None and cons.pp > cons.max_pp:
-        raise InvalidInput(f"constraints.pp={cons.pp} is more than constraints.max_pp={cons.max_pp}",
-                           field="constraints.pp", code="contradiction")
+        raise InvalidInput(
+            f"constraints.pp={cons.pp} is more than constraints.max_pp={cons.max_pp}",
+            field="constraints.pp",
+            code="contradiction",
+        )
     rnl = cons.recompute_num_layers
     if rnl is None:
         return cons
     if rnl > model.num_layers:
-        raise InvalidInput(f"constraints.recompute_num_layers={rnl} is more than the model's {model.num_layers} "
-                           "layers", field="constraints.recompute_num_layers", code="out-of-range")
+        raise InvalidInput(
+            f"constraints.recompute_num_layers={rnl} is more than the model's {model.num_layers} layers",
+            field="constraints.recompute_num_layers",
+            code="out-of-range",
+        )
     if "full" not in cons.recompute:
-        raise InvalidInput(f"constraints.recompute_num_layers={rnl} recomputes layers fully, which "
-                           f"constraints.recompute {list(cons.recompute)} leaves out",
-                           field="constraints.recompute_num_layers", code="contradiction")
+        raise InvalidInput(
+            f"constraints.recompute_num_layers={rnl} recomputes layers fully, which "
+            f"constraints.recompute {list(cons.recompute)} leaves out",
+            field="constraints.recompute_num_layers",
+            code="contradiction",
+        )
     return replace(cons, recompute=("full",))
 
 
-def _predict(model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec,
-             lay: LayoutArrays) -> dict[str, FloatArray]:
+def _predict(
+    model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec, lay: LayoutArrays
+) -> dict[str, FloatArray]:
     if len(lay) <= _CHUNK:
         return predict_layouts(model_spec, cluster_spec, training_spec, lay)
     # bounded working memory: ~100 float64 temporaries per candidate
-    parts = [predict_layouts(model_spec, cluster_spec, training_spec, lay.take(slice(i, i + _CHUNK)))
-             for i in range(0, len(lay), _CHUNK)]
+    parts = [
+        predict_layouts(model_spec, cluster_spec, training_spec, lay.take(slice(i, i + _CHUNK)))
+        for i in range(0, len(lay), _CHUNK)
+    ]
     return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 
 
-def _search(model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec,
-            cons: Constraints) -> tuple[LayoutArrays, dict[str, FloatArray], IntArray]:
+def _search(
+    model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec, cons: Constraints
+) -> tuple[LayoutArrays, dict[str, FloatArray], IntArray]:
     lay = enumerate_layouts(model_spec, cluster_spec, training_spec, cons)
     if len(lay) == 0:
         return lay, {}, np.zeros(0, dtype=np.int64)
@@ -763,9 +900,13 @@ def _search(model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: Tra
     return lay, pred, bits
 
 
-def _fewest_recomputed_layers(model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec,
-                              lay: LayoutArrays, pred: dict[str, FloatArray],
-                              ) -> tuple[LayoutArrays, dict[str, FloatArray]]:
+def _fewest_recomputed_layers(
+    model_spec: ModelSpec,
+    cluster_spec: ClusterSpec,
+    training_spec: TrainingSpec,
+    lay: LayoutArrays,
+    pred: dict[str, FloatArray],
+) -> tuple[LayoutArrays, dict[str, FloatArray]]:
     """Cut full recomputation down to the fewest layers per model chunk that fit with headroom.
 
     Recomputing a layer trades its kept activations for a repeated forward pass;
@@ -782,8 +923,9 @@ def _fewest_recomputed_layers(model_spec: ModelSpec, cluster_spec: ClusterSpec, 
         return lay, pred
     sub = lay.take(full)
     chunk_layers = sub.recompute_layers.astype(float)
-    at_none = _predict(model_spec, cluster_spec, training_spec,
-                       replace(sub, recompute_layers=np.zeros_like(sub.recompute_layers)))
+    at_none = _predict(
+        model_spec, cluster_spec, training_spec, replace(sub, recompute_layers=np.zeros_like(sub.recompute_layers))
+    )
     capacity = float(cluster_spec.memory_bytes)
 
     def least_fraction(at_zero: FloatArray | float, at_all: FloatArray | float) -> FloatArray:
@@ -792,9 +934,10 @@ def _fewest_recomputed_layers(model_spec: ModelSpec, cluster_spec: ClusterSpec, 
         return np.where(at_all <= capacity, np.clip((at_zero - capacity) / drop, 0.0, 1.0), np.inf)
 
     counted = training_spec.activation_fragmentation
-    roomy = least_fraction(bytes_at_high_fragmentation(at_none["memory_bytes"], at_none["activations_bytes"], counted),
-                           bytes_at_high_fragmentation(pred["memory_bytes"][full], pred["activations_bytes"][full],
-                                                       counted))
+    roomy = least_fraction(
+        bytes_at_high_fragmentation(at_none["memory_bytes"], at_none["activations_bytes"], counted),
+        bytes_at_high_fragmentation(pred["memory_bytes"][full], pred["activations_bytes"][full], counted),
+    )
     tight = least_fraction(at_none["memory_bytes"], pred["memory_bytes"][full])
     share = np.where(np.isfinite(roomy), roomy, np.where(np.isfinite(tight), tight, 1.0))
     layers = np.clip(np.ceil(share * chunk_layers - 1e-9), 1.0, chunk_layers).astype(np.int64)
@@ -811,9 +954,15 @@ def _fewest_recomputed_layers(model_spec: ModelSpec, cluster_spec: ClusterSpec, 
     return lay, pred
 
 
-def plan_parallel_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                         constraints: Constraints | None = None, *, top_k: int = 10,
-                         with_rank_map: bool = True) -> ParallelPlan:
+def plan_parallel_layout(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    constraints: Constraints | None = None,
+    *,
+    top_k: int = 10,
+    with_rank_map: bool = True,
+) -> ParallelPlan:
     """Search dp x tp x pp x cp x ep layouts and rank them by predicted step time.
 
     Parameters
@@ -873,28 +1022,51 @@ def plan_parallel_layout(model: ModelSpec, cluster: ClusterSpec, training: Train
             tie = bool(step[i] <= best_time * (1.0 + cons.tie_tolerance))
             tie_note: tuple[str, ...] = ()
             if tie and band.size > 1:
-                tie_note = (f"within {cons.tie_tolerance:.1%} of the fastest prediction "
-                            f"({best_time:.3f} s): a tie at the model's accuracy; ties rank layouts with room for "
-                            "allocator waste first, fastest first within each group",)
-            candidates.append(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec, tie,
-                                          tie_note))
+                tie_note = (
+                    f"within {cons.tie_tolerance:.1%} of the fastest prediction "
+                    f"({best_time:.3f} s): a tie at the model's accuracy; ties rank layouts with room for "
+                    "allocator waste first, fastest first within each group",
+                )
+            candidates.append(
+                _prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec, tie, tie_note)
+            )
         threshold = step[ordered[0]]
     else:
         threshold = np.inf
         notes.extend(_why_nothing_fits(model_spec, cluster_spec, training_spec, lay, pred, bits, rejection_counts))
     rejected_idx = np.flatnonzero((bits != 0) & (step < threshold))
-    rejected = tuple(_prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec)
-                     for i in _best_per_split(rejected_idx, lay, step)[:5])
+    rejected = tuple(
+        _prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec)
+        for i in _best_per_split(rejected_idx, lay, step)[:5]
+    )
     top_map = None
     if with_rank_map and candidates:
         top_map = rank_map(cluster_spec, candidates[0])
-    return ParallelPlan(cluster_spec.num_gpus, tuple(candidates), rejected, rejection_counts, len(lay), counts.total,
-                        mflops, top_map, tuple(notes))
+    return ParallelPlan(
+        cluster_spec.num_gpus,
+        tuple(candidates),
+        rejected,
+        rejection_counts,
+        len(lay),
+        counts.total,
+        mflops,
+        top_map,
+        tuple(notes),
+    )
 
 
 # constraints that can leave no layout at all, in the order a note blames them
-_EMPTYING_CONSTRAINTS = ("virtual_stages", "recompute_num_layers", "micro_batch_size", "etp", "ep", "cp", "pp",
-                         "max_pp", "tp")
+_EMPTYING_CONSTRAINTS = (
+    "virtual_stages",
+    "recompute_num_layers",
+    "micro_batch_size",
+    "etp",
+    "ep",
+    "cp",
+    "pp",
+    "max_pp",
+    "tp",
+)
 
 
 def _why_no_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, cons: Constraints) -> str:
@@ -910,20 +1082,34 @@ def _why_no_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         if len(enumerate_layouts(model, cluster, training, relaxed)):
             why = {
                 "virtual_stages": f"interleaving {value} model chunks per stage needs a pipeline whose stages hold "
-                                  f"a multiple of {value} of the {model.num_layers} layers and micro-batches in "
-                                  "whole rounds of pp",
+                f"a multiple of {value} of the {model.num_layers} layers and micro-batches in "
+                "whole rounds of pp",
                 "recompute_num_layers": f"no pipeline split gives model chunks of {value} layers or more",
             }.get(name, f"no layout of {cluster.num_gpus} GPUs has it with the other constraints")
             return f"constraints.{name}={value} leaves no layout to search: {why}"
-    return (f"no layout of {cluster.num_gpus} GPUs satisfies the constraints "
-            f"(fixed sizes must multiply to a divisor of the GPU count)")
+    return (
+        f"no layout of {cluster.num_gpus} GPUs satisfies the constraints "
+        f"(fixed sizes must multiply to a divisor of the GPU count)"
+    )
 
 
-def _why_nothing_fits(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, lay: LayoutArrays,
-                      pred: Mapping[str, FloatArray], bits: IntArray, counts: Mapping[str, int]) -> list[str]:
+def _why_nothing_fits(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    lay: LayoutArrays,
+    pred: Mapping[str, FloatArray],
+    bits: IntArray,
+    counts: Mapping[str, int],
+) -> list[str]:
     """Sentences saying why no layout can run and what would have to change."""
-    notes = [("no layout can run: " + ", ".join(f"{n} {name}" for name, n in counts.items() if n)
-              + f" (of {len(lay)} layouts searched)")]
+    notes = [
+        (
+            "no layout can run: "
+            + ", ".join(f"{n} {name}" for name, n in counts.items() if n)
+            + f" (of {len(lay)} layouts searched)"
+        )
+    ]
     oom_bit = 1 << REJECTION_REASONS.index("out-of-memory")
     in_memory_but_blocked = (bits & oom_bit) == 0
     for j, name in enumerate(REJECTION_REASONS[:-1]):
@@ -931,10 +1117,11 @@ def _why_nothing_fits(model: ModelSpec, cluster: ClusterSpec, training: Training
         if not np.any(blocked):
             continue
         i = int(np.flatnonzero(blocked)[np.argmin(pred["step_time_s"][blocked])])
-        d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero",
-                                                  "recompute")}
-        notes.append(f"tp={d['tp']} pp={d['pp']} cp={d['cp']} ep={d['ep']} would fit in memory, but "
-                     + _reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i])))
+        d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero", "recompute")}
+        notes.append(
+            f"tp={d['tp']} pp={d['pp']} cp={d['cp']} ep={d['ep']} would fit in memory, but "
+            + _reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i]))
+        )
     structural_ok = (bits & ~oom_bit) == 0
     if np.any(structural_ok):
         i = int(np.flatnonzero(structural_ok)[np.argmin(pred["memory_bytes"][structural_ok])])
@@ -944,17 +1131,25 @@ def _why_nothing_fits(model: ModelSpec, cluster: ClusterSpec, training: Training
             f"(tp={lay.tp[i]}, pp={lay.pp[i]}, ZeRO-{lay.zero[i]}, {RECOMPUTE_MODES[lay.recompute[i]]} "
             f"recomputation) against {cluster.memory_bytes / _GIB:.1f} GiB; the {params / 1e9:.1f}B parameters "
             f"alone need {16 * params / 1e12:.2f} TB of weights, gradients and Adam state, the "
-            f"{cluster.num_gpus} GPUs hold {cluster.num_gpus * cluster.memory_bytes / 1e12:.2f} TB")
+            f"{cluster.num_gpus} GPUs hold {cluster.num_gpus * cluster.memory_bytes / 1e12:.2f} TB"
+        )
     if counts.get("batch-not-divisible"):
-        notes.append(f"the global batch of {training.global_batch_sequences} sequences must be a multiple of "
-                     "dp x micro-batch; a batch or GPU count with common factors opens more layouts")
+        notes.append(
+            f"the global batch of {training.global_batch_sequences} sequences must be a multiple of "
+            "dp x micro-batch; a batch or GPU count with common factors opens more layouts"
+        )
     if counts.get("layers-not-divisible-by-pp") or counts.get("more-stages-than-layers"):
         notes.append(f"{model.num_layers} layers: allow uneven pipeline stages or choose a pp that divides them")
     return notes
 
 
-def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layouts: Sequence[LayoutSpec],
-                     constraints: Constraints | None = None) -> list[LayoutPrediction]:
+def evaluate_layouts(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    layouts: Sequence[LayoutSpec],
+    constraints: Constraints | None = None,
+) -> list[LayoutPrediction]:
     """Predict given layouts instead of searching (the request's ``"evaluate"``).
 
     Each layout may fix any of ``dp``, ``tp``, ``pp``, ``cp``, ``ep``,
@@ -976,31 +1171,43 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
         layout = spec.given()
         _check_sizes(layout, model_spec, cluster_spec.num_gpus, where)
         if layout.get("recompute") == "selective" and not training_spec.selective_recompute:
-            raise InvalidInput(f"{where}.recompute: selective recomputation is not in this software "
-                               "(training.selective_recompute false, as in megatron-lm-2021)",
-                               field=f"{where}.recompute", code="not-in-this-software")
+            raise InvalidInput(
+                f"{where}.recompute: selective recomputation is not in this software "
+                "(training.selective_recompute false, as in megatron-lm-2021)",
+                field=f"{where}.recompute",
+                code="not-in-this-software",
+            )
         if layout.get("recompute_num_layers", 0) > model_spec.num_layers:
-            raise InvalidInput(f"{where}.recompute_num_layers={layout['recompute_num_layers']} is more than the "
-                               f"model's {model_spec.num_layers} layers", field=f"{where}.recompute_num_layers",
-                               code="out-of-range")
+            raise InvalidInput(
+                f"{where}.recompute_num_layers={layout['recompute_num_layers']} is more than the "
+                f"model's {model_spec.num_layers} layers",
+                field=f"{where}.recompute_num_layers",
+                code="out-of-range",
+            )
         dp = layout.get("dp")
         fixed: dict[str, Any] = {
-            "tp": layout.get("tp", base.tp), "pp": layout.get("pp", base.pp), "cp": layout.get("cp", base.cp),
-            "ep": layout.get("ep", base.ep), "etp": layout.get("etp", base.etp),
+            "tp": layout.get("tp", base.tp),
+            "pp": layout.get("pp", base.pp),
+            "cp": layout.get("cp", base.cp),
+            "ep": layout.get("ep", base.ep),
+            "etp": layout.get("etp", base.etp),
             "micro_batch_size": layout.get("micro_batch_size", base.micro_batch_size),
             "virtual_stages": layout.get("virtual_stages", base.virtual_stages),
             "zero_stages": (layout["zero_stage"],) if "zero_stage" in layout else base.zero_stages,
             "recompute": (layout["recompute"],) if "recompute" in layout else base.recompute,
             "recompute_num_layers": layout.get("recompute_num_layers", base.recompute_num_layers) or None,
-            "allow_uneven_pp": base.allow_uneven_pp, "max_pp": None,
+            "allow_uneven_pp": base.allow_uneven_pp,
+            "max_pp": None,
         }
         if layout.get("recompute_num_layers") == 0 and "recompute" not in layout:
             # no layer fully recomputed: what else the constraints allow
             fixed["recompute"] = tuple(mode for mode in base.recompute if mode != "full")
             if not fixed["recompute"]:
-                raise InvalidInput(f"{where}: recompute_num_layers 0 leaves no recomputation mode that "
-                                   "constraints.recompute allows", field=f"{where}.recompute_num_layers",
-                                   code="contradiction")
+                raise InvalidInput(
+                    f"{where}: recompute_num_layers 0 leaves no recomputation mode that constraints.recompute allows",
+                    field=f"{where}.recompute_num_layers",
+                    code="contradiction",
+                )
         elif layout.get("recompute_num_layers") and "recompute" not in layout:
             fixed["recompute"] = ("full",)
         elif layout.get("recompute") == "full" and "recompute_num_layers" not in layout:
@@ -1025,49 +1232,71 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     return results
 
 
-def _impossible_layout(layout: Mapping[str, Any], model: ModelSpec, num_gpus: int, training: TrainingSpec,
-                       where: str) -> InvalidInput:
+def _impossible_layout(
+    layout: Mapping[str, Any], model: ModelSpec, num_gpus: int, training: TrainingSpec, where: str
+) -> InvalidInput:
     """The error for an evaluated layout no variant of which can be built, naming the first cause."""
     tp, pp, cp, ep = (int(layout.get(key, 1)) for key in ("tp", "pp", "cp", "ep"))
     etp = layout.get("etp")
     if etp is not None and "tp" in layout and etp not in ((1, tp) if model.moe is not None else (tp,)):
         allowed = f"1 or tp={tp}" if model.moe is not None else f"tp={tp} (a model without experts)"
-        return InvalidInput(f"layout {dict(layout)}: etp (the expert tensor-parallel size) must be {allowed}",
-                            field=f"{where}.etp", code="out-of-range")
+        return InvalidInput(
+            f"layout {dict(layout)}: etp (the expert tensor-parallel size) must be {allowed}",
+            field=f"{where}.etp",
+            code="out-of-range",
+        )
     if etp == 1 and tp > 1 and not training.sequence_parallel:
-        return InvalidInput(f"layout {dict(layout)}: folded experts (etp 1 under tp {tp}) dispatch from the "
-                            "sequence-parallel shards; turn training.sequence_parallel on",
-                            field=f"{where}.etp", code="contradiction")
+        return InvalidInput(
+            f"layout {dict(layout)}: folded experts (etp 1 under tp {tp}) dispatch from the "
+            "sequence-parallel shards; turn training.sequence_parallel on",
+            field=f"{where}.etp",
+            code="contradiction",
+        )
     fixed_mesh = all(key in layout for key in ("tp", "pp")) and ("cp" in layout or not training.flash_attention)
     if fixed_mesh and num_gpus % (tp * pp * cp) == 0:
         dp = layout.get("dp", num_gpus // (tp * pp * cp))
         folds = (etp,) if etp is not None else _expert_tensor_sizes(model, training, tp)
         if dp * tp * pp * cp == num_gpus and not any(expert_groups_fit(dp, tp, cp, ep, e) for e in folds):
-            return InvalidInput(f"layout {dict(layout)}: {ep} expert groups cannot be cut from dp={dp} x tp={tp} "
-                                f"x cp={cp}: ep must divide dp (experts split over the tensor ranks, etp = tp) "
-                                "or, folded (etp = 1), divide tp x cp or be a multiple of it that divides "
-                                "tp x cp x dp in whole blocks",
-                                field=f"{where}.ep", code="does-not-divide")
+            return InvalidInput(
+                f"layout {dict(layout)}: {ep} expert groups cannot be cut from dp={dp} x tp={tp} "
+                f"x cp={cp}: ep must divide dp (experts split over the tensor ranks, etp = tp) "
+                "or, folded (etp = 1), divide tp x cp or be a multiple of it that divides "
+                "tp x cp x dp in whole blocks",
+                field=f"{where}.ep",
+                code="does-not-divide",
+            )
     rnl = layout.get("recompute_num_layers") or 0
-    if 0 < rnl < model.num_layers and "pp" in layout \
-            and -(-model.num_layers // pp) // int(layout.get("virtual_stages", 1)) < rnl:
+    if (
+        0 < rnl < model.num_layers
+        and "pp" in layout
+        and -(-model.num_layers // pp) // int(layout.get("virtual_stages", 1)) < rnl
+    ):
         chunk = -(-model.num_layers // pp) // int(layout.get("virtual_stages", 1))
-        return InvalidInput(f"layout {dict(layout)}: recompute_num_layers={rnl} counts layers of one model chunk, "
-                            f"and a chunk of pp={pp} x virtual_stages={layout.get('virtual_stages', 1)} holds "
-                            f"{chunk} of the {model.num_layers} layers", field=f"{where}.recompute_num_layers",
-                            code="out-of-range")
+        return InvalidInput(
+            f"layout {dict(layout)}: recompute_num_layers={rnl} counts layers of one model chunk, "
+            f"and a chunk of pp={pp} x virtual_stages={layout.get('virtual_stages', 1)} holds "
+            f"{chunk} of the {model.num_layers} layers",
+            field=f"{where}.recompute_num_layers",
+            code="out-of-range",
+        )
     if layout.get("virtual_stages", 1) > 1:
         fewest_stages = 2 if training.overlap_p2p_comm else 3
-        return InvalidInput(f"layout {dict(layout)}: an interleaved schedule (virtual_stages > 1) needs "
-                            f"pp >= {fewest_stages}, virtual_stages dividing the layers per stage and "
-                            "micro-batches that fill groups of pp (a multiple of pp; with "
-                            "flexible_microbatch_groups, larger groups whose last is empty or at least pp) "
-                            "(Megatron-LM's interleaved 1F1B; pp 2 only with overlap_p2p_comm)",
-                            field=f"{where}.virtual_stages", code="interleaving-not-possible")
-    return InvalidInput(f"layout {dict(layout)} does not multiply out to the {num_gpus} GPUs "
-                        "(dp x tp x pp x cp must equal the GPU count, ep must divide the experts and fit the "
-                        "ranks)",
-                        field=where, code="layout-does-not-match-cluster")
+        return InvalidInput(
+            f"layout {dict(layout)}: an interleaved schedule (virtual_stages > 1) needs "
+            f"pp >= {fewest_stages}, virtual_stages dividing the layers per stage and "
+            "micro-batches that fill groups of pp (a multiple of pp; with "
+            "flexible_microbatch_groups, larger groups whose last is empty or at least pp) "
+            "(Megatron-LM's interleaved 1F1B; pp 2 only with overlap_p2p_comm)",
+            field=f"{where}.virtual_stages",
+            code="interleaving-not-possible",
+        )
+    return InvalidInput(
+        f"layout {dict(layout)} does not multiply out to the {num_gpus} GPUs "
+        "(dp x tp x pp x cp must equal the GPU count, ep must divide the experts and fit the "
+        "ranks)",
+        field=where,
+        code="layout-does-not-match-cluster",
+    )
 
 
 def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> RankMap:
@@ -1087,16 +1316,18 @@ def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> Ran
     """
     spec = cluster
     given = layout.given() if isinstance(layout, LayoutSpec) else None
-    get: Callable[[str], int] = ((lambda k: int(getattr(layout, k))) if given is None
-                                 else (lambda k: int(given.get(k, 1))))
+    get: Callable[[str], int] = (
+        (lambda k: int(getattr(layout, k))) if given is None else (lambda k: int(given.get(k, 1)))
+    )
     tp, pp, cp, ep = get("tp"), get("pp"), get("cp"), get("ep")
     etp = get("etp") if given is None or "etp" in given else tp
     n = spec.num_gpus
     shape: tuple[int, ...]
     names: tuple[str, ...]
     if tp * pp * cp <= 0 or n % (tp * pp * cp):
-        raise InvalidInput(f"tp x pp x cp = {tp * pp * cp} does not divide {n} GPUs", field="layout",
-                           code="does-not-divide")
+        raise InvalidInput(
+            f"tp x pp x cp = {tp * pp * cp} does not divide {n} GPUs", field="layout", code="does-not-divide"
+        )
     dp = n // (tp * pp * cp)
     if given is not None and "dp" in given and get("dp") != dp:
         raise InvalidInput(f"dp x tp x pp x cp must equal {n} GPUs", field="layout.dp", code="does-not-divide")
@@ -1104,8 +1335,11 @@ def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> Ran
         raise InvalidInput(f"etp={etp} must be 1 or tp={tp}", field="layout.etp", code="out-of-range")
     if etp < tp:
         if not expert_groups_fit(dp, tp, cp, ep, etp):
-            raise InvalidInput(f"{ep} folded expert groups cannot be cut from tp={tp} x cp={cp} x dp={dp}",
-                               field="layout.ep", code="does-not-divide")
+            raise InvalidInput(
+                f"{ep} folded expert groups cannot be cut from tp={tp} x cp={cp} x dp={dp}",
+                field="layout.ep",
+                code="does-not-divide",
+            )
         inner = max(1, ep // (tp * cp))
         if inner > 1:
             shape, names = (dp // inner, pp, inner, cp, tp), ("dp_outer", "pp", "dp_inner", "cp", "tp")

@@ -169,8 +169,11 @@ def _planner_gpu(name: str, node_name: str, ceilings: _KernelCeilings) -> GPUSpe
         raise ValueError(f"catalogue node {node_name!r} does not carry GPU {name!r} with its SM count")
     return GPUSpec(
         name=name,
-        peak_flops_per_s={dtype: gpu.dense_peak_flops_per_s[dtype] for dtype in _TRAINING_DTYPES
-                          if dtype in gpu.dense_peak_flops_per_s},
+        peak_flops_per_s={
+            dtype: gpu.dense_peak_flops_per_s[dtype]
+            for dtype in _TRAINING_DTYPES
+            if dtype in gpu.dense_peak_flops_per_s
+        },
         memory_bytes=gpu.memory_bytes,
         hbm_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
         intra_node_bandwidth_bytes_per_s=node.intra_node_link.bandwidth_bytes_per_s,
@@ -185,8 +188,9 @@ def _planner_gpu(name: str, node_name: str, ceilings: _KernelCeilings) -> GPUSpe
 
 
 #: Planner GPU name -> its figures (from the catalogue) and kernel ceilings (the planner's model).
-GPU_SPECS: dict[str, GPUSpec] = {name: _planner_gpu(name, node, ceilings)
-                                 for name, (node, ceilings) in _PLANNER_GPUS.items()}
+GPU_SPECS: dict[str, GPUSpec] = {
+    name: _planner_gpu(name, node, ceilings) for name, (node, ceilings) in _PLANNER_GPUS.items()
+}
 
 # Speed of each FlashAttention generation against the newest one a GPU generation runs,
 # which the cost model's flash-attention rate stands for (FlashAttention-2 on Ampere,
@@ -206,8 +210,16 @@ GPU_ARCHITECTURES = ("ampere", "hopper", "blackwell", "unknown")
 # one has the links of its GPU's usual node (tests/partitioners/hardware/test_catalogue.py holds
 # this), so naming the node or the GPU gives the same cluster. Other catalogue nodes (gb200-nvl72,
 # ...) reach the planner as inventory presets.
-_PLANNER_NODE_NAMES = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "hgx-h100", "dgx-h200", "hgx-h800", "hgx-a800",
-                       "dgx-b200")
+_PLANNER_NODE_NAMES = (
+    "dgx-a100",
+    "dgx-a100-40gb",
+    "dgx-h100",
+    "hgx-h100",
+    "dgx-h200",
+    "hgx-h800",
+    "hgx-a800",
+    "dgx-b200",
+)
 NODE_PRESETS: dict[str, str] = {name: CATALOGUE_NODES[name].accelerator.key for name in _PLANNER_NODE_NAMES}
 
 
@@ -237,16 +249,30 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
     # weight gradients accumulated by a separate kernel; the fp16 optimizer's fp32 gradient
     # copy and every in-flight stage output kept (see the TrainingSpec fields); GPT's 0.1
     # dropout. Megatron-DeepSpeed (BLOOM, MT-NLG) branched from this code.
-    "megatron-lm-2021": {"flash_attention": False, "sequence_parallel": False, "overlap_grad_reduce": False,
-                         "overlap_tp_backward": False, "gradient_accumulation_fusion": False, "overlap_p2p_comm": False,
-                         "fp32_grad_copy_kept": True, "stage_outputs_kept": True, "dropout": True,
-                         "partial_recompute": False, "selective_recompute": False},
+    "megatron-lm-2021": {
+        "flash_attention": False,
+        "sequence_parallel": False,
+        "overlap_grad_reduce": False,
+        "overlap_tp_backward": False,
+        "gradient_accumulation_fusion": False,
+        "overlap_p2p_comm": False,
+        "fp32_grad_copy_kept": True,
+        "stage_outputs_kept": True,
+        "dropout": True,
+        "partial_recompute": False,
+        "selective_recompute": False,
+    },
     # Megatron-LM as released with sequence parallelism and selective recomputation
     # (Korthikanti et al. 2022): asynchronous backward tensor-parallel collectives and
     # gradient-accumulation fusion, still no flash attention, gradients reduced after the
     # backward pass, dropout on.
-    "megatron-lm-2022": {"flash_attention": False, "sequence_parallel": True, "overlap_grad_reduce": False,
-                         "overlap_p2p_comm": False, "dropout": True},
+    "megatron-lm-2022": {
+        "flash_attention": False,
+        "sequence_parallel": True,
+        "overlap_grad_reduce": False,
+        "overlap_p2p_comm": False,
+        "dropout": True,
+    },
     # Megatron-Core with Transformer Engine: the TrainingSpec defaults.
     "megatron-core": {},
 }

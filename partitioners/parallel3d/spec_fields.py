@@ -57,14 +57,20 @@ SpecT = TypeVar("SpecT")
 
 def positive_int(value: Any, field_name: str, *, allow_zero: bool = False, maximum: int = MAX_COUNT) -> int:
     """An integer (an integral float such as ``8.0`` too, as JSON writers emit) in 1..maximum (0.. with allow_zero)."""
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
-        raise InvalidInput(f"{field_name} must be an integer, got {value!r}", field=field_name,
-                           code="not-an-integer")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not math.isfinite(value))
+        or value != int(value)
+    ):
+        raise InvalidInput(f"{field_name} must be an integer, got {value!r}", field=field_name, code="not-an-integer")
     ivalue = int(value)
     if ivalue < 0 or (ivalue == 0 and not allow_zero):
-        raise InvalidInput(f"{field_name} must be {'>= 0' if allow_zero else '> 0'}, got {ivalue}",
-                           field=field_name, code="out-of-range")
+        raise InvalidInput(
+            f"{field_name} must be {'>= 0' if allow_zero else '> 0'}, got {ivalue}",
+            field=field_name,
+            code="out-of-range",
+        )
     if ivalue > maximum:
         raise InvalidInput(f"{field_name} must be <= {maximum}, got {ivalue}", field=field_name, code="out-of-range")
     return ivalue
@@ -78,16 +84,16 @@ def is_finite_number(value: Any) -> bool:
 def positive_float(value: Any, field_name: str) -> float:
     """A finite number above zero."""
     if not is_finite_number(value) or value <= 0:
-        raise InvalidInput(f"{field_name} must be a finite number > 0, got {value!r}", field=field_name,
-                           code="out-of-range")
+        raise InvalidInput(
+            f"{field_name} must be a finite number > 0, got {value!r}", field=field_name, code="out-of-range"
+        )
     return float(value)
 
 
 def flag(value: Any, field_name: str) -> bool:
     """A JSON boolean. ``bool("no")`` is true, so a string or a number is refused, not coerced."""
     if not isinstance(value, bool):
-        raise InvalidInput(f"{field_name} must be true or false, got {value!r}", field=field_name,
-                           code="not-a-boolean")
+        raise InvalidInput(f"{field_name} must be true or false, got {value!r}", field=field_name, code="not-a-boolean")
     return value
 
 
@@ -102,8 +108,11 @@ def reject_unknown(data: Mapping[str, Any], allowed: set[str], where: str) -> No
     """Refuse keys the reader does not read, rather than ignoring a misspelt field."""
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise InvalidInput(f"unknown field(s) {unknown} in {where}; allowed: {sorted(allowed)}",
-                           field=f"{where}.{unknown[0]}", code="unknown-field")
+        raise InvalidInput(
+            f"unknown field(s) {unknown} in {where}; allowed: {sorted(allowed)}",
+            field=f"{where}.{unknown[0]}",
+            code="unknown-field",
+        )
 
 
 # --------------------------------------------------------------------------- declared fields
@@ -138,9 +147,18 @@ class FieldRule:
     why: str = ""
 
 
-def spec_field(default: Any = dataclasses.MISSING, *, kind: str, doc: str, ge: float | None = None,
-               le: float | None = None, lt: float | None = None, choices: tuple[Any, ...] = (),
-               code: str = "out-of-range", why: str = "") -> Any:
+def spec_field(
+    default: Any = dataclasses.MISSING,
+    *,
+    kind: str,
+    doc: str,
+    ge: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: tuple[Any, ...] = (),
+    code: str = "out-of-range",
+    why: str = "",
+) -> Any:
     """A dataclass field carrying its :class:`FieldRule` (``metadata["rule"]``).
 
     A count defaults to ``ge=1, le=MAX_COUNT``; ``default`` left out makes the field required.
@@ -168,35 +186,44 @@ def _checked(value: Any, rule: FieldRule, path: str) -> Any:
     if rule.kind == "positive":
         number = positive_float(value, path)
         if rule.le is not None and number > rule.le:
-            raise InvalidInput(f"{path} must be <= {rule.le:g} {rule.why}".rstrip() + f", got {value!r}",
-                               field=path, code=rule.code)
+            raise InvalidInput(
+                f"{path} must be <= {rule.le:g} {rule.why}".rstrip() + f", got {value!r}", field=path, code=rule.code
+            )
         return number
     if rule.kind == "number":
-        within = is_finite_number(value) and (rule.ge is None or value >= rule.ge) and (
-            rule.le is None or value <= rule.le) and (rule.lt is None or value < rule.lt)
+        within = (
+            is_finite_number(value)
+            and (rule.ge is None or value >= rule.ge)
+            and (rule.le is None or value <= rule.le)
+            and (rule.lt is None or value < rule.lt)
+        )
         if not within:
-            span = rule.why or (f"in [{rule.ge:g}, {rule.lt:g})" if rule.lt is not None
-                                else f"from {rule.ge:g} to {rule.le:g}")
+            span = rule.why or (
+                f"in [{rule.ge:g}, {rule.lt:g})" if rule.lt is not None else f"from {rule.ge:g} to {rule.le:g}"
+            )
             raise InvalidInput(f"{path} must be a number {span}, got {value!r}", field=path, code=rule.code)
         return float(value)
     if rule.kind == "choice":
         text = str(value).lower()
         if text not in rule.choices:
-            raise InvalidInput(f"{path} must be one of {list(rule.choices)}{rule.why}, got {text!r}", field=path,
-                               code=rule.code)
+            raise InvalidInput(
+                f"{path} must be one of {list(rule.choices)}{rule.why}, got {text!r}", field=path, code=rule.code
+            )
         return text
     if rule.kind == "name":
         return str(value)
     if rule.kind == "rates":
         if not isinstance(value, Mapping) or not value:
-            raise InvalidInput(f"{path} must map dtype -> FLOP/s, e.g. {{'bf16': 9.89e14}}", field=path,
-                               code="not-an-object")
+            raise InvalidInput(
+                f"{path} must map dtype -> FLOP/s, e.g. {{'bf16': 9.89e14}}", field=path, code="not-an-object"
+            )
         if rule.le is not None and len(value) > rule.le:
             raise InvalidInput(f"{path} names at most {rule.le:g} dtypes", field=path, code="out-of-range")
         return {str(k).lower(): positive_float(v, f"{path}.{k}") for k, v in value.items()}
     if rule.kind == "layers":
-        indices = tuple(positive_int(i, f"{path}[]", allow_zero=True)
-                        for i in as_list(value, path, "a list of layer indices"))
+        indices = tuple(
+            positive_int(i, f"{path}[]", allow_zero=True) for i in as_list(value, path, "a list of layer indices")
+        )
         if len(set(indices)) < len(indices):
             twice = next(i for i in indices if indices.count(i) > 1)
             raise InvalidInput(f"{path} lists layer {twice} more than once", field=path, code="duplicate-layer")
@@ -251,7 +278,7 @@ def _rerooted(error: InvalidInput, root: str, where: str) -> InvalidInput:
     detail = error.detail
     for sep in (".", ":"):
         detail = detail.replace(root + sep, where + sep)
-    return type(error)(detail, field=where + error.field[len(root):], code=error.code)
+    return type(error)(detail, field=where + error.field[len(root) :], code=error.code)
 
 
 def spec_from_mapping(cls: type[SpecT], data: Any, where: str | None = None) -> SpecT:
@@ -280,8 +307,9 @@ def spec_from_mapping(cls: type[SpecT], data: Any, where: str | None = None) -> 
     for field, nested in declared:
         if field.name not in data:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-                raise InvalidInput(f"{where}.{field.name} is required", field=f"{where}.{field.name}",
-                                   code="missing-field")
+                raise InvalidInput(
+                    f"{where}.{field.name} is required", field=f"{where}.{field.name}", code="missing-field"
+                )
             continue
         value = data[field.name]
         if nested is not None and value is not None:

@@ -89,9 +89,16 @@ def stage_layer_split(num_layers: int, pp: FloatArray | IntArray | int) -> tuple
     return q, first, last
 
 
-def end_stage_moe_layers(num_layers: int, moe_layers: tuple[int, ...] | None, has_moe: bool,
-                         first_layers: FloatArray, last_layers: FloatArray, layers_per_stage: FloatArray,
-                         moe_per_stage: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray]:
+def end_stage_moe_layers(
+    num_layers: int,
+    moe_layers: tuple[int, ...] | None,
+    has_moe: bool,
+    first_layers: FloatArray,
+    last_layers: FloatArray,
+    layers_per_stage: FloatArray,
+    moe_per_stage: FloatArray,
+    v: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
     """MoE layers among the first rank's ``first_layers`` and the last rank's ``last_layers``.
 
     The first pipeline rank's first model chunk holds the model's first layers and the
@@ -120,8 +127,13 @@ def end_stage_moe_layers(num_layers: int, moe_layers: tuple[int, ...] | None, ha
     return prefix[head] + inner_moe, prefix[-1] - prefix[num_layers - tail] + inner_moe
 
 
-def middle_stages_short(num_layers: int, pp: FloatArray | int, q: FloatArray | int, first_layers: FloatArray | int,
-                        last_layers: FloatArray | int) -> FloatArray:
+def middle_stages_short(
+    num_layers: int,
+    pp: FloatArray | int,
+    q: FloatArray | int,
+    first_layers: FloatArray | int,
+    last_layers: FloatArray | int,
+) -> FloatArray:
     """How many middle stages hold ``q - 1`` layers: the leftover layers the end stages do not shed.
 
     They are taken from the middle stages nearest the first, which keep the most
@@ -130,11 +142,14 @@ def middle_stages_short(num_layers: int, pp: FloatArray | int, q: FloatArray | i
     return np.maximum(pp * q - num_layers - (q - first_layers) - (q - last_layers), 0)
 
 
-def balanced_end_layers(q: FloatArray, short: FloatArray, pp: FloatArray | IntArray, first_extra_layers: FloatArray,
-                        last_extra_layers: FloatArray,
-                        end_layer_units: Callable[[FloatArray, FloatArray],
-                                                  tuple[FloatArray, FloatArray]] | None = None,
-                        ) -> tuple[FloatArray, FloatArray]:
+def balanced_end_layers(
+    q: FloatArray,
+    short: FloatArray,
+    pp: FloatArray | IntArray,
+    first_extra_layers: FloatArray,
+    last_extra_layers: FloatArray,
+    end_layer_units: Callable[[FloatArray, FloatArray], tuple[FloatArray, FloatArray]] | None = None,
+) -> tuple[FloatArray, FloatArray]:
     """Layers on the first and last pipeline stage when the ``short`` layers a pipeline of
     ``q``-layer stages leaves over come off the stages that need them most.
 

@@ -37,9 +37,10 @@ PAIRS = [
 @functools.cache
 def _a100_tokens_per_gpu() -> tuple[float, ...]:
     """The A100 side of every pair: it does not depend on the Hopper factor, so it is computed once."""
-    return tuple(predicted_tokens_per_gpu({"preset": "dgx-a100"}, name, seq, gpus, mbs, ga_a, ckpt,
-                                          A100_FLASH_ATTENTION)
-                 for name, seq, gpus, mbs, ckpt, _, _, ga_a, _ in PAIRS)
+    return tuple(
+        predicted_tokens_per_gpu({"preset": "dgx-a100"}, name, seq, gpus, mbs, ga_a, ckpt, A100_FLASH_ATTENTION)
+        for name, seq, gpus, mbs, ckpt, _, _, ga_a, _ in PAIRS
+    )
 
 
 def speedup_ratios(hopper_factor: float) -> list[tuple[str, float, float]]:

@@ -20,9 +20,17 @@ from partitioners.parallel3d.specs import LayoutSpec
 
 # MPT shapes (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): d_model, heads, layers;
 # vocabulary 50,368, 4x GELU MLP, ALiBi, tied embeddings, no dropout.
-MPT_SHAPES = {"125m": (768, 12, 12), "350m": (1024, 16, 24), "760m": (1536, 12, 24), "1b": (2048, 16, 24),
-              "3b": (2560, 20, 32), "7b": (4096, 32, 32), "13b": (5120, 40, 40), "30b": (7168, 56, 48),
-              "70b": (8192, 64, 80)}
+MPT_SHAPES = {
+    "125m": (768, 12, 12),
+    "350m": (1024, 16, 24),
+    "760m": (1536, 12, 24),
+    "1b": (2048, 16, 24),
+    "3b": (2560, 20, 32),
+    "7b": (4096, 32, 32),
+    "13b": (5120, 40, 40),
+    "30b": (7168, 56, 48),
+    "70b": (8192, 64, 80),
+}
 
 
 # Rows: model, sequence length, GPUs, micro-batch, gradient accumulation, activation
@@ -96,9 +104,11 @@ H100_FLASH_ATTENTION = 2
 
 
 # (table, preset, rows, FlashAttention generation, gradient bytes per parameter)
-TABLES = [("A100 80GB", "dgx-a100", A100_80GB_ROWS, A100_FLASH_ATTENTION, 4),
-          ("H100 80GB", "dgx-h100", H100_80GB_ROWS, H100_FLASH_ATTENTION, 4),
-          ("A100 40GB", "dgx-a100-40gb", A100_40GB_ROWS, A100_FLASH_ATTENTION, 2)]
+TABLES = [
+    ("A100 80GB", "dgx-a100", A100_80GB_ROWS, A100_FLASH_ATTENTION, 4),
+    ("H100 80GB", "dgx-h100", H100_80GB_ROWS, H100_FLASH_ATTENTION, 4),
+    ("A100 40GB", "dgx-a100-40gb", A100_40GB_ROWS, A100_FLASH_ATTENTION, 2),
+]
 
 
 def published_rows(table: str) -> Iterator[tuple[str, int, int, int, int, bool, float]]:
@@ -109,26 +119,62 @@ def published_rows(table: str) -> Iterator[tuple[str, int, int, int, int, bool, 
             yield name, int(seq), int(gpus), int(mbs), int(accumulation), ckpt == "T", float(tokens)
 
 
-def predicted_tokens_per_gpu(cluster: Mapping[str, Any], name: str, seq: int, gpus: int, mbs: int, accumulation: int,
-                             checkpointing: bool, flash_attention_version: int | None,
-                             grad_bytes_per_param: int = 4) -> float:
+def predicted_tokens_per_gpu(
+    cluster: Mapping[str, Any],
+    name: str,
+    seq: int,
+    gpus: int,
+    mbs: int,
+    accumulation: int,
+    checkpointing: bool,
+    flash_attention_version: int | None,
+    grad_bytes_per_param: int = 4,
+) -> float:
     """The cost model's tokens/s per GPU for one MPT run on nodes of 8 GPUs, laid out as it ran (FSDP)."""
     hidden, heads, layers = MPT_SHAPES[name]
-    model = {"num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads, "seq_length": seq,
-             "vocab_size": 50368, "tie_embeddings": True}
-    layout = {"tp": 1, "pp": 1, "cp": 1, "dp": gpus, "micro_batch_size": mbs, "zero_stage": 3,
-              "recompute": "full" if checkpointing else "none"}
-    training = {"global_batch_sequences": mbs * accumulation * gpus, "flash_attention_version": flash_attention_version,
-                "grad_bytes_per_param": grad_bytes_per_param}
-    (prediction,) = evaluate_layouts(*specs_of(model, {**cluster, "nodes": gpus // 8}, training),
-                                     [spec_from_mapping(LayoutSpec, layout)])
+    model = {
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "seq_length": seq,
+        "vocab_size": 50368,
+        "tie_embeddings": True,
+    }
+    layout = {
+        "tp": 1,
+        "pp": 1,
+        "cp": 1,
+        "dp": gpus,
+        "micro_batch_size": mbs,
+        "zero_stage": 3,
+        "recompute": "full" if checkpointing else "none",
+    }
+    training = {
+        "global_batch_sequences": mbs * accumulation * gpus,
+        "flash_attention_version": flash_attention_version,
+        "grad_bytes_per_param": grad_bytes_per_param,
+    }
+    (prediction,) = evaluate_layouts(
+        *specs_of(model, {**cluster, "nodes": gpus // 8}, training), [spec_from_mapping(LayoutSpec, layout)]
+    )
     return prediction.tokens_per_s / gpus
 
 
-def table_errors(preset: str, table: str, flash_attention_version: int | None,
-                 grad_bytes_per_param: int) -> list[tuple[str, int, int, bool, float]]:
+def table_errors(
+    preset: str, table: str, flash_attention_version: int | None, grad_bytes_per_param: int
+) -> list[tuple[str, int, int, bool, float]]:
     """(model, sequence, GPUs, checkpointing, predicted / published - 1) for every row."""
-    return [(name, seq, gpus, ckpt,
-             predicted_tokens_per_gpu({"preset": preset}, name, seq, gpus, mbs, acc, ckpt, flash_attention_version,
-                                      grad_bytes_per_param) / published - 1.0)
-            for name, seq, gpus, mbs, acc, ckpt, published in published_rows(table)]
+    return [
+        (
+            name,
+            seq,
+            gpus,
+            ckpt,
+            predicted_tokens_per_gpu(
+                {"preset": preset}, name, seq, gpus, mbs, acc, ckpt, flash_attention_version, grad_bytes_per_param
+            )
+            / published
+            - 1.0,
+        )
+        for name, seq, gpus, mbs, acc, ckpt, published in published_rows(table)
+    ]

@@ -61,25 +61,42 @@ from typing import Any
 from partitioners.parallel3d.spec_fields import spec_from_mapping
 from partitioners.parallel3d.specs import ClusterSpec, Constraints, ModelSpec, TrainingSpec
 
-__all__ = ["specs_of", "constraints_of",
-           "A100_PEAK_BF16_FLOPS", "SC21_TABLE1", "KORTHIKANTI22", "KNOWN_OUT_OF_MEMORY", "SC21_FIGURE17_MEMORY",
-           "SC21_COMPARISONS", "KORTHIKANTI22_RECOMPUTE_COMPARISON", "MEGATRON_BRIDGE_H100", "NEMO_2407_H100",
-           "MEGATRON_BRIDGE_H100_MOE", "MODELZOO_QWEN3_H100", "gpt"]
+__all__ = [
+    "specs_of",
+    "constraints_of",
+    "A100_PEAK_BF16_FLOPS",
+    "SC21_TABLE1",
+    "KORTHIKANTI22",
+    "KNOWN_OUT_OF_MEMORY",
+    "SC21_FIGURE17_MEMORY",
+    "SC21_COMPARISONS",
+    "KORTHIKANTI22_RECOMPUTE_COMPARISON",
+    "MEGATRON_BRIDGE_H100",
+    "NEMO_2407_H100",
+    "MEGATRON_BRIDGE_H100_MOE",
+    "MODELZOO_QWEN3_H100",
+    "gpt",
+]
 
 # NVIDIA A100 datasheet: 312 TFLOP/s dense BF16/FP16.
 A100_PEAK_BF16_FLOPS = 312e12
 
 
-def specs_of(model: Mapping[str, Any], cluster: Mapping[str, Any],
-             training: Mapping[str, Any]) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
+def specs_of(
+    model: Mapping[str, Any], cluster: Mapping[str, Any], training: Mapping[str, Any]
+) -> tuple[ModelSpec, ClusterSpec, TrainingSpec]:
     """The planner's inputs for a run below, whose fields are written as a request would send them."""
-    return (spec_from_mapping(ModelSpec, model), spec_from_mapping(ClusterSpec, cluster),
-            spec_from_mapping(TrainingSpec, training))
+    return (
+        spec_from_mapping(ModelSpec, model),
+        spec_from_mapping(ClusterSpec, cluster),
+        spec_from_mapping(TrainingSpec, training),
+    )
 
 
 def constraints_of(search: Mapping[str, Any] | None) -> Constraints | None:
     """A run's search constraints (None: the defaults)."""
     return None if search is None else spec_from_mapping(Constraints, search)
+
 
 # Megatron-LM of 2021: no flash attention, no sequence parallelism, tensor-parallel
 # all-reduces in line (the asynchronous input-gradient all-reduce came in 2022).
@@ -111,8 +128,15 @@ def gpt(layers: int, hidden: int, heads: int) -> dict[str, Any]:
     counts the ``V h`` word embedding once (Megatron-LM's GPT shares it with the output layer),
     and the ``s h`` learned position table.
     """
-    return {"num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads, "seq_length": 2048,
-            "vocab_size": 51200, "tie_embeddings": True, "learned_position_embeddings": True}
+    return {
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "seq_length": 2048,
+        "vocab_size": 51200,
+        "tie_embeddings": True,
+        "learned_position_embeddings": True,
+    }
 
 
 # (name, heads, hidden, layers, tp, pp, GPUs, global batch, achieved TFLOP/s per GPU,
@@ -152,8 +176,14 @@ SC21_TABLE1 = [
         "cluster": {"preset": "dgx-a100", "nodes": gpus // 8},
         "training": {"global_batch_sequences": batch, **SC21_SOFTWARE, **_DDP_SOFTWARE[ddp]},
         "search": SC21_SEARCH,
-        "published": {"tp": tp, "pp": pp, "micro_batch_size": mbs, "virtual_stages": v, "recompute": "full",
-                      "zero_stage": 0},
+        "published": {
+            "tp": tp,
+            "pp": pp,
+            "micro_batch_size": mbs,
+            "virtual_stages": v,
+            "recompute": "full",
+            "zero_stage": 0,
+        },
         "published_hfu": tflops * 1e12 / A100_PEAK_BF16_FLOPS,
         "published_mfu": None,
     }
@@ -177,8 +207,14 @@ KORTHIKANTI22: list[dict[str, Any]] = [
         "training": {"global_batch_sequences": batch, "precision": "bf16", **KORTHIKANTI_SOFTWARE},
         "search": KORTHIKANTI_SEARCH,
         # the paper names no interleaving: Megatron-LM's default, plain 1F1B (v = 1)
-        "published": {"tp": tp, "pp": pp, "micro_batch_size": mbs, "virtual_stages": 1, "recompute": "selective",
-                      "zero_stage": 0},
+        "published": {
+            "tp": tp,
+            "pp": pp,
+            "micro_batch_size": mbs,
+            "virtual_stages": 1,
+            "recompute": "selective",
+            "zero_stage": 0,
+        },
         "published_hfu": hfu,
         "published_mfu": mfu,
     }
@@ -212,17 +248,37 @@ KORTHIKANTI22_RECOMPUTE_COMPARISON = {
     "cluster": {"preset": "dgx-a100", "nodes": 280},
     "search": KORTHIKANTI_SEARCH,
     "cases": [
-        {"label": "sequence parallel + selective recomputation",
-         "training": {"global_batch_sequences": 2240, "precision": "bf16", **KORTHIKANTI_SOFTWARE},
-         "layout": {"tp": 8, "pp": 35, "micro_batch_size": 1, "virtual_stages": 1, "recompute": "selective",
-                    "zero_stage": 0},
-         "published_mfu": 0.542},
-        {"label": "full recomputation, no sequence parallelism",
-         "training": {"global_batch_sequences": 2240, "precision": "bf16", **KORTHIKANTI_SOFTWARE,
-                      "sequence_parallel": False},
-         "layout": {"tp": 8, "pp": 35, "micro_batch_size": 1, "virtual_stages": 1, "recompute": "full",
-                    "zero_stage": 0},
-         "published_mfu": 0.421},
+        {
+            "label": "sequence parallel + selective recomputation",
+            "training": {"global_batch_sequences": 2240, "precision": "bf16", **KORTHIKANTI_SOFTWARE},
+            "layout": {
+                "tp": 8,
+                "pp": 35,
+                "micro_batch_size": 1,
+                "virtual_stages": 1,
+                "recompute": "selective",
+                "zero_stage": 0,
+            },
+            "published_mfu": 0.542,
+        },
+        {
+            "label": "full recomputation, no sequence parallelism",
+            "training": {
+                "global_batch_sequences": 2240,
+                "precision": "bf16",
+                **KORTHIKANTI_SOFTWARE,
+                "sequence_parallel": False,
+            },
+            "layout": {
+                "tp": 8,
+                "pp": 35,
+                "micro_batch_size": 1,
+                "virtual_stages": 1,
+                "recompute": "full",
+                "zero_stage": 0,
+            },
+            "published_mfu": 0.421,
+        },
     ],
 }
 
@@ -243,8 +299,14 @@ SC21_FIGURE17_MEMORY = [
         "cluster": {"preset": "dgx-a100", "nodes": 16},
         "training": {"global_batch_sequences": batch, **SC21_SOFTWARE},
         "search": SC21_SEARCH,
-        "published": {"tp": 8, "pp": 16, "micro_batch_size": 1, "virtual_stages": 1, "recompute": "none",
-                      "zero_stage": 0},
+        "published": {
+            "tp": 8,
+            "pp": 16,
+            "micro_batch_size": 1,
+            "virtual_stages": 1,
+            "recompute": "none",
+            "zero_stage": 0,
+        },
         "fits": fits,
     }
     for batch, fits in ((8, True), (16, False))
@@ -265,14 +327,34 @@ SC21_FIGURE17_THROUGHPUT = {
 }
 
 
-def _sc21_point(label: str, layers: int, hidden: int, heads: int, nodes: int, tp: int, pp: int,
-                micro_batch_size: int = 1, virtual_stages: int = 1, **training: Any) -> dict[str, Any]:
+def _sc21_point(
+    label: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    nodes: int,
+    tp: int,
+    pp: int,
+    micro_batch_size: int = 1,
+    virtual_stages: int = 1,
+    **training: Any,
+) -> dict[str, Any]:
     """One bar of an SC21 figure: a GPT shape on DGX A100 nodes, run as examples/sc21 ran it
     (``training``: flags the figure changes on top of SC21_SOFTWARE)."""
-    return {"label": label, "model": gpt(layers, hidden, heads), "cluster": {"preset": "dgx-a100", "nodes": nodes},
-            "layout": {"tp": tp, "pp": pp, "micro_batch_size": micro_batch_size, "virtual_stages": virtual_stages,
-                       "recompute": "full", "zero_stage": 0},
-            "training": training}
+    return {
+        "label": label,
+        "model": gpt(layers, hidden, heads),
+        "cluster": {"preset": "dgx-a100", "nodes": nodes},
+        "layout": {
+            "tp": tp,
+            "pp": pp,
+            "micro_batch_size": micro_batch_size,
+            "virtual_stages": virtual_stages,
+            "recompute": "full",
+            "zero_stage": 0,
+        },
+        "training": training,
+    }
 
 
 # SC21's controlled comparisons (Sec. 5.3-5.5 and 5.9, Figures 11-16 and 18): one model on one cluster,
@@ -288,74 +370,112 @@ def _sc21_point(label: str, layers: int, hidden: int, heads: int, nodes: int, tp
 #   "faster": the second beats the first at every batch (the stated gain is printed beside).
 SC21_COMPARISONS = [
     {
-        "figure": "Figure 11", "section": "5.3.1", "finding": "larger-batch-scales-better",
+        "figure": "Figure 11",
+        "section": "5.3.1",
+        "finding": "larger-batch-scales-better",
         "what": "weak scaling of pipeline parallelism: 3 layers of the 20480-wide GPT per stage, tp 8, one node per stage",
         "claim": "per-GPU throughput falls as the pipeline grows, and less at the larger batch, whose bubble is "
-                 "amortised over more micro-batches",
+        "amortised over more micro-batches",
         "batches": (8, 128),
         "points": [_sc21_point(f"pp {pp}", 3 * pp, 20480, 128, pp, 8, pp) for pp in (1, 2, 4, 8)],
     },
     {
-        "figure": "Figure 12", "section": "5.3.2", "finding": "gap-closing",
+        "figure": "Figure 12",
+        "section": "5.3.2",
+        "finding": "gap-closing",
         "what": "GPT-175B, (t, p) = (8, 12) on 96 GPUs, 1F1B against the interleaved schedule (2 layers per model chunk)",
         "claim": "the interleaved schedule is faster, and the gap closes as the batch grows (smaller bubble of "
-                 "the default schedule, more point-to-point traffic in the interleaved one)",
+        "the default schedule, more point-to-point traffic in the interleaved one)",
         "batches": (12, 24, 36, 48, 60),
-        "points": [_sc21_point("1F1B", 96, 12288, 96, 12, 8, 12),
-                   _sc21_point("interleaved", 96, 12288, 96, 12, 8, 12, virtual_stages=4)],
+        "points": [
+            _sc21_point("1F1B", 96, 12288, 96, 12, 8, 12),
+            _sc21_point("interleaved", 96, 12288, 96, 12, 8, 12, virtual_stages=4),
+        ],
     },
     {
-        "figure": "Figure 13", "section": "5.4.1", "finding": "peak", "expected": "(8, 8)",
+        "figure": "Figure 13",
+        "section": "5.4.1",
+        "finding": "peak",
+        "expected": "(8, 8)",
         "what": "GPT-162.2B (32 layers, hidden 20480) on 64 GPUs, t x p = 64",
         "claim": "throughput peaks with tensor parallelism over the 8 GPUs of a node and pipeline parallelism "
-                 "across nodes: (t, p) = (8, 8)",
+        "across nodes: (t, p) = (8, 8)",
         "batches": (32, 128),
         "points": [_sc21_point(f"({64 // pp}, {pp})", 32, 20480, 128, 8, 64 // pp, pp) for pp in (2, 4, 8, 16, 32)],
     },
     {
-        "figure": "Figure 14", "section": "5.4.2", "finding": "decreasing",
+        "figure": "Figure 14",
+        "section": "5.4.2",
+        "finding": "decreasing",
         "what": "GPT-5.9B (32 layers, hidden 3840) on 64 GPUs, tp 1, p x d = 64",
         "claim": "throughput falls as the pipeline-parallel size grows at each batch size: pipelines are for "
-                 "models that do not fit, data parallelism for scale",
+        "models that do not fit, data parallelism for scale",
         "batches": (32, 512),
         "points": [_sc21_point(f"pp {pp}", 32, 3840, 32, 8, 1, pp) for pp in (2, 4, 8, 16, 32)],
     },
     {
-        "figure": "Figure 15", "section": "5.4.3", "finding": "decreasing",
+        "figure": "Figure 15",
+        "section": "5.4.3",
+        "finding": "decreasing",
         "what": "GPT-5.9B on 64 GPUs, pp 1, t x d = 64",
         "claim": "throughput falls as the tensor-parallel size grows: its all-reduces run every micro-batch, "
-                 "across nodes past 8, on ever smaller matrix multiplications",
+        "across nodes past 8, on ever smaller matrix multiplications",
         "batches": (32, 128, 512),
         "points": [_sc21_point(f"tp {tp}", 32, 3840, 32, 8, tp, 1) for tp in (2, 4, 8, 16, 32)],
     },
     {
-        "figure": "Figure 16", "section": "5.5", "finding": "peak", "expected": "micro-batch 2",
+        "figure": "Figure 16",
+        "section": "5.5",
+        "finding": "peak",
+        "expected": "micro-batch 2",
         "what": "GPT-91B (32 layers, hidden 15360), (t, p) = (8, 8) on 64 GPUs, micro-batch 1-8",
         "claim": "the best micro-batch size for this model is 2: larger ones use the GPU better but leave fewer "
-                 "micro-batches to fill the pipeline",
+        "micro-batches to fill the pipeline",
         "batches": (128, 512),
-        "points": [_sc21_point(f"micro-batch {mbs}", 32, 15360, 128, 8, 8, 8, micro_batch_size=mbs)
-                   for mbs in (1, 2, 4, 8)],
+        "points": [
+            _sc21_point(f"micro-batch {mbs}", 32, 15360, 128, 8, 8, 8, micro_batch_size=mbs) for mbs in (1, 2, 4, 8)
+        ],
     },
     {
-        "figure": "Figure 18", "section": "5.9", "finding": "faster", "stated_gain": 0.11,
+        "figure": "Figure 18",
+        "section": "5.9",
+        "finding": "faster",
+        "stated_gain": 0.11,
         "what": "GPT-175B, (t, p) = (8, 12) interleaved on 96 GPUs, pipeline sends whole or scattered over the "
-                "tensor ranks and all-gathered over NVLink",
+        "tensor ranks and all-gathered over NVLink",
         "claim": "the scatter/gather optimization raises throughput, by up to 11% where the schedule communicates "
-                 "most (interleaving, large batches)",
+        "most (interleaving, large batches)",
         "batches": (12, 24, 36, 48, 60),
-        "points": [_sc21_point("whole", 96, 12288, 96, 12, 8, 12, virtual_stages=4, pipeline_scatter_gather=False),
-                   _sc21_point("scatter/gather", 96, 12288, 96, 12, 8, 12, virtual_stages=4)],
+        "points": [
+            _sc21_point("whole", 96, 12288, 96, 12, 8, 12, virtual_stages=4, pipeline_scatter_gather=False),
+            _sc21_point("scatter/gather", 96, 12288, 96, 12, 8, 12, virtual_stages=4),
+        ],
     },
 ]
 
 
 # Llama 3 shapes (Meta's model cards: 70B 80 x 8192, 64 heads, 8 KV heads, FFN 28,672;
 # 405B 126 x 16,384, 128 heads, 8 KV heads, FFN 53,248; vocabulary 128,256; SwiGLU, no dropout).
-_LLAMA3_70B = {"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_kv_heads": 8,
-               "ffn_hidden_size": 28672, "gated_mlp": True, "seq_length": 8192, "vocab_size": 128256}
-_LLAMA31_405B = {"num_layers": 126, "hidden_size": 16384, "num_attention_heads": 128, "num_kv_heads": 8,
-                 "ffn_hidden_size": 53248, "gated_mlp": True, "seq_length": 8192, "vocab_size": 128256}
+_LLAMA3_70B = {
+    "num_layers": 80,
+    "hidden_size": 8192,
+    "num_attention_heads": 64,
+    "num_kv_heads": 8,
+    "ffn_hidden_size": 28672,
+    "gated_mlp": True,
+    "seq_length": 8192,
+    "vocab_size": 128256,
+}
+_LLAMA31_405B = {
+    "num_layers": 126,
+    "hidden_size": 16384,
+    "num_attention_heads": 128,
+    "num_kv_heads": 8,
+    "ffn_hidden_size": 53248,
+    "gated_mlp": True,
+    "seq_length": 8192,
+    "vocab_size": 128256,
+}
 _BRIDGE_SOFTWARE = {"precision": "fp8", "fp8_scaling": "current", "grad_bytes_per_param": 2, "overlap_tp_comm": True}
 
 # (name, model, GPUs, global batch, tp, pp, cp, virtual stages, container, tokens/s per GPU)
@@ -374,8 +494,15 @@ MEGATRON_BRIDGE_H100 = [
         "cluster": {"preset": "dgx-h100", "nodes": gpus // 8},
         "training": {"global_batch_sequences": batch, **_BRIDGE_SOFTWARE},
         "search": None,
-        "published": {"tp": tp, "pp": pp, "cp": cp, "virtual_stages": v, "micro_batch_size": 1,
-                      "recompute": "none", "zero_stage": 1},
+        "published": {
+            "tp": tp,
+            "pp": pp,
+            "cp": cp,
+            "virtual_stages": v,
+            "micro_batch_size": 1,
+            "recompute": "none",
+            "zero_stage": 1,
+        },
         "published_tokens_per_s_per_gpu": float(tokens_per_gpu),
     }
     for name, model, gpus, batch, tp, pp, cp, v, container, tokens_per_gpu in _BRIDGE_ROWS
@@ -398,8 +525,16 @@ def _nemo_gpt3(layers: int, hidden: int, heads: int) -> dict[str, Any]:
 
 
 def _llama2(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int) -> dict[str, Any]:
-    return {"num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads, "num_kv_heads": kv_heads,
-            "ffn_hidden_size": ffn, "gated_mlp": True, "seq_length": 4096, "vocab_size": 32000}
+    return {
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": kv_heads,
+        "ffn_hidden_size": ffn,
+        "gated_mlp": True,
+        "seq_length": 4096,
+        "vocab_size": 32000,
+    }
 
 
 _NEMOTRON = {"seq_length": 4096, "vocab_size": 256000}
@@ -413,12 +548,49 @@ _NEMO_2407_ROWS = [
     ("Llama2-7B", _llama2(32, 4096, 32, 32, 11008), 8, 128, 1, 1, 1, 1, 1, 16847),
     ("Llama2-13B", _llama2(40, 5120, 40, 40, 13824), 16, 128, 1, 1, 4, 1, 10, 8646),
     ("Llama2-70B", _llama2(80, 8192, 64, 8, 28672), 64, 128, 1, 4, 4, 1, 20, 1707),
-    ("Nemotron-8B", {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "ffn_hidden_size": 16384,
-                     **_NEMOTRON}, 64, 256, 4, 2, 1, 1, 1, 12701),
-    ("Nemotron-4-340B", {"num_layers": 96, "hidden_size": 18432, "num_attention_heads": 96, "num_kv_heads": 8,
-                         "ffn_hidden_size": 73728, **_NEMOTRON}, 128, 32, 1, 8, 8, 1, 12, 322),
-    ("Llama3-8B", {**_LLAMA3_70B, "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-                   "ffn_hidden_size": 14336}, 8, 128, 1, 1, 1, 2, 1, 12036),
+    (
+        "Nemotron-8B",
+        {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "ffn_hidden_size": 16384, **_NEMOTRON},
+        64,
+        256,
+        4,
+        2,
+        1,
+        1,
+        1,
+        12701,
+    ),
+    (
+        "Nemotron-4-340B",
+        {
+            "num_layers": 96,
+            "hidden_size": 18432,
+            "num_attention_heads": 96,
+            "num_kv_heads": 8,
+            "ffn_hidden_size": 73728,
+            **_NEMOTRON,
+        },
+        128,
+        32,
+        1,
+        8,
+        8,
+        1,
+        12,
+        322,
+    ),
+    (
+        "Llama3-8B",
+        {**_LLAMA3_70B, "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "ffn_hidden_size": 14336},
+        8,
+        128,
+        1,
+        1,
+        1,
+        2,
+        1,
+        12036,
+    ),
     ("Llama3-70B", _LLAMA3_70B, 64, 128, 1, 4, 4, 2, 5, 1533),
 ]
 
@@ -448,12 +620,29 @@ NEMO_2407_H100 = [
 # the whole run (its batch ramp and anything else the GPU hours include). Its
 # multi-token-prediction module (one more layer and output head) is not modelled.
 DEEPSEEK_V3 = {
-    "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
-    "gated_mlp": True, "seq_length": 4096, "vocab_size": 129280,
-    "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-            "v_head_dim": 128},
-    "moe": {"num_experts": 256, "experts_per_token": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
-            "moe_layers": list(range(3, 61)), "num_groups": 8, "group_topk": 4},
+    "num_layers": 61,
+    "hidden_size": 7168,
+    "num_attention_heads": 128,
+    "ffn_hidden_size": 18432,
+    "gated_mlp": True,
+    "seq_length": 4096,
+    "vocab_size": 129280,
+    "mla": {
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+    },
+    "moe": {
+        "num_experts": 256,
+        "experts_per_token": 8,
+        "expert_ffn_hidden_size": 2048,
+        "shared_experts": 1,
+        "moe_layers": list(range(3, 61)),
+        "num_groups": 8,
+        "group_topk": 4,
+    },
 }
 DEEPSEEK_V3_H800 = {
     "source": "DeepSeek-V3 Technical Report, Sec. 3 and Table 1",
@@ -462,8 +651,13 @@ DEEPSEEK_V3_H800 = {
     "cluster": {"preset": "hgx-h800", "nodes": 256},
     # its own framework casts each weight to FP8 (128 x 128 blocks) for the GEMMs from the
     # higher-precision copy the optimizer updates (Sec. 3.3), not NVIDIA's FP8-only weights
-    "training": {"global_batch_sequences": 15360, "precision": "fp8", "expert_dispatch": "node-deduplicated",
-                 "overlap_ep_comm": True, "fp8_params": False},
+    "training": {
+        "global_batch_sequences": 15360,
+        "precision": "fp8",
+        "expert_dispatch": "node-deduplicated",
+        "overlap_ep_comm": True,
+        "fp8_params": False,
+    },
     "search": None,
     "published": {"tp": 1, "pp": 16, "ep": 64, "cp": 1, "recompute": "selective", "zero_stage": 1},
     "published_tokens_per_s_per_gpu": 1e12 / (180_000 * 3600),
@@ -482,48 +676,90 @@ DEEPSEEK_V3_H800 = {
 # attention). Shapes from the models' Hugging Face configs (Qwen3: 128 experts, 8 per token,
 # 4 KV heads of 128; GPT-OSS 120B: 128 experts, 4 per token, 128-token windows on every
 # other layer).
-_QWEN3_30B_A3B = {"num_layers": 48, "hidden_size": 2048, "num_attention_heads": 32, "num_kv_heads": 4, "head_dim": 128,
-                  "ffn_hidden_size": 6144, "gated_mlp": True, "seq_length": 4096, "vocab_size": 151936,
-                  "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 768}}
-_QWEN3_235B_A22B = {**_QWEN3_30B_A3B, "num_layers": 94, "hidden_size": 4096, "num_attention_heads": 64,
-                    "ffn_hidden_size": 12288,
-                    "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 1536}}
-_GPT_OSS_120B = {"num_layers": 36, "hidden_size": 2880, "num_attention_heads": 64, "num_kv_heads": 8, "head_dim": 64,
-                 "ffn_hidden_size": 2880, "gated_mlp": True, "seq_length": 4096, "vocab_size": 201088,
-                 "sliding_window": 128, "sliding_window_layers": list(range(0, 36, 2)),
-                 "moe": {"num_experts": 128, "experts_per_token": 4, "expert_ffn_hidden_size": 2880}}
+_QWEN3_30B_A3B = {
+    "num_layers": 48,
+    "hidden_size": 2048,
+    "num_attention_heads": 32,
+    "num_kv_heads": 4,
+    "head_dim": 128,
+    "ffn_hidden_size": 6144,
+    "gated_mlp": True,
+    "seq_length": 4096,
+    "vocab_size": 151936,
+    "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 768},
+}
+_QWEN3_235B_A22B = {
+    **_QWEN3_30B_A3B,
+    "num_layers": 94,
+    "hidden_size": 4096,
+    "num_attention_heads": 64,
+    "ffn_hidden_size": 12288,
+    "moe": {"num_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 1536},
+}
+_GPT_OSS_120B = {
+    "num_layers": 36,
+    "hidden_size": 2880,
+    "num_attention_heads": 64,
+    "num_kv_heads": 8,
+    "head_dim": 64,
+    "ffn_hidden_size": 2880,
+    "gated_mlp": True,
+    "seq_length": 4096,
+    "vocab_size": 201088,
+    "sliding_window": 128,
+    "sliding_window_layers": list(range(0, 36, 2)),
+    "moe": {"num_experts": 128, "experts_per_token": 4, "expert_ffn_hidden_size": 2880},
+}
 _BRIDGE_MOE_SOFTWARE = {"grad_bytes_per_param": 2, "overlap_tp_comm": True, "expert_load_imbalance": 1.0}
 _BRIDGE_FP8 = {"precision": "fp8", "fp8_scaling": "current"}
 
 MEGATRON_BRIDGE_H100_MOE = [
     {
         "source": "Megatron-Bridge performance summary, NeMo 26.02, DGX-H100",
-        "name": "GPT-OSS-120B BF16 batch 1280", "model": _GPT_OSS_120B,
+        "name": "GPT-OSS-120B BF16 batch 1280",
+        "model": _GPT_OSS_120B,
         "cluster": {"preset": "dgx-h100", "nodes": 8},
         "training": {"global_batch_sequences": 1280, "precision": "bf16", **_BRIDGE_MOE_SOFTWARE},
         "search": None,
-        "published": {"tp": 1, "pp": 4, "cp": 1, "ep": 8, "virtual_stages": 1, "micro_batch_size": 1,
-                      "recompute": "selective", "zero_stage": 1},
+        "published": {
+            "tp": 1,
+            "pp": 4,
+            "cp": 1,
+            "ep": 8,
+            "virtual_stages": 1,
+            "micro_batch_size": 1,
+            "recompute": "selective",
+            "zero_stage": 1,
+        },
         "published_tokens_per_s_per_gpu": 5993.0,
     },
     {
         "source": "Megatron-Bridge performance summary, NeMo 26.02, DGX-H100",
-        "name": "Qwen3-30B-A3B FP8 batch 1024", "model": _QWEN3_30B_A3B,
+        "name": "Qwen3-30B-A3B FP8 batch 1024",
+        "model": _QWEN3_30B_A3B,
         "cluster": {"preset": "dgx-h100", "nodes": 2},
         "training": {"global_batch_sequences": 1024, **_BRIDGE_FP8, **_BRIDGE_MOE_SOFTWARE},
         "search": None,
-        "published": {"tp": 1, "pp": 2, "cp": 1, "ep": 8, "virtual_stages": 12, "micro_batch_size": 1,
-                      "zero_stage": 1},
+        "published": {"tp": 1, "pp": 2, "cp": 1, "ep": 8, "virtual_stages": 12, "micro_batch_size": 1, "zero_stage": 1},
         "published_tokens_per_s_per_gpu": 5113.0,
     },
     {
         "source": "Megatron-Bridge performance summary, NeMo 26.02, DGX-H100",
-        "name": "Qwen3-235B-A22B FP8 batch 8192", "model": _QWEN3_235B_A22B,
+        "name": "Qwen3-235B-A22B FP8 batch 8192",
+        "model": _QWEN3_235B_A22B,
         "cluster": {"preset": "dgx-h100", "nodes": 32},
         "training": {"global_batch_sequences": 8192, "overlap_ep_comm": True, **_BRIDGE_FP8, **_BRIDGE_MOE_SOFTWARE},
         "search": None,
-        "published": {"tp": 2, "pp": 8, "cp": 1, "ep": 32, "etp": 1, "virtual_stages": 4, "micro_batch_size": 1,
-                      "zero_stage": 1},
+        "published": {
+            "tp": 2,
+            "pp": 8,
+            "cp": 1,
+            "ep": 32,
+            "etp": 1,
+            "virtual_stages": 4,
+            "micro_batch_size": 1,
+            "zero_stage": 1,
+        },
         "published_tokens_per_s_per_gpu": 1633.0,
     },
 ]
@@ -547,23 +783,41 @@ _DEEPEP = {"expert_dispatch": "node-deduplicated"}
 
 
 def _modelzoo_row(label: str, layout: dict[str, Any], published_step_s: float, **training: Any) -> dict[str, Any]:
-    return {"source": "Megatron-MoE-ModelZoo best_practice/qwen3/readme.md, H100 table",
-            "name": label, "model": _QWEN3_235B_A22B, "cluster": {"preset": "dgx-h100", "nodes": 32},
-            "training": {"global_batch_sequences": 2048, **_MODELZOO_SOFTWARE, **training},
-            "published": {"etp": 1, "micro_batch_size": 1, "zero_stage": 1, **layout},
-            "published_step_s": published_step_s}
+    return {
+        "source": "Megatron-MoE-ModelZoo best_practice/qwen3/readme.md, H100 table",
+        "name": label,
+        "model": _QWEN3_235B_A22B,
+        "cluster": {"preset": "dgx-h100", "nodes": 32},
+        "training": {"global_batch_sequences": 2048, **_MODELZOO_SOFTWARE, **training},
+        "published": {"etp": 1, "micro_batch_size": 1, "zero_stage": 1, **layout},
+        "published_step_s": published_step_s,
+    }
 
 
 MODELZOO_QWEN3_H100 = [
-    _modelzoo_row("DeepEP, cross-node ep", {"tp": 2, "pp": 8, "ep": 32, "virtual_stages": 4,
-                                            "recompute": "selective"}, 19.7, **_DEEPEP),
-    _modelzoo_row("DeepEP, cross-node ep, a2a overlap", {"tp": 2, "pp": 8, "ep": 32, "virtual_stages": 4,
-                                                         "recompute": "selective"}, 17.6,
-                  overlap_ep_comm=True, **_DEEPEP),
-    _modelzoo_row("DeepEP, node ep, FSDP", {"tp": 2, "pp": 1, "ep": 8, "micro_batch_size": 4, "zero_stage": 3,
-                                            "recompute": "full"}, 17.6, **_DEEPEP),
-    _modelzoo_row("A2A, node ep, pp 32", {"tp": 2, "pp": 32, "ep": 8, "virtual_stages": 3,
-                                          "recompute": "selective"}, 24.2),
-    _modelzoo_row("DeepEP, node ep, tp 4", {"tp": 4, "pp": 8, "ep": 8, "virtual_stages": 4, "recompute": "none"},
-                  29.0, **_DEEPEP),
+    _modelzoo_row(
+        "DeepEP, cross-node ep",
+        {"tp": 2, "pp": 8, "ep": 32, "virtual_stages": 4, "recompute": "selective"},
+        19.7,
+        **_DEEPEP,
+    ),
+    _modelzoo_row(
+        "DeepEP, cross-node ep, a2a overlap",
+        {"tp": 2, "pp": 8, "ep": 32, "virtual_stages": 4, "recompute": "selective"},
+        17.6,
+        overlap_ep_comm=True,
+        **_DEEPEP,
+    ),
+    _modelzoo_row(
+        "DeepEP, node ep, FSDP",
+        {"tp": 2, "pp": 1, "ep": 8, "micro_batch_size": 4, "zero_stage": 3, "recompute": "full"},
+        17.6,
+        **_DEEPEP,
+    ),
+    _modelzoo_row(
+        "A2A, node ep, pp 32", {"tp": 2, "pp": 32, "ep": 8, "virtual_stages": 3, "recompute": "selective"}, 24.2
+    ),
+    _modelzoo_row(
+        "DeepEP, node ep, tp 4", {"tp": 4, "pp": 8, "ep": 8, "virtual_stages": 4, "recompute": "none"}, 29.0, **_DEEPEP
+    ),
 ]

@@ -27,8 +27,11 @@ def predicted_tflops(comparison: dict[str, Any], batch: int) -> list[float]:
     values = []
     for point in comparison["points"]:
         training = {"global_batch_sequences": batch, **SC21_SOFTWARE, **point["training"]}
-        (pred,) = evaluate_layouts(*specs_of(point["model"], point["cluster"], training),
-                                   [LayoutSpec(**point["layout"])], constraints_of(SC21_SEARCH))
+        (pred,) = evaluate_layouts(
+            *specs_of(point["model"], point["cluster"], training),
+            [LayoutSpec(**point["layout"])],
+            constraints_of(SC21_SEARCH),
+        )
         values.append(pred.hfu * A100_PEAK_BF16_FLOPS / 1e12)
     return values
 
@@ -76,10 +79,11 @@ def figure17_predictions(recompute: str) -> dict[int, LayoutPrediction]:
     ``recompute`` ("none" or "full")."""
     row = cast(dict[str, Any], SC21_FIGURE17_THROUGHPUT["row"])
     return {
-        batch: evaluate_layouts(*specs_of(row["model"], row["cluster"],
-                                          {**row["training"], "global_batch_sequences": batch}),
-                                [LayoutSpec(**{**row["published"], "recompute": recompute})],
-                                constraints_of(row["search"]))[0]
+        batch: evaluate_layouts(
+            *specs_of(row["model"], row["cluster"], {**row["training"], "global_batch_sequences": batch}),
+            [LayoutSpec(**{**row["published"], "recompute": recompute})],
+            constraints_of(row["search"]),
+        )[0]
         for batch in cast(list[int], SC21_FIGURE17_THROUGHPUT["batches"])
     }
 

@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     # Measured (Linux x86-64, Python 3.11, onnx 1.23): the ONNX fixtures take at most
     # 23 MiB over the import worker's start-up footprint, a 1,000,000-operator chain
     # (HYPERPLACE_MAX_GRAPH_OPS) 2.3 GiB and a 63 MiB graph-only GPT export of 765,004
-    # nodes (bench/synthetic_onnx.py, 15,000 layers; about HYPERPLACE_MAX_BODY_BYTES)
+    # nodes (partitioners/graph/synthetic_onnx.py, 15,000 layers; about HYPERPLACE_MAX_BODY_BYTES)
     # 3.1 GiB, all as address space (RLIMIT_AS). 6 GiB leaves twice as much again; a
     # crafted rank-doubling Gather chain asks for more than any machine has and is
     # refused here instead.

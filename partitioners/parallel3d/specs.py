@@ -330,10 +330,7 @@ class ModelSpec:
     learned_position_embeddings: bool = spec_field(
         False, kind="flag", doc="GPT-2/3-style learned position table (s x h)."
     )
-    # (spec_field returns dataclasses.field(...), which RUF009 does not recognise behind a wrapper)
-    moe: MoESpec | None = spec_field(  # noqa: RUF009
-        None, kind="custom", doc="Mixture-of-Experts block; None: a dense model."
-    )
+    moe: MoESpec | None = spec_field(None, kind="custom", doc="Mixture-of-Experts block; None: a dense model.")
     # Width of one attention head (Megatron-LM's ``--kv-channels``, Hugging Face's
     # ``head_dim``). None = hidden_size / num_attention_heads; Qwen3 and Gemma set it
     # apart, so their query and projection widths differ from the hidden size.
@@ -342,7 +339,7 @@ class ModelSpec:
     )
     mla: MLASpec | None = spec_field(
         None,
-        kind="custom",  # noqa: RUF009
+        kind="custom",
         doc="Multi-head latent attention (DeepSeek-V2/V3), named as in the Hugging Face config.",
     )
     # Multi-token prediction depth (DeepSeek-V3: 1). Each module predicts one token

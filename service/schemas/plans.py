@@ -1,7 +1,7 @@
 """Plan requests and responses (the shapes of DESIGN.md, versioned under /v1).
 
 Response models declare every field an answer carries (``extra="forbid"``): the
-tests validate real answers against them (``tests/service/test_plan_answers.py``), so
+tests validate real answers against them (``tests/service/api/test_plan_answers.py``), so
 a field the service sends is a field OpenAPI documents.
 """
 

@@ -33,7 +33,7 @@ def rebalance(
 ) -> DocumentResponse:
     # Written straight by pydantic-core, not validated again: the answer reaches 192 MB at
     # HYPERPLACE_MOE_MAX_SLOTS and lies on the latency-critical path. The tests check every
-    # form of it against MoeRebalanceResponse (tests/service/test_openapi_contract.py).
+    # form of it against MoeRebalanceResponse (tests/service/api/test_openapi_contract.py).
     return DocumentResponse(rebalance_request(session, principal.tenant_id, request, settings))
 
 

@@ -22,7 +22,7 @@ from service.storage.models import Job, Plan
 from tests.conftest import TenantClient, make_settings, new_api_key
 from tests.service.graphs import diamond_graph, plan_request
 
-REPO = Path(__file__).parents[2]
+REPO = Path(__file__).parents[3]
 
 
 @pytest.fixture(scope="module")

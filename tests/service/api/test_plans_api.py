@@ -10,7 +10,7 @@ import pytest
 from partitioners.graph.generators import synthetic_graph_json
 from tests.service.graphs import diamond_graph, plan_request
 
-ONNX_DIR = Path(__file__).parents[1] / "fixtures" / "onnx"
+ONNX_DIR = Path(__file__).parents[2] / "fixtures" / "onnx"
 
 
 def test_a_json_submission_answers_201_with_a_full_plan(client):

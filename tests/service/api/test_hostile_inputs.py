@@ -23,7 +23,7 @@ from tests.conftest import new_api_key
 from tests.service.graphs import diamond_graph, plan_request
 from tests.service.live_server import peak_rss_bytes, send_chunked, start_server
 
-ONNX_DIR = Path(__file__).parents[1] / "fixtures" / "onnx"
+ONNX_DIR = Path(__file__).parents[2] / "fixtures" / "onnx"
 DEFAULT_BODY_LIMIT = Settings.model_fields["max_body_bytes"].default
 
 

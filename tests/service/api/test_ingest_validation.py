@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from service.storage.models import Graph, Plan
 from tests.service.graphs import diamond_graph, plan_request
 
-ONNX_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "onnx"
+ONNX_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "onnx"
 PRESET = {"preset": "dgx-h100", "nodes": 1}
 
 
@@ -143,7 +143,7 @@ def small_import_cap_client(database_url, session_factory):
 def test_an_onnx_model_whose_import_needs_more_than_the_cap_is_a_4xx_and_the_server_plans_on(
     small_import_cap_client, session_factory
 ):
-    from tests.service.test_onnx_worker import rank_doubling_gather_chain
+    from tests.service.domain.test_onnx_worker import rank_doubling_gather_chain
 
     client = small_import_cap_client
     response = _upload(client, rank_doubling_gather_chain(20), {})  # 531 bytes, about 220 MiB to import
@@ -159,7 +159,7 @@ def test_an_onnx_model_whose_import_needs_more_than_the_cap_is_a_4xx_and_the_ser
 
 def test_an_onnx_import_whose_worker_dies_is_a_422_and_the_next_upload_is_planned(client, monkeypatch):
     from service.domain import onnx_worker
-    from tests.service.test_onnx_worker import _die_mid_import
+    from tests.service.domain.test_onnx_worker import _die_mid_import
 
     model = (ONNX_DIR / "resnet50.onnx").read_bytes()
     monkeypatch.setattr(onnx_worker, "_import_in_worker", _die_mid_import)

@@ -491,7 +491,7 @@ def test_a_load_report_naming_an_unknown_device_is_422(client, planned):
 
 # ----------------------------------------------------------------------------- the real torch.profiler fixture
 
-FEEDBACK_FIXTURES = Path(__file__).parents[1] / "fixtures" / "feedback"
+FEEDBACK_FIXTURES = Path(__file__).parents[2] / "fixtures" / "feedback"
 #: The recording machine as an inventory: one CPU core (the trace ran with one thread).
 CPU_INVENTORY = json.loads((FEEDBACK_FIXTURES / "recording_host.inventory.json").read_text())
 

@@ -31,7 +31,7 @@ from tests.conftest import TenantClient, make_settings, new_api_key
 from tests.service.graphs import diamond_graph, measured_timeline, plan_request
 from tests.service.live_server import start_server, wait_until
 
-REPO = Path(__file__).parents[2]
+REPO = Path(__file__).parents[3]
 SCOPES = ("read", "write", "moe")
 
 

@@ -22,7 +22,7 @@ from service.app import create_app
 from tests.conftest import TenantClient, make_settings, new_api_key
 from tests.service.graphs import diamond_graph, measured_timeline, plan_request
 
-ONNX_DIR = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "onnx"
+ONNX_DIR = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "onnx"
 
 
 def _route(app, method: str, path: str) -> APIRoute:

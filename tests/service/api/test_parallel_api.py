@@ -407,7 +407,7 @@ def test_a_parallel_attention_and_mlp_block_spends_less_on_tensor_parallel_commu
 
 LLAMA_3_70B_CONFIG = json.loads(
     (
-        pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "huggingface" / "meta-llama_Meta-Llama-3-70B.json"
+        pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "huggingface" / "meta-llama_Meta-Llama-3-70B.json"
     ).read_text()
 )
 

@@ -15,7 +15,7 @@ import pytest
 
 from partitioners.costmodel.costs import CostModel
 
-ONNX_FIXTURES = Path(__file__).parents[1] / "fixtures" / "onnx"
+ONNX_FIXTURES = Path(__file__).parents[2] / "fixtures" / "onnx"
 
 #: The README's JSON example: a small MLP on one DGX H100 node, 4 micro-batches.
 README_MLP = {

@@ -21,7 +21,7 @@ from service.domain.onnx_worker import OnnxImportPool
 
 # The workers import this module, under their cap, to run the stand-in tasks below:
 # what only a test needs (the app, its client) is imported in that test.
-ONNX_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "onnx"
+ONNX_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "onnx"
 #: The fixtures need at most 23 MiB over a worker's start-up footprint.
 SMALL_CAP_BYTES = 64 * 2**20
 

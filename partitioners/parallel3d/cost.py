@@ -208,6 +208,19 @@ class _DeviceRates:
         """True when the linear layers run in FP8."""
         return self.linear_bytes == 1.0
 
+    def _gemm_rates(self, linear: bool) -> tuple[float, float, float, int, float]:
+        """Peak, efficiency, HBM bandwidth, SM count and input bytes of a linear (FP8 where it runs)
+        or a 16-bit product, in the order :func:`gemm_time_s` and :func:`gemm_backward_time_s` take them."""
+        if linear:
+            return (
+                self.peak_linear_flops,
+                self.linear_gemm_efficiency,
+                self.hbm_bytes_per_s,
+                self.sm_count,
+                self.linear_bytes,
+            )
+        return self.peak_bf16_flops, self.gemm_efficiency, self.hbm_bytes_per_s, self.sm_count, 2.0
+
     def gemm_s(
         self,
         m: FloatArray | float,
@@ -217,17 +230,7 @@ class _DeviceRates:
         batch: FloatArray | float = 1.0,
     ) -> FloatArray:
         """Forward time of ``(m x k) @ (k x n)``; ``linear=False`` for products kept in 16 bits."""
-        return gemm_time_s(
-            m,
-            n,
-            k,
-            self.peak_linear_flops if linear else self.peak_bf16_flops,
-            self.linear_gemm_efficiency if linear else self.gemm_efficiency,
-            self.hbm_bytes_per_s,
-            self.sm_count,
-            self.linear_bytes if linear else 2.0,
-            batch,
-        )
+        return gemm_time_s(m, n, k, *self._gemm_rates(linear), batch)
 
     def gemm_backward_s(
         self,
@@ -238,17 +241,7 @@ class _DeviceRates:
         batch: FloatArray | float = 1.0,
     ) -> FloatArray:
         """Backward time (input and weight gradients) of ``(m x k) @ (k x n)``."""
-        return gemm_backward_time_s(
-            m,
-            n,
-            k,
-            self.peak_linear_flops if linear else self.peak_bf16_flops,
-            self.linear_gemm_efficiency if linear else self.gemm_efficiency,
-            self.hbm_bytes_per_s,
-            self.sm_count,
-            self.linear_bytes if linear else 2.0,
-            batch,
-        )
+        return gemm_backward_time_s(m, n, k, *self._gemm_rates(linear), batch)
 
 
 def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:

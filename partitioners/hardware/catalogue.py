@@ -57,6 +57,21 @@ References
    NVLink/NVSwitch; ~10 us over PCIe).
 .. [IBLAT] NVIDIA ConnectX-7 product brief (sub-microsecond adapter latency) and nccl-tests
    small-message all-reduce latencies across nodes of a few microseconds; 5 us end to end.
+.. [POWER] Board power at load: the maximum TDP / TBP each datasheet above states (A100 SXM4
+   400 W, H100/H800/H200 SXM 700 W, L40S 350 W [A100] [H100] [H200] [L40S]; B200 1,000 W per
+   GPU in HGX B200 [B200]; 1,200 W per Blackwell GPU of GB200 NVL72 as NVIDIA's partners list
+   it [GB200]; Ascend 910B ~400 W as reported [ASCEND]). Idle power is an *estimate*: a GPU a
+   job holds but does not use keeps its CUDA context, which costs 26-50 W over bare idle on
+   HBM parts and 66 W on GDDR6 (S. S. Vadari, "The Model Parking Tax", arXiv:2605.23918,
+   2026, measured on H100, A100, L40S); with bare idle of ~30-60 W that is ~55 W (A100),
+   ~75 W (Hopper), ~100 W (L40S). Blackwell and Ascend: the Hopper figure scaled by board
+   power, ~11% of it.
+.. [LINKPJ] Energy per bit moved: NVLink-C2C 1.3 pJ/bit and PCIe Gen 5 25x that (~32 pJ/bit)
+   ("NVIDIA Grace Hopper Superchip Architecture" whitepaper, 2023). Board-level NVLink through
+   NVSwitch is unpublished: *estimate* 5 pJ/bit (two long-reach SerDes ends and a switch
+   hop, a few pJ/bit each). InfiniBand NDR: *estimate* 130 pJ/bit from power over line rate:
+   two ConnectX-7 adapters (~20 W each at 400 Gb/s, product brief) and one Quantum-2 switch
+   hop (~750 W over 64 x 400 Gb/s, QM9700 datasheet).
 """
 
 from __future__ import annotations
@@ -104,6 +119,8 @@ REFERENCES: Mapping[str, str] = MappingProxyType(
         "JIA18": "Z. Jia et al., Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking (2018)",
         "NVLAT": "A. Li et al., Evaluating Modern GPU Interconnect, IEEE TPDS 31(1), 2020",
         "IBLAT": "NVIDIA ConnectX-7 product brief; nccl-tests small-message latencies across nodes",
+        "POWER": "Datasheet TDP/TBP per GPU; idle estimated from S. S. Vadari, The Model Parking Tax, arXiv:2605.23918",
+        "LINKPJ": "NVIDIA Grace Hopper Superchip Architecture whitepaper (2023); ConnectX-7 and QM9700 power (estimate)",
     }
 )
 
@@ -147,6 +164,10 @@ class Accelerator:
         Streaming multiprocessors, where the planner's kernel model needs them.
     sources : tuple[str, ...]
         :data:`REFERENCES` keys behind the figures.
+    board_power_w : float or None
+        Power drawn running kernels: the datasheet's maximum TDP / TBP [POWER].
+    idle_power_w : float or None
+        Power drawn held by a job but idle (CUDA context up, no kernel) [POWER].
     """
 
     key: str
@@ -156,6 +177,8 @@ class Accelerator:
     memory_tiers: tuple[MemoryTier, ...]
     sm_count: int | None
     sources: tuple[str, ...]
+    board_power_w: float | None = None
+    idle_power_w: float | None = None
 
     def __post_init__(self) -> None:
         if not self.key or self.key != self.key.lower():
@@ -172,6 +195,11 @@ class Accelerator:
             raise ValueError(f"accelerator {self.key!r} lists a memory tier twice")
         if self.sm_count is not None and self.sm_count < 1:
             raise ValueError(f"accelerator {self.key!r}: sm_count must be positive")
+        if (self.board_power_w is None) != (self.idle_power_w is None):
+            raise ValueError(f"accelerator {self.key!r}: give both board and idle power, or neither")
+        if self.board_power_w is not None and self.idle_power_w is not None:
+            if not 0 <= self.idle_power_w <= self.board_power_w:
+                raise ValueError(f"accelerator {self.key!r}: idle power must lie in [0, board power]")
         _check_sources(self.key, self.sources)
         object.__setattr__(self, "dense_peak_flops_per_s", MappingProxyType(dict(self.dense_peak_flops_per_s)))
 
@@ -204,6 +232,8 @@ class Node:
         How an inventory names the node and its devices (``"node0/gpu3"``, ``"rack1/gpu70"``).
     sources : tuple[str, ...]
         :data:`REFERENCES` keys behind the device count and the links.
+    intra_node_energy_pj_per_bit, inter_node_energy_pj_per_bit : float or None
+        Energy per bit moved over each link class [LINKPJ].
     """
 
     name: str
@@ -214,6 +244,8 @@ class Node:
     sources: tuple[str, ...]
     group_prefix: str = "node"
     device_prefix: str = "gpu"
+    intra_node_energy_pj_per_bit: float | None = None
+    inter_node_energy_pj_per_bit: float | None = None
 
     def __post_init__(self) -> None:
         if self.devices_per_node < 1:
@@ -265,7 +297,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
                 _A100_PEAKS,
                 (MemoryTier("HBM", 79.35 * GiB, 2.039 * TB), *_A100_ON_CHIP),
                 108,
-                ("A100", "DRIVER", "JIA18"),
+                ("A100", "DRIVER", "JIA18", "POWER"),
+                board_power_w=400.0,
+                idle_power_w=55.0,
             ),
             # [A100] the 40 GB part: HBM2 at 1,555 GB/s, 39.59 GiB to a process [DRIVER]; same die.
             Accelerator(
@@ -275,7 +309,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
                 _A100_PEAKS,
                 (MemoryTier("HBM", 39.59 * GiB, 1.555 * TB), *_A100_ON_CHIP),
                 108,
-                ("A100", "DRIVER", "JIA18"),
+                ("A100", "DRIVER", "JIA18", "POWER"),
+                board_power_w=400.0,
+                idle_power_w=55.0,
             ),
             # [A800] export variant of the A100 SXM4 80GB: the same chip and memory, NVLink cut (see its node).
             Accelerator(
@@ -285,7 +321,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
                 _A100_PEAKS,
                 (MemoryTier("HBM", 79.35 * GiB, 2.039 * TB), *_A100_ON_CHIP),
                 108,
-                ("A800", "A100", "DRIVER"),
+                ("A800", "A100", "DRIVER", "POWER"),
+                board_power_w=400.0,
+                idle_power_w=55.0,
             ),
             # [H100] HBM3 "80 GB" = 80 GiB (5 stacks of 16 GiB; nvidia-smi shows 81,559 MiB) at 3.35 TB/s,
             # of which the driver hands a process 79.11 GiB [DRIVER].
@@ -296,7 +334,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
                 _HOPPER_PEAKS,
                 (MemoryTier("HBM", 79.11 * GiB, 3.35 * TB), *_HOPPER_ON_CHIP),
                 132,
-                ("H100", "DRIVER", "CCH100"),
+                ("H100", "DRIVER", "CCH100", "POWER"),
+                board_power_w=700.0,
+                idle_power_w=75.0,
             ),
             # [H800] export variant of the H100 SXM5: H100 compute and memory, NVLink cut (see its node).
             Accelerator(
@@ -306,7 +346,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
                 _HOPPER_PEAKS,
                 (MemoryTier("HBM", 79.11 * GiB, 3.35 * TB), *_HOPPER_ON_CHIP),
                 132,
-                ("H800", "H100", "DRIVER", "CCH100"),
+                ("H800", "H100", "DRIVER", "CCH100", "POWER"),
+                board_power_w=700.0,
+                idle_power_w=75.0,
             ),
             # [H200] same compute as H100 SXM; 141 GB HBM3e at 4.8 TB/s, 139.80 GiB to a process [DRIVER].
             Accelerator(
@@ -316,7 +358,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
                 _HOPPER_PEAKS,
                 (MemoryTier("HBM", 139.80 * GiB, 4.8 * TB), *_HOPPER_ON_CHIP),
                 132,
-                ("H200", "H100", "DRIVER", "CCH100"),
+                ("H200", "H100", "DRIVER", "CCH100", "POWER"),
+                board_power_w=700.0,
+                idle_power_w=75.0,
             ),
             # [B200] HGX B200 8-GPU totals with sparsity: fp8 72 PFLOP/s, bf16/fp16 36, tf32 18; fp32
             # 600 TFLOP/s; 1,440 GB HBM3e at 64 TB/s. Per GPU, dense = half the sparse figure: fp8 4.5 PF,
@@ -330,7 +374,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
                 {"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15, "tf32": 1.125e15, "fp32": 75e12},
                 (MemoryTier("HBM", 178.35 * GiB, 8 * TB),),
                 148,
-                ("B200", "DRIVER"),
+                ("B200", "DRIVER", "POWER"),
+                board_power_w=1000.0,
+                idle_power_w=110.0,
             ),
             # [GB200] NVL72 rack totals with sparsity: fp8 720 PF, bf16/fp16 360 PF, tf32 180 PF; fp32
             # 5,760 TF; up to 13.4 TB HBM3e at 576 TB/s. Per GPU dense: fp8 5 PF, bf16 2.5 PF, tf32
@@ -342,7 +388,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
                 {"bf16": 2.5e15, "fp16": 2.5e15, "fp8": 5e15, "tf32": 1.25e15, "fp32": 80e12},
                 (MemoryTier("HBM", 13.4 * TB / 72, 8 * TB),),
                 None,
-                ("GB200",),
+                ("GB200", "POWER"),
+                board_power_w=1200.0,
+                idle_power_w=130.0,
             ),
             # [ASCEND] fp16/bf16 ~320 TFLOP/s dense (Huawei's 910 was 256 TFLOP/s fp16; the 910B is
             # reported at ~320); 64 GB HBM2e reported at 1.6 TB/s. fp32, fp8: no public figure (fp8
@@ -354,7 +402,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
                 {"bf16": 320e12, "fp16": 320e12},
                 (MemoryTier("HBM", 64 * GB, 1.6 * TB),),
                 None,
-                ("ASCEND",),
+                ("ASCEND", "POWER"),
+                board_power_w=400.0,
+                idle_power_w=55.0,
             ),
             # [L40S] bf16/fp16 tensor 362.05 TFLOP/s with sparsity -> 181 dense; fp8 733 sparse -> 366
             # dense; fp32 91.6 TFLOP/s; 48 GB GDDR6 at 864 GB/s. L2 bandwidth unpublished: GDDR6 only.
@@ -365,7 +415,9 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType(
                 {"bf16": 181e12, "fp16": 181e12, "fp8": 366e12, "fp32": 91.6e12},
                 (MemoryTier("GDDR6", 48 * GB, 864 * GB),),
                 None,
-                ("L40S",),
+                ("L40S", "POWER"),
+                board_power_w=350.0,
+                idle_power_w=100.0,
             ),
         )
     }
@@ -388,13 +440,27 @@ _NVLINK3 = LinkSpec(bandwidth_bytes_per_s=300 * GB, latency_s=_NVLINK_LATENCY_S)
 _NVLINK4 = LinkSpec(bandwidth_bytes_per_s=450 * GB, latency_s=_NVLINK_LATENCY_S)
 _NVLINK5 = LinkSpec(bandwidth_bytes_per_s=900 * GB, latency_s=_NVLINK_LATENCY_S)
 _NVLINK_EXPORT = LinkSpec(bandwidth_bytes_per_s=200 * GB, latency_s=_NVLINK_LATENCY_S)
+# Energy per bit moved [LINKPJ]: NVLink / HCCS within a node (estimate), PCIe Gen 4-5 (25x
+# NVLink-C2C's 1.3 pJ/bit), a NIC-to-NIC hop through one switch (estimate; Ethernet as InfiniBand).
+_NVLINK_PJ_PER_BIT = 5.0
+_PCIE_PJ_PER_BIT = 32.0
+_NIC_PJ_PER_BIT = 130.0
 
 NODES: Mapping[str, Node] = MappingProxyType(
     {
         node.name: node
         for node in (
             # DGX A100 [DGXA100]: 8 x A100 SXM 80GB on NVSwitch gen 2, NVLink 3; 8 x ConnectX-6 HDR.
-            Node("dgx-a100", ACCELERATORS["a100-80gb"], 8, _NVLINK3, _HDR_200G, ("DGXA100", "A100", "NVLAT", "IBLAT")),
+            Node(
+                "dgx-a100",
+                ACCELERATORS["a100-80gb"],
+                8,
+                _NVLINK3,
+                _HDR_200G,
+                ("DGXA100", "A100", "NVLAT", "IBLAT", "LINKPJ"),
+                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
+            ),
             # DGX A100 320GB [DGXA100]: the same system with 8 x A100 SXM 40GB.
             Node(
                 "dgx-a100-40gb",
@@ -402,7 +468,9 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 8,
                 _NVLINK3,
                 _HDR_200G,
-                ("DGXA100", "A100", "NVLAT", "IBLAT"),
+                ("DGXA100", "A100", "NVLAT", "IBLAT", "LINKPJ"),
+                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # HGX A800 [A800]: 8 x A800 with NVLink at 400 GB/s bidirectional; NICs as in DGX A100.
             Node(
@@ -411,14 +479,43 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 8,
                 _NVLINK_EXPORT,
                 _HDR_200G,
-                ("A800", "DGXA100", "NVLAT", "IBLAT"),
+                ("A800", "DGXA100", "NVLAT", "IBLAT", "LINKPJ"),
+                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # DGX H100 [DGXH100]: 8 x H100 SXM on NVSwitch gen 3, NVLink 4; 8 x ConnectX-7 NDR.
-            Node("dgx-h100", ACCELERATORS["h100-sxm"], 8, _NVLINK4, _NDR_400G, ("DGXH100", "H100", "NVLAT", "IBLAT")),
+            Node(
+                "dgx-h100",
+                ACCELERATORS["h100-sxm"],
+                8,
+                _NVLINK4,
+                _NDR_400G,
+                ("DGXH100", "H100", "NVLAT", "IBLAT", "LINKPJ"),
+                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
+            ),
             # HGX H100 8-GPU: the DGX H100 baseboard in other vendors' servers, one 400 Gb/s NIC per GPU.
-            Node("hgx-h100", ACCELERATORS["h100-sxm"], 8, _NVLINK4, _NDR_400G, ("DGXH100", "H100", "NVLAT", "IBLAT")),
+            Node(
+                "hgx-h100",
+                ACCELERATORS["h100-sxm"],
+                8,
+                _NVLINK4,
+                _NDR_400G,
+                ("DGXH100", "H100", "NVLAT", "IBLAT", "LINKPJ"),
+                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
+            ),
             # DGX H200 [H200]: 8 x H200 on the same NVLink 4 / NVSwitch gen 3, 8 x ConnectX-7 NDR.
-            Node("dgx-h200", ACCELERATORS["h200-sxm"], 8, _NVLINK4, _NDR_400G, ("H200", "DGXH100", "NVLAT", "IBLAT")),
+            Node(
+                "dgx-h200",
+                ACCELERATORS["h200-sxm"],
+                8,
+                _NVLINK4,
+                _NDR_400G,
+                ("H200", "DGXH100", "NVLAT", "IBLAT", "LINKPJ"),
+                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
+            ),
             # HGX H800 [H800]: 8 x H800 with NVLink at 400 GB/s bidirectional; InfiniBand across nodes,
             # one 400 Gb/s NIC per GPU.
             Node(
@@ -427,10 +524,21 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 8,
                 _NVLINK_EXPORT,
                 _NDR_400G,
-                ("H800", "DGXH100", "NVLAT", "IBLAT"),
+                ("H800", "DGXH100", "NVLAT", "IBLAT", "LINKPJ"),
+                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # DGX B200 [B200]: 8 x B200 on NVLink 5; 8 x ConnectX-7 400 Gb/s.
-            Node("dgx-b200", ACCELERATORS["b200"], 8, _NVLINK5, _NDR_400G, ("B200", "NVLAT", "IBLAT")),
+            Node(
+                "dgx-b200",
+                ACCELERATORS["b200"],
+                8,
+                _NVLINK5,
+                _NDR_400G,
+                ("B200", "NVLAT", "IBLAT", "LINKPJ"),
+                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
+            ),
             # GB200 NVL72 [GB200]: 72 GPUs in one NVLink domain per rack, 130 TB/s aggregate = 1.8 TB/s
             # per GPU bidirectional = 900 GB/s per direction; one ConnectX-7 400 Gb/s port per GPU
             # between racks (DGX GB200 datasheet).
@@ -440,8 +548,10 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 72,
                 _NVLINK5,
                 _NDR_400G,
-                ("GB200", "NVLAT", "IBLAT"),
+                ("GB200", "NVLAT", "IBLAT", "LINKPJ"),
                 group_prefix="rack",
+                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # Atlas 800T A2 [ASCEND]: 8 x Ascend 910B in an HCCS full mesh; each NPU has 7 HCCS links of
             # 56 GB/s (392 GB/s aggregate), so one peer pair gets 56 GB/s. Scale-out: 8 x 200 GbE RoCE =
@@ -452,8 +562,10 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 8,
                 LinkSpec(56 * GB, _NVLINK_LATENCY_S),
                 _HDR_200G,
-                ("ASCEND", "NVLAT", "IBLAT"),
+                ("ASCEND", "NVLAT", "IBLAT", "LINKPJ"),
                 device_prefix="npu",
+                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # Workstation: 4 x L40S [L40S] with no NVLink, peer to peer over PCIe 4.0 x16 [PCIE4] =
             # 31.5 GB/s per direction, ~10 us [NVLAT]; machines joined by 100 GbE [ETH100G] = 12.5 GB/s, 10 us.
@@ -463,8 +575,10 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 4,
                 LinkSpec(31.5 * GB, 10e-6),
                 LinkSpec(12.5 * GB, 10e-6),
-                ("L40S", "PCIE4", "NVLAT", "ETH100G"),
+                ("L40S", "PCIE4", "NVLAT", "ETH100G", "LINKPJ"),
                 group_prefix="host",
+                intra_node_energy_pj_per_bit=_PCIE_PJ_PER_BIT,
+                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
         )
     }

@@ -114,6 +114,13 @@ class Inventory:
         Optional full ``(n_devices, n_devices)`` override of the link classes.
     preset : str or None
         Preset this came from (informational).
+    device_active_power_w, device_idle_power_w : numpy.ndarray of float64 or None, shape (n_devices,)
+        Power running kernels and power held idle; NaN where the inventory gives none
+        (:mod:`partitioners.costmodel.energy`). ``None``: no device has any.
+    group_link_energy_j_per_byte : numpy.ndarray of float64 or None, shape (n_groups,)
+        Energy per byte over each group's fabric; NaN where unknown.
+    inter_link_energy_j_per_byte : float
+        Energy per byte between groups; NaN when unknown.
     """
 
     name: str
@@ -135,6 +142,10 @@ class Inventory:
     latency_matrix_s: npt.NDArray[np.float64] | None = None
     preset: str | None = None
     _index: dict[str, int] = field(default_factory=dict, repr=False)
+    device_active_power_w: npt.NDArray[np.float64] | None = None
+    device_idle_power_w: npt.NDArray[np.float64] | None = None
+    group_link_energy_j_per_byte: npt.NDArray[np.float64] | None = None
+    inter_link_energy_j_per_byte: float = math.nan
 
     @property
     def n_devices(self) -> int:
@@ -177,8 +188,8 @@ PLACEMENT_PRESET_NAMES: tuple[str, ...] = (
 
 
 def _device_doc(accelerator: Accelerator) -> dict[str, Any]:
-    """One device of a preset as inventory JSON (less its name): type, peaks, memory tiers."""
-    return {
+    """One device of a preset as inventory JSON (less its name): type, peaks, memory tiers, power."""
+    doc: dict[str, Any] = {
         "type": accelerator.device_type,
         "peak_flops": dict(accelerator.dense_peak_flops_per_s),
         "memory_tiers": [
@@ -190,6 +201,17 @@ def _device_doc(accelerator: Accelerator) -> dict[str, Any]:
             for tier in accelerator.memory_tiers
         ],
     }
+    if accelerator.board_power_w is not None:
+        doc["active_power_w"] = accelerator.board_power_w
+        doc["idle_power_w"] = accelerator.idle_power_w
+    return doc
+
+
+def _link_doc(link: LinkSpec, energy_pj_per_bit: float | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"bandwidth_bytes_per_s": link.bandwidth_bytes_per_s, "latency_s": link.latency_s}
+    if energy_pj_per_bit is not None:
+        doc["energy_pj_per_bit"] = energy_pj_per_bit
+    return doc
 
 
 def _preset_doc(node: Node) -> dict[str, Any]:
@@ -199,14 +221,8 @@ def _preset_doc(node: Node) -> dict[str, Any]:
         "group_prefix": node.group_prefix,
         "device_prefix": node.device_prefix,
         "device": _device_doc(node.accelerator),
-        "link": {
-            "bandwidth_bytes_per_s": node.intra_node_link.bandwidth_bytes_per_s,
-            "latency_s": node.intra_node_link.latency_s,
-        },
-        "inter_link": {
-            "bandwidth_bytes_per_s": node.inter_node_link.bandwidth_bytes_per_s,
-            "latency_s": node.inter_node_link.latency_s,
-        },
+        "link": _link_doc(node.intra_node_link, node.intra_node_energy_pj_per_bit),
+        "inter_link": _link_doc(node.inter_node_link, node.inter_node_energy_pj_per_bit),
         "name": node.name,
     }
 
@@ -340,6 +356,42 @@ def _link(doc: Any, where: str) -> LinkSpec:
     )
 
 
+# Power per device and energy per bit: a GB200 superchip's 2.7 kW is the largest board there
+# is; a link at 1e6 pJ/bit (a microjoule) is a unit mistake.
+POWER_RANGE_W = (0.0, 1e5)
+LINK_ENERGY_RANGE_PJ_PER_BIT = (0.0, 1e6)
+_PJ_PER_BIT_TO_J_PER_BYTE = 8e-12
+
+
+def _link_energy_j_per_byte(doc: Any, where: str) -> float:
+    """``energy_pj_per_bit`` of a link document as joules per byte (NaN when absent)."""
+    if not isinstance(doc, Mapping) or "energy_pj_per_bit" not in doc:
+        return math.nan
+    pj = _non_negative(doc["energy_pj_per_bit"], f"{where}.energy_pj_per_bit")
+    return within(pj, f"{where}.energy_pj_per_bit", LINK_ENERGY_RANGE_PJ_PER_BIT, "pJ/bit") * _PJ_PER_BIT_TO_J_PER_BYTE
+
+
+def _device_power_w(d: Mapping[str, Any], where: str) -> tuple[float, float]:
+    """``(active, idle)`` power of a device document; NaN for both when it gives none."""
+    has_active, has_idle = "active_power_w" in d, "idle_power_w" in d
+    if not has_active and not has_idle:
+        return math.nan, math.nan
+    if has_active != has_idle:
+        missing = "idle_power_w" if has_active else "active_power_w"
+        raise InvalidInput(f"{where} gives one power figure without {missing}", field=f"{where}.{missing}")
+    active = within(
+        _non_negative(d["active_power_w"], f"{where}.active_power_w"), f"{where}.active_power_w", POWER_RANGE_W, "W"
+    )
+    idle = within(
+        _non_negative(d["idle_power_w"], f"{where}.idle_power_w"), f"{where}.idle_power_w", POWER_RANGE_W, "W"
+    )
+    if idle > active:
+        raise InvalidInput(
+            f"{where}.idle_power_w ({idle:g} W) exceeds active_power_w ({active:g} W)", field=f"{where}.idle_power_w"
+        )
+    return active, idle
+
+
 def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
     """Build an :class:`Inventory` from DESIGN.md's inventory JSON or a preset request.
 
@@ -390,6 +442,7 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
     devices = _DeviceColumns()
     group_names: list[str] = []
     group_links: list[LinkSpec] = []
+    group_energy: list[float] = []
     group_where: dict[str, str] = {}  # name -> where it was declared
     for gi, g in enumerate(groups):
         gwhere = f"inventory.groups[{gi}]"
@@ -404,9 +457,16 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         group_where[gname] = gwhere
         group_names.append(gname)
         group_links.append(link)
+        group_energy.append(
+            _link_energy_j_per_byte(g.get("link") if isinstance(g, Mapping) else None, f"{gwhere}.link")
+        )
         for di, d in enumerate(members):
             devices.add(d, gi, f"{gwhere}.devices[{di}]", default_dtype, reuse_parsed=preset is not None)
     inter = _inter_group_link(doc, len(groups))
+    inter_energy = _link_energy_j_per_byte(doc.get("link"), "inventory.link")
+    active_w = np.array(devices.active_power_w, dtype=np.float64)
+    idle_w = np.array(devices.idle_power_w, dtype=np.float64)
+    has_power = bool(np.isfinite(active_w).any())
 
     n = len(devices.names)
     dtypes = sorted({k for p in devices.peaks for k in p})
@@ -441,6 +501,10 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         latency_matrix_s=lmat,
         preset=preset if isinstance(preset, str) else doc.get("_preset"),
         _index={nm: i for i, nm in enumerate(devices.names)},
+        device_active_power_w=active_w if has_power else None,
+        device_idle_power_w=idle_w if has_power else None,
+        group_link_energy_j_per_byte=np.array(group_energy, dtype=np.float64),
+        inter_link_energy_j_per_byte=inter_energy,
     )
     return inv
 
@@ -491,6 +555,8 @@ class _DeviceColumns:
     groups: list[int] = field(default_factory=list)
     peaks: list[dict[str, float]] = field(default_factory=list)
     tiers: list[list[tuple[str, float, float]]] = field(default_factory=list)
+    active_power_w: list[float] = field(default_factory=list)
+    idle_power_w: list[float] = field(default_factory=list)
     seen: dict[str, str] = field(default_factory=dict)  # name -> where it was declared
     # presets repeat one device spec: validate it once, reuse the parsed form
     parsed: dict[int, tuple[dict[str, float], list[tuple[str, float, float]]]] = field(default_factory=dict)
@@ -525,6 +591,9 @@ class _DeviceColumns:
         self.groups.append(group)
         self.peaks.append(peak)
         self.tiers.append(tier_list)
+        active, idle = _device_power_w(d, dwhere)
+        self.active_power_w.append(active)
+        self.idle_power_w.append(idle)
 
 
 def _tier_arrays(
@@ -637,6 +706,9 @@ def inventory_to_json(inv: Inventory) -> dict[str, Any]:
                 "bandwidth_bytes_per_s": float(inv.group_link_bandwidth_bytes_per_s[g]),
                 "latency_s": float(inv.group_link_latency_s[g]),
             }
+            energy = inv.group_link_energy_j_per_byte
+            if energy is not None and math.isfinite(energy[g]):
+                group["link"]["energy_pj_per_bit"] = float(energy[g]) / _PJ_PER_BIT_TO_J_PER_BYTE
         groups.append(group)
     for i in range(inv.n_devices):
         main = int(inv.device_main_tier[i])
@@ -650,20 +722,25 @@ def inventory_to_json(inv: Inventory) -> dict[str, Any]:
             for k in order
         ]
         peak = {k: float(v[i]) for k, v in sorted(by_dtype.items()) if not np.isnan(v[i])}
-        groups[int(inv.device_group[i])]["devices"].append(
-            {
-                "name": str(inv.device_names[i]),
-                "type": str(inv.device_types[i]),
-                "peak_flops": peak,
-                "memory_tiers": tiers,
-            }
-        )
+        device: dict[str, Any] = {
+            "name": str(inv.device_names[i]),
+            "type": str(inv.device_types[i]),
+            "peak_flops": peak,
+            "memory_tiers": tiers,
+        }
+        if inv.device_active_power_w is not None and inv.device_idle_power_w is not None:
+            if math.isfinite(inv.device_active_power_w[i]):
+                device["active_power_w"] = float(inv.device_active_power_w[i])
+                device["idle_power_w"] = float(inv.device_idle_power_w[i])
+        groups[int(inv.device_group[i])]["devices"].append(device)
     out: dict[str, Any] = {"name": inv.name, "default_dtype": inv.default_dtype, "groups": groups}
     if inv.n_groups > 1 or math.isfinite(inv.inter_link.bandwidth_bytes_per_s):
         out["link"] = {
             "bandwidth_bytes_per_s": float(inv.inter_link.bandwidth_bytes_per_s),
             "latency_s": float(inv.inter_link.latency_s),
         }
+        if math.isfinite(inv.inter_link_energy_j_per_byte):
+            out["link"]["energy_pj_per_bit"] = inv.inter_link_energy_j_per_byte / _PJ_PER_BIT_TO_J_PER_BYTE
     if inv.bandwidth_matrix_bytes_per_s is not None:
         out["bandwidth_matrix_bytes_per_s"] = inv.bandwidth_matrix_bytes_per_s.tolist()
         if inv.latency_matrix_s is not None:
@@ -787,6 +864,11 @@ def without_devices(inv: Inventory, names: Iterable[int | str]) -> Inventory:
         latency_matrix_s=None if inv.latency_matrix_s is None else inv.latency_matrix_s[np.ix_(keep, keep)],
         preset=None,
         _index={str(nm): i for i, nm in enumerate(names_kept)},
+        device_active_power_w=None if inv.device_active_power_w is None else inv.device_active_power_w[keep],
+        device_idle_power_w=None if inv.device_idle_power_w is None else inv.device_idle_power_w[keep],
+        group_link_energy_j_per_byte=(
+            None if inv.group_link_energy_j_per_byte is None else inv.group_link_energy_j_per_byte[kept_groups]
+        ),
     )
 
 

@@ -65,6 +65,7 @@ __all__ = [
     "Proposal",
     "CandidateSchedule",
     "single_device",
+    "most_efficient_device",
     "heft",
     "heft_tight",
     "metis_k_way",
@@ -132,6 +133,30 @@ def single_device(ctx: PlacementContext) -> Proposal:
         placement,
         note=(f"device {names[d]}; no device takes every operator's type, {moved} operators on devices of their types"),
     )
+
+
+def most_efficient_device(ctx: PlacementContext) -> Proposal | None:
+    """Everything on the device whose one-device step costs the least energy (or energy x delay).
+
+    :func:`single_device` takes the fastest device; in a heterogeneous inventory a slower
+    device of lower power can finish the same work on fewer joules. Each usable device
+    that takes every operator is priced as a one-device plan (its time is the sum of its
+    operator times; the usable devices left idle pay idle power when counted).
+    ``None`` when that device is the fastest one, or device types restrict operators.
+    """
+    inv = ctx.inventory
+    active, idle = inv.device_active_power_w, inv.device_idle_power_w
+    if ctx.constraint is not None or active is None or idle is None:
+        return None
+    devices = ctx.devices
+    time_s = ctx.op_times_s[:, devices].sum(axis=0)
+    held_idle_w = float(idle[devices].sum()) if ctx.options.count_idle_devices else 0.0
+    energy_j = time_s * (active[devices] + held_idle_w - (idle[devices] if ctx.options.count_idle_devices else 0.0))
+    cost = energy_j * time_s if ctx.options.objective == "energy_delay" else energy_j
+    d = int(devices[int(np.argmin(cost))])
+    if d == int(devices[0]):
+        return None
+    return Proposal("single-efficient", np.full(ctx.n_ops, d, dtype=np.int64), note=f"device {inv.device_names[d]}")
 
 
 def _heft_schedule(ctx: PlacementContext, *, contention: bool, budget_scale: float) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from partitioners.costmodel.costs import CostModel, link_time_tables, timing_dtype_note
+from partitioners.costmodel.energy import devices_without_power
 from partitioners.costmodel.simulator import SimulationContext, prepare_simulation
 from partitioners.errors import Infeasible, InvalidInput
 from partitioners.graph.hypergraph import Hypergraph, op_levels
@@ -31,7 +32,7 @@ from partitioners.hardware.device_types import (
 )
 from partitioners.hardware.inventory import Inventory
 from partitioners.placement.metis_adapter import MetisGraph, metis_graph
-from partitioners.placement.options import PlacementOptions
+from partitioners.placement.options import ENERGY_OBJECTIVES, PlacementOptions
 
 __all__ = ["OriginProfile", "PlacementContext", "placement_context", "format_bytes"]
 
@@ -260,7 +261,21 @@ def placement_context(
     )
     if ctx.constraint is not None:
         _check_constraint_fits(ctx)
+    if options.objective in ENERGY_OBJECTIVES:
+        _check_power_known(ctx)
     return ctx
+
+
+def _check_power_known(ctx: PlacementContext) -> None:
+    """An energy objective compares joules, which needs every usable device's power figures."""
+    missing = devices_without_power(ctx.inventory, ctx.devices)
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise InvalidInput(
+            f"objective '{ctx.options.objective}' needs active_power_w and idle_power_w on every device; "
+            f"{shown} give none (presets carry them)",
+            field="options.objective",
+        )
 
 
 def _device_order(inventory: Inventory, speed: np.ndarray, max_devices: int | None) -> np.ndarray:

@@ -77,10 +77,17 @@ from partitioners.costmodel.simulator import SimulationResult
 from partitioners.errors import InvalidInput
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.hardware.inventory import Inventory
-from partitioners.placement.candidates import HEFT_BUDGET_SCALE, Proposal, candidate_schedule, heft_tight, single_device
+from partitioners.placement.candidates import (
+    HEFT_BUDGET_SCALE,
+    Proposal,
+    candidate_schedule,
+    heft_tight,
+    most_efficient_device,
+    single_device,
+)
 from partitioners.placement.context import PlacementContext, placement_context
 from partitioners.placement.final_plan import finish_placement
-from partitioners.placement.options import MODES, OBJECTIVES, STRATEGIES, PlacementOptions
+from partitioners.placement.options import ENERGY_OBJECTIVES, MODES, OBJECTIVES, STRATEGIES, PlacementOptions
 from partitioners.placement.refine import refine_placement
 from partitioners.placement.result import Candidate, PlacementResult, TransferPlan
 from partitioners.placement.scoring import (
@@ -176,6 +183,10 @@ def _score_candidates(ctx: PlacementContext, on_progress: Callable[[float], None
     scored: list[ScoredCandidate] = []
     if want in ("auto", "single"):
         scored.append(_score_single(ctx))
+        if ctx.options.objective in ENERGY_OBJECTIVES:
+            efficient = most_efficient_device(ctx)
+            if efficient is not None:
+                scored.append(score_proposal(ctx, efficient))
     if k_max == 1:
         return scored
     schedule = candidate_schedule(ctx, low_memory=bool(scored) and not scored[0].feasible)

@@ -25,7 +25,7 @@ from partitioners.hardware.inventory import Inventory
 from partitioners.placement.context import PlacementContext, format_bytes
 from partitioners.placement.memory_tiers import MemoryPlan, plan_memory_tiers, tier_op_times_s
 from partitioners.placement.result import PlacementResult, transfer_plan
-from partitioners.placement.scoring import ScoredCandidate, objective_value
+from partitioners.placement.scoring import ScoredCandidate, objective_value, plan_energy
 
 __all__ = ["RETIME_MAX_OPS", "RETIME_MIN_GAIN", "RETIME_MAX_ROUNDS", "RETIME_ROUND_OPS", "finish_placement"]
 
@@ -191,7 +191,8 @@ def finish_placement(
         memory_budget_bytes=budget,
         acyclic=cand.acyclic,
         devices_used=int(used.shape[0]),
-        objective_value=objective_value(ctx, final),
+        objective_value=objective_value(ctx, final, placement),
+        energy=plan_energy(ctx, final, placement),
         chosen=cand,
         notes=notes,
         timed_with_tiers=timed_with_tiers,

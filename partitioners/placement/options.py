@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 from partitioners.errors import InvalidInput
 
-__all__ = ["OBJECTIVES", "MODES", "STRATEGIES", "PlacementOptions"]
+__all__ = ["ENERGY_OBJECTIVES", "OBJECTIVES", "MODES", "STRATEGIES", "PlacementOptions"]
 
-OBJECTIVES = ("makespan", "throughput", "communication")
+OBJECTIVES = ("makespan", "throughput", "communication", "energy", "energy_delay")
+#: Objectives that need every usable device's power figures.
+ENERGY_OBJECTIVES = ("energy", "energy_delay")
 MODES = ("inference", "training")
 #: ``auto`` runs every applicable strategy; the others force one family.
 STRATEGIES = ("auto", "single", "heft", "metis", "pipeline", "hybrid")
@@ -24,10 +26,12 @@ class PlacementOptions:
 
     Attributes
     ----------
-    objective : {"makespan", "throughput", "communication"}
+    objective : {"makespan", "throughput", "communication", "energy", "energy_delay"}
         ``makespan``: finish one step soonest. ``throughput``: for a steady stream of
         micro-batches, minimise the busiest device's time per micro-batch.
         ``communication``: fewest bytes between devices (ties by makespan).
+        ``energy``: fewest joules per step; ``energy_delay``: joules x makespan
+        (:mod:`partitioners.costmodel.energy`; both need the devices' power figures).
     mode : {"inference", "training"}
         Training synthesises the backward pass and optimizer (:mod:`partitioners.graph.transforms`).
     micro_batches : int
@@ -44,6 +48,10 @@ class PlacementOptions:
         Seed for METIS; the same seed gives the same plan.
     allow_infeasible : bool
         Return the least-infeasible plan instead of raising :class:`Infeasible`.
+    count_idle_devices : bool
+        Whether a step's energy includes the idle power of usable devices the plan
+        leaves unused (a job that holds them pays for them); ``False`` when the caller
+        frees them.
     """
 
     objective: str = "makespan"
@@ -55,6 +63,7 @@ class PlacementOptions:
     strategy: str = "auto"
     seed: int = 0
     allow_infeasible: bool = False
+    count_idle_devices: bool = True
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from partitioners.costmodel.energy import StepEnergy
 from partitioners.costmodel.simulator import SimulationResult, remote_transfers
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.graph.transforms import ExpandedGraph
@@ -146,6 +147,9 @@ class PlacementResult:
         The winning candidate as scored before level 3 (main-memory bandwidth only),
         the figure comparable with the other candidates.
     notes : list of str
+    energy : StepEnergy or None
+        Energy of the final simulated step (:mod:`partitioners.costmodel.energy`);
+        ``None`` when a counted device has no power figures.
     timed_with_tiers : bool
         ``simulation`` times each operator with its tensors at their tiers'
         bandwidths (:func:`~partitioners.placement.memory_tiers.placed_tier_op_times_s`), so
@@ -171,6 +175,7 @@ class PlacementResult:
     chosen: Candidate
     notes: list[str] = field(default_factory=list)
     timed_with_tiers: bool = False
+    energy: StepEnergy | None = None
 
     @property
     def graph(self) -> Hypergraph:

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from partitioners.costmodel.energy import StepEnergy, step_energy
 from partitioners.costmodel.simulator import SimulationResult, simulate
 from partitioners.graph.hypergraph import TENSOR_PARAMETER
 from partitioners.placement.candidates import Proposal
 from partitioners.placement.context import PlacementContext
+from partitioners.placement.options import ENERGY_OBJECTIVES
 from partitioners.placement.repairs import keep_on_allowed_devices, pipeline_repair, stage_graph_acyclic
 from partitioners.placement.result import Candidate
 
@@ -29,6 +31,7 @@ __all__ = [
     "RankingKey",
     "ScoredCandidate",
     "objective_value",
+    "plan_energy",
     "score_proposal",
     "score_single_analytic",
     "least_over_budget",
@@ -78,12 +81,43 @@ class ScoredCandidate:
         return self.simulation is not None
 
 
-def objective_value(ctx: PlacementContext, sim: SimulationResult) -> float:
-    """The figure ``ctx.options.objective`` compares: makespan, busiest device per micro-batch, or bytes."""
+def plan_energy(ctx: PlacementContext, sim: SimulationResult, placement: np.ndarray) -> StepEnergy | None:
+    """Energy of one simulated step: the devices ``placement`` uses, and (``count_idle_devices``)
+    the usable ones it leaves idle; ``None`` when one of them has no power figures."""
+    counted = np.unique(placement)
+    if ctx.options.count_idle_devices:
+        counted = np.union1d(counted, ctx.devices)
+    active = ctx.inventory.device_active_power_w
+    if active is None or not np.isfinite(active[counted]).all():
+        return None
+    return step_energy(
+        ctx.inventory,
+        makespan_s=float(sim.makespan_s),
+        device_busy_s=sim.device_busy_s,
+        counted_devices=counted,
+        link_src=sim.link_src,
+        link_dst=sim.link_dst,
+        link_bytes=sim.link_bytes,
+    )
+
+
+def _energy_objective(ctx: PlacementContext, makespan_s: float, energy: StepEnergy | None) -> float:
+    if energy is None:  # placement_context refuses energy objectives without power figures
+        raise ValueError("an energy objective needs every usable device's power figures")
+    if ctx.options.objective == "energy_delay":
+        return energy.total_j * makespan_s
+    return energy.total_j
+
+
+def objective_value(ctx: PlacementContext, sim: SimulationResult, placement: np.ndarray) -> float:
+    """The figure ``ctx.options.objective`` compares: makespan, busiest device per micro-batch,
+    bytes, joules or joules x seconds."""
     if ctx.options.objective == "throughput":
         return float(sim.device_busy_s.max()) / ctx.micro_batches
     if ctx.options.objective == "communication":
         return float(sim.comm_bytes)
+    if ctx.options.objective in ENERGY_OBJECTIVES:
+        return _energy_objective(ctx, float(sim.makespan_s), plan_energy(ctx, sim, placement))
     return float(sim.makespan_s)
 
 
@@ -119,7 +153,7 @@ def score_proposal(ctx: PlacementContext, proposal: Proposal) -> ScoredCandidate
         devices_used=int(used.shape[0]),
         peak_memory_fraction=frac,
         acyclic=bool(acyclic),
-        objective_value=objective_value(ctx, sim),
+        objective_value=objective_value(ctx, sim, placement),
         note=note,
     )
     return ScoredCandidate(candidate, placement, proposal.priority, sim)
@@ -151,6 +185,12 @@ def score_single_analytic(ctx: PlacementContext, proposal: Proposal) -> ScoredCa
         obj = makespan / ctx.micro_batches
     elif ctx.options.objective == "communication":
         obj = 0.0
+    elif ctx.options.objective in ENERGY_OBJECTIVES:
+        busy = np.zeros(ctx.inventory.n_devices)
+        busy[d] = makespan
+        counted = np.union1d([d], ctx.devices) if ctx.options.count_idle_devices else np.array([d])
+        energy = step_energy(ctx.inventory, makespan_s=makespan, device_busy_s=busy, counted_devices=counted)
+        obj = _energy_objective(ctx, makespan, energy)
     else:
         obj = makespan
     candidate = Candidate(

@@ -55,6 +55,15 @@ def _summary(result: PlacementResult, inventory: Inventory) -> dict:
         # runtime feedback is compared with)
         "timed_with_tiers": bool(result.timed_with_tiers),
         "infeasible_reason": None,
+        "energy_j": None if result.energy is None else result.energy.total_j,
+        "energy": None
+        if result.energy is None
+        else {
+            "compute_j": result.energy.compute_j,
+            "idle_j": result.energy.idle_j,
+            "transfer_j": result.energy.transfer_j,
+            "devices_counted": result.energy.devices_counted,
+        },
     }
     if not result.feasible and result.infeasible_device is not None:
         summary["infeasible_reason"] = (

@@ -129,6 +129,7 @@ def placement_options(options: dict) -> PlacementOptions:
         memory_headroom_fraction=options["memory_headroom_fraction"],
         strategy=options["strategy"],
         seed=options["seed"],
+        count_idle_devices=options.get("count_idle_devices", True),
     )
 
 

@@ -38,9 +38,10 @@ class PlanOptions(RequestModel):
     """How to place. Every field has a default; ``{}`` is a valid options object (strict
     types, as every request body: see RequestModel)."""
 
-    objective: Literal["makespan", "throughput", "communication"] = Field(
+    objective: Literal["makespan", "throughput", "communication", "energy", "energy_delay"] = Field(
         "makespan",
-        description="makespan: one step's time; throughput: steady stream of micro-batches; communication: bytes moved.",
+        description="makespan: one step's time; throughput: steady stream of micro-batches; communication: bytes "
+        "moved; energy: joules per step; energy_delay: joules x makespan (energy needs the devices' power figures).",
     )
     mode: Literal["inference", "training"] = Field(
         "inference",
@@ -58,6 +59,11 @@ class PlanOptions(RequestModel):
         "auto", description="auto runs every applicable strategy and keeps the best."
     )
     seed: int = Field(0, ge=0, le=2**31 - 1)
+    count_idle_devices: bool = Field(
+        True,
+        description="A step's energy includes the idle power of usable devices the plan leaves unused "
+        "(false when the job frees them).",
+    )
     dims: dict[
         Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00]*$")],
         Annotated[int, Field(ge=1, le=2**31 - 1)],
@@ -113,6 +119,7 @@ class MemoryTierDocument(RequestModel):
 class LinkDocument(RequestModel):
     bandwidth_bytes_per_s: PositiveFloat
     latency_s: NonNegativeFloat = 0.0
+    energy_pj_per_bit: NonNegativeFloat | None = Field(None, description="Energy per bit moved over this link.")
 
 
 class DeviceDocument(RequestModel):
@@ -120,6 +127,8 @@ class DeviceDocument(RequestModel):
     type: Name = "gpu"
     peak_flops: PositiveFloat | dict[Name, PositiveFloat]
     memory_tiers: list[MemoryTierDocument] = Field(min_length=1, max_length=8)
+    active_power_w: NonNegativeFloat | None = Field(None, description="Power running kernels (board power, TDP).")
+    idle_power_w: NonNegativeFloat | None = Field(None, description="Power held by a job but idle.")
 
 
 _DEFAULT_DTYPE_HELP = (
@@ -210,6 +219,13 @@ class ReplanSummary(Answer):
     gone_devices: list[str]
 
 
+class StepEnergySummary(Answer):
+    compute_j: float = Field(description="Busy time x active power over the counted devices.")
+    idle_j: float = Field(description="Idle time x idle power over the counted devices.")
+    transfer_j: float = Field(description="Bytes between devices x their link's energy per byte.")
+    devices_counted: int = Field(description="Devices used, plus the usable ones left idle when counted.")
+
+
 class PlanSummary(Answer):
     makespan_s: float
     comm_bytes: float
@@ -230,6 +246,10 @@ class PlanSummary(Answer):
         "runtime feedback is compared with those times.",
     )
     infeasible_reason: str | None = None
+    energy_j: float | None = Field(
+        None, description="Energy of one step (devices' busy and idle power, transfers); null without power figures."
+    )
+    energy: StepEnergySummary | None = None
     planning_s: float | None = Field(None, description="Seconds the placement took (this plan's computation).")
     replan: ReplanSummary | None = Field(None, description="A re-plan's gains and moves against its parent.")
 

@@ -246,7 +246,7 @@ def test_a_plan_timed_with_tiers_times_every_operator_with_the_tiers_it_states(n
 
 def test_bad_options_are_rejected():
     with pytest.raises(InvalidInput):
-        PlacementOptions(objective="energy")
+        PlacementOptions(objective="joules")
     with pytest.raises(InvalidInput):
         PlacementOptions(micro_batches=0)
 

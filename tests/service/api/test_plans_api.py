@@ -177,3 +177,32 @@ def test_a_default_dtype_the_preset_does_not_publish_is_a_422_naming_it(client):
     response = client.post("/v1/plans", json=body)
     assert response.status_code == 422
     assert "inventory.default_dtype" in response.text and "bf16, fp16" in response.text
+
+
+def test_a_plan_on_a_preset_states_the_energy_of_one_step(client):
+    plan = client.post("/v1/plans", json=plan_request(diamond_graph("energy"))).json()
+    energy = plan["summary"]["energy"]
+    assert plan["summary"]["energy_j"] == pytest.approx(energy["compute_j"] + energy["idle_j"] + energy["transfer_j"])
+    assert energy["devices_counted"] == 8  # a DGX H100's eight GPUs, held whether used or not
+
+
+def test_the_energy_objective_needs_power_figures_on_every_device(client):
+    request = plan_request(diamond_graph("no-power"), objective="energy")
+    request["inventory"] = {
+        "groups": [
+            {
+                "name": "g0",
+                "devices": [
+                    {
+                        "name": "d0",
+                        "peak_flops": 1e14,
+                        "memory_tiers": [{"name": "HBM", "capacity_bytes": 1e10, "bandwidth_bytes_per_s": 1e12}],
+                    }
+                ],
+                "link": {"bandwidth_bytes_per_s": 1e9},
+            }
+        ]
+    }
+    response = client.post("/v1/plans", json=request)
+    assert response.status_code == 422
+    assert "d0" in response.json()["detail"]

@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from bench import fusion_energy
 from partitioners.costmodel.costs import link_time_tables
 from partitioners.costmodel.simulator import prepare_simulation, simulate
 from partitioners.graph.generators import synthetic_graph_json
@@ -170,6 +171,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--no-synthetic", action="store_true")
     ap.add_argument("--no-fixtures", action="store_true")
+    ap.add_argument("--no-fusion-energy", action="store_true", help="skip bench.fusion_energy's tables")
     args = ap.parse_args()
     clusters = args.clusters.split(",")
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -205,6 +207,9 @@ def main() -> None:
                 opts = PlacementOptions(allow_infeasible=True)
                 rows.append(run_case(f"synthetic-{n}/{cl}", lambda d=doc: graph_from_json(d), inv, opts, True))
     _summary(rows)
+    if not args.no_fusion_energy:
+        print()
+        fusion_energy.main(args.models.split(","))
 
 
 def _first(inv, k):

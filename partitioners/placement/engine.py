@@ -87,6 +87,7 @@ from partitioners.placement.candidates import (
 )
 from partitioners.placement.context import PlacementContext, placement_context
 from partitioners.placement.final_plan import finish_placement
+from partitioners.placement.fusion import FusionGroups, fuse_for_placement
 from partitioners.placement.options import ENERGY_OBJECTIVES, MODES, OBJECTIVES, STRATEGIES, PlacementOptions
 from partitioners.placement.refine import refine_placement
 from partitioners.placement.result import Candidate, PlacementResult, TransferPlan
@@ -297,6 +298,19 @@ def place(
     Comput. 41(4), 2019 (acyclic partitioning).
     """
     options = options or PlacementOptions()
+    result = _place(*fuse_for_placement(graph, options.fusion), inventory, options, cost_model, on_progress)
+    return result
+
+
+def _place(
+    graph: Hypergraph,
+    fusion: FusionGroups | None,
+    inventory: Inventory,
+    options: PlacementOptions,
+    cost_model: CostModel | None,
+    on_progress: Callable[[float], None] | None,
+) -> PlacementResult:
+    """:func:`place` on a graph already fused (``fusion``: its groups, ``None`` unfused)."""
     ctx = placement_context(graph, inventory, options, cost_model)
     scored = _score_candidates(ctx, on_progress or (lambda fraction: None))
     best = best_candidate(scored, options.pipeline)
@@ -308,14 +322,14 @@ def place(
         on_progress(0.9)
     analytic = not scored[best].simulated
     result = finish_placement(ctx, scored, best, raise_infeasible=not (options.allow_infeasible or analytic))
-    if result.feasible or not analytic:
-        return result
-    # the analytic one-device estimate was too optimistic about memory: take the next best
-    over = replace(scored[best].candidate, feasible=False, note="over memory when simulated")
-    scored[best] = replace(scored[best], candidate=over)
-    return finish_placement(
-        ctx, scored, best_candidate(scored, options.pipeline), raise_infeasible=not options.allow_infeasible
-    )
+    if not result.feasible and analytic:
+        # the analytic one-device estimate was too optimistic about memory: take the next best
+        over = replace(scored[best].candidate, feasible=False, note="over memory when simulated")
+        scored[best] = replace(scored[best], candidate=over)
+        result = finish_placement(
+            ctx, scored, best_candidate(scored, options.pipeline), raise_infeasible=not options.allow_infeasible
+        )
+    return replace(result, fusion=fusion)
 
 
 def evaluate_placement(
@@ -343,9 +357,10 @@ def evaluate_placement(
         The placement does not fit in memory (unless ``options.allow_infeasible``).
     """
     options = options or PlacementOptions()
-    ctx = placement_context(graph, inventory, options, cost_model)
+    fused, fusion = fuse_for_placement(graph, options.fusion)
+    ctx = placement_context(fused, inventory, options, cost_model)
     placement = np.asarray(placement, dtype=np.int64)
     if placement.shape != (ctx.n_ops,):
         raise InvalidInput("the placement needs one device per operator of the expanded graph", field="placement")
     scored = [score_proposal(ctx, Proposal(name, placement))]
-    return finish_placement(ctx, scored, 0, raise_infeasible=not options.allow_infeasible)
+    return replace(finish_placement(ctx, scored, 0, raise_infeasible=not options.allow_infeasible), fusion=fusion)

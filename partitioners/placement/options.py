@@ -10,7 +10,10 @@ from dataclasses import dataclass
 
 from partitioners.errors import InvalidInput
 
-__all__ = ["ENERGY_OBJECTIVES", "OBJECTIVES", "MODES", "STRATEGIES", "PlacementOptions"]
+#: How operators may be fused before placement (:mod:`partitioners.placement.fusion`).
+FUSION_MODES = ("none", "elementwise", "compiler")
+
+__all__ = ["FUSION_MODES", "ENERGY_OBJECTIVES", "OBJECTIVES", "MODES", "STRATEGIES", "PlacementOptions"]
 
 OBJECTIVES = ("makespan", "throughput", "communication", "energy", "energy_delay")
 #: Objectives that need every usable device's power figures.
@@ -48,6 +51,11 @@ class PlacementOptions:
         Seed for METIS; the same seed gives the same plan.
     allow_infeasible : bool
         Return the least-infeasible plan instead of raising :class:`Infeasible`.
+    fusion : {"none", "elementwise", "compiler"}
+        Which operators are fused into one kernel before placement
+        (:mod:`partitioners.placement.fusion`). ``none`` by default: a compiler that posts
+        its graph usually posts it after its own fusion passes, and re-fusing such a
+        graph would merge kernels it chose to keep apart.
     count_idle_devices : bool
         Whether a step's energy includes the idle power of usable devices the plan
         leaves unused (a job that holds them pays for them); ``False`` when the caller
@@ -64,6 +72,7 @@ class PlacementOptions:
     seed: int = 0
     allow_infeasible: bool = False
     count_idle_devices: bool = True
+    fusion: str = "none"
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -76,5 +85,7 @@ class PlacementOptions:
             raise InvalidInput("micro_batches must be an integer in 1..4096", field="options.micro_batches")
         if self.max_devices is not None and (not isinstance(self.max_devices, int) or self.max_devices < 1):
             raise InvalidInput("max_devices must be a positive integer", field="options.max_devices")
+        if self.fusion not in FUSION_MODES:
+            raise InvalidInput(f"fusion must be one of {', '.join(FUSION_MODES)}", field="options.fusion")
         if not (0.0 <= self.memory_headroom_fraction < 1.0):
             raise InvalidInput("memory_headroom_fraction must be in [0, 1)", field="options.memory_headroom_fraction")

@@ -17,6 +17,7 @@ from partitioners.costmodel.simulator import SimulationResult, remote_transfers
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.graph.transforms import ExpandedGraph
 from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory, link_class_ids
+from partitioners.placement.fusion import FusionGroups
 from partitioners.placement.memory_tiers import MemoryPlan
 
 __all__ = ["Candidate", "TransferPlan", "PlacementResult", "transfer_plan"]
@@ -147,6 +148,9 @@ class PlacementResult:
         The winning candidate as scored before level 3 (main-memory bandwidth only),
         the figure comparable with the other candidates.
     notes : list of str
+    fusion : FusionGroups or None
+        The fused kernels placed as units (``options.fusion``); the placed graph's
+        operators are the groups, named after their first operator.
     energy : StepEnergy or None
         Energy of the final simulated step (:mod:`partitioners.costmodel.energy`);
         ``None`` when a counted device has no power figures.
@@ -176,6 +180,7 @@ class PlacementResult:
     notes: list[str] = field(default_factory=list)
     timed_with_tiers: bool = False
     energy: StepEnergy | None = None
+    fusion: FusionGroups | None = None
 
     @property
     def graph(self) -> Hypergraph:

@@ -55,6 +55,7 @@ def _summary(result: PlacementResult, inventory: Inventory) -> dict:
         # runtime feedback is compared with)
         "timed_with_tiers": bool(result.timed_with_tiers),
         "infeasible_reason": None,
+        "fusion": _fusion_summary(result),
         "energy_j": None if result.energy is None else result.energy.total_j,
         "energy": None
         if result.energy is None
@@ -70,6 +71,42 @@ def _summary(result: PlacementResult, inventory: Inventory) -> dict:
             f"device {names[result.infeasible_device]} is {result.bytes_over:.0f} bytes over its memory budget"
         )
     return summary
+
+
+def _fusion_summary(result: PlacementResult) -> dict | None:
+    fusion = result.fusion
+    if fusion is None:
+        return None
+    size = fusion.group_size
+    return {
+        "mode": fusion.mode,
+        "groups": int((size > 1).sum()),
+        "ops_fused": int(size[size > 1].sum()),
+        "launches_saved": fusion.launches_saved,
+        "bytes_saved": float(fusion.bytes_saved.sum()),
+    }
+
+
+def _fusion_groups(result: PlacementResult) -> list[dict] | None:
+    """Each fused kernel of several operators, its members in topological order."""
+    fusion = result.fusion
+    if fusion is None:
+        return None
+    size = fusion.group_size
+    multi = np.flatnonzero(size > 1)
+    members: dict[int, list[str]] = {int(g): [] for g in multi.tolist()}
+    for op in fusion.topological_order.tolist():
+        group = int(fusion.op_group[op])
+        if group in members:
+            members[group].append(str(fusion.op_names[op]))
+    return [
+        {
+            "name": str(fusion.op_names[fusion.group_anchor[g]]),
+            "ops": members[g],
+            "bytes_saved": float(fusion.bytes_saved[g]),
+        }
+        for g in multi.tolist()
+    ]
 
 
 def _candidates(result: PlacementResult) -> list[dict]:
@@ -157,6 +194,7 @@ def plan_document(result: PlacementResult, inventory: Inventory) -> tuple[str, d
         "tensors": _tensors(result, inventory),
         "transfers": result.transfers.grouped(graph, inventory),
         "candidates": _candidates(result),
+        "fusion_groups": _fusion_groups(result),
         "notes": list(result.notes),
         # operator ids in predicted start order: simulating with this order as the
         # priority replays the plan's schedule (feedback compares against it)

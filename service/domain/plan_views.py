@@ -75,6 +75,8 @@ def plan_read(plan: Plan, *, cached: bool, detail: str = "full", body: dict | No
         document["ops"] = body.get("ops")
         document["tensors"] = body.get("tensors")
         document["transfers"] = body.get("transfers")
+        if body.get("fusion_groups") is not None:
+            document["fusion_groups"] = body["fusion_groups"]
     return document
 
 

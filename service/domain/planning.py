@@ -130,6 +130,7 @@ def placement_options(options: dict) -> PlacementOptions:
         strategy=options["strategy"],
         seed=options["seed"],
         count_idle_devices=options.get("count_idle_devices", True),
+        fusion=options.get("fusion", "none"),
     )
 
 

@@ -59,6 +59,12 @@ class PlanOptions(RequestModel):
         "auto", description="auto runs every applicable strategy and keeps the best."
     )
     seed: int = Field(0, ge=0, le=2**31 - 1)
+    fusion: Literal["none", "elementwise", "compiler"] = Field(
+        "none",
+        description="Fuse operators into kernels before placing them as units: elementwise (TorchInductor's "
+        "pointwise fusion) or compiler (XLA / TensorRT: epilogues into GEMMs, pointwise into reductions). none: "
+        "the graph is already the compiler's fused graph.",
+    )
     count_idle_devices: bool = Field(
         True,
         description="A step's energy includes the idle power of usable devices the plan leaves unused "
@@ -219,6 +225,20 @@ class ReplanSummary(Answer):
     gone_devices: list[str]
 
 
+class FusionSummary(Answer):
+    mode: str
+    groups: int = Field(description="Fused kernels of more than one operator.")
+    ops_fused: int = Field(description="Operators inside those kernels.")
+    launches_saved: int = Field(description="Kernel launches the fusion removes.")
+    bytes_saved: float = Field(description="Main-memory traffic the fusion removes (intermediates written and read).")
+
+
+class FusionGroup(Answer):
+    name: str = Field(description="The placed operator: the group's first operator.")
+    ops: list[str] = Field(description="Its operators in topological order.")
+    bytes_saved: float
+
+
 class StepEnergySummary(Answer):
     compute_j: float = Field(description="Busy time x active power over the counted devices.")
     idle_j: float = Field(description="Idle time x idle power over the counted devices.")
@@ -250,6 +270,7 @@ class PlanSummary(Answer):
         None, description="Energy of one step (devices' busy and idle power, transfers); null without power figures."
     )
     energy: StepEnergySummary | None = None
+    fusion: FusionSummary | None = Field(None, description="The fused kernels, when options.fusion fuses.")
     planning_s: float | None = Field(None, description="Seconds the placement took (this plan's computation).")
     replan: ReplanSummary | None = Field(None, description="A re-plan's gains and moves against its parent.")
 
@@ -272,6 +293,9 @@ class PlanRead(Answer):
     ops: dict[str, str] | None = None
     tensors: dict[str, list[TensorPlacement]] | None = None
     transfers: list[Transfer] | None = None
+    fusion_groups: list[FusionGroup] | None = Field(
+        None, description="Each fused kernel of several operators; ops and the schedule name it by its first operator."
+    )
     warnings: list[str] = Field(default_factory=list, description="What importing the graph could not resolve.")
     notes: list[str] = Field(
         default_factory=list,

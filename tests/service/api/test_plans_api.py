@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from partitioners.graph.generators import synthetic_graph_json
-from tests.service.graphs import diamond_graph, plan_request
+from tests.service.graphs import diamond_graph, measured_timeline, plan_request
 
 ONNX_DIR = Path(__file__).parents[2] / "fixtures" / "onnx"
 
@@ -206,3 +206,48 @@ def test_the_energy_objective_needs_power_figures_on_every_device(client):
     response = client.post("/v1/plans", json=request)
     assert response.status_code == 422
     assert "d0" in response.json()["detail"]
+
+
+def mlp_graph(name: str) -> dict:
+    """x -> MatMul -> Add(bias) -> Relu -> MatMul -> y, 1 MB activations."""
+
+    def node(name: str, op: str, inputs: list[str], outputs: list[str]) -> dict:
+        return {"name": name, "op": op, "inputs": inputs, "outputs": outputs, "flops": 1e9}
+
+    def tensor(name: str) -> dict:
+        return {"name": name, "bytes": 1e6, **({"kind": "parameter"} if name[0] in "wb" else {})}
+
+    return {
+        "name": name,
+        "nodes": [
+            node("mm1", "MatMul", ["x", "w1"], ["h1"]),
+            node("bias", "Add", ["h1", "b1"], ["h2"]),
+            node("relu", "Relu", ["h2"], ["h3"]),
+            node("mm2", "MatMul", ["h3", "w2"], ["y"]),
+        ],
+        "tensors": [tensor(t) for t in ("x", "w1", "h1", "b1", "h2", "h3", "w2", "y")],
+    }
+
+
+def test_a_fused_plan_lists_its_kernels_and_places_them_as_units(client):
+    graph = mlp_graph("fused")
+    plan = client.post("/v1/plans", json=plan_request(graph, fusion="compiler")).json()
+    assert plan["fusion_groups"] == [{"name": "mm1", "ops": ["mm1", "bias", "relu"], "bytes_saved": 4e6}]
+    assert set(plan["ops"]) == {"mm1", "mm2"}
+    assert not {"h1", "h2"} & set(plan["tensors"])  # kept on chip: no memory-tier holdings
+    assert plan["summary"]["fusion"] == {
+        "mode": "compiler",
+        "groups": 1,
+        "ops_fused": 3,
+        "launches_saved": 2,
+        "bytes_saved": 4e6,
+    }
+    unfused = client.post("/v1/plans", json=plan_request(graph)).json()
+    assert unfused["id"] != plan["id"] and "fusion_groups" not in unfused
+
+
+def test_a_fused_plan_takes_feedback_on_its_kernels(client):
+    graph = mlp_graph("fused-feedback")
+    plan = client.post("/v1/plans", json=plan_request(graph, fusion="compiler")).json()
+    response = client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": measured_timeline(plan)})
+    assert response.status_code == 201, response.text

@@ -1,0 +1,293 @@
+"""Operator fusion decided before placement: :func:`fusion_groups` and :func:`fused_graph`.
+
+A compiler fuses chains of elementwise and normalisation operators into the kernel that
+produces or consumes them: XLA's loop and input fusion [1]_, TorchInductor's pointwise
+and reduction fusion [2]_, TensorRT's layer fusion [3]_. A fused kernel reads its inputs
+once, keeps the intermediates in registers and shared memory, writes its outputs once
+and is one launch; it also runs on one device, so a partitioner must not cut it.
+Placing the unfused graph overstates memory traffic and launches and lets the
+partitioner cut where no compiler would. So the engine groups first, then places the
+groups as units (one coarsened node each).
+
+Rules, by mode (each the behaviour of the named compiler):
+
+``"none"``
+    Every operator is its own kernel (eager PyTorch, ONNX Runtime without graph
+    optimisations, or a graph the compiler already fused before sending it).
+``"elementwise"``
+    Pointwise chains only, TorchInductor's default on GPU [2]_: an elementwise operator
+    (or a view) joins the group of the pointwise operator that produces its input.
+    Matmuls and convolutions stay library calls (cuBLAS / cuDNN extern kernels, which
+    Inductor does not fuse into without max-autotune templates), and so do
+    normalisations and reductions.
+``"compiler"``
+    What XLA and TensorRT do [1]_ [3]_: elementwise epilogues (bias, activation,
+    residual add, cast) join the matmul or convolution producing their input (cuBLASLt
+    and cuDNN epilogues, TensorRT's conv+bias+ReLU); a normalisation or reduction
+    absorbs the pointwise operators producing its input (XLA's input fusion) and its
+    own pointwise consumers; softmax is a reduction that fuses like one. A group holds
+    at most one matmul / convolution / attention, and it comes first: the GEMM's output
+    is tiled by the epilogue, so a second GEMM or a reduction after it would need the
+    whole output, which XLA and TensorRT also leave unfused.
+
+Views (reshape, squeeze, unsqueeze, flatten, identity) are free and join any group
+they follow. In every mode:
+
+* an operator joins a group only through a tensor that it alone reads: a tensor that
+  another operator (perhaps on another device) also needs is written out, so it cannot
+  stay on chip; graph outputs are written out;
+* no group may create a cycle between groups: an operator joins a group only when its
+  other inputs come from operators that precede the whole group in topological order
+  (then no path leaves the group and comes back);
+* operators restricted to different device types never share a group.
+
+Costs: the coarsened node has the summed FLOPs, reads only the group's external inputs
+and writes only its external outputs; it is timed as the class of its first operator
+(a fused GEMM is a GEMM) and pays one launch. Intermediates are modelled as never
+touching main memory, as in a tiled fused kernel that streams them through registers
+and shared memory; they get no memory-tier holdings.
+
+References
+----------
+.. [1] OpenXLA, "XLA operation semantics" and "XLA architecture": loop fusion, input
+   fusion, output fusion (openxla.org/xla).
+.. [2] J. Ansel et al., "PyTorch 2: Faster Machine Learning Through Dynamic Python
+   Bytecode Transformation and Graph Compilation", ASPLOS 2024 (TorchInductor's
+   pointwise and reduction fusion; extern kernels for mm/conv).
+.. [3] NVIDIA TensorRT Developer Guide, "Layer Fusion" (convolution + bias + ReLU,
+   elementwise and activation fusion, shuffle elimination).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from partitioners.costmodel.costs import (
+    OP_ATTENTION,
+    OP_CONV,
+    OP_ELEMENTWISE,
+    OP_MATMUL,
+    OP_NORM,
+    OP_REDUCTION,
+    is_view_op,
+    op_class_of,
+)
+from partitioners.graph.hypergraph import TENSOR_PARAMETER, Hypergraph, build_hypergraph, topological_order
+from partitioners.placement.options import FUSION_MODES
+
+__all__ = ["FusionGroups", "fusion_groups", "fused_graph", "fuse_for_placement"]
+
+# What a group is, as far as the rules care: pointwise only, led by a GEMM-like kernel,
+# or holding a reduction (norm, softmax, reduce).
+_POINTWISE, _HEAVY, _REDUCING = 0, 1, 2
+_HEAVY_CLASSES = (OP_MATMUL, OP_CONV, OP_ATTENTION)
+_REDUCING_CLASSES = (OP_NORM, OP_REDUCTION)
+_SOFTMAX_TYPES = frozenset({"softmax", "logsoftmax"})
+
+
+@dataclass(frozen=True, eq=False)
+class FusionGroups:
+    """Which fused kernel each operator belongs to.
+
+    Attributes
+    ----------
+    mode : str
+        One of :data:`~partitioners.placement.options.FUSION_MODES`.
+    op_names : numpy.ndarray of object, shape (n_ops,)
+        The unfused graph's operator names (a plan lists each group's members by them).
+    topological_order : numpy.ndarray of int64, shape (n_ops,)
+        The unfused graph's operators in the order the groups were formed.
+    op_group : numpy.ndarray of int64, shape (n_ops,)
+        Group of each operator of the unfused graph; groups are numbered by their
+        first operator in topological order.
+    group_anchor : numpy.ndarray of int64, shape (n_groups,)
+        The group's first operator: it names the fused node and gives its class.
+    internal_tensor : numpy.ndarray of bool, shape (n_tensors,)
+        Tensors produced and consumed inside one group (kept on chip).
+    bytes_saved : numpy.ndarray of float64, shape (n_groups,)
+        Main-memory traffic the group avoids: each internal tensor's write and read.
+    """
+
+    mode: str
+    op_names: npt.NDArray[np.object_]
+    topological_order: npt.NDArray[np.int64]
+    op_group: npt.NDArray[np.int64]
+    group_anchor: npt.NDArray[np.int64]
+    internal_tensor: npt.NDArray[np.bool_]
+    bytes_saved: npt.NDArray[np.float64]
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.group_anchor.shape[0])
+
+    @property
+    def group_size(self) -> npt.NDArray[np.int64]:
+        return np.bincount(self.op_group, minlength=self.n_groups).astype(np.int64)
+
+    @property
+    def launches_saved(self) -> int:
+        return int(self.op_group.shape[0] - self.n_groups)
+
+
+def _op_roles(graph: Hypergraph, mode: str) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.bool_]]:
+    """Per operator: its fusion role (pointwise / heavy / reducing / -1 never fuses), and whether it is a view."""
+    cls = op_class_of(graph.op_types)
+    view = is_view_op(graph.op_types)
+    role = np.full(graph.n_ops, -1, dtype=np.int8)
+    role[(cls == OP_ELEMENTWISE) | view] = _POINTWISE
+    if mode == "compiler":
+        role[np.isin(cls, _HEAVY_CLASSES)] = _HEAVY
+        role[np.isin(cls, _REDUCING_CLASSES)] = _REDUCING
+        softmax = np.array([str(t).lower() in _SOFTMAX_TYPES for t in graph.op_types], dtype=bool)
+        role[softmax] = _REDUCING
+    return role, view
+
+
+def _may_join(group_kind: int, op_role: int, mode: str) -> tuple[bool, int]:
+    """Whether an operator of ``op_role`` may join a group of ``group_kind``, and the group's kind after."""
+    if op_role == _POINTWISE:
+        return True, group_kind
+    if mode == "compiler" and op_role == _REDUCING and group_kind == _POINTWISE:
+        return True, _REDUCING  # input fusion: pointwise producers into the reduction
+    return False, group_kind
+
+
+def fusion_groups(graph: Hypergraph, mode: str) -> FusionGroups:
+    """Group the operators of ``graph`` into fused kernels by the rules of ``mode`` (module docstring).
+
+    One pass in topological order: each operator either joins the group of the producer
+    of one of its inputs or starts a group of its own.
+    """
+    if mode not in FUSION_MODES:
+        raise ValueError(f"fusion mode must be one of {FUSION_MODES}, got {mode!r}")
+    n = graph.n_ops
+    order = topological_order(graph)
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n, dtype=np.int64)
+    group = np.full(n, -1, dtype=np.int64)
+    anchors: list[int] = []
+    if mode == "none":
+        group[order] = np.arange(n, dtype=np.int64)
+        anchors = order.tolist()
+    else:
+        role, _ = _op_roles(graph, mode)
+        n_consumers = np.diff(graph.consumer_ptr)
+        producer = graph.tensor_producer
+        types = graph.op_device_types
+        group_kind: list[int] = []
+        group_start: list[int] = []  # topological position of the group's first operator
+        in_ptr, in_tensors = graph.input_ptr.tolist(), graph.input_tensors.tolist()
+        for op in order.tolist():
+            target = -1
+            if role[op] >= 0:
+                inputs = in_tensors[in_ptr[op] : in_ptr[op + 1]]
+                producers = [int(producer[t]) for t in inputs]
+                for t, p in zip(inputs, producers, strict=True):
+                    if p < 0 or n_consumers[t] != 1 or role[p] < 0:
+                        continue
+                    g = int(group[p])
+                    ok, _ = _may_join(group_kind[g], int(role[op]), mode)
+                    if not ok or (types is not None and types[p] != types[op]):
+                        continue
+                    others_precede = all(q < 0 or group[q] == g or position[q] < group_start[g] for q in producers)
+                    if others_precede:
+                        target = g
+                        break
+            if target < 0:
+                target = len(anchors)
+                anchors.append(op)
+                group_kind.append(_HEAVY if role[op] == _HEAVY else (_REDUCING if role[op] == _REDUCING else 0))
+                group_start.append(int(position[op]))
+            else:
+                group_kind[target] = _may_join(group_kind[target], int(role[op]), mode)[1]
+            group[op] = target
+    internal = _internal_tensors(graph, group)
+    saved = np.zeros(len(anchors), dtype=np.float64)
+    np.add.at(saved, group[graph.tensor_producer[internal]], 2.0 * graph.tensor_bytes[internal])
+    return FusionGroups(mode, graph.op_names, order, group, np.asarray(anchors, dtype=np.int64), internal, saved)
+
+
+def fuse_for_placement(graph: Hypergraph, mode: str) -> tuple[Hypergraph, FusionGroups | None]:
+    """The graph the engine places under ``mode`` and its groups (``None`` for ``"none"``)."""
+    if mode == "none":
+        return graph, None
+    groups = fusion_groups(graph, mode)
+    return fused_graph(graph, groups), groups
+
+
+def _internal_tensors(graph: Hypergraph, group: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Tensors with one consumer, produced in the same group: never written to main memory."""
+    one_consumer = np.diff(graph.consumer_ptr) == 1
+    produced = graph.tensor_producer >= 0
+    internal: npt.NDArray[np.bool_] = np.asarray(one_consumer & produced, dtype=bool)
+    candidates = np.flatnonzero(internal)
+    consumer = graph.consumer_ops[graph.consumer_ptr[candidates]]
+    internal[candidates] = group[graph.tensor_producer[candidates]] == group[consumer]
+    return internal
+
+
+def _group_csr(
+    member_ptr: npt.NDArray[np.int64],
+    member_tensors: npt.NDArray[np.int64],
+    group: npt.NDArray[np.int64],
+    keep_tensor: npt.NDArray[np.bool_],
+    n_groups: int,
+    tensor_group: npt.NDArray[np.int64] | None = None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The tensors each group touches (union over its members, kept tensors only) as CSR.
+
+    With ``tensor_group`` (the group producing each tensor, -1 for none), a tensor the
+    group itself produces is left out: it is an output of the group, not an input.
+    """
+    owner = group[np.repeat(np.arange(member_ptr.shape[0] - 1), np.diff(member_ptr))]
+    mask = keep_tensor[member_tensors]
+    if tensor_group is not None:
+        mask &= tensor_group[member_tensors] != owner
+    pairs = np.unique(np.stack([owner[mask], member_tensors[mask]]), axis=1)
+    ptr = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(pairs[0], minlength=n_groups), out=ptr[1:])
+    return ptr, pairs[1].astype(np.int64)
+
+
+def fused_graph(graph: Hypergraph, groups: FusionGroups) -> Hypergraph:
+    """``graph`` with every group contracted into one node named after its first operator.
+
+    The node's FLOPs and parameter bytes are its members' sums; it reads the group's
+    external inputs and writes its external outputs; internal tensors are gone. A graph
+    with no multi-operator group comes back as it is.
+    """
+    if groups.n_groups == graph.n_ops:
+        return graph
+    keep = ~groups.internal_tensor
+    new_id = np.full(graph.n_tensors, -1, dtype=np.int64)
+    new_id[keep] = np.arange(int(keep.sum()), dtype=np.int64)
+    n_groups = groups.n_groups
+    producer = graph.tensor_producer
+    tensor_group = np.where(producer >= 0, groups.op_group[np.maximum(producer, 0)], -1)
+    in_ptr, in_tensors = _group_csr(
+        graph.input_ptr, graph.input_tensors, groups.op_group, keep, n_groups, tensor_group=tensor_group
+    )
+    out_ptr, out_tensors = _group_csr(graph.output_ptr, graph.output_tensors, groups.op_group, keep, n_groups)
+    anchor = groups.group_anchor
+    kept = np.flatnonzero(keep)
+    return build_hypergraph(
+        name=graph.name,
+        op_names=graph.op_names[anchor],
+        op_types=graph.op_types[anchor],
+        op_flops=np.bincount(groups.op_group, weights=graph.op_flops, minlength=n_groups),
+        input_ptr=in_ptr,
+        input_tensors=new_id[in_tensors],
+        output_ptr=out_ptr,
+        output_tensors=new_id[out_tensors],
+        tensor_names=graph.tensor_names[kept],
+        tensor_bytes=graph.tensor_bytes[kept],
+        tensor_is_parameter=(graph.tensor_kind == TENSOR_PARAMETER)[kept],
+        op_param_bytes=np.bincount(groups.op_group, weights=graph.op_param_bytes, minlength=n_groups),
+        tensor_shapes=None if graph.tensor_shapes is None else [graph.tensor_shapes[t] for t in kept.tolist()],
+        tensor_dtypes=None if graph.tensor_dtypes is None else [graph.tensor_dtypes[t] for t in kept.tolist()],
+        warnings=graph.warnings,
+        op_device_types=None if graph.op_device_types is None else graph.op_device_types[anchor],
+    )

@@ -15,17 +15,16 @@ Rules, by mode (each the behaviour of the named compiler):
     Every operator is its own kernel (eager PyTorch, ONNX Runtime without graph
     optimisations, or a graph the compiler already fused before sending it).
 ``"elementwise"``
-    Pointwise chains only, TorchInductor's default on GPU [2]_: an elementwise operator
-    (or a view) joins the group of the pointwise operator that produces its input.
-    Matmuls and convolutions stay library calls (cuBLAS / cuDNN extern kernels, which
-    Inductor does not fuse into without max-autotune templates), and so do
-    normalisations and reductions.
+    TorchInductor's default [2]_: an elementwise operator (or a view) joins the group of
+    the pointwise operator that produces its input, and a normalisation or reduction
+    (softmax included) absorbs the pointwise chain producing its input and the pointwise
+    operators consuming its output (one reduction per kernel). Matmuls and convolutions
+    stay library calls (cuBLAS / cuDNN / oneDNN extern kernels, which Inductor does not
+    fuse into without max-autotune templates).
 ``"compiler"``
-    What XLA and TensorRT do [1]_ [3]_: elementwise epilogues (bias, activation,
-    residual add, cast) join the matmul or convolution producing their input (cuBLASLt
-    and cuDNN epilogues, TensorRT's conv+bias+ReLU); a normalisation or reduction
-    absorbs the pointwise operators producing its input (XLA's input fusion) and its
-    own pointwise consumers; softmax is a reduction that fuses like one. A group holds
+    What XLA and TensorRT do [1]_ [3]_: everything above, and elementwise epilogues
+    (bias, activation, residual add, cast) join the matmul or convolution producing
+    their input (cuBLASLt and cuDNN epilogues, TensorRT's conv+bias+ReLU). A group holds
     at most one matmul / convolution / attention, and it comes first: the GEMM's output
     is tiled by the epilogue, so a second GEMM or a reduction after it would need the
     whole output, which XLA and TensorRT also leave unfused.
@@ -33,9 +32,9 @@ Rules, by mode (each the behaviour of the named compiler):
 Views (reshape, squeeze, unsqueeze, flatten, identity) are free and join any group
 they follow. In every mode:
 
-* an operator joins a group only through a tensor that it alone reads: a tensor that
-  another operator (perhaps on another device) also needs is written out, so it cannot
-  stay on chip; graph outputs are written out;
+* a tensor that an operator outside its group (perhaps on another device) also reads is
+  written out once for it, as Inductor's and XLA's multi-output fusions do; the group
+  then saves only its own read of it; graph outputs are written out;
 * no group may create a cycle between groups: an operator joins a group only when its
   other inputs come from operators that precede the whole group in topological order
   (then no path leaves the group and comes back);
@@ -106,9 +105,10 @@ class FusionGroups:
     group_anchor : numpy.ndarray of int64, shape (n_groups,)
         The group's first operator: it names the fused node and gives its class.
     internal_tensor : numpy.ndarray of bool, shape (n_tensors,)
-        Tensors produced and consumed inside one group (kept on chip).
+        Tensors every reader of which is in the group that produces them (kept on chip).
     bytes_saved : numpy.ndarray of float64, shape (n_groups,)
-        Main-memory traffic the group avoids: each internal tensor's write and read.
+        Main-memory traffic the group avoids: each internal tensor's write, and every
+        read of a tensor by an operator of the group that produced it.
     """
 
     mode: str
@@ -138,11 +138,11 @@ def _op_roles(graph: Hypergraph, mode: str) -> tuple[npt.NDArray[np.int8], npt.N
     view = is_view_op(graph.op_types)
     role = np.full(graph.n_ops, -1, dtype=np.int8)
     role[(cls == OP_ELEMENTWISE) | view] = _POINTWISE
+    role[np.isin(cls, _REDUCING_CLASSES)] = _REDUCING
+    softmax = np.array([str(t).lower() in _SOFTMAX_TYPES for t in graph.op_types], dtype=bool)
+    role[softmax] = _REDUCING
     if mode == "compiler":
         role[np.isin(cls, _HEAVY_CLASSES)] = _HEAVY
-        role[np.isin(cls, _REDUCING_CLASSES)] = _REDUCING
-        softmax = np.array([str(t).lower() in _SOFTMAX_TYPES for t in graph.op_types], dtype=bool)
-        role[softmax] = _REDUCING
     return role, view
 
 
@@ -150,7 +150,7 @@ def _may_join(group_kind: int, op_role: int, mode: str) -> tuple[bool, int]:
     """Whether an operator of ``op_role`` may join a group of ``group_kind``, and the group's kind after."""
     if op_role == _POINTWISE:
         return True, group_kind
-    if mode == "compiler" and op_role == _REDUCING and group_kind == _POINTWISE:
+    if op_role == _REDUCING and group_kind == _POINTWISE:
         return True, _REDUCING  # input fusion: pointwise producers into the reduction
     return False, group_kind
 
@@ -174,7 +174,6 @@ def fusion_groups(graph: Hypergraph, mode: str) -> FusionGroups:
         anchors = order.tolist()
     else:
         role, _ = _op_roles(graph, mode)
-        n_consumers = np.diff(graph.consumer_ptr)
         producer = graph.tensor_producer
         types = graph.op_device_types
         group_kind: list[int] = []
@@ -185,8 +184,8 @@ def fusion_groups(graph: Hypergraph, mode: str) -> FusionGroups:
             if role[op] >= 0:
                 inputs = in_tensors[in_ptr[op] : in_ptr[op + 1]]
                 producers = [int(producer[t]) for t in inputs]
-                for t, p in zip(inputs, producers, strict=True):
-                    if p < 0 or n_consumers[t] != 1 or role[p] < 0:
+                for p in producers:
+                    if p < 0 or role[p] < 0:
                         continue
                     g = int(group[p])
                     ok, _ = _may_join(group_kind[g], int(role[op]), mode)
@@ -204,9 +203,11 @@ def fusion_groups(graph: Hypergraph, mode: str) -> FusionGroups:
             else:
                 group_kind[target] = _may_join(group_kind[target], int(role[op]), mode)[1]
             group[op] = target
-    internal = _internal_tensors(graph, group)
+    internal, read_inside = _tensors_kept_inside(graph, group)
     saved = np.zeros(len(anchors), dtype=np.float64)
-    np.add.at(saved, group[graph.tensor_producer[internal]], 2.0 * graph.tensor_bytes[internal])
+    np.add.at(saved, group[graph.tensor_producer[internal]], graph.tensor_bytes[internal])  # writes
+    reader, tensor = read_inside
+    np.add.at(saved, group[reader], graph.tensor_bytes[tensor])  # reads
     return FusionGroups(mode, graph.op_names, order, group, np.asarray(anchors, dtype=np.int64), internal, saved)
 
 
@@ -218,15 +219,21 @@ def fuse_for_placement(graph: Hypergraph, mode: str) -> tuple[Hypergraph, Fusion
     return fused_graph(graph, groups), groups
 
 
-def _internal_tensors(graph: Hypergraph, group: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-    """Tensors with one consumer, produced in the same group: never written to main memory."""
-    one_consumer = np.diff(graph.consumer_ptr) == 1
-    produced = graph.tensor_producer >= 0
-    internal: npt.NDArray[np.bool_] = np.asarray(one_consumer & produced, dtype=bool)
-    candidates = np.flatnonzero(internal)
-    consumer = graph.consumer_ops[graph.consumer_ptr[candidates]]
-    internal[candidates] = group[graph.tensor_producer[candidates]] == group[consumer]
-    return internal
+def _tensors_kept_inside(
+    graph: Hypergraph, group: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.bool_], tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+    """Which tensors never reach main memory, and the (reader, tensor) reads served on chip.
+
+    A read is on chip when reader and producer share a group; a tensor is internal when
+    it has readers and every one of them is on chip.
+    """
+    n_readers = np.diff(graph.consumer_ptr)
+    tensor_of_read = np.repeat(np.arange(graph.n_tensors), n_readers)
+    producer = graph.tensor_producer[tensor_of_read]
+    on_chip = (producer >= 0) & (group[np.maximum(producer, 0)] == group[graph.consumer_ops])
+    reads_on_chip = np.bincount(tensor_of_read[on_chip], minlength=graph.n_tensors)
+    internal: npt.NDArray[np.bool_] = np.asarray((n_readers > 0) & (reads_on_chip == n_readers), dtype=bool)
+    return internal, (graph.consumer_ops[on_chip].astype(np.int64), tensor_of_read[on_chip].astype(np.int64))
 
 
 def _group_csr(

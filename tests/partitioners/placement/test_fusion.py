@@ -70,7 +70,23 @@ def test_a_fused_node_reads_external_inputs_once_and_keeps_intermediates_off_mai
     assert fused.op_param_bytes[mm1] == pytest.approx(4 * MB + 4e3)
 
 
-def test_a_tensor_another_operator_also_reads_is_written_out():
+def test_a_tensor_read_outside_its_group_is_written_once_and_read_on_chip_inside():
+    graph = graph_from_ops(
+        "branch",
+        [
+            ("mm", "MatMul", 1e9, ["x"], ["h"]),
+            ("relu", "Relu", 1e5, ["h"], ["r"]),
+            ("mm2", "MatMul", 1e9, ["h"], ["z"]),  # a second GEMM also reads h: not in mm's kernel
+        ],
+        {"x": MB, "h": MB, "r": MB, "z": MB},
+    )
+    groups = fusion_groups(graph, "compiler")
+    assert groups.op_group[1] == groups.op_group[0] != groups.op_group[2]
+    assert not groups.internal_tensor[list(graph.tensor_names).index("h")]
+    assert groups.bytes_saved.sum() == pytest.approx(MB)  # relu's read of h only
+
+
+def test_a_tensor_read_only_inside_its_group_never_reaches_main_memory():
     graph = graph_from_ops(
         "residual",
         [
@@ -81,8 +97,10 @@ def test_a_tensor_another_operator_also_reads_is_written_out():
         {"x": MB, "h": MB, "r": MB, "y": MB},
     )
     groups = fusion_groups(graph, "compiler")
-    assert groups.op_group[0] != groups.op_group[1]  # relu reads h, which add reads too
-    assert not groups.internal_tensor[list(graph.tensor_names).index("h")]
+    assert len(set(groups.op_group.tolist())) == 1
+    assert groups.internal_tensor[list(graph.tensor_names).index("h")]
+    # h: one write, two reads; r: one write, one read
+    assert groups.bytes_saved.sum() == pytest.approx(3 * MB + 2 * MB)
 
 
 def test_fusion_never_creates_a_cycle_between_groups():

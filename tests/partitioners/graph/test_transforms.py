@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioners.errors import InvalidInput
+from partitioners.graph.canonical import model_hash
 from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.graph.hypergraph import (
     ROLE_ABSENT,
@@ -189,3 +192,20 @@ def test_a_synthesised_step_labels_its_gradients_and_optimizer_state():
     assert role["grad/w2/mm2@mb1"] == TENSOR_ROLE_GRADIENT and of["grad/w2/mm2@mb1"] == "w2"
     assert role["adam/w1"] == TENSOR_ROLE_OPTIMIZER_STATE and of["adam/w1"] == "w1"
     assert role["grad/h/relu@mb0"] == ROLE_ABSENT  # an activation's gradient belongs to no parameter
+
+
+def _without_roles(graph):
+    return dataclasses.replace(graph, op_role=None, tensor_role=None, tensor_of=None)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(3, 80), m=st.integers(1, 4), seed=st.integers(0, 1000))
+def test_declaring_the_synthesised_step_gives_the_same_expanded_graph(n, m, seed):
+    # the one-micro-batch training step the synthesiser writes, sent back as a declared graph
+    forward = synthetic_hypergraph(n, lanes=4, seed=seed)
+    one = expand_graph(forward, mode="training")
+    declared = dataclasses.replace(one.graph, op_role=one.op_phase)
+    from_declared = expand_graph(declared, mode="training", micro_batches=m)
+    synthesised = expand_graph(forward, mode="training", micro_batches=m)
+    assert from_declared.declared and not synthesised.declared
+    assert model_hash(_without_roles(from_declared.graph)) == model_hash(_without_roles(synthesised.graph))

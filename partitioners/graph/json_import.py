@@ -321,9 +321,14 @@ def graph_from_json(
     """Validate the service's JSON graph form and build its :class:`Hypergraph`.
 
     The document is ``{"name", "nodes": [{"name", "op", "inputs", "outputs", "flops"?,
-    "param_bytes"?, "device_types"?}], "tensors": [{"name", "bytes", "shape"?, "dtype"?,
-    "kind"?}]}`` (DESIGN.md, "Data shapes"); a ``null`` in a shape is a dimension the
-    exporter could not resolve. A tensor that no operator writes is a
+    "param_bytes"?, "device_types"?, "role"?}], "tensors": [{"name", "bytes", "shape"?,
+    "dtype"?, "kind"?, "of"?}]}`` (DESIGN.md, "Data shapes"); a ``null`` in a shape is a
+    dimension the exporter could not resolve. An exported training step declares its
+    operators' ``role`` (``forward``, ``backward``, ``optimizer``) and tensors of kind
+    ``gradient`` (written by an operator) or ``optimizer_state`` (resident, updated in
+    place), whose ``of`` names the parameter they belong to (required for a gradient);
+    they become ``op_role``, ``tensor_role`` and ``tensor_of`` (docs/api.md, "Exported
+    training steps"). A tensor that no operator writes is a
     graph input, or a parameter (resident weights) when its ``kind`` is
     ``"parameter"``. A node's ``param_bytes``, when given, replaces the sum of the
     parameter tensors it reads (weights the graph does not spell out as tensors).
@@ -357,7 +362,8 @@ def graph_from_json(
         ``invalid-graph``, ``empty-graph``, ``invalid-node``, ``invalid-tensor``,
         ``invalid-number`` (negative, non-finite or over ``MAX_TENSOR_BYTES`` / ``MAX_OP_FLOPS``), ``duplicate-op``,
         ``duplicate-tensor``, ``unknown-tensor``, ``duplicate-producer``,
-        ``kind-mismatch``, ``cycle``, ``unknown-field`` (a field the form does not have:
+        ``kind-mismatch`` (also an ``of`` naming a tensor that is not a parameter), ``cycle``,
+        ``unknown-field`` (a field the form does not have:
         a typo such as ``"flop"`` is an error, never silently ignored); an empty node or
         tensor name is ``invalid-node`` / ``invalid-tensor``.
     """
@@ -721,17 +727,18 @@ def _training_roles(
     tensor_role[kind_arr == _KIND_GRADIENT] = TENSOR_ROLE_GRADIENT
     tensor_role[kind_arr == _KIND_OPTIMIZER_STATE] = TENSOR_ROLE_OPTIMIZER_STATE
     tensor_of = np.full(len(t_names), -1, dtype=np.int64)
-    for t, owner in enumerate(t_of):
-        role = int(tensor_role[t])
-        if owner is None:
-            if role == TENSOR_ROLE_GRADIENT:
-                raise InvalidInput(
-                    f"tensor '{t_names[t]}' is declared a gradient and needs \"of\": the name of the "
-                    "parameter tensor it is the gradient of",
-                    field=f"tensors[{t}].of",
-                    code="invalid-tensor",
-                )
-            continue
+    given = np.fromiter((owner is not None for owner in t_of), dtype=bool, count=len(t_of))
+    unowned = (tensor_role == TENSOR_ROLE_GRADIENT) & ~given
+    if unowned.any():
+        t = int(np.argmax(unowned))
+        raise InvalidInput(
+            f"tensor '{t_names[t]}' is declared a gradient and needs \"of\": the name of the "
+            "parameter tensor it is the gradient of",
+            field=f"tensors[{t}].of",
+            code="invalid-tensor",
+        )
+    for t in np.flatnonzero(given).tolist():
+        owner, role = str(t_of[t]), int(tensor_role[t])
         if role == ROLE_ABSENT:
             raise InvalidInput(
                 f'tensor \'{t_names[t]}\' has "of" but is not declared kind "gradient" or '

@@ -17,12 +17,23 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from partitioners.graph.hypergraph import TENSOR_PARAMETER, Hypergraph, build_hypergraph
+from partitioners.graph.hypergraph import (
+    OP_ROLE_BACKWARD,
+    OP_ROLE_FORWARD,
+    OP_ROLE_OPTIMIZER,
+    TENSOR_PARAMETER,
+    TENSOR_ROLE_GRADIENT,
+    TENSOR_ROLE_OPTIMIZER_STATE,
+    Hypergraph,
+    build_hypergraph,
+)
 from partitioners.graph.json_import import GraphJson, NodeJson, TensorJson
 
 __all__ = ["NameOrder", "canonical_graph", "graph_to_json", "model_hash", "name_order"]
 
 _HASH_VERSION = b"hyperplace-graph-v1\n"
+_OP_ROLE_NAMES = {OP_ROLE_FORWARD: "forward", OP_ROLE_BACKWARD: "backward", OP_ROLE_OPTIMIZER: "optimizer"}
+_TENSOR_ROLE_KINDS = {TENSOR_ROLE_GRADIENT: "gradient", TENSOR_ROLE_OPTIMIZER_STATE: "optimizer_state"}
 
 
 def _name_order(names: np.ndarray) -> np.ndarray:
@@ -97,14 +108,20 @@ def _optional_strings(values: Sequence[str | None]) -> list[str]:
     return ["\x00" if v is None else v for v in values]
 
 
+def _declared(roles: np.ndarray | None) -> np.ndarray | None:
+    """A role array, or None when it declares nothing (as the JSON form reads it back)."""
+    return roles if roles is not None and bool((roles >= 0).any()) else None
+
+
 def model_hash(graph: Hypergraph, order: NameOrder | None = None) -> str:
     """Content hash (SHA-256, hex) of the canonical graph.
 
     Operators and tensors are renumbered in name order, so the hash does not depend
     on the order of ``nodes`` and ``tensors`` in the file; weight *values* are never
     part of a :class:`Hypergraph`, so they cannot change it. It covers operator names,
-    types, FLOPs, parameter bytes and device restrictions; tensor names, bytes, kinds,
-    shapes and dtypes; and which tensors each operator reads and writes, in argument
+    types, FLOPs, parameter bytes, device restrictions and roles; tensor names, bytes,
+    kinds, shapes, dtypes, training roles and the parameter each gradient or optimizer
+    state belongs to; and which tensors each operator reads and writes, in argument
     order (``MatMul(a, b)`` differs from ``MatMul(b, a)``). The display name and the
     warnings are left out. Stored plans are keyed by this hash (DESIGN.md, "Plan").
 
@@ -156,6 +173,16 @@ def model_hash(graph: Hypergraph, order: NameOrder | None = None) -> str:
         h.update(b"device_types")
         devices = graph.op_device_types[op_order].tolist()
         _strings_digest(h, ["\x00" if d is None else "\x01".join(d) for d in devices])
+    # training roles (absent from graphs that declare none, whose hash they leave as it was)
+    op_role = _declared(graph.op_role)
+    if op_role is not None:
+        h.update(b"op_role")
+        h.update(op_role[op_order].tobytes())
+    if _declared(graph.tensor_role) is not None and graph.tensor_role is not None and graph.tensor_of is not None:
+        h.update(b"tensor_role")
+        h.update(graph.tensor_role[tensor_order].tobytes())
+        of = graph.tensor_of[tensor_order]
+        h.update(np.where(of >= 0, tensor_rank[np.maximum(of, 0)], -1).tobytes())
     return h.hexdigest()
 
 
@@ -201,6 +228,10 @@ def graph_to_json(graph: Hypergraph, order: NameOrder | None = None) -> GraphJso
         for i, allowed in enumerate(devices):
             if allowed is not None:
                 nodes[i]["device_types"] = list(allowed)
+    if graph.op_role is not None:
+        roles = graph.op_role[op_order]
+        for i in np.flatnonzero(roles >= 0).tolist():
+            nodes[i]["role"] = _OP_ROLE_NAMES[int(roles[i])]  # type: ignore[typeddict-item]
 
     sizes = graph.tensor_bytes[tensor_order]
     if sizes.size == 0 or (np.all(sizes == np.floor(sizes)) and sizes.max() < 2**63):
@@ -221,6 +252,12 @@ def graph_to_json(graph: Hypergraph, order: NameOrder | None = None) -> GraphJso
                 tensors[i]["dtype"] = graph.tensor_dtypes[t]
     for i in np.flatnonzero(graph.tensor_kind[tensor_order] == TENSOR_PARAMETER).tolist():
         tensors[i]["kind"] = "parameter"
+    if graph.tensor_role is not None and graph.tensor_of is not None:
+        roles, of = graph.tensor_role[tensor_order], graph.tensor_of[tensor_order]
+        for i in np.flatnonzero(roles >= 0).tolist():
+            tensors[i]["kind"] = _TENSOR_ROLE_KINDS[int(roles[i])]  # type: ignore[typeddict-item]
+            if of[i] >= 0:
+                tensors[i]["of"] = str(graph.tensor_names[of[i]])
     doc: GraphJson = {"name": graph.name, "nodes": nodes, "tensors": tensors}
     if graph.warnings:
         doc["warnings"] = list(graph.warnings)
@@ -273,6 +310,11 @@ def canonical_graph(graph: Hypergraph, order: NameOrder | None = None) -> Hyperg
     )
     # the JSON reader keeps a dtype column unless every entry of a non-empty one is absent
     dtypes = None if listed_dtypes and all(d is None for d in listed_dtypes) else listed_dtypes
+    op_role, tensor_role, tensor_of = _declared(graph.op_role), _declared(graph.tensor_role), None
+    if tensor_role is not None and graph.tensor_of is not None:
+        of = graph.tensor_of[tensors]
+        tensor_of = np.where(of >= 0, rank[np.maximum(of, 0)], -1)
+        tensor_role = tensor_role[tensors]
     devices = None
     if graph.op_device_types is not None:
         listed_devices = graph.op_device_types[ops].tolist()
@@ -295,6 +337,9 @@ def canonical_graph(graph: Hypergraph, order: NameOrder | None = None) -> Hyperg
         tensor_dtypes=dtypes,
         warnings=list(graph.warnings),
         op_device_types=devices,
+        op_role=None if op_role is None else op_role[ops],
+        tensor_role=tensor_role,
+        tensor_of=tensor_of,
     )
     # param_bytes the JSON form writes (where they differ from the parameter tensors read)
     given = graph.op_param_bytes[ops]

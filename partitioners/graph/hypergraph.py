@@ -35,13 +35,20 @@ from partitioners.graph.flops import Shape
 __all__ = [
     "MAX_OP_FLOPS",
     "MAX_TENSOR_BYTES",
+    "OP_ROLE_BACKWARD",
+    "OP_ROLE_FORWARD",
+    "OP_ROLE_OPTIMIZER",
+    "ROLE_ABSENT",
     "TENSOR_ACTIVATION",
+    "TENSOR_ROLE_GRADIENT",
+    "TENSOR_ROLE_OPTIMIZER_STATE",
     "TENSOR_INPUT",
     "TENSOR_PARAMETER",
     "GraphSummary",
     "Hypergraph",
     "build_hypergraph",
     "csr_from_lists",
+    "declares_training",
     "graph_from_ops",
     "graph_summary",
     "op_levels",
@@ -55,6 +62,24 @@ TENSOR_INPUT = 1
 #: A tensor with no producer that stays resident (weights): counted in memory once
 #: per device that reads it.
 TENSOR_PARAMETER = 2
+
+#: A graph exported with its backward pass and optimizer (AOTAutograd's joint graph,
+#: ONNX Runtime's training artifacts) says which operator does what and which tensor
+#: is whose gradient or optimizer state; these codes hold that, ``ROLE_ABSENT`` where
+#: an operator or tensor declares nothing (see :func:`declares_training`).
+ROLE_ABSENT = -1
+#: Operator role: part of the forward pass (the default for an operator without one).
+OP_ROLE_FORWARD = 0
+#: Operator role: computes gradients (repeated per micro-batch, like the forward pass).
+OP_ROLE_BACKWARD = 1
+#: Operator role: updates parameters and optimizer state once per step, after every
+#: micro-batch's gradients (shared by all micro-batches).
+OP_ROLE_OPTIMIZER = 2
+#: Tensor role: the gradient of a parameter (``tensor_of``), written by an operator.
+TENSOR_ROLE_GRADIENT = 1
+#: Tensor role: optimizer state (Adam's moments, a momentum buffer), resident like a
+#: parameter and updated in place; ``tensor_of`` names its parameter when known.
+TENSOR_ROLE_OPTIMIZER_STATE = 2
 
 #: Largest tensor (and operator parameter size) accepted: 1 PiB, far above any
 #: accelerator's memory, so only a mistake reaches it; sums over a graph stay finite.
@@ -95,6 +120,17 @@ class Hypergraph:
     op_device_types : numpy.ndarray of object or None, shape (n_ops,)
         Per operator, a tuple of device type names it may run on, or None for any;
         None for the whole graph when no operator is restricted.
+    op_role : numpy.ndarray of int8 or None, shape (n_ops,)
+        ``OP_ROLE_FORWARD``, ``OP_ROLE_BACKWARD``, ``OP_ROLE_OPTIMIZER`` or
+        ``ROLE_ABSENT``; None when no operator declares a role.
+    tensor_role : numpy.ndarray of int8 or None, shape (n_tensors,)
+        ``TENSOR_ROLE_GRADIENT``, ``TENSOR_ROLE_OPTIMIZER_STATE`` or ``ROLE_ABSENT``;
+        None when no tensor is declared a gradient or optimizer state. An optimizer
+        state's ``tensor_kind`` is ``TENSOR_PARAMETER`` (resident where read), a
+        gradient's ``TENSOR_ACTIVATION`` (an operator writes it).
+    tensor_of : numpy.ndarray of int64 or None, shape (n_tensors,)
+        The parameter tensor a gradient or optimizer state belongs to, ``-1`` where
+        none; None exactly when ``tensor_role`` is.
     """
 
     name: str
@@ -116,6 +152,9 @@ class Hypergraph:
     tensor_dtypes: list[str | None] | None = None
     warnings: list[str] = field(default_factory=list)
     op_device_types: np.ndarray | None = None
+    op_role: np.ndarray | None = None
+    tensor_role: np.ndarray | None = None
+    tensor_of: np.ndarray | None = None
 
     @property
     def n_ops(self) -> int:
@@ -202,11 +241,15 @@ def build_hypergraph(
     tensor_dtypes: list[str | None] | None = None,
     warnings: list[str] | None = None,
     op_device_types: np.ndarray | None = None,
+    op_role: np.ndarray | None = None,
+    tensor_role: np.ndarray | None = None,
+    tensor_of: np.ndarray | None = None,
 ) -> Hypergraph:
     """Assemble a :class:`Hypergraph` from operator->tensor CSR relations.
 
     Derives producers, consumers, tensor kinds and (when not given) parameter bytes
-    per operator with vectorised passes. Assumes each tensor has at most one
+    per operator with vectorised passes; the training roles (``op_role``,
+    ``tensor_role``, ``tensor_of``) are kept as given. Assumes each tensor has at most one
     producer; validation (:mod:`partitioners.graph.json_import`, the ONNX importer) checks that first.
     """
     n_ops = len(op_names)
@@ -253,7 +296,22 @@ def build_hypergraph(
         tensor_dtypes=tensor_dtypes,
         warnings=list(warnings or []),
         op_device_types=op_device_types,
+        op_role=None if op_role is None else np.asarray(op_role, dtype=np.int8),
+        tensor_role=None if tensor_role is None else np.asarray(tensor_role, dtype=np.int8),
+        tensor_of=None if tensor_of is None else np.asarray(tensor_of, dtype=np.int64),
     )
+
+
+def declares_training(graph: Hypergraph) -> bool:
+    """Whether ``graph`` is an exported training step: some operator is declared
+    ``backward`` or ``optimizer``, or some tensor a gradient or optimizer state.
+
+    Such a graph already holds its backward pass and optimizer, so it is planned as
+    it is (:func:`partitioners.graph.transforms.expand_graph` synthesises nothing).
+    """
+    if graph.op_role is not None and bool((graph.op_role > OP_ROLE_FORWARD).any()):
+        return True
+    return graph.tensor_role is not None and bool((graph.tensor_role != ROLE_ABSENT).any())
 
 
 def graph_from_ops(

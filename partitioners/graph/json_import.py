@@ -22,9 +22,15 @@ from partitioners.graph.flops import Shape, estimate_flops
 from partitioners.graph.hypergraph import (
     MAX_OP_FLOPS,
     MAX_TENSOR_BYTES,
+    OP_ROLE_BACKWARD,
+    OP_ROLE_FORWARD,
+    OP_ROLE_OPTIMIZER,
+    ROLE_ABSENT,
     TENSOR_ACTIVATION,
     TENSOR_INPUT,
     TENSOR_PARAMETER,
+    TENSOR_ROLE_GRADIENT,
+    TENSOR_ROLE_OPTIMIZER_STATE,
     Hypergraph,
     build_hypergraph,
     topological_order,
@@ -32,14 +38,33 @@ from partitioners.graph.hypergraph import (
 
 __all__ = ["GraphJson", "NodeJson", "TensorJson", "graph_from_json"]
 
-_TENSOR_KINDS = {None: -1, "activation": TENSOR_ACTIVATION, "input": TENSOR_INPUT, "parameter": TENSOR_PARAMETER}
+#: The kinds a tensor may declare. A gradient is written by an operator (structurally an
+#: activation); optimizer state is resident and updated in place (structurally a
+#: parameter): their codes here are the JSON form's own, mapped by _training_roles.
+_KIND_GRADIENT = 3
+_KIND_OPTIMIZER_STATE = 4
+_TENSOR_KINDS = {
+    None: -1,
+    "activation": TENSOR_ACTIVATION,
+    "input": TENSOR_INPUT,
+    "parameter": TENSOR_PARAMETER,
+    "gradient": _KIND_GRADIENT,
+    "optimizer_state": _KIND_OPTIMIZER_STATE,
+}
+_KIND_NAMES = '"parameter", "input", "activation", "gradient" or "optimizer_state"'
+_OP_ROLES = {
+    None: ROLE_ABSENT,
+    "forward": OP_ROLE_FORWARD,
+    "backward": OP_ROLE_BACKWARD,
+    "optimizer": OP_ROLE_OPTIMIZER,
+}
 _NUMBER_TYPES = frozenset({int, float})
 #: The fields of the JSON graph form (DESIGN.md, "Data shapes"); any other is a typo
 #: that would otherwise be ignored. ``warnings`` is what
 #: :func:`~partitioners.graph.canonical.graph_to_json` carries.
 _GRAPH_FIELDS = ("name", "nodes", "tensors", "warnings")
-_NODE_FIELDS = ("name", "op", "inputs", "outputs", "flops", "param_bytes", "device_types")
-_TENSOR_FIELDS = ("name", "bytes", "shape", "dtype", "kind")
+_NODE_FIELDS = ("name", "op", "inputs", "outputs", "flops", "param_bytes", "device_types", "role")
+_TENSOR_FIELDS = ("name", "bytes", "shape", "dtype", "kind", "of")
 
 
 class NodeJson(TypedDict):
@@ -52,6 +77,7 @@ class NodeJson(TypedDict):
     flops: NotRequired[float | None]  # None or absent: estimated from shapes on import
     param_bytes: NotRequired[float | None]  # absent: the bytes of the parameter tensors it reads
     device_types: NotRequired[list[str] | None]  # absent: any device type
+    role: NotRequired[Literal["forward", "backward", "optimizer"] | None]  # absent: forward
 
 
 class TensorJson(TypedDict):
@@ -61,7 +87,9 @@ class TensorJson(TypedDict):
     bytes: float
     shape: NotRequired[list[int | None] | None]  # None in a shape: a dimension left unresolved
     dtype: NotRequired[str | None]
-    kind: NotRequired[Literal["activation", "input", "parameter"] | None]  # absent: from the structure
+    # absent: from the structure
+    kind: NotRequired[Literal["activation", "input", "parameter", "gradient", "optimizer_state"] | None]
+    of: NotRequired[str | None]  # a gradient's (or optimizer state's) parameter tensor
 
 
 class GraphJson(TypedDict):
@@ -136,8 +164,14 @@ def _raise_entry_problem(nodes: _JsonEntries, tensors: _JsonEntries) -> None:
         kind = t.get("kind")
         if not isinstance(kind, (str, type(None))) or kind not in _TENSOR_KINDS:
             raise InvalidInput(
-                f'tensor \'{t["name"]}\' has kind {_describe(kind)}; expected "parameter", "input" or "activation"',
+                f"tensor '{t['name']}' has kind {_describe(kind)}; expected {_KIND_NAMES}",
                 field=f"{where}.kind",
+                code="invalid-tensor",
+            )
+        if not isinstance(t.get("of"), (str, type(None))):
+            raise InvalidInput(
+                f"tensor '{t['name']}' has \"of\" {_describe(t.get('of'))}; expected the name of a parameter tensor",
+                field=f"{where}.of",
                 code="invalid-tensor",
             )
     for i, n in enumerate(nodes):
@@ -170,6 +204,13 @@ def _raise_entry_problem(nodes: _JsonEntries, tensors: _JsonEntries) -> None:
                     field=f"{where}.{key}",
                     code="invalid-node",
                 )
+        role = n.get("role")
+        if not isinstance(role, (str, type(None))) or role not in _OP_ROLES:
+            raise InvalidInput(
+                f'{label} has "role" {_describe(role)}; expected "forward", "backward" or "optimizer"',
+                field=f"{where}.role",
+                code="invalid-node",
+            )
         devices = n.get("device_types")
         if devices is not None and (
             not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices)
@@ -280,9 +321,14 @@ def graph_from_json(
     """Validate the service's JSON graph form and build its :class:`Hypergraph`.
 
     The document is ``{"name", "nodes": [{"name", "op", "inputs", "outputs", "flops"?,
-    "param_bytes"?, "device_types"?}], "tensors": [{"name", "bytes", "shape"?, "dtype"?,
-    "kind"?}]}`` (DESIGN.md, "Data shapes"); a ``null`` in a shape is a dimension the
-    exporter could not resolve. A tensor that no operator writes is a
+    "param_bytes"?, "device_types"?, "role"?}], "tensors": [{"name", "bytes", "shape"?,
+    "dtype"?, "kind"?, "of"?}]}`` (DESIGN.md, "Data shapes"); a ``null`` in a shape is a
+    dimension the exporter could not resolve. An exported training step declares its
+    operators' ``role`` (``forward``, ``backward``, ``optimizer``) and tensors of kind
+    ``gradient`` (written by an operator) or ``optimizer_state`` (resident, updated in
+    place), whose ``of`` names the parameter they belong to (required for a gradient);
+    they become ``op_role``, ``tensor_role`` and ``tensor_of`` (docs/api.md, "Exported
+    training steps"). A tensor that no operator writes is a
     graph input, or a parameter (resident weights) when its ``kind`` is
     ``"parameter"``. A node's ``param_bytes``, when given, replaces the sum of the
     parameter tensors it reads (weights the graph does not spell out as tensors).
@@ -316,7 +362,8 @@ def graph_from_json(
         ``invalid-graph``, ``empty-graph``, ``invalid-node``, ``invalid-tensor``,
         ``invalid-number`` (negative, non-finite or over ``MAX_TENSOR_BYTES`` / ``MAX_OP_FLOPS``), ``duplicate-op``,
         ``duplicate-tensor``, ``unknown-tensor``, ``duplicate-producer``,
-        ``kind-mismatch``, ``cycle``, ``unknown-field`` (a field the form does not have:
+        ``kind-mismatch`` (also an ``of`` naming a tensor that is not a parameter), ``cycle``,
+        ``unknown-field`` (a field the form does not have:
         a typo such as ``"flop"`` is an error, never silently ignored); an empty node or
         tensor name is ``invalid-node`` / ``invalid-tensor``.
     """
@@ -342,6 +389,7 @@ def graph_from_json(
     out_ptr, out_ids = _csr_ids(columns.op_outputs, index, nodes, "outputs")
     writes = _writers_per_tensor(out_ptr, out_ids, columns)
     is_param = _declared_parameters(columns, writes > 0)
+    op_role, tensor_role, tensor_of = _training_roles(columns, index, is_param)
 
     shapes = [tuple(s) if s is not None else None for s in columns.t_shapes] if columns.has_shapes else None
     dtypes = columns.t_dtypes if _types(columns.t_dtypes) != {type(None)} else None
@@ -372,6 +420,9 @@ def graph_from_json(
         tensor_dtypes=dtypes,
         op_device_types=devices,
         warnings=warnings + _carried_warnings(doc.get("warnings")),
+        op_role=op_role,
+        tensor_role=tensor_role,
+        tensor_of=tensor_of,
     )
     if params_given.any():
         graph.op_param_bytes[params_given] = params_arr[params_given]
@@ -467,6 +518,7 @@ class _JsonColumns:
     t_shapes: list[list[int | None] | None]
     t_dtypes: list[str | None]
     t_kinds: list[str | None]
+    t_of: list[str | None]
     op_names: list[str]
     op_types: list[str]
     op_inputs: list[list[str]]
@@ -474,6 +526,7 @@ class _JsonColumns:
     op_flops: list[float | None]
     op_params: list[float | None]
     op_devices: list[list[str] | None]
+    op_roles: list[str | None]
     flops_types: set[type]
     params_types: set[type]
     device_types_types: set[type]
@@ -488,6 +541,7 @@ class _JsonColumns:
             t_shapes = [t.get("shape") for t in tensors]
             t_dtypes = [t.get("dtype") for t in tensors]
             t_kinds = [t.get("kind") for t in tensors]
+            t_of = [t.get("of") for t in tensors]
             op_names = [n["name"] for n in nodes]
             op_types = [n["op"] for n in nodes]
             op_inputs = [n["inputs"] for n in nodes]
@@ -495,10 +549,12 @@ class _JsonColumns:
             op_flops = [n.get("flops") for n in nodes]
             op_params = [n.get("param_bytes") for n in nodes]
             op_devices = [n.get("device_types") for n in nodes]
+            op_roles = [n.get("role") for n in nodes]
         except (KeyError, TypeError, AttributeError):
             _raise_entry_problem(nodes, tensors)
         shape_types = _types(t_shapes)
         kind_values = set(t_kinds) if _types(t_kinds) <= {str, type(None)} else {object()}
+        role_values = set(op_roles) if _types(op_roles) <= {str, type(None)} else {object()}
         flops_types = _types(op_flops)
         params_types = _types(op_params)
         device_types_types = _types(op_devices)
@@ -515,6 +571,8 @@ class _JsonColumns:
             or not flops_types <= _OPTIONAL_NUMBER_TYPES
             or not params_types <= _OPTIONAL_NUMBER_TYPES
             or not device_types_types <= {list, type(None)}
+            or not _types(t_of) <= {str, type(None)}
+            or not role_values <= _OP_ROLES.keys()
         ):
             _raise_entry_problem(nodes, tensors)
 
@@ -537,6 +595,7 @@ class _JsonColumns:
             t_shapes,
             t_dtypes,
             t_kinds,
+            t_of,
             op_names,
             op_types,
             op_inputs,
@@ -544,6 +603,7 @@ class _JsonColumns:
             op_flops,
             op_params,
             op_devices,
+            op_roles,
             flops_types,
             params_types,
             device_types_types,
@@ -624,18 +684,88 @@ def _declared_parameters(columns: _JsonColumns, produced: np.ndarray) -> np.ndar
     if columns.kind_values == {None}:
         return None
     t_kinds, t_names = columns.t_kinds, columns.t_names
-    kind_arr = np.fromiter(map(_TENSOR_KINDS.__getitem__, t_kinds), dtype=np.int8, count=len(t_kinds))
-    wrong = ((kind_arr == TENSOR_PARAMETER) | (kind_arr == TENSOR_INPUT)) & produced
-    wrong |= (kind_arr == TENSOR_ACTIVATION) & ~produced
+    kind_arr = _kind_codes(columns)
+    resident: npt.NDArray[np.bool_] = (kind_arr == TENSOR_PARAMETER) | (kind_arr == _KIND_OPTIMIZER_STATE)
+    wrong = (resident | (kind_arr == TENSOR_INPUT)) & produced
+    wrong |= ((kind_arr == TENSOR_ACTIVATION) | (kind_arr == _KIND_GRADIENT)) & ~produced
     if wrong.any():
         t = int(np.argmax(wrong))
         if produced[t]:
             detail = f"tensor '{t_names[t]}' is declared kind \"{t_kinds[t]}\" but an operator writes it"
+            if kind_arr[t] == _KIND_OPTIMIZER_STATE:
+                detail += (
+                    "; optimizer state is updated in place: list it among the update operator's inputs, "
+                    "and give what the operator writes another name (or no output at all)"
+                )
         else:
-            detail = f"tensor '{t_names[t]}' is declared an activation but no operator writes it"
+            what = "a gradient" if kind_arr[t] == _KIND_GRADIENT else "an activation"
+            detail = f"tensor '{t_names[t]}' is declared {what} but no operator writes it"
         raise InvalidInput(detail, field=f"tensors[{t}].kind", code="kind-mismatch")
-    is_parameter: npt.NDArray[np.bool_] = kind_arr == TENSOR_PARAMETER
-    return is_parameter
+    return resident
+
+
+def _kind_codes(columns: _JsonColumns) -> npt.NDArray[np.int8]:
+    """Each tensor's declared kind as a code of ``_TENSOR_KINDS`` (-1: none declared)."""
+    t_kinds = columns.t_kinds
+    return np.fromiter(map(_TENSOR_KINDS.__getitem__, t_kinds), dtype=np.int8, count=len(t_kinds))
+
+
+def _training_roles(
+    columns: _JsonColumns, index: dict[str, int], is_param: np.ndarray | None
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """``(op_role, tensor_role, tensor_of)`` of an exported training graph, each None when
+    nothing of it is declared, once every ``"of"`` names a declared parameter."""
+    op_role = None
+    if set(columns.op_roles) != {None}:
+        roles = columns.op_roles
+        op_role = np.fromiter(map(_OP_ROLES.__getitem__, roles), dtype=np.int8, count=len(roles))
+    if columns.kind_values.isdisjoint(("gradient", "optimizer_state")) and set(columns.t_of) == {None}:
+        return op_role, None, None
+    t_names, t_of = columns.t_names, columns.t_of
+    kind_arr = _kind_codes(columns)
+    tensor_role = np.full(len(t_names), ROLE_ABSENT, dtype=np.int8)
+    tensor_role[kind_arr == _KIND_GRADIENT] = TENSOR_ROLE_GRADIENT
+    tensor_role[kind_arr == _KIND_OPTIMIZER_STATE] = TENSOR_ROLE_OPTIMIZER_STATE
+    tensor_of = np.full(len(t_names), -1, dtype=np.int64)
+    given = np.fromiter((owner is not None for owner in t_of), dtype=bool, count=len(t_of))
+    unowned = (tensor_role == TENSOR_ROLE_GRADIENT) & ~given
+    if unowned.any():
+        t = int(np.argmax(unowned))
+        raise InvalidInput(
+            f"tensor '{t_names[t]}' is declared a gradient and needs \"of\": the name of the "
+            "parameter tensor it is the gradient of",
+            field=f"tensors[{t}].of",
+            code="invalid-tensor",
+        )
+    for t in np.flatnonzero(given).tolist():
+        owner, role = str(t_of[t]), int(tensor_role[t])
+        if role == ROLE_ABSENT:
+            raise InvalidInput(
+                f'tensor \'{t_names[t]}\' has "of" but is not declared kind "gradient" or '
+                '"optimizer_state"; only those belong to a parameter',
+                field=f"tensors[{t}].of",
+                code="invalid-tensor",
+            )
+        p = index.get(owner)
+        if p is None:
+            raise InvalidInput(
+                f"tensor '{t_names[t]}' is declared {_ROLE_LABEL[role]} of '{_field_label(owner)}', "
+                'which is not a tensor of the graph; "of" names a tensor declared kind "parameter"',
+                field=f"tensors[{t}].of",
+                code="unknown-tensor",
+            )
+        if is_param is None or not is_param[p] or kind_arr[p] == _KIND_OPTIMIZER_STATE:
+            raise InvalidInput(
+                f"tensor '{t_names[t]}' is declared {_ROLE_LABEL[role]} of '{owner}', which is not a "
+                f"parameter; declare '{owner}' kind \"parameter\" (a weight no operator writes)",
+                field=f"tensors[{t}].of",
+                code="kind-mismatch",
+            )
+        tensor_of[t] = p
+    return op_role, tensor_role, tensor_of
+
+
+_ROLE_LABEL = {TENSOR_ROLE_GRADIENT: "the gradient", TENSOR_ROLE_OPTIMIZER_STATE: "optimizer state"}
 
 
 def _carried_warnings(value: object) -> list[str]:

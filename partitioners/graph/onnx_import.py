@@ -16,6 +16,10 @@ away as ONNX Runtime's constant folding would (:func:`_folded_nodes`), so they a
 costed as kernels nor sent between devices. Control-flow operators (``If``, ``Loop``,
 ``Scan``) keep their bodies opaque: one operator that reads everything its bodies read
 from the outer graph, with a warning, because their cost depends on run-time trip counts.
+A training model exported by ONNX Runtime (``generate_artifacts``' ``training_model.onnx``)
+writes the gradient of a weight ``w`` as ``w_grad``: such a tensor is read as the
+gradient of ``w`` (:func:`_onnx_gradients`), so the model is planned as the training step
+it is; its optimizer is a separate model and is not merged in.
 
 An upload is untrusted: a 141-byte model can describe a ``Range`` of 10^10 elements,
 and dims can be bound to 10^8. No value is built before its size is checked, tensors
@@ -51,6 +55,8 @@ from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.graph.flops import Shape, estimate_flops
 from partitioners.graph.hypergraph import (
     MAX_TENSOR_BYTES,
+    ROLE_ABSENT,
+    TENSOR_ROLE_GRADIENT,
     Hypergraph,
     build_hypergraph,
     csr_from_lists,
@@ -995,6 +1001,8 @@ def graph_from_onnx_bytes(
     index = {t: k for k, t in enumerate(tensor_names)}
     in_ptr, in_ids = csr_from_lists([[index[x] for x in ins] for ins in ops.inputs])
     out_ptr, out_ids = csr_from_lists([[index[x] for x in outs] for outs in ops.outputs])
+    is_parameter = np.array([t in table.parameters or t in ops.folded_outputs for t in tensor_names], dtype=bool)
+    tensor_role, tensor_of = _onnx_gradients(tensor_names, index, out_ids, is_parameter, warnings)
     result = build_hypergraph(
         name=name if name is not None else (graph.name or "onnx-model"),
         op_names=np.array(ops.names, dtype=object),
@@ -1006,15 +1014,54 @@ def graph_from_onnx_bytes(
         output_tensors=out_ids,
         tensor_names=np.array(tensor_names, dtype=object),
         tensor_bytes=tensor_bytes,
-        tensor_is_parameter=np.array(
-            [t in table.parameters or t in ops.folded_outputs for t in tensor_names], dtype=bool
-        ),
+        tensor_is_parameter=is_parameter,
         tensor_shapes=tensor_shapes,
         tensor_dtypes=[_DTYPE_NAMES.get(e) if e else None for e in tensor_elems],
         warnings=warnings,
+        tensor_role=tensor_role,
+        tensor_of=tensor_of,
     )
     topological_order(result)  # raises InvalidInput(code="cycle")
     return result
+
+
+#: ONNX Runtime's gradient graph builder names the gradient of ``w`` ``w_grad``
+#: (onnxruntime, orttraining/core/graph/gradient_builder_base.h, ``GradientName``).
+_GRADIENT_SUFFIX = "_grad"
+
+
+def _onnx_gradients(
+    tensor_names: list[str], index: dict[str, int], out_ids: np.ndarray, is_parameter: np.ndarray, warnings: list[str]
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(tensor_role, tensor_of)`` of a training model's ``w_grad`` tensors, or ``(None, None)``.
+
+    A tensor some operator writes named ``w_grad``, where ``w`` is a tensor no operator
+    writes, is the gradient of ``w``; ``w`` is then a parameter (``is_parameter`` is
+    set in place), also when it is a graph input, as ONNX Runtime's training models
+    take their weights.
+    """
+    produced = np.zeros(len(tensor_names), dtype=bool)
+    produced[out_ids] = True
+    pairs = [
+        (t, index[name[: -len(_GRADIENT_SUFFIX)]])
+        for t, name in enumerate(tensor_names)
+        if name.endswith(_GRADIENT_SUFFIX) and produced[t] and name[: -len(_GRADIENT_SUFFIX)] in index
+    ]
+    pairs = [(t, w) for t, w in pairs if not produced[w]]
+    if not pairs:
+        return None, None
+    grads = np.array([t for t, _ in pairs], dtype=np.int64)
+    weights = np.array([w for _, w in pairs], dtype=np.int64)
+    tensor_role = np.full(len(tensor_names), ROLE_ABSENT, dtype=np.int8)
+    tensor_role[grads] = TENSOR_ROLE_GRADIENT
+    tensor_of = np.full(len(tensor_names), -1, dtype=np.int64)
+    tensor_of[grads] = weights
+    is_parameter[weights] = True
+    warnings.append(
+        f"{len(pairs)} tensors named '<weight>_grad' read as the gradients of their weights (an ONNX Runtime "
+        "training model): planned as the training step it is, its optimizer (a separate model) not included"
+    )
+    return tensor_role, tensor_of
 
 
 @dataclass

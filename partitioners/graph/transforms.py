@@ -1,13 +1,18 @@
 """Graph transforms applied before placement: training backward synthesis and micro-batches.
 
-A caller posts the forward graph of one micro-batch. What runs on the cluster is
-larger: in training every forward operator has a gradient operator, saved
+A caller posts the forward graph of one micro-batch, or (exported by AOTAutograd
+or ONNX Runtime's training artifacts) the whole training step of one micro-batch with
+its operators' roles declared (:func:`~partitioners.graph.hypergraph.declares_training`).
+What runs on the cluster is larger: in training every forward operator has a gradient operator, saved
 activations stay alive until that gradient operator has read them, and weights,
 gradients and optimizer state sit in memory; with ``m`` micro-batches the same
 operators run ``m`` times on different data while sharing one copy of the
 parameters (GPipe [1]_, PipeDream [2]_). Placing the expanded graph lets the same
 partitioners and the same simulator reason about pipelining and replication
 without a special case for either.
+
+A declared training graph already has its backward pass and optimizer: it is only
+repeated per micro-batch (:func:`expand_graph`), its optimizer operators once.
 
 The expansion is built with vectorised CSR passes, so it costs a few array
 operations per operator and no per-node Python objects.
@@ -30,7 +35,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from partitioners.errors import InvalidInput
-from partitioners.graph.hypergraph import TENSOR_ACTIVATION, TENSOR_PARAMETER, Hypergraph, build_hypergraph
+from partitioners.graph.hypergraph import (
+    OP_ROLE_BACKWARD,
+    OP_ROLE_FORWARD,
+    OP_ROLE_OPTIMIZER,
+    ROLE_ABSENT,
+    TENSOR_ACTIVATION,
+    TENSOR_INPUT,
+    TENSOR_PARAMETER,
+    TENSOR_ROLE_GRADIENT,
+    TENSOR_ROLE_OPTIMIZER_STATE,
+    Hypergraph,
+    build_hypergraph,
+    declares_training,
+)
 
 __all__ = [
     "PHASE_BACKWARD",
@@ -43,12 +61,12 @@ __all__ = [
     "expand_graph",
 ]
 
-#: Operator runs the forward pass of one micro-batch.
-PHASE_FORWARD = 0
+#: Operator runs the forward pass of one micro-batch (a declared role's code, too).
+PHASE_FORWARD = OP_ROLE_FORWARD
 #: Operator computes gradients of one forward operator for one micro-batch.
-PHASE_BACKWARD = 1
+PHASE_BACKWARD = OP_ROLE_BACKWARD
 #: Operator applies the optimizer to one parameter (shared by all micro-batches).
-PHASE_OPTIMIZER = 2
+PHASE_OPTIMIZER = OP_ROLE_OPTIMIZER
 
 #: Gradient operator FLOPs over forward FLOPs (one product per operand gradient) [3]_.
 BACKWARD_FLOPS_FACTOR = 2.0
@@ -75,8 +93,11 @@ class ExpandedGraph:
     op_phase : numpy.ndarray of int8, shape (n_ops,)
         ``PHASE_FORWARD``, ``PHASE_BACKWARD`` or ``PHASE_OPTIMIZER``.
     mode : str
-        ``"inference"`` or ``"training"``.
+        ``"inference"`` or ``"training"`` (always training for a declared training graph).
     micro_batches : int
+    declared : bool
+        The input graph declared its own backward pass and optimizer: its operators
+        are their own origins, and nothing was synthesised.
     """
 
     graph: Hypergraph
@@ -85,6 +106,7 @@ class ExpandedGraph:
     op_phase: np.ndarray
     mode: str
     micro_batches: int
+    declared: bool = False
 
 
 def _pairs(ptr: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -297,8 +319,22 @@ def _expanded_hypergraph(
     local_names = np.concatenate([graph.tensor_names[slots.local], block.new_tensor_names])
     local_bytes = np.concatenate([graph.tensor_bytes[slots.local], block.new_tensor_bytes])
     param_bytes = graph.tensor_bytes[stepped]
-    tensor_is_parameter = np.zeros(m * block.n_tensors + slots.shared.shape[0] + stepped.shape[0], dtype=bool)
+    n_tensors = m * block.n_tensors + slots.shared.shape[0] + stepped.shape[0]
+    tensor_is_parameter = np.zeros(n_tensors, dtype=bool)
     tensor_is_parameter[m * block.n_tensors :] = True
+    tensor_role = tensor_of = None
+    if training:
+        # the synthesised parameter gradients and optimizer state, labelled as a declared graph's
+        tensor_role = np.full(n_tensors, ROLE_ABSENT, dtype=np.int8)
+        tensor_of = np.full(n_tensors, -1, dtype=np.int64)
+        shared_base = m * block.n_tensors
+        param_id = shared_base + (-1 - slots.slot[stepped])
+        grad_ids = (np.arange(m, dtype=np.int64)[:, None] * block.n_tensors + block.param_grad_local).ravel()
+        tensor_role[grad_ids] = TENSOR_ROLE_GRADIENT
+        tensor_of[grad_ids] = np.tile(param_id[block.param_grad_step], m)
+        state_ids = shared_base + slots.shared.shape[0] + np.arange(stepped.shape[0], dtype=np.int64)
+        tensor_role[state_ids] = TENSOR_ROLE_OPTIMIZER_STATE
+        tensor_of[state_ids] = param_id
     return build_hypergraph(
         name=graph.name,
         op_names=np.concatenate([*_per_micro_batch(block_names, m), _prefix("step/", graph.tensor_names[stepped])]),
@@ -320,6 +356,121 @@ def _expanded_hypergraph(
         ),
         tensor_is_parameter=tensor_is_parameter,
         warnings=list(graph.warnings),
+        tensor_role=tensor_role,
+        tensor_of=tensor_of,
+    )
+
+
+def _declared_phases(graph: Hypergraph) -> np.ndarray:
+    """Each operator's declared role as a phase; an operator without one is forward."""
+    if graph.op_role is None:
+        return np.full(graph.n_ops, PHASE_FORWARD, dtype=np.int8)
+    return np.where(graph.op_role < 0, PHASE_FORWARD, graph.op_role).astype(np.int8)
+
+
+def _shared_tensors(graph: Hypergraph, optimizer: np.ndarray) -> np.ndarray:
+    """Tensors of one step rather than one micro-batch: parameters and optimizer state,
+    what optimizer operators write, and graph inputs only they read (a learning rate)."""
+    shared: np.ndarray = graph.tensor_kind == TENSOR_PARAMETER
+    producer = graph.tensor_producer
+    shared |= (producer >= 0) & optimizer[np.maximum(producer, 0)]
+    readers = np.diff(graph.consumer_ptr)
+    reader_tensor = np.repeat(np.arange(graph.n_tensors, dtype=np.int64), readers)
+    other_readers = np.bincount(reader_tensor[~optimizer[graph.consumer_ops]], minlength=graph.n_tensors)
+    shared |= (graph.tensor_kind == TENSOR_INPUT) & (readers > 0) & (other_readers == 0)
+    return shared
+
+
+def _expand_declared(graph: Hypergraph, micro_batches: int) -> ExpandedGraph:
+    """A declared training graph repeated per micro-batch (see :func:`expand_graph`).
+
+    Expanded ids: micro-batch ``i``'s forward and backward operators are ``[i * c,
+    (i + 1) * c)`` (``c`` of them, in input order), the optimizer operators follow all
+    micro-batches; tensors likewise, micro-batch blocks first, then the shared ones.
+    An optimizer operator reads every micro-batch's copy of a per-micro-batch tensor,
+    in argument order.
+    """
+    m, n = micro_batches, graph.n_ops
+    phase = _declared_phases(graph)
+    optimizer = phase == PHASE_OPTIMIZER
+    if m == 1:
+        return ExpandedGraph(
+            graph=graph,
+            op_origin=np.arange(n, dtype=np.int64),
+            op_micro_batch=np.where(optimizer, -1, 0).astype(np.int64),
+            op_phase=phase,
+            mode="training",
+            micro_batches=1,
+            declared=True,
+        )
+    copied, steps = np.flatnonzero(~optimizer), np.flatnonzero(optimizer)
+    nc = copied.shape[0]
+    op_new = np.empty(n, dtype=np.int64)
+    op_new[copied] = np.arange(nc, dtype=np.int64)
+    op_new[steps] = m * nc + np.arange(steps.shape[0], dtype=np.int64)
+    shared = _shared_tensors(graph, optimizer)
+    local, common = np.flatnonzero(~shared), np.flatnonzero(shared)
+    nl = local.shape[0]
+    slot = np.empty(graph.n_tensors, dtype=np.int64)
+    slot[local] = np.arange(nl, dtype=np.int64)
+    slot[common] = -1 - np.arange(common.shape[0], dtype=np.int64)
+
+    def expanded_ids(slots: np.ndarray, mb: np.ndarray | int) -> np.ndarray:
+        return np.where(slots < 0, m * nl + (-1 - slots), mb * nl + slots)
+
+    wiring = []
+    for ptr, items in ((graph.input_ptr, graph.input_tensors), (graph.output_ptr, graph.output_tensors)):
+        owner, tensor = _pairs(ptr, items)
+        on_copy = ~optimizer[owner]
+        owners = [op_new[owner[on_copy]] + mb * nc for mb in range(m)]
+        tensors = [expanded_ids(slot[tensor[on_copy]], mb) for mb in range(m)]
+        # an optimizer operator reads each per-micro-batch tensor once per micro-batch
+        s_owner, s_tensor = owner[~on_copy], tensor[~on_copy]
+        repeats = np.where(slot[s_tensor] >= 0, m, 1)
+        first = np.repeat(np.cumsum(repeats) - repeats, repeats)
+        mb_of = np.arange(int(repeats.sum()), dtype=np.int64) - first
+        owners.append(np.repeat(op_new[s_owner], repeats))
+        tensors.append(expanded_ids(np.repeat(slot[s_tensor], repeats), mb_of))
+        wiring.append(_csr(np.concatenate(owners), np.concatenate(tensors), m * nc + steps.shape[0]))
+
+    local_bytes = graph.tensor_bytes[local].copy()
+    if graph.tensor_role is not None:
+        # every micro-batch adds its share to one accumulated gradient, as synthesised ones do
+        local_bytes[graph.tensor_role[local] == TENSOR_ROLE_GRADIENT] /= m
+    tensor_role = tensor_of = None
+    if graph.tensor_role is not None and graph.tensor_of is not None:
+        tensor_role = np.concatenate([np.tile(graph.tensor_role[local], m), graph.tensor_role[common]])
+        of = np.concatenate([np.tile(graph.tensor_of[local], m), graph.tensor_of[common]])
+        tensor_of = np.where(of >= 0, expanded_ids(slot[np.maximum(of, 0)], 0), -1)
+    op_role = np.concatenate([np.tile(phase[copied], m), phase[steps]])
+    expanded = build_hypergraph(
+        name=graph.name,
+        op_names=np.concatenate([*_per_micro_batch(graph.op_names[copied], m), graph.op_names[steps]]),
+        op_types=np.concatenate([np.tile(graph.op_types[copied], m), graph.op_types[steps]]),
+        op_flops=np.concatenate([np.tile(graph.op_flops[copied], m), graph.op_flops[steps]]),
+        input_ptr=wiring[0][0],
+        input_tensors=wiring[0][1],
+        output_ptr=wiring[1][0],
+        output_tensors=wiring[1][1],
+        tensor_names=np.concatenate([*_per_micro_batch(graph.tensor_names[local], m), graph.tensor_names[common]]),
+        tensor_bytes=np.concatenate([np.tile(local_bytes, m), graph.tensor_bytes[common]]),
+        tensor_is_parameter=np.concatenate(
+            [np.zeros(m * nl, dtype=bool), graph.tensor_kind[common] == TENSOR_PARAMETER]
+        ),
+        op_param_bytes=np.concatenate([np.tile(graph.op_param_bytes[copied], m), graph.op_param_bytes[steps]]),
+        warnings=list(graph.warnings),
+        op_role=op_role,
+        tensor_role=tensor_role,
+        tensor_of=tensor_of,
+    )
+    return ExpandedGraph(
+        graph=expanded,
+        op_origin=np.concatenate([np.tile(copied, m), steps]),
+        op_micro_batch=np.concatenate([np.repeat(np.arange(m, dtype=np.int64), nc), np.full(steps.shape[0], -1)]),
+        op_phase=op_role,
+        mode="training",
+        micro_batches=m,
+        declared=True,
     )
 
 
@@ -348,6 +499,18 @@ def expand_graph(graph: Hypergraph, *, mode: str = "inference", micro_batches: i
     non-parameter tensor is repeated ``m`` times (suffix ``@mb<i>``); parameters
     and optimizer state are shared.
 
+    A graph that declares its own training step
+    (:func:`~partitioners.graph.hypergraph.declares_training`) is planned as the
+    training step it is, whatever ``mode`` says: nothing is synthesised. Its forward
+    and backward operators and per-micro-batch tensors are repeated ``m`` times; its
+    optimizer operators, parameters, optimizer state, what optimizer operators write
+    and graph inputs only they read are shared, and each optimizer operator reads every
+    micro-batch's copy of the gradients it reads, so it runs after all of them. As for
+    a synthesised step, a declared gradient's copy in each of ``m`` micro-batches is
+    ``1/m`` of its bytes: memory counts one accumulated gradient, and every
+    micro-batch's share computed away from the optimizer operator's device travels
+    to it (the gradient reduction). With ``m = 1`` the graph is placed as it is.
+
     Parameters
     ----------
     graph : Hypergraph
@@ -370,6 +533,8 @@ def expand_graph(graph: Hypergraph, *, mode: str = "inference", micro_batches: i
     m = int(micro_batches)
     if m < 1:
         raise InvalidInput(f"micro_batches must be >= 1, got {micro_batches}", field="options.micro_batches")
+    if declares_training(graph):
+        return _expand_declared(graph, m)
     n = graph.n_ops
     training = mode == "training"
     if not training and m == 1:

@@ -22,7 +22,7 @@ from partitioners.costmodel.costs import CostModel, link_time_tables, timing_dty
 from partitioners.costmodel.energy import devices_without_power
 from partitioners.costmodel.simulator import SimulationContext, prepare_simulation
 from partitioners.errors import Infeasible, InvalidInput
-from partitioners.graph.hypergraph import Hypergraph, op_levels
+from partitioners.graph.hypergraph import TENSOR_ROLE_GRADIENT, Hypergraph, op_levels
 from partitioners.graph.transforms import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, ExpandedGraph, expand_graph
 from partitioners.hardware.device_types import (
     DeviceTypeConstraint,
@@ -48,9 +48,11 @@ class OriginProfile:
     resident_bytes : numpy.ndarray of float64, shape (n_origin,)
         Memory estimate: parameters (and optimizer state) charged to their first
         reader, plus in training the saved activations of every micro-batch and one
-        accumulated gradient per parameter.
+        accumulated gradient per parameter (a declared gradient charged to the
+        operator that writes it).
     topological_order : numpy.ndarray of int64, shape (n_origin,)
-        Origins by forward level, ties by id.
+        Origins by forward level (by level among all operators in a declared training
+        graph, whose backward operators are origins too), ties by id.
     """
 
     time_s: np.ndarray
@@ -184,11 +186,18 @@ class PlacementContext:
             out_b = g.op_output_bytes()
             # saved activations of every micro-batch live until their gradient op
             mem += np.bincount(e.op_origin[fwd], weights=out_b[fwd], minlength=n_origin)
-            # one accumulated gradient per parameter
-            fwd0 = fwd[e.op_micro_batch[fwd] == 0]
-            mem += np.bincount(e.op_origin[fwd0], weights=g.op_param_bytes[fwd0], minlength=n_origin)
-        levels0 = self.levels[np.flatnonzero(e.op_phase == PHASE_FORWARD)]
-        fwd_ops = np.flatnonzero(e.op_phase == PHASE_FORWARD)
+            if e.declared:
+                # declared gradients: every micro-batch's share, at the operator writing it
+                role = g.tensor_role if g.tensor_role is not None else np.zeros(0, dtype=np.int8)
+                grads = np.flatnonzero(role == TENSOR_ROLE_GRADIENT)
+                writers = g.tensor_producer[grads]
+                mem += np.bincount(e.op_origin[writers], weights=g.tensor_bytes[grads], minlength=n_origin)
+            else:
+                # one accumulated gradient per parameter
+                fwd0 = fwd[e.op_micro_batch[fwd] == 0]
+                mem += np.bincount(e.op_origin[fwd0], weights=g.op_param_bytes[fwd0], minlength=n_origin)
+        fwd_ops = np.arange(n, dtype=np.int64) if e.declared else np.flatnonzero(e.op_phase == PHASE_FORWARD)
+        levels0 = self.levels[fwd_ops]
         origin_level = np.zeros(n_origin, dtype=np.int64)
         np.maximum.at(origin_level, e.op_origin[fwd_ops], levels0)
         order = np.lexsort((np.arange(n_origin), origin_level))
@@ -228,6 +237,9 @@ def placement_context(
     """
     cost_model = cost_model or CostModel()
     expanded = expand_graph(graph, mode=options.mode, micro_batches=options.micro_batches)
+    notes = [note for note in (timing_dtype_note(graph, inventory, cost_model),) if note]
+    if expanded.declared:
+        notes.append(declared_training_note(options.mode))
     g = expanded.graph
     if g.n_ops == 0:
         raise InvalidInput("the graph has no operators to place", field="graph.nodes")
@@ -237,7 +249,6 @@ def placement_context(
     speed = float(total.min()) / np.maximum(total, 1e-300)
     phase = expanded.op_phase
     src, dst, tensors = g.op_edges()
-    notes = timing_dtype_note(graph, inventory, cost_model)
     ctx = PlacementContext(
         options=options,
         inventory=inventory,
@@ -257,7 +268,7 @@ def placement_context(
         backward_edge_mask=(phase[src] == PHASE_BACKWARD) & (phase[dst] == PHASE_BACKWARD),
         forward_twin=_forward_twins(expanded),
         constraint=device_type_constraint(graph, inventory, expanded.op_origin),
-        notes=(notes,) if notes else (),
+        notes=tuple(notes),
     )
     if ctx.constraint is not None:
         _check_constraint_fits(ctx)
@@ -278,6 +289,17 @@ def _check_power_known(ctx: PlacementContext) -> None:
         )
 
 
+def declared_training_note(mode: str) -> str:
+    """What a plan of a graph that declares its own training step says about it."""
+    declared = "the graph declares its own training step (operator roles, gradient or optimizer-state tensors)"
+    if mode == "inference":
+        return (
+            f"options.mode is 'inference' but {declared}: planned as the training step it is, nothing "
+            "synthesised; send the forward graph alone for an inference plan"
+        )
+    return f"{declared}: planned as it is, no backward pass or optimizer synthesised"
+
+
 def _device_order(inventory: Inventory, speed: np.ndarray, max_devices: int | None) -> np.ndarray:
     """Usable devices: fastest groups first, fastest devices first inside a group."""
     group = inventory.device_group
@@ -292,7 +314,8 @@ def _forward_twins(e: ExpandedGraph) -> np.ndarray:
     """For each operator, the forward operator whose stage it must share in a pipeline."""
     n = e.graph.n_ops
     twin = np.arange(n, dtype=np.int64)
-    if e.mode != "training":
+    if e.mode != "training" or e.declared:
+        # a declared backward operator is its own origin: no forward twin is known
         return twin
     # block layout of expand_graph: [forward n | backward n] per micro-batch, steps last
     n_origin = int(e.op_origin[e.op_phase == PHASE_FORWARD].max()) + 1

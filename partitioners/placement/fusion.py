@@ -38,7 +38,9 @@ they follow. In every mode:
 * no group may create a cycle between groups: an operator joins a group only when its
   other inputs come from operators that precede the whole group in topological order
   (then no path leaves the group and comes back);
-* operators restricted to different device types never share a group.
+* operators restricted to different device types never share a group, nor do
+  operators of different declared training roles (forward, backward, optimizer), and a
+  declared gradient or optimizer state is never kept on chip (its role must survive).
 
 Costs: the coarsened node has the summed FLOPs, reads only the group's external inputs
 and writes only its external outputs; it is timed as the class of its first operator
@@ -74,7 +76,7 @@ from partitioners.costmodel.costs import (
     is_view_op,
     op_class_of,
 )
-from partitioners.graph.hypergraph import TENSOR_PARAMETER, Hypergraph, build_hypergraph, topological_order
+from partitioners.graph.hypergraph import ROLE_ABSENT, TENSOR_PARAMETER, Hypergraph, build_hypergraph, topological_order
 from partitioners.placement.options import FUSION_MODES
 
 __all__ = ["FusionGroups", "fusion_groups", "fused_graph", "fuse_for_placement"]
@@ -176,6 +178,7 @@ def fusion_groups(graph: Hypergraph, mode: str) -> FusionGroups:
         role, _ = _op_roles(graph, mode)
         producer = graph.tensor_producer
         types = graph.op_device_types
+        roles = graph.op_role
         group_kind: list[int] = []
         group_start: list[int] = []  # topological position of the group's first operator
         in_ptr, in_tensors = graph.input_ptr.tolist(), graph.input_tensors.tolist()
@@ -190,6 +193,8 @@ def fusion_groups(graph: Hypergraph, mode: str) -> FusionGroups:
                     g = int(group[p])
                     ok, _ = _may_join(group_kind[g], int(role[op]), mode)
                     if not ok or (types is not None and types[p] != types[op]):
+                        continue
+                    if roles is not None and roles[p] != roles[op]:
                         continue
                     others_precede = all(q < 0 or group[q] == g or position[q] < group_start[g] for q in producers)
                     if others_precede:
@@ -233,6 +238,8 @@ def _tensors_kept_inside(
     on_chip = (producer >= 0) & (group[np.maximum(producer, 0)] == group[graph.consumer_ops])
     reads_on_chip = np.bincount(tensor_of_read[on_chip], minlength=graph.n_tensors)
     internal: npt.NDArray[np.bool_] = np.asarray((n_readers > 0) & (reads_on_chip == n_readers), dtype=bool)
+    if graph.tensor_role is not None:
+        internal &= graph.tensor_role == ROLE_ABSENT
     return internal, (graph.consumer_ops[on_chip].astype(np.int64), tensor_of_read[on_chip].astype(np.int64))
 
 
@@ -297,4 +304,9 @@ def fused_graph(graph: Hypergraph, groups: FusionGroups) -> Hypergraph:
         tensor_dtypes=None if graph.tensor_dtypes is None else [graph.tensor_dtypes[t] for t in kept.tolist()],
         warnings=graph.warnings,
         op_device_types=None if graph.op_device_types is None else graph.op_device_types[anchor],
+        op_role=None if graph.op_role is None else graph.op_role[anchor],
+        tensor_role=None if graph.tensor_role is None else graph.tensor_role[kept],
+        tensor_of=None
+        if graph.tensor_of is None
+        else np.where(graph.tensor_of >= 0, new_id[graph.tensor_of], -1)[kept],
     )

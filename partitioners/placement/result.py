@@ -14,13 +14,18 @@ import numpy as np
 
 from partitioners.costmodel.energy import StepEnergy
 from partitioners.costmodel.simulator import SimulationResult, remote_transfers
-from partitioners.graph.hypergraph import Hypergraph
+from partitioners.graph.hypergraph import (
+    TENSOR_PARAMETER,
+    TENSOR_ROLE_GRADIENT,
+    TENSOR_ROLE_OPTIMIZER_STATE,
+    Hypergraph,
+)
 from partitioners.graph.transforms import ExpandedGraph
 from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory, link_class_ids
 from partitioners.placement.fusion import FusionGroups
 from partitioners.placement.memory_tiers import MemoryPlan
 
-__all__ = ["Candidate", "TransferPlan", "PlacementResult", "transfer_plan"]
+__all__ = ["Candidate", "TransferPlan", "PlacementResult", "TrainingState", "training_state", "transfer_plan"]
 
 
 @dataclass(frozen=True)
@@ -189,6 +194,67 @@ class PlacementResult:
     @property
     def makespan_s(self) -> float:
         return float(self.simulation.makespan_s)
+
+    def training_state(self) -> TrainingState | None:
+        """Parameter, gradient and optimizer-state bytes per device; None for an inference plan."""
+        if self.expanded.mode != "training":
+            return None
+        return training_state(self.graph, self.placement, self.memory_budget_bytes.shape[0])
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingState:
+    """What training keeps on each device besides activations, in bytes.
+
+    The simulator's memory model (:mod:`partitioners.costmodel.simulator`) holds a
+    parameter or an optimizer state once on every device that reads it, and a
+    gradient on the device that writes it and on every device it is sent to; these
+    are those holdings, split by what they are. Gradients are the micro-batch shares
+    of :func:`~partitioners.graph.transforms.expand_graph`, so one device running
+    every micro-batch holds one whole gradient per parameter.
+
+    Attributes
+    ----------
+    parameter_bytes, gradient_bytes, optimizer_state_bytes : numpy.ndarray of float64, shape (n_devices,)
+    """
+
+    parameter_bytes: np.ndarray
+    gradient_bytes: np.ndarray
+    optimizer_state_bytes: np.ndarray
+
+
+def training_state(graph: Hypergraph, placement: np.ndarray, n_devices: int) -> TrainingState:
+    """Parameter, gradient and optimizer-state bytes each device holds (see :class:`TrainingState`).
+
+    Parameters
+    ----------
+    graph : Hypergraph
+        The placed (expanded) graph; its ``tensor_role`` says which tensors are
+        gradients and optimizer state (parameters without a role are parameters).
+    placement : numpy.ndarray of int64, shape (n_ops,)
+    n_devices : int
+    """
+    placement = np.asarray(placement, dtype=np.int64)
+    role = graph.tensor_role if graph.tensor_role is not None else np.full(graph.n_tensors, -1, dtype=np.int8)
+    readers = np.repeat(np.arange(graph.n_ops, dtype=np.int64), np.diff(graph.input_ptr))
+    # holdings (tensor, device): where a tensor is read, and where a gradient is written
+    writers = np.repeat(np.arange(graph.n_ops, dtype=np.int64), np.diff(graph.output_ptr))
+    tensors = np.concatenate([graph.input_tensors, graph.output_tensors])
+    devices = placement[np.concatenate([readers, writers])]
+    keys = np.unique(tensors * n_devices + devices)
+    held, on = keys // n_devices, keys % n_devices
+    resident = graph.tensor_kind[held] == TENSOR_PARAMETER
+
+    def per_device(mask: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.bincount(on[mask], weights=graph.tensor_bytes[held[mask]], minlength=n_devices)
+        return out.astype(np.float64)
+
+    state = role[held] == TENSOR_ROLE_OPTIMIZER_STATE
+    return TrainingState(
+        parameter_bytes=per_device(resident & ~state),
+        gradient_bytes=per_device(role[held] == TENSOR_ROLE_GRADIENT),
+        optimizer_state_bytes=per_device(resident & state),
+    )
 
 
 def transfer_plan(graph: Hypergraph, inventory: Inventory, sim: SimulationResult) -> TransferPlan:

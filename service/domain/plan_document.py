@@ -70,6 +70,16 @@ def _summary(result: PlacementResult, inventory: Inventory) -> dict:
         summary["infeasible_reason"] = (
             f"device {names[result.infeasible_device]} is {result.bytes_over:.0f} bytes over its memory budget"
         )
+    state = result.training_state()
+    if state is not None:
+        summary["training_state_bytes"] = {
+            names[d]: {
+                "parameters": float(state.parameter_bytes[d]),
+                "gradients": float(state.gradient_bytes[d]),
+                "optimizer_state": float(state.optimizer_state_bytes[d]),
+            }
+            for d in used.tolist()
+        }
     return summary
 
 

@@ -45,7 +45,9 @@ class PlanOptions(RequestModel):
     )
     mode: Literal["inference", "training"] = Field(
         "inference",
-        description="training synthesises the backward pass and counts weights + gradients + optimizer state.",
+        description="training synthesises the backward pass and counts weights + gradients + optimizer state; "
+        "a graph that declares its own training step (operator roles, gradient or optimizer_state tensors) "
+        "is planned as that step whatever the mode.",
     )
     micro_batches: int = Field(
         1, ge=1, le=256, description="The graph is one micro-batch; plan for this many sharing parameters."
@@ -91,6 +93,11 @@ class NodeDocument(RequestModel):
     flops: NonNegativeFloat | None = None
     param_bytes: NonNegativeFloat | None = None
     device_types: list[Name] | None = Field(None, min_length=1, max_length=64)
+    role: Literal["forward", "backward", "optimizer"] | None = Field(
+        None,
+        description="In an exported training step: what the operator does (absent: forward). Optimizer "
+        "operators run once per step, after every micro-batch's backward operators.",
+    )
 
 
 class TensorDocument(RequestModel):
@@ -102,7 +109,12 @@ class TensorDocument(RequestModel):
         description="Dimensions; null for one the exporter could not resolve. Bind symbolic ones first.",
     )
     dtype: Name | None = None
-    kind: Literal["activation", "input", "parameter"] | None = None
+    kind: Literal["activation", "input", "parameter", "gradient", "optimizer_state"] | None = Field(
+        None,
+        description="Absent: from the structure. gradient: written by an operator, needs 'of'; optimizer_state: "
+        "resident and updated in place (no operator writes it).",
+    )
+    of: Name | None = Field(None, description="The parameter tensor a gradient or optimizer state belongs to.")
 
 
 class GraphDocument(RequestModel):
@@ -246,6 +258,12 @@ class StepEnergySummary(Answer):
     devices_counted: int = Field(description="Devices used, plus the usable ones left idle when counted.")
 
 
+class TrainingStateBytes(Answer):
+    parameters: float
+    gradients: float
+    optimizer_state: float
+
+
 class PlanSummary(Answer):
     makespan_s: float
     comm_bytes: float
@@ -271,6 +289,12 @@ class PlanSummary(Answer):
     )
     energy: StepEnergySummary | None = None
     fusion: FusionSummary | None = Field(None, description="The fused kernels, when options.fusion fuses.")
+
+    training_state_bytes: dict[str, TrainingStateBytes] | None = Field(
+        None,
+        description="Training plans: per device used, the bytes of parameters, gradients and optimizer state it "
+        "holds (part of peak_memory_bytes).",
+    )
     planning_s: float | None = Field(None, description="Seconds the placement took (this plan's computation).")
     replan: ReplanSummary | None = Field(None, description="A re-plan's gains and moves against its parent.")
 

@@ -9,9 +9,21 @@ import numpy as np
 import pytest
 
 from partitioners.errors import InputTooLarge, InvalidInput
-from partitioners.graph.canonical import graph_to_json, model_hash
-from partitioners.graph.hypergraph import TENSOR_ACTIVATION, TENSOR_INPUT, TENSOR_PARAMETER, graph_summary
+from partitioners.graph.canonical import canonical_graph, graph_to_json, model_hash
+from partitioners.graph.hypergraph import (
+    OP_ROLE_BACKWARD,
+    OP_ROLE_OPTIMIZER,
+    ROLE_ABSENT,
+    TENSOR_ACTIVATION,
+    TENSOR_INPUT,
+    TENSOR_PARAMETER,
+    TENSOR_ROLE_GRADIENT,
+    TENSOR_ROLE_OPTIMIZER_STATE,
+    declares_training,
+    graph_summary,
+)
 from partitioners.graph.json_import import graph_from_json
+from tests.partitioners.training_step import mlp_training_step
 
 
 def _mlp() -> dict:
@@ -368,3 +380,136 @@ def test_the_stored_form_with_its_warnings_is_read_back():
     stored = graph_to_json(graph_from_json(doc))
     assert "warnings" in stored
     assert graph_from_json(stored).warnings == stored["warnings"]
+
+
+# --- exported training steps: operator roles, gradients and optimizer state ---
+
+
+def test_training_roles_are_read_into_arrays():
+    graph = graph_from_json(mlp_training_step())
+    role = dict(zip(graph.op_names.tolist(), graph.op_role.tolist()))
+    assert role == {
+        "fc1": ROLE_ABSENT, "fc2": ROLE_ABSENT, "loss_grad": OP_ROLE_BACKWARD, "fc2_grad_w": OP_ROLE_BACKWARD,
+        "fc2_grad_x": OP_ROLE_BACKWARD, "fc1_grad_w": OP_ROLE_BACKWARD, "adam_w1": OP_ROLE_OPTIMIZER,
+        "adam_w2": OP_ROLE_OPTIMIZER,
+    }  # fmt: skip
+    names = graph.tensor_names.tolist()
+    of = {names[t]: names[p] for t, p in enumerate(graph.tensor_of.tolist()) if p >= 0}
+    assert of == {"dw1": "w1", "dw2": "w2", "w1.m": "w1", "w1.v": "w1", "w2.m": "w2", "w2.v": "w2"}
+    kinds = dict(zip(names, graph.tensor_role.tolist()))
+    assert kinds["dw1"] == TENSOR_ROLE_GRADIENT and kinds["w1.m"] == TENSOR_ROLE_OPTIMIZER_STATE
+    assert kinds["w1"] == kinds["h"] == ROLE_ABSENT
+    assert (graph.op_role.dtype, graph.tensor_role.dtype, graph.tensor_of.dtype) == (np.int8, np.int8, np.int64)
+    assert declares_training(graph)
+
+
+def test_optimizer_state_is_resident_like_a_parameter_and_a_gradient_is_written():
+    graph = graph_from_json(mlp_training_step())
+    kind = dict(zip(graph.tensor_names.tolist(), graph.tensor_kind.tolist()))
+    assert kind["w1.m"] == kind["w1"] == TENSOR_PARAMETER
+    assert kind["dw1"] == TENSOR_ACTIVATION
+
+
+def test_a_graph_without_roles_has_no_role_arrays_and_keeps_its_hash():
+    graph = graph_from_json(_mlp())
+    assert graph.op_role is graph.tensor_role is graph.tensor_of is None
+    assert not declares_training(graph)
+
+
+def test_forward_roles_alone_do_not_make_a_training_step():
+    doc = _mlp()
+    for node in doc["nodes"]:
+        node["role"] = "forward"
+    assert not declares_training(graph_from_json(doc))
+
+
+def test_a_gradient_of_an_unknown_tensor_is_rejected_naming_it():
+    doc = mlp_training_step()
+    doc["tensors"][7]["of"] = "w3"
+    err = _error(doc)
+    assert (err.code, err.field) == ("unknown-tensor", "tensors[7].of")
+    assert "'dw1'" in err.detail and "'w3'" in err.detail
+
+
+def test_a_gradient_of_a_tensor_that_is_not_a_parameter_is_rejected():
+    doc = mlp_training_step()
+    doc["tensors"][7]["of"] = "h"
+    err = _error(doc)
+    assert (err.code, err.field) == ("kind-mismatch", "tensors[7].of")
+    assert "'h'" in err.detail and '"parameter"' in err.detail
+
+
+def test_a_gradient_without_its_parameter_is_rejected():
+    doc = mlp_training_step()
+    del doc["tensors"][7]["of"]
+    err = _error(doc)
+    assert (err.code, err.field) == ("invalid-tensor", "tensors[7].of")
+
+
+def test_of_on_a_tensor_that_is_neither_gradient_nor_optimizer_state_is_rejected():
+    doc = mlp_training_step()
+    doc["tensors"][1]["of"] = "w1"
+    err = _error(doc)
+    assert (err.code, err.field) == ("invalid-tensor", "tensors[1].of")
+
+
+def test_a_gradient_no_operator_writes_is_rejected():
+    doc = mlp_training_step()
+    doc["nodes"][5]["outputs"] = ["dw1_other"]
+    doc["tensors"].append({"name": "dw1_other", "bytes": 4000})
+    err = _error(doc)
+    assert (err.code, err.field) == ("kind-mismatch", "tensors[7].kind")
+    assert "gradient" in err.detail
+
+
+def test_optimizer_state_an_operator_writes_is_rejected_explaining_in_place_updates():
+    doc = mlp_training_step()
+    doc["nodes"][6]["outputs"] = ["w1.m"]
+    err = _error(doc)
+    assert (err.code, err.field) == ("kind-mismatch", "tensors[9].kind")
+    assert "in place" in err.detail
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d["nodes"][2].update(role="update"), "nodes[2].role"),
+        (lambda d: d["nodes"][2].update(role=1), "nodes[2].role"),
+        (lambda d: d["tensors"][7].update(of=["w1"]), "tensors[7].of"),
+        (lambda d: d["tensors"][7].update(kind="grad"), "tensors[7].kind"),
+    ],
+)
+def test_malformed_training_fields_are_located_exactly(mutate, field):
+    doc = mlp_training_step()
+    mutate(doc)
+    assert _error(doc).field == field
+
+
+def test_training_roles_round_trip_through_the_stored_form_with_the_same_hash():
+    graph = graph_from_json(mlp_training_step())
+    stored = graph_to_json(graph)
+    by_name = {t["name"]: t for t in stored["tensors"]}
+    assert by_name["dw1"] == {"name": "dw1", "bytes": 4000, "kind": "gradient", "of": "w1"}
+    assert by_name["w2.v"] == {"name": "w2.v", "bytes": 2000, "kind": "optimizer_state", "of": "w2"}
+    roles = {n["name"]: n.get("role") for n in stored["nodes"]}
+    assert roles["fc1"] is None and roles["fc1_grad_w"] == "backward" and roles["adam_w1"] == "optimizer"
+    again = graph_from_json(stored)
+    assert model_hash(again) == model_hash(graph)
+    assert graph_to_json(again) == stored
+    assert model_hash(canonical_graph(graph)) == model_hash(graph)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d["nodes"][2].update(role="forward"),  # a role changed
+        lambda d: d["nodes"][0].update(role="forward"),  # a role given where it was left out
+        lambda d: d["tensors"][10].update(of="w2"),  # optimizer state of another parameter
+        lambda d: d["tensors"][10].pop("of"),  # optimizer state of no named parameter
+        lambda d: d["tensors"][8].update(kind="activation", of=None),  # a gradient that is a plain activation
+    ],
+)
+def test_graphs_that_differ_only_in_training_roles_hash_differently(mutate):
+    doc = mlp_training_step()
+    mutate(doc)
+    assert model_hash(graph_from_json(doc)) != model_hash(graph_from_json(mlp_training_step()))

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.graph.canonical import model_hash
-from partitioners.graph.hypergraph import TENSOR_INPUT, TENSOR_PARAMETER
+from partitioners.graph.hypergraph import ROLE_ABSENT, TENSOR_INPUT, TENSOR_PARAMETER, TENSOR_ROLE_GRADIENT
 from partitioners.graph.onnx_import import graph_from_onnx_bytes
 from tests.partitioners.graph.onnx_helpers import (
     FIXTURES,
@@ -342,3 +342,37 @@ def test_hash_ignores_weight_values_but_not_shapes():
     base = model_hash(graph_from_onnx_bytes(with_weight([4, 3], 0.5)))
     assert model_hash(graph_from_onnx_bytes(with_weight([4, 3], -2.0))) == base
     assert model_hash(graph_from_onnx_bytes(with_weight([4, 5], 0.5))) != base
+
+
+def _ort_training_model() -> bytes:
+    """ONNX Runtime's training-model layout: the weight W a graph input, its gradient W_grad an output."""
+    return tiny_model(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["y"], name="fc"),
+            helper.make_node("Transpose", ["x"], ["xT"], name="fc_grad_transpose"),
+            helper.make_node("MatMul", ["xT", "y"], ["W_grad"], name="fc_grad"),
+        ],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("W_grad", TensorProto.FLOAT, [4, 3]),
+        ],
+    )
+
+
+def test_a_weight_grad_output_is_read_as_that_weights_gradient():
+    graph = graph_from_onnx_bytes(_ort_training_model())
+    names = graph.tensor_names.tolist()
+    w, w_grad = names.index("W"), names.index("W_grad")
+    assert graph.tensor_role[w_grad] == TENSOR_ROLE_GRADIENT and graph.tensor_of[w_grad] == w
+    assert graph.tensor_kind[w] == TENSOR_PARAMETER  # a graph input of ONNX Runtime's training model
+    assert graph.tensor_role[names.index("y")] == ROLE_ABSENT
+    assert any("'<weight>_grad'" in warning for warning in graph.warnings)
+
+
+def test_a_model_without_weight_gradients_declares_no_training_roles():
+    graph = graph_from_onnx_bytes(linear_relu(), dims={"batch": 2})
+    assert graph.tensor_role is None and graph.tensor_of is None

@@ -197,3 +197,25 @@ def test_fused_graphs_are_acyclic_and_keep_every_operator_and_flop(n, seed, mode
     internal = np.flatnonzero(groups.internal_tensor)
     consumers = graph.consumer_ops[graph.consumer_ptr[internal]]
     assert np.array_equal(groups.op_group[graph.tensor_producer[internal]], groups.op_group[consumers])
+
+
+def test_fusion_keeps_declared_training_roles_apart_and_gradients_in_memory():
+    from partitioners.graph.hypergraph import TENSOR_ROLE_GRADIENT, declares_training
+    from partitioners.graph.json_import import graph_from_json
+    from tests.partitioners.training_step import mlp_training_step
+
+    doc = mlp_training_step()
+    # a forward pointwise op after fc2, and a backward one that writes a gradient inside a chain
+    doc["nodes"].append({"name": "act", "op": "Relu", "inputs": ["y"], "outputs": ["ya"], "flops": 1e3})
+    doc["tensors"].append({"name": "ya", "bytes": 1000})
+    graph = graph_from_json(doc)
+    groups = fusion_groups(graph, "compiler")
+    names = graph.op_names.tolist()
+    assert groups.op_group[names.index("act")] == groups.op_group[names.index("fc2")]
+    roles = graph.op_role
+    for g in np.unique(groups.op_group):
+        assert len(set(roles[groups.op_group == g].tolist())) == 1
+    fused = fused_graph(graph, groups)
+    assert declares_training(fused)
+    gradients = fused.tensor_names[fused.tensor_role == TENSOR_ROLE_GRADIENT].tolist()
+    assert sorted(gradients) == ["dw1", "dw2"]

@@ -75,6 +75,8 @@ def plan_read(plan: Plan, *, cached: bool, detail: str = "full", body: dict | No
         document["ops"] = body.get("ops")
         document["tensors"] = body.get("tensors")
         document["transfers"] = body.get("transfers")
+        # plans stored before the schedule was part of the document have none: null
+        document["schedule"] = body.get("schedule")
     return document
 
 

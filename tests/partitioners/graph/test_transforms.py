@@ -122,3 +122,12 @@ def test_expansion_counts_and_acyclicity(n, m, seed, training):
     assert np.isclose(x.op_flops[fwd].sum(), m * g.op_flops.sum())
     assert np.array_equal(np.sort(e.op_origin[fwd]), np.sort(np.tile(np.arange(n), m)))
     topological_order(x)  # raises on a cycle
+
+
+def test_an_operator_reading_a_tensor_twice_gets_uniquely_named_gradients():
+    # Mul(x, x): one gradient per read, each with its own name (plans address tensors by name)
+    ops = [("square", "Mul", 1.0, ["x", "x"], ["y"]), ("scale", "Mul", 1.0, ["y", "w", "w"], ["z"])]
+    graph = graph_from_ops("square", ops, {"x": 4.0, "y": 4.0, "w": 4.0, "z": 4.0}, {"w"})
+    names = expand_graph(graph, mode="training", micro_batches=2).graph.tensor_names.tolist()
+    assert len(names) == len(set(names))
+    assert "grad/y/scale@mb1" in names and "grad/w/scale#1@mb1" in names

@@ -28,15 +28,16 @@ ONNX_DIR = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "onnx"
 KB, MB = 1024, 1024 * 1024
 
 
-def tiered_cluster(n_devices: int, groups: int, l2_bytes: float, smem_bytes: float):
-    """Devices with small fast tiers (so that level 3 packs and reuses addresses), in ``groups`` groups."""
+def tiered_cluster(n_devices: int, groups: int, l2_bytes: float, smem_bytes: float, peak_flops: float = 1e14):
+    """Devices with small fast tiers (so that level 3 packs and reuses addresses), in ``groups`` groups;
+    a high ``peak_flops`` makes operators memory-bound, so level 3 re-times the schedule with its tiers."""
     per = max(n_devices // groups, 1)
 
     def device(name: str) -> dict:
         return {
             "name": name,
             "type": "gpu",
-            "peak_flops": 1e14,
+            "peak_flops": peak_flops,
             "memory_tiers": [
                 {"name": "HBM", "capacity_bytes": 80e9, "bandwidth_bytes_per_s": 2e12},
                 {"name": "L2", "capacity_bytes": l2_bytes, "bandwidth_bytes_per_s": 1e13},
@@ -93,12 +94,13 @@ def assert_replays(graph, inventory, options: PlacementOptions) -> dict:
     mode=st.sampled_from(["inference", "training"]),
     micro_batches=st.integers(1, 3),
     pipeline=st.booleans(),
+    peak_flops=st.sampled_from([1e14, 1e17]),
 )
 def test_a_random_graphs_schedule_replays_on_a_tiered_cluster(
-    n_ops, lanes, seed, n_devices, groups, l2_bytes, mode, micro_batches, pipeline
+    n_ops, lanes, seed, n_devices, groups, l2_bytes, mode, micro_batches, pipeline, peak_flops
 ):
     graph = synthetic_hypergraph(n_ops, lanes=lanes, seed=seed)
-    inventory = tiered_cluster(n_devices, groups, l2_bytes, smem_bytes=l2_bytes / 8)
+    inventory = tiered_cluster(n_devices, groups, l2_bytes, l2_bytes / 8, peak_flops)
     options = PlacementOptions(
         mode=mode,
         micro_batches=micro_batches,

@@ -45,7 +45,7 @@ def main() -> None:
         graph = synthetic_hypergraph(n, seed=0)
         place_s, result = _best_of(args.repeat, lambda g=graph: place(g, inventory, PlacementOptions()))
         document_s, (_, _, body) = _best_of(args.repeat, lambda r=result: document.plan_document(r, inventory))
-        schedule_s, _ = _best_of(args.repeat, lambda r=result: document._schedule(r, inventory))
+        schedule_s, _ = _best_of(args.repeat, lambda r=result: document.schedule_document(r, inventory))
         pack_s, stored = _best_of(args.repeat, lambda b=body: pack_json(b))
         without = {k: v for k, v in body.items() if k != "schedule"}
         pack_without_s, stored_without = _best_of(args.repeat, lambda b=without: pack_json(b))

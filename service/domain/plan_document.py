@@ -14,7 +14,7 @@ from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory
 from partitioners.placement.engine import PlacementResult
 from partitioners.placement.schedule import plan_schedule
 
-__all__ = ["plan_document", "TIMELINE_MAX_OPS", "GANTT_MAX_OPS"]
+__all__ = ["plan_document", "schedule_document", "TIMELINE_MAX_OPS", "GANTT_MAX_OPS"]
 
 #: Plans of up to this many (expanded) operators keep their full timeline.
 TIMELINE_MAX_OPS = 200_000
@@ -92,7 +92,7 @@ def _tensors(result: PlacementResult, inventory: Inventory) -> dict[str, list[di
     return out
 
 
-def _schedule(result: PlacementResult, inventory: Inventory) -> dict:
+def schedule_document(result: PlacementResult, inventory: Inventory) -> dict:
     """The plan's ``schedule`` (docs/api.md): operators per device in execution order,
     transfers and tier holdings with the times the prediction assumes, by name."""
     s = plan_schedule(result, inventory)
@@ -218,7 +218,7 @@ def plan_document(result: PlacementResult, inventory: Inventory) -> tuple[str, d
         "ops": dict(zip(graph.op_names.tolist(), device_names[result.placement].tolist())),
         "tensors": _tensors(result, inventory),
         "transfers": result.transfers.grouped(graph, inventory),
-        "schedule": _schedule(result, inventory),
+        "schedule": schedule_document(result, inventory),
         "candidates": _candidates(result),
         "notes": list(result.notes),
         # operator ids in predicted start order: simulating with this order as the

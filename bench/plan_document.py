@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import tracemalloc
 
 from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.hardware.inventory import preset_inventory
@@ -31,6 +32,15 @@ def _best_of(repeat: int, work) -> tuple[float, object]:
     return best, value
 
 
+def _allocated_mb(work) -> float:
+    tracemalloc.start()
+    kept = work()
+    allocated = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del kept
+    return allocated / 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000")
@@ -39,7 +49,7 @@ def main() -> None:
     inventory = preset_inventory("dgx-h100", 1)
     print(
         f"{'ops':>8} {'place_s':>8} {'document_s':>10} {'schedule_s':>10} {'pack_s':>7} {'pack_without_s':>14} "
-        f"{'stored_MB':>9} {'without_MB':>10} {'holdings':>9}"
+        f"{'stored_MB':>9} {'without_MB':>10} {'holdings':>9} {'schedule_MB':>11} {'tensors_MB':>10}"
     )
     for n in (int(s) for s in args.sizes.split(",") if s):
         graph = synthetic_hypergraph(n, seed=0)
@@ -49,9 +59,12 @@ def main() -> None:
         pack_s, stored = _best_of(args.repeat, lambda b=body: pack_json(b))
         without = {k: v for k, v in body.items() if k != "schedule"}
         pack_without_s, stored_without = _best_of(args.repeat, lambda b=without: pack_json(b))
+        schedule_mb = _allocated_mb(lambda r=result: document.schedule_document(r, inventory))
+        tensors_mb = _allocated_mb(lambda r=result: document._tensors(r, inventory))
         print(
             f"{n:>8} {place_s:>8.3f} {document_s:>10.3f} {schedule_s:>10.3f} {pack_s:>7.3f} {pack_without_s:>14.3f} "
-            f"{len(stored) / 1e6:>9.2f} {len(stored_without) / 1e6:>10.2f} {len(body['schedule']['holdings']):>9}",
+            f"{len(stored) / 1e6:>9.2f} {len(stored_without) / 1e6:>10.2f} {len(body['schedule']['holdings']):>9} "
+            f"{schedule_mb:>11.0f} {tensors_mb:>10.0f}",
             flush=True,
         )
 

@@ -57,6 +57,7 @@ bench: install-dev
 	$(BIN)/python -m bench.onnx_ingest
 	$(BIN)/python -m bench.simulate
 	$(BIN)/python -m bench.placement
+	$(BIN)/python -m bench.plan_document
 	$(BIN)/python -m bench.moe
 	$(BIN)/python -m bench.moe_http
 	$(BIN)/python -m bench.request_bodies

@@ -2,13 +2,14 @@
 
 The algorithms raise these for input they cannot work with; the service maps
 every one of them to a 4xx problem-details answer (``InvalidInput`` -> 422,
-``InputTooLarge`` -> 413, ``Infeasible`` -> 422 with its own problem type), so the
+``InputTooLarge`` -> 413, ``Infeasible`` -> 422 with its own problem type, ``DoesNotFit``
+-> 422 titled "Does not fit"), so the
 ``detail`` must say what is wrong and, where it can, how to fix it.
 """
 
 from __future__ import annotations
 
-__all__ = ["InvalidInput", "InputTooLarge", "Infeasible"]
+__all__ = ["InvalidInput", "InputTooLarge", "Infeasible", "DoesNotFit"]
 
 
 class InvalidInput(ValueError):
@@ -44,3 +45,13 @@ class Infeasible(InvalidInput):
     """The input is well formed but no placement satisfies its constraints (memory)."""
 
     code_default = "infeasible"
+
+
+class DoesNotFit(Infeasible):
+    """No placement fits in the devices' memory.
+
+    Its ``detail`` names the device and the bytes over, then only the changes that
+    could make a plan fit (:func:`partitioners.placement.fit_hints.fit_remedies`).
+    """
+
+    code_default = "does-not-fit"

@@ -203,9 +203,16 @@ def _forward_block(graph: Hypergraph, slots: _TensorSlots) -> _Block:
 
 
 def _gradient_names(graph: Hypergraph, tensors: np.ndarray, consumers: np.ndarray) -> np.ndarray:
-    return np.array(
-        [f"grad/{graph.tensor_names[t]}/{graph.op_names[c]}" for t, c in zip(tensors, consumers)], dtype=object
-    )
+    """``grad/<tensor>/<consumer>``; an operator that reads a tensor twice (``Mul(x, x)``) writes
+    one gradient per read, the second named ``.../<consumer>#1`` so that every name stays unique."""
+    seen: dict[tuple[int, int], int] = {}
+    names = []
+    for t, c in zip(tensors.tolist(), consumers.tolist()):
+        repeat = seen.get((t, c), 0)
+        seen[(t, c)] = repeat + 1
+        name = f"grad/{graph.tensor_names[t]}/{graph.op_names[c]}"
+        names.append(f"{name}#{repeat}" if repeat else name)
+    return np.array(names, dtype=object)
 
 
 def _training_block(graph: Hypergraph, slots: _TensorSlots, micro_batches: int) -> _Block:

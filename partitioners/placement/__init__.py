@@ -23,6 +23,8 @@
 - :mod:`~partitioners.placement.acyclic`: acyclic repair of a stage order.
 - :mod:`~partitioners.placement.refine`: simulator-guided refinement.
 - :mod:`~partitioners.placement.memory_tiers`: level 3, tensors into HBM, L2, shared memory.
+- :mod:`~partitioners.placement.schedule`: :func:`plan_schedule`, the operator order per
+  device, transfers and tier holdings with the times a plan's prediction assumes.
 """
 
 from partitioners.placement.candidates import Proposal
@@ -30,6 +32,7 @@ from partitioners.placement.context import PlacementContext, placement_context
 from partitioners.placement.engine import evaluate_placement, place
 from partitioners.placement.options import PlacementOptions
 from partitioners.placement.result import Candidate, PlacementResult, TransferPlan
+from partitioners.placement.schedule import PlanSchedule, plan_schedule
 from partitioners.placement.scoring import ScoredCandidate, score_proposal
 
 __all__ = [
@@ -37,11 +40,13 @@ __all__ = [
     "PlacementContext",
     "PlacementOptions",
     "PlacementResult",
+    "PlanSchedule",
     "Proposal",
     "ScoredCandidate",
     "TransferPlan",
     "evaluate_placement",
     "place",
+    "plan_schedule",
     "placement_context",
     "score_proposal",
 ]

@@ -21,7 +21,7 @@ import numpy as np
 from partitioners.costmodel.costs import CostModel, link_time_tables, timing_dtype_note
 from partitioners.costmodel.energy import devices_without_power
 from partitioners.costmodel.simulator import SimulationContext, prepare_simulation
-from partitioners.errors import Infeasible, InvalidInput
+from partitioners.errors import DoesNotFit, InvalidInput
 from partitioners.graph.hypergraph import TENSOR_ROLE_GRADIENT, Hypergraph, op_levels
 from partitioners.graph.transforms import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, ExpandedGraph, expand_graph
 from partitioners.hardware.device_types import (
@@ -231,7 +231,7 @@ def placement_context(
     InvalidInput
         The graph has no operators, or ``max_devices`` leaves out every device of an
         operator's types.
-    Infeasible
+    DoesNotFit
         An operator restricted to some device types needs more memory than any of
         those devices has (unless ``options.allow_infeasible``).
     """
@@ -353,11 +353,13 @@ def _check_constraint_fits(ctx: PlacementContext) -> None:
     if over.any():
         op = int(np.flatnonzero(over)[0])
         row = int(c.op_allowed_set[op])
-        raise Infeasible(
+        headroom = ctx.options.memory_headroom_fraction
+        lower_headroom = f"lower memory_headroom_fraction (now {headroom:g}), " if headroom > 0 else ""
+        raise DoesNotFit(
             f"operator '{ctx.origin_name(op)}' may run only on device type(s) {type_list(c.set_types[row])}, "
             f"and it needs {format_bytes(need[op])} for its inputs and outputs while the largest memory budget "
             f"among those devices is {format_bytes(largest[row])}; add a device of those types with more memory, "
-            "lower memory_headroom_fraction, or allow more device types for it"
+            f"{lower_headroom}give it smaller tensors (a smaller batch), or allow more device types for it"
         )
 
 

@@ -286,9 +286,12 @@ def place(
     ------
     InvalidInput
         Bad options or an empty graph.
-    Infeasible
+    DoesNotFit
         No candidate fits in memory (unless ``options.allow_infeasible``); the
-        message names the device and the bytes over its budget.
+        message names the device, the bytes over its budget and the changes that
+        could make a plan fit.
+    Infeasible
+        In pipeline mode, no acyclic stage order was found.
 
     References
     ----------

@@ -19,10 +19,12 @@ import numpy as np
 
 from partitioners.costmodel.costs import CostModel
 from partitioners.costmodel.simulator import SimulationResult, critical_path_priority, simulate
-from partitioners.errors import Infeasible
+from partitioners.errors import DoesNotFit, Infeasible
 from partitioners.graph.hypergraph import Hypergraph
+from partitioners.hardware.device_types import op_working_set_bytes
 from partitioners.hardware.inventory import Inventory
 from partitioners.placement.context import PlacementContext, format_bytes
+from partitioners.placement.fit_hints import fit_remedies
 from partitioners.placement.memory_tiers import MemoryPlan, plan_memory_tiers, tier_op_times_s
 from partitioners.placement.result import PlacementResult, transfer_plan
 from partitioners.placement.scoring import ScoredCandidate, objective_value, plan_energy
@@ -100,10 +102,11 @@ def finish_placement(
 
     Raises
     ------
-    Infeasible
+    DoesNotFit
         With ``raise_infeasible``: the plan is over a device's memory budget (the
-        message names the device and the bytes over), or in pipeline mode no
-        acyclic stage order was found.
+        message names the device, the bytes over and the changes that could help).
+    Infeasible
+        With ``raise_infeasible``: in pipeline mode no acyclic stage order was found.
     """
     chosen = scored[best]
     cand, placement, priority, sim = chosen.candidate, chosen.placement, chosen.priority, chosen.simulation
@@ -171,10 +174,12 @@ def finish_placement(
                     "allow more device types for them, or plan without pipeline mode"
                 )
             raise Infeasible("no acyclic stage assignment found for pipeline mode")
-        raise Infeasible(
+        one_operator_too_big = bool(op_working_set_bytes(g).max() > budget[ctx.devices].max())
+        raise DoesNotFit(
             f"no placement fits in memory: the best plan ({cand.strategy}) needs "
             f"{format_bytes(peak[worst])} on device {inv.device_names[worst]}, {format_bytes(bytes_over)} over its "
-            f"budget of {format_bytes(budget[worst])}; add devices, or lower micro_batches or memory_headroom_fraction"
+            f"budget of {format_bytes(budget[worst])}; "
+            + fit_remedies(ctx.options, inv, one_operator_too_big=one_operator_too_big)
         )
     return PlacementResult(
         expanded=ctx.expanded,

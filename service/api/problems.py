@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from partitioners.errors import InputTooLarge, InvalidInput
+from partitioners.errors import DoesNotFit, Infeasible, InputTooLarge, InvalidInput
 from service.errors import DatabaseUnavailable, ServiceError, UnprocessableInput
 from service.schemas.common import error_path
 
@@ -181,7 +181,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def _invalid_input(request: Request, exc: InvalidInput):
         status = 413 if isinstance(exc, InputTooLarge) else 422
         errors = [{"field": exc.field, "message": exc.detail, "type": exc.code}] if exc.field else None
-        title = "Input too large" if status == 413 else "Invalid input"
+        title = _invalid_input_title(exc)
         return problem_response(request, status, title, exc.detail, exc.code, errors=errors)
 
     @app.exception_handler(RequestValidationError)
@@ -240,6 +240,17 @@ def install_problem_handlers(app: FastAPI) -> None:
         )
 
 
+def _invalid_input_title(exc: InvalidInput) -> str:
+    """The problem's title names what kind of refusal it is, not only that the input was refused."""
+    if isinstance(exc, InputTooLarge):
+        return "Input too large"
+    if isinstance(exc, DoesNotFit):
+        return "Does not fit"
+    if isinstance(exc, Infeasible):
+        return "Infeasible"
+    return "Invalid input"
+
+
 def _unreadable_body(request: Request, exc: BaseException) -> JSONResponse:
     """A body ``json.loads`` refused: 422 with the words ``POST /v1/plans`` uses, on every route."""
     return service_error_response(request, UnprocessableInput(unreadable_body_detail(exc)))
@@ -254,7 +265,8 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         404: "Not found (or owned by another tenant)",
         409: "Conflict",
         413: "Body or graph over the configured limit",
-        422: "Invalid input (a body that is not JSON included); `detail` and `errors` say what to fix",
+        422: "Invalid input (a body that is not JSON included), or a plan that does not fit (title 'Does not fit'); "
+        "`detail` and `errors` say what to fix",
         503: "Database unavailable, or every slot for this kind of computation busy; retry after `Retry-After` seconds",
     }
     schema = {

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from partitioners.costmodel.trace import to_chrome_trace
-from partitioners.hardware.inventory import Inventory
+from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory
 from partitioners.placement.engine import PlacementResult
+from partitioners.placement.schedule import plan_schedule
 
-__all__ = ["plan_document", "TIMELINE_MAX_OPS", "GANTT_MAX_OPS"]
+__all__ = ["plan_document", "schedule_document", "TIMELINE_MAX_OPS", "GANTT_MAX_OPS"]
 
 #: Plans of up to this many (expanded) operators keep their full timeline.
 TIMELINE_MAX_OPS = 200_000
@@ -147,6 +148,76 @@ def _tensors(result: PlacementResult, inventory: Inventory) -> dict[str, list[di
     return out
 
 
+def schedule_document(result: PlacementResult, inventory: Inventory) -> dict:
+    """The plan's ``schedule`` (docs/api.md): operators per device in execution order,
+    transfers and tier holdings with the times the prediction assumes, by name."""
+    s = plan_schedule(result, inventory)
+    graph = result.graph
+    op_names = graph.op_names.tolist()
+    tensor_names = graph.tensor_names.tolist()
+    device_names = [str(n) for n in inventory.device_names.tolist()]
+    tier_names = inventory.tier_names
+    start, end = s.op_start_s.tolist(), s.op_end_s.tolist()
+    order, ptr = s.op_order.tolist(), s.device_ptr.tolist()
+    micro = s.op_micro_batch.tolist() if s.op_micro_batch is not None else None
+    devices = []
+    for d, name in enumerate(device_names):
+        ops = order[ptr[d] : ptr[d + 1]]
+        if not ops:
+            continue
+        if micro is None:
+            entries = [{"op": op_names[o], "start_s": start[o], "end_s": end[o]} for o in ops]
+        else:  # optimizer steps (micro-batch -1) serve every micro-batch: no micro_batch key
+            entries = [
+                {"op": op_names[o], "start_s": start[o], "end_s": end[o], "micro_batch": micro[o]}
+                if micro[o] >= 0
+                else {"op": op_names[o], "start_s": start[o], "end_s": end[o]}
+                for o in ops
+            ]
+        devices.append({"device": name, "ops": entries})
+    transfers = [
+        {
+            "tensor": tensor_names[t],
+            "src": device_names[a],
+            "dst": [device_names[b]],
+            "link_class": LINK_CLASS_NAMES[c],
+            "bytes": n_bytes,
+            "start_s": t0,
+            "end_s": t1,
+        }
+        for t, a, b, c, n_bytes, t0, t1 in zip(
+            s.transfer_tensor.tolist(),
+            s.transfer_src.tolist(),
+            s.transfer_dst.tolist(),
+            s.transfer_link_class.tolist(),
+            s.transfer_bytes.tolist(),
+            s.transfer_start_s.tolist(),
+            s.transfer_end_s.tolist(),
+        )
+    ]
+    holdings = [
+        {
+            "tensor": tensor_names[t],
+            "device": device_names[d],
+            "tier": tier_names[k] if k >= 0 else None,
+            "offset_bytes": offset,
+            "size_bytes": size,
+            "live_from_s": t0,
+            "live_until_s": t1,
+        }
+        for t, d, k, offset, size, t0, t1 in zip(
+            s.holding_tensor.tolist(),
+            s.holding_device.tolist(),
+            s.holding_tier.tolist(),
+            s.holding_offset_bytes.tolist(),
+            s.holding_size_bytes.tolist(),
+            s.holding_live_from_s.tolist(),
+            s.holding_live_until_s.tolist(),
+        )
+    ]
+    return {"devices": devices, "transfers": transfers, "holdings": holdings}
+
+
 def _view(result: PlacementResult, inventory: Inventory, summary: dict) -> dict:
     sim = result.simulation
     graph = result.graph
@@ -195,7 +266,7 @@ def _view(result: PlacementResult, inventory: Inventory, summary: dict) -> dict:
 
 
 def plan_document(result: PlacementResult, inventory: Inventory) -> tuple[str, dict, dict]:
-    """``(strategy, summary, body)``: body holds ops, tensors, transfers, candidates, trace, view."""
+    """``(strategy, summary, body)``: body holds ops, tensors, transfers, schedule, candidates, trace, view."""
     graph = result.graph
     device_names = inventory.device_names
     summary = _summary(result, inventory)
@@ -203,6 +274,7 @@ def plan_document(result: PlacementResult, inventory: Inventory) -> tuple[str, d
         "ops": dict(zip(graph.op_names.tolist(), device_names[result.placement].tolist())),
         "tensors": _tensors(result, inventory),
         "transfers": result.transfers.grouped(graph, inventory),
+        "schedule": schedule_document(result, inventory),
         "candidates": _candidates(result),
         "fusion_groups": _fusion_groups(result),
         "notes": list(result.notes),

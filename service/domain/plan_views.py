@@ -77,6 +77,8 @@ def plan_read(plan: Plan, *, cached: bool, detail: str = "full", body: dict | No
         document["transfers"] = body.get("transfers")
         if body.get("fusion_groups") is not None:
             document["fusion_groups"] = body["fusion_groups"]
+        # plans stored before the schedule was part of the document have none: null
+        document["schedule"] = body.get("schedule")
     return document
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "Candidate",
     "Transfer",
     "TensorPlacement",
+    "PlanSchedule",
     "GraphRead",
 ]
 
@@ -217,6 +218,51 @@ class TensorPlacement(Answer):
     offset: int
 
 
+class ScheduledOp(Answer):
+    op: str = Field(description="Operator of the placed graph, as in ops.")
+    start_s: float
+    end_s: float
+    micro_batch: int | None = Field(
+        None, description="Micro-batch the operator belongs to; only on micro-batched plans, absent on optimizer steps."
+    )
+
+
+class DeviceSchedule(Answer):
+    device: str
+    ops: list[ScheduledOp] = Field(description="The device's operators in execution order, one at a time.")
+
+
+class ScheduledTransfer(Answer):
+    tensor: str
+    src: str
+    dst: list[str] = Field(description="The receiving device (one per entry: each destination is its own transfer).")
+    link_class: str
+    bytes: float
+    start_s: float
+    end_s: float = Field(description="The tensor is on dst from here on; its consumers there start no earlier.")
+
+
+class TierHolding(Answer):
+    tensor: str
+    device: str
+    tier: str | None = Field(description="Memory tier; null when the plan is infeasible and the tensor fits nowhere.")
+    offset_bytes: int
+    size_bytes: int = Field(description="Aligned size: the holding owns [offset_bytes, offset_bytes + size_bytes).")
+    live_from_s: float
+    live_until_s: float = Field(
+        description="The holding owns its range in [live_from_s, live_until_s): another holding of the same tier "
+        "reuses it only outside that interval."
+    )
+
+
+class PlanSchedule(Answer):
+    """The order and times the plan's prediction assumes (docs/api.md "The schedule")."""
+
+    devices: list[DeviceSchedule]
+    transfers: list[ScheduledTransfer]
+    holdings: list[TierHolding]
+
+
 class ReplanSummary(Answer):
     parent_id: str
     calibration_version: int | None
@@ -319,6 +365,11 @@ class PlanRead(Answer):
     transfers: list[Transfer] | None = None
     fusion_groups: list[FusionGroup] | None = Field(
         None, description="Each fused kernel of several operators; ops and the schedule name it by its first operator."
+    )
+    schedule: PlanSchedule | None = Field(
+        None,
+        description="Operator order per device, transfers and tier holdings with predicted times; left out by "
+        "detail=summary, null for plans stored before plans carried it.",
     )
     warnings: list[str] = Field(default_factory=list, description="What importing the graph could not resolve.")
     notes: list[str] = Field(

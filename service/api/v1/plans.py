@@ -206,7 +206,7 @@ def read_plan(
     session: SessionDep,
     principal: Reader,
     detail: Annotated[
-        Literal["full", "summary"], Query(description="summary leaves out ops, tensors and transfers.")
+        Literal["full", "summary"], Query(description="summary leaves out ops, tensors, transfers and schedule.")
     ] = "full",
     if_none_match: IfNoneMatch = None,
 ):

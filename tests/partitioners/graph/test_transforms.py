@@ -209,3 +209,12 @@ def test_declaring_the_synthesised_step_gives_the_same_expanded_graph(n, m, seed
     synthesised = expand_graph(forward, mode="training", micro_batches=m)
     assert from_declared.declared and not synthesised.declared
     assert model_hash(_without_roles(from_declared.graph)) == model_hash(_without_roles(synthesised.graph))
+
+
+def test_an_operator_reading_a_tensor_twice_gets_uniquely_named_gradients():
+    # Mul(x, x): one gradient per read, each with its own name (plans address tensors by name)
+    ops = [("square", "Mul", 1.0, ["x", "x"], ["y"]), ("scale", "Mul", 1.0, ["y", "w", "w"], ["z"])]
+    graph = graph_from_ops("square", ops, {"x": 4.0, "y": 4.0, "w": 4.0, "z": 4.0}, {"w"})
+    names = expand_graph(graph, mode="training", micro_batches=2).graph.tensor_names.tolist()
+    assert len(names) == len(set(names))
+    assert "grad/y/scale@mb1" in names and "grad/w/scale#1@mb1" in names

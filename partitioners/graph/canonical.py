@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Protocol
 
@@ -156,6 +156,10 @@ def model_hash(graph: Hypergraph, order: NameOrder | None = None) -> str:
         h.update(b"device_types")
         devices = graph.op_device_types[op_order].tolist()
         _strings_digest(h, ["\x00" if d is None else "\x01".join(d) for d in devices])
+    if graph.op_time_s is not None:
+        h.update(b"time_s")
+        _strings_digest(h, list(graph.op_time_keys))
+        h.update((graph.op_time_s[op_order] + 0.0).tobytes())
     return h.hexdigest()
 
 
@@ -201,6 +205,12 @@ def graph_to_json(graph: Hypergraph, order: NameOrder | None = None) -> GraphJso
         for i, allowed in enumerate(devices):
             if allowed is not None:
                 nodes[i]["device_types"] = list(allowed)
+    if graph.op_time_s is not None:
+        keys = graph.op_time_keys
+        for i, row in enumerate(graph.op_time_s[op_order].tolist()):
+            given = {k: t for k, t in zip(keys, row) if t == t}  # NaN: not given
+            if given:
+                nodes[i]["time_s"] = given["*"] if list(given) == ["*"] else given
 
     sizes = graph.tensor_bytes[tensor_order]
     if sizes.size == 0 or (np.all(sizes == np.floor(sizes)) and sizes.max() < 2**63):
@@ -300,4 +310,6 @@ def canonical_graph(graph: Hypergraph, order: NameOrder | None = None) -> Hyperg
     given = graph.op_param_bytes[ops]
     differs = given != canonical.op_param_bytes
     canonical.op_param_bytes[differs] = given[differs]
+    if graph.op_time_s is not None:
+        canonical = replace(canonical, op_time_s=graph.op_time_s[ops], op_time_keys=graph.op_time_keys)
     return canonical

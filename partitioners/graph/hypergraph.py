@@ -95,6 +95,14 @@ class Hypergraph:
     op_device_types : numpy.ndarray of object or None, shape (n_ops,)
         Per operator, a tuple of device type names it may run on, or None for any;
         None for the whole graph when no operator is restricted.
+    op_time_s : numpy.ndarray of float64 or None, shape (n_ops, len(op_time_keys))
+        Operator times the compiler measured or estimated (a node's ``time_s``), one
+        column per key of ``op_time_keys``; NaN where a node gives none. The cost
+        model uses them in place of its roofline (:mod:`partitioners.costmodel.costs`).
+        None when no node carries a time.
+    op_time_keys : tuple of str
+        What each column of ``op_time_s`` applies to: a device type, or ``"*"`` (a
+        node's plain number: every device without a column of its own type).
     """
 
     name: str
@@ -116,6 +124,8 @@ class Hypergraph:
     tensor_dtypes: list[str | None] | None = None
     warnings: list[str] = field(default_factory=list)
     op_device_types: np.ndarray | None = None
+    op_time_s: np.ndarray | None = None
+    op_time_keys: tuple[str, ...] = ()
 
     @property
     def n_ops(self) -> int:

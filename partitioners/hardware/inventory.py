@@ -114,6 +114,10 @@ class Inventory:
         Optional full ``(n_devices, n_devices)`` override of the link classes.
     preset : str or None
         Preset this came from (informational).
+    device_cost_model : dict[str, dict]
+        Per device name, the ``cost_model`` entries its JSON (or its group's) carries
+        where devices differ (launch overhead, efficiencies); read by
+        :func:`partitioners.costmodel.profiles.resolve_cost_model`, which checks them.
     """
 
     name: str
@@ -134,6 +138,7 @@ class Inventory:
     bandwidth_matrix_bytes_per_s: npt.NDArray[np.float64] | None = None
     latency_matrix_s: npt.NDArray[np.float64] | None = None
     preset: str | None = None
+    device_cost_model: dict[str, dict[str, Any]] = field(default_factory=dict)
     _index: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
@@ -404,8 +409,12 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         group_where[gname] = gwhere
         group_names.append(gname)
         group_links.append(link)
+        group_cost = _cost_model_entry(g.get("cost_model"), f"{gwhere}.cost_model")
         for di, d in enumerate(members):
             devices.add(d, gi, f"{gwhere}.devices[{di}]", default_dtype, reuse_parsed=preset is not None)
+            own = _cost_model_entry(d.get("cost_model"), f"{gwhere}.devices[{di}].cost_model")
+            if group_cost or own:
+                devices.cost_models[devices.names[-1]] = {**group_cost, **own}
     inter = _inter_group_link(doc, len(groups))
 
     n = len(devices.names)
@@ -440,9 +449,19 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         bandwidth_matrix_bytes_per_s=bmat,
         latency_matrix_s=lmat,
         preset=preset if isinstance(preset, str) else doc.get("_preset"),
+        device_cost_model=devices.cost_models,
         _index={nm: i for i, nm in enumerate(devices.names)},
     )
     return inv
+
+
+def _cost_model_entry(value: Any, where: str) -> dict[str, Any]:
+    """A device's or group's ``cost_model`` object (its keys and values are checked where it is resolved)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"{where} must be an object of cost-model parameters", field=where)
+    return {str(k): v for k, v in value.items()}
 
 
 def _parse_group(g: Any, gi: int, gwhere: str) -> tuple[str, list[Any], LinkSpec]:
@@ -492,6 +511,7 @@ class _DeviceColumns:
     peaks: list[dict[str, float]] = field(default_factory=list)
     tiers: list[list[tuple[str, float, float]]] = field(default_factory=list)
     seen: dict[str, str] = field(default_factory=dict)  # name -> where it was declared
+    cost_models: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> cost_model overrides
     # presets repeat one device spec: validate it once, reuse the parsed form
     parsed: dict[int, tuple[dict[str, float], list[tuple[str, float, float]]]] = field(default_factory=dict)
 
@@ -650,14 +670,15 @@ def inventory_to_json(inv: Inventory) -> dict[str, Any]:
             for k in order
         ]
         peak = {k: float(v[i]) for k, v in sorted(by_dtype.items()) if not np.isnan(v[i])}
-        groups[int(inv.device_group[i])]["devices"].append(
-            {
-                "name": str(inv.device_names[i]),
-                "type": str(inv.device_types[i]),
-                "peak_flops": peak,
-                "memory_tiers": tiers,
-            }
-        )
+        device: dict[str, Any] = {
+            "name": str(inv.device_names[i]),
+            "type": str(inv.device_types[i]),
+            "peak_flops": peak,
+            "memory_tiers": tiers,
+        }
+        if str(inv.device_names[i]) in inv.device_cost_model:
+            device["cost_model"] = dict(inv.device_cost_model[str(inv.device_names[i])])
+        groups[int(inv.device_group[i])]["devices"].append(device)
     out: dict[str, Any] = {"name": inv.name, "default_dtype": inv.default_dtype, "groups": groups}
     if inv.n_groups > 1 or math.isfinite(inv.inter_link.bandwidth_bytes_per_s):
         out["link"] = {

@@ -13,12 +13,13 @@ on first use and kept, so a request that never runs METIS never builds its graph
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from partitioners.costmodel.costs import CostModel, link_time_tables, timing_dtype_note
+from partitioners.costmodel.profiles import resolve_cost_model
 from partitioners.costmodel.simulator import SimulationContext, prepare_simulation
 from partitioners.errors import Infeasible, InvalidInput
 from partitioners.graph.hypergraph import Hypergraph, op_levels
@@ -210,7 +211,7 @@ def placement_context(
     inventory : Inventory
     options : PlacementOptions
     cost_model : CostModel, optional
-        Defaults to ``CostModel()``.
+        Defaults to ``options.cost_model`` resolved against the inventory.
 
     Returns
     -------
@@ -225,8 +226,10 @@ def placement_context(
         An operator restricted to some device types needs more memory than any of
         those devices has (unless ``options.allow_infeasible``).
     """
-    cost_model = cost_model or CostModel()
+    cost_model = cost_model or resolve_cost_model(options.cost_model, inventory)
     expanded = expand_graph(graph, mode=options.mode, micro_batches=options.micro_batches)
+    if graph.op_time_s is not None:
+        expanded = _with_node_times(expanded, graph)
     g = expanded.graph
     if g.n_ops == 0:
         raise InvalidInput("the graph has no operators to place", field="graph.nodes")
@@ -261,6 +264,21 @@ def placement_context(
     if ctx.constraint is not None:
         _check_constraint_fits(ctx)
     return ctx
+
+
+def _with_node_times(expanded: ExpandedGraph, graph: Hypergraph) -> ExpandedGraph:
+    """The expanded graph carrying the submitted nodes' own times on their forward copies.
+
+    Every micro-batch's copy of a node runs the node's kernel, so it takes the node's
+    time; the backward and optimizer operators training synthesises have none (the
+    roofline times them).
+    """
+    assert graph.op_time_s is not None
+    forward = expanded.op_phase == PHASE_FORWARD
+    times = np.full((expanded.graph.n_ops, graph.op_time_s.shape[1]), np.nan, dtype=np.float64)
+    times[forward] = graph.op_time_s[expanded.op_origin[forward]]
+    g = replace(expanded.graph, op_time_s=times, op_time_keys=graph.op_time_keys)
+    return replace(expanded, graph=g)
 
 
 def _device_order(inventory: Inventory, speed: np.ndarray, max_devices: int | None) -> np.ndarray:

@@ -6,8 +6,9 @@ The options are checked once, here, when they are made; every module of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from partitioners.costmodel.profiles import CostModelSpec
 from partitioners.errors import InvalidInput
 
 __all__ = ["OBJECTIVES", "MODES", "STRATEGIES", "PlacementOptions"]
@@ -44,6 +45,11 @@ class PlacementOptions:
         Seed for METIS; the same seed gives the same plan.
     allow_infeasible : bool
         Return the least-infeasible plan instead of raising :class:`Infeasible`.
+    cost_model : CostModelSpec
+        The cost model that times the plan: a named profile and the parameters that
+        override it (:mod:`partitioners.costmodel.profiles`). A ``cost_model``
+        passed to :func:`~partitioners.placement.engine.place` (a calibrated one)
+        takes its place.
     """
 
     objective: str = "makespan"
@@ -55,6 +61,7 @@ class PlacementOptions:
     strategy: str = "auto"
     seed: int = 0
     allow_infeasible: bool = False
+    cost_model: CostModelSpec = field(default_factory=CostModelSpec)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -67,5 +74,7 @@ class PlacementOptions:
             raise InvalidInput("micro_batches must be an integer in 1..4096", field="options.micro_batches")
         if self.max_devices is not None and (not isinstance(self.max_devices, int) or self.max_devices < 1):
             raise InvalidInput("max_devices must be a positive integer", field="options.max_devices")
+        if not isinstance(self.cost_model, CostModelSpec):
+            raise InvalidInput("cost_model must be a CostModelSpec", field="options.cost_model")
         if not (0.0 <= self.memory_headroom_fraction < 1.0):
             raise InvalidInput("memory_headroom_fraction must be in [0, 1)", field="options.memory_headroom_fraction")

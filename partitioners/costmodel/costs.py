@@ -101,6 +101,7 @@ __all__ = [
     "op_times_s",
     "op_times_by_profile_s",
     "node_time_columns",
+    "node_times_for",
     "COST_SOURCES",
     "cost_sources",
     "LAUNCH_MODES",
@@ -468,22 +469,35 @@ def timing_dtype_note(graph: Hypergraph, inventory: Inventory, cost_model: CostM
 
 
 def node_time_columns(graph: Hypergraph, inventory: Inventory) -> npt.NDArray[np.int64]:
-    """Per device, the column of ``graph.op_time_s`` that times operators on it, or -1.
+    """Per device, the column of ``graph.op_time_s`` keyed by its type, or -1.
 
-    A column keyed by the device's type wins over the ``"*"`` column (a node's plain
-    number); -1 where the graph carries no times that apply (every operator there
-    is costed by the roofline).
+    See :func:`node_times_for`: an operator without a time for the device's type
+    falls back to its ``"*"`` column (a node's plain number).
     """
     cols = np.full(inventory.n_devices, -1, dtype=np.int64)
     if graph.op_time_s is None:
         return cols
-    keys = list(graph.op_time_keys)
-    if "*" in keys:
-        cols[:] = keys.index("*")
-    for j, key in enumerate(keys):
+    for j, key in enumerate(graph.op_time_keys):
         if key != "*":
             cols[inventory.device_types == key] = j
     return cols
+
+
+def node_times_for(graph: Hypergraph, type_column: int) -> npt.NDArray[np.float64]:
+    """Every operator's own time on a device whose type has column ``type_column`` (-1: none).
+
+    The type's time where the node gives one, else the node's plain number, else NaN
+    (the roofline times it).
+    """
+    out = np.full(graph.n_ops, np.nan, dtype=np.float64)
+    if graph.op_time_s is None:
+        return out
+    if "*" in graph.op_time_keys:
+        out[:] = graph.op_time_s[:, graph.op_time_keys.index("*")]
+    if type_column >= 0:
+        typed = graph.op_time_s[:, type_column]
+        np.copyto(out, typed, where=~np.isnan(typed))
+    return out
 
 
 def op_times_by_profile_s(
@@ -524,9 +538,8 @@ def op_times_by_profile_s(
         memory = touched / (p_bw * p_mem)
         np.maximum(compute, memory, out=times[:, p])
         times[:, p] *= p_mult
-        if p_col >= 0:
-            assert graph.op_time_s is not None
-            given = graph.op_time_s[:, int(p_col)]
+        if graph.op_time_s is not None:
+            given = node_times_for(graph, int(p_col))
             np.copyto(times[:, p], given, where=~np.isnan(given))
         times[:, p] += p_launch
     return times, device_profile
@@ -550,8 +563,9 @@ def cost_sources(
     given = np.zeros(graph.n_ops, dtype=bool)
     if graph.op_time_s is not None:
         cols = node_time_columns(graph, inventory)[placement]
-        has = cols >= 0
-        given[has] = ~np.isnan(graph.op_time_s[np.flatnonzero(has), cols[has]])
+        for col in np.unique(cols).tolist():
+            on = cols == col
+            given[on] = ~np.isnan(node_times_for(graph, col)[on])
     mult = cost_model.multiplier_matrix(inventory)[placement, op_class_of(graph.op_types)]
     calibrated = ~given & (mult != 1.0)
     n_given, n_cal = int(given.sum()), int(calibrated.sum())

@@ -34,7 +34,7 @@ from partitioners.hardware.inventory import Inventory
 from partitioners.placement.metis_adapter import MetisGraph, metis_graph
 from partitioners.placement.options import PlacementOptions
 
-__all__ = ["OriginProfile", "PlacementContext", "placement_context", "format_bytes"]
+__all__ = ["OriginProfile", "PlacementContext", "placement_context", "format_bytes", "with_node_times"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -229,7 +229,7 @@ def placement_context(
     cost_model = cost_model or resolve_cost_model(options.cost_model, inventory)
     expanded = expand_graph(graph, mode=options.mode, micro_batches=options.micro_batches)
     if graph.op_time_s is not None:
-        expanded = _with_node_times(expanded, graph)
+        expanded = with_node_times(expanded, graph)
     g = expanded.graph
     if g.n_ops == 0:
         raise InvalidInput("the graph has no operators to place", field="graph.nodes")
@@ -266,14 +266,15 @@ def placement_context(
     return ctx
 
 
-def _with_node_times(expanded: ExpandedGraph, graph: Hypergraph) -> ExpandedGraph:
+def with_node_times(expanded: ExpandedGraph, graph: Hypergraph) -> ExpandedGraph:
     """The expanded graph carrying the submitted nodes' own times on their forward copies.
 
     Every micro-batch's copy of a node runs the node's kernel, so it takes the node's
     time; the backward and optimizer operators training synthesises have none (the
-    roofline times them).
+    roofline times them). A graph without node times gives ``expanded`` back.
     """
-    assert graph.op_time_s is not None
+    if graph.op_time_s is None:
+        return expanded
     forward = expanded.op_phase == PHASE_FORWARD
     times = np.full((expanded.graph.n_ops, graph.op_time_s.shape[1]), np.nan, dtype=np.float64)
     times[forward] = graph.op_time_s[expanded.op_origin[forward]]

@@ -20,6 +20,7 @@ from partitioners.costmodel.simulator import simulate
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.graph.transforms import expand_graph
 from partitioners.hardware.inventory import Inventory
+from partitioners.placement.context import with_node_times
 from partitioners.placement.memory_tiers import UNPLACED, placed_tier_op_times_s
 from service.domain import plan_views
 from service.domain.calibration import split_stored_options
@@ -106,8 +107,9 @@ def plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext:
     stored, inventory = load_plan_inputs(session, plan)
     original = stored.graph
     options, factors = split_stored_options(plan.options)
-    expanded = expand_graph(
-        original, mode=options.get("mode", "inference"), micro_batches=options.get("micro_batches", 1)
+    expanded = with_node_times(
+        expand_graph(original, mode=options.get("mode", "inference"), micro_batches=options.get("micro_batches", 1)),
+        original,
     )
     body = plan_views.plan_body(plan)
     ops = body.get("ops") or {}

@@ -201,3 +201,13 @@ def test_single_controller_issues_a_copy_between_devices_on_the_host_too():
     r = simulate(g, inventory_from_json(_inventory(2)), np.array([0, 1]), cost_model=model)
     assert r.transfer_start_s.tolist() == pytest.approx([21e-6])
     assert r.makespan_s == pytest.approx(32e-6)
+
+
+def test_a_plain_node_time_applies_on_a_type_other_nodes_give_times_for():
+    g_doc = _timed_graph(3e-3)
+    g_doc["nodes"][1]["time_s"] = {"h100": 4e-3}
+    g = graph_from_json(g_doc)
+    times = op_times_s(
+        g, inventory_from_json(_inventory(1, types=["h100"])), resolve_cost_model(CostModelSpec("roofline"))
+    )
+    np.testing.assert_allclose(times[:, 0], [3e-3, 4e-3])

@@ -409,7 +409,7 @@ def _node_times(nodes: _JsonEntries, op_names: Sequence[str]) -> tuple[npt.NDArr
                 code="invalid-number",
             )
         for key, t in entries:
-            if not isinstance(key, str) or not key or type(t) not in _NUMBER_TYPES:
+            if not isinstance(key, str) or not key or len(key) > 200 or "\x00" in key or type(t) not in _NUMBER_TYPES:
                 raise InvalidInput(
                     f"operator '{op_names[i]}' has \"time_s\" {_describe(v)}; expected seconds as a number, "
                     "or an object of device type -> seconds",

@@ -62,7 +62,6 @@ References
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -73,6 +72,8 @@ from partitioners.hardware.inventory import Inventory
 
 __all__ = [
     "DEFAULT_PROFILE",
+    "MAX_LAUNCH_OVERHEAD_S",
+    "MIN_EFFICIENCY",
     "PROFILES",
     "PROFILE_NAMES",
     "SPEC_KEYS",
@@ -117,6 +118,11 @@ PROFILES: dict[str, CostModel] = {
 PROFILE_NAMES = tuple(PROFILES)
 #: The profile a plan is timed with when the request names none.
 DEFAULT_PROFILE = "eager"
+#: Lowest efficiency a caller may set: 0.1% of peak. Lower is a unit mistake, and a
+#: fraction near zero would make operator times overflow to infinity.
+MIN_EFFICIENCY = 1e-3
+#: Longest launch overhead a caller may set: a second (a CUDA launch takes microseconds).
+MAX_LAUNCH_OVERHEAD_S = 1.0
 #: What a spec (``options.cost_model``, an inventory device's ``cost_model``) may set.
 SPEC_KEYS = ("profile", "launch_overhead_s", "compute_efficiency", "memory_efficiency", "link_efficiency", "launch")
 #: What a device's or group's ``cost_model`` in an inventory may set (properties of a device).
@@ -135,10 +141,11 @@ class CostModelSpec:
         Seconds per operator launch (>= 0).
     compute_efficiency : tuple of (op class, fraction) pairs
         Achievable fraction of peak per op class
-        (:data:`~partitioners.costmodel.costs.OP_CLASS_NAMES`, in (0, 1]); classes
+        (:data:`~partitioners.costmodel.costs.OP_CLASS_NAMES`, in
+        [:data:`MIN_EFFICIENCY`, 1]); classes
         left out keep the profile's.
     memory_efficiency, link_efficiency : float or None
-        Achievable fraction of memory and link bandwidth, in (0, 1].
+        Achievable fraction of memory and link bandwidth, in [:data:`MIN_EFFICIENCY`, 1].
     launch : {"single-controller", "per-device"} or None
         Who pays launches (module docstring).
     """
@@ -162,8 +169,10 @@ class CostModelSpec:
             self.compute_efficiency,
             self.memory_efficiency,
         )
-        if self.link_efficiency is not None and not (0 < self.link_efficiency <= 1):
-            raise InvalidInput("link_efficiency must be in (0, 1]", field="options.cost_model.link_efficiency")
+        if self.link_efficiency is not None and not (MIN_EFFICIENCY <= self.link_efficiency <= 1):
+            raise InvalidInput(
+                f"link_efficiency must be in [{MIN_EFFICIENCY:g}, 1]", field="options.cost_model.link_efficiency"
+            )
         if self.launch is not None and self.launch not in LAUNCH_MODES:
             raise InvalidInput(f"launch must be one of {', '.join(LAUNCH_MODES)}", field="options.cost_model.launch")
         object.__setattr__(
@@ -177,20 +186,23 @@ def _check_parameters(
     compute_efficiency: tuple[tuple[str, float], ...],
     memory_efficiency: float | None,
 ) -> None:
-    if launch_overhead_s is not None and not (launch_overhead_s >= 0 and math.isfinite(launch_overhead_s)):
-        raise InvalidInput("launch_overhead_s must be a finite number >= 0", field=f"{where}.launch_overhead_s")
+    if launch_overhead_s is not None and not (0 <= launch_overhead_s <= MAX_LAUNCH_OVERHEAD_S):
+        raise InvalidInput(
+            f"launch_overhead_s must be from 0 to {MAX_LAUNCH_OVERHEAD_S:g} s", field=f"{where}.launch_overhead_s"
+        )
     for cls, eff in compute_efficiency:
         if cls not in OP_CLASS_NAMES:
             raise InvalidInput(
                 f"unknown op class {cls!r}; use one of {', '.join(OP_CLASS_NAMES)}",
                 field=f"{where}.compute_efficiency",
             )
-        if not 0 < eff <= 1:
+        if not MIN_EFFICIENCY <= eff <= 1:
             raise InvalidInput(
-                f"compute efficiency of {cls!r} must be in (0, 1]", field=f"{where}.compute_efficiency.{cls}"
+                f"compute efficiency of {cls!r} must be in [{MIN_EFFICIENCY:g}, 1]",
+                field=f"{where}.compute_efficiency.{cls}",
             )
-    if memory_efficiency is not None and not (0 < memory_efficiency <= 1):
-        raise InvalidInput("memory_efficiency must be in (0, 1]", field=f"{where}.memory_efficiency")
+    if memory_efficiency is not None and not (MIN_EFFICIENCY <= memory_efficiency <= 1):
+        raise InvalidInput(f"memory_efficiency must be in [{MIN_EFFICIENCY:g}, 1]", field=f"{where}.memory_efficiency")
 
 
 def _number(value: Any, where: str) -> float:

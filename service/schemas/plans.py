@@ -35,7 +35,8 @@ MAX_LIST = 2_000_000
 
 #: The operator classes efficiencies are given for (partitioners.costmodel.costs.OP_CLASS_NAMES).
 OpClass = Literal["matmul", "conv", "attention", "norm", "elementwise", "reduction", "data-movement", "other"]
-Efficiency = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False, strict=True)]
+#: Lowest fraction of peak a caller may set (partitioners.costmodel.profiles.MIN_EFFICIENCY).
+Efficiency = Annotated[float, Field(ge=1e-3, le=1, allow_inf_nan=False, strict=True)]
 LaunchSeconds = Annotated[float, Field(ge=0, le=1.0, allow_inf_nan=False, strict=True)]
 
 

@@ -211,3 +211,9 @@ def test_a_plain_node_time_applies_on_a_type_other_nodes_give_times_for():
         g, inventory_from_json(_inventory(1, types=["h100"])), resolve_cost_model(CostModelSpec("roofline"))
     )
     np.testing.assert_allclose(times[:, 0], [3e-3, 4e-3])
+
+
+def test_an_efficiency_near_zero_is_refused_before_it_makes_times_infinite():
+    with pytest.raises(InvalidInput) as err:
+        cost_model_spec_from_json({"compute_efficiency": {"matmul": 1e-300}})
+    assert err.value.field == "options.cost_model.compute_efficiency.matmul"

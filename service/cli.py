@@ -306,6 +306,13 @@ def plan(
     dim: Annotated[
         list[str], typer.Option("--dim", "-d", help="ONNX dimension name=value (repeatable), e.g. -d batch=8.")
     ] = [],  # noqa: B006
+    cost_model: Annotated[
+        str | None,
+        typer.Option(
+            "--cost-model",
+            help="Cost-model profile: roofline, eager (the default) or cuda-graphs (docs/costmodel.md).",
+        ),
+    ] = None,
     server: Annotated[
         str | None, typer.Option(help="Service URL; without it, plans in-process with no database.")
     ] = None,
@@ -332,6 +339,8 @@ def plan(
     options = _parse_pairs(option, "--option")
     if dim:
         options["dims"] = _parse_dims(dim)
+    if cost_model is not None:
+        options["cost_model"] = cost_model
     if server is None:
         from pydantic import ValidationError
 

@@ -9,6 +9,12 @@ device's achievable memory bandwidth, and every kernel pays a launch overhead:
 ``eff_class`` is the fraction of peak an op class reaches in practice, ``eff_mem`` the
 fraction of memory bandwidth a streaming kernel reaches; ``calib`` multipliers start
 at 1.0 and are set by calibration against measured timelines (DESIGN.md, feedback).
+An operator whose graph node carries its own ``time_s`` (measured or estimated by the
+compiler, :attr:`~partitioners.graph.hypergraph.Hypergraph.op_time_s`) takes that time
+in place of ``max(...) * calib`` and still pays ``launch``: node time, then
+calibration, then the profile (:mod:`partitioners.costmodel.profiles`, where the
+named parameter sets and the launch modes are). Transfers run at ``link_efficiency``
+of each link's bandwidth.
 
 View operators (``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Flatten``, ``Identity``:
 :data:`VIEW_OP_TYPES`) touch no bytes: their output is their input's buffer under
@@ -94,6 +100,11 @@ __all__ = [
     "timing_dtype_note",
     "op_times_s",
     "op_times_by_profile_s",
+    "node_time_columns",
+    "node_times_for",
+    "COST_SOURCES",
+    "cost_sources",
+    "LAUNCH_MODES",
     "transfer_time_s",
     "transfer_times_s",
     "link_time_tables",
@@ -220,6 +231,20 @@ class CostModel:
         ``"*"`` applies to every device; a device *type* also matches.
     link_class_multiplier : mapping link class name -> float
         Calibration multipliers on transfer time per :data:`~partitioners.hardware.inventory.LINK_CLASS_NAMES`.
+    profile : str
+        Name of the :mod:`~partitioners.costmodel.profiles` profile these parameters
+        came from (echoed in plan summaries; the numbers above are what time a plan).
+    launch : {"single-controller", "per-device"}
+        Who pays the launch overhead: one host thread for every device (launches
+        serialise across devices, as in PyTorch or ONNX Runtime driving several GPUs
+        from one process), or one host thread per device.
+    link_efficiency : float
+        Achievable fraction of every link's nominal bandwidth (transfer times are
+        divided by it).
+    device_overrides : mapping device type or name -> mapping
+        Per-device values of ``launch_overhead_s``, ``memory_efficiency`` and
+        ``efficiency`` (a tuple per op class) where devices differ; a device name
+        wins over its type.
     """
 
     dtype: str | None = None
@@ -228,6 +253,10 @@ class CostModel:
     launch_overhead_s: float = 5e-6
     device_class_multiplier: Mapping[tuple[str, str], float] = field(default_factory=dict, hash=False)
     link_class_multiplier: Mapping[str, float] = field(default_factory=dict, hash=False)
+    profile: str = "eager"
+    launch: str = "single-controller"
+    link_efficiency: float = 1.0
+    device_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "efficiency", tuple(float(e) for e in self.efficiency))
@@ -244,8 +273,15 @@ class CostModel:
             raise InvalidInput("cost model efficiencies must be in (0, 1]", field="cost_model.efficiency")
         if not 0 < self.memory_efficiency <= 1:
             raise InvalidInput("memory_efficiency must be in (0, 1]", field="cost_model.memory_efficiency")
-        if not self.launch_overhead_s >= 0:
+        if not (self.launch_overhead_s >= 0 and math.isfinite(self.launch_overhead_s)):
             raise InvalidInput("launch_overhead_s must be >= 0", field="cost_model.launch_overhead_s")
+        if self.launch not in LAUNCH_MODES:
+            raise InvalidInput(f"launch must be one of {', '.join(LAUNCH_MODES)}", field="cost_model.launch")
+        if not 0 < self.link_efficiency <= 1:
+            raise InvalidInput("link_efficiency must be in (0, 1]", field="cost_model.link_efficiency")
+        object.__setattr__(
+            self, "device_overrides", {str(k): _checked_override(k, v) for k, v in self.device_overrides.items()}
+        )
         for (dev, cls), m in self.device_class_multiplier.items():
             if cls not in OP_CLASS_NAMES:
                 raise InvalidInput(
@@ -288,8 +324,68 @@ class CostModel:
         return out
 
     def link_multipliers(self) -> npt.NDArray[np.float64]:
-        """Multiplier per link class id (``LINK_LOCAL``, ``LINK_INTRA_GROUP``, ``LINK_INTER_GROUP``)."""
-        return np.array([self.link_class_multiplier.get(c, 1.0) for c in LINK_CLASS_NAMES], dtype=np.float64)
+        """Multiplier per link class id (``LINK_LOCAL``, ``LINK_INTRA_GROUP``, ``LINK_INTER_GROUP``).
+
+        Calibration's multiplier over the link efficiency: a link at 80% of its
+        nominal bandwidth takes 1/0.8 of the nominal time.
+        """
+        return np.array(
+            [self.link_class_multiplier.get(c, 1.0) / self.link_efficiency for c in LINK_CLASS_NAMES],
+            dtype=np.float64,
+        )
+
+    def device_parameters(
+        self, inventory: Inventory
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Per device ``(efficiency (n_devices, n_classes), memory_efficiency, launch_overhead_s)``.
+
+        The model's values, replaced where :attr:`device_overrides` names the device's
+        type, then its name (the more specific wins).
+        """
+        n = inventory.n_devices
+        eff = np.tile(np.asarray(self.efficiency, dtype=np.float64), (n, 1))
+        mem = np.full(n, self.memory_efficiency, dtype=np.float64)
+        launch = np.full(n, self.launch_overhead_s, dtype=np.float64)
+        for column in (inventory.device_types, inventory.device_names):
+            for key, o in self.device_overrides.items():
+                rows = column == key
+                if not rows.any():
+                    continue
+                if "efficiency" in o:
+                    eff[rows] = np.asarray(o["efficiency"], dtype=np.float64)
+                if "memory_efficiency" in o:
+                    mem[rows] = o["memory_efficiency"]
+                if "launch_overhead_s" in o:
+                    launch[rows] = o["launch_overhead_s"]
+        return eff, mem, launch
+
+
+#: Where launch overhead is paid (:attr:`CostModel.launch`).
+LAUNCH_MODES = ("single-controller", "per-device")
+_OVERRIDE_KEYS = ("efficiency", "memory_efficiency", "launch_overhead_s")
+
+
+def _checked_override(key: object, o: Mapping[str, Any]) -> dict[str, Any]:
+    """One :attr:`CostModel.device_overrides` entry, checked like the model's own fields."""
+    where = f"cost_model.device_overrides.{key}"
+    if not isinstance(o, Mapping) or set(o) - set(_OVERRIDE_KEYS):
+        raise InvalidInput(f"a device override may set {', '.join(_OVERRIDE_KEYS)}", field=where)
+    out: dict[str, Any] = {}
+    if "efficiency" in o:
+        eff = tuple(float(e) for e in o["efficiency"])
+        if len(eff) != len(OP_CLASS_NAMES) or not all(0 < e <= 1 for e in eff):
+            raise InvalidInput("efficiencies must be in (0, 1], one per op class", field=f"{where}.efficiency")
+        out["efficiency"] = eff
+    if "memory_efficiency" in o:
+        if not 0 < float(o["memory_efficiency"]) <= 1:
+            raise InvalidInput("memory_efficiency must be in (0, 1]", field=f"{where}.memory_efficiency")
+        out["memory_efficiency"] = float(o["memory_efficiency"])
+    if "launch_overhead_s" in o:
+        launch = float(o["launch_overhead_s"])
+        if not (launch >= 0 and math.isfinite(launch)):
+            raise InvalidInput("launch_overhead_s must be >= 0", field=f"{where}.launch_overhead_s")
+        out["launch_overhead_s"] = launch
+    return out
 
 
 def _peak(inventory: Inventory, cost_model: CostModel) -> np.ndarray:
@@ -372,40 +468,108 @@ def timing_dtype_note(graph: Hypergraph, inventory: Inventory, cost_model: CostM
     )
 
 
+def node_time_columns(graph: Hypergraph, inventory: Inventory) -> npt.NDArray[np.int64]:
+    """Per device, the column of ``graph.op_time_s`` keyed by its type, or -1.
+
+    See :func:`node_times_for`: an operator without a time for the device's type
+    falls back to its ``"*"`` column (a node's plain number).
+    """
+    cols = np.full(inventory.n_devices, -1, dtype=np.int64)
+    if graph.op_time_s is None:
+        return cols
+    for j, key in enumerate(graph.op_time_keys):
+        if key != "*":
+            cols[inventory.device_types == key] = j
+    return cols
+
+
+def node_times_for(graph: Hypergraph, type_column: int) -> npt.NDArray[np.float64]:
+    """Every operator's own time on a device whose type has column ``type_column`` (-1: none).
+
+    The type's time where the node gives one, else the node's plain number, else NaN
+    (the roofline times it).
+    """
+    out = np.full(graph.n_ops, np.nan, dtype=np.float64)
+    if graph.op_time_s is None:
+        return out
+    if "*" in graph.op_time_keys:
+        out[:] = graph.op_time_s[:, graph.op_time_keys.index("*")]
+    if type_column >= 0:
+        typed = graph.op_time_s[:, type_column]
+        np.copyto(out, typed, where=~np.isnan(typed))
+    return out
+
+
 def op_times_by_profile_s(
     graph: Hypergraph, inventory: Inventory, cost_model: CostModel | None = None
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
-    """Roofline times per *device profile*: ``(times (n_ops, n_profiles), device_profile (n_devices,))``.
+    """Operator times per *device profile*: ``(times (n_ops, n_profiles), device_profile (n_devices,))``.
 
-    Devices with identical peak, memory bandwidth and calibration row share a
-    profile, so a 16-GPU DGX pair costs one column instead of 16:
-    ``times[:, device_profile[d]]`` is the time of every op on device ``d``. Use this
-    for 10^6-operator graphs on large clusters (memory ``n_ops x n_profiles``).
+    Devices with identical peak, memory bandwidth, calibration row, cost-model
+    overrides and node-time column share a profile, so a 16-GPU DGX pair costs one
+    column instead of 16: ``times[:, device_profile[d]]`` is the time of every op on
+    device ``d``. Use this for 10^6-operator graphs on large clusters (memory
+    ``n_ops x n_profiles``). An operator with a node time (``graph.op_time_s``, not
+    NaN, in the column that applies to the device) takes it instead of its roofline
+    and calibration, plus the launch overhead.
     """
     cm = cost_model or CostModel()
     peak = _peak(inventory, cm)
     mem_bw = inventory.device_memory_bandwidth_bytes_per_s
     mult = cm.multiplier_matrix(inventory)
-    signature = np.column_stack([peak, mem_bw, mult])
+    d_eff, d_mem, d_launch = cm.device_parameters(inventory)
+    node_cols = node_time_columns(graph, inventory)
+    signature = np.column_stack([peak, mem_bw, d_mem, d_launch, node_cols, mult, d_eff])
     profiles, device_profile = np.unique(signature, axis=0, return_inverse=True)
     device_profile = device_profile.reshape(-1).astype(np.int64)
+    n_cls = len(OP_CLASS_NAMES)
 
     type_classes, type_views, type_of_op = _type_table(graph.op_types)
     classes = type_classes[type_of_op]
-    eff = np.asarray(cm.efficiency, dtype=np.float64)[classes]
     flops = graph.op_flops
     # a view's output is its input's buffer: it reads and writes nothing
     touched = np.where(type_views[type_of_op], 0.0, graph.op_input_bytes() + graph.op_output_bytes())
     times = np.empty((graph.n_ops, profiles.shape[0]), dtype=np.float64)
     for p in range(profiles.shape[0]):
-        p_peak, p_bw = profiles[p, 0], profiles[p, 1]
-        p_mult = profiles[p, 2:][classes]
+        p_peak, p_bw, p_mem, p_launch, p_col = profiles[p, :5]
+        p_mult = profiles[p, 5 : 5 + n_cls][classes]
+        eff = profiles[p, 5 + n_cls :][classes]
         compute = flops / (p_peak * eff)
-        memory = touched / (p_bw * cm.memory_efficiency)
+        memory = touched / (p_bw * p_mem)
         np.maximum(compute, memory, out=times[:, p])
         times[:, p] *= p_mult
-        times[:, p] += cm.launch_overhead_s
+        if graph.op_time_s is not None:
+            given = node_times_for(graph, int(p_col))
+            np.copyto(times[:, p], given, where=~np.isnan(given))
+        times[:, p] += p_launch
     return times, device_profile
+
+
+#: How an operator was timed, in precedence order (:func:`cost_sources`).
+COST_SOURCES = ("node_time_s", "calibration", "roofline")
+
+
+def cost_sources(
+    graph: Hypergraph, inventory: Inventory, cost_model: CostModel, placement: np.ndarray
+) -> dict[str, int]:
+    """How many operators were timed each way on their placed devices.
+
+    ``node_time_s``: the node's own time for that device's type (or for every
+    device); else ``calibration``: a calibration multiplier other than 1 applies to
+    its class on that device; else ``roofline``: the profile's roofline formula.
+    Every operator counts once; the counts add up to ``graph.n_ops``.
+    """
+    placement = np.asarray(placement, dtype=np.int64)
+    given = np.zeros(graph.n_ops, dtype=bool)
+    if graph.op_time_s is not None:
+        cols = node_time_columns(graph, inventory)[placement]
+        for col in np.unique(cols).tolist():
+            on = cols == col
+            given[on] = ~np.isnan(node_times_for(graph, col)[on])
+    mult = cost_model.multiplier_matrix(inventory)[placement, op_class_of(graph.op_types)]
+    calibrated = ~given & (mult != 1.0)
+    n_given, n_cal = int(given.sum()), int(calibrated.sum())
+    return {"node_time_s": n_given, "calibration": n_cal, "roofline": graph.n_ops - n_given - n_cal}
 
 
 def op_times_s(graph: Hypergraph, inventory: Inventory, cost_model: CostModel | None = None) -> npt.NDArray[np.float64]:
@@ -589,21 +753,44 @@ def collective_time_s(
 
 
 def cost_model_to_json(cost_model: CostModel) -> dict[str, Any]:
-    """Plain-JSON form of a cost model (for storing calibrated models with a plan).
+    """Plain-JSON form of a cost model (stored with calibrated plans, echoed in plan summaries).
 
-    ``device_class_multiplier`` becomes ``{device: {op class: multiplier}}``.
+    ``device_class_multiplier`` becomes ``{device: {op class: multiplier}}``;
+    efficiencies (the model's and each device override's) are keyed by op class.
     """
     nested: dict[str, dict[str, float]] = {}
     for (dev, cls), m in sorted(cost_model.device_class_multiplier.items()):
         nested.setdefault(dev, {})[cls] = m
+    overrides: dict[str, dict[str, Any]] = {}
+    for key, o in sorted(cost_model.device_overrides.items()):
+        doc = dict(o)
+        if "efficiency" in doc:
+            doc["efficiency"] = dict(zip(OP_CLASS_NAMES, doc["efficiency"]))
+        overrides[key] = doc
     return {
+        "profile": cost_model.profile,
+        "launch": cost_model.launch,
         "dtype": cost_model.dtype,
         "efficiency": dict(zip(OP_CLASS_NAMES, cost_model.efficiency)),
         "memory_efficiency": cost_model.memory_efficiency,
+        "link_efficiency": cost_model.link_efficiency,
         "launch_overhead_s": cost_model.launch_overhead_s,
+        "device_overrides": overrides,
         "device_class_multiplier": nested,
         "link_class_multiplier": dict(sorted(cost_model.link_class_multiplier.items())),
     }
+
+
+def _efficiency_tuple(doc: Any, base: Sequence[float], where: str) -> tuple[float, ...]:
+    """Efficiencies keyed by op class over ``base`` (the classes left out keep theirs)."""
+    if not isinstance(doc, Mapping):
+        raise InvalidInput(f"{where} must map op class -> fraction", field=where)
+    eff = list(base)
+    for cls, v in doc.items():
+        if cls not in OP_CLASS_NAMES:
+            raise InvalidInput(f"unknown op class {cls!r}; use one of {', '.join(OP_CLASS_NAMES)}", field=where)
+        eff[OP_CLASS_NAMES.index(cls)] = v
+    return tuple(eff)
 
 
 def cost_model_from_json(doc: Mapping[str, Any]) -> CostModel:
@@ -618,39 +805,55 @@ def cost_model_from_json(doc: Mapping[str, Any]) -> CostModel:
     if not isinstance(doc, Mapping):
         raise InvalidInput("cost_model must be an object", field="cost_model")
     unknown = set(doc) - {
+        "profile",
+        "launch",
         "dtype",
         "efficiency",
         "memory_efficiency",
+        "link_efficiency",
         "launch_overhead_s",
+        "device_overrides",
         "device_class_multiplier",
         "link_class_multiplier",
     }
     if unknown:
         raise InvalidInput(f"unknown cost model keys: {', '.join(sorted(unknown))}", field="cost_model")
-    eff = list(_default_efficiency())
-    eff_doc = doc.get("efficiency", {})
-    if not isinstance(eff_doc, Mapping):
-        raise InvalidInput("cost_model.efficiency must map op class -> fraction", field="cost_model.efficiency")
-    for cls, v in eff_doc.items():
-        if cls not in OP_CLASS_NAMES:
-            raise InvalidInput(
-                f"unknown op class {cls!r}; use one of {', '.join(OP_CLASS_NAMES)}", field="cost_model.efficiency"
-            )
-        eff[OP_CLASS_NAMES.index(cls)] = v
+    default = CostModel()
+    eff = _efficiency_tuple(doc.get("efficiency", {}), default.efficiency, "cost_model.efficiency")
     dcm_doc = doc.get("device_class_multiplier", {})
     if not isinstance(dcm_doc, Mapping) or not all(isinstance(v, Mapping) for v in dcm_doc.values()):
         raise InvalidInput(
             "cost_model.device_class_multiplier must map device -> {op class: multiplier}",
             field="cost_model.device_class_multiplier",
         )
+    over_doc = doc.get("device_overrides", {})
+    if not isinstance(over_doc, Mapping) or not all(isinstance(v, Mapping) for v in over_doc.values()):
+        raise InvalidInput(
+            "cost_model.device_overrides must map device -> overrides", field="cost_model.device_overrides"
+        )
+    overrides = {
+        key: {
+            **o,
+            **(
+                {"efficiency": _efficiency_tuple(o["efficiency"], eff, f"cost_model.device_overrides.{key}.efficiency")}
+                if "efficiency" in o
+                else {}
+            ),
+        }
+        for key, o in over_doc.items()
+    }
     try:
         return CostModel(
             dtype=doc.get("dtype"),
-            efficiency=tuple(eff),
-            memory_efficiency=doc.get("memory_efficiency", 0.8),
-            launch_overhead_s=doc.get("launch_overhead_s", 5e-6),
+            efficiency=eff,
+            memory_efficiency=doc.get("memory_efficiency", default.memory_efficiency),
+            launch_overhead_s=doc.get("launch_overhead_s", default.launch_overhead_s),
             device_class_multiplier={(d, c): m for d, row in dcm_doc.items() for c, m in row.items()},
             link_class_multiplier=dict(doc.get("link_class_multiplier", {})),
+            profile=str(doc.get("profile", default.profile)),
+            launch=doc.get("launch", default.launch),
+            link_efficiency=doc.get("link_efficiency", default.link_efficiency),
+            device_overrides=overrides,
         )
     except TypeError as exc:
         raise InvalidInput(f"cost model values must be numbers ({exc})", field="cost_model") from None

@@ -25,6 +25,17 @@ The model (what a reader needs to trust the numbers):
   only the order of completions differs; a transfer never slips into a port's idle
   gap ahead of an earlier-issued one.
   Compute and communication overlap (copy engines are separate from the SMs).
+* **Launches.** Every operator's time includes its launch overhead
+  (:mod:`partitioners.costmodel.costs`). With the cost model's ``launch`` set to
+  ``"per-device"`` each device launches its own operators, so that is all. With
+  ``"single-controller"`` (one host thread issues every device's kernels, as PyTorch
+  and ONNX Runtime do with several GPUs in one process) the launches share one host:
+  an operator picked at ``t`` starts at ``max(t, host free)`` and holds the host for
+  its device's launch overhead, so launches of all devices serialise in the order
+  the devices pick their operators. One device never waits for the host (its
+  previous operator's launch ended before that operator did). A transfer between
+  devices is a copy the host issues as well: it holds the host for the sending
+  device's launch overhead when its tensor is ready and starts once issued.
 * **Memory.** Per device: parameters it reads (resident) plus live tensors. A
   tensor is live on its producer's device from the producer's start until its last
   local consumer has finished and every outgoing transfer of it has finished (graph
@@ -170,6 +181,7 @@ class SimulationContext:
     edge_ptr: list[int]
     edge_dst_list: list[int]
     reverse_topo: list[int]
+    host_launch_s: list[float] | None = None  # per device, when one host issues every launch
 
 
 # (group latency_s, group s/byte, inter-group latency_s, inter-group s/byte, per-pair tables or None)
@@ -219,6 +231,8 @@ def prepare_simulation(
         Defaults to ``CostModel()``.
     op_times_s : numpy.ndarray, optional
         ``(n_ops, n_devices)`` operator times; computed from the cost model when absent.
+        Given without a ``cost_model``, they are the whole story: no shared host
+        serialises their launches.
 
     Raises
     ------
@@ -245,6 +259,14 @@ def prepare_simulation(
     pending = np.bincount(owners[is_act], minlength=graph.n_ops)
     g_lat, g_pb, i_lat, i_pb, p_lat, p_pb = _link_params(inventory, cm)
     e_src, e_dst, e_tensor, e_ptr = _edges_by_producer(graph)
+    launch = cm.device_parameters(inventory)[2]
+    # a table given without a cost model is every operator's whole time: no launch model over it
+    shared_host = (
+        cm.launch == "single-controller"
+        and (op_times_s is None or cost_model is not None)
+        and inventory.n_devices > 1
+        and bool((launch > 0).any())
+    )
     return SimulationContext(
         graph=graph,
         inventory=inventory,
@@ -271,6 +293,7 @@ def prepare_simulation(
         edge_ptr=e_ptr.tolist(),
         edge_dst_list=e_dst.tolist(),
         reverse_topo=order[::-1].tolist(),
+        host_launch_s=launch.tolist() if shared_host else None,
     )
 
 
@@ -477,6 +500,8 @@ def _event_loop(
     # device has picked at that instant, so which device picks first (its number) cannot
     # decide whose transfers take a shared port first.
     todo: list[int] = []
+    host = ctx.host_launch_s  # per device launch seconds on the one host, or None
+    host_free = 0.0
     a: float | None  # arrival of the tensor at a consumer's device
     while heap:
         t, kind, x = heappop(heap)
@@ -519,6 +544,12 @@ def _event_loop(
                                 s0 = s1
                             if s0 < t:
                                 s0 = t
+                            if host is not None:
+                                # the one host issues the copy too, like a kernel launch
+                                h = host_free if host_free > t else t
+                                host_free = h + host[d]
+                                if host_free > s0:
+                                    s0 = host_free
                             nb = tbytes[ot]
                             a = s0 + info[0] + nb * info[1]
                             port_free[info[2]] = a
@@ -555,8 +586,13 @@ def _event_loop(
                 continue
             op = heappop(q)[1]
             busy[x] = True
-            start[op] = t
-            e = t + dur_l[op]
+            s = t
+            if host is not None:
+                if host_free > s:
+                    s = host_free
+                host_free = s + host[x]
+            start[op] = s
+            e = s + dur_l[op]
             end[op] = e
             heappush(heap, (e, 0 if e > t else 3, op))
             continue
@@ -570,8 +606,13 @@ def _event_loop(
                     dispatch_pending[dc] = False
                     op = heappop(readyq[dc])[1]
                     busy[dc] = True
-                    start[op] = t
-                    e = t + dur_l[op]
+                    s = t
+                    if host is not None:
+                        if host_free > s:
+                            s = host_free
+                        host_free = s + host[dc]
+                    start[op] = s
+                    e = s + dur_l[op]
                     end[op] = e
                     heappush(heap, (e, 0 if e > t else 3, op))
             todo.clear()

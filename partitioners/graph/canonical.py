@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Protocol
 
@@ -183,6 +183,10 @@ def model_hash(graph: Hypergraph, order: NameOrder | None = None) -> str:
         h.update(graph.tensor_role[tensor_order].tobytes())
         of = graph.tensor_of[tensor_order]
         h.update(np.where(of >= 0, tensor_rank[np.maximum(of, 0)], -1).tobytes())
+    if graph.op_time_s is not None:
+        h.update(b"time_s")
+        _strings_digest(h, list(graph.op_time_keys))
+        h.update((graph.op_time_s[op_order] + 0.0).tobytes())
     return h.hexdigest()
 
 
@@ -232,6 +236,12 @@ def graph_to_json(graph: Hypergraph, order: NameOrder | None = None) -> GraphJso
         roles = graph.op_role[op_order]
         for i in np.flatnonzero(roles >= 0).tolist():
             nodes[i]["role"] = _OP_ROLE_NAMES[int(roles[i])]  # type: ignore[typeddict-item]
+    if graph.op_time_s is not None:
+        keys = graph.op_time_keys
+        for i, row in enumerate(graph.op_time_s[op_order].tolist()):
+            given = {k: t for k, t in zip(keys, row) if t == t}  # NaN: not given
+            if given:
+                nodes[i]["time_s"] = given["*"] if list(given) == ["*"] else given
 
     sizes = graph.tensor_bytes[tensor_order]
     if sizes.size == 0 or (np.all(sizes == np.floor(sizes)) and sizes.max() < 2**63):
@@ -345,4 +355,6 @@ def canonical_graph(graph: Hypergraph, order: NameOrder | None = None) -> Hyperg
     given = graph.op_param_bytes[ops]
     differs = given != canonical.op_param_bytes
     canonical.op_param_bytes[differs] = given[differs]
+    if graph.op_time_s is not None:
+        canonical = replace(canonical, op_time_s=graph.op_time_s[ops], op_time_keys=graph.op_time_keys)
     return canonical

@@ -131,6 +131,14 @@ class Hypergraph:
     tensor_of : numpy.ndarray of int64 or None, shape (n_tensors,)
         The parameter tensor a gradient or optimizer state belongs to, ``-1`` where
         none; None exactly when ``tensor_role`` is.
+    op_time_s : numpy.ndarray of float64 or None, shape (n_ops, len(op_time_keys))
+        Operator times the compiler measured or estimated (a node's ``time_s``), one
+        column per key of ``op_time_keys``; NaN where a node gives none. The cost
+        model uses them in place of its roofline (:mod:`partitioners.costmodel.costs`).
+        None when no node carries a time.
+    op_time_keys : tuple of str
+        What each column of ``op_time_s`` applies to: a device type, or ``"*"`` (a
+        node's plain number: every device without a column of its own type).
     """
 
     name: str
@@ -155,6 +163,8 @@ class Hypergraph:
     op_role: np.ndarray | None = None
     tensor_role: np.ndarray | None = None
     tensor_of: np.ndarray | None = None
+    op_time_s: np.ndarray | None = None
+    op_time_keys: tuple[str, ...] = ()
 
     @property
     def n_ops(self) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -63,7 +63,7 @@ _NUMBER_TYPES = frozenset({int, float})
 #: that would otherwise be ignored. ``warnings`` is what
 #: :func:`~partitioners.graph.canonical.graph_to_json` carries.
 _GRAPH_FIELDS = ("name", "nodes", "tensors", "warnings")
-_NODE_FIELDS = ("name", "op", "inputs", "outputs", "flops", "param_bytes", "device_types", "role")
+_NODE_FIELDS = ("name", "op", "inputs", "outputs", "flops", "param_bytes", "device_types", "role", "time_s")
 _TENSOR_FIELDS = ("name", "bytes", "shape", "dtype", "kind", "of")
 
 
@@ -78,6 +78,7 @@ class NodeJson(TypedDict):
     param_bytes: NotRequired[float | None]  # absent: the bytes of the parameter tensors it reads
     device_types: NotRequired[list[str] | None]  # absent: any device type
     role: NotRequired[Literal["forward", "backward", "optimizer"] | None]  # absent: forward
+    time_s: NotRequired[float | dict[str, float] | None]  # the compiler's own time, per device type or for all
 
 
 class TensorJson(TypedDict):
@@ -426,8 +427,62 @@ def graph_from_json(
     )
     if params_given.any():
         graph.op_param_bytes[params_given] = params_arr[params_given]
+    times = _node_times(nodes, columns.op_names)
+    if times is not None:
+        graph = replace(graph, op_time_s=times[0], op_time_keys=times[1])
     topological_order(graph)  # raises InvalidInput(code="cycle")
     return graph
+
+
+#: Longest operator time a node may give: a day. Anything longer is a unit mistake.
+MAX_NODE_TIME_S = 86_400.0
+
+
+def _node_times(nodes: _JsonEntries, op_names: Sequence[str]) -> tuple[npt.NDArray[np.float64], tuple[str, ...]] | None:
+    """Nodes' ``time_s`` as ``(times (n_ops, n_keys), keys)``, NaN where absent; None when no node has one.
+
+    A number applies to every device (key ``"*"``), an object ``{device type: s}`` to
+    the devices of those types.
+    """
+    values = [n.get("time_s") for n in nodes]
+    if values.count(None) == len(values):  # C-level: a graph without times costs one pass
+        return None
+    given = [i for i, v in enumerate(values) if v is not None]
+    keys: dict[str, None] = {}
+    for i in given:
+        v = values[i]
+        where = f"nodes[{i}].time_s"
+        entries = v.items() if isinstance(v, dict) else [("*", v)]
+        if isinstance(v, dict) and not v:
+            raise InvalidInput(
+                f"operator '{op_names[i]}' has an empty \"time_s\" object; give seconds per device type",
+                field=where,
+                code="invalid-number",
+            )
+        for key, t in entries:
+            if not isinstance(key, str) or not key or len(key) > 200 or "\x00" in key or type(t) not in _NUMBER_TYPES:
+                raise InvalidInput(
+                    f"operator '{op_names[i]}' has \"time_s\" {_describe(v)}; expected seconds as a number, "
+                    "or an object of device type -> seconds",
+                    field=where,
+                    code="invalid-node",
+                )
+            if not (0.0 <= float(t) <= MAX_NODE_TIME_S):
+                raise InvalidInput(
+                    f"operator '{op_names[i]}' has time_s = {t!r}; it must be a finite number of seconds "
+                    f"from 0 to {MAX_NODE_TIME_S:g}",
+                    field=where if key == "*" else f"{where}.{key}",
+                    code="invalid-number",
+                )
+            keys[key] = None
+    order = sorted(keys, key=lambda k: (k != "*", k))
+    col = {k: j for j, k in enumerate(order)}
+    out = np.full((len(nodes), len(order)), np.nan, dtype=np.float64)
+    for i in given:
+        v = values[i]
+        for key, t in v.items() if isinstance(v, dict) else [("*", v)]:
+            out[i, col[key]] = float(t)
+    return out, tuple(order)
 
 
 def _document_lists(doc: object) -> tuple[_JsonEntries, _JsonEntries, str]:

@@ -121,6 +121,10 @@ class Inventory:
         Energy per byte over each group's fabric; NaN where unknown.
     inter_link_energy_j_per_byte : float
         Energy per byte between groups; NaN when unknown.
+    device_cost_model : dict[str, dict]
+        Per device name, the ``cost_model`` entries its JSON (or its group's) carries
+        where devices differ (launch overhead, efficiencies); read by
+        :func:`partitioners.costmodel.profiles.resolve_cost_model`, which checks them.
     """
 
     name: str
@@ -141,6 +145,7 @@ class Inventory:
     bandwidth_matrix_bytes_per_s: npt.NDArray[np.float64] | None = None
     latency_matrix_s: npt.NDArray[np.float64] | None = None
     preset: str | None = None
+    device_cost_model: dict[str, dict[str, Any]] = field(default_factory=dict)
     _index: dict[str, int] = field(default_factory=dict, repr=False)
     device_active_power_w: npt.NDArray[np.float64] | None = None
     device_idle_power_w: npt.NDArray[np.float64] | None = None
@@ -460,8 +465,12 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         group_energy.append(
             _link_energy_j_per_byte(g.get("link") if isinstance(g, Mapping) else None, f"{gwhere}.link")
         )
+        group_cost = _cost_model_entry(g.get("cost_model"), f"{gwhere}.cost_model")
         for di, d in enumerate(members):
             devices.add(d, gi, f"{gwhere}.devices[{di}]", default_dtype, reuse_parsed=preset is not None)
+            own = _cost_model_entry(d.get("cost_model"), f"{gwhere}.devices[{di}].cost_model")
+            if group_cost or own:
+                devices.cost_models[devices.names[-1]] = {**group_cost, **own}
     inter = _inter_group_link(doc, len(groups))
     inter_energy = _link_energy_j_per_byte(doc.get("link"), "inventory.link")
     active_w = np.array(devices.active_power_w, dtype=np.float64)
@@ -500,6 +509,7 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         bandwidth_matrix_bytes_per_s=bmat,
         latency_matrix_s=lmat,
         preset=preset if isinstance(preset, str) else doc.get("_preset"),
+        device_cost_model=devices.cost_models,
         _index={nm: i for i, nm in enumerate(devices.names)},
         device_active_power_w=active_w if has_power else None,
         device_idle_power_w=idle_w if has_power else None,
@@ -507,6 +517,15 @@ def inventory_from_json(doc: Mapping[str, Any]) -> Inventory:
         inter_link_energy_j_per_byte=inter_energy,
     )
     return inv
+
+
+def _cost_model_entry(value: Any, where: str) -> dict[str, Any]:
+    """A device's or group's ``cost_model`` object (its keys and values are checked where it is resolved)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"{where} must be an object of cost-model parameters", field=where)
+    return {str(k): v for k, v in value.items()}
 
 
 def _parse_group(g: Any, gi: int, gwhere: str) -> tuple[str, list[Any], LinkSpec]:
@@ -558,6 +577,7 @@ class _DeviceColumns:
     active_power_w: list[float] = field(default_factory=list)
     idle_power_w: list[float] = field(default_factory=list)
     seen: dict[str, str] = field(default_factory=dict)  # name -> where it was declared
+    cost_models: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> cost_model overrides
     # presets repeat one device spec: validate it once, reuse the parsed form
     parsed: dict[int, tuple[dict[str, float], list[tuple[str, float, float]]]] = field(default_factory=dict)
 
@@ -732,6 +752,8 @@ def inventory_to_json(inv: Inventory) -> dict[str, Any]:
             if math.isfinite(inv.device_active_power_w[i]):
                 device["active_power_w"] = float(inv.device_active_power_w[i])
                 device["idle_power_w"] = float(inv.device_idle_power_w[i])
+        if str(inv.device_names[i]) in inv.device_cost_model:
+            device["cost_model"] = dict(inv.device_cost_model[str(inv.device_names[i])])
         groups[int(inv.device_group[i])]["devices"].append(device)
     out: dict[str, Any] = {"name": inv.name, "default_dtype": inv.default_dtype, "groups": groups}
     if inv.n_groups > 1 or math.isfinite(inv.inter_link.bandwidth_bytes_per_s):

@@ -13,13 +13,14 @@ on first use and kept, so a request that never runs METIS never builds its graph
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from partitioners.costmodel.costs import CostModel, link_time_tables, timing_dtype_note
 from partitioners.costmodel.energy import devices_without_power
+from partitioners.costmodel.profiles import resolve_cost_model
 from partitioners.costmodel.simulator import SimulationContext, prepare_simulation
 from partitioners.errors import DoesNotFit, InvalidInput
 from partitioners.graph.hypergraph import TENSOR_ROLE_GRADIENT, Hypergraph, op_levels
@@ -34,7 +35,7 @@ from partitioners.hardware.inventory import Inventory
 from partitioners.placement.metis_adapter import MetisGraph, metis_graph
 from partitioners.placement.options import ENERGY_OBJECTIVES, PlacementOptions
 
-__all__ = ["OriginProfile", "PlacementContext", "placement_context", "format_bytes"]
+__all__ = ["OriginProfile", "PlacementContext", "placement_context", "format_bytes", "with_node_times"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -220,7 +221,7 @@ def placement_context(
     inventory : Inventory
     options : PlacementOptions
     cost_model : CostModel, optional
-        Defaults to ``CostModel()``.
+        Defaults to ``options.cost_model`` resolved against the inventory.
 
     Returns
     -------
@@ -235,11 +236,13 @@ def placement_context(
         An operator restricted to some device types needs more memory than any of
         those devices has (unless ``options.allow_infeasible``).
     """
-    cost_model = cost_model or CostModel()
+    cost_model = cost_model or resolve_cost_model(options.cost_model, inventory)
     expanded = expand_graph(graph, mode=options.mode, micro_batches=options.micro_batches)
     notes = [note for note in (timing_dtype_note(graph, inventory, cost_model),) if note]
     if expanded.declared:
         notes.append(declared_training_note(options.mode))
+    if graph.op_time_s is not None:
+        expanded = with_node_times(expanded, graph)
     g = expanded.graph
     if g.n_ops == 0:
         raise InvalidInput("the graph has no operators to place", field="graph.nodes")
@@ -298,6 +301,23 @@ def declared_training_note(mode: str) -> str:
             "synthesised; send the forward graph alone for an inference plan"
         )
     return f"{declared}: planned as it is, no backward pass or optimizer synthesised"
+
+
+def with_node_times(expanded: ExpandedGraph, graph: Hypergraph) -> ExpandedGraph:
+    """The expanded graph carrying the submitted nodes' own times on their forward copies.
+
+    Every micro-batch's copy of a node runs the node's kernel, so it takes the node's
+    time; the backward and optimizer operators training synthesises have none (the
+    roofline times them), while those a declared training step sends keep theirs. A graph without node times gives ``expanded`` back.
+    """
+    if graph.op_time_s is None:
+        return expanded
+    # a declared training step's backward and optimizer nodes are the compiler's own kernels too
+    timed = np.ones(expanded.graph.n_ops, dtype=bool) if expanded.declared else expanded.op_phase == PHASE_FORWARD
+    times = np.full((expanded.graph.n_ops, graph.op_time_s.shape[1]), np.nan, dtype=np.float64)
+    times[timed] = graph.op_time_s[expanded.op_origin[timed]]
+    g = replace(expanded.graph, op_time_s=times, op_time_keys=graph.op_time_keys)
+    return replace(expanded, graph=g)
 
 
 def _device_order(inventory: Inventory, speed: np.ndarray, max_devices: int | None) -> np.ndarray:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from partitioners.costmodel.costs import CostModel
+from partitioners.costmodel.costs import CostModel, cost_sources
 from partitioners.costmodel.simulator import SimulationResult, critical_path_priority, simulate
 from partitioners.errors import DoesNotFit, Infeasible
 from partitioners.graph.hypergraph import Hypergraph
@@ -201,4 +201,6 @@ def finish_placement(
         chosen=cand,
         notes=notes,
         timed_with_tiers=timed_with_tiers,
+        cost_model=ctx.cost_model,
+        cost_sources=cost_sources(g, inv, ctx.cost_model, placement),
     )

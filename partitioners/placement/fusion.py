@@ -61,7 +61,7 @@ References
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -266,6 +266,15 @@ def _group_csr(
     return ptr, pairs[1].astype(np.int64)
 
 
+def _group_times(op_time_s: npt.NDArray[np.float64], groups: FusionGroups) -> npt.NDArray[np.float64]:
+    """A group's node time: its members' times summed, an upper estimate of the fused kernel's
+    (it no longer pays the intermediates' traffic); NaN (roofline) when one member gives none."""
+    out = np.zeros((groups.n_groups, op_time_s.shape[1]), dtype=np.float64)
+    for column in range(op_time_s.shape[1]):
+        out[:, column] = np.bincount(groups.op_group, weights=op_time_s[:, column], minlength=groups.n_groups)
+    return out
+
+
 def fused_graph(graph: Hypergraph, groups: FusionGroups) -> Hypergraph:
     """``graph`` with every group contracted into one node named after its first operator.
 
@@ -287,7 +296,7 @@ def fused_graph(graph: Hypergraph, groups: FusionGroups) -> Hypergraph:
     out_ptr, out_tensors = _group_csr(graph.output_ptr, graph.output_tensors, groups.op_group, keep, n_groups)
     anchor = groups.group_anchor
     kept = np.flatnonzero(keep)
-    return build_hypergraph(
+    fused = build_hypergraph(
         name=graph.name,
         op_names=graph.op_names[anchor],
         op_types=graph.op_types[anchor],
@@ -310,3 +319,6 @@ def fused_graph(graph: Hypergraph, groups: FusionGroups) -> Hypergraph:
         if graph.tensor_of is None
         else np.where(graph.tensor_of >= 0, new_id[graph.tensor_of], -1)[kept],
     )
+    if graph.op_time_s is None:
+        return fused
+    return replace(fused, op_time_s=_group_times(graph.op_time_s, groups), op_time_keys=graph.op_time_keys)

@@ -467,7 +467,7 @@ def placed_tier_op_times_s(
     f_out, s_out = ratio_terms(graph.output_ptr, graph.output_tensors)
     slow = s_in + s_out
     ratio = np.where(slow > 0, (f_in + f_out) / np.where(slow > 0, slow, 1.0), 1.0)
-    launch = cm.launch_overhead_s
+    launch = cm.device_parameters(inventory)[2][placement]  # each device's own launch overhead
     mem_new = launch + (memory[ops, column] - launch) * ratio
     times_s: np.ndarray = np.minimum(full[ops, column], np.maximum(compute[ops, column], mem_new))
     return times_s

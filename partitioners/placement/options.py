@@ -6,8 +6,9 @@ The options are checked once, here, when they are made; every module of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from partitioners.costmodel.profiles import CostModelSpec
 from partitioners.errors import InvalidInput
 
 #: How operators may be fused before placement (:mod:`partitioners.placement.fusion`).
@@ -60,6 +61,11 @@ class PlacementOptions:
         Whether a step's energy includes the idle power of usable devices the plan
         leaves unused (a job that holds them pays for them); ``False`` when the caller
         frees them.
+    cost_model : CostModelSpec
+        The cost model that times the plan: a named profile and the parameters that
+        override it (:mod:`partitioners.costmodel.profiles`). A ``cost_model``
+        passed to :func:`~partitioners.placement.engine.place` (a calibrated one)
+        takes its place.
     """
 
     objective: str = "makespan"
@@ -73,6 +79,7 @@ class PlacementOptions:
     allow_infeasible: bool = False
     count_idle_devices: bool = True
     fusion: str = "none"
+    cost_model: CostModelSpec = field(default_factory=CostModelSpec)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -87,5 +94,7 @@ class PlacementOptions:
             raise InvalidInput("max_devices must be a positive integer", field="options.max_devices")
         if self.fusion not in FUSION_MODES:
             raise InvalidInput(f"fusion must be one of {', '.join(FUSION_MODES)}", field="options.fusion")
+        if not isinstance(self.cost_model, CostModelSpec):
+            raise InvalidInput("cost_model must be a CostModelSpec", field="options.cost_model")
         if not (0.0 <= self.memory_headroom_fraction < 1.0):
             raise InvalidInput("memory_headroom_fraction must be in [0, 1)", field="options.memory_headroom_fraction")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from partitioners.costmodel.costs import CostModel
 from partitioners.costmodel.energy import StepEnergy
 from partitioners.costmodel.simulator import SimulationResult, remote_transfers
 from partitioners.graph.hypergraph import (
@@ -164,6 +165,11 @@ class PlacementResult:
         bandwidths (:func:`~partitioners.placement.memory_tiers.placed_tier_op_times_s`), so
         measured times compare with those; False where level 3 left the main-memory
         schedule (too many operators, too little gain, or a slower re-timed schedule).
+    cost_model : CostModel or None
+        The resolved cost model that timed the plan (profile, parameters, calibration).
+    cost_sources : dict[str, int]
+        How many operators were timed each way on their devices
+        (:func:`~partitioners.costmodel.costs.cost_sources`).
     """
 
     expanded: ExpandedGraph
@@ -186,6 +192,8 @@ class PlacementResult:
     timed_with_tiers: bool = False
     energy: StepEnergy | None = None
     fusion: FusionGroups | None = None
+    cost_model: CostModel | None = None
+    cost_sources: dict[str, int] = field(default_factory=dict)
 
     @property
     def graph(self) -> Hypergraph:

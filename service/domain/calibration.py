@@ -25,12 +25,13 @@ and :func:`split_stored_options` are the only code that knows that layout.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from sqlalchemy.orm import Session
 
 from partitioners.costmodel.costs import OP_CLASS_NAMES, CostModel
+from partitioners.costmodel.profiles import cost_model_spec_from_json, resolve_cost_model
 from partitioners.feedback.calibration import CalibrationFit, fit_calibration
 from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory
 from service.storage import feedback as feedback_repo
@@ -42,6 +43,7 @@ __all__ = [
     "STORED_FACTORS_KEY",
     "PlanCalibration",
     "cost_model_from_factors",
+    "plan_cost_model",
     "factors_of",
     "options_with_factors",
     "split_stored_options",
@@ -70,14 +72,23 @@ def cost_model_from_factors(factors: dict | None, inventory: Inventory, base: Co
             table[(entry["device"], entry["op_class"])] = float(entry["multiplier"])
     links = {k: float(v) for k, v in factors.get("link_class", {}).items() if k in LINK_CLASS_NAMES}
     launch = factors.get("launch_overhead_s")
-    return CostModel(
-        dtype=base.dtype,
-        efficiency=base.efficiency,
-        memory_efficiency=base.memory_efficiency,
+    return replace(
+        base,
         launch_overhead_s=float(launch) if launch is not None else base.launch_overhead_s,
         device_class_multiplier={**base.device_class_multiplier, **table},
         link_class_multiplier={**base.link_class_multiplier, **links},
     )
+
+
+def plan_cost_model(options: Mapping, factors: dict | None, inventory: Inventory) -> CostModel:
+    """The cost model a plan with these (user's) options and calibration factors is timed with.
+
+    The options' ``cost_model`` (profile and parameters, per-device entries of the
+    inventory) is the base; calibration factors, where there are any, apply on top of
+    it (calibration > profile; a node's own ``time_s`` still wins over both).
+    """
+    base = resolve_cost_model(cost_model_spec_from_json(options.get("cost_model")), inventory)
+    return cost_model_from_factors(factors, inventory, base) if factors is not None else base
 
 
 def factors_of(model: CostModel, inventory: Inventory) -> dict:

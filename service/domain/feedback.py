@@ -46,7 +46,7 @@ from service.domain.calibration import (
     PlanCalibration,
     calibration_in_use,
     calibration_read,
-    cost_model_from_factors,
+    plan_cost_model,
     refit_calibration,
 )
 from service.domain.compute_slots import ComputeSlots
@@ -219,11 +219,11 @@ def _observations(match: TimelineMatch, ctx: PlanContext) -> dict:
     """The matched operator runs and transfers, each beside what the uncalibrated cost model
     predicts for it: what calibration fits (stored, so refits never re-read the timeline)."""
     g, inv = ctx.graph, ctx.inventory
-    base = CostModel()
+    base = plan_cost_model(ctx.options, None, inv)  # the plan's own profile, uncalibrated
     classes = op_class_of(g.op_types)
     main, tiered = plan_op_times_s(ctx, base, match.op, match.device)
     realized = tiers_realized(match.duration_s, main, tiered, match.device, classes[match.op])
-    roofline = (tiered if realized else main) - base.launch_overhead_s
+    roofline = (tiered if realized else main) - base.device_parameters(inv)[2][match.device]
     device_names = inv.device_names
     t_bytes = g.tensor_bytes[match.transfer_tensor]
     t_pred = transfer_times_s(t_bytes, match.transfer_src, match.transfer_dst, inv, base)
@@ -321,8 +321,10 @@ def plan_accuracy(session: Session, tenant_id: str, plan_id: str) -> dict:
     measured = np.array([float(np.median(samples[k])) for k in keys])
     measured_makespan = float(np.median(spans)) if spans else 0.0
     calibration = feedback_repo.get_calibration(session, tenant_id, ctx.inventory_hash)
-    before_model = cost_model_from_factors(ctx.calibration, ctx.inventory)
-    after_model = cost_model_from_factors(calibration.factors if calibration else ctx.calibration, ctx.inventory)
+    before_model = plan_cost_model(ctx.options, ctx.calibration or {}, ctx.inventory)
+    after_model = plan_cost_model(
+        ctx.options, (calibration.factors if calibration else ctx.calibration) or {}, ctx.inventory
+    )
     out = {
         "plan_id": ctx.plan_id,
         "n_timelines": len(rows),
@@ -442,7 +444,7 @@ def replan(
         if request.use_calibration
         else None
     )
-    calibrated = cost_model_from_factors(calibration.factors if calibration else None, inv)
+    calibrated = plan_cost_model(ctx.options, calibration.factors if calibration else {}, inv)
     model = calibrated_cost_model(calibrated, device_slowdown=slow, inventory=inv)
     new_inventory = without_devices(inv, gone) if gone else inv
     parent_makespan = float(simulate(ctx.graph, inv, ctx.placement, cost_model=model, record_timeline=False).makespan_s)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.domain.calibration import cost_model_from_factors, split_stored_options
+from service.domain.calibration import plan_cost_model, split_stored_options
 from service.domain.planning import compute_plan, load_plan_inputs
 from service.settings import Settings
 from service.storage import jobs as jobs_repo
@@ -65,7 +65,7 @@ def run_planning_job(
         options, factors = split_stored_options(plan.options)
         graph_warnings = list(graph.warnings)
         session.rollback()
-    cost_model = cost_model_from_factors(factors, inventory) if factors is not None else None
+    cost_model = plan_cost_model(options, factors, inventory) if factors is not None else None
     try:
         strategy, summary, body = compute_plan(graph, inventory, options, cost_model, on_progress)
     except Exception as exc:  # a planning failure is the job's outcome, not the worker's

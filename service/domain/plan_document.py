@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from partitioners.costmodel.costs import cost_model_to_json
 from partitioners.costmodel.trace import to_chrome_trace
 from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory
 from partitioners.placement.engine import PlacementResult
@@ -66,6 +67,9 @@ def _summary(result: PlacementResult, inventory: Inventory) -> dict:
             "transfer_j": result.energy.transfer_j,
             "devices_counted": result.energy.devices_counted,
         },
+        # the profile and the resolved parameters that timed the plan, and how each operator was timed
+        "cost_model": cost_model_to_json(result.cost_model) if result.cost_model is not None else None,
+        "cost_sources": dict(result.cost_sources),
     }
     if not result.feasible and result.infeasible_device is not None:
         summary["infeasible_reason"] = (

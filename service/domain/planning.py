@@ -34,7 +34,8 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from partitioners.costmodel.costs import CostModel
+from partitioners.costmodel.costs import CostModel, cost_model_to_json
+from partitioners.costmodel.profiles import cost_model_spec_from_json, resolve_cost_model
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.hardware.device_types import device_type_constraint
 from partitioners.hardware.inventory import Inventory, inventory_from_json
@@ -115,7 +116,19 @@ class SubmitOutcome:
     body: dict | None = None
 
 
-def cache_key_for(model_hash: str, inventory_hash: str, options: dict, extra: dict | None = None) -> str:
+def cache_key_for(
+    model_hash: str, inventory_hash: str, options: dict, extra: dict | None = None, inventory: Inventory | None = None
+) -> str:
+    """The plan cache key: model hash, inventory hash, options and any extra parts, hashed canonically.
+
+    The options' ``cost_model`` enters as the resolved model (profile and every
+    parameter, :func:`~partitioners.costmodel.costs.cost_model_to_json`), so a profile
+    named with its own values, or left out for the default, keys the same plan, and any
+    parameter that changes the timing keys another.
+    """
+    if inventory is not None:
+        resolved = resolve_cost_model(cost_model_spec_from_json(options.get("cost_model")), inventory)
+        options = {**options, "cost_model": cost_model_to_json(resolved)}
     return canonical_hash({"model": model_hash, "inventory": inventory_hash, "options": options, **(extra or {})})
 
 
@@ -131,6 +144,7 @@ def placement_options(options: dict) -> PlacementOptions:
         seed=options["seed"],
         count_idle_devices=options.get("count_idle_devices", True),
         fusion=options.get("fusion", "none"),
+        cost_model=cost_model_spec_from_json(options.get("cost_model")),
     )
 
 
@@ -225,7 +239,11 @@ def submit_plan(
     # the options a plan stores and keys its cache with: the user's, plus a re-plan's factors
     stored_options = options_with_factors(submission.options, calibration.factors if calibration else None)
     key = cache_key_for(
-        ingested_graph.model_hash, ingested_inventory.inventory_hash, stored_options, submission.extra_cache_parts
+        ingested_graph.model_hash,
+        ingested_inventory.inventory_hash,
+        stored_options,
+        submission.extra_cache_parts,
+        ingested_inventory.inventory,
     )
 
     earlier = check_idempotency_key(session, tenant_id, idempotency_key, route, key)

@@ -20,6 +20,7 @@ from partitioners.costmodel.simulator import simulate
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.graph.transforms import expand_graph
 from partitioners.hardware.inventory import Inventory
+from partitioners.placement.context import with_node_times
 from partitioners.placement.fusion import fuse_for_placement
 from partitioners.placement.memory_tiers import UNPLACED, placed_tier_op_times_s
 from service.domain import plan_views
@@ -109,8 +110,9 @@ def plan_context(session: Session, tenant_id: str, plan_id: str) -> PlanContext:
     options, factors = split_stored_options(plan.options)
     # a fused plan placed the groups: rebuild the graph it placed
     placed, _ = fuse_for_placement(original, options.get("fusion", "none"))
-    expanded = expand_graph(
-        placed, mode=options.get("mode", "inference"), micro_batches=options.get("micro_batches", 1)
+    expanded = with_node_times(
+        expand_graph(placed, mode=options.get("mode", "inference"), micro_batches=options.get("micro_batches", 1)),
+        placed,
     )
     body = plan_views.plan_body(plan)
     ops = body.get("ops") or {}

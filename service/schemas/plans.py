@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from service.schemas.common import Name, NonNegativeFloat, PositiveFloat, RequestModel, Text
 
@@ -33,6 +33,44 @@ __all__ = [
 ]
 
 MAX_LIST = 2_000_000
+
+#: The operator classes efficiencies are given for (partitioners.costmodel.costs.OP_CLASS_NAMES).
+OpClass = Literal["matmul", "conv", "attention", "norm", "elementwise", "reduction", "data-movement", "other"]
+#: Lowest fraction of peak a caller may set (partitioners.costmodel.profiles.MIN_EFFICIENCY).
+Efficiency = Annotated[float, Field(ge=1e-3, le=1, allow_inf_nan=False, strict=True)]
+LaunchSeconds = Annotated[float, Field(ge=0, le=1.0, allow_inf_nan=False, strict=True)]
+
+
+class DeviceCostModel(RequestModel):
+    """Cost-model parameters of a device (or every device of a group) where devices differ."""
+
+    launch_overhead_s: LaunchSeconds | None = Field(None, description="Seconds per operator launch on this device.")
+    compute_efficiency: dict[OpClass, Efficiency] | None = Field(
+        None, description="Achievable fraction of peak FLOP/s per operator class on this device."
+    )
+    memory_efficiency: Efficiency | None = Field(None, description="Achievable fraction of memory bandwidth.")
+
+
+class CostModelOptions(DeviceCostModel):
+    """The cost model that times the plan: a named profile, and parameters that override it (docs/costmodel.md)."""
+
+    profile: Literal["roofline", "eager", "cuda-graphs"] = Field(
+        "eager",
+        description="roofline: peak compute and bandwidth, no launch cost (what partitioner papers use); eager: "
+        "one kernel launch per operator from the host (~5 us), measured efficiencies (the default); cuda-graphs: "
+        "a compiled runtime replaying CUDA graphs (~0.5 us per kernel, launched per device).",
+    )
+    link_efficiency: Efficiency | None = Field(None, description="Achievable fraction of every link's bandwidth.")
+    launch: Literal["single-controller", "per-device"] | None = Field(
+        None,
+        description="single-controller: one host thread issues every device's kernels (PyTorch, ONNX Runtime with "
+        "several GPUs in one process), so launches serialise across devices; per-device: one process per device.",
+    )
+
+
+def _profile_name_as_object(value: object) -> object:
+    """``"roofline"`` is short for ``{"profile": "roofline"}``."""
+    return {"profile": value} if isinstance(value, str) else value
 
 
 class PlanOptions(RequestModel):
@@ -73,6 +111,11 @@ class PlanOptions(RequestModel):
         description="A step's energy includes the idle power of usable devices the plan leaves unused "
         "(false when the job frees them).",
     )
+    cost_model: Annotated[CostModelOptions | None, BeforeValidator(_profile_name_as_object)] = Field(
+        None,
+        description='The cost model: a profile name ("roofline", "eager", "cuda-graphs") or an object with a '
+        "profile and parameters overriding it; left out: the eager profile, launched from one host.",
+    )
     dims: dict[
         Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00]*$")],
         Annotated[int, Field(ge=1, le=2**31 - 1)],
@@ -98,6 +141,11 @@ class NodeDocument(RequestModel):
         None,
         description="In an exported training step: what the operator does (absent: forward). Optimizer "
         "operators run once per step, after every micro-batch's backward operators.",
+    )
+    time_s: NonNegativeFloat | dict[Name, NonNegativeFloat] | None = Field(
+        None,
+        description="The operator's time measured or estimated by the compiler, in seconds, for every device or "
+        "per device type; the planner uses it instead of its roofline (plus the launch overhead).",
     )
 
 
@@ -148,6 +196,7 @@ class DeviceDocument(RequestModel):
     memory_tiers: list[MemoryTierDocument] = Field(min_length=1, max_length=8)
     active_power_w: NonNegativeFloat | None = Field(None, description="Power running kernels (board power, TDP).")
     idle_power_w: NonNegativeFloat | None = Field(None, description="Power held by a job but idle.")
+    cost_model: DeviceCostModel | None = Field(None, description="Cost-model parameters of this device.")
 
 
 _DEFAULT_DTYPE_HELP = (
@@ -160,6 +209,9 @@ class GroupDocument(RequestModel):
     name: Name = Field(description="Unique in the inventory; a repeated name is a 422 (plans report traffic by group).")
     devices: list[DeviceDocument] = Field(min_length=1, max_length=4096)
     link: LinkDocument
+    cost_model: DeviceCostModel | None = Field(
+        None, description="Cost-model parameters of every device of the group (a device's own win)."
+    )
 
 
 class InventoryDocument(RequestModel):
@@ -342,6 +394,13 @@ class PlanSummary(Answer):
         "holds (part of peak_memory_bytes).",
     )
     planning_s: float | None = Field(None, description="Seconds the placement took (this plan's computation).")
+    cost_model: dict[str, Any] | None = Field(
+        None, description="The profile and the resolved parameters (calibration included) that timed the plan."
+    )
+    cost_sources: dict[str, int] | None = Field(
+        None,
+        description="How many operators were timed each way: node_time_s (the graph's own), calibration, roofline.",
+    )
     replan: ReplanSummary | None = Field(None, description="A re-plan's gains and moves against its parent.")
 
 

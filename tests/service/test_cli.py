@@ -151,6 +151,16 @@ def test_a_dimension_that_is_not_a_positive_integer_is_a_usage_error(graph_file,
     assert result.exit_code == 2 and "--dim batch must be a positive integer" in _text(result)
 
 
+def test_plan_cost_model_names_the_profile_that_times_the_plan(graph_file):
+    plan = json.loads(_plan(str(graph_file), "--preset", "dgx-h100", "--cost-model", "roofline").stdout)
+    assert plan["summary"]["cost_model"]["profile"] == "roofline"
+
+
+def test_an_unknown_cost_model_profile_is_named(graph_file):
+    result = _plan(str(graph_file), "--cost-model", "tpu-magic")
+    assert result.exit_code == 2 and "cost_model" in _text(result) and "Traceback" not in result.output
+
+
 def test_a_bad_plan_option_is_named(graph_file):
     result = _plan(str(graph_file), "-o", "micro_batches=0")
     assert result.exit_code == 2 and "micro_batches" in result.output and "Traceback" not in result.output

@@ -513,3 +513,49 @@ def test_graphs_that_differ_only_in_training_roles_hash_differently(mutate):
     doc = mlp_training_step()
     mutate(doc)
     assert model_hash(graph_from_json(doc)) != model_hash(graph_from_json(mlp_training_step()))
+
+
+# ------------------------------------------------------------------ the compiler's own times
+
+
+def _timed(*times: object) -> dict:
+    nodes = [
+        {"name": f"n{i}", "op": "Relu", "inputs": [f"t{i}"], "outputs": [f"t{i + 1}"], "time_s": t}
+        for i, t in enumerate(times)
+    ]
+    return {"nodes": nodes, "tensors": [{"name": f"t{i}", "bytes": 4} for i in range(len(times) + 1)]}
+
+
+def test_a_node_time_in_seconds_applies_to_every_device_and_absent_ones_are_nan():
+    g = graph_from_json(_timed(1e-3, None))
+    assert g.op_time_keys == ("*",)
+    np.testing.assert_array_equal(g.op_time_s[:, 0], [1e-3, np.nan])
+
+
+def test_a_node_time_object_gives_one_column_per_device_type():
+    g = graph_from_json(_timed({"h100": 1e-3, "a100": 2e-3}, 5e-4))
+    assert g.op_time_keys == ("*", "a100", "h100")
+    np.testing.assert_array_equal(g.op_time_s, [[np.nan, 2e-3, 1e-3], [5e-4, np.nan, np.nan]])
+
+
+def test_a_graph_without_node_times_carries_none():
+    assert graph_from_json(_mlp()).op_time_s is None
+
+
+def test_a_negative_node_time_names_the_field():
+    with pytest.raises(InvalidInput) as err:
+        graph_from_json(_timed(1e-3, -1.0))
+    assert err.value.field == "nodes[1].time_s" and err.value.code == "invalid-number"
+
+
+def test_a_node_time_that_is_not_a_number_names_the_field():
+    with pytest.raises(InvalidInput) as err:
+        graph_from_json(_timed({"h100": "fast"}))
+    assert err.value.field == "nodes[0].time_s"
+
+
+def test_node_times_survive_the_canonical_form_and_enter_the_model_hash():
+    g = graph_from_json(_timed({"h100": 1e-3}, 2e-3))
+    again = graph_from_json(graph_to_json(g))
+    np.testing.assert_array_equal(again.op_time_s, g.op_time_s)
+    assert model_hash(again) == model_hash(g) != model_hash(graph_from_json(_timed({"h100": 1e-3}, 3e-3)))

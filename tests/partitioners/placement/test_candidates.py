@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from partitioners.costmodel.profiles import CostModelSpec
 from partitioners.graph.generators import synthetic_hypergraph
 from partitioners.hardware.inventory import preset_inventory
 from partitioners.placement import (
@@ -157,7 +158,8 @@ def test_two_chains_go_one_per_device_under_heft():
 
 #: ``place`` on ``synthetic_hypergraph(300, seed=1)``, one DGX H100, training, two micro-batches,
 #: seed 3, recorded before the engine became functions over a frozen context (issue 51): every
-#: candidate in scoring order with its makespan, and the refined winner.
+#: candidate in scoring order with its makespan, and the refined winner. The cost model was the
+#: ``eager`` profile with launches paid per device (the default then; single-controller since).
 RECORDED_TRAINING_M2 = [
     ("single", 0.021904494161768564),
     ("hybrid-4x2", 0.005469402076429873),
@@ -177,7 +179,9 @@ RECORDED_TRAINING_M2 = [
 
 
 def test_the_same_request_gives_the_plan_it_gave_before_the_engine_was_split():
-    options = PlacementOptions(mode="training", micro_batches=2, seed=3, allow_infeasible=True)
+    options = PlacementOptions(
+        mode="training", micro_batches=2, seed=3, allow_infeasible=True, cost_model=CostModelSpec(launch="per-device")
+    )
     result = place(synthetic_hypergraph(300, seed=1), preset_inventory("dgx-h100", 1), options)
     assert [c.strategy for c in result.candidates] == [name for name, _ in RECORDED_TRAINING_M2]
     assert [c.makespan_s for c in result.candidates] == pytest.approx([s for _, s in RECORDED_TRAINING_M2], rel=1e-9)

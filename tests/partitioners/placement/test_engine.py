@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioners.costmodel.costs import CostModel
+from partitioners.costmodel.profiles import CostModelSpec
 from partitioners.costmodel.simulator import remote_transfers, simulate
 from partitioners.errors import Infeasible, InvalidInput
 from partitioners.graph.generators import synthetic_graph_json, synthetic_hypergraph
@@ -231,12 +232,13 @@ def test_level3_plan_never_passes_a_tier_capacity():
 
 
 # graphs whose plans keep the tiered timing (the planner keeps it only where the tiers it
-# plans on the re-timed schedule are the ones that timed it)
+# plans on the re-timed schedule are the ones that timed it), with launches paid per device
 @pytest.mark.parametrize(("n_ops", "seed"), [(300, 2), (600, 4), (80, 9)])
 def test_a_plan_timed_with_tiers_times_every_operator_with_the_tiers_it_states(n_ops, seed):
     graph = graph_from_json(synthetic_graph_json(n_ops, seed=seed))
     inventory = inventory_from_json({"preset": "dgx-h100", "nodes": 1})
-    r = place(graph, inventory, PlacementOptions(mode="training", micro_batches=2))
+    options = PlacementOptions(mode="training", micro_batches=2, cost_model=CostModelSpec(launch="per-device"))
+    r = place(graph, inventory, options)
     assert r.timed_with_tiers
     stated = placed_tier_op_times_s(
         r.graph, inventory, r.placement, r.memory_plan.tensor, r.memory_plan.device, r.memory_plan.tier

@@ -529,3 +529,12 @@ def test_a_real_trace_calibrates_the_operator_times_of_its_plan(client, cnn_plan
     assert (
         accuracy["calibration"]["factors"]["launch_overhead_s"] < CostModel().launch_overhead_s
     )  # CPU dispatch < CUDA launch
+
+
+def test_a_replan_keeps_the_cost_model_profile_of_its_parent(client):
+    graph = branches_graph("replan-roofline")
+    body = {**plan_body(graph), "options": {"cost_model": "roofline"}}
+    plan = client.post("/v1/plans", json=body).json()
+    post_feedback(client, plan, Truth(graph, busiest_device(plan)).simple_timeline(plan))
+    child = client.post(f"/v1/plans/{plan['id']}/replan", json={}).json()
+    assert child["summary"]["cost_model"]["profile"] == "roofline"

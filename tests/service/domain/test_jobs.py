@@ -71,6 +71,19 @@ def test_a_worker_runs_the_job_and_the_plan_becomes_done(job_client, session_fac
     assert plan["ops"] and plan["summary"]["makespan_s"] > 0
 
 
+def test_a_worker_plans_with_the_cost_model_the_request_named(job_client, session_factory, job_settings):
+    request = plan_request(diamond_graph("worked-roofline"), cost_model={"profile": "roofline", "launch": "per-device"})
+    plan_id = job_client.post("/v1/plans", json=request).json()["id"]
+    _wait_for(
+        lambda: (
+            process_one(session_factory, job_settings, new_worker_id())
+            and job_client.get(f"/v1/plans/{plan_id}").json()["status"] == "done"
+        )
+    )
+    echoed = job_client.get(f"/v1/plans/{plan_id}").json()["summary"]["cost_model"]
+    assert (echoed["profile"], echoed["launch"]) == ("roofline", "per-device")
+
+
 def test_two_workers_never_complete_the_same_job(job_client, session_factory, job_settings):
     plan_ids = [
         job_client.post("/v1/plans", json=plan_request(diamond_graph("race"), seed=i)).json()["id"] for i in range(6)

@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from partitioners.costmodel.costs import OP_CLASS_NAMES, op_class_of
@@ -139,7 +140,9 @@ def _generated(tensor: TensorProto, rng: np.random.Generator) -> np.ndarray:
     if len(dims) <= 1:
         return rng.uniform(0.5, 1.5, size=dims).astype(dtype)
     fan_in = int(np.prod(dims[1:])) or 1
-    return (rng.standard_normal(size=dims) / np.sqrt(fan_in)).astype(dtype)
+    values = rng.standard_normal(size=dims, dtype=np.float32)
+    values *= np.float32(1.0 / np.sqrt(fan_in))
+    return values.astype(dtype, copy=False)
 
 
 def prepare_model(data: bytes, dims: Mapping[str, int] | None = None, *, seed: int = 0) -> PreparedModel:
@@ -252,8 +255,6 @@ def check_plan(prepared: PreparedModel, plan: Mapping[str, Any]) -> dict[str, st
 
 def _gpu_count() -> int:
     """CUDA devices ONNX Runtime can use here (0 without its CUDA execution provider)."""
-    import onnxruntime as ort
-
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         return 0
     try:
@@ -509,8 +510,6 @@ def _submodel(
 
 
 def _session(model: onnx.ModelProto, device: str, *, threads: int | None, profile_prefix: str | None) -> Any:
-    import onnxruntime as ort
-
     options = ort.SessionOptions()
     # basic: constant folding and redundant-node removal, no fusions, so the profiler's
     # nodes stay the plan's operators (and the unsplit reference runs the same kernels)
@@ -618,8 +617,8 @@ class PlanRunner:
         cores = os.cpu_count() or 1
         self.threads = threads_per_device or max(1, cores // max(1, n_cpu))
         self._profile_dir = tempfile.mkdtemp(prefix="hyperplace-run-") if profile else None
-        self.constants = self._fold()
         types = _value_types(prepared.model)
+        self._reference, self.constants = self._fold(types)
         known = dict(self.constants)
         self.sessions = []
         for k, part in enumerate(self.parts):
@@ -628,7 +627,6 @@ class PlanRunner:
             sub = _submodel(prepared.model, part.nodes, part.inputs, part.outputs, self.constants, types, known)
             threads = self.threads if device.startswith("cpu") else None
             self.sessions.append(_session(sub, device, threads=threads, profile_prefix=prefix))
-        self._reference = _session(prepared.model, "cpu:0", threads=cores, profile_prefix=None)
         self._executors = {d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=d) for d in runtime}
         self._runs_per_session = [0] * len(self.parts)
 
@@ -642,12 +640,14 @@ class PlanRunner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _fold(self) -> dict[str, np.ndarray]:
-        """Values of the folded nodes' outputs that placed operators read.
+    def _fold(self, types: Mapping[str, onnx.TypeProto]) -> tuple[Any, dict[str, np.ndarray]]:
+        """The unsplit model's session, and the values of the folded nodes' outputs that
+        placed operators read.
 
-        They are constants once the dims are bound (shapes, shape arithmetic, ``Constant``
-        nodes), but may read the shape of any tensor, so they are read off one run of the
-        whole model with them as extra outputs, as ONNX Runtime's constant folding would.
+        Folded values are constants once the dims are bound (shapes, shape arithmetic,
+        ``Constant`` nodes), but may read the shape of any tensor, so they are read off one
+        run of the whole model with them as extra outputs, as ONNX Runtime's constant
+        folding would; the same session is the reference the parts are checked against.
         """
         prepared = self.prepared
         graph = prepared.model.graph
@@ -657,16 +657,17 @@ class PlanRunner:
                 x for i, node in enumerate(graph.node) if i not in prepared.folded for x in node.input if x in written
             )
         )
-        if not needed:
-            return {}
-        types = _value_types(prepared.model)
-        model = onnx.ModelProto()
-        model.CopyFrom(prepared.model)
-        have = {o.name for o in model.graph.output}
-        model.graph.output.extend(_value_info(x, types, {}) for x in needed if x not in have)
+        model = prepared.model
+        if needed:
+            model = onnx.ModelProto()
+            model.CopyFrom(prepared.model)
+            have = {o.name for o in model.graph.output}
+            model.graph.output.extend(_value_info(x, types, {}) for x in needed if x not in have)
         session = _session(model, "cpu:0", threads=os.cpu_count() or 1, profile_prefix=None)
+        if not needed:
+            return session, {}
         values = session.run(needed, example_inputs(prepared))
-        return dict(zip(needed, values))
+        return session, dict(zip(needed, values))
 
     def reference(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         names = [o.name for o in self.prepared.model.graph.output]
@@ -804,8 +805,6 @@ class PlanRunner:
 def _move(value: Any, device: str) -> Any:
     """A boundary tensor on ``device``: host arrays hand over as they are (logical CPU devices
     share memory); a CUDA destination gets a device copy."""
-    import onnxruntime as ort
-
     if device.startswith("cuda"):
         host = value if isinstance(value, np.ndarray) else value.numpy()
         return ort.OrtValue.ortvalue_from_numpy(host, "cuda", int(device.split(":")[1]))
@@ -814,8 +813,6 @@ def _move(value: Any, device: str) -> Any:
 
 def _run_bound(session: Any, inputs: Mapping[str, Any], outputs: Sequence[str], device: str) -> dict[str, Any]:
     """One run with IO binding: inputs and outputs stay in GPU memory."""
-    import onnxruntime as ort
-
     index = int(device.split(":")[1])
     binding = session.io_binding()
     for name, value in inputs.items():

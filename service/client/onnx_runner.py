@@ -272,7 +272,7 @@ def resolve_devices(
     """Plan device -> runtime device (``cpu:N``, a logical CPU device with its own threads, or ``cuda:N``).
 
     ``mapping`` first; then a plan device named ``cpu:N``/``cuda:N``; then one whose name
-    says cpu (the k-th such device -> ``cpu:k``) or gpu (the k-th -> ``cuda:k``). Raises
+    says cpu (the k-th such device in name order -> ``cpu:k``) or gpu (the k-th -> ``cuda:k``). Raises
     :class:`RunError` naming the devices that have no counterpart here.
     """
     mapping = dict(mapping or {})
@@ -280,7 +280,7 @@ def resolve_devices(
     out: dict[str, str] = {}
     lacking: list[str] = []
     n_cpu = n_gpu = 0
-    for device in sorted(set(plan_devices), key=list(plan_devices).index):
+    for device in sorted(set(plan_devices), key=_natural):
         target = mapping.get(device)
         if target is None:
             last = device.rsplit("/", 1)[-1].lower()
@@ -308,6 +308,11 @@ def resolve_devices(
             + f"{lacking[0].split(' (')[0]}=cpu:0"
         )
     return out
+
+
+def _natural(name: str) -> list[Any]:
+    """``node0/gpu10`` after ``node0/gpu9``: the k-th device by name is ``cpu:k`` / ``cuda:k``."""
+    return [int(piece) if piece.isdigit() else piece for piece in re.split(r"(\d+)", name)]
 
 
 @dataclass(frozen=True)

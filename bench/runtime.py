@@ -19,7 +19,8 @@ For each ONNX fixture (ResNet-50, BERT-base, GPT-2, the LSTM seq2seq) the script
    measured the same way.
 
 Run: ``python -m bench.runtime`` (several minutes on two cores), ``--quick`` (short
-sequences, 3 steps), ``--models resnet50,lstm`` to pick fixtures.
+sequences, 3 steps), ``--models resnet50,lstm`` to pick fixtures; ``--print-inventory 2``
+prints this machine as an inventory of two CPU devices and stops (the README's "Run it").
 """
 
 from __future__ import annotations
@@ -191,9 +192,18 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS))
     parser.add_argument("--quick", action="store_true", help="short sequences and 3 measured steps")
     parser.add_argument("--steps", type=int, default=None, help="measured steps per run (default 10, quick 3)")
+    parser.add_argument(
+        "--print-inventory",
+        type=int,
+        metavar="N",
+        help="print this machine as an inventory of N CPU devices (JSON) and stop",
+    )
     args = parser.parse_args()
     steps = args.steps or (3 if args.quick else 10)
     machine = measure_machine()
+    if args.print_inventory:
+        print(json.dumps(cpu_inventory(machine, args.print_inventory), indent=1))
+        return
     print(
         f"machine: {machine['cores']} cores ({machine['cpu']}), numpy matmul peak "
         f"{machine['peak_flops'] / 1e9:.1f} GFLOP/s fp32, copy bandwidth {machine['bandwidth_bytes_per_s'] / 1e9:.1f} "

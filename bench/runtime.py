@@ -115,7 +115,8 @@ def _check(response, status=(200, 201)):
 
 
 def _measure(prepared, plan: dict, trace: dict, steps: int) -> tuple[dict, object]:
-    with PlanRunner(prepared, plan) as runner:
+    # no spinning: on a machine shared with other work, spinning intra-op threads measure the neighbours
+    with PlanRunner(prepared, plan, spin=False) as runner:
         result = runner.run(example_inputs(prepared), steps=steps, warmup=2)
     return compare_with_plan(prepared, plan, result, trace), result
 

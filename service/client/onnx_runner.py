@@ -514,12 +514,16 @@ def _submodel(
     return out
 
 
-def _session(model: onnx.ModelProto, device: str, *, threads: int | None, profile_prefix: str | None) -> Any:
+def _session(
+    model: onnx.ModelProto, device: str, *, threads: int | None, profile_prefix: str | None, spin: bool = True
+) -> Any:
     options = ort.SessionOptions()
     # basic: constant folding and redundant-node removal, no fusions, so the profiler's
     # nodes stay the plan's operators (and the unsplit reference runs the same kernels)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     options.log_severity_level = 3
+    if not spin:  # idle intra-op threads sleep instead of spinning: fairer on a machine shared with other work
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads is not None:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -612,6 +616,7 @@ class PlanRunner:
         threads_per_device: int | None = None,
         profile: bool = True,
         gpus: int | None = None,
+        spin: bool = True,
     ) -> None:
         self.prepared = prepared
         self.ops = check_plan(prepared, plan)
@@ -621,6 +626,7 @@ class PlanRunner:
         n_cpu = sum(1 for d in runtime if d.startswith("cpu"))
         cores = os.cpu_count() or 1
         self.threads = threads_per_device or max(1, cores // max(1, n_cpu))
+        self._spin = spin
         self._profile_dir = tempfile.mkdtemp(prefix="hyperplace-run-") if profile else None
         types = _value_types(prepared.model)
         self._reference, self.constants = self._fold(types)
@@ -631,7 +637,7 @@ class PlanRunner:
             prefix = None if self._profile_dir is None else str(Path(self._profile_dir) / f"part{k}")
             sub = _submodel(prepared.model, part.nodes, part.inputs, part.outputs, self.constants, types, known)
             threads = self.threads if device.startswith("cpu") else None
-            self.sessions.append(_session(sub, device, threads=threads, profile_prefix=prefix))
+            self.sessions.append(_session(sub, device, threads=threads, profile_prefix=prefix, spin=spin))
         self._executors = {d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=d) for d in runtime}
         self._runs_per_session = [0] * len(self.parts)
 
@@ -668,7 +674,7 @@ class PlanRunner:
             model.CopyFrom(prepared.model)
             have = {o.name for o in model.graph.output}
             model.graph.output.extend(_value_info(x, types, {}) for x in needed if x not in have)
-        session = _session(model, "cpu:0", threads=os.cpu_count() or 1, profile_prefix=None)
+        session = _session(model, "cpu:0", threads=os.cpu_count() or 1, profile_prefix=None, spin=self._spin)
         if not needed:
             return session, {}
         values = session.run(needed, example_inputs(prepared))

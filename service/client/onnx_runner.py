@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -627,6 +628,7 @@ class PlanRunner:
         cores = os.cpu_count() or 1
         self.threads = threads_per_device or max(1, cores // max(1, n_cpu))
         self._spin = spin
+        self._profiled = False
         self._profile_dir = tempfile.mkdtemp(prefix="hyperplace-run-") if profile else None
         types = _value_types(prepared.model)
         self._reference, self.constants = self._fold(types)
@@ -644,6 +646,8 @@ class PlanRunner:
     def close(self) -> None:
         for executor in self._executors.values():
             executor.shutdown(wait=True)
+        if self._profile_dir is not None:
+            shutil.rmtree(self._profile_dir, ignore_errors=True)
 
     def __enter__(self) -> PlanRunner:
         return self
@@ -681,8 +685,12 @@ class PlanRunner:
         return session, dict(zip(needed, values))
 
     def reference(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The unsplit model's outputs (every core, one session)."""
         names = [o.name for o in self.prepared.model.graph.output]
-        return dict(zip(names, self._reference.run(names, dict(feeds))))
+        try:
+            return dict(zip(names, self._reference.run(names, dict(feeds))))
+        except Exception as exc:  # ORT's own error types: wrong dtype or shape of an input
+            raise RunError(f"ONNX Runtime cannot run the model on these inputs: {exc}") from None
 
     def _run_part(
         self, k: int, feeds: Mapping[str, np.ndarray], producers: Mapping[str, tuple[int, Future]]
@@ -771,8 +779,10 @@ class PlanRunner:
                 result.transfers.append(
                     {"tensor": tensor, "src": src, "dst": dst, "step": step, "duration_s": max(seconds, 0.0)}
                 )
-        if self._profile_dir is not None:
+        if self._profile_dir is not None and not self._profiled:
+            # a session's profile ends once: per-operator times come from the first run() only
             result.ops = self._profiled_ops(first_measured, steps, all_spans, origin)
+            self._profiled = True
         return result
 
     def _profiled_ops(

@@ -248,3 +248,13 @@ def test_an_unbound_dimension_is_named():
     path, _ = MODELS["bert_base"]
     with pytest.raises(RunError, match="'sequence'"):
         prepare_model(path.read_bytes(), {"batch": 1})
+
+
+def test_inputs_of_the_wrong_dtype_are_a_clear_error(prepared_models):
+    model = prepared(prepared_models, "small_cnn")
+    feeds = {name: value.astype(np.float64) for name, value in example_inputs(model).items()}
+    with (
+        PlanRunner(model, sliced_plan(model, 2), gpus=0) as runner,
+        pytest.raises(RunError, match="cannot run the model on these inputs"),
+    ):
+        runner.run(feeds, steps=1, warmup=0)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import onnxruntime as ort
 import pytest
 
-from service.client.onnx_runner import run_plan
+from service.client.onnx_runner import example_inputs, prepare_model, run_plan
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "feedback" / "small_cnn.onnx"
 
@@ -70,3 +71,26 @@ def test_the_timeline_of_a_real_run_is_accepted_and_changes_the_calibration(clie
     accuracy = client.get(f"/v1/plans/{cnn_plan['id']}/accuracy").json()
     assert accuracy["before"]["n_ops"] == 15
     assert accuracy["after"]["op_median_rel_error"] != accuracy["before"]["op_median_rel_error"]
+
+
+def test_an_onnx_runtime_profile_posted_as_it_is_matches_every_operator_by_name(client, tmp_path):
+    response = client.post(
+        "/v1/plans",
+        files={"model": ("small_cnn.onnx", FIXTURE.read_bytes(), "application/octet-stream")},
+        data={"inventory": json.dumps(cpu_inventory(1)), "options": json.dumps({"dims": {"batch": 1}})},
+    )
+    plan = response.json()
+    model = prepare_model(FIXTURE.read_bytes(), {"batch": 1})  # graph-only: weights generated
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC  # no fusions: nodes as exported
+    options.profile_file_prefix = str(tmp_path / "profile")
+    session = ort.InferenceSession(model.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        session.run(None, example_inputs(model))
+    profile = json.loads(Path(session.end_profiling()).read_text())
+    response = client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": profile, "match": "name"})
+    assert response.status_code == 201, response.text
+    match = response.json()["match"]
+    assert match["ops_matched"] == match["ops_total"] == 15
+    assert match["steps"] == 3

@@ -630,18 +630,28 @@ class PlanRunner:
         self._spin = spin
         self._profiled = False
         self._profile_dir = tempfile.mkdtemp(prefix="hyperplace-run-") if profile else None
+        try:
+            self._build_sessions()
+        except BaseException:
+            if self._profile_dir is not None:
+                shutil.rmtree(self._profile_dir, ignore_errors=True)
+            raise
+        self._executors = {d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=d) for d in runtime}
+        self._runs_per_session = [0] * len(self.parts)
+
+    def _build_sessions(self) -> None:
+        """The unsplit reference, the folded constants, and one session per part."""
+        prepared = self.prepared
         types = _value_types(prepared.model)
         self._reference, self.constants = self._fold(types)
         known = dict(self.constants)
-        self.sessions = []
+        self.sessions: list[Any] = []
         for k, part in enumerate(self.parts):
             device = self.devices[part.device]
             prefix = None if self._profile_dir is None else str(Path(self._profile_dir) / f"part{k}")
             sub = _submodel(prepared.model, part.nodes, part.inputs, part.outputs, self.constants, types, known)
             threads = self.threads if device.startswith("cpu") else None
-            self.sessions.append(_session(sub, device, threads=threads, profile_prefix=prefix, spin=spin))
-        self._executors = {d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=d) for d in runtime}
-        self._runs_per_session = [0] * len(self.parts)
+            self.sessions.append(_session(sub, device, threads=threads, profile_prefix=prefix, spin=self._spin))
 
     def close(self) -> None:
         for executor in self._executors.values():

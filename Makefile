@@ -65,6 +65,7 @@ bench: install-dev
 	$(BIN)/python -m bench.hopper_in_training
 	$(BIN)/python -m bench.llm_foundry
 	$(BIN)/python -m bench.feedback
+	$(BIN)/python -m bench.runtime
 	$(BIN)/python -m bench.load
 
 clean:

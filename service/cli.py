@@ -396,6 +396,158 @@ def plan(
     typer.echo(f"plan written to {out}")
 
 
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def _print_run(result, comparison: dict) -> None:  # RunResult (onnx_runner, imported lazily)
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    parts = Table(title="parts (one ONNX Runtime session each, in run order)")
+    for column in ("plan device", "runs on", "stage", "operators", "inputs", "outputs"):
+        parts.add_column(column)
+    for part in result.parts[:20]:
+        parts.add_row(
+            part.device,
+            result.devices[part.device],
+            str(part.stage),
+            str(len(part.nodes)),
+            str(len(part.inputs)),
+            str(len(part.outputs)),
+        )
+    console.print(parts)
+    if len(result.parts) > 20:
+        console.print(f"... and {len(result.parts) - 20} more parts")
+    for name, (max_abs, max_rel) in result.diffs.items():
+        console.print(f"output {name}: max abs diff {max_abs:.3g}, max rel diff {max_rel:.3g} (unsplit model)")
+    table = Table(title="predicted vs measured")
+    for column in ("", "predicted (ms)", "measured (ms)"):
+        table.add_column(column)
+    table.add_row("step (makespan)", _ms(comparison["predicted_makespan_s"]), _ms(comparison["measured_makespan_s"]))
+    table.add_row("unsplit model, one session", "", _ms(comparison["unsplit_step_s"]))
+    for device, busy in comparison["busy_s"].items():
+        table.add_row(f"busy {device}", _ms(busy["predicted"]), _ms(busy["measured"]))
+    for op_class, seconds in comparison["by_class_s"].items():
+        table.add_row(f"class {op_class}", _ms(seconds["predicted"]), _ms(seconds["measured"]))
+    console.print(table)
+    error = comparison["op_median_rel_error"]
+    if error is not None:
+        console.print(f"median per-operator relative error: {error:.1%} over {comparison['ops_compared']} operators")
+    else:
+        console.print("per-operator predictions: the plan carries no trace (plan it through --server for them)")
+    moved = sum(t["duration_s"] for t in result.transfers) / max(1, len(result.step_wall_s))
+    console.print(
+        f"transfers: {len(result.transfers) // max(1, len(result.step_wall_s))} per step, {moved * 1e3:.3f} ms"
+    )
+
+
+def _accuracy_line(block: dict | None) -> str:
+    if not block:
+        return "-"
+    return (
+        f"median op error {block.get('op_median_rel_error', 0):.1%}, "
+        f"makespan predicted {_ms(block.get('predicted_makespan_s'))} ms vs measured "
+        f"{_ms(block.get('measured_makespan_s'))} ms (error {block.get('makespan_rel_error', 0):.1%})"
+    )
+
+
+@app.command()
+def run(
+    model: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="The .onnx file the plan was made for.")],
+    plan: Annotated[str, typer.Option(help="A plan id (with --server) or a plan JSON file.")],
+    server: Annotated[str | None, typer.Option(help="Service URL, to fetch the plan and send feedback.")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="HYPERPLACE_API_KEY", help="API key for --server.")] = None,
+    dims: Annotated[
+        list[str],
+        typer.Option("--dims", "-d", help="ONNX dimensions, e.g. batch=1,sequence=128 (default: the plan's dims)."),
+    ] = [],  # noqa: B006
+    inputs: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="An .npz of input arrays (default: generated).")
+    ] = None,
+    feedback: Annotated[bool, typer.Option(help="Post the measured timeline to the plan's feedback.")] = False,
+    map_: Annotated[
+        list[str], typer.Option("--map", help="plan_device=cpu:N or cuda:N (repeatable): where a plan device runs.")
+    ] = [],  # noqa: B006
+    steps: Annotated[int, typer.Option(min=1, max=10_000, help="Measured steps (after the warm-up).")] = 5,
+    warmup: Annotated[int, typer.Option(min=0, max=1000, help="Warm-up steps, not measured.")] = 2,
+    threads: Annotated[int | None, typer.Option(min=1, help="Intra-op threads per CPU device.")] = None,
+    timeout_s: Annotated[float, typer.Option(min=0.001, max=86400, help="Seconds to wait for each answer.")] = 300.0,
+) -> None:
+    """Run a plan for real with ONNX Runtime: one session per device, outputs checked against
+    the unsplit model, measured times next to the plan's predictions (needs hyperplace[run])."""
+    try:
+        from service.client import onnx_runner
+    except ImportError as exc:
+        typer.echo(f"error: {exc}; install the runner with: pip install 'hyperplace[run]'", err=True)
+        raise typer.Exit(2) from None
+    bound = _parse_dims([pair for item in dims for pair in item.split(",") if pair]) if dims else None
+    device_map = {str(k): str(v) for k, v in _parse_pairs(map_, "--map").items()}
+    plan_path = Path(plan)
+    client = None
+    if plan_path.suffix == ".json" or plan_path.is_file():
+        if not plan_path.is_file():
+            typer.echo(f"error: plan file {plan} does not exist", err=True)
+            raise typer.Exit(2)
+        document = _read_json(plan_path, "--plan")
+        trace = None
+    elif server is None:
+        typer.echo(f"error: --plan {plan} is not a file; a plan id needs --server", err=True)
+        raise typer.Exit(2)
+    else:
+        from service.client import HyperplaceClient
+
+        client = HyperplaceClient(server, api_key, timeout_s=timeout_s)
+        with _talking_to(server, api_key):
+            document = client.get_plan(plan)
+            trace = client.trace(plan) if document.get("status") == "done" else None
+    if not isinstance(document, dict) or document.get("status", "done") != "done":
+        status = document.get("status") if isinstance(document, dict) else "not a plan"
+        typer.echo(f"error: the plan is {status}, not done", err=True)
+        raise typer.Exit(2)
+    feeds = None
+    if inputs is not None:
+        import numpy as np
+
+        with np.load(inputs) as archive:
+            feeds = {name: archive[name] for name in archive.files}
+    try:
+        prepared, result = onnx_runner.run_plan(
+            model.read_bytes(),
+            document,
+            dims=bound,
+            inputs=feeds,
+            device_map=device_map,
+            steps=steps,
+            warmup=warmup,
+            threads_per_device=threads,
+        )
+    except onnx_runner.RunError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    _print_run(result, onnx_runner.compare_with_plan(prepared, document, result, trace))
+    if not feedback:
+        return
+    if client is None or server is None or not document.get("id"):
+        typer.echo("error: --feedback needs a plan stored on a server: --plan PLAN_ID --server URL", err=True)
+        raise typer.Exit(2)
+    with _talking_to(server, api_key):
+        answer = client.post_feedback(
+            document["id"],
+            {"format": "simple", "match": "name", "timeline": result.timeline(), "hardware_notes": "hyperplace run"},
+        )
+        accuracy = client.accuracy(document["id"])
+    match = answer.get("match") or {}
+    typer.echo(
+        f"feedback {answer.get('id')}: {match.get('ops_matched')} of {match.get('ops_total')} operators matched; "
+        f"calibration version {(accuracy.get('calibration') or {}).get('version')}"
+    )
+    typer.echo(f"before calibration: {_accuracy_line(accuracy.get('before'))}")
+    typer.echo(f"after calibration:  {_accuracy_line(accuracy.get('after'))}")
+    typer.echo(f"re-plan with the calibration: POST {server.rstrip('/')}/v1/plans/{document['id']}/replan")
+
+
 def _layout_model(document: object, seq_length: int | None) -> dict:
     """The request's ``model``: a Hugging Face config.json, or the planner's shape fields."""
     if not isinstance(document, dict):

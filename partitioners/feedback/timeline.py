@@ -14,7 +14,9 @@ Two input forms (``docs/feedback.md`` has examples):
   their busy time is attributed to that operator's outermost enclosing operator
   (the device time of ``aten::linear`` is its ``addmm`` kernel's), on the kernel's
   device; a kernel no CPU operator claims stays an event of its own. Python-stack, CUDA-runtime and profiler-overhead
-  categories are counted as *ignored*, never silently dropped.
+  categories are counted as *ignored*, never silently dropped. ONNX Runtime's profile
+  (a bare array) reads the same way: ``<node>_kernel_time`` is the node, fences are
+  ignored, and each ``model_run`` is a step.
 * **Simple JSON**: ``{"ops": [{"name", "device"?, "start_s", "duration_s",
   "step"?}], "peak_memory_bytes"?: {device: bytes}, "transfers"?: [{"tensor",
   "src", "dst", "duration_s", "step"?}]}``.
@@ -49,6 +51,8 @@ References
 .. [1] "Trace Event Format", Google (docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU).
 .. [2] J. W. Ratcliff, D. E. Metzener, "Pattern Matching: The Gestalt Approach",
    Dr. Dobb's Journal, 1988 (the algorithm of Python's ``difflib.SequenceMatcher``).
+.. [3] ONNX Runtime, "Profiling tools",
+   https://onnxruntime.ai/docs/performance/tune-performance/profiling-tools.html.
 """
 
 from __future__ import annotations
@@ -119,6 +123,11 @@ IGNORED_CATEGORIES = frozenset(
 )
 #: Chrome-trace categories of device-side work launched by a CPU operator (torch.profiler with CUDA).
 KERNEL_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+#: ONNX Runtime's profiler (``SessionOptions.enable_profiling``) [3]_: a node's kernel is
+#: ``<node>_kernel_time`` in category ``Node``, between zero-length ``_fence_before`` and
+#: ``_fence_after`` events; each ``InferenceSession.run`` is a ``model_run`` in ``Session``.
+_ORT_NODE, _ORT_SESSION, _ORT_KERNEL_SUFFIX = "node", "session", "_kernel_time"
+_ORT_FENCES = ("_fence_before", "_fence_after")
 #: ATen / PyTorch names whose normalised form :func:`op_class_of` would not know.
 _ALIASES = {
     "maxpool1d": "maxpool",
@@ -446,6 +455,7 @@ class _CompleteEvents:
     durations: list[float] = field(default_factory=list)
     kernels: list[_KernelRow] = field(default_factory=list)
     step_windows: list[tuple[float, float, int]] = field(default_factory=list)
+    run_windows: list[tuple[float, float]] = field(default_factory=list)  # ONNX Runtime's model_run events
     transfers: list[MeasuredTransfer] = field(default_factory=list)
 
     def add(
@@ -477,6 +487,16 @@ class _CompleteEvents:
         if category in IGNORED_CATEGORIES:
             ignored[category] += 1
             return
+        if category == _ORT_SESSION:
+            if name == "model_run":
+                self.run_windows.append((ts, ts + dur))
+            ignored["onnxruntime session"] += 1
+            return
+        if category == _ORT_NODE:
+            if name.endswith(_ORT_FENCES):
+                ignored["onnxruntime fence"] += 1
+                return
+            name = name.removesuffix(_ORT_KERNEL_SUFFIX)
         raw_args = ev.get("args")
         args = raw_args if isinstance(raw_args, dict) else {}
         pid, tid = str(ev.get("pid", "")), str(ev.get("tid", ""))
@@ -565,12 +585,14 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
     for i, ev in complete:
         read.add(i, ev, process_name, thread_name, ignored)
     names, devices, threads, kernels, transfers = read.names, read.devices, read.threads, read.kernels, read.transfers
+    # without ProfilerStep annotations, each ONNX Runtime run is a step, in time order
+    windows = read.step_windows or [(a, b, k) for k, (a, b) in enumerate(sorted(read.run_windows))]
     start_s = np.asarray(read.starts, dtype=np.float64)
     duration_s = np.asarray(read.durations, dtype=np.float64)
     others = np.array(
         [(k[1], k[1] + k[2]) for k in kernels]
         + [(t["start_s"], t["start_s"] + t["duration_s"]) for t in transfers]
-        + [w[:2] for w in read.step_windows],
+        + [w[:2] for w in windows],
         dtype=np.float64,
     ).reshape(-1, 2)
     _check_span(
@@ -580,7 +602,7 @@ def parse_chrome_trace(document: Any, *, max_events: int = 2_000_000) -> Timelin
     )
     # nesting and steps from the CPU side; then device time from the kernels, if any
     parent = _parents(threads, start_s, start_s + duration_s)
-    step = _steps_of(read.step_windows, start_s, transfers)
+    step = _steps_of(windows, start_s, transfers)
     if kernels:
         attributed, extra = _attribute_kernels(kernels, read.external, parent, devices, start_s, duration_s)
         if attributed:

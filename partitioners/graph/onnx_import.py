@@ -63,7 +63,7 @@ from partitioners.graph.hypergraph import (
     topological_order,
 )
 
-__all__ = ["MAX_DIM", "MAX_TENSOR_BYTES", "graph_from_onnx_bytes"]
+__all__ = ["MAX_DIM", "MAX_TENSOR_BYTES", "graph_from_onnx_bytes", "onnx_operator_names"]
 
 #: Largest value a dynamic dimension may be bound to (int32 range, what runtimes index with).
 MAX_DIM = 2**31 - 1
@@ -914,6 +914,16 @@ def _op_names(nodes: Iterable[onnx.NodeProto]) -> list[str]:
         used.add(name)
         names.append(name)
     return names
+
+
+def onnx_operator_names(nodes: Iterable[onnx.NodeProto]) -> list[str]:
+    """The operator name :func:`graph_from_onnx_bytes` gives each node of ``nodes`` (a graph's
+    ``node`` list, in file order), folded nodes included.
+
+    A runtime that executes a plan maps plan operators back to ONNX nodes by these names
+    (``service.client.onnx_runner``): nodes may be unnamed or share a name.
+    """
+    return _op_names(nodes)
 
 
 def graph_from_onnx_bytes(

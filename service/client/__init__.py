@@ -4,6 +4,15 @@ from service.client import HyperplaceClient
 with HyperplaceClient("http://127.0.0.1:8000", api_key=None) as hp:
     plan = hp.submit_plan(onnx_path="model.onnx", inventory={"preset": "dgx-h100", "nodes": 2})
     plan = hp.wait_for_plan(plan["id"])
+
+Running a plan for real (needs ``pip install hyperplace[run]``, onnxruntime)::
+
+from service.client import run_plan
+prepared, result = run_plan(Path("model.onnx").read_bytes(), plan, dims={"batch": 1})
+hp.post_feedback(plan["id"], {"timeline": result.timeline(), "match": "name"})
+
+``run_plan``, ``RunError`` and ``compare_with_plan`` come from
+:mod:`service.client.onnx_runner`, imported on first use (the service never needs it).
 """
 
 from __future__ import annotations
@@ -16,7 +25,18 @@ from typing import Any
 
 import httpx
 
-__all__ = ["HyperplaceClient", "ApiError"]
+__all__ = ["HyperplaceClient", "ApiError", "run_plan", "RunError", "compare_with_plan"]
+
+_RUNNER_NAMES = frozenset({"run_plan", "RunError", "compare_with_plan"})
+
+
+def __getattr__(name: str) -> Any:
+    """The runner's names, imported on first use: onnxruntime is an optional extra."""
+    if name in _RUNNER_NAMES:
+        from service.client import onnx_runner
+
+        return getattr(onnx_runner, name)
+    raise AttributeError(f"module 'service.client' has no attribute {name!r}")
 
 
 class ApiError(RuntimeError):
@@ -102,6 +122,17 @@ class HyperplaceClient:
 
     def trace(self, plan_id: str) -> dict:
         return self._checked(self._http.get(f"/v1/plans/{plan_id}/trace"))
+
+    def post_feedback(self, plan_id: str, document: dict) -> dict:
+        """POST /v1/plans/{id}/feedback: a measured timeline (docs/feedback.md)."""
+        return self._checked(self._http.post(f"/v1/plans/{plan_id}/feedback", json=document))
+
+    def accuracy(self, plan_id: str) -> dict:
+        """GET /v1/plans/{id}/accuracy: prediction error before and after calibration."""
+        return self._checked(self._http.get(f"/v1/plans/{plan_id}/accuracy"))
+
+    def replan(self, plan_id: str, request: dict | None = None) -> dict:
+        return self._checked(self._http.post(f"/v1/plans/{plan_id}/replan", json=request or {}))
 
     def moe_rebalance(self, request: dict) -> dict:
         return self._checked(self._http.post("/v1/moe/rebalance", json=request))

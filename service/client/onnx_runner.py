@@ -219,8 +219,24 @@ def example_inputs(prepared: PreparedModel, *, seed: int = 0) -> dict[str, np.nd
 # --- the plan --------------------------------------------------------------------------------------------
 
 
+def fused_members(plan: Mapping[str, Any]) -> dict[str, str]:
+    """Operator -> the fused kernel it belongs to, for a plan made with ``options.fusion``.
+
+    A fused plan places each kernel (``fusion_groups``, named after its first operator) as
+    one operator; the runner runs its members in that kernel's part, in its place in the
+    schedule, and reports their measured times under the kernel's name.
+    """
+    return {
+        str(member): str(group["name"])
+        for group in plan.get("fusion_groups") or []
+        for member in group.get("ops") or []
+        if member != group["name"]
+    }
+
+
 def check_plan(prepared: PreparedModel, plan: Mapping[str, Any]) -> dict[str, str]:
-    """The plan's ``ops`` (operator -> plan device), after checking it is a plan of this model.
+    """The plan's ``ops`` (operator -> plan device), after checking it is a plan of this model;
+    a fused plan's kernels expanded to their operators (:func:`fused_members`).
 
     Raises :class:`RunError` naming what does not fit: another model hash, a training or
     micro-batched plan, operators missing from the plan or unknown to the model.
@@ -243,6 +259,10 @@ def check_plan(prepared: PreparedModel, plan: Mapping[str, Any]) -> dict[str, st
     if not isinstance(ops, Mapping) or not ops:
         raise RunError("the plan has no 'ops' (operator -> device): fetch it with detail=full")
     names = prepared.graph.op_names.tolist()
+    ops = dict(ops)
+    for member, kernel in fused_members(plan).items():
+        if kernel in ops:
+            ops[member] = ops[kernel]
     missing = [n for n in names if n not in ops]
     if missing:
         shown = ", ".join(repr(n) for n in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -436,6 +456,23 @@ def _schedule_start(schedule: Mapping[str, Any] | None) -> dict[str, float]:
     return start
 
 
+def _with_members(schedule: Any, members: Mapping[str, str]) -> Any:
+    """``schedule`` with each fused kernel's operators listed at the kernel's start."""
+    if not members or not isinstance(schedule, Mapping):
+        return schedule
+    by_kernel: dict[str, list[str]] = {}
+    for member, kernel in members.items():
+        by_kernel.setdefault(kernel, []).append(member)
+    devices = []
+    for row in schedule.get("devices") or []:
+        entries = []
+        for entry in row.get("ops") or []:
+            entries.append(entry)
+            entries.extend({**entry, "op": member} for member in by_kernel.get(str(entry["op"]), []))
+        devices.append({**row, "ops": entries})
+    return {**schedule, "devices": devices}
+
+
 def _schedule_order(
     keys: list[tuple[str, int]],
     groups: Mapping[tuple[str, int], list[int]],
@@ -621,8 +658,9 @@ class PlanRunner:
     ) -> None:
         self.prepared = prepared
         self.ops = check_plan(prepared, plan)
+        self.members = fused_members(plan)
         self.devices = resolve_devices(list(self.ops.values()), device_map, gpus=gpus)
-        self.parts = cut_plan(prepared, self.ops, plan.get("schedule"))
+        self.parts = cut_plan(prepared, self.ops, _with_members(plan.get("schedule"), self.members))
         runtime = sorted(set(self.devices.values()))
         n_cpu = sum(1 for d in runtime if d.startswith("cpu"))
         cores = os.cpu_count() or 1
@@ -830,7 +868,25 @@ class PlanRunner:
                         }
                     )
         ops.sort(key=lambda o: (o["step"], o["start_s"]))
+        return _as_kernels(ops, self.members)
+
+
+def _as_kernels(ops: list[dict[str, Any]], members: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Measured operators of a fused plan under their kernel's name: one entry per kernel and
+    step, from its first operator's start, lasting its operators' summed time."""
+    if not members:
         return ops
+    merged: dict[tuple[str, int], dict[str, Any]] = {}
+    for op in ops:
+        kernel = members.get(op["name"], op["name"])
+        key = (kernel, op["step"])
+        if key not in merged:
+            merged[key] = {**op, "name": kernel}
+        else:
+            entry = merged[key]
+            entry["start_s"] = min(entry["start_s"], op["start_s"])
+            entry["duration_s"] += op["duration_s"]
+    return sorted(merged.values(), key=lambda o: (o["step"], o["start_s"]))
 
 
 def _move(value: Any, device: str) -> Any:

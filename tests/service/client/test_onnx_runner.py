@@ -17,6 +17,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from partitioners.graph.onnx_import import onnx_operator_names
+from partitioners.hardware.inventory import inventory_from_json
+from partitioners.placement.engine import PlacementOptions, place
 from service.client.onnx_runner import (
     PlanRunner,
     RunError,
@@ -27,6 +29,7 @@ from service.client.onnx_runner import (
     resolve_devices,
     run_plan,
 )
+from service.domain.plan_document import plan_document
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 MODELS = {
@@ -258,3 +261,37 @@ def test_inputs_of_the_wrong_dtype_are_a_clear_error(prepared_models):
         pytest.raises(RunError, match="cannot run the model on these inputs"),
     ):
         runner.run(feeds, steps=1, warmup=0)
+
+
+def two_cpu_inventory():
+    device = {
+        "type": "cpu",
+        "peak_flops": 1e11,
+        "memory_tiers": [{"name": "DRAM", "capacity_bytes": 1e10, "bandwidth_bytes_per_s": 1e10}],
+    }
+    return inventory_from_json(
+        {
+            "groups": [
+                {
+                    "name": "host",
+                    "devices": [{"name": "host/cpu0", **device}, {"name": "host/cpu1", **device}],
+                    "link": {"bandwidth_bytes_per_s": 1e10},
+                }
+            ]
+        }
+    )
+
+
+def test_a_fused_plan_runs_its_kernels_operators_together_and_reports_them_as_kernels(prepared_models):
+    model = prepared(prepared_models, "gpt2")
+    inventory = two_cpu_inventory()
+    result = place(model.graph, inventory, PlacementOptions(fusion="compiler", strategy="metis"))
+    _, _, body = plan_document(result, inventory)
+    plan = {"model_hash": model.model_hash, "options": {"dims": model.dims}, **body}
+    assert plan["fusion_groups"]
+    with PlanRunner(model, plan, gpus=0) as runner:
+        run = runner.run(example_inputs(model), steps=1, warmup=0)
+    assert all(max_abs <= 1e-4 for max_abs, _ in run.diffs.values())
+    members = {m for g in plan["fusion_groups"] for m in g["ops"][1:]}
+    measured = {op["name"] for op in run.ops}
+    assert measured <= set(plan["ops"]) and not measured & members

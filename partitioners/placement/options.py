@@ -10,12 +10,15 @@ from dataclasses import dataclass
 
 from partitioners.errors import InvalidInput
 
-__all__ = ["OBJECTIVES", "MODES", "STRATEGIES", "PlacementOptions"]
+__all__ = ["OBJECTIVES", "MODES", "STRATEGIES", "TIME_LIMIT_MAX_S", "PlacementOptions"]
 
 OBJECTIVES = ("makespan", "throughput", "communication")
 MODES = ("inference", "training")
-#: ``auto`` runs every applicable strategy; the others force one family.
-STRATEGIES = ("auto", "single", "heft", "metis", "pipeline", "hybrid")
+#: ``auto`` runs every applicable strategy; the others force one family; ``exact`` solves
+#: small graphs with CP-SAT (:mod:`partitioners.placement.exact`).
+STRATEGIES = ("auto", "single", "heft", "metis", "pipeline", "hybrid", "exact")
+#: Upper end of ``time_limit_s``.
+TIME_LIMIT_MAX_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class PlacementOptions:
         Seed for METIS; the same seed gives the same plan.
     allow_infeasible : bool
         Return the least-infeasible plan instead of raising :class:`Infeasible`.
+    time_limit_s : float
+        ``strategy="exact"``: the solver's time limit, in ``(0, 300]`` seconds.
     """
 
     objective: str = "makespan"
@@ -55,6 +60,7 @@ class PlacementOptions:
     strategy: str = "auto"
     seed: int = 0
     allow_infeasible: bool = False
+    time_limit_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -69,3 +75,7 @@ class PlacementOptions:
             raise InvalidInput("max_devices must be a positive integer", field="options.max_devices")
         if not (0.0 <= self.memory_headroom_fraction < 1.0):
             raise InvalidInput("memory_headroom_fraction must be in [0, 1)", field="options.memory_headroom_fraction")
+        if not (isinstance(self.time_limit_s, (int, float)) and 0.0 < self.time_limit_s <= TIME_LIMIT_MAX_S):
+            raise InvalidInput(
+                f"time_limit_s must be a number of seconds in (0, {TIME_LIMIT_MAX_S:g}]", field="options.time_limit_s"
+            )

@@ -9,6 +9,7 @@ its level-3 memory plan and final simulation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,10 @@ from partitioners.graph.hypergraph import Hypergraph
 from partitioners.graph.transforms import ExpandedGraph
 from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory, link_class_ids
 from partitioners.placement.memory_tiers import MemoryPlan
+
+if TYPE_CHECKING:
+    from partitioners.placement.bounds import LowerBounds
+    from partitioners.placement.exact import ExactOutcome
 
 __all__ = ["Candidate", "TransferPlan", "PlacementResult", "transfer_plan"]
 
@@ -151,6 +156,11 @@ class PlacementResult:
         bandwidths (:func:`~partitioners.placement.memory_tiers.placed_tier_op_times_s`), so
         measured times compare with those; False where level 3 left the main-memory
         schedule (too many operators, too little gain, or a slower re-timed schedule).
+    bounds : LowerBounds or None
+        Lower bounds on the makespan of any plan of this request
+        (:mod:`partitioners.placement.bounds`); :attr:`optimality_gap` compares.
+    exact : ExactOutcome or None
+        ``strategy="exact"``: what the CP-SAT model found (:mod:`partitioners.placement.exact`).
     """
 
     expanded: ExpandedGraph
@@ -171,10 +181,17 @@ class PlacementResult:
     chosen: Candidate
     notes: list[str] = field(default_factory=list)
     timed_with_tiers: bool = False
+    bounds: LowerBounds | None = None
+    exact: ExactOutcome | None = None
 
     @property
     def graph(self) -> Hypergraph:
         return self.expanded.graph
+
+    @property
+    def optimality_gap(self) -> float | None:
+        """``makespan / lower bound - 1``: no plan of this request is more than this factor faster, less one."""
+        return None if self.bounds is None else self.bounds.gap(self.makespan_s)
 
     @property
     def makespan_s(self) -> float:

@@ -119,6 +119,10 @@ def cache_key_for(model_hash: str, inventory_hash: str, options: dict, extra: di
     return canonical_hash({"model": model_hash, "inventory": inventory_hash, "options": options, **(extra or {})})
 
 
+#: ``options.time_limit_s`` when a stored plan's options predate it.
+PLAN_TIME_LIMIT_DEFAULT_S = 10.0
+
+
 def placement_options(options: dict) -> PlacementOptions:
     return PlacementOptions(
         objective=options["objective"],
@@ -129,6 +133,8 @@ def placement_options(options: dict) -> PlacementOptions:
         memory_headroom_fraction=options["memory_headroom_fraction"],
         strategy=options["strategy"],
         seed=options["seed"],
+        # plans stored before strategy "exact" have no time limit in their options
+        time_limit_s=options.get("time_limit_s", PLAN_TIME_LIMIT_DEFAULT_S),
     )
 
 

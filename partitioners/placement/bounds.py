@@ -395,24 +395,21 @@ def memory_cut_bound_s(
 
 
 def _components(n: int, src: npt.NDArray[np.int64], dst: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Weakly connected components of the operator graph (union-find with path halving)."""
-    parent = list(range(n))
-    for a, b in zip(src.tolist(), dst.tolist(), strict=True):
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        while parent[b] != b:
-            parent[b] = parent[parent[b]]
-            b = parent[b]
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    roots = np.array(parent, dtype=np.int64)
+    """Weakly connected components of the operator graph: hook each edge's larger root under the smaller, then
+    jump pointers to the roots, until no edge joins two roots (a few vectorised rounds, no per-edge Python)."""
+    parent = np.arange(n, dtype=np.int64)
     while True:
-        nxt = roots[roots]
-        if np.array_equal(nxt, roots):
+        pu, pv = parent[src], parent[dst]
+        join = pu != pv
+        if not join.any():
             break
-        roots = nxt
-    _, label = np.unique(roots, return_inverse=True)
+        np.minimum.at(parent, np.maximum(pu[join], pv[join]), np.minimum(pu[join], pv[join]))
+        while True:
+            nxt = parent[parent]
+            if np.array_equal(nxt, parent):
+                break
+            parent = nxt
+    _, label = np.unique(parent, return_inverse=True)
     return label.reshape(-1).astype(np.int64)
 
 

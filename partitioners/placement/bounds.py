@@ -132,7 +132,12 @@ class LowerBounds:
 
 
 def op_time_floors_s(
-    graph: Hypergraph, inventory: Inventory, cost_model: CostModel, devices: npt.NDArray[np.int64]
+    graph: Hypergraph,
+    inventory: Inventory,
+    cost_model: CostModel,
+    devices: npt.NDArray[np.int64],
+    *,
+    tiers: bool = True,
 ) -> FloatArray:
     """The least time each operator can take on each of ``devices``, memory tiers included.
 
@@ -152,12 +157,17 @@ def op_time_floors_s(
         The plan's cost model (any profile or calibration: every term comes from it).
     devices : numpy.ndarray of int64
         The devices to price.
+    tiers : bool
+        False: main-memory times (the cost model's, as candidates are scored before level 3).
 
     Returns
     -------
     numpy.ndarray of float64, shape (n_ops, len(devices))
     """
     full, profile = op_times_by_profile_s(graph, inventory, cost_model)
+    if not tiers:
+        main: FloatArray = full[:, profile[devices]]
+        return main
     compute, _ = op_times_by_profile_s(
         replace(graph, tensor_bytes=np.zeros_like(graph.tensor_bytes)), inventory, cost_model
     )
@@ -422,6 +432,7 @@ def lower_bounds(
     allowed_devices: npt.NDArray[np.bool_] | None = None,
     feasible: bool = True,
     link_tables: tuple[FloatArray, FloatArray] | None = None,
+    tiers: bool = True,
 ) -> LowerBounds:
     """Every bound of the module docstring for one request, and the one that binds.
 
@@ -441,6 +452,10 @@ def lower_bounds(
     link_tables : tuple of numpy.ndarray, optional
         ``(latency_s, s_per_byte)`` per device pair of the inventory
         (:func:`~partitioners.costmodel.costs.link_time_tables`); needed for ``memory-cut``.
+    tiers : bool
+        True: bounds on the plan's makespan, level-3 tiers at their best. False:
+        operators in main memory, bounds on the makespan of a plan scored before
+        level 3 (``makespan_before_tiers_s``).
 
     Returns
     -------
@@ -461,7 +476,7 @@ def lower_bounds(
     kind = kind.reshape(-1)
     reps = devices[first]
     count = np.bincount(kind, minlength=reps.shape[0]).astype(np.float64)
-    floors = op_time_floors_s(sim.graph, inv, sim.cost_model, reps)
+    floors = op_time_floors_s(sim.graph, inv, sim.cost_model, reps, tiers=tiers)
     rows = None if allowed_devices is None else allowed_devices[:, reps]
     floors = allowed_floor_matrix(floors, op_allowed_set, rows)
     p = floors.min(axis=1)

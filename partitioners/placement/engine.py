@@ -212,7 +212,8 @@ def _score_exact(ctx: PlacementContext) -> tuple[list[ScoredCandidate], ExactOut
     The solver's plan is scored like every candidate and the best wins: the solver
     starts from the heuristic winner and keeps it unless it finds better, and the
     simulator can still rank a heuristic first where link contention, which the
-    model leaves out, bites. The hint's lower bound goes to the model.
+    model leaves out, bites. The main-memory lower bound (the model's operator times)
+    goes to the model.
     """
     if ctx.n_ops > EXACT_MAX_OPS:
         raise InvalidInput(
@@ -238,15 +239,16 @@ def _score_exact(ctx: PlacementContext) -> tuple[list[ScoredCandidate], ExactOut
         hint.simulation.makespan_s,
         time_limit_s=ctx.options.time_limit_s,
         seed=ctx.options.seed,
-        lower_bound_s=_bounds_of(ctx, hint.placement, feasible=hint.feasible).lower_bound_s,
+        lower_bound_s=_bounds_of(ctx, hint.placement, feasible=hint.feasible, tiers=False).lower_bound_s,
     )
     note = f"CP-SAT {outcome.status}, model makespan {outcome.objective_s:.6g} s, proven bound {outcome.bound_s:.6g} s"
     scored.append(score_proposal(ctx, Proposal("exact", outcome.placement, outcome.priority, note)))
     return scored, outcome
 
 
-def _bounds_of(ctx: PlacementContext, placement: np.ndarray, *, feasible: bool) -> LowerBounds:
-    """The bounds of :mod:`partitioners.placement.bounds` for a plan of ``ctx`` that uses ``placement``'s devices."""
+def _bounds_of(ctx: PlacementContext, placement: np.ndarray, *, feasible: bool, tiers: bool = True) -> LowerBounds:
+    """The bounds of :mod:`partitioners.placement.bounds` for a plan of ``ctx`` that uses ``placement``'s devices
+    (``tiers=False``: operators in main memory, as candidates are scored and the exact model times them)."""
     devices = np.union1d(ctx.devices, np.unique(placement)).astype(np.int64)
     c = ctx.constraint
     return lower_bounds(
@@ -257,6 +259,7 @@ def _bounds_of(ctx: PlacementContext, placement: np.ndarray, *, feasible: bool) 
         allowed_devices=None if c is None else c.allowed,
         feasible=feasible,
         link_tables=ctx.link_tables if ctx.inventory.n_devices <= MEMORY_CUT_MAX_DEVICES else None,
+        tiers=tiers,
     )
 
 

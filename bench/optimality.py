@@ -19,7 +19,7 @@ solver times operators in main memory, so its plan and bound compare with ``hbm_
 ``bench.placement`` calls :func:`case_fields` for each of its cases and
 :func:`print_table` at the end, so its run prints the same columns for its cases.
 
-Run: ``PYTHONPATH=. .venv/bin/python -m bench.optimality`` (about four minutes on two
+Run: ``PYTHONPATH=. .venv/bin/python -m bench.optimality`` (about five minutes on two
 cores; ``--quick``: seeds 0-1 and the 1x4 cluster only).
 """
 

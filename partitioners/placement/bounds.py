@@ -46,6 +46,10 @@ The bounds:
     ``makespan >= min over its edges of (head(u) + p_u + c(u, v) + p_v + tail(v))``
     with ``c`` the cheapest transfer of the edge's tensor between two usable
     devices.
+``exact``
+    Added by the engine (:meth:`LowerBounds.with_bound`) for ``strategy="exact"``:
+    the bound CP-SAT proved (:mod:`partitioners.placement.exact`), where it bounds
+    the simulated makespan.
 
 A pipeline bound "the slowest stage's work under the best contiguous split" would
 hold for plans whose every micro-batch runs the same stages; the engine's hybrid
@@ -59,9 +63,9 @@ References
    Math. 17(2), 1969 (critical path and total work over machines).
 .. [2] E. Horowitz, S. Sahni, "Exact and approximate algorithms for scheduling
    nonidentical processors", JACM 23(2), 1976 (uniform machines: work over total speed).
-.. [3] E. Hebrard et al. / P. Baptiste, C. Le Pape, W. Nuijten, "Constraint-Based
-   Scheduling", Kluwer 2001, ch. 3 (energetic reasoning with heads and tails);
-   J. Carlier, "The one-machine sequencing problem", EJOR 11(1), 1982 (heads and tails).
+.. [3] P. Baptiste, C. Le Pape, W. Nuijten, "Constraint-Based Scheduling", Kluwer 2001,
+   ch. 3 (energetic reasoning); J. Carlier, "The one-machine sequencing problem", EJOR
+   11(1), 1982 (heads and tails).
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def test_the_exact_bound_binds_when_it_is_the_largest():
     assert (b.lower_bound_s, b.binding) == (2.5, "exact")
 
 
-def _inventory(n_devices: int, groups: int, peaks: list[float], hbm_bytes: float, fast_tier: bool):
+def _inventory(n_devices: int, groups: int, peaks: list[float], hbm_bytes: float, fast_tier: bool, typed: bool = False):
     per = max(1, n_devices // groups)
     tiers = [{"name": "HBM", "capacity_bytes": hbm_bytes, "bandwidth_bytes_per_s": 2e12}]
     if fast_tier:
@@ -170,7 +170,7 @@ def _inventory(n_devices: int, groups: int, peaks: list[float], hbm_bytes: float
                     "devices": [
                         {
                             "name": f"d{gi}_{i}",
-                            "type": "T",
+                            "type": "U" if typed and (gi * per + i) % 2 else "T",
                             "peak_flops": peaks[(gi * per + i) % len(peaks)],
                             "memory_tiers": tiers,
                         }
@@ -195,31 +195,60 @@ def _inventory(n_devices: int, groups: int, peaks: list[float], hbm_bytes: float
     peaks=st.lists(st.sampled_from([1e13, 5e13, 2e14]), min_size=1, max_size=4),
     hbm_bytes=st.sampled_from([1e6, 1e8, 1e11]),
     fast_tier=st.booleans(),
-    strategy=st.sampled_from(["auto", "single", "heft", "metis", "pipeline", "hybrid"]),
+    strategy=st.sampled_from(["auto", "single", "heft", "metis", "pipeline", "hybrid", "exact"]),
     mode=st.sampled_from(["inference", "training"]),
     micro_batches=st.sampled_from([1, 2, 3]),
     pipeline=st.booleans(),
     launch=st.sampled_from([0.0, 5e-6]),
+    typed=st.booleans(),
+    max_devices=st.sampled_from([None, 1, 2, 3]),
 )
 def test_no_plan_of_any_strategy_beats_the_lower_bound(
-    n_ops, lanes, seed, n_devices, groups, peaks, hbm_bytes, fast_tier, strategy, mode, micro_batches, pipeline, launch
+    n_ops,
+    lanes,
+    seed,
+    n_devices,
+    groups,
+    peaks,
+    hbm_bytes,
+    fast_tier,
+    strategy,
+    mode,
+    micro_batches,
+    pipeline,
+    launch,
+    typed,
+    max_devices,
 ):
     if strategy == "hybrid" and micro_batches == 1:
         micro_batches = 2
-    if strategy not in ("auto", "single") and n_devices == 1:
+    if strategy not in ("auto", "single", "exact") and n_devices == 1:
         n_devices = 2
+    if strategy not in ("auto", "single", "exact"):
+        max_devices = None
+    if typed:
+        # every third operator runs only on the U devices: there must be one among those allowed
+        n_devices, max_devices = max(n_devices, 2), None
     groups = min(groups, n_devices)
     g = synthetic_hypergraph(n_ops, lanes=lanes, seed=seed)
-    inv = _inventory(n_devices, groups, peaks, hbm_bytes, fast_tier)
+    if typed:
+        g = with_device_types(g, every=3, types=("U",))
+    inv = _inventory(n_devices, groups, peaks, hbm_bytes, fast_tier, typed)
     opts = PlacementOptions(
-        strategy=strategy, mode=mode, micro_batches=micro_batches, pipeline=pipeline, allow_infeasible=True
+        strategy=strategy,
+        mode=mode,
+        micro_batches=micro_batches,
+        pipeline=pipeline,
+        allow_infeasible=True,
+        max_devices=max_devices,
+        time_limit_s=0.3,
     )
     r = place(g, inv, opts, cost_model=CostModel(launch_overhead_s=launch))
     assert r.bounds is not None
     assert r.bounds.lower_bound_s > 0
     assert r.makespan_s >= r.bounds.lower_bound_s * (1 - REL)
-    # and every scored candidate, simulated in main memory, too (memory-cut: the feasible ones)
-    any_plan = max(v for k, v in r.bounds.by_bound_s.items() if k != "memory-cut")
+    # and every scored candidate, simulated in main memory, too (memory-cut and exact: the feasible ones)
+    any_plan = max(v for k, v in r.bounds.by_bound_s.items() if k not in ("memory-cut", "exact"))
     for c in r.candidates:
         if np.isfinite(c.makespan_s):
             assert c.makespan_s >= (r.bounds.lower_bound_s if c.feasible else any_plan) * (1 - REL)

@@ -242,7 +242,12 @@ def _score_exact(ctx: PlacementContext) -> tuple[list[ScoredCandidate], ExactOut
         lower_bound_s=_bounds_of(ctx, hint.placement, feasible=hint.feasible, tiers=False).lower_bound_s,
     )
     note = f"CP-SAT {outcome.status}, model makespan {outcome.objective_s:.6g} s, proven bound {outcome.bound_s:.6g} s"
-    scored.append(score_proposal(ctx, Proposal("exact", outcome.placement, outcome.priority, note)))
+    # the simulator list-schedules: the solver's start order, or critical-path order, whichever runs faster
+    orders = [
+        score_proposal(ctx, Proposal("exact", outcome.placement, outcome.priority, f"{note}; solver's order")),
+        score_proposal(ctx, Proposal("exact", outcome.placement, None, f"{note}; critical-path order")),
+    ]
+    scored.append(orders[best_candidate(orders, ctx.options.pipeline)])
     return scored, outcome
 
 

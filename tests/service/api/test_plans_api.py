@@ -205,3 +205,11 @@ def test_an_exact_time_limit_out_of_range_is_a_422(client):
     response = client.post("/v1/plans", json=request)
     assert response.status_code == 422
     assert "time_limit_s" in response.text
+
+
+def test_strategy_exact_with_a_long_time_limit_is_planned_as_a_job(client):
+    request = plan_request(diamond_graph("exact-job"))
+    request["options"] = {"strategy": "exact", "time_limit_s": 30.0}
+    response = client.post("/v1/plans", json=request)
+    assert response.status_code == 202, response.text
+    assert response.json()["status"] == "queued"

@@ -19,6 +19,9 @@ solver times operators in main memory, so its plan and bound compare with ``hbm_
 ``bench.placement`` calls :func:`case_fields` for each of its cases and
 :func:`print_table` at the end, so its run prints the same columns for its cases.
 
+``--model-build`` times only what a large-neighbourhood search over windows of a
+10^3- or 10^4-operator plan would pay first: building and loading the CP model.
+
 Run: ``PYTHONPATH=. .venv/bin/python -m bench.optimality`` (about five minutes on two
 cores; ``--quick``: seeds 0-1 and the 1x4 cluster only).
 """
@@ -111,6 +114,30 @@ def main_memory_bound(graph: Hypergraph, inventory: Inventory, options: Placemen
     return main.lower_bound_s, main.binding, seconds
 
 
+def model_build(sizes: tuple[int, ...] = (1_000, 10_000), devices: int = 4) -> None:
+    """What a large-neighbourhood search over windows of a big plan would pay before searching: the seconds
+    to build and load the CP model of the whole graph (1 ms of search), next to ``auto``'s planning time."""
+    from partitioners.costmodel.simulator import simulate
+    from partitioners.placement.exact import exact_schedule
+
+    inv = _inventory(1, devices)
+    for n in sizes:
+        graph = synthetic_hypergraph(n, seed=0)
+        opts = PlacementOptions()
+        t0 = time.perf_counter()
+        result = place(graph, inv, opts)
+        auto_s = time.perf_counter() - t0
+        ctx = placement_context(graph, inv, opts)
+        sim = simulate(ctx.graph, inv, result.placement, context=ctx.simulation)
+        t0 = time.perf_counter()
+        exact_schedule(ctx, result.placement, sim.op_start_s, sim.makespan_s, time_limit_s=0.001)
+        print(
+            f"{n:>6} ops on 1x{devices}: auto plans in {auto_s:.2f} s; the CP model takes "
+            f"{time.perf_counter() - t0:.2f} s to build and load (1 ms of search)",
+            flush=True,
+        )
+
+
 def _inventory(nodes: int, per: int) -> Inventory:
     inv = inventory_from_json({"preset": "dgx-h100", "nodes": nodes})
     if per * nodes < inv.n_devices:
@@ -125,7 +152,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--clusters", default="1x4,1x8")
     ap.add_argument("--exact-limit", type=float, default=EXACT_TIME_LIMIT_S)
+    ap.add_argument("--model-build", action="store_true", help="only time building the CP model at 10^3, 10^4 ops")
     args = ap.parse_args()
+    if args.model_build:
+        model_build()
+        return
     clusters = args.clusters.split(",")
     seeds = args.seeds
     if args.quick:

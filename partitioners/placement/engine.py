@@ -25,7 +25,11 @@ The engine is a pipeline of pure steps over one frozen
 4. the best is refined against the simulator (:mod:`partitioners.placement.refine`);
 5. :mod:`partitioners.placement.final_plan` plans level-3 memory tiers
    (:mod:`partitioners.placement.memory_tiers`), re-times the schedule with them and
-   gives the verdict.
+   gives the verdict;
+6. :mod:`partitioners.placement.bounds` gives the plan its lower bound and optimality gap.
+
+``strategy="exact"`` scores the candidates of ``auto``, then solves small graphs with
+CP-SAT from the best of them (:mod:`partitioners.placement.exact`).
 
 ``<name>+refine`` names a refined candidate. In pipeline mode every candidate is
 passed through acyclic repair on the forward edges, so the stage graph a pipeline
@@ -78,13 +82,7 @@ from partitioners.errors import InvalidInput
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.hardware.inventory import Inventory
 from partitioners.placement.bounds import MEMORY_CUT_MAX_DEVICES, LowerBounds, lower_bounds, op_time_floors_s
-from partitioners.placement.candidates import (
-    HEFT_BUDGET_SCALE,
-    Proposal,
-    candidate_schedule,
-    heft_tight,
-    single_device,
-)
+from partitioners.placement.candidates import HEFT_BUDGET_SCALE, Proposal, candidate_schedule, heft_tight, single_device
 from partitioners.placement.context import PlacementContext, placement_context
 from partitioners.placement.exact import EXACT_MAX_OPS, ExactOutcome, exact_schedule
 from partitioners.placement.final_plan import finish_placement

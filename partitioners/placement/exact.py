@@ -18,7 +18,8 @@ variables, one no-overlap constraint per device [2]_):
   returned plan is simulated and given its feasibility verdict like any other).
 * **Objective.** The makespan, the latest operator end.
 
-CP-SAT works on integers: times are in ticks of ``tick_s = hint makespan / 2^20``,
+CP-SAT works on integers (the one place besides the METIS adapter where costs become
+integers): times are in ticks of ``tick_s = hint makespan / 2^20``,
 every duration and transfer rounded *down*. Rounded down, any schedule the simulator
 can produce is a solution of the model, so the model's optimum, and the bound
 CP-SAT proves when the time limit stops it, is a lower bound on the simulated

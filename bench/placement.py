@@ -21,7 +21,8 @@ targets of issue 5. A last table (:mod:`bench.optimality`) gives every case's lo
 bound and optimality gap and, for graphs of up to ``EXACT_MAX_OPS`` operators, the
 plan of ``strategy="exact"`` (10 s limit each).
 
-Run: ``.venv/bin/python -m bench.placement`` (about ten minutes on two cores);
+Run: ``.venv/bin/python -m bench.placement`` (about ten minutes on two cores, plus about 10 s per case within
+``strategy="exact"``'s reach: 7 per cluster);
 ``--quick`` drops the 10^6 case and the 1x8 cluster.
 """
 

@@ -30,9 +30,10 @@ operator along a path: under 0.04% at 400 operators.
 
 The solver starts from a heuristic plan (``hint``: the best of HEFT and the
 one-device plan, its simulated start times as the hint), so it always has a
-solution to improve. The placement it returns is simulated by the real simulator
-with the solver's start order as priorities: the plan's makespan is the
-simulator's, which can exceed the model's objective by contention.
+solution to improve. The engine simulates the placement it returns with the real
+simulator, with the solver's start order (:attr:`ExactOutcome.priority`) and with
+critical-path order as priorities: the plan's makespan is the simulator's, which
+can exceed the model's objective by contention.
 
 Determinism: a fixed ``random_seed`` and one search worker, so every run follows
 the same search; a proven optimum (``status="optimal"``) is the same answer every
@@ -41,8 +42,8 @@ when it stops the search first, a faster or less loaded machine gets further alo
 that search, so ``status="feasible"`` answers can differ between runs (``bound_s``
 says how far from optimal they may be). CP-SAT's deterministic time, which would
 make them reproducible, tracks wall time too loosely to keep a limit within a
-second (0.03 to 0.24 units per second on the 30- and 300-operator cases of
-``bench.optimality``). One worker, not two: the service's machines have two cores
+second (in one measurement, 0.24 units per second on a 30-operator synthetic graph
+and 0.03 on a 300-operator one). One worker, not two: the service's machines have two cores
 shared by concurrent plans; two workers improved the 300-operator case by 2.5% in
 5 s and gave different plans run to run. CP-SAT reads its clock itself; this
 module reads none.

@@ -12,7 +12,8 @@ What the simulator allows, and each bound therefore assumes:
   cost model's roofline time with each of its tensors read and written at the
   fastest memory tier of ``d`` that could hold it (level 3 re-times the chosen
   schedule with tier bandwidths, :mod:`partitioners.placement.memory_tiers`; a tensor
-  larger than a tier's capacity never lands there). Launch overheads stay in.
+  larger than a tier's capacity never lands there, and parameters, graph inputs and
+  graph outputs stay in main memory). Launch overheads stay in.
 * An operator starts after every producer of its inputs has finished, and a
   transfer between two devices takes at least the uncontended ``alpha + bytes /
   bandwidth`` of the pair's link (contention only delays it further).
@@ -79,6 +80,7 @@ from partitioners.costmodel.costs import CostModel, op_times_by_profile_s
 from partitioners.costmodel.simulator import SimulationContext, critical_path_priority
 from partitioners.graph.hypergraph import TENSOR_PARAMETER, Hypergraph
 from partitioners.hardware.inventory import Inventory
+from partitioners.placement.memory_tiers import ALIGNMENT_BYTES
 
 __all__ = [
     "BOUND_NAMES",
@@ -149,8 +151,10 @@ def op_time_floors_s(
     (:mod:`partitioners.costmodel.costs`) with the memory term scaled as level 3
     scales it (:func:`~partitioners.placement.memory_tiers.placed_tier_op_times_s`):
     by ``sum_i b_i / bw(tier_i) / sum_i b_i / bw(main)``, here with each tensor ``i``
-    at the fastest tier of the device whose capacity holds ``b_i`` (a lower bound on
-    that ratio whatever tiers level 3 chooses), and never above the main-memory time.
+    at the fastest tier of the device whose capacity holds ``b_i`` rounded up to the
+    allocation alignment (a lower bound on that ratio whatever tiers level 3
+    chooses), except parameters, graph inputs and graph outputs, which level 3 keeps
+    in main memory; and never above the main-memory time.
 
     Parameters
     ----------
@@ -184,7 +188,16 @@ def op_time_floors_s(
             np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.output_ptr)),
         ]
     )
-    b = graph.tensor_bytes[np.concatenate([graph.input_tensors, graph.output_tensors])]
+    tensors = np.concatenate([graph.input_tensors, graph.output_tensors])
+    b = graph.tensor_bytes[tensors]
+    # what level 3 may hold on chip: activations made and read inside the step, at their
+    # aligned size; parameters, graph inputs and graph outputs stay in main memory
+    aligned = np.ceil(b / ALIGNMENT_BYTES) * ALIGNMENT_BYTES
+    on_chip = (
+        (graph.tensor_kind[tensors] != TENSOR_PARAMETER)
+        & (graph.tensor_producer[tensors] >= 0)
+        & (np.diff(graph.consumer_ptr)[tensors] > 0)
+    )
     cap = inventory.tier_capacity_bytes
     bw = inventory.tier_bandwidth_bytes_per_s
     main_bw = inventory.device_memory_bandwidth_bytes_per_s
@@ -198,7 +211,7 @@ def op_time_floors_s(
         best_bw = np.full(b.shape[0], max(float(main_bw[d]), 1.0))
         for t in range(cap.shape[1]):
             if cap[d, t] > 0:
-                fits = b <= cap[d, t]
+                fits = on_chip & (aligned <= cap[d, t])
                 best_bw[fits] = np.maximum(best_bw[fits], max(float(bw[d, t]), 1.0))
         fast = np.bincount(owners, weights=b / best_bw, minlength=n).astype(np.float64)
         slow = np.bincount(owners, weights=b / max(float(main_bw[d]), 1.0), minlength=n).astype(np.float64)
@@ -481,6 +494,8 @@ def lower_bounds(
     reps = devices[first]
     count = np.bincount(kind, minlength=reps.shape[0]).astype(np.float64)
     floors = op_time_floors_s(sim.graph, inv, sim.cost_model, reps, tiers=tiers)
+    # never above the times the simulator scores plans with
+    floors = np.minimum(floors, sim.op_times_s[:, sim.device_profile[reps]])
     rows = None if allowed_devices is None else allowed_devices[:, reps]
     floors = allowed_floor_matrix(floors, op_allowed_set, rows)
     p = floors.min(axis=1)

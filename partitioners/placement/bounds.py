@@ -125,10 +125,11 @@ class LowerBounds:
     by_bound_s: dict[str, float]
 
     def gap(self, makespan_s: float) -> float:
-        """``makespan / bound - 1`` (0 when the bound is 0 and so is the makespan)."""
+        """``makespan / bound - 1``, never below 0: a plan that meets its bound is optimal, and summing the
+        same times in another order can put the bound an ulp above it (0 when both are 0)."""
         if self.lower_bound_s <= 0.0:
             return 0.0 if makespan_s <= 0.0 else float("inf")
-        return float(makespan_s / self.lower_bound_s - 1.0)
+        return max(0.0, float(makespan_s / self.lower_bound_s - 1.0))
 
     def with_bound(self, name: str, value_s: float) -> LowerBounds:
         """These bounds with one more (e.g. the exact solver's proven bound)."""

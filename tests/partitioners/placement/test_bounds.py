@@ -153,6 +153,11 @@ def test_the_gap_is_makespan_over_bound_less_one():
     assert b.gap(3.0) == pytest.approx(0.5)
 
 
+def test_a_plan_that_meets_its_bound_has_no_gap_whatever_the_rounding():
+    b = LowerBounds(lower_bound_s=9.365867855712854e-05, binding="load", by_bound_s={})
+    assert b.gap(9.365867855712853e-05) == 0.0
+
+
 def test_the_exact_bound_binds_when_it_is_the_largest():
     b = LowerBounds(lower_bound_s=2.0, binding="load", by_bound_s={"load": 2.0}).with_bound("exact", 2.5)
     assert (b.lower_bound_s, b.binding) == (2.5, "exact")

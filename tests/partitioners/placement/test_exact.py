@@ -127,3 +127,12 @@ def test_exact_reaches_the_bound_where_the_critical_path_dominates(branches, n_d
     assert r.exact.status == "optimal"
     assert r.makespan_s >= r.bounds.lower_bound_s * (1 - 1e-9)
     assert r.optimality_gap <= 1e-3  # 1-byte tensors: transfers of a nanosecond
+
+
+def test_exact_says_infeasible_when_no_placement_holds_the_parameters_and_keeps_the_heuristic_plan():
+    g = chain(2, tensor_bytes=1000.0, param_bytes=2_000_000.0)
+    opts = PlacementOptions(strategy="exact", time_limit_s=5.0, allow_infeasible=True)
+    r = place(g, cluster(2, hbm_bytes=1_000_000), opts, cost_model=IDEAL)
+    assert r.exact.status == "infeasible"
+    assert not r.feasible
+    assert "exact" not in r.bounds.by_bound_s

@@ -40,7 +40,7 @@ def _optimality(result: PlacementResult) -> dict:
     if e is not None:
         out["exact"] = {
             "status": e.status,
-            "bound_s": _finite(e.bound_s) or 0.0,
+            "bound_s": _finite(e.bound_s),
             "objective_s": _finite(e.objective_s),
             "solve_time_s": float(e.solve_time_s),
         }

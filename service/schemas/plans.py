@@ -228,9 +228,10 @@ class ExactSummary(Answer):
         "time limit ended; infeasible: no placement keeps the parameters within the budgets; unknown: nothing "
         "found in time (the heuristic plan stands)."
     )
-    bound_s: float = Field(
+    bound_s: float | None = Field(
+        None,
         description="The lower bound the solver proved on its model's makespan, operators timed in main memory: it "
-        "bounds makespan_before_tiers_s (level-3 tiers can make makespan_s faster still)."
+        "bounds makespan_before_tiers_s (level-3 tiers can make makespan_s faster still); null when infeasible.",
     )
     objective_s: float | None = Field(None, description="The model's makespan of the solver's plan.")
     solve_time_s: float = Field(description="Seconds the solver searched.")

@@ -17,14 +17,17 @@ the best baseline, its peak
 memory against capacity, bytes moved, whether its stage graph is acyclic, level-3
 tier-capacity violations, and planning seconds (parsing included: ONNX bytes for
 the fixtures, graph JSON for the synthetic DAGs). A summary line checks the
-targets of issue 5.
+targets of issue 5. A last table (:mod:`bench.optimality`) gives every case's lower
+bound and optimality gap and, for graphs of up to ``EXACT_MAX_OPS`` operators, the
+plan of ``strategy="exact"`` (10 s limit each).
 
 A last section (issue 52) scores hyperplace and every baseline, Mt-KaHyPar included
 where ``import mtkahypar`` works, with the same simulator under the ``roofline`` cost
 profile (peak compute, no launch cost: the model partitioner papers use), on the
 fixtures' micro-batched runs and synthetic DAGs, and checks its targets.
 
-Run: ``.venv/bin/python -m bench.placement`` (about ten minutes on two cores);
+Run: ``.venv/bin/python -m bench.placement`` (about ten minutes on two cores, plus about 10 s per case within
+``strategy="exact"``'s reach: 7 per cluster);
 ``--quick`` drops the 10^6 case and the 1x8 cluster; ``--roofline only`` runs just the
 roofline section (about two minutes), ``--roofline no`` leaves it out.
 """
@@ -39,7 +42,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from bench import fusion_energy
+from bench import fusion_energy, optimality
 from partitioners.costmodel.costs import link_time_tables
 from partitioners.costmodel.simulator import prepare_simulation, simulate
 from partitioners.graph.generators import synthetic_graph_json
@@ -159,6 +162,7 @@ def run_case(label, parse, inventory, options, parallel):
         "parallel": parallel,
         "pipeline": options.pipeline,
     }
+    row.update(optimality.case_fields(result, parse, inventory, options))
     print(
         f"{label:<34} {row['ops']:>8} {row['hyper_ms']:>9.3f} {row['hbm_ms']:>9.3f} "
         + " ".join(f"{base[k][0] * 1e3:>8.3f}{' ' if base[k][1] else '*'}" for k in ("one", "metis", "pipe", "heft"))
@@ -226,6 +230,7 @@ def main() -> None:
                 opts = PlacementOptions(allow_infeasible=True)
                 rows.append(run_case(f"synthetic-{n}/{cl}", lambda d=doc: graph_from_json(d), inv, opts, True))
     _summary(rows)
+    optimality.print_table(rows)
     if not args.no_fusion_energy:
         print()
         fusion_energy.main(args.models.split(","))

@@ -231,6 +231,12 @@ def _print_plan(plan: dict, *, to_stderr: bool = False) -> None:
     summary = plan["summary"]
     table = Table(title=f"plan {plan.get('id') or '(offline)'}: strategy {plan['strategy']}", show_header=False)
     table.add_row("makespan", f"{summary['makespan_s'] * 1e3:.3f} ms")
+    if summary.get("lower_bound_s") and summary.get("optimality_gap") is not None:
+        table.add_row(
+            "lower bound",
+            f"{summary['lower_bound_s'] * 1e3:.3f} ms ({summary['lower_bound_by']}): at most "
+            f"{summary['optimality_gap']:.1%} above the best possible",
+        )
     if summary.get("one_device_makespan_s") and summary.get("makespan_before_tiers_s"):
         speedup = summary["one_device_makespan_s"] / summary["makespan_before_tiers_s"]
         table.add_row("speed-up over one device", f"{speedup:.2f}x (both in main memory)")

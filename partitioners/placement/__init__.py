@@ -17,19 +17,25 @@
 - :mod:`~partitioners.placement.result`: :class:`Candidate`, :class:`TransferPlan`,
   :class:`PlacementResult`.
 - :mod:`~partitioners.placement.heft`: HEFT list scheduling.
-- :mod:`~partitioners.placement.metis_adapter`: hypergraph -> METIS, the one place costs
-  become integers.
+- :mod:`~partitioners.placement.metis_adapter`: hypergraph -> METIS, where costs become
+  integers (the other place is the exact model's time ticks).
 - :mod:`~partitioners.placement.pipeline`: contiguous pipeline splits and replicas.
 - :mod:`~partitioners.placement.acyclic`: acyclic repair of a stage order.
 - :mod:`~partitioners.placement.refine`: simulator-guided refinement.
 - :mod:`~partitioners.placement.memory_tiers`: level 3, tensors into HBM, L2, shared memory.
 - :mod:`~partitioners.placement.schedule`: :func:`plan_schedule`, the operator order per
   device, transfers and tier holdings with the times a plan's prediction assumes.
+- :mod:`~partitioners.placement.bounds`: :func:`lower_bounds` on the makespan of any plan
+  of a request (:class:`LowerBounds`): the optimality gap every plan carries.
+- :mod:`~partitioners.placement.exact`: ``strategy="exact"``, a CP-SAT model
+  (:func:`exact_schedule`) for graphs of up to ``EXACT_MAX_OPS`` operators.
 """
 
+from partitioners.placement.bounds import LowerBounds, lower_bounds
 from partitioners.placement.candidates import Proposal
 from partitioners.placement.context import PlacementContext, placement_context
 from partitioners.placement.engine import evaluate_placement, place
+from partitioners.placement.exact import ExactOutcome, exact_schedule
 from partitioners.placement.options import PlacementOptions
 from partitioners.placement.result import Candidate, PlacementResult, TransferPlan
 from partitioners.placement.schedule import PlanSchedule, plan_schedule
@@ -37,6 +43,8 @@ from partitioners.placement.scoring import ScoredCandidate, score_proposal
 
 __all__ = [
     "Candidate",
+    "ExactOutcome",
+    "LowerBounds",
     "PlacementContext",
     "PlacementOptions",
     "PlacementResult",
@@ -45,6 +53,8 @@ __all__ = [
     "ScoredCandidate",
     "TransferPlan",
     "evaluate_placement",
+    "exact_schedule",
+    "lower_bounds",
     "place",
     "plan_schedule",
     "placement_context",

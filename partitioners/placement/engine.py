@@ -25,7 +25,11 @@ The engine is a pipeline of pure steps over one frozen
 4. the best is refined against the simulator (:mod:`partitioners.placement.refine`);
 5. :mod:`partitioners.placement.final_plan` plans level-3 memory tiers
    (:mod:`partitioners.placement.memory_tiers`), re-times the schedule with them and
-   gives the verdict.
+   gives the verdict;
+6. :mod:`partitioners.placement.bounds` gives the plan its lower bound and optimality gap.
+
+``strategy="exact"`` scores the candidates of ``auto``, then solves small graphs with
+CP-SAT from the best of them (:mod:`partitioners.placement.exact`).
 
 ``<name>+refine`` names a refined candidate. In pipeline mode every candidate is
 passed through acyclic repair on the forward edges, so the stage graph a pipeline
@@ -77,6 +81,7 @@ from partitioners.costmodel.simulator import SimulationResult
 from partitioners.errors import InvalidInput
 from partitioners.graph.hypergraph import Hypergraph
 from partitioners.hardware.inventory import Inventory
+from partitioners.placement.bounds import MEMORY_CUT_MAX_DEVICES, LowerBounds, lower_bounds, op_time_floors_s
 from partitioners.placement.candidates import (
     HEFT_BUDGET_SCALE,
     Proposal,
@@ -86,6 +91,7 @@ from partitioners.placement.candidates import (
     single_device,
 )
 from partitioners.placement.context import PlacementContext, placement_context
+from partitioners.placement.exact import EXACT_MAX_OPS, ExactOutcome, exact_schedule
 from partitioners.placement.final_plan import finish_placement
 from partitioners.placement.fusion import FusionGroups, fuse_for_placement
 from partitioners.placement.options import ENERGY_OBJECTIVES, MODES, OBJECTIVES, STRATEGIES, PlacementOptions
@@ -144,7 +150,7 @@ def _simulations_left(ctx: PlacementContext, scored: Sequence[ScoredCandidate]) 
 def _check_strategy_applies(strategy: str, n_devices: int, micro_batches: int) -> None:
     """A strategy asked for by name must have something to build: every one but ``single``
     spreads operators over devices, and ``hybrid`` replicates stages over micro-batches."""
-    if strategy not in ("auto", "single") and n_devices == 1:
+    if strategy not in ("auto", "single", "exact") and n_devices == 1:
         raise InvalidInput(
             f"strategy '{strategy}' spreads operators over several devices and this request offers one "
             "(max_devices or the inventory); ask for 'single' or 'auto'",
@@ -208,6 +214,85 @@ def _score_candidates(ctx: PlacementContext, on_progress: Callable[[float], None
         scored.append(score_proposal(ctx, build(ctx)))
         on_progress(0.8 * done / n_planned)
     return scored
+
+
+def _score_exact(ctx: PlacementContext) -> tuple[list[ScoredCandidate], ExactOutcome]:
+    """``strategy="exact"``: every candidate ``auto`` scores, then CP-SAT from the best of them.
+
+    The solver's plan is scored like every candidate and the best wins: the solver
+    starts from the heuristic winner and keeps it unless it finds better, and the
+    simulator can still rank a heuristic first where link contention, which the
+    model leaves out, bites. The main-memory lower bound (the model's operator times)
+    goes to the model.
+    """
+    if ctx.n_ops > EXACT_MAX_OPS:
+        raise InvalidInput(
+            f"strategy 'exact' solves graphs of up to {EXACT_MAX_OPS} operators (after training and micro-batch "
+            f"expansion) and this one has {ctx.n_ops}; ask for 'auto'",
+            field="options.strategy",
+            code="strategy-not-applicable",
+        )
+    auto = replace(ctx, options=replace(ctx.options, strategy="auto"))
+    scored = _score_candidates(auto, lambda fraction: None)
+    best = best_candidate(scored, ctx.options.pipeline)
+    refined = _refined(auto, scored, best)
+    if refined is not None:
+        scored.append(refined)
+    hint = scored[best_candidate(scored, ctx.options.pipeline)]
+    if hint.simulation is None:
+        hint = score_proposal(ctx, Proposal(hint.strategy, hint.placement, hint.priority))
+    assert hint.simulation is not None
+    outcome = exact_schedule(
+        ctx,
+        hint.placement,
+        hint.simulation.op_start_s,
+        hint.simulation.makespan_s,
+        time_limit_s=ctx.options.time_limit_s,
+        seed=ctx.options.seed,
+        lower_bound_s=_bounds_of(ctx, hint.placement, feasible=hint.feasible, tiers=False).lower_bound_s,
+    )
+    note = f"CP-SAT {outcome.status}, model makespan {outcome.objective_s:.6g} s, proven bound {outcome.bound_s:.6g} s"
+    # the simulator list-schedules: the solver's start order, or critical-path order, whichever runs faster
+    orders = [
+        score_proposal(ctx, Proposal("exact", outcome.placement, outcome.priority, f"{note}; solver's order")),
+        score_proposal(ctx, Proposal("exact", outcome.placement, None, f"{note}; critical-path order")),
+    ]
+    scored.append(orders[best_candidate(orders, ctx.options.pipeline)])
+    return scored, outcome
+
+
+def _bounds_of(ctx: PlacementContext, placement: np.ndarray, *, feasible: bool, tiers: bool = True) -> LowerBounds:
+    """The bounds of :mod:`partitioners.placement.bounds` for a plan of ``ctx`` that uses ``placement``'s devices
+    (``tiers=False``: operators in main memory, as candidates are scored and the exact model times them)."""
+    devices = np.union1d(ctx.devices, np.unique(placement)).astype(np.int64)
+    c = ctx.constraint
+    return lower_bounds(
+        ctx.simulation,
+        devices,
+        memory_budget_bytes=ctx.memory_budget_bytes,
+        op_allowed_set=None if c is None else c.op_allowed_set,
+        allowed_devices=None if c is None else c.allowed,
+        feasible=feasible,
+        link_tables=ctx.link_tables if ctx.inventory.n_devices <= MEMORY_CUT_MAX_DEVICES else None,
+        tiers=tiers,
+    )
+
+
+def _with_bounds(ctx: PlacementContext, result: PlacementResult, exact: ExactOutcome | None) -> PlacementResult:
+    """``result`` with its lower bounds (:mod:`partitioners.placement.bounds`) and the exact solver's outcome.
+
+    The devices a plan may use are the usable ones and any the placement uses (a
+    re-plan's given placement may use others). The solver's proven bound counts only
+    where it bounds the simulated makespan: a feasible plan (the model keeps
+    parameters within budget) on an inventory whose faster memory tiers speed no
+    operator up (the model times operators in main memory).
+    """
+    bounds = _bounds_of(ctx, result.placement, feasible=result.feasible)
+    if exact is not None and exact.status in ("optimal", "feasible") and result.feasible:
+        floors = op_time_floors_s(ctx.graph, ctx.inventory, ctx.cost_model, ctx.devices)
+        if bool(np.all(floors >= ctx.op_times_s[:, ctx.devices])):
+            bounds = bounds.with_bound("exact", exact.bound_s)
+    return replace(result, bounds=bounds, exact=exact)
 
 
 def _refined(ctx: PlacementContext, scored: Sequence[ScoredCandidate], best: int) -> ScoredCandidate | None:
@@ -301,8 +386,7 @@ def place(
     Comput. 41(4), 2019 (acyclic partitioning).
     """
     options = options or PlacementOptions()
-    result = _place(*fuse_for_placement(graph, options.fusion), inventory, options, cost_model, on_progress)
-    return result
+    return _place(*fuse_for_placement(graph, options.fusion), inventory, options, cost_model, on_progress)
 
 
 def _place(
@@ -315,7 +399,11 @@ def _place(
 ) -> PlacementResult:
     """:func:`place` on a graph already fused (``fusion``: its groups, ``None`` unfused)."""
     ctx = placement_context(graph, inventory, options, cost_model)
-    scored = _score_candidates(ctx, on_progress or (lambda fraction: None))
+    exact: ExactOutcome | None = None
+    if options.strategy == "exact":
+        scored, exact = _score_exact(ctx)
+    else:
+        scored = _score_candidates(ctx, on_progress or (lambda fraction: None))
     best = best_candidate(scored, options.pipeline)
     refined = _refined(ctx, scored, best)
     if refined is not None:
@@ -332,7 +420,7 @@ def _place(
         result = finish_placement(
             ctx, scored, best_candidate(scored, options.pipeline), raise_infeasible=not options.allow_infeasible
         )
-    return replace(result, fusion=fusion)
+    return replace(_with_bounds(ctx, result, exact), fusion=fusion)
 
 
 def evaluate_placement(
@@ -366,4 +454,7 @@ def evaluate_placement(
     if placement.shape != (ctx.n_ops,):
         raise InvalidInput("the placement needs one device per operator of the expanded graph", field="placement")
     scored = [score_proposal(ctx, Proposal(name, placement))]
-    return replace(finish_placement(ctx, scored, 0, raise_infeasible=not options.allow_infeasible), fusion=fusion)
+    return replace(
+        _with_bounds(ctx, finish_placement(ctx, scored, 0, raise_infeasible=not options.allow_infeasible), None),
+        fusion=fusion,
+    )

@@ -14,14 +14,25 @@ from partitioners.errors import InvalidInput
 #: How operators may be fused before placement (:mod:`partitioners.placement.fusion`).
 FUSION_MODES = ("none", "elementwise", "compiler")
 
-__all__ = ["FUSION_MODES", "ENERGY_OBJECTIVES", "OBJECTIVES", "MODES", "STRATEGIES", "PlacementOptions"]
+__all__ = [
+    "ENERGY_OBJECTIVES",
+    "FUSION_MODES",
+    "MODES",
+    "OBJECTIVES",
+    "STRATEGIES",
+    "TIME_LIMIT_MAX_S",
+    "PlacementOptions",
+]
 
 OBJECTIVES = ("makespan", "throughput", "communication", "energy", "energy_delay")
 #: Objectives that need every usable device's power figures.
 ENERGY_OBJECTIVES = ("energy", "energy_delay")
 MODES = ("inference", "training")
-#: ``auto`` runs every applicable strategy; the others force one family.
-STRATEGIES = ("auto", "single", "heft", "metis", "pipeline", "hybrid")
+#: ``auto`` runs every applicable strategy; the others force one family; ``exact`` solves
+#: small graphs with CP-SAT (:mod:`partitioners.placement.exact`).
+STRATEGIES = ("auto", "single", "heft", "metis", "pipeline", "hybrid", "exact")
+#: Upper end of ``time_limit_s``.
+TIME_LIMIT_MAX_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,8 @@ class PlacementOptions:
         override it (:mod:`partitioners.costmodel.profiles`). A ``cost_model``
         passed to :func:`~partitioners.placement.engine.place` (a calibrated one)
         takes its place.
+    time_limit_s : float
+        ``strategy="exact"``: the solver's time limit, in ``(0, 300]`` seconds.
     """
 
     objective: str = "makespan"
@@ -80,6 +93,7 @@ class PlacementOptions:
     count_idle_devices: bool = True
     fusion: str = "none"
     cost_model: CostModelSpec = field(default_factory=CostModelSpec)
+    time_limit_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -98,3 +112,7 @@ class PlacementOptions:
             raise InvalidInput("cost_model must be a CostModelSpec", field="options.cost_model")
         if not (0.0 <= self.memory_headroom_fraction < 1.0):
             raise InvalidInput("memory_headroom_fraction must be in [0, 1)", field="options.memory_headroom_fraction")
+        if not (isinstance(self.time_limit_s, (int, float)) and 0.0 < self.time_limit_s <= TIME_LIMIT_MAX_S):
+            raise InvalidInput(
+                f"time_limit_s must be a number of seconds in (0, {TIME_LIMIT_MAX_S:g}]", field="options.time_limit_s"
+            )

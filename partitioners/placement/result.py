@@ -9,6 +9,7 @@ its level-3 memory plan and final simulation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,10 @@ from partitioners.graph.transforms import ExpandedGraph
 from partitioners.hardware.inventory import LINK_CLASS_NAMES, Inventory, link_class_ids
 from partitioners.placement.fusion import FusionGroups
 from partitioners.placement.memory_tiers import MemoryPlan
+
+if TYPE_CHECKING:
+    from partitioners.placement.bounds import LowerBounds
+    from partitioners.placement.exact import ExactOutcome
 
 __all__ = ["Candidate", "TransferPlan", "PlacementResult", "TrainingState", "training_state", "transfer_plan"]
 
@@ -170,6 +175,11 @@ class PlacementResult:
     cost_sources : dict[str, int]
         How many operators were timed each way on their devices
         (:func:`~partitioners.costmodel.costs.cost_sources`).
+    bounds : LowerBounds or None
+        Lower bounds on the makespan of any plan of this request
+        (:mod:`partitioners.placement.bounds`); :attr:`optimality_gap` compares.
+    exact : ExactOutcome or None
+        ``strategy="exact"``: what the CP-SAT model found (:mod:`partitioners.placement.exact`).
     """
 
     expanded: ExpandedGraph
@@ -194,10 +204,17 @@ class PlacementResult:
     fusion: FusionGroups | None = None
     cost_model: CostModel | None = None
     cost_sources: dict[str, int] = field(default_factory=dict)
+    bounds: LowerBounds | None = None
+    exact: ExactOutcome | None = None
 
     @property
     def graph(self) -> Hypergraph:
         return self.expanded.graph
+
+    @property
+    def optimality_gap(self) -> float | None:
+        """``makespan / lower bound - 1``: no plan of this request is more than this factor faster, less one."""
+        return None if self.bounds is None else self.bounds.gap(self.makespan_s)
 
     @property
     def makespan_s(self) -> float:

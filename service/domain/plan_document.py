@@ -23,6 +23,32 @@ TIMELINE_MAX_OPS = 200_000
 GANTT_MAX_OPS = 20_000
 
 
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def _optimality(result: PlacementResult) -> dict:
+    """The plan's lower bound, its gap and (strategy exact) the solver's outcome."""
+    b = result.bounds
+    gap = result.optimality_gap
+    out: dict = {
+        "lower_bound_s": None if b is None else float(b.lower_bound_s),
+        "optimality_gap": None if gap is None else _finite(gap),
+        "lower_bound_by": None if b is None else b.binding,
+        "lower_bounds_s": None if b is None else {k: float(v) for k, v in b.by_bound_s.items()},
+        "exact": None,
+    }
+    e = result.exact
+    if e is not None:
+        out["exact"] = {
+            "status": e.status,
+            "bound_s": _finite(e.bound_s),
+            "objective_s": _finite(e.objective_s),
+            "solve_time_s": float(e.solve_time_s),
+        }
+    return out
+
+
 def _summary(result: PlacementResult, inventory: Inventory) -> dict:
     sim = result.simulation
     names = [str(n) for n in inventory.device_names]
@@ -71,6 +97,7 @@ def _summary(result: PlacementResult, inventory: Inventory) -> dict:
         "cost_model": cost_model_to_json(result.cost_model) if result.cost_model is not None else None,
         "cost_sources": dict(result.cost_sources),
     }
+    summary.update(_optimality(result))
     if not result.feasible and result.infeasible_device is not None:
         summary["infeasible_reason"] = (
             f"device {names[result.infeasible_device]} is {result.bytes_over:.0f} bytes over its memory budget"

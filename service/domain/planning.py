@@ -132,6 +132,13 @@ def cache_key_for(
     return canonical_hash({"model": model_hash, "inventory": inventory_hash, "options": options, **(extra or {})})
 
 
+#: ``options.time_limit_s`` when a stored plan's options predate it.
+PLAN_TIME_LIMIT_DEFAULT_S = 10.0
+#: ``strategy="exact"`` with a longer time limit is planned as a job (202), not inside the
+#: request: the solver holds a planning slot for its whole limit.
+SYNC_EXACT_MAX_S = 10.0
+
+
 def placement_options(options: dict) -> PlacementOptions:
     return PlacementOptions(
         objective=options["objective"],
@@ -145,6 +152,8 @@ def placement_options(options: dict) -> PlacementOptions:
         count_idle_devices=options.get("count_idle_devices", True),
         fusion=options.get("fusion", "none"),
         cost_model=cost_model_spec_from_json(options.get("cost_model")),
+        # plans stored before strategy "exact" have no time limit in their options
+        time_limit_s=options.get("time_limit_s", PLAN_TIME_LIMIT_DEFAULT_S),
     )
 
 
@@ -268,7 +277,11 @@ def submit_plan(
         return _outcome(session, tenant_id, existing, answer)
 
     n_ops = ingested_graph.graph.n_ops
-    run_now = compute is not None or n_ops <= settings.sync_max_ops
+    long_exact = (
+        submission.options.get("strategy") == "exact"
+        and submission.options.get("time_limit_s", PLAN_TIME_LIMIT_DEFAULT_S) > SYNC_EXACT_MAX_S
+    )
+    run_now = compute is not None or (n_ops <= settings.sync_max_ops and not long_exact)
     computed = None
     if run_now:
         # End the read transaction before the CPU-heavy part: on SQLite an open

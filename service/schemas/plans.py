@@ -22,6 +22,7 @@ __all__ = [
     "PlanCreate",
     "Answer",
     "PlanSummary",
+    "ExactSummary",
     "PlanRead",
     "ReplanSummary",
     "ChromeTrace",
@@ -97,7 +98,18 @@ class PlanOptions(RequestModel):
         0.0, ge=0.0, le=0.9, allow_inf_nan=False, description="Capacity kept free on every device."
     )
     strategy: Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")] = Field(
-        "auto", description="auto runs every applicable strategy and keeps the best."
+        "auto",
+        description="auto runs every applicable strategy and keeps the best; single, heft, metis, pipeline, hybrid "
+        "force one family; exact solves graphs of up to 400 operators (after expansion) with CP-SAT within "
+        "time_limit_s.",
+    )
+    time_limit_s: float = Field(
+        10.0,
+        gt=0.0,
+        le=300.0,
+        allow_inf_nan=False,
+        description="strategy exact: the solver's time limit in seconds (the plan answers within about a second "
+        "more); other strategies ignore it.",
     )
     seed: int = Field(0, ge=0, le=2**31 - 1)
     fusion: Literal["none", "elementwise", "compiler"] = Field(
@@ -362,6 +374,21 @@ class TrainingStateBytes(Answer):
     optimizer_state: float
 
 
+class ExactSummary(Answer):
+    status: Literal["optimal", "feasible", "infeasible", "unknown"] = Field(
+        description="optimal: the solver proved its plan optimal under its model; feasible: the best found when the "
+        "time limit ended; infeasible: no placement keeps the parameters within the budgets; unknown: nothing "
+        "found in time (the heuristic plan stands)."
+    )
+    bound_s: float | None = Field(
+        None,
+        description="The lower bound the solver proved on its model's makespan, operators timed in main memory: it "
+        "bounds makespan_before_tiers_s (level-3 tiers can make makespan_s faster still); null when infeasible.",
+    )
+    objective_s: float | None = Field(None, description="The model's makespan of the solver's plan.")
+    solve_time_s: float = Field(description="Seconds the solver searched.")
+
+
 class PlanSummary(Answer):
     makespan_s: float
     comm_bytes: float
@@ -393,6 +420,20 @@ class PlanSummary(Answer):
         description="Training plans: per device used, the bytes of parameters, gradients and optimizer state it "
         "holds (part of peak_memory_bytes).",
     )
+    lower_bound_s: float | None = Field(
+        None,
+        description="No plan of this request (any placement on the devices the options allow, under the same cost "
+        "model and constraints) has a simulated makespan below this; docs/placement.md, 'How good is a plan'.",
+    )
+    optimality_gap: float | None = Field(
+        None, description="makespan_s / lower_bound_s - 1: how far above the best possible this plan may be, at most."
+    )
+    lower_bound_by: str | None = Field(
+        None,
+        description="The bound that gives lower_bound_s: critical-path, load, load-window, memory-cut or exact.",
+    )
+    lower_bounds_s: dict[str, float] | None = Field(None, description="Every bound computed, by name.")
+    exact: ExactSummary | None = Field(None, description="strategy exact: what the CP-SAT solver found.")
     planning_s: float | None = Field(None, description="Seconds the placement took (this plan's computation).")
     cost_model: dict[str, Any] | None = Field(
         None, description="The profile and the resolved parameters (calibration included) that timed the plan."

@@ -251,3 +251,39 @@ def test_a_fused_plan_takes_feedback_on_its_kernels(client):
     plan = client.post("/v1/plans", json=plan_request(graph, fusion="compiler")).json()
     response = client.post(f"/v1/plans/{plan['id']}/feedback", json={"timeline": measured_timeline(plan)})
     assert response.status_code == 201, response.text
+
+
+def test_a_plan_answer_carries_its_lower_bound_and_optimality_gap(client):
+    plan = client.post("/v1/plans", json=plan_request(diamond_graph("bounded"))).json()
+    summary = plan["summary"]
+    assert 0 < summary["lower_bound_s"] <= summary["makespan_s"]
+    assert summary["optimality_gap"] == pytest.approx(summary["makespan_s"] / summary["lower_bound_s"] - 1)
+    assert summary["lower_bound_by"] in summary["lower_bounds_s"]
+    assert summary["exact"] is None
+
+
+def test_strategy_exact_answers_with_the_solver_outcome(client):
+    request = plan_request(diamond_graph("exact"))
+    request["options"] = {"strategy": "exact", "time_limit_s": 2.0}
+    response = client.post("/v1/plans", json=request)
+    assert response.status_code == 201, response.text
+    summary = response.json()["summary"]
+    assert summary["exact"]["status"] in ("optimal", "feasible")
+    # the solver times operators in main memory, as the candidates are scored
+    assert summary["exact"]["bound_s"] <= summary["makespan_before_tiers_s"] * (1 + 1e-9)
+
+
+def test_an_exact_time_limit_out_of_range_is_a_422(client):
+    request = plan_request(diamond_graph("exact-limit"))
+    request["options"] = {"strategy": "exact", "time_limit_s": 3600}
+    response = client.post("/v1/plans", json=request)
+    assert response.status_code == 422
+    assert "time_limit_s" in response.text
+
+
+def test_strategy_exact_with_a_long_time_limit_is_planned_as_a_job(client):
+    request = plan_request(diamond_graph("exact-job"))
+    request["options"] = {"strategy": "exact", "time_limit_s": 30.0}
+    response = client.post("/v1/plans", json=request)
+    assert response.status_code == 202, response.text
+    assert response.json()["status"] == "queued"

@@ -46,7 +46,7 @@ Published models this follows (and where it departs, why):
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -91,7 +91,9 @@ from partitioners.parallel3d.specs import (
     flash_attention_speed,
 )
 from partitioners.parallel3d.stages import (
+    ORDER_DP_INSIDE,
     RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     LayoutArrays,
     balanced_end_layers,
@@ -279,10 +281,18 @@ class _Sizes:
     etp: FloatArray
     mbs: FloatArray
     v: FloatArray
+    order: FloatArray
 
     @classmethod
     def of(cls, layouts: LayoutArrays) -> _Sizes:
         return cls(*(getattr(layouts, size.name).astype(np.float64) for size in fields(cls)))
+
+    @functools.cached_property
+    def dp_in_stage(self) -> BoolArray:
+        """Rank order ``tp-cp-ep-dp-pp`` (Megatron-Core's default): all data-parallel peers
+        inside a pipeline stage's block of consecutive ranks, stages a block apart."""
+        inside: BoolArray = self.order == ORDER_DP_INSIDE
+        return inside
 
     @functools.cached_property
     def single(self) -> BoolArray:
@@ -309,9 +319,11 @@ class _Sizes:
     @functools.cached_property
     def dp_inner(self) -> FloatArray:
         """Data-parallel ranks placed inside a pipeline stage's block of consecutive GPUs,
-        below pp in the rank order: the ep of ``tp-cp-ep-pp-dp``, or the share of an expert
-        group beyond tp x cp when folded (``tp-cp-dp_inner-pp-dp_outer``; see rank_map)."""
-        return np.where(self.folded, np.maximum(self.ep / (self.tp * self.cp), 1.0), self.ep)
+        below pp in the rank order: all of them in ``tp-cp-ep-dp-pp``; the ep of
+        ``tp-cp-ep-pp-dp``, or the share of an expert group beyond tp x cp when folded
+        (``tp-cp-dp_inner-pp-dp_outer``; see rank_map)."""
+        pp_inside = np.where(self.folded, np.maximum(self.ep / (self.tp * self.cp), 1.0), self.ep)
+        return np.where(self.dp_in_stage, self.dp, pp_inside)
 
     @functools.cached_property
     def stage_ranks(self) -> FloatArray:
@@ -1195,6 +1207,9 @@ def _data_parallel_s(
     # folded, every ep-th rank of the block as well
     peers_in_block = np.where(sizes.folded, np.maximum(np.minimum(block, gpn) / ep, 1.0), 1.0)
     local_exp = np.clip(peers_in_block * np.maximum(np.floor(gpn / (block * pp)), 1.0), 1.0, shard_expert)
+    # tp-cp-ep-dp-pp: an unfolded expert shard's peers are tp x cp x ep ranks apart
+    local_exp_dp_inside = np.where(sizes.folded, peers_in_block, np.maximum(np.floor(gpn / (tp * sizes.cp * ep)), 1.0))
+    local_exp = np.where(sizes.dp_in_stage, np.clip(local_exp_dp_inside, 1.0, shard_expert), local_exp)
     local_exp = np.where(shard_expert % local_exp == 0, local_exp, 1.0)
     groups_exp = shard_expert / local_exp
 
@@ -1359,8 +1374,22 @@ def predict_layouts(
     dense, moe, tp_ar = _layer_work(model, cluster, training, rates, layouts, sizes, tokens, full_frac)
     ends = _end_stage_work(model, rates, tokens, tp, tp_ar, dense, moe)
     mid = _stage_work(q_dense, dense, q_moe, moe)
-    layer_s = mid.total_s / q
     moe_layer_indices = model.moe.moe_layers if model.moe else None
+
+    # The split is balanced on the work without recomputation: it is the model's and the
+    # mesh's (Megatron-Core fixes it with --decoder-first/last-pipeline-num-layers), and
+    # recomputation then trades time for memory on it. Balanced on recomputed work, a
+    # recomputing layout could move MoE layers onto the first stage, which keeps the most
+    # micro-batches in flight, and need more memory than keeping everything.
+    if np.any(rc != RECOMPUTE_NONE) and np.any(layouts.pp * q > n_layers):
+        plain = replace(layouts, recompute=np.zeros_like(rc))
+        split_dense, split_moe, split_tp_ar = _layer_work(
+            model, cluster, training, rates, plain, sizes, tokens, np.zeros_like(full_frac)
+        )
+        split_ends = _end_stage_work(model, rates, tokens, tp, split_tp_ar, split_dense, split_moe)
+    else:
+        split_dense, split_moe, split_ends = dense, moe, ends
+    split_layer_s = _stage_work(q_dense, split_dense, q_moe, split_moe).total_s / q
 
     def end_layer_units(first_layers: FloatArray, last_layers: FloatArray) -> tuple[FloatArray, FloatArray]:
         # the end stages' own layers, dense or MoE by position, in middle-stage layer times
@@ -1368,16 +1397,16 @@ def predict_layouts(
             n_layers, moe_layer_indices, n_moe > 0, first_layers, last_layers, q, q_moe, v
         )
         return (
-            _stage_work(first_layers - first_moe, dense, first_moe, moe).total_s / layer_s,
-            _stage_work(last_layers - last_moe, dense, last_moe, moe).total_s / layer_s,
+            _stage_work(first_layers - first_moe, split_dense, first_moe, split_moe).total_s / split_layer_s,
+            _stage_work(last_layers - last_moe, split_dense, last_moe, split_moe).total_s / split_layer_s,
         )
 
     first_layers, last_layers = balanced_end_layers(
         q,
         layouts.pp * q - n_layers,
         layouts.pp,
-        (ends.embedding_s + ends.embedding_tp_s) / layer_s,
-        (ends.logits_s + ends.mtp.total_s) / layer_s,
+        (split_ends.embedding_s + split_ends.embedding_tp_s) / split_layer_s,
+        (split_ends.logits_s + split_ends.mtp.total_s) / split_layer_s,
         end_layer_units,
     )
     first_moe, last_moe = end_stage_moe_layers(

@@ -58,6 +58,7 @@ from partitioners.parallel3d.memory import (
     fragmentation_that_fills,
     zero_stage_held,
 )
+from partitioners.parallel3d.presets import RANK_ORDERS, SOFTWARE_SEARCH
 from partitioners.parallel3d.specs import (
     MAX_TOP_K,
     RECOMPUTE_MODES,
@@ -70,6 +71,7 @@ from partitioners.parallel3d.specs import (
     flash_attention_speed,
 )
 from partitioners.parallel3d.stages import (
+    ORDER_DP_INSIDE,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
@@ -165,7 +167,8 @@ class LayoutPrediction:
     the ``ep`` expert groups cut from tensor x context x data-parallel ranks).
     ``recompute_num_layers`` is how many layers of
     each model chunk full recomputation covers (Megatron-LM's
-    ``--recompute-num-layers``, block method), 0 without it. ``reasons`` is empty
+    ``--recompute-num-layers``, block method), 0 without it. ``rank_order`` is how ranks
+    are laid out, innermost first (``presets.RANK_ORDERS``; :func:`rank_map`). ``reasons`` is empty
     for a layout that can run; otherwise it says why not.
     """
 
@@ -181,6 +184,7 @@ class LayoutPrediction:
     zero_stage: int
     recompute: str
     recompute_num_layers: int
+    rank_order: str
     step_time_s: float
     tokens_per_s: float
     mfu: float
@@ -215,6 +219,7 @@ class LayoutPrediction:
             "zero_stage": self.zero_stage,
             "recompute": self.recompute,
             "recompute_num_layers": self.recompute_num_layers,
+            "rank_order": self.rank_order,
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
             "mfu": self.mfu,
@@ -266,6 +271,8 @@ class RankMap:
     mesh_shape: tuple[int, ...]
     mesh_dim_names: tuple[str, ...]
     order: str = "tp-cp-ep-pp-dp"
+    # rank order tp-cp-ep-dp-pp: every data-parallel peer inside a pipeline stage's block
+    pipeline_outermost: bool = False
 
     def ranks(
         self,
@@ -276,7 +283,12 @@ class RankMap:
         stop = self.num_ranks if stop is None else min(stop, self.num_ranks)
         r = np.arange(max(start, 0), max(stop, start, 0), dtype=np.int64)
         tp, pp, cp, ep = self.tp, self.pp, self.cp, self.ep
-        if self.folded_inner:
+        if self.pipeline_outermost:
+            block = self.num_ranks // pp  # tp x cp x dp consecutive ranks per stage
+            dp_c = (r % block) // (tp * cp)
+            ep_c = (r % block) % ep if self.folded_inner else dp_c % ep
+            columns = [dp_c, r // block, r % tp, (r // tp) % cp, ep_c]
+        elif self.folded_inner:
             inner = self.folded_inner
             block = tp * cp * inner
             dp_c = (r // (block * pp)) * inner + (r // (tp * cp)) % inner
@@ -402,6 +414,59 @@ def _expert_tensor_sizes(model: ModelSpec, training: TrainingSpec, tp: int) -> t
     return (tp, 1) if model.moe is not None and training.sequence_parallel and tp > 1 else (tp,)
 
 
+def _rank_orders(training: TrainingSpec, constraints: Constraints) -> list[int]:
+    """Positions in RANK_ORDERS a search tries: the constraint's, else those the software offers."""
+    if constraints.rank_order is not None:
+        return [RANK_ORDERS.index(constraints.rank_order)]
+    return [RANK_ORDERS.index(order) for order in SOFTWARE_SEARCH[training.software].rank_orders]
+
+
+def within_software(
+    cons: Constraints, training: TrainingSpec, model: ModelSpec, where: str = "constraints"
+) -> Constraints:
+    """The constraints narrowed to what ``training.software`` can run (``SOFTWARE_SEARCH``).
+
+    A software generation is a search space as well as a set of flags: Megatron-LM of 2021
+    had no ZeRO, no uneven pipeline stages, no context or expert parallelism and only full
+    recomputation, so a plan for it proposes none of them. A constraint that asks for
+    something the software cannot run, and nothing it can, is refused.
+    """
+    allowed = SOFTWARE_SEARCH[training.software]
+    name = training.software
+
+    # a layout names one ZeRO stage where constraints list several
+    field_names = {"zero_stages": "zero_stage"} if where != "constraints" else {}
+
+    def refuse(field_name: str, what: str, runs: str) -> InvalidInput:
+        path = f"{where}.{field_names.get(field_name, field_name)}"
+        return InvalidInput(
+            f"{path}: {what}, which training.software={name!r} cannot run (it runs {runs})",
+            field=path,
+            code="not-in-this-software",
+        )
+
+    zero = tuple(z for z in cons.zero_stages if z in allowed.zero_stages)
+    if not zero:
+        raise refuse("zero_stages", f"ZeRO stages {list(cons.zero_stages)}", f"ZeRO stages {list(allowed.zero_stages)}")
+    recompute = tuple(r for r in cons.recompute if r in allowed.recompute)
+    if not recompute:
+        raise refuse("recompute", f"recomputation {list(cons.recompute)}", f"recomputation {list(allowed.recompute)}")
+    changes: dict[str, Any] = {"zero_stages": zero, "recompute": recompute}
+    if not allowed.uneven_pipeline:
+        changes["allow_uneven_pp"] = False
+    if not allowed.context_parallel:
+        if cons.cp not in (None, 1):
+            raise refuse("cp", f"context parallelism cp={cons.cp}", "no context parallelism")
+        changes["cp"] = 1
+    if not allowed.expert_parallel and model.moe is not None:
+        if cons.ep not in (None, 1):
+            raise refuse("ep", f"expert parallelism ep={cons.ep}", "no expert parallelism")
+        changes["ep"] = 1
+    if cons.rank_order is not None and cons.rank_order not in allowed.rank_orders:
+        raise refuse("rank_order", f"rank order {cons.rank_order}", f"rank orders {list(allowed.rank_orders)}")
+    return replace(cons, **changes)
+
+
 def enumerate_layouts(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, constraints: Constraints
 ) -> LayoutArrays:
@@ -445,6 +510,7 @@ def enumerate_layouts(
     else:
         eps = [1]
     max_pp = model.num_layers if constraints.max_pp is None else min(constraints.max_pp, model.num_layers)
+    orders = _rank_orders(training, constraints)
     rows = []
     for tp in tps:
         for cp in cps:
@@ -463,7 +529,13 @@ def enumerate_layouts(
                         if constraints.etp is not None and etp != constraints.etp:
                             continue
                         if expert_groups_fit(dp, tp, cp, ep, etp):
-                            rows.append((dp, tp, pp, cp, ep, etp))
+                            # the order matters only with data-parallel peers and pipeline
+                            # stages both to place inside a node; otherwise the first allowed
+                            # stands for all (they cost the same)
+                            inner = tp * cp * (ep if etp == tp else max(ep // (tp * cp), 1))
+                            both = pp > 1 and dp > 1 and inner < gpn
+                            for order in orders if both else orders[:1]:
+                                rows.append((dp, tp, pp, cp, ep, etp, order))
     if not rows:
         return LayoutArrays(*(np.zeros(0, dtype=np.int64) for _ in fields(LayoutArrays)))
     mesh = np.array(rows, dtype=np.int64)
@@ -510,7 +582,7 @@ def enumerate_layouts(
     i_mesh, i_mbs, i_v = (np.repeat(index[survivors], per_survivor) for index in (i_mesh, i_mbs, i_v))
     i_z = np.tile(np.repeat(np.arange(len(zeros)), len(rcs)), len(survivors))
     i_rc = np.tile(np.arange(len(rcs)), len(survivors) * len(zeros))
-    dp, tp, pp, cp, ep, etp = (mesh[i_mesh, j] for j in range(6))
+    dp, tp, pp, cp, ep, etp, order = (mesh[i_mesh, j] for j in range(7))
     mbs = mbss[i_mbs]
     v = vs[i_v]
     q = np.ceil(model.num_layers / pp)
@@ -542,6 +614,7 @@ def enumerate_layouts(
         zero[keep],
         rc[keep],
         recompute_layers[keep],
+        order[keep],
     )
 
 
@@ -621,6 +694,7 @@ def _prediction(
     notes: tuple[str, ...] = (),
 ) -> LayoutPrediction:
     d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero", "recompute")}
+    order = RANK_ORDERS[int(lay.order[i])]
     reasons = tuple(
         _reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i]))
         for j, name in enumerate(REJECTION_REASONS)
@@ -725,6 +799,7 @@ def _prediction(
         zero_stage=d["zero"],
         recompute=RECOMPUTE_MODES[d["recompute"]],
         recompute_num_layers=recompute_layers,
+        rank_order=order,
         step_time_s=float(pred["step_time_s"][i]),
         tokens_per_s=float(pred["tokens_per_s"][i]),
         mfu=mfu,
@@ -832,6 +907,7 @@ def _checked(
     flash_attention_speed(cluster_spec, training_spec)  # a FlashAttention generation the GPUs run
     check_precision_runs(cluster_spec, training_spec)
     cons = _consistent(Constraints() if constraints is None else constraints, model_spec)
+    cons = within_software(cons, training_spec, model_spec)
     if not training_spec.selective_recompute and cons.recompute == ("selective",):
         raise InvalidInput(
             "constraints.recompute allows only selective recomputation, which this software "
@@ -1198,6 +1274,7 @@ def evaluate_layouts(
             "recompute_num_layers": layout.get("recompute_num_layers", base.recompute_num_layers) or None,
             "allow_uneven_pp": base.allow_uneven_pp,
             "max_pp": None,
+            "rank_order": layout.get("rank_order", base.rank_order),
         }
         if layout.get("recompute_num_layers") == 0 and "recompute" not in layout:
             # no layer fully recomputed: what else the constraints allow
@@ -1213,7 +1290,9 @@ def evaluate_layouts(
         elif layout.get("recompute") == "full" and "recompute_num_layers" not in layout:
             # a layout stated as full recomputation (as the papers report theirs) recomputes every layer
             fixed["recompute_num_layers"] = model_spec.num_layers
-        cons = Constraints(**{key: val for key, val in fixed.items() if val is not None})
+        cons = within_software(
+            Constraints(**{key: val for key, val in fixed.items() if val is not None}), training_spec, model_spec, where
+        )
         lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
         if dp is not None and len(lay):
             keep = lay.dp == int(dp)
@@ -1300,7 +1379,12 @@ def _impossible_layout(
 
 
 def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> RankMap:
-    """Map every rank to mesh coordinates and a GPU, order ``tp-cp-ep-pp-dp`` (innermost first).
+    """Map every rank to mesh coordinates and a GPU in the layout's rank order (innermost first).
+
+    ``tp-cp-ep-dp-pp`` (Megatron-Core's default ``--order``, torchtitan's mesh; a layout that
+    names none): a pipeline stage is ``tp x cp x dp`` consecutive ranks, data-parallel
+    peers ``tp x cp`` apart (on one node when the tensor group is small), stages a block
+    apart. ``tp-cp-ep-pp-dp`` (``--use-tp-pp-dp-mapping``), as follows.
 
     Rank ``r`` runs on GPU ``r`` (node-major numbering). With ``tp`` innermost a
     tensor-parallel group is ``tp`` consecutive GPUs, inside one node whenever
@@ -1319,6 +1403,7 @@ def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> Ran
     get: Callable[[str], int] = (
         (lambda k: int(getattr(layout, k))) if given is None else (lambda k: int(given.get(k, 1)))
     )
+    order = str(layout.rank_order or RANK_ORDERS[0])
     tp, pp, cp, ep = get("tp"), get("pp"), get("cp"), get("ep")
     etp = get("etp") if given is None or "etp" in given else tp
     n = spec.num_gpus
@@ -1341,6 +1426,10 @@ def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> Ran
                 code="does-not-divide",
             )
         inner = max(1, ep // (tp * cp))
+        if order == RANK_ORDERS[ORDER_DP_INSIDE]:
+            return RankMap(
+                n, spec.gpus_per_node, tp, pp, cp, ep, dp, (pp, dp, cp, tp), ("pp", "dp", "cp", "tp"), order, True
+            )
         if inner > 1:
             shape, names = (dp // inner, pp, inner, cp, tp), ("dp_outer", "pp", "dp_inner", "cp", "tp")
         else:
@@ -1348,8 +1437,14 @@ def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> Ran
         return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, inner, shape, names, order="tp-cp-dp_inner-pp-dp_outer")
     if dp % ep:
         raise InvalidInput(f"ep={ep} must divide dp={dp}", field="layout.ep", code="does-not-divide")
+    if order == RANK_ORDERS[ORDER_DP_INSIDE]:
+        if ep > 1:
+            shape, names = (pp, dp // ep, ep, cp, tp), ("pp", "edp", "ep", "cp", "tp")
+        else:
+            shape, names = (pp, dp, cp, tp), ("pp", "dp", "cp", "tp")
+        return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, 0, shape, names, order, True)
     if ep > 1:
         shape, names = (dp // ep, pp, ep, cp, tp), ("edp", "pp", "ep", "cp", "tp")
     else:
         shape, names = (dp, pp, cp, tp), ("dp", "pp", "cp", "tp")
-    return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, 0, shape, names)
+    return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, 0, shape, names, order)

@@ -30,6 +30,9 @@ __all__ = [
     "FLASH_ATTENTION_SPEED",
     "NODE_PRESETS",
     "SOFTWARE_PRESETS",
+    "SOFTWARE_SEARCH",
+    "RANK_ORDERS",
+    "SoftwareSearch",
     "gpu_spec_by_name",
 ]
 
@@ -275,4 +278,79 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
     },
     # Megatron-Core with Transformer Engine: the TrainingSpec defaults.
     "megatron-core": {},
+}
+
+
+# Rank orders a layout may take, innermost dimension first (Megatron-Core's RankGenerator
+# spelling). "tp-cp-ep-dp-pp" is Megatron-Core's default ``--order`` and what Megatron-LM
+# always did (its 2021 initialize_model_parallel built tensor groups of consecutive
+# ranks, data-parallel groups next and pipeline groups outermost); torchtitan's device mesh
+# ["pp", "dp_replicate", "dp_shard", "cp", "tp"] (outermost first) is the same order. With
+# a small tensor group it puts data-parallel peers on one node and pipeline stages a node
+# apart. "tp-cp-ep-pp-dp" is Megatron-Core's ``--use-tp-pp-dp-mapping``: pipeline stages
+# side by side, data-parallel replicas outermost.
+RANK_ORDERS: tuple[str, ...] = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+
+
+@dataclass(frozen=True)
+class SoftwareSearch:
+    """What a software generation can run, which bounds the planner's search.
+
+    A request's constraints narrow this further; a constraint outside it is refused
+    (the code could not run that layout).
+    """
+
+    zero_stages: tuple[int, ...]
+    recompute: tuple[str, ...]
+    uneven_pipeline: bool
+    context_parallel: bool
+    expert_parallel: bool
+    rank_orders: tuple[str, ...]
+    # Model chunks of a stage may hold different layer counts (an interleaving depth that
+    # does not divide a stage's layers): Megatron-Core's --pipeline-model-parallel-layout.
+    uneven_chunks: bool
+    source: str
+
+
+SOFTWARE_SEARCH: dict[str, SoftwareSearch] = {
+    "megatron-lm-2021": SoftwareSearch(
+        zero_stages=(0,),
+        recompute=("none", "full"),
+        uneven_pipeline=False,
+        context_parallel=False,
+        expert_parallel=False,
+        rank_orders=("tp-cp-ep-dp-pp",),
+        uneven_chunks=False,
+        source="Megatron-LM as of SC21 (examples/sc21): no distributed optimizer (no ZeRO), "
+        "--checkpoint-activations only (full recomputation of every layer), "
+        "'num_layers must be divisible by pipeline_model_parallel_size' (megatron/model/transformer.py), "
+        "interleaving by --num-layers-per-virtual-pipeline-stage (whole chunks), no context or expert "
+        "parallelism, ranks tensor-data-pipeline (mpu.initialize_model_parallel)",
+    ),
+    "megatron-lm-2022": SoftwareSearch(
+        zero_stages=(0, 1),
+        recompute=("none", "selective", "full"),
+        uneven_pipeline=False,
+        context_parallel=False,
+        expert_parallel=False,
+        rank_orders=("tp-cp-ep-dp-pp",),
+        uneven_chunks=False,
+        source="Megatron-LM as released with Korthikanti et al. 2022: adds --recompute-granularity "
+        "selective and sequence parallelism, and the distributed optimizer (--use-distributed-optimizer, "
+        "ZeRO-1: docs/distrib_optimizer.md); still even pipeline stages, whole interleaved chunks, "
+        "no ZeRO-2/3, no context or expert parallelism",
+    ),
+    "megatron-core": SoftwareSearch(
+        zero_stages=(0, 1, 2, 3),
+        recompute=("none", "selective", "full"),
+        uneven_pipeline=True,
+        context_parallel=True,
+        expert_parallel=True,
+        rank_orders=RANK_ORDERS,
+        uneven_chunks=True,
+        source="Megatron-Core with Transformer Engine (and, for ZeRO-2/3, an FSDP stack such as "
+        "Megatron-FSDP or torchtitan): --decoder-first/last-pipeline-num-layers and "
+        "--pipeline-model-parallel-layout, --context-parallel-size, --expert-model-parallel-size, "
+        "--order / --use-tp-pp-dp-mapping",
+    ),
 }

@@ -49,6 +49,7 @@ from partitioners.parallel3d.presets import (
     GPU_ARCHITECTURES,
     GPU_SPECS,
     NODE_PRESETS,
+    RANK_ORDERS,
     SOFTWARE_PRESETS,
     gpu_spec_by_name,
 )
@@ -841,6 +842,18 @@ class TrainingSpec:
     global_batch_sequences: int = spec_field(
         kind="count", le=MAX_TOKENS, doc="Sequences per optimizer step (the global batch)."
     )
+    # The framework generation: its flags are the defaults of the fields below
+    # (SOFTWARE_PRESETS) and what it can run bounds the search (SOFTWARE_SEARCH: ZeRO
+    # stages, recomputation, uneven stages, context and expert parallelism, rank orders).
+    software: str = spec_field(
+        "megatron-core",
+        kind="choice",
+        choices=tuple(SOFTWARE_PRESETS),
+        code="unknown-software",
+        doc="The framework generation: its behaviour is the default of the flags, and what it can run "
+        "bounds the search (megatron-lm-2021: no ZeRO, no uneven stages, full recomputation only; "
+        "default megatron-core).",
+    )
     # "bf16", "fp16" (with loss scaling, same peak) or "fp8"
     precision: str = spec_field(
         "bf16",
@@ -1110,7 +1123,7 @@ class TrainingSpec:
         """A mapping's training fields: a ``software`` generation's flags, amended by the fields given."""
         if data.get("software") is None:
             return {k: v for k, v in data.items() if k != "software"}
-        reject_unknown(data, {f.name for f in fields(cls)} | {"software"}, where)
+        reject_unknown(data, {f.name for f in fields(cls)}, where)
         name = str(data["software"]).lower()
         if name not in SOFTWARE_PRESETS:
             raise InvalidInput(
@@ -1118,7 +1131,7 @@ class TrainingSpec:
                 field=f"{where}.software",
                 code="unknown-software",
             )
-        return {**SOFTWARE_PRESETS[name], **{k: v for k, v in data.items() if k != "software"}}
+        return {**SOFTWARE_PRESETS[name], **{k: v for k, v in data.items() if k != "software"}, "software": name}
 
 
 @dataclass(frozen=True)
@@ -1159,6 +1172,14 @@ class Constraints:
     )
     allow_uneven_pp: bool = spec_field(
         True, kind="flag", doc="Pipeline stages may hold different layer counts (default on)."
+    )
+    rank_order: str | None = spec_field(
+        None,
+        kind="choice",
+        choices=RANK_ORDERS,
+        code="unknown-rank-order",
+        doc="Rank order, innermost first: tp-cp-ep-dp-pp (Megatron-Core's default, torchtitan's) or "
+        "tp-cp-ep-pp-dp (Megatron-Core --use-tp-pp-dp-mapping); default: both, as the software allows.",
     )
     # Layouts within this fraction of the best step time are reported as ties and ranked
     # those with room for allocator waste first, fastest first within each group. 3%: the
@@ -1216,6 +1237,7 @@ LAYOUT_FIELDS: tuple[str, ...] = (
     "zero_stage",
     "recompute",
     "recompute_num_layers",
+    "rank_order",
 )
 
 
@@ -1253,6 +1275,13 @@ class LayoutSpec:
         ge=0,
         doc="Layers of each model chunk full recomputation covers: 0 with 'none' or "
         "'selective' (as candidates report it), at least 1 with 'full'; alone, more than 0 implies 'full'.",
+    )
+    rank_order: str | None = spec_field(
+        None,
+        kind="choice",
+        choices=RANK_ORDERS,
+        code="unknown-rank-order",
+        doc="Rank order, innermost first: tp-cp-ep-dp-pp or tp-cp-ep-pp-dp.",
     )
 
     def __post_init__(self) -> None:

@@ -21,6 +21,8 @@ __all__ = [
     "RECOMPUTE_NONE",
     "RECOMPUTE_SELECTIVE",
     "RECOMPUTE_FULL",
+    "ORDER_DP_INSIDE",
+    "ORDER_PP_INSIDE",
     "LayoutArrays",
     "microbatch_group_size",
     "stage_layer_split",
@@ -29,6 +31,8 @@ __all__ = [
 ]
 
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
+# LayoutArrays.order: positions in presets.RANK_ORDERS
+ORDER_DP_INSIDE, ORDER_PP_INSIDE = 0, 1
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,10 @@ class LayoutArrays:
     zero: IntArray
     recompute: IntArray
     recompute_layers: IntArray
+    # Position in presets.RANK_ORDERS: ORDER_DP_INSIDE ("tp-cp-ep-dp-pp", data-parallel
+    # peers inside a pipeline stage's block of consecutive ranks) or ORDER_PP_INSIDE
+    # ("tp-cp-ep-pp-dp", pipeline stages side by side, replicas outermost).
+    order: IntArray
 
     def __len__(self) -> int:
         return int(self.dp.shape[0])

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_mo
 
 from partitioners.parallel3d.huggingface import HUGGINGFACE_MODEL_TYPES
 from partitioners.parallel3d.planner import REJECTION_REASONS
-from partitioners.parallel3d.presets import NODE_PRESETS, SOFTWARE_PRESETS
+from partitioners.parallel3d.presets import NODE_PRESETS, RANK_ORDERS
 from partitioners.parallel3d.spec_fields import FieldRule, field_rule
 from partitioners.parallel3d.specs import (
     MAX_EVALUATED_LAYOUTS,
@@ -186,15 +186,6 @@ TrainingSettings = _schema_from_spec(
     "TrainingSettings",
     "Batch, precision and the software stack; a field left out takes ``software``'s value, else the default.",
     defaults_from_elsewhere=True,
-    extra={
-        "software": (
-            Literal[tuple(SOFTWARE_PRESETS)] | None,
-            Field(  # type: ignore[valid-type]
-                None,
-                description="The framework generation whose behaviour the flags default to (default: megatron-core).",
-            ),
-        )
-    },
 )
 
 LayoutConstraints = _schema_from_spec(
@@ -271,6 +262,7 @@ class LayoutAnswer(_Answer):
     zero_stage: int
     recompute: Literal[RECOMPUTE_MODES]  # type: ignore[valid-type]
     recompute_num_layers: int
+    rank_order: Literal[RANK_ORDERS]  # type: ignore[valid-type]
     step_time_s: float
     tokens_per_s: float
     mfu: float

@@ -109,16 +109,17 @@ def constraints_of(search: Mapping[str, Any] | None) -> Constraints | None:
 # (--hidden-dropout and --attention-dropout 0.1) were on, as in GPT-3; Korthikanti et al.
 # count the masks they keep.
 SC21_SOFTWARE = {"software": "megatron-lm-2021", "precision": "fp16", "grad_bytes_per_param": 2}
-# Megatron-LM of 2021-2022 asserted that the layer count divides by the pipeline size
-# ("num_layers must be divisible by pipeline_model_parallel_size", ParallelTransformer in
-# megatron/model/transformer.py); uneven first/last stages came with Megatron-Core.
-SC21_SEARCH = {"zero_stages": [0], "recompute": ["none", "full"], "allow_uneven_pp": False}
+# What Megatron-LM of 2021-2022 could run (no ZeRO, even pipeline stages: "num_layers must
+# be divisible by pipeline_model_parallel_size", ParallelTransformer in
+# megatron/model/transformer.py; full recomputation only in 2021) is the software preset's
+# own search space (presets.SOFTWARE_SEARCH): the rows add no constraint of their own.
+SC21_SEARCH = None
 # Megatron-LM as released with sequence parallelism: its column-parallel linears run the
 # backward reduce-scatter / all-gather asynchronously under their GEMMs
 # (LinearWithGradAccumulationAndAsyncCommunication), so overlap_tp_backward keeps its default
 # (True) -- an assumption: the paper does not say so for its runs.
 KORTHIKANTI_SOFTWARE = {"software": "megatron-lm-2022"}
-KORTHIKANTI_SEARCH = {"zero_stages": [0], "recompute": ["none", "selective", "full"], "allow_uneven_pp": False}
+KORTHIKANTI_SEARCH = None
 
 
 def gpt(layers: int, hidden: int, heads: int) -> dict[str, Any]:

@@ -1,0 +1,99 @@
+"""A software generation bounds the search (presets.SOFTWARE_SEARCH), and the rank order is searched.
+
+Megatron-LM of 2021 had no distributed optimizer, only full recomputation, even pipeline
+stages and no context or expert parallelism (examples/sc21; megatron/model/transformer.py);
+a plan for it proposes none of those. Rank orders are Megatron-Core's ``--order``
+default (``tp-cp-ep-dp-pp``) and ``--use-tp-pp-dp-mapping`` (``tp-cp-ep-pp-dp``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from partitioners.errors import InvalidInput
+from partitioners.parallel3d.planner import evaluate_layouts, plan_parallel_layout
+from partitioners.parallel3d.presets import SOFTWARE_PRESETS, SOFTWARE_SEARCH
+from tests.partitioners.parallel3d.shapes import (
+    cluster_spec,
+    constraints_spec,
+    layout_specs,
+    model_spec,
+    training_spec,
+)
+
+# 30 layers: pipelines of 4 or 8 stages would be uneven
+_MODEL = {"num_layers": 30, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048, "vocab_size": 51200}
+_CLUSTER = {"preset": "dgx-a100", "nodes": 8}
+
+
+def _plan(software: str, constraints: dict | None = None):
+    training = training_spec({"global_batch_sequences": 512, "software": software})
+    return plan_parallel_layout(
+        model_spec(_MODEL),
+        cluster_spec(_CLUSTER),
+        training,
+        None if constraints is None else constraints_spec(constraints),
+        top_k=20,
+        with_rank_map=False,
+    )
+
+
+def test_every_software_preset_states_its_search_space():
+    assert set(SOFTWARE_SEARCH) == set(SOFTWARE_PRESETS)
+
+
+def test_megatron_lm_2021_proposes_no_zero_no_selective_recompute_and_no_uneven_stages():
+    plan = _plan("megatron-lm-2021")
+    assert plan.candidates
+    for candidate in plan.candidates:
+        assert candidate.zero_stage == 0
+        assert candidate.recompute in ("none", "full")
+        assert _MODEL["num_layers"] % candidate.pp == 0
+        assert candidate.cp == 1
+        assert candidate.rank_order == "tp-cp-ep-dp-pp"
+
+
+def test_uneven_stages_run_on_megatron_core_and_not_on_the_2021_code():
+    layout = layout_specs([{"tp": 8, "pp": 4, "virtual_stages": 1, "zero_stage": 0, "recompute": "full"}])
+
+    def reasons(software: str) -> tuple[str, ...]:
+        training = training_spec({"global_batch_sequences": 512, "software": software})
+        (prediction,) = evaluate_layouts(model_spec(_MODEL), cluster_spec(_CLUSTER), training, layout)
+        return prediction.reasons
+
+    assert reasons("megatron-core") == ()
+    assert any("divisible" in reason or "divide" in reason for reason in reasons("megatron-lm-2021"))
+
+
+def test_a_constraint_the_software_cannot_run_is_refused_by_name():
+    with pytest.raises(InvalidInput) as error:
+        _plan("megatron-lm-2021", {"zero_stages": [3]})
+    assert error.value.field == "constraints.zero_stages" and error.value.code == "not-in-this-software"
+
+
+def test_an_evaluated_layout_the_software_cannot_run_is_refused_by_its_field():
+    with pytest.raises(InvalidInput) as error:
+        evaluate_layouts(
+            model_spec(_MODEL),
+            cluster_spec(_CLUSTER),
+            training_spec({"global_batch_sequences": 512, "software": "megatron-lm-2021"}),
+            layout_specs([{"tp": 8, "pp": 2, "zero_stage": 1}]),
+        )
+    assert error.value.field == "evaluate[0].zero_stage"
+
+
+def test_data_parallel_peers_on_one_node_reduce_gradients_faster_than_across_nodes():
+    # tp 1, pp 2 on 2 nodes: tp-cp-ep-dp-pp keeps a stage's 8 replicas on one NVLink node
+    model = {**_MODEL, "num_layers": 32, "hidden_size": 2048, "num_attention_heads": 16}
+    cluster = cluster_spec({"preset": "dgx-a100", "nodes": 2})
+    training = training_spec({"global_batch_sequences": 64, "overlap_grad_reduce": False})
+    layout = {"tp": 1, "pp": 2, "virtual_stages": 1, "micro_batch_size": 1, "zero_stage": 0, "recompute": "none"}
+    inside, outside = evaluate_layouts(
+        model_spec(model),
+        cluster,
+        training,
+        layout_specs([{**layout, "rank_order": "tp-cp-ep-dp-pp"}, {**layout, "rank_order": "tp-cp-ep-pp-dp"}]),
+    )
+    assert inside.rank_order == "tp-cp-ep-dp-pp" and outside.rank_order == "tp-cp-ep-pp-dp"
+    assert inside.time_breakdown_s["dp_comm_total_s"] < outside.time_breakdown_s["dp_comm_total_s"]
+    assert inside.time_breakdown_s["pp_comm_s"] > outside.time_breakdown_s["pp_comm_s"]

@@ -46,7 +46,7 @@ Published models this follows (and where it departs, why):
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -643,9 +643,11 @@ def _layer_work(
     sizes: _Sizes,
     tokens: FloatArray,
     full_frac: FloatArray,
-) -> tuple[_LayerWork, _LayerWork, FloatArray]:
+    with_plain: bool = False,
+) -> tuple[_LayerWork, _LayerWork, FloatArray, tuple[_LayerWork, _LayerWork] | None]:
     """Work of one dense and of one MoE layer (``_NO_WORK`` without MoE) for one
-    micro-batch, and one tensor-parallel all-reduce of the activation."""
+    micro-batch, and one tensor-parallel all-reduce of the activation; ``with_plain``,
+    also the two layers' work without recomputation."""
     tp, cp, ep, etp, mbs = sizes.tp, sizes.cp, sizes.ep, sizes.etp, sizes.mbs
     rc = layouts.recompute
     h, up = model.hidden_size, 2 if model.gated_mlp else 1
@@ -706,7 +708,7 @@ def _layer_work(
     tp_collectives = np.array(_tensor_parallel_collectives(model, training))
     mlp_collectives = np.array(_mlp_tensor_parallel_collectives(model, training))
 
-    def layer(is_moe: bool) -> _LayerWork:
+    def layer(is_moe: bool, full_frac: FloatArray = full_frac, rc: IntArray = rc) -> _LayerWork:
         # a folded MoE layer's experts run no tensor-parallel collectives
         mlp_tp = np.where(sizes.folded, 0.0, 1.0) if is_moe else np.ones_like(tokens)
         tp_forward, tp_backward, tp_output_grad_gathers = (
@@ -758,7 +760,11 @@ def _layer_work(
         cp_comm = cp_fwd + cp_bwd + full_frac * cp_fwd
         return _LayerWork(compute, tp_comm, ep_comm, cp_comm)
 
-    return layer(False), (layer(True) if model.num_moe_layers else _NO_WORK), tp_ar
+    plain = None
+    if with_plain:
+        none, nothing = np.zeros_like(full_frac), np.full_like(rc, RECOMPUTE_NONE)
+        plain = layer(False, none, nothing), (layer(True, none, nothing) if model.num_moe_layers else _NO_WORK)
+    return layer(False), (layer(True) if model.num_moe_layers else _NO_WORK), tp_ar, plain
 
 
 def _paired_expert_exchange_s(
@@ -1371,7 +1377,10 @@ def predict_layouts(
     q_moe = np.ceil(q * (n_moe / n_layers)) if n_moe else np.zeros_like(q)
     q_dense = q - q_moe
 
-    dense, moe, tp_ar = _layer_work(model, cluster, training, rates, layouts, sizes, tokens, full_frac)
+    needs_plain = bool(np.any(rc != RECOMPUTE_NONE) and np.any(layouts.pp * q > n_layers))
+    dense, moe, tp_ar, plain = _layer_work(
+        model, cluster, training, rates, layouts, sizes, tokens, full_frac, with_plain=needs_plain
+    )
     ends = _end_stage_work(model, rates, tokens, tp, tp_ar, dense, moe)
     mid = _stage_work(q_dense, dense, q_moe, moe)
     moe_layer_indices = model.moe.moe_layers if model.moe else None
@@ -1381,12 +1390,9 @@ def predict_layouts(
     # recomputation then trades time for memory on it. Balanced on recomputed work, a
     # recomputing layout could move MoE layers onto the first stage, which keeps the most
     # micro-batches in flight, and need more memory than keeping everything.
-    if np.any(rc != RECOMPUTE_NONE) and np.any(layouts.pp * q > n_layers):
-        plain = replace(layouts, recompute=np.zeros_like(rc))
-        split_dense, split_moe, split_tp_ar = _layer_work(
-            model, cluster, training, rates, plain, sizes, tokens, np.zeros_like(full_frac)
-        )
-        split_ends = _end_stage_work(model, rates, tokens, tp, split_tp_ar, split_dense, split_moe)
+    if plain is not None:
+        split_dense, split_moe = plain
+        split_ends = _end_stage_work(model, rates, tokens, tp, tp_ar, split_dense, split_moe)
     else:
         split_dense, split_moe, split_ends = dense, moe, ends
     split_layer_s = _stage_work(q_dense, split_dense, q_moe, split_moe).total_s / q
@@ -1419,13 +1425,17 @@ def predict_layouts(
     stages = _stage_times(training, rates, single, pp > 2, first, mid, last, ends, params)
 
     p2p_bytes, p2p_per_mb = _pipeline_exchange_s(model, training, rates, layouts, sizes, tokens, stages.slowest_s)
-    # unequal stages (embedding first, logits last): see pipeline_time_s
+    # unequal stages (embedding first, logits last): see pipeline_time_s. Uneven model
+    # chunks (a depth that does not divide the stage's layers) fill and drain the pipeline
+    # at the pace of the longest chunk, ceil(q / v) layers: the bubble of q / ceil(q / v)
+    # even chunks
+    v_pace = q / np.ceil(q / v)
     pipeline_time = pipeline_time_s(
         np.where(single, stages.slowest_s, stages.first_s + p2p_per_mb),
         stages.middle_s + p2p_per_mb,
         stages.last_s + p2p_per_mb,
         pp,
-        v,
+        v_pace,
         m,
     )
     bubble = np.where(single, 0.0, pipeline_time - m * (stages.slowest_s + p2p_per_mb))

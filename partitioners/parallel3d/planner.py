@@ -95,7 +95,14 @@ __all__ = [
 
 _GIB = 1024.0**3
 _MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
-_VIRTUAL_STAGES = tuple(range(1, 17))  # kept where v divides the layers per stage
+# Uneven model chunks (Megatron-Core's --pipeline-model-parallel-layout) are searched up to
+# this depth; depths that divide a stage's layers are searched whatever their size.
+_MAX_UNEVEN_VIRTUAL_STAGES = 16
+# Interleaving deeper than this many chunks, or in uneven chunks, is searched only while
+# the bubble it removes is worth having: up to twice the depth that brings SC21's (p - 1) / (v m) down to this
+# share of the step. Past it a deeper schedule gains less than the planner's tie
+# tolerance and costs 2 more pipeline exchanges per micro-batch and chunk.
+_BUBBLE_FLOOR = 0.01
 _MAX_CP = 32
 _CHUNK = 100_000  # candidates costed per vectorised pass
 _RECOMPUTE_CODE = {"none": RECOMPUTE_NONE, "selective": RECOMPUTE_SELECTIVE, "full": RECOMPUTE_FULL}
@@ -414,6 +421,43 @@ def _expert_tensor_sizes(model: ModelSpec, training: TrainingSpec, tp: int) -> t
     return (tp, 1) if model.moe is not None and training.sequence_parallel and tp > 1 else (tp,)
 
 
+def _rows_in(rows: IntArray, keep: BoolArray, wanted: set[tuple[int, ...]]) -> BoolArray:
+    """Of ``rows`` (one layout key per row), those kept and in ``wanted``."""
+    inside = np.zeros(len(rows), dtype=bool)
+    if not wanted:
+        return inside
+    where = np.flatnonzero(keep)
+    keys = np.array(sorted(wanted), dtype=np.int64)
+    both = np.concatenate([keys, rows[where]])
+    _, ids = np.unique(both, axis=0, return_inverse=True)
+    ids = ids.reshape(-1)
+    inside[where] = np.isin(ids[len(keys) :], ids[: len(keys)])
+    return inside
+
+
+def _interleaving_depths(q: int, uneven_chunks: bool, given: int | None) -> IntArray:
+    """Model chunks per stage a search tries for stages of ``q`` layers.
+
+    1 (plain 1F1B), every divisor of ``q`` (chunks of ``q / v`` layers: Megatron-LM's
+    ``--num-layers-per-virtual-pipeline-stage``; a stage of 23 layers interleaves 23
+    one-layer chunks), and, where the software places layers chunk by chunk
+    (Megatron-Core's ``--pipeline-model-parallel-layout``), uneven depths up to
+    ``_MAX_UNEVEN_VIRTUAL_STAGES``, whose chunks differ by one layer. Of the depths whose
+    longest chunk has ``c`` layers only the smallest, ``ceil(q / c)``, is tried: the
+    pipeline fills and drains at the pace of its longest chunk, so a deeper one has the
+    same bubble and more exchanges (for ``q = 23``: 1, 2, 3, 4, 5, 6, 8, 12, 23). A depth
+    the constraints fix is tried where the stage can have it.
+    """
+    divisors = set(_divisors(q))
+    depths = set(divisors)
+    if uneven_chunks:
+        longest = range(-(-q // _MAX_UNEVEN_VIRTUAL_STAGES), q + 1)
+        depths |= {-(-q // c) for c in longest}
+    if given is not None:
+        depths = {given} if given in divisors or (uneven_chunks and given <= q) else set()
+    return np.array(sorted(depths), dtype=np.int64)
+
+
 def _rank_orders(training: TrainingSpec, constraints: Constraints) -> list[int]:
     """Positions in RANK_ORDERS a search tries: the constraint's, else those the software offers."""
     if constraints.rank_order is not None:
@@ -468,9 +512,19 @@ def within_software(
 
 
 def enumerate_layouts(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, constraints: Constraints
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    constraints: Constraints,
+    depths: str = "all",
+    deepen: set[tuple[int, ...]] | None = None,
 ) -> LayoutArrays:
     """Every candidate layout the constraints allow, as parallel arrays.
+
+    ``depths`` picks the interleaving depths: "all", "shallow" (1 and the divisors of a
+    stage's layers up to ``_MAX_UNEVEN_VIRTUAL_STAGES``) or "deep" (the others, uneven
+    or deeper), the latter only for the ``(dp, tp, pp, cp, ep, etp, order, mbs)`` in
+    ``deepen`` when given (see :func:`_search`).
 
     Structural impossibilities are never generated (``dp`` must be an integer,
     ``ep`` must divide the experts and fit the ranks (:func:`expert_groups_fit`; MoE
@@ -541,7 +595,7 @@ def enumerate_layouts(
     mesh = np.array(rows, dtype=np.int64)
 
     mbss = np.array([constraints.micro_batch_size] if constraints.micro_batch_size else _MICRO_BATCH_SIZES)
-    vs = np.array([constraints.virtual_stages] if constraints.virtual_stages else _VIRTUAL_STAGES)
+    uneven_chunks = SOFTWARE_SEARCH[training.software].uneven_chunks
     zeros = np.array(sorted(set(constraints.zero_stages)))
     rcs = np.array(
         sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute if r != "selective" or training.selective_recompute}),
@@ -550,11 +604,20 @@ def enumerate_layouts(
     # (mesh, micro-batch, v) first: most of those fail on their own, before each survivor
     # is crossed with the ZeRO stages and recomputation modes (in the same order as one
     # grid over all five would give: mesh, micro-batch, v, ZeRO, recomputation)
-    grid = np.meshgrid(np.arange(len(mesh)), np.arange(len(mbss)), np.arange(len(vs)), indexing="ij")
-    i_mesh, i_mbs, i_v = (g.reshape(-1) for g in grid)
+    # interleaving depths depend on the layers per stage: one grid per stage length
+    q_mesh = -(-model.num_layers // mesh[:, 2])
+    parts = []
+    for q_value in np.unique(q_mesh):
+        q_depths = _interleaving_depths(int(q_value), uneven_chunks, constraints.virtual_stages)
+        rows_q = np.flatnonzero(q_mesh == q_value)
+        grid = np.meshgrid(rows_q, np.arange(len(mbss)), q_depths, indexing="ij")
+        parts.append(np.stack([g.reshape(-1) for g in grid]))
+    i_mesh, i_mbs, v = np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), dtype=np.int64)
+    # in the order one grid over mesh, micro-batch and v would give
+    sort = np.lexsort((v, i_mbs, i_mesh))
+    i_mesh, i_mbs, v = i_mesh[sort], i_mbs[sort], v[sort]
     dp, pp = mesh[i_mesh, 0], mesh[i_mesh, 2]
     mbs = mbss[i_mbs]
-    v = vs[i_v]
     # micro-batch sizes above the per-replica batch are meaningless
     per_replica = np.maximum(batch // dp, 1)
     keep = mbs <= np.maximum(per_replica, 1)
@@ -576,15 +639,25 @@ def enumerate_layouts(
     # H100 recipe interleaves pp 2 x vp 24.
     min_interleaved_pp = 2 if training.overlap_p2p_comm else 3
     groups_fit = microbatch_group_size(m.astype(np.int64), pp, training.flexible_microbatch_groups) > 0
-    keep &= (v == 1) | ((pp >= min_interleaved_pp) & (q % v == 0) & groups_fit)
+    keep &= (v == 1) | ((pp >= min_interleaved_pp) & groups_fit)
+    if constraints.virtual_stages is None:
+        worth = 2.0 * (pp - 1) / (np.maximum(m, 1.0) * _BUBBLE_FLOOR)
+        shallow = (q % v == 0) & (v <= _MAX_UNEVEN_VIRTUAL_STAGES)
+        keep &= shallow | (v <= worth)
+        if depths == "shallow":
+            keep &= shallow
+        elif depths == "deep":
+            keep &= ~shallow
+            if deepen is not None:
+                keys = np.stack([mesh[i_mesh, j] for j in range(7)] + [mbs], axis=1)
+                keep &= _rows_in(keys, keep, deepen)
     survivors = np.flatnonzero(keep)
     per_survivor = len(zeros) * len(rcs)
-    i_mesh, i_mbs, i_v = (np.repeat(index[survivors], per_survivor) for index in (i_mesh, i_mbs, i_v))
+    i_mesh, i_mbs, v = (np.repeat(index[survivors], per_survivor) for index in (i_mesh, i_mbs, v))
     i_z = np.tile(np.repeat(np.arange(len(zeros)), len(rcs)), len(survivors))
     i_rc = np.tile(np.arange(len(rcs)), len(survivors) * len(zeros))
     dp, tp, pp, cp, ep, etp, order = (mesh[i_mesh, j] for j in range(7))
     mbs = mbss[i_mbs]
-    v = vs[i_v]
     q = np.ceil(model.num_layers / pp)
     keep = np.ones(len(i_mesh), dtype=bool)
     zero = zeros[i_z]
@@ -593,8 +666,9 @@ def enumerate_layouts(
         # ZeRO-1 is not allowed
         keep &= zero_stage_held(zero, pp) == zero
     rc = rcs[i_rc]
-    # full recomputation starts out covering every layer of a model chunk (see _search)
-    chunk_layers = (q // v).astype(np.int64)
+    # full recomputation starts out covering every layer of a model chunk, the longest one
+    # where chunks are uneven (see _search)
+    chunk_layers = np.ceil(q / v).astype(np.int64)
     if constraints.recompute_num_layers is not None:
         if constraints.recompute_num_layers < model.num_layers:
             # an explicit count of layers per chunk: only chunks that have that many (a count
@@ -724,6 +798,12 @@ def _prediction(
                 f"hold fewer layers{' (or none)' if d['pp'] * d['v'] > model.num_layers else ''}, which "
                 "Megatron-Core states with --pipeline-model-parallel-layout"
             )
+    if d["v"] > 1 and q % d["v"]:
+        longest = -(-q // d["v"])
+        extra.append(
+            f"{d['v']} model chunks of a {q}-layer stage differ in size (at most {longest} layers, which pace "
+            "the pipeline's fill and drain), which Megatron-Core states with --pipeline-model-parallel-layout"
+        )
     memory = MemoryBreakdown(
         parameters_bytes=float(pred["parameters_bytes"][i]),
         gradients_bytes=float(pred["gradients_bytes"][i]),
@@ -966,7 +1046,48 @@ def _predict(
 def _search(
     model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec, cons: Constraints
 ) -> tuple[LayoutArrays, dict[str, FloatArray], IntArray]:
-    lay = enumerate_layouts(model_spec, cluster_spec, training_spec, cons)
+    """Every layout, predicted, with its rejection bits.
+
+    Interleaving depths come in two rounds. Shallow ones (1 and the divisors of a stage's
+    layers up to ``_MAX_UNEVEN_VIRTUAL_STAGES``) are tried everywhere; deeper or uneven ones
+    only for the (mesh, micro-batch) pairs that could still win: a deeper schedule only
+    shrinks the bubble and the exposed data-parallel reduction (its exchanges and memory
+    grow), so a pair whose fitting shallow variants, less those two, are already slower
+    than the best layout found cannot be rescued by depth.
+    """
+    if cons.virtual_stages is not None:
+        return _search_round(model_spec, cluster_spec, training_spec, cons, "all", None)
+    lay, pred, bits = _search_round(model_spec, cluster_spec, training_spec, cons, "shallow", None)
+    valid = np.flatnonzero(bits == 0)
+    if len(lay) == 0 or valid.size == 0:
+        deepen: set[tuple[int, ...]] = set()
+    else:
+        step = pred["step_time_s"]
+        best = float(step[valid].min()) * (1.0 + cons.tie_tolerance)
+        floor = step - pred["bubble_s"] - pred["dp_comm_exposed_s"]
+        hopeful = valid[floor[valid] < best]
+        keys = np.stack(
+            [getattr(lay, name)[hopeful] for name in ("dp", "tp", "pp", "cp", "ep", "etp", "order", "mbs")], axis=1
+        )
+        deepen = {tuple(row) for row in np.unique(keys, axis=0).tolist()}
+    if not deepen:
+        return lay, pred, bits
+    lay2, pred2, bits2 = _search_round(model_spec, cluster_spec, training_spec, cons, "deep", deepen)
+    if len(lay2) == 0:
+        return lay, pred, bits
+    joined = LayoutArrays(*(np.concatenate([getattr(lay, f.name), getattr(lay2, f.name)]) for f in fields(lay)))
+    return joined, {key: np.concatenate([pred[key], pred2[key]]) for key in pred}, np.concatenate([bits, bits2])
+
+
+def _search_round(
+    model_spec: ModelSpec,
+    cluster_spec: ClusterSpec,
+    training_spec: TrainingSpec,
+    cons: Constraints,
+    depths: str,
+    deepen: set[tuple[int, ...]] | None,
+) -> tuple[LayoutArrays, dict[str, FloatArray], IntArray]:
+    lay = enumerate_layouts(model_spec, cluster_spec, training_spec, cons, depths, deepen)
     if len(lay) == 0:
         return lay, {}, np.zeros(0, dtype=np.int64)
     pred = _predict(model_spec, cluster_spec, training_spec, lay)

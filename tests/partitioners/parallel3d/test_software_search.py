@@ -97,3 +97,36 @@ def test_data_parallel_peers_on_one_node_reduce_gradients_faster_than_across_nod
     assert inside.rank_order == "tp-cp-ep-dp-pp" and outside.rank_order == "tp-cp-ep-pp-dp"
     assert inside.time_breakdown_s["dp_comm_total_s"] < outside.time_breakdown_s["dp_comm_total_s"]
     assert inside.time_breakdown_s["pp_comm_s"] > outside.time_breakdown_s["pp_comm_s"]
+
+
+def test_a_stage_of_a_prime_number_of_layers_can_interleave_one_layer_chunks():
+    # 92 layers on 4 stages: 23 a stage, whose only interleaving depths are 1 and 23 with whole chunks
+    model = {**_MODEL, "num_layers": 92}
+    training = training_spec({"global_batch_sequences": 64, "software": "megatron-lm-2022"})
+    plan = plan_parallel_layout(
+        model_spec(model),
+        cluster_spec(_CLUSTER),
+        training,
+        constraints_spec({"tp": 8, "pp": 4}),
+        with_rank_map=False,
+    )
+    (best,) = plan.candidates
+    assert best.virtual_stages in (1, 23)
+    (interleaved,) = evaluate_layouts(
+        model_spec(model), cluster_spec(_CLUSTER), training, layout_specs([{"tp": 8, "pp": 4, "virtual_stages": 23}])
+    )
+    assert interleaved.bubble_fraction < 0.05
+
+
+def test_uneven_chunks_are_searched_where_megatron_core_places_layers_chunk_by_chunk():
+    model = {**_MODEL, "num_layers": 92}
+    layout = layout_specs([{"tp": 8, "pp": 4, "virtual_stages": 5}])
+
+    def notes(software: str) -> tuple[str, ...]:
+        training = training_spec({"global_batch_sequences": 64, "software": software})
+        (prediction,) = evaluate_layouts(model_spec(model), cluster_spec(_CLUSTER), training, layout)
+        return prediction.notes
+
+    assert any("--pipeline-model-parallel-layout" in note for note in notes("megatron-core"))
+    with pytest.raises(InvalidInput):
+        notes("megatron-lm-2022")

@@ -51,6 +51,7 @@ from partitioners.errors import Infeasible, InvalidInput
 from partitioners.parallel3d.arrays import BoolArray, FloatArray, IntArray
 from partitioners.parallel3d.cost import predict_layouts
 from partitioners.parallel3d.flops import model_flops_per_step, parameter_counts
+from partitioners.parallel3d.launch import LaunchConfig, LaunchLayout, launch_configs
 from partitioners.parallel3d.memory import (
     ACTIVATION_FRAGMENTATION,
     ACTIVATION_FRAGMENTATION_HIGH,
@@ -203,6 +204,8 @@ class LayoutPrediction:
     reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     tie_with_best: bool = False
+    # how each framework would be told to run it (partitioners.parallel3d.launch)
+    launch: tuple[LaunchConfig, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -242,6 +245,7 @@ class LayoutPrediction:
             "reasons": list(self.reasons),
             "notes": list(self.notes),
             "tie_with_best": self.tie_with_best,
+            "launch": {config.framework: config.to_dict() for config in self.launch},
         }
 
 
@@ -866,6 +870,27 @@ def _prediction(
             "optimizer_s",
         )
     }
+    launch = launch_configs(
+        model,
+        training,
+        LaunchLayout(
+            dp=d["dp"],
+            tp=d["tp"],
+            pp=d["pp"],
+            cp=d["cp"],
+            ep=d["ep"],
+            etp=d["etp"],
+            virtual_stages=d["v"],
+            micro_batch_size=d["mbs"],
+            zero_stage=d["zero"],
+            recompute=RECOMPUTE_MODES[d["recompute"]],
+            recompute_num_layers=recompute_layers,
+            rank_order=order,
+            layers_per_stage=q,
+            first_stage_layers=first,
+            last_stage_layers=last,
+        ),
+    )
     return LayoutPrediction(
         dp=d["dp"],
         tp=d["tp"],
@@ -891,6 +916,7 @@ def _prediction(
         reasons=reasons,
         notes=tuple(extra),
         tie_with_best=tie,
+        launch=launch,
     )
 
 

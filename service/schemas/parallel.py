@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_mo
 
 from partitioners.parallel3d.huggingface import HUGGINGFACE_MODEL_TYPES
 from partitioners.parallel3d.planner import REJECTION_REASONS
+from partitioners.parallel3d.launch import FRAMEWORKS
 from partitioners.parallel3d.presets import NODE_PRESETS, RANK_ORDERS
 from partitioners.parallel3d.spec_fields import FieldRule, field_rule
 from partitioners.parallel3d.specs import (
@@ -247,6 +248,17 @@ class MemoryPerGpu(_Answer):
     )
 
 
+class LaunchAnswer(_Answer):
+    """One framework's configuration for the layout, or why it cannot express it."""
+
+    framework: Literal[FRAMEWORKS]  # type: ignore[valid-type]
+    config: str | None = Field(
+        description="Megatron-Core arguments, a torchtitan TOML or a DeepSpeed JSON; null when unavailable."
+    )
+    unavailable: str | None = Field(description="Why the framework cannot run this layout as its config states it.")
+    notes: list[str]
+
+
 class LayoutAnswer(_Answer):
     """One layout and what the planner predicts for it."""
 
@@ -276,6 +288,9 @@ class LayoutAnswer(_Answer):
     reasons: list[str] = Field(description="Why the layout cannot run; empty when it can.")
     notes: list[str]
     tie_with_best: bool
+    launch: dict[Literal[FRAMEWORKS], LaunchAnswer] = Field(  # type: ignore[valid-type]
+        description="How Megatron-Core, torchtitan and DeepSpeed would be told to run this layout."
+    )
 
 
 class RankRow(_Answer):

@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model
 
 from partitioners.parallel3d.huggingface import HUGGINGFACE_MODEL_TYPES
-from partitioners.parallel3d.planner import REJECTION_REASONS
 from partitioners.parallel3d.launch import FRAMEWORKS
+from partitioners.parallel3d.planner import REJECTION_REASONS
 from partitioners.parallel3d.presets import NODE_PRESETS, RANK_ORDERS
 from partitioners.parallel3d.spec_fields import FieldRule, field_rule
 from partitioners.parallel3d.specs import (

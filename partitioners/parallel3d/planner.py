@@ -193,11 +193,18 @@ class LayoutPrediction:
     recompute: str
     recompute_num_layers: int
     rank_order: str
+    # Sequence parallelism (Korthikanti et al. 2022) on this layout: the run's setting where
+    # the tensor group has more than one rank (with one there is nothing to split)
+    sequence_parallel: bool
     step_time_s: float
     tokens_per_s: float
     mfu: float
     mfu_causal: float
     hfu: float
+    # mfu against the dense peak of the precision the linear layers run in (the FP8 peak
+    # for an FP8 run, twice the bf16 one on Hopper), where mfu keeps the bf16 peak that
+    # published tables use; the same as mfu for 16-bit runs
+    mfu_at_precision_peak: float
     bubble_fraction: float
     time_breakdown_s: Mapping[str, float]
     memory: MemoryBreakdown
@@ -230,6 +237,7 @@ class LayoutPrediction:
             "recompute": self.recompute,
             "recompute_num_layers": self.recompute_num_layers,
             "rank_order": self.rank_order,
+            "sequence_parallel": self.sequence_parallel,
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
             "mfu": self.mfu,
@@ -238,6 +246,7 @@ class LayoutPrediction:
             "mfu_causal counts attention over the causal half only (Megatron-Bridge's Model TFLOP/s); "
             "sliding-window and chunked layers count only the scores inside their window or chunk",
             "hfu": self.hfu,
+            "mfu_at_precision_peak": self.mfu_at_precision_peak,
             "bubble_fraction": self.bubble_fraction,
             "time_breakdown_s": dict(self.time_breakdown_s),
             "memory_per_gpu": self.memory.to_dict(),
@@ -850,6 +859,7 @@ def _prediction(
             f"--recompute-method block --recompute-num-layers {recompute_layers})"
         )
     mfu = float(pred["mfu"][i])
+    peak_bf16 = cluster.peak_flops_per_s.get("bf16") or max(cluster.peak_flops_per_s.values())
     if mfu > 1.0:
         extra.append(
             f"mfu {mfu:.2f} is above 1 because the SC21 count it follows takes attention over the whole "
@@ -905,11 +915,13 @@ def _prediction(
         recompute=RECOMPUTE_MODES[d["recompute"]],
         recompute_num_layers=recompute_layers,
         rank_order=order,
+        sequence_parallel=training.sequence_parallel and d["tp"] > 1,
         step_time_s=float(pred["step_time_s"][i]),
         tokens_per_s=float(pred["tokens_per_s"][i]),
         mfu=mfu,
         mfu_causal=float(pred["mfu_causal"][i]),
         hfu=float(pred["hfu"][i]),
+        mfu_at_precision_peak=mfu * peak_bf16 / cluster.peak_flops_per_s.get(training.precision, peak_bf16),
         bubble_fraction=float(pred["bubble_fraction"][i]),
         time_breakdown_s=breakdown,
         memory=memory,
@@ -1385,13 +1397,16 @@ def evaluate_layouts(
     is still predicted, with ``reasons`` saying why. Errors name the layout as the
     request's ``evaluate[k]``.
     """
-    model_spec, cluster_spec, training_spec, base = _checked(model, cluster, training, constraints)
+    model_spec, cluster_spec, run_training, base = _checked(model, cluster, training, constraints)
     results = []
     for k, spec in enumerate(layouts):
         where = f"evaluate[{k}]"
         if not isinstance(spec, LayoutSpec):
             raise InvalidInput(f"{where} must be a LayoutSpec", field=where, code="not-an-object")
         layout = spec.given()
+        # sequence parallelism is the layout's where it states it, else the run's
+        sequence_parallel = layout.pop("sequence_parallel", run_training.sequence_parallel)
+        training_spec = replace(run_training, sequence_parallel=bool(sequence_parallel))
         _check_sizes(layout, model_spec, cluster_spec.num_gpus, where)
         if layout.get("recompute") == "selective" and not training_spec.selective_recompute:
             raise InvalidInput(

@@ -1238,6 +1238,7 @@ LAYOUT_FIELDS: tuple[str, ...] = (
     "recompute",
     "recompute_num_layers",
     "rank_order",
+    "sequence_parallel",
 )
 
 
@@ -1282,6 +1283,12 @@ class LayoutSpec:
         choices=RANK_ORDERS,
         code="unknown-rank-order",
         doc="Rank order, innermost first: tp-cp-ep-dp-pp or tp-cp-ep-pp-dp.",
+    )
+    sequence_parallel: bool | None = spec_field(
+        None,
+        kind="flag",
+        doc="Sequence parallelism on this layout (shards norms and dropouts over the tensor ranks); default: "
+        "training.sequence_parallel.",
     )
 
     def __post_init__(self) -> None:

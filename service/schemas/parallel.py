@@ -275,12 +275,16 @@ class LayoutAnswer(_Answer):
     recompute: Literal[RECOMPUTE_MODES]  # type: ignore[valid-type]
     recompute_num_layers: int
     rank_order: Literal[RANK_ORDERS]  # type: ignore[valid-type]
+    sequence_parallel: bool
     step_time_s: float
     tokens_per_s: float
     mfu: float
     mfu_causal: float
     mfu_note: str
     hfu: float
+    mfu_at_precision_peak: float = Field(
+        description="mfu against the dense peak of the training precision (FP8's for an FP8 run); mfu uses bf16's."
+    )
     bubble_fraction: float
     time_breakdown_s: dict[str, float]
     memory_per_gpu: MemoryPerGpu

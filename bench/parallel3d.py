@@ -3,7 +3,9 @@
 Run: ``.venv/bin/python -m bench.parallel3d`` (about half a minute on one core, most of it the worst-case search).
 
 Prints
-1. for every published row (Narayanan et al. SC21 Table 1, Korthikanti et al. 2022):
+1. for every published row (Narayanan et al. SC21 Table 1, Korthikanti et al. 2022), planned
+   with only the software preset set (megatron-lm-2021 / -2022, whose search space excludes
+   ZeRO and uneven stages; no constraints of the row's own):
    the published (tp, pp), the planner's top three (tp, pp), whether the published
    one is first / in the top three / tied with the first (within the tie tolerance, Constraints.tie_tolerance),
    how much slower the planner predicts the published (tp, pp) than its first choice,
@@ -97,7 +99,10 @@ def _top_pairs(plan, k: int = 3) -> list[tuple[int, int]]:
 
 
 def agreement_table() -> None:
-    print("== published layouts: planner ranking and predicted utilisation ==")
+    print(
+        "== published layouts, planned with only training.software set (its search space, no constraints): "
+        "planner ranking and predicted utilisation =="
+    )
     header = (
         f"{'run':<34}{'GPUs':>6}  {'published':>9}  {'planner top-3 (tp,pp)':<26}{'top1':>5}{'top3':>5}"
         f"{'tie':>5}{'gap':>7}  {'metric':>6}{'pub':>7}{'pred':>7}{'err':>8}"

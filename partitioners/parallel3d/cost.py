@@ -62,6 +62,7 @@ from partitioners.parallel3d.comm import (
     point_to_point_time_s,
     two_level_allreduce_time_s,
 )
+from partitioners.parallel3d.effective import TP_ASYNC_BACKWARD, TP_PIPELINED, EffectiveTerms, effective_terms
 from partitioners.parallel3d.flops import (
     ParameterCounts,
     hardware_flops_per_step,
@@ -204,6 +205,8 @@ class _DeviceRates:
     intra: LinkSpec
     inter: LinkSpec
     gpus_per_node: int
+    # the run's flags resolved into physical terms, once (partitioners.parallel3d.effective)
+    terms: EffectiveTerms
 
     @property
     def fp8(self) -> bool:
@@ -266,6 +269,7 @@ def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:
         intra=LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s),
         inter=LinkSpec(cluster.inter_node_bandwidth_bytes_per_s * _IB_EFFICIENCY, cluster.inter_node_latency_s),
         gpus_per_node=cluster.gpus_per_node,
+        terms=effective_terms(training),
     )
 
 
@@ -723,7 +727,7 @@ def _layer_work(
         recompute_compute = full_frac * fwd_compute + np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)
         compute = fwd_compute + bwd_compute + recompute_compute
         tp_comm = (tp_forward * (1.0 + full_frac) + tp_backward) * tp_ar
-        if training.overlap_tp_backward and not training.overlap_tp_comm:
+        if rates.terms.tp_overlap == TP_ASYNC_BACKWARD:
             # Megatron's column-parallel linears (QKV, MLP up-projection) run their backward
             # collectives asynchronously under their own GEMMs (Megatron-LM
             # linear_with_grad_accumulation_and_async_allreduce: "the tensor parallel all
@@ -737,7 +741,7 @@ def _layer_work(
                 + async_backward_tp(attention.column_dgrad_s, attention.column_wgrad_s)
                 + mlp_tp * async_backward_tp(mlp[is_moe].column_dgrad_s, mlp[is_moe].column_wgrad_s)
             )
-        if training.overlap_tp_comm:
+        if rates.terms.tp_overlap == TP_PIPELINED:
             # pipelined all-gather/reduce-scatter under the neighbouring GEMMs (Transformer
             # Engine userbuffers; Wang et al., "Overlap communication with dependent
             # computation via decomposition", ASPLOS 2023): what the GEMMs cannot cover
@@ -747,7 +751,7 @@ def _layer_work(
         # expert all-to-alls per MoE layer: a dispatch and a combine forward, both again
         # backward, and again when the forward is recomputed
         ep_comm = (4.0 + 2.0 * full_frac) * a2a if is_moe else np.zeros_like(compute)
-        if training.overlap_ep_comm and is_moe:
+        if rates.terms.ep_comm_paired and is_moe:
             # one micro-batch's forward of the layer paired with another's backward, each
             # all-to-all under one block of the other's computation (_paired_expert_exchange_s)
             attention_fwd = attention.forward_s + attn_core_fwd + cp_merge_fwd + elementwise_fwd
@@ -974,7 +978,7 @@ def _stage_times(
 
     # unfused weight-gradient accumulation: one pass over the stage's parameters per micro-batch
     def accumulation_s(params_per_gpu: FloatArray) -> FloatArray:
-        if training.gradient_accumulation_fusion:
+        if not rates.terms.separate_gradient_accumulation:
             return np.zeros_like(params_per_gpu)
         return gradient_accumulation_time_s(
             params_per_gpu, training.grad_bytes_per_param, rates.hbm_achieved_bytes_per_s
@@ -1049,21 +1053,21 @@ def _pipeline_exchange_s(
     # shards over NVLink (SC21 Sec. 4.1), or, with that turned off, every rank sends it whole.
     # The pipeline is paced by its slowest boundary: once the stages of one pipeline
     # do not all fit in one node, some boundary crosses the inter-node network.
-    whole_activation = not training.sequence_parallel and not training.pipeline_scatter_gather
+    whole_activation = rates.terms.pipeline_send == "whole"
     p2p_bytes = tokens * model.hidden_size * 2.0 / np.where(whole_activation, 1.0, tp)
     stage_ranks = sizes.stage_ranks
     pp_inter = (stage_ranks >= gpn) | (stage_ranks * sizes.pp > gpn)
     p2p_one = np.where(
         pp_inter, point_to_point_time_s(p2p_bytes, rates.inter), point_to_point_time_s(p2p_bytes, rates.intra)
     )
-    if not training.sequence_parallel and training.pipeline_scatter_gather:
+    if rates.terms.pipeline_send == "shard-then-gather":
         p2p_one = p2p_one + collective_time_s(
             lambda n, p: allgather_time_s(n, p, rates.intra), p2p_bytes * tp, layouts.tp
         )
     # with overlap_p2p_comm (interleaved schedule only) each exchange is posted
     # asynchronously and waited for when the next model chunk needs it: it runs under the
     # current chunk's forward or backward, without the batched exchange's device sync
-    async_p2p = training.overlap_p2p_comm & (v > 1.0)
+    async_p2p = rates.terms.p2p_async_when_interleaved & (v > 1.0)
     chunk_window = stage_time_s / (2.0 * v)
     p2p_one = np.where(async_p2p, overlapped_time_s(p2p_one, chunk_window), p2p_one + _P2P_SYNC_S)
     return p2p_bytes, np.where(sizes.single, 0.0, 2.0 * v * p2p_one)
@@ -1231,8 +1235,9 @@ def _data_parallel_s(
         ) + two_level_allreduce_time_s(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
 
     # ZeRO-3 gathers one layer at a time; other gradients travel in Megatron-Core's buckets
-    buckets_dense = gradient_bucket_count(dense_params_gpu, sizes.dp, training.overlap_grad_reduce)
-    buckets_expert = gradient_bucket_count(expert_params_gpu, sizes.dp, training.overlap_grad_reduce)
+    overlap = rates.terms.dp_reduce_under_backward
+    buckets_dense = gradient_bucket_count(dense_params_gpu, sizes.dp, overlap)
+    buckets_expert = gradient_bucket_count(expert_params_gpu, sizes.dp, overlap)
     per_layer = np.maximum(q, 1.0)
     ar_grads = dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu, buckets_dense, buckets_expert)
     ring = ("ring",)
@@ -1250,7 +1255,6 @@ def _data_parallel_s(
     bwd_window = slowest.total_s * (2.0 / 3.0)
     fwd_window = bwd_window / 2.0
     tail = 1.0 / np.maximum(q, 1.0)  # the first layer's gradients are ready only at the very end
-    overlap = training.overlap_grad_reduce
 
     # ZeRO-3 overlaps by construction, whatever the DDP flag says: DeepSpeed stage 3
     # prefetches the next parameters and reduces gradients during the backward

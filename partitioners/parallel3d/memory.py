@@ -35,6 +35,7 @@ from typing import overload
 import numpy as np
 
 from partitioners.parallel3d.arrays import FloatArray, IntArray
+from partitioners.parallel3d.effective import effective_terms
 from partitioners.parallel3d.specs import ACTIVATION_FRAGMENTATION, ModelSpec, TrainingSpec
 from partitioners.parallel3d.stages import (
     RECOMPUTE_FULL,
@@ -252,11 +253,11 @@ def model_state_bytes(
         linear_bytes * whole + (2.0 - linear_bytes) * unquantized_params,
     )
     grads = np.where(zero >= 2, grad_bytes * sharded, grad_bytes * whole)
-    if training.ddp_bucket_copy:
-        grads = grads + grad_bytes * whole
-    if training.fp32_grad_copy_kept and grad_bytes < 4.0:
-        # the optimizer's fp32 gradient copy lives with the master weights it feeds
-        grads = grads + np.where(zero >= 1, 4.0 * sharded, 4.0 * whole)
+    terms = effective_terms(training)
+    grads = grads + terms.whole_gradient_copy_bytes * whole
+    # the optimizer's fp32 gradient copy lives with the master weights it feeds
+    copy = terms.fp32_gradient_copy_bytes
+    grads = grads + np.where(zero >= 1, copy * sharded, copy * whole)
     optimizer_state = np.where(zero >= 1, 12.0 * sharded, 12.0 * whole)
     return weights, grads, optimizer_state
 
@@ -411,7 +412,7 @@ def stage_activation_bytes(
     )
     act_first = layers_first * first_act_avg + rebuilt(first_moe_layers, first_layers) + embed_act
     act_mid = np.where(pp >= 3, layers_mid * layer_act_avg + rebuilt(q_moe, q), 0.0)
-    if training.stage_outputs_kept:
+    if effective_terms(training).stage_outputs_kept:
         # each in-flight model chunk's output (the residual stream, 2 bytes per element)
         stage_output = tokens * h * 2.0 / np.where(training.sequence_parallel, tp, 1.0)
         act_first = act_first + np.where(single, 0.0, chunks_first * stage_output)

@@ -323,12 +323,24 @@ class RankMapAnswer(_Answer):
     truncated: bool
 
 
+class AssumptionAnswer(_Answer):
+    """One physical term the run's software settings were resolved into, and its source."""
+
+    name: str
+    value: str
+    source: str
+
+
 class SearchAnswer(_Answer):
     """A search: ranked candidates, faster-looking layouts that cannot run, and the top one's rank map."""
 
     mode: Literal["search"]
     model: TransformerShape = Field(  # type: ignore[valid-type]
         description="The shape planned (what a Hugging Face config was read as)."
+    )
+    assumptions: list[AssumptionAnswer] = Field(
+        description="What the prediction assumed about the stack (collective overlap, dispatch, extra bytes), "
+        "each with its source."
     )
     num_gpus: int
     feasible: bool
@@ -355,6 +367,10 @@ class EvaluateAnswer(_Answer):
     mode: Literal["evaluate"]
     model: TransformerShape = Field(  # type: ignore[valid-type]
         description="The shape planned (what a Hugging Face config was read as)."
+    )
+    assumptions: list[AssumptionAnswer] = Field(
+        description="What the prediction assumed about the stack (collective overlap, dispatch, extra bytes), "
+        "each with its source."
     )
     predictions: list[EvaluatedLayout]
     compute_s: float

@@ -595,3 +595,13 @@ def test_the_batch_no_software_generation_supplies_stays_required_by_the_schema(
     response = client.post("/v1/parallel/plan", json=_request(training={"software": "megatron-core"}))
     assert response.status_code == 422
     assert [e["field"] for e in response.json()["errors"]] == ["body.training.global_batch_sequences"]
+
+
+def test_an_answer_lists_what_it_assumed_about_the_stack_with_sources(client):
+    response = client.post(
+        "/v1/parallel/plan", json=_request(training={"global_batch_sequences": 1024, "software": "megatron-lm-2021"})
+    )
+    assert response.status_code == 200, response.text
+    assumptions = {a["name"]: a for a in response.json()["assumptions"]}
+    assert assumptions["tensor-parallel collectives"]["value"] == "in-line"
+    assert all(a["source"] for a in assumptions.values())

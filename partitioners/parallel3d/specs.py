@@ -288,6 +288,10 @@ class AttentionProjection:
         return self.in_width / np.asarray(tp, dtype=float) if self.split == "row" else self.in_width
 
 
+# MLASpec's fields, named as a Hugging Face config names them
+_MLA_FIELD_NAMES = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Decoder-only transformer shape (GPT/Llama family), as Megatron-LM arguments name it.
@@ -471,9 +475,24 @@ class ModelSpec:
 
     @classmethod
     def from_shorthand(cls, data: Mapping[str, Any], where: str) -> Mapping[str, Any]:
-        """A mapping's model fields: a Hugging Face ``config.json`` read into them, or the mapping itself."""
+        """A mapping's model fields: a Hugging Face ``config.json`` read into them, or the mapping itself.
+
+        MLA's widths may be given beside the other fields under the Hugging Face config's own
+        names (``kv_lora_rank``, ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
+        ``v_head_dim``), as a DeepSeek config states them; they are read as ``mla``.
+        """
         if "huggingface_config" not in data:
-            return data
+            flat = [name for name in _MLA_FIELD_NAMES if name in data]
+            if not flat:
+                return data
+            if data.get("mla") is not None:
+                raise InvalidInput(
+                    f"{where}.{flat[0]} is an MLA width given beside {where}.mla: give the widths in one place",
+                    field=f"{where}.{flat[0]}",
+                    code="conflicting-fields",
+                )
+            rest = {k: v for k, v in data.items() if k not in _MLA_FIELD_NAMES}
+            return {**rest, "mla": {name: data[name] for name in flat}}
         reject_unknown(data, {"huggingface_config", "seq_length"}, where)
         if "seq_length" not in data:
             raise InvalidInput(

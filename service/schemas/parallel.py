@@ -29,6 +29,7 @@ from partitioners.parallel3d.specs import (
     MAX_RANK_MAP_RANKS,
     MAX_TOKENS,
     MAX_TOP_K,
+    MAX_WIDTH,
     RECOMPUTE_MODES,
     ZERO_STAGES,
     ClusterSpec,
@@ -121,7 +122,18 @@ MlaBlock = _schema_from_spec(
     MLASpec, "MlaBlock", "Multi-head latent attention (DeepSeek-V2/V3), named as in the Hugging Face config."
 )
 TransformerShape = _schema_from_spec(
-    ModelSpec, "TransformerShape", "A decoder-only transformer's shape.", overrides={"moe": MoeBlock, "mla": MlaBlock}
+    ModelSpec,
+    "TransformerShape",
+    "A decoder-only transformer's shape.",
+    overrides={"moe": MoeBlock, "mla": MlaBlock},
+    # MLA's widths may also sit beside the other fields under the Hugging Face config's names
+    extra={
+        name: (
+            Annotated[int, Field(ge=0, le=MAX_WIDTH)] | None,
+            Field(None, description=f"MLA's {name} given beside the other fields (read as mla.{name})."),
+        )
+        for name in ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    },
 )
 
 

@@ -605,3 +605,21 @@ def test_an_answer_lists_what_it_assumed_about_the_stack_with_sources(client):
     assumptions = {a["name"]: a for a in response.json()["assumptions"]}
     assert assumptions["tensor-parallel collectives"]["value"] == "in-line"
     assert all(a["source"] for a in assumptions.values())
+
+
+def test_mla_widths_may_be_sent_under_their_hugging_face_names(client):
+    model = {
+        "num_layers": 4,
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+        "seq_length": 2048,
+        "vocab_size": 32000,
+        "kv_lora_rank": 256,
+        "q_lora_rank": 384,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 64,
+    }
+    response = client.post("/v1/parallel/plan", json=_request(model=model, top_k=1))
+    assert response.status_code == 200, response.text
+    assert response.json()["model"]["mla"]["kv_lora_rank"] == 256

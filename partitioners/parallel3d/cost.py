@@ -95,6 +95,7 @@ from partitioners.parallel3d.stages import (
     ORDER_DP_INSIDE,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
+    RECOMPUTE_OP_SAC,
     RECOMPUTE_SELECTIVE,
     LayoutArrays,
     balanced_end_layers,
@@ -724,7 +725,13 @@ def _layer_work(
         fwd_compute = gemm_f + attn_core_fwd + cp_merge_fwd + elem + quantize_fwd[is_moe]
         bwd_compute = gemm_b + attn_core_bwd + cp_merge_bwd + 2.0 * elem + quantize_bwd[is_moe]
         selective = mla_up_fwd + (norm_rebuild + act_rebuild[is_moe] if training.flash_attention else attn_core_fwd)
-        recompute_compute = full_frac * fwd_compute + np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)
+        # op-level SAC recomputes every other matmul and every element-wise op of the forward
+        op_sac = 0.5 * gemm_f + elem + quantize_fwd[is_moe]
+        recompute_compute = (
+            full_frac * fwd_compute
+            + np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)
+            + np.where(rc == RECOMPUTE_OP_SAC, op_sac, 0.0)
+        )
         compute = fwd_compute + bwd_compute + recompute_compute
         tp_comm = (tp_forward * (1.0 + full_frac) + tp_backward) * tp_ar
         if rates.terms.tp_overlap == TP_ASYNC_BACKWARD:

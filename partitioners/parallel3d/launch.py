@@ -76,6 +76,13 @@ def _uneven_stages(model: ModelSpec, layout: LaunchLayout) -> bool:
 
 def _megatron(model: ModelSpec, training: TrainingSpec, layout: LaunchLayout) -> LaunchConfig:
     """Megatron-Core arguments (megatron/training/arguments.py)."""
+    if layout.recompute == "op-sac":
+        return LaunchConfig(
+            "megatron",
+            None,
+            "Megatron-Core has no per-operator selective checkpointing (torchtitan's op-level SAC); its "
+            "selective recomputation (--recompute-granularity selective) is another variant",
+        )
     args: list[str] = [
         f"--tensor-model-parallel-size {layout.tp}",
         f"--pipeline-model-parallel-size {layout.pp}",
@@ -220,6 +227,8 @@ def _torchtitan(model: ModelSpec, training: TrainingSpec, layout: LaunchLayout) 
             f"{layout.recompute_num_layers} of {chunk} layers recomputed as torchtitan's every-{every}-th-layer "
             "checkpointing (the same count, spread over the chunk rather than its first layers)"
         )
+    elif layout.recompute == "op-sac":
+        lines += ['mode = "selective"', 'selective_ac_option = "op"']
     else:
         lines.append(f'mode = "{"full" if layout.recompute == "full" else "none"}"')
     if layout.pp == 1 and local != layout.micro_batch_size:
@@ -247,7 +256,7 @@ def _deepspeed(model: ModelSpec, training: TrainingSpec, layout: LaunchLayout) -
         return refuse("DeepSpeed-MoE's expert-parallel size is an argument of deepspeed.moe.layer.MoE, not the config")
     if layout.tp > 1 and layout.zero_stage > 2:
         return refuse("DeepSpeed's AutoTP training combines tensor parallelism with ZeRO stages 0-2 only")
-    if layout.recompute == "selective":
+    if layout.recompute in ("selective", "op-sac"):
         return refuse("DeepSpeed's activation checkpointing recomputes whole blocks; no selective recomputation")
     config: dict[str, Any] = {
         "train_batch_size": training.global_batch_sequences,

@@ -39,6 +39,7 @@ from partitioners.parallel3d.effective import effective_terms
 from partitioners.parallel3d.specs import ACTIVATION_FRAGMENTATION, ModelSpec, TrainingSpec
 from partitioners.parallel3d.stages import (
     RECOMPUTE_FULL,
+    RECOMPUTE_OP_SAC,
     RECOMPUTE_SELECTIVE,
     microbatch_group_size,
     middle_stages_short,
@@ -193,12 +194,26 @@ def activation_bytes_per_layer(
     # K and V are kept for the KV heads a rank holds: past the KV head count they are
     # replicated, not split (ModelSpec.kv_shards)
     kv_replicated = 2.0 * kv_width * (1.0 / model.kv_shards(tp) - 1.0 / tp)
+    kept_all = (
+        np.where(recompute == RECOMPUTE_SELECTIVE, replicated_selective, replicated) / rep_div
+        + (attn + mlp + np.where(recompute == RECOMPUTE_SELECTIVE, scores_selective, scores_none)) / tp
+        + kv_replicated
+    )
+    # torchtitan's per-op selective checkpointing keeps the block input, the attention
+    # kernel's outputs (output and fp32 log-sum-exp) and every other matmul output
+    # (_op_sac_save_list with its "save every other mm" rule): half the matmul outputs'
+    # 2 bytes, so one byte per element of them; everything element-wise is recomputed
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        mlp_mm_out = (moe.experts_per_token + moe.shared_experts) * (up * moe.expert_ffn_hidden_size + h)
+    else:
+        mlp_mm_out = up * model.ffn + h
+    attn_mm_out = q_width + kv_width + h + model.latent_width
+    op_sac = 2.0 * h / rep_div + (2.0 * ctx + 4.0 * a + attn_mm_out + mlp_mm_out) / tp
     per_token = np.where(
         recompute == RECOMPUTE_FULL,
         2.0 * h / rep_div,
-        np.where(recompute == RECOMPUTE_SELECTIVE, replicated_selective, replicated) / rep_div
-        + (attn + mlp + np.where(recompute == RECOMPUTE_SELECTIVE, scores_selective, scores_none)) / tp
-        + kv_replicated,
+        np.where(recompute == RECOMPUTE_OP_SAC, np.minimum(op_sac, kept_all), kept_all),
     )
     return per_token * tokens
 

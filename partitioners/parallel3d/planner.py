@@ -75,6 +75,7 @@ from partitioners.parallel3d.stages import (
     ORDER_DP_INSIDE,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
+    RECOMPUTE_OP_SAC,
     RECOMPUTE_SELECTIVE,
     LayoutArrays,
     microbatch_group_size,
@@ -106,7 +107,12 @@ _MAX_UNEVEN_VIRTUAL_STAGES = 16
 _BUBBLE_FLOOR = 0.01
 _MAX_CP = 32
 _CHUNK = 100_000  # candidates costed per vectorised pass
-_RECOMPUTE_CODE = {"none": RECOMPUTE_NONE, "selective": RECOMPUTE_SELECTIVE, "full": RECOMPUTE_FULL}
+_RECOMPUTE_CODE = {
+    "none": RECOMPUTE_NONE,
+    "selective": RECOMPUTE_SELECTIVE,
+    "full": RECOMPUTE_FULL,
+    "op-sac": RECOMPUTE_OP_SAC,
+}
 
 # Reasons a layout cannot run, in the order they are reported (bit positions).
 REJECTION_REASONS: tuple[str, ...] = (

@@ -278,6 +278,17 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
     },
     # Megatron-Core with Transformer Engine: the TrainingSpec defaults.
     "megatron-core": {},
+    # torchtitan (PyTorch-native: FSDP2, DTensor tensor parallelism with sequence-parallel
+    # norms, torch.distributed.pipelining): no Megatron-style asynchronous backward
+    # tensor-parallel collectives (async TP needs torch.compile: enable_async_tensor_parallel),
+    # gradients reduced in fp32 under the backward by FSDP/DDP, no gradient-accumulation
+    # fusion into the GEMM, no partial block recomputation by count.
+    "torchtitan": {
+        "overlap_tp_backward": False,
+        "gradient_accumulation_fusion": False,
+        "partial_recompute": False,
+        "selective_recompute": False,
+    },
 }
 
 
@@ -339,6 +350,18 @@ SOFTWARE_SEARCH: dict[str, SoftwareSearch] = {
         "selective and sequence parallelism, and the distributed optimizer (--use-distributed-optimizer, "
         "ZeRO-1: docs/distrib_optimizer.md); still even pipeline stages, whole interleaved chunks, "
         "no ZeRO-2/3, no context or expert parallelism",
+    ),
+    "torchtitan": SoftwareSearch(
+        zero_stages=(0, 2, 3),
+        recompute=("none", "op-sac", "full"),
+        uneven_pipeline=True,
+        context_parallel=True,
+        expert_parallel=True,
+        rank_orders=("tp-cp-ep-dp-pp",),
+        uneven_chunks=False,
+        source="pytorch/torchtitan (torchtitan/config/job_config.py): DDP or FSDP2 (data_parallel_shard_degree; "
+        "fsdp_reshard_after_forward never is ZeRO-2), no ZeRO-1; activation_checkpoint mode none, full or "
+        "selective (op-level SAC); pipeline split points; one device mesh [pp, dp, cp, tp]",
     ),
     "megatron-core": SoftwareSearch(
         zero_stages=(0, 1, 2, 3),

@@ -123,7 +123,13 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw")
 FP8_SCALINGS: tuple[str, ...] = ("delayed", "current")
 EXPERT_DISPATCH_MODES: tuple[str, ...] = ("all-to-all", "node-deduplicated")
-RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+# Recomputation variants: "selective" is Megatron's (Korthikanti et al. 2022: the attention
+# core, or under flash attention the cheap element-wise outputs); "full" recomputes whole
+# blocks from their input (Megatron's full granularity, the per-block checkpointing of FSDP
+# stacks, torchtitan's mode "full"); "op-sac" is torchtitan's per-operator selective
+# checkpointing (mode "selective", selective_ac_option "op": the outputs of attention and of
+# every other matmul saved, the rest recomputed).
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full", "op-sac")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 GRADIENT_BYTES_PER_PARAM: tuple[int, ...] = (2, 4)
 FLASH_ATTENTION_VERSIONS: tuple[int, ...] = (1, 2, 3)
@@ -1178,7 +1184,10 @@ class Constraints:
     )
     zero_stages: tuple[int, ...] = spec_field(ZERO_STAGES, kind="custom", doc="ZeRO stages searched, drawn from 0..3.")
     recompute: tuple[str, ...] = spec_field(
-        RECOMPUTE_MODES, kind="custom", doc="Recomputation modes searched, drawn from none, selective, full."
+        RECOMPUTE_MODES,
+        kind="custom",
+        doc="Recomputation modes searched, drawn from none, selective (Megatron's), full (per block), op-sac "
+        "(torchtitan's per-op selective checkpointing); the software bounds them.",
     )
     # Layers of each model chunk that full recomputation covers (Megatron-LM's
     # ``--recompute-num-layers`` with the block method); None lets the planner choose the

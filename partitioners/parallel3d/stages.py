@@ -21,6 +21,7 @@ __all__ = [
     "RECOMPUTE_NONE",
     "RECOMPUTE_SELECTIVE",
     "RECOMPUTE_FULL",
+    "RECOMPUTE_OP_SAC",
     "ORDER_DP_INSIDE",
     "ORDER_PP_INSIDE",
     "LayoutArrays",
@@ -30,7 +31,7 @@ __all__ = [
     "balanced_end_layers",
 ]
 
-RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OP_SAC = 0, 1, 2, 3
 # LayoutArrays.order: positions in presets.RANK_ORDERS
 ORDER_DP_INSIDE, ORDER_PP_INSIDE = 0, 1
 
@@ -39,7 +40,7 @@ ORDER_DP_INSIDE, ORDER_PP_INSIDE = 0, 1
 class LayoutArrays:
     """Candidate layouts as parallel int64 arrays, one entry per candidate.
 
-    ``recompute`` holds ``RECOMPUTE_NONE``/``SELECTIVE``/``FULL``; ``v`` is the
+    ``recompute`` holds ``RECOMPUTE_NONE``/``SELECTIVE``/``FULL``/``OP_SAC``; ``v`` is the
     number of virtual pipeline stages (model chunks) per rank. ``etp`` is the
     expert tensor-parallel size: ``tp`` (routed experts split over the tensor ranks like
     the dense MLP, the ``ep`` expert groups drawn from the data-parallel ranks:

@@ -198,3 +198,15 @@ def test_a_layout_a_framework_cannot_express_says_why_instead_of_a_config():
     assert deepspeed.config is None and "pipeline" in deepspeed.unavailable
     assert torchtitan.config is None and torchtitan.unavailable
     assert "--use-tp-pp-dp-mapping" in _launch(prediction, "megatron").config
+
+
+def test_op_level_checkpointing_is_torchtitans_op_option_and_nothing_megatron_can_run():
+    (prediction,) = evaluate_layouts(
+        model_spec(_LLAMA),
+        cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+        training_spec({"global_batch_sequences": 64, "software": "torchtitan"}),
+        layout_specs([{"tp": 2, "pp": 1, "zero_stage": 3, "recompute": "op-sac"}]),
+    )
+    checkpoint = tomllib.loads(_launch(prediction, "torchtitan").config)["activation_checkpoint"]
+    assert checkpoint == {"mode": "selective", "selective_ac_option": "op"}
+    assert _launch(prediction, "megatron").config is None

@@ -274,3 +274,32 @@ def test_the_2021_software_searches_no_selective_recomputation_and_refuses_it_wh
             constraints_spec({"recompute": ["selective"]}),
         )
     assert err.value.field == "constraints.recompute"
+
+
+def test_op_level_checkpointing_keeps_less_than_everything_and_more_than_full_recomputation():
+    model = model_spec({**RECOMPUTE_MODEL_FOR_SAC})
+    cluster = cluster_spec({"preset": "dgx-h100", "nodes": 1})
+    training = training_spec({"global_batch_sequences": 8, "software": "torchtitan"})
+    base = {"tp": 2, "pp": 1, "micro_batch_size": 1, "zero_stage": 3}
+    none, op_sac, full = evaluate_layouts(
+        model,
+        cluster,
+        training,
+        layout_specs([{**base, "recompute": mode} for mode in ("none", "op-sac", "full")]),
+    )
+    assert full.memory.activations_bytes < op_sac.memory.activations_bytes < none.memory.activations_bytes
+    # it repeats about half the forward's matmuls: more work than none, less than full
+    assert none.hfu * none.step_time_s < op_sac.hfu * op_sac.step_time_s < full.hfu * full.step_time_s
+    assert none.step_time_s < op_sac.step_time_s < full.step_time_s
+
+
+RECOMPUTE_MODEL_FOR_SAC = {
+    "num_layers": 8,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_kv_heads": 8,
+    "ffn_hidden_size": 14336,
+    "gated_mlp": True,
+    "seq_length": 8192,
+    "vocab_size": 32000,
+}

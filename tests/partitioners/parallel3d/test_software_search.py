@@ -130,3 +130,11 @@ def test_uneven_chunks_are_searched_where_megatron_core_places_layers_chunk_by_c
     assert any("--pipeline-model-parallel-layout" in note for note in notes("megatron-core"))
     with pytest.raises(InvalidInput):
         notes("megatron-lm-2022")
+
+
+def test_torchtitan_searches_its_own_recomputation_variants_and_no_zero_1():
+    plan = _plan("torchtitan")
+    for candidate in plan.candidates:
+        assert candidate.recompute in ("none", "op-sac", "full")
+        assert candidate.zero_stage in (0, 2, 3)
+        assert candidate.rank_order == "tp-cp-ep-dp-pp"

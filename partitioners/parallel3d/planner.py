@@ -18,12 +18,14 @@ composed in ``service.domain.parallel``) and return dataclasses with ``to_dict()
 JSON. The rank map is returned as numpy arrays for the top
 candidate only (100,000 ranks is large); the caller chooses how much to serialise.
 
-Rank order follows Megatron-Core's ``RankGenerator`` convention with the order
-``"tp-cp-ep-pp-dp"`` (innermost first): tensor-parallel groups are consecutive
-GPUs (one NVLink/NVSwitch domain), context and expert groups next, neighbouring
-pipeline stages on neighbouring GPUs or nodes, and data-parallel replicas the
-outermost dimension, i.e. across nodes, where only the (overlapped) gradient
-reduction travels.
+Rank order follows Megatron-Core's ``RankGenerator`` convention (innermost first) and is
+searched: ``"tp-cp-ep-dp-pp"`` (Megatron-Core's default, torchtitan's mesh: a stage's
+data-parallel peers next to each other, pipeline stages outermost) or ``"tp-cp-ep-pp-dp"``
+(``--use-tp-pp-dp-mapping``: neighbouring pipeline stages on neighbouring GPUs, replicas
+outermost, where only the gradient reduction travels). Tensor-parallel groups are always
+consecutive GPUs (one NVLink/NVSwitch domain). What a software generation can run bounds
+the search (``presets.SOFTWARE_SEARCH``), and every candidate carries the launch configs
+that run it (:mod:`partitioners.parallel3d.launch`).
 
 References
 ----------
@@ -549,9 +551,11 @@ def enumerate_layouts(
     ``ep`` must divide the experts and fit the ranks (:func:`expert_groups_fit`; MoE
     models with ``tp > 1`` are searched with experts split over the tensor ranks and,
     with sequence parallelism, folded), interleaving needs ``pp > 2`` (``pp > 1``
-    with asynchronous pipeline exchanges), a layer count per stage that ``v`` divides and
+    with asynchronous pipeline exchanges), a depth :func:`_interleaving_depths` allows (a
+    divisor of the layers per stage, or uneven chunks where the software has them) and
     micro-batches that fill its groups: whole rounds of ``pp``, or larger groups with
-    ``training.flexible_microbatch_groups``).
+    ``training.flexible_microbatch_groups``). Both rank orders are generated where they
+    place groups differently.
     Layouts that are well-formed but cannot run (tp across a node, heads not
     divisible, out of memory, ...) are generated so the answer can say why they
     lost. Tensor-parallel sizes are powers of two up to two nodes (those beyond

@@ -75,6 +75,7 @@ __all__ = [
     "NEMO_2407_H100",
     "MEGATRON_BRIDGE_H100_MOE",
     "MODELZOO_QWEN3_H100",
+    "LLAMA3_405B_TABLE4",
     "gpt",
 ]
 
@@ -821,4 +822,31 @@ MODELZOO_QWEN3_H100 = [
     _modelzoo_row(
         "DeepEP, node ep, tp 4", {"tp": 4, "pp": 8, "ep": 8, "virtual_stages": 4, "recompute": "none"}, 29.0, **_DEEPEP
     ),
+]
+
+
+# Llama 3 405B pre-training as its report states it (Llama Team, "The Llama 3 Herd of
+# Models", 2024, Table 4: GPUs, TP, CP, PP, DP, sequence length, batch size per DP group,
+# tokens per batch, TFLOPs per GPU, BF16 MFU; H100 80 GB at 700 W, eight to a server). 16M
+# tokens a batch: 2,048 sequences of 8,192 tokens, 128 of 131,072. The report does not say
+# how it counts attention FLOPs; its FSDP, uneven end stages and interleaved schedule are
+# what the planner's megatron-core search space holds. (GPUs, dp, cp, sequence, batch,
+# TFLOP/s per GPU)
+_LLAMA3_TABLE4_ROWS = [
+    (8192, 64, 1, 8192, 2048, 430),
+    (16384, 128, 1, 8192, 2048, 400),
+    (16384, 8, 16, 131072, 128, 380),
+]
+LLAMA3_405B_TABLE4: list[dict[str, Any]] = [
+    {
+        "source": "Llama Team 2024, Table 4",
+        "name": f"Llama3-405B seq {seq} on {gpus}",
+        "model": {**_LLAMA31_405B, "seq_length": seq},
+        "cluster": {"preset": "dgx-h100", "nodes": gpus // 8},
+        "training": {"global_batch_sequences": batch},
+        "search": None,
+        "published": {"tp": 8, "pp": 16, "cp": cp, "dp": dp},
+        "published_tflops_per_gpu": tflops,
+    }
+    for gpus, dp, cp, seq, batch, tflops in _LLAMA3_TABLE4_ROWS
 ]

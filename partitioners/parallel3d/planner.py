@@ -532,6 +532,35 @@ def within_software(
     return replace(cons, **changes)
 
 
+def _outside_software(layout: Mapping[str, Any], training: TrainingSpec, model: ModelSpec) -> tuple[str, ...]:
+    """Notes on what an evaluated layout states that ``training.software`` could not run.
+
+    A published layout is predicted as published (Megatron-DeepSpeed ran ZeRO-1 and uneven
+    stages on code branched from Megatron-LM of 2021); the note says which part the named
+    generation's own code did not have.
+    """
+    allowed = SOFTWARE_SEARCH[training.software]
+    found = []
+    if "zero_stage" in layout and layout["zero_stage"] not in allowed.zero_stages:
+        found.append(f"ZeRO-{layout['zero_stage']}")
+    if "recompute" in layout and layout["recompute"] not in allowed.recompute:
+        found.append(f"{layout['recompute']} recomputation")
+    if layout.get("cp", 1) > 1 and not allowed.context_parallel:
+        found.append("context parallelism")
+    if layout.get("ep", 1) > 1 and not allowed.expert_parallel:
+        found.append("expert parallelism")
+    if "rank_order" in layout and layout["rank_order"] not in allowed.rank_orders:
+        found.append(f"rank order {layout['rank_order']}")
+    if "pp" in layout and model.num_layers % int(layout["pp"]) and not allowed.uneven_pipeline:
+        found.append("uneven pipeline stages")
+    if not found:
+        return ()
+    return (
+        f"{', '.join(found)}: not something training.software={training.software!r} could run itself "
+        "(see its search space); predicted as stated",
+    )
+
+
 def enumerate_layouts(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -619,6 +648,7 @@ def enumerate_layouts(
 
     mbss = np.array([constraints.micro_batch_size] if constraints.micro_batch_size else _MICRO_BATCH_SIZES)
     uneven_chunks = SOFTWARE_SEARCH[training.software].uneven_chunks
+    interleaving = SOFTWARE_SEARCH[training.software].interleaving
     zeros = np.array(sorted(set(constraints.zero_stages)))
     rcs = np.array(
         sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute if r != "selective" or training.selective_recompute}),
@@ -631,7 +661,11 @@ def enumerate_layouts(
     q_mesh = -(-model.num_layers // mesh[:, 2])
     parts = []
     for q_value in np.unique(q_mesh):
-        q_depths = _interleaving_depths(int(q_value), uneven_chunks, constraints.virtual_stages)
+        q_depths = (
+            _interleaving_depths(int(q_value), uneven_chunks, constraints.virtual_stages)
+            if interleaving
+            else np.array([1] if constraints.virtual_stages in (None, 1) else [], dtype=np.int64)
+        )
         rows_q = np.flatnonzero(q_mesh == q_value)
         grid = np.meshgrid(rows_q, np.arange(len(mbss)), q_depths, indexing="ij")
         parts.append(np.stack([g.reshape(-1) for g in grid]))
@@ -1454,6 +1488,7 @@ def evaluate_layouts(
     request's ``evaluate[k]``.
     """
     model_spec, cluster_spec, run_training, base = _checked(model, cluster, training, constraints)
+    user_uneven = (Constraints() if constraints is None else constraints).allow_uneven_pp
     results = []
     for k, spec in enumerate(layouts):
         where = f"evaluate[{k}]"
@@ -1490,7 +1525,8 @@ def evaluate_layouts(
             "zero_stages": (layout["zero_stage"],) if "zero_stage" in layout else base.zero_stages,
             "recompute": (layout["recompute"],) if "recompute" in layout else base.recompute,
             "recompute_num_layers": layout.get("recompute_num_layers", base.recompute_num_layers) or None,
-            "allow_uneven_pp": base.allow_uneven_pp,
+            # a pipeline size the layout states is predicted as stated, even split or not
+            "allow_uneven_pp": base.allow_uneven_pp if "pp" not in layout else user_uneven,
             "max_pp": None,
             "rank_order": layout.get("rank_order", base.rank_order),
         }
@@ -1508,9 +1544,11 @@ def evaluate_layouts(
         elif layout.get("recompute") == "full" and "recompute_num_layers" not in layout:
             # a layout stated as full recomputation (as the papers report theirs) recomputes every layer
             fixed["recompute_num_layers"] = model_spec.num_layers
-        cons = within_software(
-            Constraints(**{key: val for key, val in fixed.items() if val is not None}), training_spec, model_spec, where
-        )
+        # what the layout leaves out is chosen within the software's search space (base is
+        # narrowed to it); what it states is predicted as stated, with a note where the
+        # software could not run it
+        cons = Constraints(**{key: val for key, val in fixed.items() if val is not None})
+        outside = _outside_software(layout, training_spec, model_spec)
         lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
         if dp is not None and len(lay):
             keep = lay.dp == int(dp)
@@ -1525,7 +1563,8 @@ def evaluate_layouts(
             n_reasons = np.array([bin(int(b)).count("1") for b in bits[pool]])
             pool = pool[n_reasons == n_reasons.min()]
         i = int(pool[np.argmin(step[pool])])
-        results.append(_prediction(i, lay, pred, bits, model_spec, cluster_spec, training_spec))
+        prediction = _prediction(i, lay, pred, bits, model_spec, cluster_spec, training_spec)
+        results.append(replace(prediction, notes=prediction.notes + outside) if outside else prediction)
     return results
 
 

@@ -276,6 +276,19 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
         "overlap_p2p_comm": False,
         "dropout": True,
     },
+    # Megatron-DeepSpeed (BigScience's BLOOM, MT-NLG): the 2021 Megatron-LM code, whose
+    # flags it keeps, on DeepSpeed's pipeline engine and ZeRO-1 optimizer.
+    "megatron-deepspeed": {
+        "flash_attention": False,
+        "sequence_parallel": False,
+        "overlap_grad_reduce": False,
+        "overlap_tp_backward": False,
+        "gradient_accumulation_fusion": False,
+        "overlap_p2p_comm": False,
+        "dropout": True,
+        "partial_recompute": False,
+        "selective_recompute": False,
+    },
     # Megatron-Core with Transformer Engine: the TrainingSpec defaults.
     "megatron-core": {},
     # torchtitan (PyTorch-native: FSDP2, DTensor tensor parallelism with sequence-parallel
@@ -321,6 +334,8 @@ class SoftwareSearch:
     # does not divide a stage's layers): Megatron-Core's --pipeline-model-parallel-layout.
     uneven_chunks: bool
     source: str
+    # an interleaved (virtual-stage) pipeline schedule; DeepSpeed's pipeline engine has none
+    interleaving: bool = True
 
 
 SOFTWARE_SEARCH: dict[str, SoftwareSearch] = {
@@ -362,6 +377,19 @@ SOFTWARE_SEARCH: dict[str, SoftwareSearch] = {
         source="pytorch/torchtitan (torchtitan/config/job_config.py): DDP or FSDP2 (data_parallel_shard_degree; "
         "fsdp_reshard_after_forward never is ZeRO-2), no ZeRO-1; activation_checkpoint mode none, full or "
         "selective (op-level SAC); pipeline split points; one device mesh [pp, dp, cp, tp]",
+    ),
+    "megatron-deepspeed": SoftwareSearch(
+        zero_stages=(0, 1),
+        recompute=("none", "full"),
+        uneven_pipeline=True,
+        context_parallel=False,
+        expert_parallel=False,
+        rank_orders=("tp-cp-ep-dp-pp",),
+        uneven_chunks=False,
+        interleaving=False,
+        source="Megatron-DeepSpeed (BLOOM, MT-NLG, GPT-NeoX's lineage): Megatron-LM of 2021 on DeepSpeed's "
+        "pipeline engine, whose PipelineModule balances layers over stages (partition_method), runs plain "
+        "1F1B without virtual stages, and combines with ZeRO-1 only; topology pipe-data-model, model innermost",
     ),
     "megatron-core": SoftwareSearch(
         zero_stages=(0, 1, 2, 3),

@@ -53,16 +53,18 @@ def test_megatron_lm_2021_proposes_no_zero_no_selective_recompute_and_no_uneven_
         assert candidate.rank_order == "tp-cp-ep-dp-pp"
 
 
-def test_uneven_stages_run_on_megatron_core_and_not_on_the_2021_code():
+def test_an_evaluated_uneven_layout_is_predicted_as_stated_with_a_note_where_the_software_had_no_uneven_stages():
     layout = layout_specs([{"tp": 8, "pp": 4, "virtual_stages": 1, "zero_stage": 0, "recompute": "full"}])
 
-    def reasons(software: str) -> tuple[str, ...]:
+    def predict(software: str):
         training = training_spec({"global_batch_sequences": 512, "software": software})
         (prediction,) = evaluate_layouts(model_spec(_MODEL), cluster_spec(_CLUSTER), training, layout)
-        return prediction.reasons
+        return prediction
 
-    assert reasons("megatron-core") == ()
-    assert any("divisible" in reason or "divide" in reason for reason in reasons("megatron-lm-2021"))
+    today, old = predict("megatron-core"), predict("megatron-lm-2021")
+    assert today.fits and old.fits
+    assert not any("uneven pipeline stages" in note for note in today.notes)
+    assert any("uneven pipeline stages" in note and "megatron-lm-2021" in note for note in old.notes)
 
 
 def test_a_constraint_the_software_cannot_run_is_refused_by_name():
@@ -71,15 +73,16 @@ def test_a_constraint_the_software_cannot_run_is_refused_by_name():
     assert error.value.field == "constraints.zero_stages" and error.value.code == "not-in-this-software"
 
 
-def test_an_evaluated_layout_the_software_cannot_run_is_refused_by_its_field():
-    with pytest.raises(InvalidInput) as error:
-        evaluate_layouts(
-            model_spec(_MODEL),
-            cluster_spec(_CLUSTER),
-            training_spec({"global_batch_sequences": 512, "software": "megatron-lm-2021"}),
-            layout_specs([{"tp": 8, "pp": 2, "zero_stage": 1}]),
-        )
-    assert error.value.field == "evaluate[0].zero_stage"
+def test_a_published_layout_outside_the_software_is_predicted_with_a_note_not_refused():
+    # Megatron-DeepSpeed ran ZeRO-1 on code branched from Megatron-LM of 2021
+    (prediction,) = evaluate_layouts(
+        model_spec(_MODEL),
+        cluster_spec(_CLUSTER),
+        training_spec({"global_batch_sequences": 512, "software": "megatron-lm-2021"}),
+        layout_specs([{"tp": 8, "pp": 2, "zero_stage": 1}]),
+    )
+    assert prediction.zero_stage == 1
+    assert any(note.startswith("ZeRO-1: not something") for note in prediction.notes)
 
 
 def test_data_parallel_peers_on_one_node_reduce_gradients_faster_than_across_nodes():
@@ -138,3 +141,10 @@ def test_torchtitan_searches_its_own_recomputation_variants_and_no_zero_1():
         assert candidate.recompute in ("none", "op-sac", "full")
         assert candidate.zero_stage in (0, 2, 3)
         assert candidate.rank_order == "tp-cp-ep-dp-pp"
+
+
+def test_megatron_deepspeed_runs_zero_1_and_uneven_stages_but_no_interleaving():
+    plan = _plan("megatron-deepspeed", {"zero_stages": [1], "pp": 4})
+    assert plan.candidates
+    for candidate in plan.candidates:
+        assert candidate.zero_stage == 1 and candidate.virtual_stages == 1 and candidate.pp == 4

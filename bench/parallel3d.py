@@ -3,7 +3,9 @@
 Run: ``.venv/bin/python -m bench.parallel3d`` (about half a minute on one core, most of it the worst-case search).
 
 Prints
-1. for every published row (Narayanan et al. SC21 Table 1, Korthikanti et al. 2022):
+1. for every published row (Narayanan et al. SC21 Table 1, Korthikanti et al. 2022), planned
+   with only the software preset set (megatron-lm-2021 / -2022, whose search space excludes
+   ZeRO and uneven stages; no constraints of the row's own):
    the published (tp, pp), the planner's top three (tp, pp), whether the published
    one is first / in the top three / tied with the first (within the tie tolerance, Constraints.tie_tolerance),
    how much slower the planner predicts the published (tp, pp) than its first choice,
@@ -31,6 +33,8 @@ Prints
    top three (tp, pp); and NVIDIA's Megatron-MoE-ModelZoo measurements of Qwen3-235B-A22B in
    five layouts on 256 H100s (predicted against measured step time, and how many pairs of
    layouts the prediction orders as measured);
+   Llama 3 405B's pre-training layouts (Llama Team 2024, Table 4) planned with the defaults:
+   the planner's top three (tp, pp) and the published layout's TFLOP/s per GPU;
 5. DeepSeek-V3's mixture-of-experts run on 2,048 H800 (multi-head latent attention,
    node-limited routing, node-deduplicated FP8 dispatch overlapped with computation):
    the planner's top three (tp, pp), predicted memory and tokens/s per GPU of the
@@ -61,6 +65,7 @@ from partitioners.parallel3d.published.runs import (
     KNOWN_OUT_OF_MEMORY,
     KORTHIKANTI22,
     KORTHIKANTI22_RECOMPUTE_COMPARISON,
+    LLAMA3_405B_TABLE4,
     MEGATRON_BRIDGE_H100,
     MEGATRON_BRIDGE_H100_MOE,
     MODELZOO_QWEN3_H100,
@@ -97,7 +102,10 @@ def _top_pairs(plan, k: int = 3) -> list[tuple[int, int]]:
 
 
 def agreement_table() -> None:
-    print("== published layouts: planner ranking and predicted utilisation ==")
+    print(
+        "== published layouts, planned with only training.software set (its search space, no constraints): "
+        "planner ranking and predicted utilisation =="
+    )
     header = (
         f"{'run':<34}{'GPUs':>6}  {'published':>9}  {'planner top-3 (tp,pp)':<26}{'top1':>5}{'top3':>5}"
         f"{'tie':>5}{'gap':>7}  {'metric':>6}{'pub':>7}{'pred':>7}{'err':>8}"
@@ -152,6 +160,35 @@ def agreement_table() -> None:
     print(
         f"utilisation error of published layouts: mean |err| {errs.mean():.1%}, max |err| {errs.max():.1%}, "
         f"within 10%: {int(np.sum(errs <= 0.10))}/{n}"
+    )
+
+
+def llama3_table() -> None:
+    """Llama 3 405B's pre-training layouts (Llama Team 2024, Table 4), planned with the defaults."""
+    print("\n== H100, Llama 3 405B pre-training (Llama Team 2024, Table 4), planned with the defaults ==")
+    print(
+        f"{'run':<34}{'GPUs':>6}  {'published':>10}  {'planner top-3 (tp,pp)':<26}{'top1':>5}{'top3':>5}"
+        f"  {'TFLOP/s pub':>11}{'pred':>7}{'err':>8}{'pred (s x s)':>13}"
+    )
+    for row in LLAMA3_405B_TABLE4:
+        specs = specs_of(row["model"], row["cluster"], row["training"])
+        plan = plan_parallel_layout(*specs, with_rank_map=False)
+        pub = (row["published"]["tp"], row["published"]["pp"])
+        pairs = _top_pairs(plan)
+        (pred,) = evaluate_layouts(*specs, [LayoutSpec(**row["published"])])
+        peak = spec_from_mapping(ClusterSpec, row["cluster"]).peak_flops_per_s["bf16"]
+        causal, whole = pred.mfu_causal * peak / 1e12, pred.mfu * peak / 1e12
+        published = row["published_tflops_per_gpu"]
+        gpus = spec_from_mapping(ClusterSpec, row["cluster"]).num_gpus
+        print(
+            f"{row['name']:<34}{gpus:>6}  {str(pub) + ' cp' + str(row['published']['cp']):>10}  {pairs!s:<26}"
+            f"{'yes' if pairs[:1] == [pub] else '-':>5}{'yes' if pub in pairs else '-':>5}"
+            f"  {published:>11}{causal:>7.0f}{causal / published - 1:>+8.1%}{whole:>13.0f}"
+            f"{'' if pred.fits else '  (predicted NOT to fit!)'}"
+        )
+    print(
+        "pred: TFLOP/s per GPU of the published layout counting causal attention (mfu_causal); the report does "
+        "not state its count, the s x s count is beside it"
     )
 
 
@@ -578,6 +615,7 @@ def main() -> None:
     memory_table()
     figure17_throughput_table()
     modern_stack_table()
+    llama3_table()
     bridge_moe_table()
     modelzoo_moe_table()
     mixture_of_experts_row()

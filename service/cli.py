@@ -619,6 +619,25 @@ def _print_layouts(answer: dict) -> None:
         console.print(f"note: {note}")
 
 
+def _emit_launch(answer: dict, framework: str) -> None:
+    """Print the first layout's launch config for ``framework`` alone (so it can be piped), notes on stderr."""
+    rows = answer["predictions"] if answer["mode"] == "evaluate" else answer["candidates"]
+    known = sorted(rows[0]["launch"]) if rows else ["deepspeed", "megatron", "torchtitan"]
+    if framework not in known:
+        typer.echo(f"error: --emit must be one of {known}, got {framework!r}", err=True)
+        raise typer.Exit(2)
+    if not rows:
+        typer.echo("error: no layout can run; nothing to emit", err=True)
+        raise typer.Exit(1)
+    config = rows[0]["launch"][framework]
+    if config["config"] is None:
+        typer.echo(f"{_mesh(rows[0])}: {framework} cannot run this layout: {config['unavailable']}", err=True)
+        raise typer.Exit(1)
+    typer.echo(config["config"].rstrip("\n"))
+    for note in config["notes"]:
+        typer.echo(f"note: {note}", err=True)
+
+
 @app.command()
 def layout(
     model: Annotated[
@@ -661,6 +680,13 @@ def layout(
         ),
     ] = [],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="Also write the whole answer (rank map included) as JSON.")] = None,
+    emit: Annotated[
+        str | None,
+        typer.Option(
+            help="Print only the first layout's launch config for megatron (arguments), torchtitan (TOML) "
+            "or deepspeed (JSON), its notes on stderr; exit 1 where that framework cannot run the layout."
+        ),
+    ] = None,
 ) -> None:
     """Rank dp x tp x pp (x cp x ep) layouts for training a transformer, in-process (POST /v1/parallel/plan)."""
     from partitioners.errors import InvalidInput
@@ -689,6 +715,9 @@ def layout(
         raise typer.Exit(2) from None
     if out is not None:
         out.write_text(json.dumps(answer, indent=1))
+    if emit is not None:
+        _emit_launch(answer, emit)
+        return
     _print_layouts(answer)
     if out is not None:
         typer.echo(f"answer written to {out}")

@@ -62,6 +62,7 @@ from partitioners.parallel3d.comm import (
     point_to_point_time_s,
     two_level_allreduce_time_s,
 )
+from partitioners.parallel3d.effective import TP_ASYNC_BACKWARD, TP_PIPELINED, EffectiveTerms, effective_terms
 from partitioners.parallel3d.flops import (
     ParameterCounts,
     hardware_flops_per_step,
@@ -91,7 +92,10 @@ from partitioners.parallel3d.specs import (
     flash_attention_speed,
 )
 from partitioners.parallel3d.stages import (
+    ORDER_DP_INSIDE,
     RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_OP_SAC,
     RECOMPUTE_SELECTIVE,
     LayoutArrays,
     balanced_end_layers,
@@ -202,6 +206,8 @@ class _DeviceRates:
     intra: LinkSpec
     inter: LinkSpec
     gpus_per_node: int
+    # the run's flags resolved into physical terms, once (partitioners.parallel3d.effective)
+    terms: EffectiveTerms
 
     @property
     def fp8(self) -> bool:
@@ -264,6 +270,7 @@ def _device_rates(cluster: ClusterSpec, training: TrainingSpec) -> _DeviceRates:
         intra=LinkSpec(cluster.intra_node_bandwidth_bytes_per_s * _NVLINK_EFFICIENCY, cluster.intra_node_latency_s),
         inter=LinkSpec(cluster.inter_node_bandwidth_bytes_per_s * _IB_EFFICIENCY, cluster.inter_node_latency_s),
         gpus_per_node=cluster.gpus_per_node,
+        terms=effective_terms(training),
     )
 
 
@@ -279,10 +286,18 @@ class _Sizes:
     etp: FloatArray
     mbs: FloatArray
     v: FloatArray
+    order: FloatArray
 
     @classmethod
     def of(cls, layouts: LayoutArrays) -> _Sizes:
         return cls(*(getattr(layouts, size.name).astype(np.float64) for size in fields(cls)))
+
+    @functools.cached_property
+    def dp_in_stage(self) -> BoolArray:
+        """Rank order ``tp-cp-ep-dp-pp`` (Megatron-Core's default): all data-parallel peers
+        inside a pipeline stage's block of consecutive ranks, stages a block apart."""
+        inside: BoolArray = self.order == ORDER_DP_INSIDE
+        return inside
 
     @functools.cached_property
     def single(self) -> BoolArray:
@@ -309,9 +324,11 @@ class _Sizes:
     @functools.cached_property
     def dp_inner(self) -> FloatArray:
         """Data-parallel ranks placed inside a pipeline stage's block of consecutive GPUs,
-        below pp in the rank order: the ep of ``tp-cp-ep-pp-dp``, or the share of an expert
-        group beyond tp x cp when folded (``tp-cp-dp_inner-pp-dp_outer``; see rank_map)."""
-        return np.where(self.folded, np.maximum(self.ep / (self.tp * self.cp), 1.0), self.ep)
+        below pp in the rank order: all of them in ``tp-cp-ep-dp-pp``; the ep of
+        ``tp-cp-ep-pp-dp``, or the share of an expert group beyond tp x cp when folded
+        (``tp-cp-dp_inner-pp-dp_outer``; see rank_map)."""
+        pp_inside = np.where(self.folded, np.maximum(self.ep / (self.tp * self.cp), 1.0), self.ep)
+        return np.where(self.dp_in_stage, self.dp, pp_inside)
 
     @functools.cached_property
     def stage_ranks(self) -> FloatArray:
@@ -631,9 +648,11 @@ def _layer_work(
     sizes: _Sizes,
     tokens: FloatArray,
     full_frac: FloatArray,
-) -> tuple[_LayerWork, _LayerWork, FloatArray]:
+    with_plain: bool = False,
+) -> tuple[_LayerWork, _LayerWork, FloatArray, tuple[_LayerWork, _LayerWork] | None]:
     """Work of one dense and of one MoE layer (``_NO_WORK`` without MoE) for one
-    micro-batch, and one tensor-parallel all-reduce of the activation."""
+    micro-batch, and one tensor-parallel all-reduce of the activation; ``with_plain``,
+    also the two layers' work without recomputation."""
     tp, cp, ep, etp, mbs = sizes.tp, sizes.cp, sizes.ep, sizes.etp, sizes.mbs
     rc = layouts.recompute
     h, up = model.hidden_size, 2 if model.gated_mlp else 1
@@ -694,7 +713,7 @@ def _layer_work(
     tp_collectives = np.array(_tensor_parallel_collectives(model, training))
     mlp_collectives = np.array(_mlp_tensor_parallel_collectives(model, training))
 
-    def layer(is_moe: bool) -> _LayerWork:
+    def layer(is_moe: bool, full_frac: FloatArray = full_frac, rc: IntArray = rc) -> _LayerWork:
         # a folded MoE layer's experts run no tensor-parallel collectives
         mlp_tp = np.where(sizes.folded, 0.0, 1.0) if is_moe else np.ones_like(tokens)
         tp_forward, tp_backward, tp_output_grad_gathers = (
@@ -706,10 +725,16 @@ def _layer_work(
         fwd_compute = gemm_f + attn_core_fwd + cp_merge_fwd + elem + quantize_fwd[is_moe]
         bwd_compute = gemm_b + attn_core_bwd + cp_merge_bwd + 2.0 * elem + quantize_bwd[is_moe]
         selective = mla_up_fwd + (norm_rebuild + act_rebuild[is_moe] if training.flash_attention else attn_core_fwd)
-        recompute_compute = full_frac * fwd_compute + np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)
+        # op-level SAC recomputes every other matmul and every element-wise op of the forward
+        op_sac = 0.5 * gemm_f + elem + quantize_fwd[is_moe]
+        recompute_compute = (
+            full_frac * fwd_compute
+            + np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0)
+            + np.where(rc == RECOMPUTE_OP_SAC, op_sac, 0.0)
+        )
         compute = fwd_compute + bwd_compute + recompute_compute
         tp_comm = (tp_forward * (1.0 + full_frac) + tp_backward) * tp_ar
-        if training.overlap_tp_backward and not training.overlap_tp_comm:
+        if rates.terms.tp_overlap == TP_ASYNC_BACKWARD:
             # Megatron's column-parallel linears (QKV, MLP up-projection) run their backward
             # collectives asynchronously under their own GEMMs (Megatron-LM
             # linear_with_grad_accumulation_and_async_allreduce: "the tensor parallel all
@@ -723,7 +748,7 @@ def _layer_work(
                 + async_backward_tp(attention.column_dgrad_s, attention.column_wgrad_s)
                 + mlp_tp * async_backward_tp(mlp[is_moe].column_dgrad_s, mlp[is_moe].column_wgrad_s)
             )
-        if training.overlap_tp_comm:
+        if rates.terms.tp_overlap == TP_PIPELINED:
             # pipelined all-gather/reduce-scatter under the neighbouring GEMMs (Transformer
             # Engine userbuffers; Wang et al., "Overlap communication with dependent
             # computation via decomposition", ASPLOS 2023): what the GEMMs cannot cover
@@ -733,7 +758,7 @@ def _layer_work(
         # expert all-to-alls per MoE layer: a dispatch and a combine forward, both again
         # backward, and again when the forward is recomputed
         ep_comm = (4.0 + 2.0 * full_frac) * a2a if is_moe else np.zeros_like(compute)
-        if training.overlap_ep_comm and is_moe:
+        if rates.terms.ep_comm_paired and is_moe:
             # one micro-batch's forward of the layer paired with another's backward, each
             # all-to-all under one block of the other's computation (_paired_expert_exchange_s)
             attention_fwd = attention.forward_s + attn_core_fwd + cp_merge_fwd + elementwise_fwd
@@ -746,7 +771,11 @@ def _layer_work(
         cp_comm = cp_fwd + cp_bwd + full_frac * cp_fwd
         return _LayerWork(compute, tp_comm, ep_comm, cp_comm)
 
-    return layer(False), (layer(True) if model.num_moe_layers else _NO_WORK), tp_ar
+    plain = None
+    if with_plain:
+        none, nothing = np.zeros_like(full_frac), np.full_like(rc, RECOMPUTE_NONE)
+        plain = layer(False, none, nothing), (layer(True, none, nothing) if model.num_moe_layers else _NO_WORK)
+    return layer(False), (layer(True) if model.num_moe_layers else _NO_WORK), tp_ar, plain
 
 
 def _paired_expert_exchange_s(
@@ -956,7 +985,7 @@ def _stage_times(
 
     # unfused weight-gradient accumulation: one pass over the stage's parameters per micro-batch
     def accumulation_s(params_per_gpu: FloatArray) -> FloatArray:
-        if training.gradient_accumulation_fusion:
+        if not rates.terms.separate_gradient_accumulation:
             return np.zeros_like(params_per_gpu)
         return gradient_accumulation_time_s(
             params_per_gpu, training.grad_bytes_per_param, rates.hbm_achieved_bytes_per_s
@@ -1031,21 +1060,21 @@ def _pipeline_exchange_s(
     # shards over NVLink (SC21 Sec. 4.1), or, with that turned off, every rank sends it whole.
     # The pipeline is paced by its slowest boundary: once the stages of one pipeline
     # do not all fit in one node, some boundary crosses the inter-node network.
-    whole_activation = not training.sequence_parallel and not training.pipeline_scatter_gather
+    whole_activation = rates.terms.pipeline_send == "whole"
     p2p_bytes = tokens * model.hidden_size * 2.0 / np.where(whole_activation, 1.0, tp)
     stage_ranks = sizes.stage_ranks
     pp_inter = (stage_ranks >= gpn) | (stage_ranks * sizes.pp > gpn)
     p2p_one = np.where(
         pp_inter, point_to_point_time_s(p2p_bytes, rates.inter), point_to_point_time_s(p2p_bytes, rates.intra)
     )
-    if not training.sequence_parallel and training.pipeline_scatter_gather:
+    if rates.terms.pipeline_send == "shard-then-gather":
         p2p_one = p2p_one + collective_time_s(
             lambda n, p: allgather_time_s(n, p, rates.intra), p2p_bytes * tp, layouts.tp
         )
     # with overlap_p2p_comm (interleaved schedule only) each exchange is posted
     # asynchronously and waited for when the next model chunk needs it: it runs under the
     # current chunk's forward or backward, without the batched exchange's device sync
-    async_p2p = training.overlap_p2p_comm & (v > 1.0)
+    async_p2p = rates.terms.p2p_async_when_interleaved & (v > 1.0)
     chunk_window = stage_time_s / (2.0 * v)
     p2p_one = np.where(async_p2p, overlapped_time_s(p2p_one, chunk_window), p2p_one + _P2P_SYNC_S)
     return p2p_bytes, np.where(sizes.single, 0.0, 2.0 * v * p2p_one)
@@ -1195,6 +1224,9 @@ def _data_parallel_s(
     # folded, every ep-th rank of the block as well
     peers_in_block = np.where(sizes.folded, np.maximum(np.minimum(block, gpn) / ep, 1.0), 1.0)
     local_exp = np.clip(peers_in_block * np.maximum(np.floor(gpn / (block * pp)), 1.0), 1.0, shard_expert)
+    # tp-cp-ep-dp-pp: an unfolded expert shard's peers are tp x cp x ep ranks apart
+    local_exp_dp_inside = np.where(sizes.folded, peers_in_block, np.maximum(np.floor(gpn / (tp * sizes.cp * ep)), 1.0))
+    local_exp = np.where(sizes.dp_in_stage, np.clip(local_exp_dp_inside, 1.0, shard_expert), local_exp)
     local_exp = np.where(shard_expert % local_exp == 0, local_exp, 1.0)
     groups_exp = shard_expert / local_exp
 
@@ -1210,8 +1242,9 @@ def _data_parallel_s(
         ) + two_level_allreduce_time_s(n_bytes_expert, local_exp, groups_exp, intra, inter, calls_expert, algorithms)
 
     # ZeRO-3 gathers one layer at a time; other gradients travel in Megatron-Core's buckets
-    buckets_dense = gradient_bucket_count(dense_params_gpu, sizes.dp, training.overlap_grad_reduce)
-    buckets_expert = gradient_bucket_count(expert_params_gpu, sizes.dp, training.overlap_grad_reduce)
+    overlap = rates.terms.dp_reduce_under_backward
+    buckets_dense = gradient_bucket_count(dense_params_gpu, sizes.dp, overlap)
+    buckets_expert = gradient_bucket_count(expert_params_gpu, sizes.dp, overlap)
     per_layer = np.maximum(q, 1.0)
     ar_grads = dp_allreduce(gb * dense_params_gpu, gb * expert_params_gpu, buckets_dense, buckets_expert)
     ring = ("ring",)
@@ -1229,7 +1262,6 @@ def _data_parallel_s(
     bwd_window = slowest.total_s * (2.0 / 3.0)
     fwd_window = bwd_window / 2.0
     tail = 1.0 / np.maximum(q, 1.0)  # the first layer's gradients are ready only at the very end
-    overlap = training.overlap_grad_reduce
 
     # ZeRO-3 overlaps by construction, whatever the DDP flag says: DeepSpeed stage 3
     # prefetches the next parameters and reduces gradients during the backward
@@ -1356,11 +1388,25 @@ def predict_layouts(
     q_moe = np.ceil(q * (n_moe / n_layers)) if n_moe else np.zeros_like(q)
     q_dense = q - q_moe
 
-    dense, moe, tp_ar = _layer_work(model, cluster, training, rates, layouts, sizes, tokens, full_frac)
+    needs_plain = bool(np.any(rc != RECOMPUTE_NONE) and np.any(layouts.pp * q > n_layers))
+    dense, moe, tp_ar, plain = _layer_work(
+        model, cluster, training, rates, layouts, sizes, tokens, full_frac, with_plain=needs_plain
+    )
     ends = _end_stage_work(model, rates, tokens, tp, tp_ar, dense, moe)
     mid = _stage_work(q_dense, dense, q_moe, moe)
-    layer_s = mid.total_s / q
     moe_layer_indices = model.moe.moe_layers if model.moe else None
+
+    # The split is balanced on the work without recomputation: it is the model's and the
+    # mesh's (Megatron-Core fixes it with --decoder-first/last-pipeline-num-layers), and
+    # recomputation then trades time for memory on it. Balanced on recomputed work, a
+    # recomputing layout could move MoE layers onto the first stage, which keeps the most
+    # micro-batches in flight, and need more memory than keeping everything.
+    if plain is not None:
+        split_dense, split_moe = plain
+        split_ends = _end_stage_work(model, rates, tokens, tp, tp_ar, split_dense, split_moe)
+    else:
+        split_dense, split_moe, split_ends = dense, moe, ends
+    split_layer_s = _stage_work(q_dense, split_dense, q_moe, split_moe).total_s / q
 
     def end_layer_units(first_layers: FloatArray, last_layers: FloatArray) -> tuple[FloatArray, FloatArray]:
         # the end stages' own layers, dense or MoE by position, in middle-stage layer times
@@ -1368,16 +1414,16 @@ def predict_layouts(
             n_layers, moe_layer_indices, n_moe > 0, first_layers, last_layers, q, q_moe, v
         )
         return (
-            _stage_work(first_layers - first_moe, dense, first_moe, moe).total_s / layer_s,
-            _stage_work(last_layers - last_moe, dense, last_moe, moe).total_s / layer_s,
+            _stage_work(first_layers - first_moe, split_dense, first_moe, split_moe).total_s / split_layer_s,
+            _stage_work(last_layers - last_moe, split_dense, last_moe, split_moe).total_s / split_layer_s,
         )
 
     first_layers, last_layers = balanced_end_layers(
         q,
         layouts.pp * q - n_layers,
         layouts.pp,
-        (ends.embedding_s + ends.embedding_tp_s) / layer_s,
-        (ends.logits_s + ends.mtp.total_s) / layer_s,
+        (split_ends.embedding_s + split_ends.embedding_tp_s) / split_layer_s,
+        (split_ends.logits_s + split_ends.mtp.total_s) / split_layer_s,
         end_layer_units,
     )
     first_moe, last_moe = end_stage_moe_layers(
@@ -1390,13 +1436,17 @@ def predict_layouts(
     stages = _stage_times(training, rates, single, pp > 2, first, mid, last, ends, params)
 
     p2p_bytes, p2p_per_mb = _pipeline_exchange_s(model, training, rates, layouts, sizes, tokens, stages.slowest_s)
-    # unequal stages (embedding first, logits last): see pipeline_time_s
+    # unequal stages (embedding first, logits last): see pipeline_time_s. Uneven model
+    # chunks (a depth that does not divide the stage's layers) fill and drain the pipeline
+    # at the pace of the longest chunk, ceil(q / v) layers: the bubble of q / ceil(q / v)
+    # even chunks
+    v_pace = q / np.ceil(q / v)
     pipeline_time = pipeline_time_s(
         np.where(single, stages.slowest_s, stages.first_s + p2p_per_mb),
         stages.middle_s + p2p_per_mb,
         stages.last_s + p2p_per_mb,
         pp,
-        v,
+        v_pace,
         m,
     )
     bubble = np.where(single, 0.0, pipeline_time - m * (stages.slowest_s + p2p_per_mb))

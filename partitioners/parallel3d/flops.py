@@ -17,7 +17,7 @@ import numpy as np
 
 from partitioners.parallel3d.arrays import FloatArray, IntArray
 from partitioners.parallel3d.specs import AttentionProjection, ModelSpec, kv_shard_count
-from partitioners.parallel3d.stages import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from partitioners.parallel3d.stages import RECOMPUTE_FULL, RECOMPUTE_OP_SAC, RECOMPUTE_SELECTIVE
 
 __all__ = [
     "ParameterCounts",
@@ -230,8 +230,15 @@ def hardware_flops_per_step(
     tokens = global_batch_sequences * model.seq_length
     rc = np.asarray(recompute)
     full_fraction = np.asarray(full_fraction, dtype=float)
+    # op-level SAC (torchtitan) repeats every other matmul of the forward: half the
+    # layers' FLOPs outside the attention kernel, whose outputs it keeps
+    op_sac = 0.5 * (layers - scores)
     extra = (
-        np.where(rc == RECOMPUTE_FULL, layers * full_fraction, np.where(rc == RECOMPUTE_SELECTIVE, selective, 0.0))
+        np.where(
+            rc == RECOMPUTE_FULL,
+            layers * full_fraction,
+            np.where(rc == RECOMPUTE_SELECTIVE, selective, np.where(rc == RECOMPUTE_OP_SAC, op_sac, 0.0)),
+        )
         * tokens
     )
     tp = np.asarray(tp, dtype=float)

@@ -520,7 +520,9 @@ def model_fields_from_huggingface(config: Any, where: str = "model.huggingface_c
     if family.parallel_key is not None:
         key, default = family.parallel_key
         fields["parallel_attention_mlp"] = cfg.flag(key, default) if key else default
-    if family.mla:
+    # any config that states an MLA latent (DeepSeek-V2/V3, and the models built on them
+    # under other model types) is read as MLA
+    if family.mla or cfg.gives(("kv_lora_rank",)):
         fields["mla"] = {
             "q_lora_rank": cfg.optional_int("q_lora_rank"),
             "kv_lora_rank": cfg.required_int("kv_lora_rank"),

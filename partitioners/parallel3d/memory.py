@@ -35,9 +35,11 @@ from typing import overload
 import numpy as np
 
 from partitioners.parallel3d.arrays import FloatArray, IntArray
+from partitioners.parallel3d.effective import effective_terms
 from partitioners.parallel3d.specs import ACTIVATION_FRAGMENTATION, ModelSpec, TrainingSpec
 from partitioners.parallel3d.stages import (
     RECOMPUTE_FULL,
+    RECOMPUTE_OP_SAC,
     RECOMPUTE_SELECTIVE,
     microbatch_group_size,
     middle_stages_short,
@@ -192,12 +194,26 @@ def activation_bytes_per_layer(
     # K and V are kept for the KV heads a rank holds: past the KV head count they are
     # replicated, not split (ModelSpec.kv_shards)
     kv_replicated = 2.0 * kv_width * (1.0 / model.kv_shards(tp) - 1.0 / tp)
+    kept_all = (
+        np.where(recompute == RECOMPUTE_SELECTIVE, replicated_selective, replicated) / rep_div
+        + (attn + mlp + np.where(recompute == RECOMPUTE_SELECTIVE, scores_selective, scores_none)) / tp
+        + kv_replicated
+    )
+    # torchtitan's per-op selective checkpointing keeps the block input, the attention
+    # kernel's outputs (output and fp32 log-sum-exp) and every other matmul output
+    # (_op_sac_save_list with its "save every other mm" rule): half the matmul outputs'
+    # 2 bytes, so one byte per element of them; everything element-wise is recomputed
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        mlp_mm_out = (moe.experts_per_token + moe.shared_experts) * (up * moe.expert_ffn_hidden_size + h)
+    else:
+        mlp_mm_out = up * model.ffn + h
+    attn_mm_out = q_width + kv_width + h + model.latent_width
+    op_sac = 2.0 * h / rep_div + (2.0 * ctx + 4.0 * a + attn_mm_out + mlp_mm_out) / tp
     per_token = np.where(
         recompute == RECOMPUTE_FULL,
         2.0 * h / rep_div,
-        np.where(recompute == RECOMPUTE_SELECTIVE, replicated_selective, replicated) / rep_div
-        + (attn + mlp + np.where(recompute == RECOMPUTE_SELECTIVE, scores_selective, scores_none)) / tp
-        + kv_replicated,
+        np.where(recompute == RECOMPUTE_OP_SAC, np.minimum(op_sac, kept_all), kept_all),
     )
     return per_token * tokens
 
@@ -252,11 +268,11 @@ def model_state_bytes(
         linear_bytes * whole + (2.0 - linear_bytes) * unquantized_params,
     )
     grads = np.where(zero >= 2, grad_bytes * sharded, grad_bytes * whole)
-    if training.ddp_bucket_copy:
-        grads = grads + grad_bytes * whole
-    if training.fp32_grad_copy_kept and grad_bytes < 4.0:
-        # the optimizer's fp32 gradient copy lives with the master weights it feeds
-        grads = grads + np.where(zero >= 1, 4.0 * sharded, 4.0 * whole)
+    terms = effective_terms(training)
+    grads = grads + terms.whole_gradient_copy_bytes * whole
+    # the optimizer's fp32 gradient copy lives with the master weights it feeds
+    copy = terms.fp32_gradient_copy_bytes
+    grads = grads + np.where(zero >= 1, copy * sharded, copy * whole)
     optimizer_state = np.where(zero >= 1, 12.0 * sharded, 12.0 * whole)
     return weights, grads, optimizer_state
 
@@ -411,7 +427,7 @@ def stage_activation_bytes(
     )
     act_first = layers_first * first_act_avg + rebuilt(first_moe_layers, first_layers) + embed_act
     act_mid = np.where(pp >= 3, layers_mid * layer_act_avg + rebuilt(q_moe, q), 0.0)
-    if training.stage_outputs_kept:
+    if effective_terms(training).stage_outputs_kept:
         # each in-flight model chunk's output (the residual stream, 2 bytes per element)
         stage_output = tokens * h * 2.0 / np.where(training.sequence_parallel, tp, 1.0)
         act_first = act_first + np.where(single, 0.0, chunks_first * stage_output)

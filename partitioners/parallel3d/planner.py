@@ -18,12 +18,14 @@ composed in ``service.domain.parallel``) and return dataclasses with ``to_dict()
 JSON. The rank map is returned as numpy arrays for the top
 candidate only (100,000 ranks is large); the caller chooses how much to serialise.
 
-Rank order follows Megatron-Core's ``RankGenerator`` convention with the order
-``"tp-cp-ep-pp-dp"`` (innermost first): tensor-parallel groups are consecutive
-GPUs (one NVLink/NVSwitch domain), context and expert groups next, neighbouring
-pipeline stages on neighbouring GPUs or nodes, and data-parallel replicas the
-outermost dimension, i.e. across nodes, where only the (overlapped) gradient
-reduction travels.
+Rank order follows Megatron-Core's ``RankGenerator`` convention (innermost first) and is
+searched: ``"tp-cp-ep-dp-pp"`` (Megatron-Core's default, torchtitan's mesh: a stage's
+data-parallel peers next to each other, pipeline stages outermost) or ``"tp-cp-ep-pp-dp"``
+(``--use-tp-pp-dp-mapping``: neighbouring pipeline stages on neighbouring GPUs, replicas
+outermost, where only the gradient reduction travels). Tensor-parallel groups are always
+consecutive GPUs (one NVLink/NVSwitch domain). What a software generation can run bounds
+the search (``presets.SOFTWARE_SEARCH``), and every candidate carries the launch configs
+that run it (:mod:`partitioners.parallel3d.launch`).
 
 References
 ----------
@@ -51,6 +53,7 @@ from partitioners.errors import Infeasible, InvalidInput
 from partitioners.parallel3d.arrays import BoolArray, FloatArray, IntArray
 from partitioners.parallel3d.cost import predict_layouts
 from partitioners.parallel3d.flops import model_flops_per_step, parameter_counts
+from partitioners.parallel3d.launch import LaunchConfig, LaunchLayout, launch_configs
 from partitioners.parallel3d.memory import (
     ACTIVATION_FRAGMENTATION,
     ACTIVATION_FRAGMENTATION_HIGH,
@@ -58,6 +61,7 @@ from partitioners.parallel3d.memory import (
     fragmentation_that_fills,
     zero_stage_held,
 )
+from partitioners.parallel3d.presets import RANK_ORDERS, SOFTWARE_SEARCH
 from partitioners.parallel3d.specs import (
     MAX_TOP_K,
     RECOMPUTE_MODES,
@@ -70,8 +74,10 @@ from partitioners.parallel3d.specs import (
     flash_attention_speed,
 )
 from partitioners.parallel3d.stages import (
+    ORDER_DP_INSIDE,
     RECOMPUTE_FULL,
     RECOMPUTE_NONE,
+    RECOMPUTE_OP_SAC,
     RECOMPUTE_SELECTIVE,
     LayoutArrays,
     microbatch_group_size,
@@ -93,10 +99,22 @@ __all__ = [
 
 _GIB = 1024.0**3
 _MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
-_VIRTUAL_STAGES = tuple(range(1, 17))  # kept where v divides the layers per stage
+# Uneven model chunks (Megatron-Core's --pipeline-model-parallel-layout) are searched up to
+# this depth; depths that divide a stage's layers are searched whatever their size.
+_MAX_UNEVEN_VIRTUAL_STAGES = 16
+# Interleaving deeper than this many chunks, or in uneven chunks, is searched only while
+# the bubble it removes is worth having: up to twice the depth that brings SC21's (p - 1) / (v m) down to this
+# share of the step. Past it a deeper schedule gains less than the planner's tie
+# tolerance and costs 2 more pipeline exchanges per micro-batch and chunk.
+_BUBBLE_FLOOR = 0.01
 _MAX_CP = 32
 _CHUNK = 100_000  # candidates costed per vectorised pass
-_RECOMPUTE_CODE = {"none": RECOMPUTE_NONE, "selective": RECOMPUTE_SELECTIVE, "full": RECOMPUTE_FULL}
+_RECOMPUTE_CODE = {
+    "none": RECOMPUTE_NONE,
+    "selective": RECOMPUTE_SELECTIVE,
+    "full": RECOMPUTE_FULL,
+    "op-sac": RECOMPUTE_OP_SAC,
+}
 
 # Reasons a layout cannot run, in the order they are reported (bit positions).
 REJECTION_REASONS: tuple[str, ...] = (
@@ -165,7 +183,8 @@ class LayoutPrediction:
     the ``ep`` expert groups cut from tensor x context x data-parallel ranks).
     ``recompute_num_layers`` is how many layers of
     each model chunk full recomputation covers (Megatron-LM's
-    ``--recompute-num-layers``, block method), 0 without it. ``reasons`` is empty
+    ``--recompute-num-layers``, block method), 0 without it. ``rank_order`` is how ranks
+    are laid out, innermost first (``presets.RANK_ORDERS``; :func:`rank_map`). ``reasons`` is empty
     for a layout that can run; otherwise it says why not.
     """
 
@@ -181,17 +200,27 @@ class LayoutPrediction:
     zero_stage: int
     recompute: str
     recompute_num_layers: int
+    rank_order: str
+    # Sequence parallelism (Korthikanti et al. 2022) on this layout: the run's setting where
+    # the tensor group has more than one rank (with one there is nothing to split)
+    sequence_parallel: bool
     step_time_s: float
     tokens_per_s: float
     mfu: float
     mfu_causal: float
     hfu: float
+    # mfu against the dense peak of the precision the linear layers run in (the FP8 peak
+    # for an FP8 run, twice the bf16 one on Hopper), where mfu keeps the bf16 peak that
+    # published tables use; the same as mfu for 16-bit runs
+    mfu_at_precision_peak: float
     bubble_fraction: float
     time_breakdown_s: Mapping[str, float]
     memory: MemoryBreakdown
     reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     tie_with_best: bool = False
+    # how each framework would be told to run it (partitioners.parallel3d.launch)
+    launch: tuple[LaunchConfig, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -215,6 +244,8 @@ class LayoutPrediction:
             "zero_stage": self.zero_stage,
             "recompute": self.recompute,
             "recompute_num_layers": self.recompute_num_layers,
+            "rank_order": self.rank_order,
+            "sequence_parallel": self.sequence_parallel,
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
             "mfu": self.mfu,
@@ -223,6 +254,7 @@ class LayoutPrediction:
             "mfu_causal counts attention over the causal half only (Megatron-Bridge's Model TFLOP/s); "
             "sliding-window and chunked layers count only the scores inside their window or chunk",
             "hfu": self.hfu,
+            "mfu_at_precision_peak": self.mfu_at_precision_peak,
             "bubble_fraction": self.bubble_fraction,
             "time_breakdown_s": dict(self.time_breakdown_s),
             "memory_per_gpu": self.memory.to_dict(),
@@ -230,6 +262,7 @@ class LayoutPrediction:
             "reasons": list(self.reasons),
             "notes": list(self.notes),
             "tie_with_best": self.tie_with_best,
+            "launch": {config.framework: config.to_dict() for config in self.launch},
         }
 
 
@@ -266,6 +299,8 @@ class RankMap:
     mesh_shape: tuple[int, ...]
     mesh_dim_names: tuple[str, ...]
     order: str = "tp-cp-ep-pp-dp"
+    # rank order tp-cp-ep-dp-pp: every data-parallel peer inside a pipeline stage's block
+    pipeline_outermost: bool = False
 
     def ranks(
         self,
@@ -276,7 +311,12 @@ class RankMap:
         stop = self.num_ranks if stop is None else min(stop, self.num_ranks)
         r = np.arange(max(start, 0), max(stop, start, 0), dtype=np.int64)
         tp, pp, cp, ep = self.tp, self.pp, self.cp, self.ep
-        if self.folded_inner:
+        if self.pipeline_outermost:
+            block = self.num_ranks // pp  # tp x cp x dp consecutive ranks per stage
+            dp_c = (r % block) // (tp * cp)
+            ep_c = (r % block) % ep if self.folded_inner else dp_c % ep
+            columns = [dp_c, r // block, r % tp, (r // tp) % cp, ep_c]
+        elif self.folded_inner:
             inner = self.folded_inner
             block = tp * cp * inner
             dp_c = (r // (block * pp)) * inner + (r // (tp * cp)) % inner
@@ -402,18 +442,149 @@ def _expert_tensor_sizes(model: ModelSpec, training: TrainingSpec, tp: int) -> t
     return (tp, 1) if model.moe is not None and training.sequence_parallel and tp > 1 else (tp,)
 
 
+def _rows_in(rows: IntArray, keep: BoolArray, wanted: set[tuple[int, ...]]) -> BoolArray:
+    """Of ``rows`` (one layout key per row), those kept and in ``wanted``."""
+    inside = np.zeros(len(rows), dtype=bool)
+    if not wanted:
+        return inside
+    where = np.flatnonzero(keep)
+    keys = np.array(sorted(wanted), dtype=np.int64)
+    both = np.concatenate([keys, rows[where]])
+    _, ids = np.unique(both, axis=0, return_inverse=True)
+    ids = ids.reshape(-1)
+    inside[where] = np.isin(ids[len(keys) :], ids[: len(keys)])
+    return inside
+
+
+def _interleaving_depths(q: int, uneven_chunks: bool, given: int | None) -> IntArray:
+    """Model chunks per stage a search tries for stages of ``q`` layers.
+
+    1 (plain 1F1B), every divisor of ``q`` (chunks of ``q / v`` layers: Megatron-LM's
+    ``--num-layers-per-virtual-pipeline-stage``; a stage of 23 layers interleaves 23
+    one-layer chunks), and, where the software places layers chunk by chunk
+    (Megatron-Core's ``--pipeline-model-parallel-layout``), uneven depths up to
+    ``_MAX_UNEVEN_VIRTUAL_STAGES``, whose chunks differ by one layer. Of the depths whose
+    longest chunk has ``c`` layers only the smallest, ``ceil(q / c)``, is tried: the
+    pipeline fills and drains at the pace of its longest chunk, so a deeper one has the
+    same bubble and more exchanges (for ``q = 23``: 1, 2, 3, 4, 5, 6, 8, 12, 23). A depth
+    the constraints fix is tried where the stage can have it.
+    """
+    divisors = set(_divisors(q))
+    depths = set(divisors)
+    if uneven_chunks:
+        longest = range(-(-q // _MAX_UNEVEN_VIRTUAL_STAGES), q + 1)
+        depths |= {-(-q // c) for c in longest}
+    if given is not None:
+        depths = {given} if given in divisors or (uneven_chunks and given <= q) else set()
+    return np.array(sorted(depths), dtype=np.int64)
+
+
+def _rank_orders(training: TrainingSpec, constraints: Constraints) -> list[int]:
+    """Positions in RANK_ORDERS a search tries: the constraint's, else those the software offers."""
+    if constraints.rank_order is not None:
+        return [RANK_ORDERS.index(constraints.rank_order)]
+    return [RANK_ORDERS.index(order) for order in SOFTWARE_SEARCH[training.software].rank_orders]
+
+
+def within_software(
+    cons: Constraints, training: TrainingSpec, model: ModelSpec, where: str = "constraints"
+) -> Constraints:
+    """The constraints narrowed to what ``training.software`` can run (``SOFTWARE_SEARCH``).
+
+    A software generation is a search space as well as a set of flags: Megatron-LM of 2021
+    had no ZeRO, no uneven pipeline stages, no context or expert parallelism and only full
+    recomputation, so a plan for it proposes none of them. A constraint that asks for
+    something the software cannot run, and nothing it can, is refused.
+    """
+    allowed = SOFTWARE_SEARCH[training.software]
+    name = training.software
+
+    # a layout names one ZeRO stage where constraints list several
+    field_names = {"zero_stages": "zero_stage"} if where != "constraints" else {}
+
+    def refuse(field_name: str, what: str, runs: str) -> InvalidInput:
+        path = f"{where}.{field_names.get(field_name, field_name)}"
+        return InvalidInput(
+            f"{path}: {what}, which training.software={name!r} cannot run (it runs {runs})",
+            field=path,
+            code="not-in-this-software",
+        )
+
+    zero = tuple(z for z in cons.zero_stages if z in allowed.zero_stages)
+    if not zero:
+        raise refuse("zero_stages", f"ZeRO stages {list(cons.zero_stages)}", f"ZeRO stages {list(allowed.zero_stages)}")
+    recompute = tuple(r for r in cons.recompute if r in allowed.recompute)
+    if not recompute:
+        raise refuse("recompute", f"recomputation {list(cons.recompute)}", f"recomputation {list(allowed.recompute)}")
+    changes: dict[str, Any] = {"zero_stages": zero, "recompute": recompute}
+    if not allowed.uneven_pipeline:
+        changes["allow_uneven_pp"] = False
+    if not allowed.context_parallel:
+        if cons.cp not in (None, 1):
+            raise refuse("cp", f"context parallelism cp={cons.cp}", "no context parallelism")
+        changes["cp"] = 1
+    if not allowed.expert_parallel and model.moe is not None:
+        if cons.ep not in (None, 1):
+            raise refuse("ep", f"expert parallelism ep={cons.ep}", "no expert parallelism")
+        changes["ep"] = 1
+    if cons.rank_order is not None and cons.rank_order not in allowed.rank_orders:
+        raise refuse("rank_order", f"rank order {cons.rank_order}", f"rank orders {list(allowed.rank_orders)}")
+    return replace(cons, **changes)
+
+
+def _outside_software(layout: Mapping[str, Any], training: TrainingSpec, model: ModelSpec) -> tuple[str, ...]:
+    """Notes on what an evaluated layout states that ``training.software`` could not run.
+
+    A published layout is predicted as published (Megatron-DeepSpeed ran ZeRO-1 and uneven
+    stages on code branched from Megatron-LM of 2021); the note says which part the named
+    generation's own code did not have.
+    """
+    allowed = SOFTWARE_SEARCH[training.software]
+    found = []
+    if "zero_stage" in layout and layout["zero_stage"] not in allowed.zero_stages:
+        found.append(f"ZeRO-{layout['zero_stage']}")
+    if "recompute" in layout and layout["recompute"] not in allowed.recompute:
+        found.append(f"{layout['recompute']} recomputation")
+    if layout.get("cp", 1) > 1 and not allowed.context_parallel:
+        found.append("context parallelism")
+    if layout.get("ep", 1) > 1 and not allowed.expert_parallel:
+        found.append("expert parallelism")
+    if "rank_order" in layout and layout["rank_order"] not in allowed.rank_orders:
+        found.append(f"rank order {layout['rank_order']}")
+    if "pp" in layout and model.num_layers % int(layout["pp"]) and not allowed.uneven_pipeline:
+        found.append("uneven pipeline stages")
+    if not found:
+        return ()
+    return (
+        f"{', '.join(found)}: not something training.software={training.software!r} could run itself "
+        "(see its search space); predicted as stated",
+    )
+
+
 def enumerate_layouts(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, constraints: Constraints
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    constraints: Constraints,
+    depths: str = "all",
+    deepen: set[tuple[int, ...]] | None = None,
 ) -> LayoutArrays:
     """Every candidate layout the constraints allow, as parallel arrays.
+
+    ``depths`` picks the interleaving depths: "all", "shallow" (1 and the divisors of a
+    stage's layers up to ``_MAX_UNEVEN_VIRTUAL_STAGES``) or "deep" (the others, uneven
+    or deeper), the latter only for the ``(dp, tp, pp, cp, ep, etp, order, mbs)`` in
+    ``deepen`` when given (see :func:`_search`).
 
     Structural impossibilities are never generated (``dp`` must be an integer,
     ``ep`` must divide the experts and fit the ranks (:func:`expert_groups_fit`; MoE
     models with ``tp > 1`` are searched with experts split over the tensor ranks and,
     with sequence parallelism, folded), interleaving needs ``pp > 2`` (``pp > 1``
-    with asynchronous pipeline exchanges), a layer count per stage that ``v`` divides and
+    with asynchronous pipeline exchanges), a depth :func:`_interleaving_depths` allows (a
+    divisor of the layers per stage, or uneven chunks where the software has them) and
     micro-batches that fill its groups: whole rounds of ``pp``, or larger groups with
-    ``training.flexible_microbatch_groups``).
+    ``training.flexible_microbatch_groups``). Both rank orders are generated where they
+    place groups differently.
     Layouts that are well-formed but cannot run (tp across a node, heads not
     divisible, out of memory, ...) are generated so the answer can say why they
     lost. Tensor-parallel sizes are powers of two up to two nodes (those beyond
@@ -445,6 +616,7 @@ def enumerate_layouts(
     else:
         eps = [1]
     max_pp = model.num_layers if constraints.max_pp is None else min(constraints.max_pp, model.num_layers)
+    orders = _rank_orders(training, constraints)
     rows = []
     for tp in tps:
         for cp in cps:
@@ -463,13 +635,20 @@ def enumerate_layouts(
                         if constraints.etp is not None and etp != constraints.etp:
                             continue
                         if expert_groups_fit(dp, tp, cp, ep, etp):
-                            rows.append((dp, tp, pp, cp, ep, etp))
+                            # the order matters only with data-parallel peers and pipeline
+                            # stages both to place inside a node; otherwise the first allowed
+                            # stands for all (they cost the same)
+                            inner = tp * cp * (ep if etp == tp else max(ep // (tp * cp), 1))
+                            both = pp > 1 and dp > 1 and inner < gpn
+                            for order in orders if both else orders[:1]:
+                                rows.append((dp, tp, pp, cp, ep, etp, order))
     if not rows:
         return LayoutArrays(*(np.zeros(0, dtype=np.int64) for _ in fields(LayoutArrays)))
     mesh = np.array(rows, dtype=np.int64)
 
     mbss = np.array([constraints.micro_batch_size] if constraints.micro_batch_size else _MICRO_BATCH_SIZES)
-    vs = np.array([constraints.virtual_stages] if constraints.virtual_stages else _VIRTUAL_STAGES)
+    uneven_chunks = SOFTWARE_SEARCH[training.software].uneven_chunks
+    interleaving = SOFTWARE_SEARCH[training.software].interleaving
     zeros = np.array(sorted(set(constraints.zero_stages)))
     rcs = np.array(
         sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute if r != "selective" or training.selective_recompute}),
@@ -478,11 +657,24 @@ def enumerate_layouts(
     # (mesh, micro-batch, v) first: most of those fail on their own, before each survivor
     # is crossed with the ZeRO stages and recomputation modes (in the same order as one
     # grid over all five would give: mesh, micro-batch, v, ZeRO, recomputation)
-    grid = np.meshgrid(np.arange(len(mesh)), np.arange(len(mbss)), np.arange(len(vs)), indexing="ij")
-    i_mesh, i_mbs, i_v = (g.reshape(-1) for g in grid)
+    # interleaving depths depend on the layers per stage: one grid per stage length
+    q_mesh = -(-model.num_layers // mesh[:, 2])
+    parts = []
+    for q_value in np.unique(q_mesh):
+        q_depths = (
+            _interleaving_depths(int(q_value), uneven_chunks, constraints.virtual_stages)
+            if interleaving
+            else np.array([1] if constraints.virtual_stages in (None, 1) else [], dtype=np.int64)
+        )
+        rows_q = np.flatnonzero(q_mesh == q_value)
+        grid = np.meshgrid(rows_q, np.arange(len(mbss)), q_depths, indexing="ij")
+        parts.append(np.stack([g.reshape(-1) for g in grid]))
+    i_mesh, i_mbs, v = np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), dtype=np.int64)
+    # in the order one grid over mesh, micro-batch and v would give
+    sort = np.lexsort((v, i_mbs, i_mesh))
+    i_mesh, i_mbs, v = i_mesh[sort], i_mbs[sort], v[sort]
     dp, pp = mesh[i_mesh, 0], mesh[i_mesh, 2]
     mbs = mbss[i_mbs]
-    v = vs[i_v]
     # micro-batch sizes above the per-replica batch are meaningless
     per_replica = np.maximum(batch // dp, 1)
     keep = mbs <= np.maximum(per_replica, 1)
@@ -504,15 +696,25 @@ def enumerate_layouts(
     # H100 recipe interleaves pp 2 x vp 24.
     min_interleaved_pp = 2 if training.overlap_p2p_comm else 3
     groups_fit = microbatch_group_size(m.astype(np.int64), pp, training.flexible_microbatch_groups) > 0
-    keep &= (v == 1) | ((pp >= min_interleaved_pp) & (q % v == 0) & groups_fit)
+    keep &= (v == 1) | ((pp >= min_interleaved_pp) & groups_fit)
+    if constraints.virtual_stages is None:
+        worth = 2.0 * (pp - 1) / (np.maximum(m, 1.0) * _BUBBLE_FLOOR)
+        shallow = (q % v == 0) & (v <= _MAX_UNEVEN_VIRTUAL_STAGES)
+        keep &= shallow | (v <= worth)
+        if depths == "shallow":
+            keep &= shallow
+        elif depths == "deep":
+            keep &= ~shallow
+            if deepen is not None:
+                keys = np.stack([mesh[i_mesh, j] for j in range(7)] + [mbs], axis=1)
+                keep &= _rows_in(keys, keep, deepen)
     survivors = np.flatnonzero(keep)
     per_survivor = len(zeros) * len(rcs)
-    i_mesh, i_mbs, i_v = (np.repeat(index[survivors], per_survivor) for index in (i_mesh, i_mbs, i_v))
+    i_mesh, i_mbs, v = (np.repeat(index[survivors], per_survivor) for index in (i_mesh, i_mbs, v))
     i_z = np.tile(np.repeat(np.arange(len(zeros)), len(rcs)), len(survivors))
     i_rc = np.tile(np.arange(len(rcs)), len(survivors) * len(zeros))
-    dp, tp, pp, cp, ep, etp = (mesh[i_mesh, j] for j in range(6))
+    dp, tp, pp, cp, ep, etp, order = (mesh[i_mesh, j] for j in range(7))
     mbs = mbss[i_mbs]
-    v = vs[i_v]
     q = np.ceil(model.num_layers / pp)
     keep = np.ones(len(i_mesh), dtype=bool)
     zero = zeros[i_z]
@@ -521,8 +723,9 @@ def enumerate_layouts(
         # ZeRO-1 is not allowed
         keep &= zero_stage_held(zero, pp) == zero
     rc = rcs[i_rc]
-    # full recomputation starts out covering every layer of a model chunk (see _search)
-    chunk_layers = (q // v).astype(np.int64)
+    # full recomputation starts out covering every layer of a model chunk, the longest one
+    # where chunks are uneven (see _search)
+    chunk_layers = np.ceil(q / v).astype(np.int64)
     if constraints.recompute_num_layers is not None:
         if constraints.recompute_num_layers < model.num_layers:
             # an explicit count of layers per chunk: only chunks that have that many (a count
@@ -542,6 +745,7 @@ def enumerate_layouts(
         zero[keep],
         rc[keep],
         recompute_layers[keep],
+        order[keep],
     )
 
 
@@ -621,6 +825,7 @@ def _prediction(
     notes: tuple[str, ...] = (),
 ) -> LayoutPrediction:
     d = {k: int(getattr(lay, k)[i]) for k in ("dp", "tp", "pp", "cp", "ep", "etp", "mbs", "v", "zero", "recompute")}
+    order = RANK_ORDERS[int(lay.order[i])]
     reasons = tuple(
         _reason_text(name, model, cluster, training, d, float(pred["memory_bytes"][i]))
         for j, name in enumerate(REJECTION_REASONS)
@@ -650,6 +855,12 @@ def _prediction(
                 f"hold fewer layers{' (or none)' if d['pp'] * d['v'] > model.num_layers else ''}, which "
                 "Megatron-Core states with --pipeline-model-parallel-layout"
             )
+    if d["v"] > 1 and q % d["v"]:
+        longest = -(-q // d["v"])
+        extra.append(
+            f"{d['v']} model chunks of a {q}-layer stage differ in size (at most {longest} layers, which pace "
+            "the pipeline's fill and drain), which Megatron-Core states with --pipeline-model-parallel-layout"
+        )
     memory = MemoryBreakdown(
         parameters_bytes=float(pred["parameters_bytes"][i]),
         gradients_bytes=float(pred["gradients_bytes"][i]),
@@ -692,6 +903,7 @@ def _prediction(
             f"--recompute-method block --recompute-num-layers {recompute_layers})"
         )
     mfu = float(pred["mfu"][i])
+    peak_bf16 = cluster.peak_flops_per_s.get("bf16") or max(cluster.peak_flops_per_s.values())
     if mfu > 1.0:
         extra.append(
             f"mfu {mfu:.2f} is above 1 because the SC21 count it follows takes attention over the whole "
@@ -712,6 +924,27 @@ def _prediction(
             "optimizer_s",
         )
     }
+    launch = launch_configs(
+        model,
+        training,
+        LaunchLayout(
+            dp=d["dp"],
+            tp=d["tp"],
+            pp=d["pp"],
+            cp=d["cp"],
+            ep=d["ep"],
+            etp=d["etp"],
+            virtual_stages=d["v"],
+            micro_batch_size=d["mbs"],
+            zero_stage=d["zero"],
+            recompute=RECOMPUTE_MODES[d["recompute"]],
+            recompute_num_layers=recompute_layers,
+            rank_order=order,
+            layers_per_stage=q,
+            first_stage_layers=first,
+            last_stage_layers=last,
+        ),
+    )
     return LayoutPrediction(
         dp=d["dp"],
         tp=d["tp"],
@@ -725,17 +958,21 @@ def _prediction(
         zero_stage=d["zero"],
         recompute=RECOMPUTE_MODES[d["recompute"]],
         recompute_num_layers=recompute_layers,
+        rank_order=order,
+        sequence_parallel=training.sequence_parallel and d["tp"] > 1,
         step_time_s=float(pred["step_time_s"][i]),
         tokens_per_s=float(pred["tokens_per_s"][i]),
         mfu=mfu,
         mfu_causal=float(pred["mfu_causal"][i]),
         hfu=float(pred["hfu"][i]),
+        mfu_at_precision_peak=mfu * peak_bf16 / cluster.peak_flops_per_s.get(training.precision, peak_bf16),
         bubble_fraction=float(pred["bubble_fraction"][i]),
         time_breakdown_s=breakdown,
         memory=memory,
         reasons=reasons,
         notes=tuple(extra),
         tie_with_best=tie,
+        launch=launch,
     )
 
 
@@ -832,6 +1069,7 @@ def _checked(
     flash_attention_speed(cluster_spec, training_spec)  # a FlashAttention generation the GPUs run
     check_precision_runs(cluster_spec, training_spec)
     cons = _consistent(Constraints() if constraints is None else constraints, model_spec)
+    cons = within_software(cons, training_spec, model_spec)
     if not training_spec.selective_recompute and cons.recompute == ("selective",):
         raise InvalidInput(
             "constraints.recompute allows only selective recomputation, which this software "
@@ -890,7 +1128,48 @@ def _predict(
 def _search(
     model_spec: ModelSpec, cluster_spec: ClusterSpec, training_spec: TrainingSpec, cons: Constraints
 ) -> tuple[LayoutArrays, dict[str, FloatArray], IntArray]:
-    lay = enumerate_layouts(model_spec, cluster_spec, training_spec, cons)
+    """Every layout, predicted, with its rejection bits.
+
+    Interleaving depths come in two rounds. Shallow ones (1 and the divisors of a stage's
+    layers up to ``_MAX_UNEVEN_VIRTUAL_STAGES``) are tried everywhere; deeper or uneven ones
+    only for the (mesh, micro-batch) pairs that could still win: a deeper schedule only
+    shrinks the bubble and the exposed data-parallel reduction (its exchanges and memory
+    grow), so a pair whose fitting shallow variants, less those two, are already slower
+    than the best layout found cannot be rescued by depth.
+    """
+    if cons.virtual_stages is not None:
+        return _search_round(model_spec, cluster_spec, training_spec, cons, "all", None)
+    lay, pred, bits = _search_round(model_spec, cluster_spec, training_spec, cons, "shallow", None)
+    valid = np.flatnonzero(bits == 0)
+    if len(lay) == 0 or valid.size == 0:
+        deepen: set[tuple[int, ...]] = set()
+    else:
+        step = pred["step_time_s"]
+        best = float(step[valid].min()) * (1.0 + cons.tie_tolerance)
+        floor = step - pred["bubble_s"] - pred["dp_comm_exposed_s"]
+        hopeful = valid[floor[valid] < best]
+        keys = np.stack(
+            [getattr(lay, name)[hopeful] for name in ("dp", "tp", "pp", "cp", "ep", "etp", "order", "mbs")], axis=1
+        )
+        deepen = {tuple(row) for row in np.unique(keys, axis=0).tolist()}
+    if not deepen:
+        return lay, pred, bits
+    lay2, pred2, bits2 = _search_round(model_spec, cluster_spec, training_spec, cons, "deep", deepen)
+    if len(lay2) == 0:
+        return lay, pred, bits
+    joined = LayoutArrays(*(np.concatenate([getattr(lay, f.name), getattr(lay2, f.name)]) for f in fields(lay)))
+    return joined, {key: np.concatenate([pred[key], pred2[key]]) for key in pred}, np.concatenate([bits, bits2])
+
+
+def _search_round(
+    model_spec: ModelSpec,
+    cluster_spec: ClusterSpec,
+    training_spec: TrainingSpec,
+    cons: Constraints,
+    depths: str,
+    deepen: set[tuple[int, ...]] | None,
+) -> tuple[LayoutArrays, dict[str, FloatArray], IntArray]:
+    lay = enumerate_layouts(model_spec, cluster_spec, training_spec, cons, depths, deepen)
     if len(lay) == 0:
         return lay, {}, np.zeros(0, dtype=np.int64)
     pred = _predict(model_spec, cluster_spec, training_spec, lay)
@@ -1039,6 +1318,8 @@ def plan_parallel_layout(
         _prediction(int(i), lay, pred, bits, model_spec, cluster_spec, training_spec)
         for i in _best_per_split(rejected_idx, lay, step)[:5]
     )
+    if candidates and model_spec.moe is not None:
+        candidates[0] = _with_moe_alternatives(model_spec, cluster_spec, training_spec, cons, candidates[0])
     top_map = None
     if with_rank_map and candidates:
         top_map = rank_map(cluster_spec, candidates[0])
@@ -1053,6 +1334,50 @@ def plan_parallel_layout(
         top_map,
         tuple(notes),
     )
+
+
+# What an MoE stack can turn on that the run did not state, as Megatron-Core names it:
+# DeepEP's node-deduplicated dispatch (the flex dispatcher) and the expert all-to-all
+# paired with another micro-batch's computation (DualPipe-style 1F1B overlap).
+_MOE_ALTERNATIVES: tuple[tuple[str, Any, str], ...] = (
+    ("expert_dispatch", "node-deduplicated", "--moe-token-dispatcher-type flex --moe-enable-deepep"),
+    ("overlap_ep_comm", True, "--overlap-moe-expert-parallel-comm"),
+)
+
+
+def _with_moe_alternatives(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, cons: Constraints, best: LayoutPrediction
+) -> LayoutPrediction:
+    """The best MoE layout with notes on what each MoE option the run left off would change.
+
+    The defaults are Megatron-Core's (alltoall dispatcher, no all-to-all overlap), which a
+    run has unless it turns the others on; the planner predicts the same layout with each
+    turned on, so the answer says what it assumed and what the alternatives would gain.
+    """
+    if best.ep <= 1:
+        return best
+    layout = LayoutSpec(
+        **{name: getattr(best, name) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "virtual_stages")},
+        micro_batch_size=best.micro_batch_size,
+        zero_stage=best.zero_stage,
+        recompute=best.recompute,
+        recompute_num_layers=best.recompute_num_layers or None,
+        rank_order=best.rank_order,
+    )
+    notes = []
+    for name, value, flags in _MOE_ALTERNATIVES:
+        if getattr(training, name) == value:
+            continue
+        try:
+            (other,) = evaluate_layouts(model, cluster, replace(training, **{name: value}), [layout], cons)
+        except InvalidInput:
+            continue
+        change = other.step_time_s / best.step_time_s - 1.0
+        notes.append(
+            f"assumed {name}={getattr(training, name)!r} (Megatron-Core's default); with {flags} this layout is "
+            f"predicted {abs(change):.1%} {'faster' if change < 0 else 'slower'} ({other.step_time_s:.3f} s)"
+        )
+    return replace(best, notes=best.notes + tuple(notes)) if notes else best
 
 
 # constraints that can leave no layout at all, in the order a note blames them
@@ -1162,13 +1487,17 @@ def evaluate_layouts(
     is still predicted, with ``reasons`` saying why. Errors name the layout as the
     request's ``evaluate[k]``.
     """
-    model_spec, cluster_spec, training_spec, base = _checked(model, cluster, training, constraints)
+    model_spec, cluster_spec, run_training, base = _checked(model, cluster, training, constraints)
+    user_uneven = (Constraints() if constraints is None else constraints).allow_uneven_pp
     results = []
     for k, spec in enumerate(layouts):
         where = f"evaluate[{k}]"
         if not isinstance(spec, LayoutSpec):
             raise InvalidInput(f"{where} must be a LayoutSpec", field=where, code="not-an-object")
         layout = spec.given()
+        # sequence parallelism is the layout's where it states it, else the run's
+        sequence_parallel = layout.pop("sequence_parallel", run_training.sequence_parallel)
+        training_spec = replace(run_training, sequence_parallel=bool(sequence_parallel))
         _check_sizes(layout, model_spec, cluster_spec.num_gpus, where)
         if layout.get("recompute") == "selective" and not training_spec.selective_recompute:
             raise InvalidInput(
@@ -1196,8 +1525,10 @@ def evaluate_layouts(
             "zero_stages": (layout["zero_stage"],) if "zero_stage" in layout else base.zero_stages,
             "recompute": (layout["recompute"],) if "recompute" in layout else base.recompute,
             "recompute_num_layers": layout.get("recompute_num_layers", base.recompute_num_layers) or None,
-            "allow_uneven_pp": base.allow_uneven_pp,
+            # a pipeline size the layout states is predicted as stated, even split or not
+            "allow_uneven_pp": base.allow_uneven_pp if "pp" not in layout else user_uneven,
             "max_pp": None,
+            "rank_order": layout.get("rank_order", base.rank_order),
         }
         if layout.get("recompute_num_layers") == 0 and "recompute" not in layout:
             # no layer fully recomputed: what else the constraints allow
@@ -1213,7 +1544,11 @@ def evaluate_layouts(
         elif layout.get("recompute") == "full" and "recompute_num_layers" not in layout:
             # a layout stated as full recomputation (as the papers report theirs) recomputes every layer
             fixed["recompute_num_layers"] = model_spec.num_layers
+        # what the layout leaves out is chosen within the software's search space (base is
+        # narrowed to it); what it states is predicted as stated, with a note where the
+        # software could not run it
         cons = Constraints(**{key: val for key, val in fixed.items() if val is not None})
+        outside = _outside_software(layout, training_spec, model_spec)
         lay, pred, bits = _search(model_spec, cluster_spec, training_spec, cons)
         if dp is not None and len(lay):
             keep = lay.dp == int(dp)
@@ -1228,7 +1563,8 @@ def evaluate_layouts(
             n_reasons = np.array([bin(int(b)).count("1") for b in bits[pool]])
             pool = pool[n_reasons == n_reasons.min()]
         i = int(pool[np.argmin(step[pool])])
-        results.append(_prediction(i, lay, pred, bits, model_spec, cluster_spec, training_spec))
+        prediction = _prediction(i, lay, pred, bits, model_spec, cluster_spec, training_spec)
+        results.append(replace(prediction, notes=prediction.notes + outside) if outside else prediction)
     return results
 
 
@@ -1300,7 +1636,12 @@ def _impossible_layout(
 
 
 def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> RankMap:
-    """Map every rank to mesh coordinates and a GPU, order ``tp-cp-ep-pp-dp`` (innermost first).
+    """Map every rank to mesh coordinates and a GPU in the layout's rank order (innermost first).
+
+    ``tp-cp-ep-dp-pp`` (Megatron-Core's default ``--order``, torchtitan's mesh; a layout that
+    names none): a pipeline stage is ``tp x cp x dp`` consecutive ranks, data-parallel
+    peers ``tp x cp`` apart (on one node when the tensor group is small), stages a block
+    apart. ``tp-cp-ep-pp-dp`` (``--use-tp-pp-dp-mapping``), as follows.
 
     Rank ``r`` runs on GPU ``r`` (node-major numbering). With ``tp`` innermost a
     tensor-parallel group is ``tp`` consecutive GPUs, inside one node whenever
@@ -1319,6 +1660,7 @@ def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> Ran
     get: Callable[[str], int] = (
         (lambda k: int(getattr(layout, k))) if given is None else (lambda k: int(given.get(k, 1)))
     )
+    order = str(layout.rank_order or RANK_ORDERS[0])
     tp, pp, cp, ep = get("tp"), get("pp"), get("cp"), get("ep")
     etp = get("etp") if given is None or "etp" in given else tp
     n = spec.num_gpus
@@ -1341,6 +1683,10 @@ def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> Ran
                 code="does-not-divide",
             )
         inner = max(1, ep // (tp * cp))
+        if order == RANK_ORDERS[ORDER_DP_INSIDE]:
+            return RankMap(
+                n, spec.gpus_per_node, tp, pp, cp, ep, dp, (pp, dp, cp, tp), ("pp", "dp", "cp", "tp"), order, True
+            )
         if inner > 1:
             shape, names = (dp // inner, pp, inner, cp, tp), ("dp_outer", "pp", "dp_inner", "cp", "tp")
         else:
@@ -1348,8 +1694,14 @@ def rank_map(cluster: ClusterSpec, layout: LayoutPrediction | LayoutSpec) -> Ran
         return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, inner, shape, names, order="tp-cp-dp_inner-pp-dp_outer")
     if dp % ep:
         raise InvalidInput(f"ep={ep} must divide dp={dp}", field="layout.ep", code="does-not-divide")
+    if order == RANK_ORDERS[ORDER_DP_INSIDE]:
+        if ep > 1:
+            shape, names = (pp, dp // ep, ep, cp, tp), ("pp", "edp", "ep", "cp", "tp")
+        else:
+            shape, names = (pp, dp, cp, tp), ("pp", "dp", "cp", "tp")
+        return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, 0, shape, names, order, True)
     if ep > 1:
         shape, names = (dp // ep, pp, ep, cp, tp), ("edp", "pp", "ep", "cp", "tp")
     else:
         shape, names = (dp, pp, cp, tp), ("dp", "pp", "cp", "tp")
-    return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, 0, shape, names)
+    return RankMap(n, spec.gpus_per_node, tp, pp, cp, ep, 0, shape, names, order)

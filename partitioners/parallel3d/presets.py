@@ -30,6 +30,9 @@ __all__ = [
     "FLASH_ATTENTION_SPEED",
     "NODE_PRESETS",
     "SOFTWARE_PRESETS",
+    "SOFTWARE_SEARCH",
+    "RANK_ORDERS",
+    "SoftwareSearch",
     "gpu_spec_by_name",
 ]
 
@@ -273,6 +276,132 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
         "overlap_p2p_comm": False,
         "dropout": True,
     },
+    # Megatron-DeepSpeed (BigScience's BLOOM, MT-NLG): the 2021 Megatron-LM code, whose
+    # flags it keeps, on DeepSpeed's pipeline engine and ZeRO-1 optimizer.
+    "megatron-deepspeed": {
+        "flash_attention": False,
+        "sequence_parallel": False,
+        "overlap_grad_reduce": False,
+        "overlap_tp_backward": False,
+        "gradient_accumulation_fusion": False,
+        "overlap_p2p_comm": False,
+        "dropout": True,
+        "partial_recompute": False,
+        "selective_recompute": False,
+    },
     # Megatron-Core with Transformer Engine: the TrainingSpec defaults.
     "megatron-core": {},
+    # torchtitan (PyTorch-native: FSDP2, DTensor tensor parallelism with sequence-parallel
+    # norms, torch.distributed.pipelining): no Megatron-style asynchronous backward
+    # tensor-parallel collectives (async TP needs torch.compile: enable_async_tensor_parallel),
+    # gradients reduced in fp32 under the backward by FSDP/DDP, no gradient-accumulation
+    # fusion into the GEMM, no partial block recomputation by count.
+    "torchtitan": {
+        "overlap_tp_backward": False,
+        "gradient_accumulation_fusion": False,
+        "partial_recompute": False,
+        "selective_recompute": False,
+    },
+}
+
+
+# Rank orders a layout may take, innermost dimension first (Megatron-Core's RankGenerator
+# spelling). "tp-cp-ep-dp-pp" is Megatron-Core's default ``--order`` and what Megatron-LM
+# always did (its 2021 initialize_model_parallel built tensor groups of consecutive
+# ranks, data-parallel groups next and pipeline groups outermost); torchtitan's device mesh
+# ["pp", "dp_replicate", "dp_shard", "cp", "tp"] (outermost first) is the same order. With
+# a small tensor group it puts data-parallel peers on one node and pipeline stages a node
+# apart. "tp-cp-ep-pp-dp" is Megatron-Core's ``--use-tp-pp-dp-mapping``: pipeline stages
+# side by side, data-parallel replicas outermost.
+RANK_ORDERS: tuple[str, ...] = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+
+
+@dataclass(frozen=True)
+class SoftwareSearch:
+    """What a software generation can run, which bounds the planner's search.
+
+    A request's constraints narrow this further; a constraint outside it is refused
+    (the code could not run that layout).
+    """
+
+    zero_stages: tuple[int, ...]
+    recompute: tuple[str, ...]
+    uneven_pipeline: bool
+    context_parallel: bool
+    expert_parallel: bool
+    rank_orders: tuple[str, ...]
+    # Model chunks of a stage may hold different layer counts (an interleaving depth that
+    # does not divide a stage's layers): Megatron-Core's --pipeline-model-parallel-layout.
+    uneven_chunks: bool
+    source: str
+    # an interleaved (virtual-stage) pipeline schedule; DeepSpeed's pipeline engine has none
+    interleaving: bool = True
+
+
+SOFTWARE_SEARCH: dict[str, SoftwareSearch] = {
+    "megatron-lm-2021": SoftwareSearch(
+        zero_stages=(0,),
+        recompute=("none", "full"),
+        uneven_pipeline=False,
+        context_parallel=False,
+        expert_parallel=False,
+        rank_orders=("tp-cp-ep-dp-pp",),
+        uneven_chunks=False,
+        source="Megatron-LM as of SC21 (examples/sc21): no distributed optimizer (no ZeRO), "
+        "--checkpoint-activations only (full recomputation of every layer), "
+        "'num_layers must be divisible by pipeline_model_parallel_size' (megatron/model/transformer.py), "
+        "interleaving by --num-layers-per-virtual-pipeline-stage (whole chunks), no context or expert "
+        "parallelism, ranks tensor-data-pipeline (mpu.initialize_model_parallel)",
+    ),
+    "megatron-lm-2022": SoftwareSearch(
+        zero_stages=(0, 1),
+        recompute=("none", "selective", "full"),
+        uneven_pipeline=False,
+        context_parallel=False,
+        expert_parallel=False,
+        rank_orders=("tp-cp-ep-dp-pp",),
+        uneven_chunks=False,
+        source="Megatron-LM as released with Korthikanti et al. 2022: adds --recompute-granularity "
+        "selective and sequence parallelism, and the distributed optimizer (--use-distributed-optimizer, "
+        "ZeRO-1: docs/distrib_optimizer.md); still even pipeline stages, whole interleaved chunks, "
+        "no ZeRO-2/3, no context or expert parallelism",
+    ),
+    "torchtitan": SoftwareSearch(
+        zero_stages=(0, 2, 3),
+        recompute=("none", "op-sac", "full"),
+        uneven_pipeline=True,
+        context_parallel=True,
+        expert_parallel=True,
+        rank_orders=("tp-cp-ep-dp-pp",),
+        uneven_chunks=False,
+        source="pytorch/torchtitan (torchtitan/config/job_config.py): DDP or FSDP2 (data_parallel_shard_degree; "
+        "fsdp_reshard_after_forward never is ZeRO-2), no ZeRO-1; activation_checkpoint mode none, full or "
+        "selective (op-level SAC); pipeline split points; one device mesh [pp, dp, cp, tp]",
+    ),
+    "megatron-deepspeed": SoftwareSearch(
+        zero_stages=(0, 1),
+        recompute=("none", "full"),
+        uneven_pipeline=True,
+        context_parallel=False,
+        expert_parallel=False,
+        rank_orders=("tp-cp-ep-dp-pp",),
+        uneven_chunks=False,
+        interleaving=False,
+        source="Megatron-DeepSpeed (BLOOM, MT-NLG, GPT-NeoX's lineage): Megatron-LM of 2021 on DeepSpeed's "
+        "pipeline engine, whose PipelineModule balances layers over stages (partition_method), runs plain "
+        "1F1B without virtual stages, and combines with ZeRO-1 only; topology pipe-data-model, model innermost",
+    ),
+    "megatron-core": SoftwareSearch(
+        zero_stages=(0, 1, 2, 3),
+        recompute=("none", "selective", "full"),
+        uneven_pipeline=True,
+        context_parallel=True,
+        expert_parallel=True,
+        rank_orders=RANK_ORDERS,
+        uneven_chunks=True,
+        source="Megatron-Core with Transformer Engine (and, for ZeRO-2/3, an FSDP stack such as "
+        "Megatron-FSDP or torchtitan): --decoder-first/last-pipeline-num-layers and "
+        "--pipeline-model-parallel-layout, --context-parallel-size, --expert-model-parallel-size, "
+        "--order / --use-tp-pp-dp-mapping",
+    ),
 }

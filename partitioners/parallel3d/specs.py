@@ -49,6 +49,7 @@ from partitioners.parallel3d.presets import (
     GPU_ARCHITECTURES,
     GPU_SPECS,
     NODE_PRESETS,
+    RANK_ORDERS,
     SOFTWARE_PRESETS,
     gpu_spec_by_name,
 )
@@ -122,7 +123,13 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw")
 FP8_SCALINGS: tuple[str, ...] = ("delayed", "current")
 EXPERT_DISPATCH_MODES: tuple[str, ...] = ("all-to-all", "node-deduplicated")
-RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+# Recomputation variants: "selective" is Megatron's (Korthikanti et al. 2022: the attention
+# core, or under flash attention the cheap element-wise outputs); "full" recomputes whole
+# blocks from their input (Megatron's full granularity, the per-block checkpointing of FSDP
+# stacks, torchtitan's mode "full"); "op-sac" is torchtitan's per-operator selective
+# checkpointing (mode "selective", selective_ac_option "op": the outputs of attention and of
+# every other matmul saved, the rest recomputed).
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full", "op-sac")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 GRADIENT_BYTES_PER_PARAM: tuple[int, ...] = (2, 4)
 FLASH_ATTENTION_VERSIONS: tuple[int, ...] = (1, 2, 3)
@@ -285,6 +292,10 @@ class AttentionProjection:
     def in_per_rank(self, tp: FloatArray | float) -> FloatArray | float:
         """Input features one tensor-parallel rank reads."""
         return self.in_width / np.asarray(tp, dtype=float) if self.split == "row" else self.in_width
+
+
+# MLASpec's fields, named as a Hugging Face config names them
+_MLA_FIELD_NAMES = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 @dataclass(frozen=True)
@@ -470,9 +481,24 @@ class ModelSpec:
 
     @classmethod
     def from_shorthand(cls, data: Mapping[str, Any], where: str) -> Mapping[str, Any]:
-        """A mapping's model fields: a Hugging Face ``config.json`` read into them, or the mapping itself."""
+        """A mapping's model fields: a Hugging Face ``config.json`` read into them, or the mapping itself.
+
+        MLA's widths may be given beside the other fields under the Hugging Face config's own
+        names (``kv_lora_rank``, ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
+        ``v_head_dim``), as a DeepSeek config states them; they are read as ``mla``.
+        """
         if "huggingface_config" not in data:
-            return data
+            flat = [name for name in _MLA_FIELD_NAMES if name in data]
+            if not flat:
+                return data
+            if data.get("mla") is not None:
+                raise InvalidInput(
+                    f"{where}.{flat[0]} is an MLA width given beside {where}.mla: give the widths in one place",
+                    field=f"{where}.{flat[0]}",
+                    code="conflicting-fields",
+                )
+            rest = {k: v for k, v in data.items() if k not in _MLA_FIELD_NAMES}
+            return {**rest, "mla": {name: data[name] for name in flat}}
         reject_unknown(data, {"huggingface_config", "seq_length"}, where)
         if "seq_length" not in data:
             raise InvalidInput(
@@ -841,6 +867,18 @@ class TrainingSpec:
     global_batch_sequences: int = spec_field(
         kind="count", le=MAX_TOKENS, doc="Sequences per optimizer step (the global batch)."
     )
+    # The framework generation: its flags are the defaults of the fields below
+    # (SOFTWARE_PRESETS) and what it can run bounds the search (SOFTWARE_SEARCH: ZeRO
+    # stages, recomputation, uneven stages, context and expert parallelism, rank orders).
+    software: str = spec_field(
+        "megatron-core",
+        kind="choice",
+        choices=tuple(SOFTWARE_PRESETS),
+        code="unknown-software",
+        doc="The framework generation: its behaviour is the default of the flags, and what it can run "
+        "bounds the search (megatron-lm-2021: no ZeRO, no uneven stages, full recomputation only; "
+        "default megatron-core).",
+    )
     # "bf16", "fp16" (with loss scaling, same peak) or "fp8"
     precision: str = spec_field(
         "bf16",
@@ -1110,7 +1148,7 @@ class TrainingSpec:
         """A mapping's training fields: a ``software`` generation's flags, amended by the fields given."""
         if data.get("software") is None:
             return {k: v for k, v in data.items() if k != "software"}
-        reject_unknown(data, {f.name for f in fields(cls)} | {"software"}, where)
+        reject_unknown(data, {f.name for f in fields(cls)}, where)
         name = str(data["software"]).lower()
         if name not in SOFTWARE_PRESETS:
             raise InvalidInput(
@@ -1118,7 +1156,7 @@ class TrainingSpec:
                 field=f"{where}.software",
                 code="unknown-software",
             )
-        return {**SOFTWARE_PRESETS[name], **{k: v for k, v in data.items() if k != "software"}}
+        return {**SOFTWARE_PRESETS[name], **{k: v for k, v in data.items() if k != "software"}, "software": name}
 
 
 @dataclass(frozen=True)
@@ -1146,7 +1184,10 @@ class Constraints:
     )
     zero_stages: tuple[int, ...] = spec_field(ZERO_STAGES, kind="custom", doc="ZeRO stages searched, drawn from 0..3.")
     recompute: tuple[str, ...] = spec_field(
-        RECOMPUTE_MODES, kind="custom", doc="Recomputation modes searched, drawn from none, selective, full."
+        RECOMPUTE_MODES,
+        kind="custom",
+        doc="Recomputation modes searched, drawn from none, selective (Megatron's), full (per block), op-sac "
+        "(torchtitan's per-op selective checkpointing); the software bounds them.",
     )
     # Layers of each model chunk that full recomputation covers (Megatron-LM's
     # ``--recompute-num-layers`` with the block method); None lets the planner choose the
@@ -1159,6 +1200,14 @@ class Constraints:
     )
     allow_uneven_pp: bool = spec_field(
         True, kind="flag", doc="Pipeline stages may hold different layer counts (default on)."
+    )
+    rank_order: str | None = spec_field(
+        None,
+        kind="choice",
+        choices=RANK_ORDERS,
+        code="unknown-rank-order",
+        doc="Rank order, innermost first: tp-cp-ep-dp-pp (Megatron-Core's default, torchtitan's) or "
+        "tp-cp-ep-pp-dp (Megatron-Core --use-tp-pp-dp-mapping); default: both, as the software allows.",
     )
     # Layouts within this fraction of the best step time are reported as ties and ranked
     # those with room for allocator waste first, fastest first within each group. 3%: the
@@ -1216,6 +1265,8 @@ LAYOUT_FIELDS: tuple[str, ...] = (
     "zero_stage",
     "recompute",
     "recompute_num_layers",
+    "rank_order",
+    "sequence_parallel",
 )
 
 
@@ -1253,6 +1304,19 @@ class LayoutSpec:
         ge=0,
         doc="Layers of each model chunk full recomputation covers: 0 with 'none' or "
         "'selective' (as candidates report it), at least 1 with 'full'; alone, more than 0 implies 'full'.",
+    )
+    rank_order: str | None = spec_field(
+        None,
+        kind="choice",
+        choices=RANK_ORDERS,
+        code="unknown-rank-order",
+        doc="Rank order, innermost first: tp-cp-ep-dp-pp or tp-cp-ep-pp-dp.",
+    )
+    sequence_parallel: bool | None = spec_field(
+        None,
+        kind="flag",
+        doc="Sequence parallelism on this layout (shards norms and dropouts over the tensor ranks); default: "
+        "training.sequence_parallel.",
     )
 
     def __post_init__(self) -> None:

@@ -21,6 +21,9 @@ __all__ = [
     "RECOMPUTE_NONE",
     "RECOMPUTE_SELECTIVE",
     "RECOMPUTE_FULL",
+    "RECOMPUTE_OP_SAC",
+    "ORDER_DP_INSIDE",
+    "ORDER_PP_INSIDE",
     "LayoutArrays",
     "microbatch_group_size",
     "stage_layer_split",
@@ -28,14 +31,16 @@ __all__ = [
     "balanced_end_layers",
 ]
 
-RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OP_SAC = 0, 1, 2, 3
+# LayoutArrays.order: positions in presets.RANK_ORDERS
+ORDER_DP_INSIDE, ORDER_PP_INSIDE = 0, 1
 
 
 @dataclass(frozen=True)
 class LayoutArrays:
     """Candidate layouts as parallel int64 arrays, one entry per candidate.
 
-    ``recompute`` holds ``RECOMPUTE_NONE``/``SELECTIVE``/``FULL``; ``v`` is the
+    ``recompute`` holds ``RECOMPUTE_NONE``/``SELECTIVE``/``FULL``/``OP_SAC``; ``v`` is the
     number of virtual pipeline stages (model chunks) per rank. ``etp`` is the
     expert tensor-parallel size: ``tp`` (routed experts split over the tensor ranks like
     the dense MLP, the ``ep`` expert groups drawn from the data-parallel ranks:
@@ -59,6 +64,10 @@ class LayoutArrays:
     zero: IntArray
     recompute: IntArray
     recompute_layers: IntArray
+    # Position in presets.RANK_ORDERS: ORDER_DP_INSIDE ("tp-cp-ep-dp-pp", data-parallel
+    # peers inside a pipeline stage's block of consecutive ranks) or ORDER_PP_INSIDE
+    # ("tp-cp-ep-pp-dp", pipeline stages side by side, replicas outermost).
+    order: IntArray
 
     def __len__(self) -> int:
         return int(self.dp.shape[0])

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partitioners.errors import InputTooLarge, InvalidInput
+from partitioners.parallel3d.effective import effective_terms
 from partitioners.parallel3d.planner import evaluate_layouts, plan_parallel_layout, rank_map
 from partitioners.parallel3d.spec_fields import spec_from_mapping
 from partitioners.parallel3d.specs import (
@@ -100,9 +101,14 @@ def plan_answer(inputs: ParallelPlanInputs, *, rank_map_limit: int | None = 1024
     ``rank_map_limit`` ranks of the top one's rank map; an evaluation
     ``{"mode": "evaluate", "predictions": [...]}``, one per layout, in order, each with
     its own rank map. Both echo the model shape planned (what a Hugging Face config was
-    read as).
+    read as) and the physical terms the run's software settings were resolved into
+    (``assumptions``).
     """
-    shape = {"model": inputs.model.to_dict()}
+    # what the prediction assumed about the software stack, each term with its source
+    shape = {
+        "model": inputs.model.to_dict(),
+        "assumptions": [term.to_dict() for term in effective_terms(inputs.training).assumptions],
+    }
     if inputs.evaluate is not None:
         predictions = evaluate_layouts(
             inputs.model, inputs.cluster, inputs.training, inputs.evaluate, inputs.constraints

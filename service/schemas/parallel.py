@@ -18,8 +18,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model
 
 from partitioners.parallel3d.huggingface import HUGGINGFACE_MODEL_TYPES
+from partitioners.parallel3d.launch import FRAMEWORKS
 from partitioners.parallel3d.planner import REJECTION_REASONS
-from partitioners.parallel3d.presets import NODE_PRESETS, SOFTWARE_PRESETS
+from partitioners.parallel3d.presets import NODE_PRESETS, RANK_ORDERS
 from partitioners.parallel3d.spec_fields import FieldRule, field_rule
 from partitioners.parallel3d.specs import (
     MAX_EVALUATED_LAYOUTS,
@@ -28,6 +29,7 @@ from partitioners.parallel3d.specs import (
     MAX_RANK_MAP_RANKS,
     MAX_TOKENS,
     MAX_TOP_K,
+    MAX_WIDTH,
     RECOMPUTE_MODES,
     ZERO_STAGES,
     ClusterSpec,
@@ -120,7 +122,18 @@ MlaBlock = _schema_from_spec(
     MLASpec, "MlaBlock", "Multi-head latent attention (DeepSeek-V2/V3), named as in the Hugging Face config."
 )
 TransformerShape = _schema_from_spec(
-    ModelSpec, "TransformerShape", "A decoder-only transformer's shape.", overrides={"moe": MoeBlock, "mla": MlaBlock}
+    ModelSpec,
+    "TransformerShape",
+    "A decoder-only transformer's shape.",
+    overrides={"moe": MoeBlock, "mla": MlaBlock},
+    # MLA's widths may also sit beside the other fields under the Hugging Face config's names
+    extra={
+        name: (
+            Annotated[int, Field(ge=0, le=MAX_WIDTH)] | None,
+            Field(None, description=f"MLA's {name} given beside the other fields (read as mla.{name})."),
+        )
+        for name in ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    },
 )
 
 
@@ -186,15 +199,6 @@ TrainingSettings = _schema_from_spec(
     "TrainingSettings",
     "Batch, precision and the software stack; a field left out takes ``software``'s value, else the default.",
     defaults_from_elsewhere=True,
-    extra={
-        "software": (
-            Literal[tuple(SOFTWARE_PRESETS)] | None,
-            Field(  # type: ignore[valid-type]
-                None,
-                description="The framework generation whose behaviour the flags default to (default: megatron-core).",
-            ),
-        )
-    },
 )
 
 LayoutConstraints = _schema_from_spec(
@@ -256,6 +260,17 @@ class MemoryPerGpu(_Answer):
     )
 
 
+class LaunchAnswer(_Answer):
+    """One framework's configuration for the layout, or why it cannot express it."""
+
+    framework: Literal[FRAMEWORKS]  # type: ignore[valid-type]
+    config: str | None = Field(
+        description="Megatron-Core arguments, a torchtitan TOML or a DeepSpeed JSON; null when unavailable."
+    )
+    unavailable: str | None = Field(description="Why the framework cannot run this layout as its config states it.")
+    notes: list[str]
+
+
 class LayoutAnswer(_Answer):
     """One layout and what the planner predicts for it."""
 
@@ -271,12 +286,17 @@ class LayoutAnswer(_Answer):
     zero_stage: int
     recompute: Literal[RECOMPUTE_MODES]  # type: ignore[valid-type]
     recompute_num_layers: int
+    rank_order: Literal[RANK_ORDERS]  # type: ignore[valid-type]
+    sequence_parallel: bool
     step_time_s: float
     tokens_per_s: float
     mfu: float
     mfu_causal: float
     mfu_note: str
     hfu: float
+    mfu_at_precision_peak: float = Field(
+        description="mfu against the dense peak of the training precision (FP8's for an FP8 run); mfu uses bf16's."
+    )
     bubble_fraction: float
     time_breakdown_s: dict[str, float]
     memory_per_gpu: MemoryPerGpu
@@ -284,6 +304,9 @@ class LayoutAnswer(_Answer):
     reasons: list[str] = Field(description="Why the layout cannot run; empty when it can.")
     notes: list[str]
     tie_with_best: bool
+    launch: dict[Literal[FRAMEWORKS], LaunchAnswer] = Field(  # type: ignore[valid-type]
+        description="How Megatron-Core, torchtitan and DeepSpeed would be told to run this layout."
+    )
 
 
 class RankRow(_Answer):
@@ -312,12 +335,24 @@ class RankMapAnswer(_Answer):
     truncated: bool
 
 
+class AssumptionAnswer(_Answer):
+    """One physical term the run's software settings were resolved into, and its source."""
+
+    name: str
+    value: str
+    source: str
+
+
 class SearchAnswer(_Answer):
     """A search: ranked candidates, faster-looking layouts that cannot run, and the top one's rank map."""
 
     mode: Literal["search"]
     model: TransformerShape = Field(  # type: ignore[valid-type]
         description="The shape planned (what a Hugging Face config was read as)."
+    )
+    assumptions: list[AssumptionAnswer] = Field(
+        description="What the prediction assumed about the stack (collective overlap, dispatch, extra bytes), "
+        "each with its source."
     )
     num_gpus: int
     feasible: bool
@@ -344,6 +379,10 @@ class EvaluateAnswer(_Answer):
     mode: Literal["evaluate"]
     model: TransformerShape = Field(  # type: ignore[valid-type]
         description="The shape planned (what a Hugging Face config was read as)."
+    )
+    assumptions: list[AssumptionAnswer] = Field(
+        description="What the prediction assumed about the stack (collective overlap, dispatch, extra bytes), "
+        "each with its source."
     )
     predictions: list[EvaluatedLayout]
     compute_s: float

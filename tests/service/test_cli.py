@@ -478,3 +478,14 @@ def test_a_server_that_is_not_hyperplace_is_one_line(graph_file, http_server, co
     result = _plan(str(graph_file), "--server", url)
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.startswith(f"error: the server at {url} {says}")
+
+
+def test_layout_emits_the_first_layouts_megatron_arguments_alone():
+    result = _layout("--seq-length", "4096", "--emit", "megatron")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("--tensor-model-parallel-size ") and "--global-batch-size 1024" in result.stdout
+
+
+def test_layout_emit_refuses_an_unknown_framework():
+    result = _layout("--seq-length", "4096", "--emit", "jax")
+    assert result.exit_code == 2 and "--emit must be one of" in _text(result)

@@ -75,6 +75,7 @@ __all__ = [
     "NEMO_2407_H100",
     "MEGATRON_BRIDGE_H100_MOE",
     "MODELZOO_QWEN3_H100",
+    "LLAMA3_405B_TABLE4",
     "gpt",
 ]
 
@@ -109,16 +110,17 @@ def constraints_of(search: Mapping[str, Any] | None) -> Constraints | None:
 # (--hidden-dropout and --attention-dropout 0.1) were on, as in GPT-3; Korthikanti et al.
 # count the masks they keep.
 SC21_SOFTWARE = {"software": "megatron-lm-2021", "precision": "fp16", "grad_bytes_per_param": 2}
-# Megatron-LM of 2021-2022 asserted that the layer count divides by the pipeline size
-# ("num_layers must be divisible by pipeline_model_parallel_size", ParallelTransformer in
-# megatron/model/transformer.py); uneven first/last stages came with Megatron-Core.
-SC21_SEARCH = {"zero_stages": [0], "recompute": ["none", "full"], "allow_uneven_pp": False}
+# What Megatron-LM of 2021-2022 could run (no ZeRO, even pipeline stages: "num_layers must
+# be divisible by pipeline_model_parallel_size", ParallelTransformer in
+# megatron/model/transformer.py; full recomputation only in 2021) is the software preset's
+# own search space (presets.SOFTWARE_SEARCH): the rows add no constraint of their own.
+SC21_SEARCH = None
 # Megatron-LM as released with sequence parallelism: its column-parallel linears run the
 # backward reduce-scatter / all-gather asynchronously under their GEMMs
 # (LinearWithGradAccumulationAndAsyncCommunication), so overlap_tp_backward keeps its default
 # (True) -- an assumption: the paper does not say so for its runs.
 KORTHIKANTI_SOFTWARE = {"software": "megatron-lm-2022"}
-KORTHIKANTI_SEARCH = {"zero_stages": [0], "recompute": ["none", "selective", "full"], "allow_uneven_pp": False}
+KORTHIKANTI_SEARCH = None
 
 
 def gpt(layers: int, hidden: int, heads: int) -> dict[str, Any]:
@@ -820,4 +822,31 @@ MODELZOO_QWEN3_H100 = [
     _modelzoo_row(
         "DeepEP, node ep, tp 4", {"tp": 4, "pp": 8, "ep": 8, "virtual_stages": 4, "recompute": "none"}, 29.0, **_DEEPEP
     ),
+]
+
+
+# Llama 3 405B pre-training as its report states it (Llama Team, "The Llama 3 Herd of
+# Models", 2024, Table 4: GPUs, TP, CP, PP, DP, sequence length, batch size per DP group,
+# tokens per batch, TFLOPs per GPU, BF16 MFU; H100 80 GB at 700 W, eight to a server). 16M
+# tokens a batch: 2,048 sequences of 8,192 tokens, 128 of 131,072. The report does not say
+# how it counts attention FLOPs; its FSDP, uneven end stages and interleaved schedule are
+# what the planner's megatron-core search space holds. (GPUs, dp, cp, sequence, batch,
+# TFLOP/s per GPU)
+_LLAMA3_TABLE4_ROWS = [
+    (8192, 64, 1, 8192, 2048, 430),
+    (16384, 128, 1, 8192, 2048, 400),
+    (16384, 8, 16, 131072, 128, 380),
+]
+LLAMA3_405B_TABLE4: list[dict[str, Any]] = [
+    {
+        "source": "Llama Team 2024, Table 4",
+        "name": f"Llama3-405B seq {seq} on {gpus}",
+        "model": {**_LLAMA31_405B, "seq_length": seq},
+        "cluster": {"preset": "dgx-h100", "nodes": gpus // 8},
+        "training": {"global_batch_sequences": batch},
+        "search": None,
+        "published": {"tp": 8, "pp": 16, "cp": cp, "dp": dp},
+        "published_tflops_per_gpu": tflops,
+    }
+    for gpus, dp, cp, seq, batch, tflops in _LLAMA3_TABLE4_ROWS
 ]

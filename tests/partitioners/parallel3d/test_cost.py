@@ -249,7 +249,15 @@ def test_faster_nvlink_never_slows_a_fixed_layout_whose_end_stages_hold_differen
         "seq_length": 1000,
         "moe": {"num_experts": 60, "experts_per_token": 6, "expert_ffn_hidden_size": 14336, "moe_layers": [0, 1]},
     }
-    training = {"global_batch_sequences": 256, "precision": "fp8", "software": "megatron-lm-2022"}
+    # megatron-lm-2022's flags, on a stack that runs experts and uneven stages
+    training = {
+        "global_batch_sequences": 256,
+        "precision": "fp8",
+        "flash_attention": False,
+        "overlap_grad_reduce": False,
+        "overlap_p2p_comm": False,
+        "dropout": True,
+    }
     layout = [
         {
             "tp": 2,

@@ -170,3 +170,29 @@ def test_a_constraint_on_etp_keeps_the_search_to_split_or_folded_experts():
             with_rank_map=False,
         )
         assert plan.feasible and {c.etp for c in plan.candidates} == {etp}
+
+
+def test_the_best_moe_layout_says_what_deepep_and_all_to_all_overlap_would_change():
+    from partitioners.parallel3d.planner import plan_parallel_layout
+    from tests.partitioners.parallel3d.shapes import cluster_spec, constraints_spec, model_spec, training_spec
+
+    model = {
+        "num_layers": 8,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_kv_heads": 8,
+        "seq_length": 4096,
+        "vocab_size": 32000,
+        "gated_mlp": True,
+        "moe": {"num_experts": 64, "experts_per_token": 8, "expert_ffn_hidden_size": 1536},
+    }
+    plan = plan_parallel_layout(
+        model_spec(model),
+        cluster_spec({"preset": "dgx-h100", "nodes": 4}),
+        training_spec({"global_batch_sequences": 256}),
+        constraints_spec({"ep": 8}),
+        with_rank_map=False,
+    )
+    notes = plan.candidates[0].notes
+    assert any("--moe-enable-deepep" in note and "predicted" in note for note in notes)
+    assert any("--overlap-moe-expert-parallel-comm" in note for note in notes)

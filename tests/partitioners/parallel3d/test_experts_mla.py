@@ -318,3 +318,19 @@ def test_the_last_stage_keeps_one_micro_batch_of_the_modules_layer_input_and_log
     logits = 4 * 32 * 100  # fp32
     normed_input = 2 * 2 * 64 * 32  # the concatenated 2h input of the projection, bf16
     assert last[1][0] - last[0][0] == pytest.approx((layer + logits + normed_input) * (1 + ACTIVATION_FRAGMENTATION))
+
+
+def test_mla_widths_given_under_their_hugging_face_names_beside_the_other_fields_are_read_as_mla():
+    widths = {"q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}
+    shape = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100}
+    flat = model_spec({**shape, **widths})
+    nested = model_spec({**shape, "mla": widths})
+    assert flat == nested and flat.mla is not None and flat.mla.kv_lora_rank == 16
+
+
+def test_mla_widths_in_two_places_are_refused():
+    shape = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "vocab_size": 100}
+    widths = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}
+    with pytest.raises(InvalidInput) as error:
+        model_spec({**shape, "kv_lora_rank": 16, "mla": widths})
+    assert error.value.field == "model.kv_lora_rank"

@@ -172,7 +172,7 @@ def test_faster_hardware_never_slows_a_fixed_layout(layers, moe_layers, pp, tp, 
     pp=st.sampled_from([1, 2, 4]),
     seq=st.sampled_from([2048, 16384]),
     flash=st.booleans(),
-    recompute=st.sampled_from(["selective", "full"]),
+    recompute=st.sampled_from(["selective", "full", "op-sac"]),
 )
 def test_recomputation_never_needs_more_memory_than_keeping_everything(layers, moe_layers, pp, seq, flash, recompute):
     model = {
@@ -191,8 +191,11 @@ def test_recomputation_never_needs_more_memory_than_keeping_everything(layers, m
             "moe_layers": moe_layers,
         }
     training = {"global_batch_sequences": 16, "flash_attention": flash}
+    if recompute == "op-sac":
+        training["software"] = "torchtitan"  # its variant, and its ZeRO stages (no ZeRO-1)
     cluster = {"preset": "dgx-h100", "nodes": 1}
-    layout = {"tp": 1, "pp": pp, "cp": 1, "ep": 1, "virtual_stages": 1, "micro_batch_size": 1, "zero_stage": 1}
+    zero_stage = 0 if recompute == "op-sac" else 1
+    layout = {"tp": 1, "pp": pp, "cp": 1, "ep": 1, "virtual_stages": 1, "micro_batch_size": 1, "zero_stage": zero_stage}
     try:
         kept, recomputed = evaluate_layouts(
             model_spec(model),

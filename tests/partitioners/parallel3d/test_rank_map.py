@@ -19,14 +19,20 @@ from tests.partitioners.parallel3d.shapes import cluster_spec, layout_spec
 
 
 def test_rank_map_is_a_bijection_onto_mesh_coordinates():
-    rm = rank_map(cluster_spec({"preset": "dgx-a100", "nodes": 4}), layout_spec({"tp": 4, "pp": 2, "cp": 2}))
+    rm = rank_map(
+        cluster_spec({"preset": "dgx-a100", "nodes": 4}),
+        layout_spec({"tp": 4, "pp": 2, "cp": 2, "rank_order": "tp-cp-ep-pp-dp"}),
+    )
     assert rm.coords.shape == (32, 5)
     assert len({tuple(c) for c in rm.coords}) == 32
     assert rm.mesh_shape == (2, 2, 2, 4) and rm.mesh_dim_names == ("dp", "pp", "cp", "tp")
 
 
-def test_tensor_groups_share_a_node_pipeline_neighbours_are_adjacent_nodes_dp_peers_differ():
-    rm = rank_map(cluster_spec({"preset": "dgx-a100", "nodes": 4}), layout_spec({"tp": 8, "pp": 2}))
+def test_in_tp_pp_dp_order_pipeline_neighbours_are_adjacent_nodes_and_dp_peers_differ():
+    rm = rank_map(
+        cluster_spec({"preset": "dgx-a100", "nodes": 4}),
+        layout_spec({"tp": 8, "pp": 2, "rank_order": "tp-cp-ep-pp-dp"}),
+    )
     dp, pp, tp = rm.coords[:, 0], rm.coords[:, 1], rm.coords[:, 2]
     for d in range(2):
         for p in range(2):
@@ -40,7 +46,10 @@ def test_tensor_groups_share_a_node_pipeline_neighbours_are_adjacent_nodes_dp_pe
 
 
 def test_expert_parallel_rank_map_splits_dp_into_edp_times_ep():
-    rm = rank_map(cluster_spec({"preset": "dgx-h100", "nodes": 2}), layout_spec({"tp": 2, "ep": 4}))
+    rm = rank_map(
+        cluster_spec({"preset": "dgx-h100", "nodes": 2}),
+        layout_spec({"tp": 2, "ep": 4, "rank_order": "tp-cp-ep-pp-dp"}),
+    )
     assert rm.mesh_dim_names == ("edp", "pp", "ep", "cp", "tp") and rm.mesh_shape == (2, 1, 4, 1, 2)
     dp, ep = rm.coords[:, 0], rm.coords[:, 4]
     assert np.array_equal(ep, dp % 4)
@@ -71,7 +80,10 @@ def test_the_rank_map_of_a_huge_cluster_is_computed_only_for_the_ranks_an_answer
 
 
 def test_folded_expert_groups_are_consecutive_ranks_of_neighbouring_tensor_groups():
-    rm = rank_map(cluster_spec({"preset": "dgx-h100", "nodes": 1}), layout_spec({"tp": 2, "pp": 2, "ep": 4, "etp": 1}))
+    rm = rank_map(
+        cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+        layout_spec({"tp": 2, "pp": 2, "ep": 4, "etp": 1, "rank_order": "tp-cp-ep-pp-dp"}),
+    )
     dp, pp, tp, ep = rm.coords[:, 0], rm.coords[:, 1], rm.coords[:, 2], rm.coords[:, 4]
     assert list(ep) == [0, 1, 2, 3, 0, 1, 2, 3]
     assert list(tp) == [0, 1, 0, 1, 0, 1, 0, 1]
@@ -107,3 +119,23 @@ def test_rank_map_keeps_tensor_groups_in_a_node_for_any_mesh(nodes, gpn, tp_exp,
     _, group = np.unique(outer, axis=0, return_inverse=True)
     for g in range(group.max() + 1):
         assert len(set(rm.node[group.reshape(-1) == g])) == 1
+
+
+def test_megatron_core_default_order_puts_small_tensor_groups_data_parallel_peers_on_one_node():
+    # tp 2, pp 4, dp 4 on 4 nodes of 8: tp-cp-ep-dp-pp makes each stage one node (2 x 4 ranks)
+    rm = rank_map(cluster_spec({"preset": "dgx-a100", "nodes": 4}), layout_spec({"tp": 2, "pp": 4}))
+    assert rm.order == "tp-cp-ep-dp-pp" and rm.mesh_dim_names == ("pp", "dp", "cp", "tp")
+    dp, pp = rm.coords[:, 0], rm.coords[:, 1]
+    for p in range(4):
+        assert len(set(rm.node[pp == p])) == 1  # the stage's data-parallel peers share a node
+    assert len(set(rm.node[dp == 0])) == 4  # a replica's stages span the nodes
+
+
+def test_the_other_order_puts_pipeline_stages_on_one_node_and_replicas_across_nodes():
+    rm = rank_map(
+        cluster_spec({"preset": "dgx-a100", "nodes": 4}),
+        layout_spec({"tp": 2, "pp": 4, "rank_order": "tp-cp-ep-pp-dp"}),
+    )
+    dp = rm.coords[:, 0]
+    for d in range(4):
+        assert len(set(rm.node[dp == d])) == 1

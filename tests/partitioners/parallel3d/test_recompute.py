@@ -159,9 +159,9 @@ def test_the_2021_software_recomputes_every_layer():
     training = {"global_batch_sequences": 64, "software": "megatron-lm-2021"}
     plan = plan_parallel_layout(
         model_spec({**_PARTIAL_MODEL, "seq_length": 1024}),
-        cluster_spec(_PARTIAL_CLUSTER),
+        cluster_spec({**_PARTIAL_CLUSTER, "memory_bytes": 80 * 2**30}),  # no ZeRO in 2021: the whole state
         training_spec(training),
-        constraints_spec({"tp": 1, "pp": 1, "micro_batch_size": 2, "zero_stages": [1], "recompute": ["full"]}),
+        constraints_spec({"tp": 1, "pp": 1, "micro_batch_size": 2, "recompute": ["full"]}),
     )
     assert plan.candidates[0].recompute_num_layers == 16
 
@@ -274,3 +274,53 @@ def test_the_2021_software_searches_no_selective_recomputation_and_refuses_it_wh
             constraints_spec({"recompute": ["selective"]}),
         )
     assert err.value.field == "constraints.recompute"
+
+
+def test_op_level_checkpointing_keeps_less_than_everything_and_more_than_full_recomputation():
+    model = model_spec({**RECOMPUTE_MODEL_FOR_SAC})
+    cluster = cluster_spec({"preset": "dgx-h100", "nodes": 1})
+    training = training_spec({"global_batch_sequences": 8, "software": "torchtitan"})
+    base = {"tp": 2, "pp": 1, "micro_batch_size": 1, "zero_stage": 3}
+    none, op_sac, full = evaluate_layouts(
+        model,
+        cluster,
+        training,
+        layout_specs([{**base, "recompute": mode} for mode in ("none", "op-sac", "full")]),
+    )
+    assert full.memory.activations_bytes < op_sac.memory.activations_bytes < none.memory.activations_bytes
+    # it repeats about half the forward's matmuls: more work than none, less than full
+    assert none.hfu * none.step_time_s < op_sac.hfu * op_sac.step_time_s < full.hfu * full.step_time_s
+    assert none.step_time_s < op_sac.step_time_s < full.step_time_s
+
+
+RECOMPUTE_MODEL_FOR_SAC = {
+    "num_layers": 8,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_kv_heads": 8,
+    "ffn_hidden_size": 14336,
+    "gated_mlp": True,
+    "seq_length": 8192,
+    "vocab_size": 32000,
+}
+
+
+def test_selective_recomputation_keeps_the_split_of_keeping_everything_on_uneven_moe_stages():
+    # 9 layers on 4 stages, the first two MoE: balanced on recomputed work, the split once moved
+    # an MoE layer onto the first stage and needed 6.94 GB against 6.29 GB keeping everything
+    model = {
+        "num_layers": 9,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "seq_length": 2048,
+        "vocab_size": 32000,
+        "moe": {"num_experts": 8, "experts_per_token": 2, "expert_ffn_hidden_size": 1024, "moe_layers": [0, 1]},
+    }
+    layout = {"tp": 1, "pp": 4, "cp": 1, "ep": 1, "virtual_stages": 1, "micro_batch_size": 1, "zero_stage": 1}
+    kept, selective = evaluate_layouts(
+        model_spec(model),
+        cluster_spec({"preset": "dgx-h100", "nodes": 1}),
+        training_spec({"global_batch_sequences": 16}),
+        layout_specs([{**layout, "recompute": "none"}, {**layout, "recompute": "selective"}]),
+    )
+    assert selective.memory.total_bytes <= kept.memory.total_bytes

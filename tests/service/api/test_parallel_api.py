@@ -79,7 +79,9 @@ def test_each_evaluated_layout_comes_with_its_own_rank_map(client):
     for prediction in response.json()["predictions"]:
         rank_map = prediction["rank_map"]
         assert rank_map["num_ranks"] == 64 and len(rank_map["ranks"]) == 64
-        assert rank_map["mesh_shape"] == [prediction["dp"], prediction["pp"], prediction["cp"], prediction["tp"]]
+        mesh = dict(zip(rank_map["mesh_dim_names"], rank_map["mesh_shape"], strict=True))
+        assert mesh == {"dp": prediction["dp"], "pp": prediction["pp"], "cp": prediction["cp"], "tp": prediction["tp"]}
+        assert rank_map["order"] == prediction["rank_order"]
         nodes: dict[tuple, set] = {}
         for rank in rank_map["ranks"]:
             nodes.setdefault((rank["dp"], rank["pp"], rank["cp"]), set()).add(rank["node"])
@@ -225,7 +227,7 @@ def test_a_gradient_width_other_than_two_or_four_bytes_is_a_422(client):
 
 def test_a_software_preset_changes_the_prediction_and_an_explicit_flag_overrides_it(client):
     layout = [
-        {"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "none", "zero_stage": 1}
+        {"tp": 8, "pp": 4, "dp": 2, "virtual_stages": 1, "micro_batch_size": 1, "recompute": "none", "zero_stage": 0}
     ]
 
     def activations(training: dict) -> float:
@@ -300,7 +302,7 @@ def test_expert_groups_wider_than_dp_are_folded_over_the_tensor_ranks_and_the_an
         json=_request(
             model=model,
             cluster={"preset": "dgx-h100", "nodes": 2},
-            evaluate=[{"tp": 2, "pp": 2, "cp": 1, "ep": 8, "etp": 1}],
+            evaluate=[{"tp": 2, "pp": 2, "cp": 1, "ep": 8, "etp": 1, "rank_order": "tp-cp-ep-pp-dp"}],
         ),
     )
     assert response.status_code == 200, response.text
@@ -593,3 +595,31 @@ def test_the_batch_no_software_generation_supplies_stays_required_by_the_schema(
     response = client.post("/v1/parallel/plan", json=_request(training={"software": "megatron-core"}))
     assert response.status_code == 422
     assert [e["field"] for e in response.json()["errors"]] == ["body.training.global_batch_sequences"]
+
+
+def test_an_answer_lists_what_it_assumed_about_the_stack_with_sources(client):
+    response = client.post(
+        "/v1/parallel/plan", json=_request(training={"global_batch_sequences": 1024, "software": "megatron-lm-2021"})
+    )
+    assert response.status_code == 200, response.text
+    assumptions = {a["name"]: a for a in response.json()["assumptions"]}
+    assert assumptions["tensor-parallel collectives"]["value"] == "in-line"
+    assert all(a["source"] for a in assumptions.values())
+
+
+def test_mla_widths_may_be_sent_under_their_hugging_face_names(client):
+    model = {
+        "num_layers": 4,
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+        "seq_length": 2048,
+        "vocab_size": 32000,
+        "kv_lora_rank": 256,
+        "q_lora_rank": 384,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 64,
+    }
+    response = client.post("/v1/parallel/plan", json=_request(model=model, top_k=1))
+    assert response.status_code == 200, response.text
+    assert response.json()["model"]["mla"]["kv_lora_rank"] == 256

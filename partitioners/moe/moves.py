@@ -16,7 +16,7 @@ import numpy as np
 
 from partitioners.moe.packing import PlacementState, holds
 
-__all__ = ["OriginalPlacement", "MoveContext", "swap_refine", "adjust_counts"]
+__all__ = ["OriginalPlacement", "MoveContext", "swap_refine", "adjust_counts", "fill_empty_slots"]
 
 # Swap refinement: the hottest GPUs handled per iteration, and light partners for each.
 _HOT_PER_ITER = 4
@@ -50,6 +50,7 @@ class MoveContext:
     original: OriginalPlacement | None = None  # set when repairing a current placement
     node_local: bool = False
     budget: int | None = None  # copies that may still be written
+    budget_bound: bool = False  # set when the budget ruled out a move that would have helped
     count_cap: np.ndarray | None = None  # (L,) per-replica load an expert may reach by giving up a copy
 
 
@@ -89,7 +90,10 @@ def swap_refine(
     repairing = original is not None
     active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
     for _ in range(max_iters):
-        if active.size == 0 or (ctx.budget is not None and ctx.budget <= 0):
+        if active.size == 0:
+            return
+        if ctx.budget is not None and ctx.budget <= 0:
+            ctx.budget_bound = True
             return
         n = active.size
         l3 = active[:, None, None]
@@ -170,6 +174,7 @@ def swap_refine(
             if ctx.budget is not None:
                 spend = np.concatenate([np.maximum(w_best, 0).ravel(), np.where(replace, np.maximum(r_writes, 0), 0)])
                 if spend.sum() > ctx.budget:
+                    ctx.budget_bound = True
                     gain_key = np.concatenate(
                         [np.where(ok, best_key, np.inf).ravel(), np.where(replace, r_key, np.inf)]
                     )
@@ -366,19 +371,23 @@ def adjust_counts(
     surplus[:, -1] = 1 << 40  # empty slots are always free to take
     # gainer copies per layer: lost experts first, then by resulting per-replica load
     width = int(deficit.sum(axis=1).max())
+    # one entry per copy to add, all layers at once: (row, expert, n-th new copy of it)
+    row_of, expert_of = np.nonzero(deficit)
+    reps = deficit[row_of, expert_of]
+    row_e, expert_e = np.repeat(row_of, reps), np.repeat(expert_of, reps)
+    starts = np.cumsum(reps) - reps
+    nth = np.arange(row_e.size) - np.repeat(starts, reps)
+    have = counts[row_e, expert_e]
+    lost_e = (have == 0) & (nth == 0)
+    key = np.where(lost_e, np.inf, load[row_e, expert_e] / (have + nth + 1))
+    order = np.lexsort((-key, row_e))  # by layer, then lost experts and largest per-replica load first
+    row_e, expert_e, lost_e = row_e[order], expert_e[order], lost_e[order]
+    first = np.searchsorted(row_e, np.arange(layers.size))
+    col = np.arange(row_e.size) - first[row_e]
     gainers = np.full((layers.size, width), -1, dtype=np.int64)
     mandatory = np.zeros((layers.size, width), dtype=bool)
-    for row in range(layers.size):
-        experts = np.repeat(np.arange(load.shape[1]), deficit[row])
-        if experts.size == 0:
-            continue
-        first = np.concatenate([[0], np.cumsum(deficit[row])[:-1]])[deficit[row] > 0]
-        nth = np.arange(experts.size) - np.repeat(first, deficit[row][deficit[row] > 0])
-        lost = (counts[row, experts] == 0) & (nth == 0)
-        key = np.where(lost, np.inf, load[row, experts] / (counts[row, experts] + nth + 1))
-        order = np.argsort(-key, kind="stable")
-        gainers[row, : experts.size] = experts[order]
-        mandatory[row, : experts.size] = lost[order]
+    gainers[row_e, col] = expert_e
+    mandatory[row_e, col] = lost_e
     mean_load = state.load.sum(axis=1) / gpus
     for step in range(width):
         b = gainers[:, step]
@@ -390,6 +399,8 @@ def adjust_counts(
             # the rest share what the lost experts still to come leave over
             spare = ctx.budget - int(mandatory[:, step:].sum())
             optional = np.flatnonzero(go & ~mandatory[:, step])
+            if optional.size > max(spare, 0):
+                ctx.budget_bound = True
             optional = optional[np.argsort(-priority[layers[optional]], kind="stable")][: max(spare, 0)]
             go = go & mandatory[:, step]
             go[optional] = True
@@ -469,3 +480,66 @@ def _gainer_slot(
     g = np.where(found, gpus_to_try[np.arange(n), pick // slots_per_gpu], -1)
     k = np.where(found, pick % slots_per_gpu, -1)
     return g, k
+
+
+def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.ndarray, ctx: MoveContext) -> None:
+    """Give every empty slot of an available GPU a new copy (a GPU back from failure, emptied slots).
+
+    An empty slot serves nothing, and filling it writes one copy and moves no other:
+    each takes, one slot per layer per round, a copy of the expert with the largest
+    per-replica load whose split share still fits on the GPU under ``goal_load``
+    (and that the GPU does not hold yet), so the hottest copies split first without
+    overloading the GPU being filled. Under a budget the layers with the hottest such
+    copy (relative to their mean) go first.
+    """
+    gpus, slots_per_gpu = state.slots.shape[1:]
+    experts = state.load.shape[1]
+    mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
+    for _ in range(gpus * slots_per_gpu):
+        if layers.size == 0:
+            return
+        empty = (state.slots[layers] < 0).reshape(layers.size, -1)
+        layers = layers[empty.any(axis=1)]
+        if layers.size == 0:
+            return
+        n = layers.size
+        pick = (state.slots[layers] < 0).reshape(n, -1).argmax(axis=1)
+        g, k = pick // slots_per_gpu, pick % slots_per_gpu
+        held = np.zeros((n, experts + 1), dtype=bool)
+        held[np.arange(n)[:, None], state.slots[layers, g]] = True
+        counts = state.counts[layers]
+        hot = state.per_replica[layers, :-1]
+        eligible = ~held[:, :experts] & (counts < gpus)
+        if ctx.node_local and ctx.original is not None:
+            # only experts with a copy on this GPU's node (or none anywhere: from storage)
+            node_has = ctx.original.node_has[layers, :, :experts]
+            eligible &= node_has[np.arange(n), ctx.node_of_gpu[g]] | ~node_has.any(axis=1)
+        # the hottest copy whose split share still fits under the goal on this GPU; else the lightest share
+        share = state.load[layers] / (counts + 1)
+        room = goal_load[layers] - state.gpu_load[layers, g]
+        fits = eligible & (share <= room[:, None])
+        score = np.where(fits, hot, -np.inf)
+        fallback = np.where(eligible, -share, -np.inf)
+        use_fit = np.isfinite(score.max(axis=1))
+        score = np.where(use_fit[:, None], score, fallback)
+        expert = score.argmax(axis=1)
+        gain = np.where(use_fit, hot[np.arange(n), expert], 0.0) / mean_load[layers]
+        gain = np.where(np.isfinite(score[np.arange(n), expert]), gain, -np.inf)
+        go = np.isfinite(gain)
+        gain = np.where(go, gain, -np.inf)
+        if ctx.budget is not None:
+            if ctx.budget <= 0:
+                ctx.budget_bound = True
+                return
+            if go.sum() > ctx.budget:
+                ctx.budget_bound = True
+                go &= np.zeros(n, dtype=bool) | (np.argsort(np.argsort(-np.where(go, gain, -np.inf))) < ctx.budget)
+        if not go.any():
+            return
+        lay, g, k, expert = layers[go], g[go], k[go], expert[go]
+        state.slots[lay, g, k] = expert
+        np.add.at(state.counts, (lay, expert), 1)
+        state.refresh(lay)
+        if ctx.budget is not None:
+            ctx.budget -= int(lay.size)
+        layers = layers[go]

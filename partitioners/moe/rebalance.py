@@ -87,7 +87,7 @@ import numpy as np
 import numpy.typing as npt
 
 from partitioners.errors import Infeasible, InvalidInput
-from partitioners.moe.moves import MoveContext, OriginalPlacement, adjust_counts, swap_refine
+from partitioners.moe.moves import MoveContext, OriginalPlacement, adjust_counts, fill_empty_slots, swap_refine
 from partitioners.moe.packing import PlacementState, balance_ratio, count_rows, pack_rounds
 from partitioners.moe.relabel import gpu_in_node, relabel
 from partitioners.moe.replicas import bound_ratio, water_fill
@@ -118,13 +118,17 @@ _FRESH_TOLERANCE = 2e-3
 # lost copies (a failed GPU) get theirs back by count and keep a slack, so noise
 # on hot experts does not add count changes; drifted layers use none.
 _COUNT_SLACK = 0.05
-_DRIFT_COUNT_SLACK = 0.0
 # The sampling-noise margin never exceeds this, so loads that are not raw counts
 # (fractions, smoothed rates) still get rebalanced when clearly off.
 _NOISE_MARGIN_CAP = 0.05
 # A repaired layer aims at the fresh plan's max/mean plus this fraction of the threshold
 # (balance against copies written: 0.25 writes ~2% fewer copies on drift, ends ~0.4% less balanced).
 _GOAL_FRACTION = 0.15
+# A layer the repair leaves short of its goal takes a fresh plan only when that is better by more than this.
+_REPLAN_MARGIN = 0.005
+# The max/mean a repaired layer aims at unless the caller says otherwise: moves stop there
+# rather than at a fresh plan's optimum (each move past it buys little balance per copy).
+DEFAULT_BALANCE_TARGET = 1.015
 
 
 @dataclass(frozen=True)
@@ -663,6 +667,8 @@ def rebalance(
     num_moe_layers: int | None = None,
     num_logical_experts: int | None = None,
     seed: int = 0,
+    balance_target: float = DEFAULT_BALANCE_TARGET,
+    move_budget: int | None = None,
 ) -> RebalanceResult:
     """New expert-to-GPU placement for the reported load, moving as few copies as it can.
 
@@ -793,6 +799,8 @@ def rebalance(
             ignore_sampling_noise=ignore_sampling_noise,
             max_replicas_moved=max_replicas_moved,
             node_local=node_local,
+            balance_target=balance_target,
+            move_budget=move_budget,
         )
     after, after_counts = _measure(array, decision.final)
     if current is not None:
@@ -878,6 +886,8 @@ class _Decision:
     # node_local ruled it out: the constraint, not a lack of gain, kept the layer where it is
     held_by_budget: np.ndarray | None = None
     held_by_node_local: np.ndarray | None = None
+    goal_ratio: np.ndarray | None = None  # (L,) the max/mean each layer aimed at
+    budget_bound: bool = False  # the copy budget, not the balance target, stopped the moves
 
 
 def _keep_threshold(
@@ -909,6 +919,8 @@ def _replace_incrementally(
     ignore_sampling_noise: bool,
     max_replicas_moved: int | None,
     node_local: bool,
+    balance_target: float,
+    move_budget: int | None,
 ) -> _Decision:
     """Keep, repair or replan each layer of the placement in service (step 3 of the module docstring)."""
     layers, experts = load.shape
@@ -927,72 +939,102 @@ def _replace_incrementally(
             field="max_replicas_moved",
             code="cap-below-lost-experts",
         )
+    # empty slots on available GPUs (a GPU back from failure) are filled when the slots
+    # can all hold a copy without duplicates
+    fillable = experts >= slots_per_gpu
+    empty = (original < 0).any(axis=(1, 2)) if fillable else np.zeros(layers, dtype=bool)
     threshold = _keep_threshold(mean, cluster.num_available, min_improvement, ignore_sampling_noise)
+    # aim: the balance target, or just above the bound where even a fresh plan cannot reach it
+    goal_ratio = np.maximum(balance_target, bound + _GOAL_FRACTION * threshold)
     # a fresh plan cannot beat the bound, so layers within threshold of it are kept without one
-    candidates = np.flatnonzero(lost | (before_ratio - bound > threshold))
+    candidates = np.flatnonzero(lost | empty | ((before_ratio - bound > threshold) & (before_ratio > goal_ratio)))
     final = original.copy()
     action = np.full(layers, "kept", dtype="<U9")
     policy = np.full(layers, "", dtype="<U12")
     # final, action and policy are filled in place below for the layers that change
-    decision = _Decision(final, original, _measure(load, original)[0], action, policy, original_node_gpu=None)
+    decision = _Decision(
+        final, original, _measure(load, original)[0], action, policy, original_node_gpu=None, goal_ratio=goal_ratio
+    )
     if candidates.size == 0:
         return decision
-    fresh_slots, fresh_ratio, fresh_policy = _fresh_plan(
-        load, counts, bound, candidates, slots_per_gpu, cluster.node_of_gpu, hierarchy, min_improvement
-    )
-    excess = before_ratio[candidates] - fresh_ratio
-    pick = lost[candidates] | (excess > threshold[candidates])
-    active, fresh_slots, fresh_ratio = candidates[pick], fresh_slots[pick], fresh_ratio[pick]
-    fresh_policy = fresh_policy[pick]
-    if active.size == 0:
-        return decision
+    active = candidates
 
     original_node_gpu = gpu_in_node(original, cluster.node_of_gpu, cluster.num_nodes, experts)
     node_gpus = np.full((cluster.num_nodes, cluster.gpus_per_node), -1, dtype=np.int64)
     node_gpus[cluster.node_of_gpu, cluster.available % cluster.gpus_per_node] = np.arange(cluster.num_available)
     original_node_has = original_node_gpu >= 0
+    budget = max_replicas_moved
+    if move_budget is not None:
+        soft = n_lost + move_budget  # experts that lost every copy come back whatever the move budget
+        budget = soft if budget is None else min(budget, soft)
     ctx = MoveContext(
         cluster.node_of_gpu,
         node_gpus=node_gpus,
         original=OriginalPlacement(original, original_node_has),
         node_local=node_local,
-        budget=max_replicas_moved,
+        budget=budget,
     )
     # the layers as repaired in place, their max/mean and the copies they write
-    _repair(state, active, current, counts, before_ratio, fresh_ratio, threshold, mean, ctx, cluster)
+    _repair(state, active, current, counts, before_ratio, goal_ratio, mean, ctx, cluster, empty)
     repaired = state.slots[active]
     repaired_ratio = balance_ratio(state.gpu_load[active], total[active])
     repaired_writes = ((repaired != original[active]) & (repaired >= 0)).sum(axis=(1, 2))
-    chosen, chosen_ratio, use_fresh, blocked_by_budget, blocked_by_node_local = _repaired_or_fresh(
-        repaired,
-        repaired_ratio,
-        repaired_writes,
-        fresh_slots,
-        fresh_ratio,
-        original[active],
-        original_node_has[active],
-        threshold[active],
-        cluster,
-        experts,
-        node_local,
-        max_replicas_moved,
-    )
-    worth = lost[active] | (before_ratio[active] - chosen_ratio > min_improvement)
+    # a fresh plan only for the layers the repair left well short of their goal
+    short = repaired_ratio > goal_ratio[active] + _GOAL_FRACTION * threshold[active]
+    chosen, chosen_ratio = repaired, repaired_ratio
+    use_fresh = np.zeros(active.size, dtype=bool)
+    blocked_by_budget = np.zeros(active.size, dtype=bool)
+    blocked_by_node_local = np.zeros(active.size, dtype=bool)
+    fresh_ratio_active = np.full(active.size, np.nan)
+    if short.any():
+        idx = np.flatnonzero(short)
+        fresh_slots, fresh_ratio, fresh_policy = _fresh_plan(
+            load, counts, bound, active[idx], slots_per_gpu, cluster.node_of_gpu, hierarchy, min_improvement
+        )
+        fresh_ratio_active[idx] = fresh_ratio
+        spent = int(repaired_writes.sum())
+        room = None if ctx.budget is None else spent + max(ctx.budget, 0)
+        sub_chosen, sub_ratio, sub_fresh, sub_budget, sub_node = _repaired_or_fresh(
+            repaired[idx],
+            repaired_ratio[idx],
+            repaired_writes[idx],
+            fresh_slots,
+            fresh_ratio,
+            original[active[idx]],
+            original_node_has[active[idx]],
+            goal_ratio[active[idx]],
+            cluster,
+            experts,
+            node_local,
+            room,
+            spent,
+        )
+        chosen = chosen.copy()
+        chosen_ratio = chosen_ratio.copy()
+        chosen[idx], chosen_ratio[idx] = sub_chosen, sub_ratio
+        use_fresh[idx], blocked_by_budget[idx], blocked_by_node_local[idx] = sub_fresh, sub_budget, sub_node
+        policy_fresh = np.full(active.size, "", dtype="<U12")
+        policy_fresh[idx] = fresh_policy
+    else:
+        policy_fresh = np.full(active.size, "", dtype="<U12")
+    worth = lost[active] | empty[active] | (before_ratio[active] - chosen_ratio > min_improvement)
     final[active[worth]] = chosen[worth]
     action[active[worth]] = np.where(use_fresh[worth], "replanned", "moved")
-    policy[active[worth & use_fresh]] = fresh_policy[worth & use_fresh]
+    policy[active[worth & use_fresh]] = policy_fresh[worth & use_fresh]
     layer_fresh_ratio = np.full(layers, np.nan)
-    layer_fresh_ratio[active] = fresh_ratio
+    layer_fresh_ratio[active] = np.where(np.isnan(fresh_ratio_active), goal_ratio[active], fresh_ratio_active)
     held_by_budget = np.zeros(layers, dtype=bool)
     held_by_budget[active] = blocked_by_budget
     held_by_node_local = np.zeros(layers, dtype=bool)
     held_by_node_local[active] = blocked_by_node_local
+    still_above = bool((balance_ratio(state.gpu_load[active], total[active]) > goal_ratio[active]).any())
     return replace(
         decision,
         original_node_gpu=original_node_gpu,
         fresh_ratio=layer_fresh_ratio,
         held_by_budget=held_by_budget,
         held_by_node_local=held_by_node_local,
+        budget_bound=ctx.budget_bound and (still_above or bool(blocked_by_budget.any())),
     )
 
 
@@ -1002,31 +1044,32 @@ def _repair(
     current: np.ndarray,
     counts: np.ndarray,
     before_ratio: np.ndarray,
-    fresh_ratio: np.ndarray,
-    threshold: np.ndarray,
+    goal_ratio: np.ndarray,
     mean: np.ndarray,
     ctx: MoveContext,
     cluster: _Cluster,
+    empty: np.ndarray,
 ) -> None:
-    """Repair the ``active`` layers of ``state`` in place: copies for experts that need
-    more, then moves off the hottest GPUs, towards the fresh plan's max/mean."""
+    """Repair the ``active`` layers of ``state`` in place: a copy for each expert that lost
+    every one, copies for experts too hot to fit under the goal, the empty slots filled,
+    then moves off the hottest GPUs until each layer reaches its goal max/mean."""
     load = state.load
     layers = load.shape[0]
-    # per-replica cap: the fresh plan's largest per-replica load, plus slack for noise
-    # (layers that lost copies keep the slack, their counts come back by `floor`;
-    # drifted layers re-split every expert that outgrew the fresh plan's cap)
-    prior = PlacementState(load, _dedupe(current.reshape(layers, cluster.num_gpus, cluster.slots_per_gpu))).counts
-    lost_copies = (prior > state.counts).any(axis=1)
-    slack = np.where(lost_copies, _COUNT_SLACK, _DRIFT_COUNT_SLACK)
-    fresh_cap = np.where(counts > 0, load / counts, 0.0).max(axis=1) * (1.0 + slack)
+    # per-replica cap: the water-filled counts' largest per-replica load, plus slack for
+    # noise, and never below what a GPU at the goal can carry (an expert under that
+    # cap fits; a copy above it is split once more)
+    fresh_cap = np.where(counts > 0, load / counts, 0.0).max(axis=1) * (1.0 + _COUNT_SLACK)
     ctx.count_cap = fresh_cap
     priority = np.zeros(layers)
-    priority[active] = before_ratio[active] - fresh_ratio
-    # copies lost on unavailable GPUs are restored elsewhere (as far as the water-filled counts allow)
+    priority[active] = before_ratio[active] - goal_ratio[active]
+    # copies lost on unavailable GPUs come back elsewhere (as far as the water-filled counts
+    # allow): the failed GPU's replicas, not more; experts that lost every copy go first
+    prior = PlacementState(load, _dedupe(current.reshape(layers, cluster.num_gpus, cluster.slots_per_gpu))).counts
     floor = np.where(prior > state.counts, np.minimum(prior, counts), 0)
     adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
     goal = np.zeros(layers)
-    goal[active] = (fresh_ratio + _GOAL_FRACTION * threshold[active]) * mean[active]
+    goal[active] = goal_ratio[active] * mean[active]
+    fill_empty_slots(state, active[empty[active]], goal, ctx)
     swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
 
 
@@ -1038,22 +1081,24 @@ def _repaired_or_fresh(
     fresh_ratio: np.ndarray,
     original: np.ndarray,
     original_node_has: np.ndarray,
-    threshold: np.ndarray,
+    goal_ratio: np.ndarray,
     cluster: _Cluster,
     experts: int,
     node_local: bool,
-    max_replicas_moved: int | None,
+    max_copies: int | None,
+    spent: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per layer, the repaired placement or the (relabelled) fresh plan, its max/mean,
-    whether it is the fresh plan, and whether ``max_replicas_moved`` / ``node_local``
-    ruled out a fresh plan that the layer needed (its repair fell short of it).
+    whether it is the fresh plan, and whether the copy budget / ``node_local`` ruled out
+    a fresh plan that the layer needed (its repair fell short of its goal).
 
-    The fresh plan replaces a repair that fell short of it, or one that writes more
-    copies for no better balance, as far as ``max_replicas_moved`` allows (the layers
-    the repair helps least first) and, with ``node_local``, only where it reads no copy
-    from another node.
+    The fresh plan replaces a repair that fell short of both the goal and the fresh
+    plan, or one that writes more copies for no better balance, as far as
+    ``max_copies`` (all copies of the call, ``spent`` of them written already) allows,
+    the layers the repair helps least first, and, with ``node_local``, only where it
+    reads no copy from another node.
     """
-    ok = repaired_ratio <= fresh_ratio + 2.0 * _GOAL_FRACTION * threshold
+    ok = repaired_ratio <= np.maximum(goal_ratio, fresh_ratio + _REPLAN_MARGIN)
     consider = np.flatnonzero(~ok | (repaired_writes > 0.5 * cluster.num_available * cluster.slots_per_gpu))
     chosen, chosen_ratio = repaired.copy(), repaired_ratio.copy()
     use_fresh = np.zeros(repaired.shape[0], dtype=bool)
@@ -1071,10 +1116,9 @@ def _repaired_or_fresh(
     want = allowed & (
         ~ok[consider] | ((fresh_writes < repaired_writes[consider]) & (fresh_considered <= repaired_ratio[consider]))
     )
-    spent = int(repaired_writes.sum())
     for idx in np.argsort(-(repaired_ratio[consider] - fresh_considered), kind="stable"):
         extra = int(fresh_writes[idx] - repaired_writes[consider[idx]])
-        affordable = max_replicas_moved is None or spent + extra <= max_replicas_moved
+        affordable = max_copies is None or spent + extra <= max_copies
         if want[idx] and affordable:
             use_fresh[consider[idx]] = True
             chosen[consider[idx]] = relabelled[idx]

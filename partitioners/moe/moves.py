@@ -379,16 +379,21 @@ def adjust_counts(
     nth = np.arange(row_e.size) - np.repeat(starts, reps)
     have = counts[row_e, expert_e]
     lost_e = (have == 0) & (nth == 0)
+    restore_e = nth < np.minimum(floor[layers], gpus)[row_e, expert_e] - have
     key = np.where(lost_e, np.inf, load[row_e, expert_e] / (have + nth + 1))
     order = np.lexsort((-key, row_e))  # by layer, then lost experts and largest per-replica load first
-    row_e, expert_e, lost_e = row_e[order], expert_e[order], lost_e[order]
+    row_e, expert_e, lost_e, restore_e = row_e[order], expert_e[order], lost_e[order], restore_e[order]
     first = np.searchsorted(row_e, np.arange(layers.size))
     col = np.arange(row_e.size) - first[row_e]
     gainers = np.full((layers.size, width), -1, dtype=np.int64)
     mandatory = np.zeros((layers.size, width), dtype=bool)
+    restoring = np.zeros((layers.size, width), dtype=bool)  # a copy lost on an unavailable GPU coming back
     gainers[row_e, col] = expert_e
     mandatory[row_e, col] = lost_e
+    restoring[row_e, col] = restore_e
     mean_load = state.load.sum(axis=1) / gpus
+    # each expert's busiest host, as the call found them (a score, refreshed once, not per copy)
+    busiest = _busiest_host(state, layers)
     for step in range(width):
         b = gainers[:, step]
         go = b >= 0
@@ -409,16 +414,17 @@ def adjust_counts(
         rows = np.flatnonzero(go)
         lay = layers[rows]
         bb = b[rows]
-        mand = mandatory[rows, step]
-        # the lightest GPUs first; rows that find nothing there look at every GPU
-        near = min(_GAINER_GPUS, gpus)
+        mand = mandatory[rows, step] | restoring[rows, step]
+        # the lightest GPUs first (every GPU for a lost copy: the donor matters more than the
+        # receiving GPU); rows that find nothing there look at every GPU
+        near = gpus if mand.any() else min(_GAINER_GPUS, gpus)
         light = np.argsort(state.gpu_load[lay], axis=1)[:, :near]
-        g, k = _gainer_slot(state, rows, lay, bb, mand, surplus, light, ctx, mean_load)
+        g, k = _gainer_slot(state, rows, lay, bb, mand, surplus, light, ctx, mean_load, busiest)
         retry = np.flatnonzero(g < 0)
         if retry.size and near < gpus:
             everywhere = np.broadcast_to(np.arange(gpus), (retry.size, gpus))
             g[retry], k[retry] = _gainer_slot(
-                state, rows[retry], lay[retry], bb[retry], mand[retry], surplus, everywhere, ctx, mean_load
+                state, rows[retry], lay[retry], bb[retry], mand[retry], surplus, everywhere, ctx, mean_load, busiest
             )
         found = g >= 0
         rows, lay, bb, g, k = rows[found], lay[found], bb[found], g[found], k[found]
@@ -444,12 +450,16 @@ def _gainer_slot(
     gpus_to_try: np.ndarray,
     ctx: MoveContext,
     mean_load: np.ndarray,
+    busiest: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Slot for a new copy of ``bb`` among ``gpus_to_try`` (per row): lightest result; (-1, -1) if none.
 
-    A lost expert may take any copy of an expert that has another one (one always
-    exists, since experts <= slots); other gainers only take copies above their
-    expert's need, or empty slots.
+    A lost copy (an expert that lost every one, or a copy lost on an unavailable GPU)
+    may take any copy of an expert that has another one (one always exists, since
+    experts <= slots); other gainers only take copies above their expert's need, or
+    empty slots. The score is the larger of the receiving GPU's new load and that of
+    the donor's busiest other host, which takes a share of the copy given up, so a
+    lost copy replaces a copy of an expert with many (each host gains little).
     """
     n, _width = gpus_to_try.shape
     slots_per_gpu = state.slots.shape[2]
@@ -471,15 +481,44 @@ def _gainer_slot(
         cross = np.repeat((~has_node & has_any[:, None]).astype(np.float64), slots_per_gpu, axis=1)
     new_pr = state.load[lay, bb] / (state.counts[lay, bb] + 1)
     gpu_load = np.repeat(state.gpu_load[lay[:, None], gpus_to_try], slots_per_gpu, axis=1)
-    result = gpu_load - state.per_replica[lay[:, None], flat] + new_pr[:, None]
-    # a copy its expert needs is taken only when no spare one will do
-    penalty = (_CROSS_NODE_PENALTY * cross + 1e6 * ~spare_copy) * mean_load[lay][:, None]
+    given_up = state.per_replica[lay[:, None], flat]
+    result = gpu_load - given_up + new_pr[:, None]
+    # the donor's other hosts share the copy given up: the busiest of them must stay light too
+    # the donor's other hosts share the copy given up: the busiest of them must stay light too
+    rows_n = np.arange(n)
+    donor_count = counts_pad[rows_n[:, None], np.where(flat >= 0, flat, counts_pad.shape[1] - 1)]
+    rise = given_up / np.maximum(donor_count - 1, 1)
+    result = np.maximum(result, busiest[rows[:, None], flat] + rise)
+    # a copy its expert needs is taken only when no spare one will do (but a lost copy may take any)
+    penalty = (_CROSS_NODE_PENALTY * cross + 1e6 * (~spare_copy & ~mand[:, None])) * mean_load[lay][:, None]
     score = np.where(ok, result + penalty, np.inf)
     pick = score.argmin(axis=1)
     found = np.isfinite(score[np.arange(n), pick])
     g = np.where(found, gpus_to_try[np.arange(n), pick // slots_per_gpu], -1)
     k = np.where(found, pick % slots_per_gpu, -1)
     return g, k
+
+
+def _busiest_host(state: PlacementState, lay: np.ndarray) -> np.ndarray:
+    """``out[i, e]``: the largest load among the GPUs holding expert ``e`` in layer ``lay[i]``
+    (``-inf`` for an expert without a copy and in the last column, index -1, for empty slots).
+
+    One sort of the slots by expert and a segmented maximum, for all rows at once.
+    """
+    n = lay.size
+    experts = state.load.shape[1]
+    slots = state.slots[lay].reshape(n, -1)
+    slots_per_gpu = state.slots.shape[2]
+    key = (np.arange(n)[:, None] * (experts + 1) + np.where(slots >= 0, slots, experts)).ravel()
+    value = np.repeat(state.gpu_load[lay], slots_per_gpu, axis=1).ravel()
+    order = np.argsort(key, kind="stable")
+    key, value = key[order], value[order]
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    out = np.full(n * (experts + 1), -np.inf)
+    out[key[starts]] = np.maximum.reduceat(value, starts)
+    out = out.reshape(n, experts + 1)
+    out[:, -1] = -np.inf
+    return out
 
 
 def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.ndarray, ctx: MoveContext) -> None:

@@ -947,7 +947,16 @@ def _replace_incrementally(
     # aim: the balance target, or just above the bound where even a fresh plan cannot reach it
     goal_ratio = np.maximum(balance_target, bound + _GOAL_FRACTION * threshold)
     # a fresh plan cannot beat the bound, so layers within threshold of it are kept without one
-    candidates = np.flatnonzero(lost | empty | ((before_ratio - bound > threshold) & (before_ratio > goal_ratio)))
+    # (a layer that lost copies on unavailable GPUs reads hot until they are back: it counts as one)
+    with_down = _dedupe(current.reshape(layers, cluster.num_gpus, slots_per_gpu)).reshape(layers, -1)
+    prior = count_rows(np.where(with_down >= 0, with_down, experts), experts + 1)[:, :experts]
+    lost_copies = (prior > state.counts).any(axis=1)
+    drifted = (before_ratio - bound > threshold) & (before_ratio > goal_ratio) & ~lost_copies & ~empty
+    # a layer that changes only to re-create lost copies or fill empty slots (a GPU failed or
+    # came back) aims at what would keep it (the bound plus the threshold), so the repair
+    # writes the copies it must and moves no more than balance then needs
+    goal_ratio = np.where(drifted, goal_ratio, np.maximum(goal_ratio, bound + threshold))
+    candidates = np.flatnonzero(lost | lost_copies | empty | drifted)
     final = original.copy()
     action = np.full(layers, "kept", dtype="<U9")
     policy = np.full(layers, "", dtype="<U12")
@@ -975,7 +984,7 @@ def _replace_incrementally(
         budget=budget,
     )
     # the layers as repaired in place, their max/mean and the copies they write
-    _repair(state, active, current, counts, before_ratio, goal_ratio, mean, ctx, cluster, empty)
+    _repair(state, active, prior, counts, before_ratio, goal_ratio, mean, ctx, empty)
     repaired = state.slots[active]
     repaired_ratio = balance_ratio(state.gpu_load[active], total[active])
     repaired_writes = ((repaired != original[active]) & (repaired >= 0)).sum(axis=(1, 2))
@@ -1017,7 +1026,7 @@ def _replace_incrementally(
         policy_fresh[idx] = fresh_policy
     else:
         policy_fresh = np.full(active.size, "", dtype="<U12")
-    worth = lost[active] | empty[active] | (before_ratio[active] - chosen_ratio > min_improvement)
+    worth = lost[active] | empty[active] | lost_copies[active] | (before_ratio[active] - chosen_ratio > min_improvement)
     final[active[worth]] = chosen[worth]
     action[active[worth]] = np.where(use_fresh[worth], "replanned", "moved")
     policy[active[worth & use_fresh]] = policy_fresh[worth & use_fresh]
@@ -1041,13 +1050,12 @@ def _replace_incrementally(
 def _repair(
     state: PlacementState,
     active: np.ndarray,
-    current: np.ndarray,
+    prior: np.ndarray,
     counts: np.ndarray,
     before_ratio: np.ndarray,
     goal_ratio: np.ndarray,
     mean: np.ndarray,
     ctx: MoveContext,
-    cluster: _Cluster,
     empty: np.ndarray,
 ) -> None:
     """Repair the ``active`` layers of ``state`` in place: a copy for each expert that lost
@@ -1064,7 +1072,6 @@ def _repair(
     priority[active] = before_ratio[active] - goal_ratio[active]
     # copies lost on unavailable GPUs come back elsewhere (as far as the water-filled counts
     # allow): the failed GPU's replicas, not more; experts that lost every copy go first
-    prior = PlacementState(load, _dedupe(current.reshape(layers, cluster.num_gpus, cluster.slots_per_gpu))).counts
     floor = np.where(prior > state.counts, np.minimum(prior, counts), 0)
     adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
     goal = np.zeros(layers)

@@ -93,6 +93,8 @@ from partitioners.moe.relabel import gpu_in_node, relabel
 from partitioners.moe.replicas import bound_ratio, water_fill
 
 __all__ = [
+    "DEFAULT_BALANCE_TARGET",
+    "eplb_maps",
     "BalanceStats",
     "Migrations",
     "RebalanceResult",
@@ -203,6 +205,9 @@ class Migrations:
         ``(n,)`` bool: the copy crosses nodes (its source is on another node).
     bytes_per_copy : int
         ``expert_bytes`` as given.
+    replaced_expert : numpy.ndarray
+        ``(n,)`` int64: the expert the slot held before (``-1``: empty); a runtime that
+        could not complete copy ``i`` still holds it there.
     """
 
     layer: npt.NDArray[np.int64]
@@ -212,6 +217,7 @@ class Migrations:
     source_gpu: npt.NDArray[np.int64]
     cross_node: npt.NDArray[np.bool_]
     bytes_per_copy: int
+    replaced_expert: npt.NDArray[np.int64] = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def count(self) -> int:
@@ -270,6 +276,13 @@ class RebalanceResult:
         True when nothing changes (every layer ``"kept"``).
     reason : str
         One sentence for the caller saying why.
+    bound_by : str
+        What stopped the moves: ``"balance_target"`` (the layers that changed reached
+        their goal, or had no move left that helps), ``"move_budget"`` /
+        ``"max_replicas_moved"`` (the copy budget ran out first), or ``"none"`` (no
+        placement in service, or nothing to move).
+    lost_experts : int
+        Experts with no copy on an available GPU in the placement in service (re-created first).
     """
 
     physical_to_logical: npt.NDArray[np.int64]
@@ -283,6 +296,8 @@ class RebalanceResult:
     layer_policy: npt.NDArray[np.str_]
     kept_current: bool
     reason: str
+    bound_by: str = "none"
+    lost_experts: int = 0
 
     @property
     def slots_moved_fraction(self) -> float:
@@ -304,18 +319,33 @@ class RebalanceResult:
             out.append([by_expert[a:b] for a, b in zip([0, *ends[:-1]], ends)])
         return out
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, *, placement: bool = True, layers: bool = True) -> dict[str, Any]:
         """Plain lists and numbers (JSON-ready): ragged ``logical_to_physical`` and migrations
-        column-wise, so large answers stay cheap."""
+        column-wise, so large answers stay cheap. ``placement=False`` leaves out the three
+        maps and ``layers=False`` the per-layer figures: an answer then grows with what
+        changed (the migrations), not with the model."""
 
         def stats(value: BalanceStats | None) -> dict[str, Any] | None:
-            return None if value is None else value.as_dict()
+            if value is None:
+                return None
+            out = value.as_dict()
+            if not layers:
+                del out["per_layer"]
+            return out
 
         m = self.migrations
+        maps: dict[str, Any] = {}
+        if placement:
+            maps = {
+                "physical_to_logical": self.physical_to_logical.tolist(),
+                "logical_to_physical": self.logical_to_physical_lists(),
+                "logical_count": self.logical_count.tolist(),
+            }
+        per_layer: dict[str, Any] = {}
+        if layers:
+            per_layer = {"layer_action": self.layer_action.tolist(), "layer_policy": self.layer_policy.tolist()}
         return {
-            "physical_to_logical": self.physical_to_logical.tolist(),
-            "logical_to_physical": self.logical_to_physical_lists(),
-            "logical_count": self.logical_count.tolist(),
+            **maps,
             "balance_before": stats(self.balance_before),
             "balance_after": stats(self.balance_after),
             "lower_bound": stats(self.lower_bound),
@@ -329,14 +359,31 @@ class RebalanceResult:
                 "gpu": m.gpu.tolist(),
                 "slot": m.slot.tolist(),
                 "logical_expert": m.logical_expert.tolist(),
+                "replaced_expert": m.replaced_expert.tolist(),
                 "source_gpu": m.source_gpu.tolist(),
                 "cross_node": m.cross_node.tolist(),
             },
-            "layer_action": self.layer_action.tolist(),
-            "layer_policy": self.layer_policy.tolist(),
+            **per_layer,
             "kept_current": self.kept_current,
             "reason": self.reason,
         }
+
+
+def eplb_maps(physical_to_logical: np.ndarray, num_experts: int) -> tuple[list[list[list[int]]], np.ndarray]:
+    """EPLB's ``logical_to_physical`` (ragged lists, slots ascending) and ``logical_count`` of a placement.
+
+    For a placement read back from storage (``GET /v1/moe/deployments/{name}``), in the
+    form :meth:`RebalanceResult.logical_to_physical_lists` gives for an answer.
+    """
+    placement = np.asarray(physical_to_logical, dtype=np.int64)
+    counts = count_rows(np.where(placement >= 0, placement, num_experts), num_experts + 1)[:, :num_experts]
+    out = []
+    for layer, layer_counts in zip(placement, counts):
+        slots = np.flatnonzero(layer >= 0)
+        by_expert = slots[np.argsort(layer[slots], kind="stable")].tolist()
+        ends = np.cumsum(layer_counts).tolist()
+        out.append([by_expert[a:b] for a, b in zip([0, *ends[:-1]], ends)])
+    return out, counts.astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -723,6 +770,20 @@ def rebalance(
     seed : int
         Accepted for a stable signature; the algorithm is deterministic
         (ties break by index), so the same input gives the same output.
+    balance_target : float
+        The max/mean at which a repaired layer stops moving copies (default 1.015):
+        moves are bought while they lower a layer towards it, best balance gain per
+        copy written first, and no further (a fresh plan's optimum costs several
+        times the copies for a few thousandths). A layer whose bound lies above it
+        aims just above its bound; a layer that changes only because copies were lost
+        on unavailable GPUs or slots are empty aims at what would keep it (bound plus
+        the keep threshold), so a failure or a returning GPU writes the copies it must
+        and little more.
+    move_budget : int, optional
+        Copies this call may write for balance, on top of re-creating the experts that
+        lost every copy (which always happens); ``max_replicas_moved`` stays the hard
+        cap on everything. ``bound_by`` says whether the budget or the target stopped
+        the moves.
 
     Returns
     -------
@@ -752,6 +813,18 @@ def rebalance(
     gpus_per_node = _check_positive_int(gpus_per_node, "cluster.gpus_per_node", MAX_PER_NODE)
     slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu", MAX_PER_NODE)
     _check_options(max_replicas_moved, expert_bytes, min_improvement)
+    if move_budget is not None:
+        _check_count(move_budget, "move_budget", "bad-cap")
+    if (
+        isinstance(balance_target, bool)
+        or not isinstance(balance_target, (int, float, np.integer, np.floating))
+        or not 1.0 <= float(balance_target) <= 1e6
+    ):
+        raise InvalidInput(
+            f"balance_target must be a number >= 1 (a max/mean), got {balance_target!r}",
+            field="balance_target",
+            code="bad-threshold",
+        )
     node_local = _check_flag(node_local, "node_local")
     ignore_sampling_noise = _check_flag(ignore_sampling_noise, "ignore_sampling_noise")
     cluster = _Cluster.of(num_nodes, gpus_per_node, slots_per_gpu, unavailable_gpus)
@@ -821,7 +894,20 @@ def rebalance(
         reason,
         had_current=current is not None,
         measured=(after, after_counts),
+        bound_by=_bound_by(decision, current is not None, max_replicas_moved, move_budget),
     )
+
+
+def _bound_by(decision: _Decision, had_current: bool, max_replicas_moved: int | None, move_budget: int | None) -> str:
+    """Which limit stopped the moves (see :attr:`RebalanceResult.bound_by`)."""
+    if not had_current or (decision.action == "kept").all() and not decision.budget_bound:
+        return "none"
+    if not decision.budget_bound:
+        return "balance_target"
+    soft = None if move_budget is None else decision.lost_experts + move_budget
+    if max_replicas_moved is not None and (soft is None or max_replicas_moved <= soft):
+        return "max_replicas_moved"
+    return "move_budget"
 
 
 @dataclass(frozen=True)
@@ -888,6 +974,7 @@ class _Decision:
     held_by_node_local: np.ndarray | None = None
     goal_ratio: np.ndarray | None = None  # (L,) the max/mean each layer aimed at
     budget_bound: bool = False  # the copy budget, not the balance target, stopped the moves
+    lost_experts: int = 0  # experts without a copy on an available GPU before the call
 
 
 def _keep_threshold(
@@ -962,7 +1049,14 @@ def _replace_incrementally(
     policy = np.full(layers, "", dtype="<U12")
     # final, action and policy are filled in place below for the layers that change
     decision = _Decision(
-        final, original, _measure(load, original)[0], action, policy, original_node_gpu=None, goal_ratio=goal_ratio
+        final,
+        original,
+        _measure(load, original)[0],
+        action,
+        policy,
+        original_node_gpu=None,
+        goal_ratio=goal_ratio,
+        lost_experts=n_lost,
     )
     if candidates.size == 0:
         return decision
@@ -1384,6 +1478,7 @@ def _result(
     reason: str,
     had_current: bool,
     measured: tuple[BalanceStats, np.ndarray],
+    bound_by: str,
 ) -> RebalanceResult:
     """The answer: the placement on every physical slot, the slots of each expert, the
     copies to write (each with the nearest GPU that already holds it) and the balance
@@ -1428,6 +1523,7 @@ def _result(
         source = np.full(lay.size, -1, dtype=np.int64)
         cross = np.zeros(lay.size, dtype=bool)
     gpu = available[gpu_a]
+    replaced = original[lay, gpu_a, slot]
     migrations = Migrations(
         layer=lay.astype(np.int64),
         gpu=gpu.astype(np.int64),
@@ -1436,6 +1532,7 @@ def _result(
         source_gpu=source.astype(np.int64),
         cross_node=cross,
         bytes_per_copy=expert_bytes,
+        replaced_expert=replaced.astype(np.int64),
     )
     return RebalanceResult(
         physical_to_logical=physical,
@@ -1449,4 +1546,6 @@ def _result(
         layer_policy=decision.policy,
         kept_current=bool((decision.action == "kept").all()) and had_current,
         reason=reason,
+        bound_by=bound_by,
+        lost_experts=decision.lost_experts,
     )

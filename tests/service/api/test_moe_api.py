@@ -194,3 +194,112 @@ def test_a_deployment_kept_by_a_zero_move_cap_says_the_cap_is_why(client):
     assert body["kept_current"] is True and body["balance_after"]["worst"] > 3.0
     assert body["reason"].startswith("kept the current placement: max_replicas_moved=0 lets no copy be written")
     assert "would improve by more than" not in body["reason"]
+
+
+# ----------------------------------------------------------------------------- the runtime protocol
+
+
+def _skewed(hot: int) -> list[list[float]]:
+    """One expert of 16 carrying most tokens, per layer: moving it forces migrations."""
+    load = np.full((4, 16), 100.0)
+    load[:, hot] = 5000.0
+    return load.tolist()
+
+
+def test_an_answer_names_its_placement_version_in_the_body_and_the_etag(client):
+    response = client.post("/v1/moe/rebalance", json=_request(_load(20), deployment="etag"))
+    body = response.json()
+    assert body["placement_version"] == 1 and body["placement_etag"] == "v1"
+    assert response.headers["etag"] == '"v1"'
+    stateless = client.post("/v1/moe/rebalance", json=_request(_load(20)))
+    assert stateless.json()["placement_version"] is None
+    assert stateless.headers["etag"] == f'"{stateless.json()["placement_etag"]}"'
+
+
+def test_an_answer_that_keeps_the_placement_is_a_few_hundred_bytes_and_keeps_its_version(client):
+    client.post("/v1/moe/rebalance", json=_request(_load(21), deployment="small"))
+    response = client.post("/v1/moe/rebalance", json={"load": _load(21), "deployment": "small", "placement_version": 1})
+    body = response.json()
+    assert body["kept_current"] is True and body["placement_version"] == 1 and body["version"] == 2
+    assert len(response.content) < 1500
+    assert "physical_to_logical" not in body
+
+
+def test_the_full_placement_comes_on_request_or_by_get(client):
+    first = client.post(FULL, json=_request(_load(22), deployment="maps")).json()
+    read = client.get("/v1/moe/deployments/maps")
+    assert read.headers["etag"] == '"v1"'
+    state = read.json()
+    assert state["placement_version"] == 1
+    for key in ("physical_to_logical", "logical_to_physical", "logical_count"):
+        assert state[key] == first[key]
+
+
+def test_a_report_against_a_stale_version_is_a_409_naming_the_current_one(client):
+    client.post("/v1/moe/rebalance", json=_request(_skewed(0), deployment="stale"))
+    moved = client.post("/v1/moe/rebalance", json={"load": _skewed(9), "deployment": "stale", "placement_version": 1})
+    assert moved.json()["placement_version"] == 2
+    response = client.post("/v1/moe/rebalance", json={"load": _skewed(9), "deployment": "stale", "placement_version": 1})
+    assert response.status_code == 409
+    assert "the current one is version 2" in response.json()["detail"]
+
+
+def test_a_preview_records_nothing(client):
+    client.post("/v1/moe/rebalance", json=_request(_skewed(0), deployment="preview"))
+    preview = client.post("/v1/moe/rebalance", json={"load": _skewed(9), "deployment": "preview", "apply": False})
+    body = preview.json()
+    assert body["applied"] is False and body["migrations"]["count"] > 0 and body["placement_version"] == 1
+    state = client.get("/v1/moe/deployments/preview").json()
+    assert (state["current_version"], state["placement_version"]) == (1, 1)
+
+
+def test_a_partly_applied_answer_leaves_the_deployment_on_what_was_really_deployed(client):
+    first = client.post(FULL, json=_request(_skewed(0), deployment="partial")).json()
+    answer = client.post(FULL, json={"load": _skewed(9), "deployment": "partial"}).json()
+    migrations = answer["migrations"]
+    assert migrations["count"] >= 2
+    confirmed = client.post(
+        "/v1/moe/deployments/partial/applied", json={"placement_version": 2, "migrations_completed": [0]}
+    )
+    assert confirmed.status_code == 200, confirmed.text
+    assert confirmed.json()["migrations_applied"] == 1 and confirmed.json()["placement_version"] == 3
+    expected = np.asarray(first["physical_to_logical"])
+    expected[migrations["layer"][0], migrations["slot"][0]] = migrations["logical_expert"][0]
+    state = client.get("/v1/moe/deployments/partial").json()
+    assert state["physical_to_logical"] == expected.tolist()
+    assert [h["status"] for h in state["history"]] == ["confirmed", "partially applied", "answered"]
+    # the next report starts from what is deployed: the copies not made are asked for again
+    again = client.post("/v1/moe/rebalance", json={"load": _skewed(9), "deployment": "partial", "placement_version": 3})
+    assert again.json()["based_on_version"] == 3 and again.json()["migrations"]["count"] >= 1
+
+
+def test_a_fully_applied_answer_is_marked_applied(client):
+    client.post("/v1/moe/rebalance", json=_request(_load(23), deployment="full"))
+    confirmed = client.post("/v1/moe/deployments/full/applied", json={"placement_version": 1})
+    assert confirmed.json()["status"] == "applied" and confirmed.json()["placement_version"] == 1
+    assert client.get("/v1/moe/deployments/full").json()["history"][0]["status"] == "applied"
+
+
+def test_confirming_a_stale_version_is_a_409_and_an_unknown_migration_a_422(client):
+    client.post("/v1/moe/rebalance", json=_request(_skewed(0), deployment="confirm"))
+    client.post("/v1/moe/rebalance", json={"load": _skewed(9), "deployment": "confirm"})
+    stale = client.post("/v1/moe/deployments/confirm/applied", json={"placement_version": 1})
+    assert stale.status_code == 409 and "version 2" in stale.json()["detail"]
+    unknown = client.post(
+        "/v1/moe/deployments/confirm/applied", json={"placement_version": 2, "migrations_completed": [10**6]}
+    )
+    assert unknown.status_code == 422
+    assert client.post("/v1/moe/deployments/nobody/applied", json={"placement_version": 1}).status_code == 404
+
+
+def test_unavailable_gpus_carry_over_to_load_only_reports_until_the_cluster_is_sent_again(client):
+    down = {"num_nodes": 2, "gpus_per_node": 4, "slots_per_gpu": SLOTS_PER_GPU, "unavailable_gpus": [5]}
+    client.post("/v1/moe/rebalance", json=_request(_load(24), deployment="failing"))
+    client.post(FULL, json={"load": _load(24), "deployment": "failing", "cluster": down})
+    later = client.post(FULL, json={"load": _load(25), "deployment": "failing"}).json()
+    _valid(later["physical_to_logical"], 16, unavailable={5})  # still down without saying so again
+    back = {**down, "unavailable_gpus": []}
+    returned = client.post(FULL, json={"load": _load(25), "deployment": "failing", "cluster": back}).json()
+    slots = np.asarray(returned["physical_to_logical"]).reshape(4, GPUS, SLOTS_PER_GPU)
+    assert (slots[:, 5] >= 0).all()  # the returning GPU is refilled
+    assert returned["budget"]["copies_written"] == returned["migrations"]["count"]

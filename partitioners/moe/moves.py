@@ -392,7 +392,7 @@ def adjust_counts(
     mandatory[row_e, col] = lost_e
     restoring[row_e, col] = restore_e
     mean_load = state.load.sum(axis=1) / gpus
-    # each expert's busiest host, as the call found them (a score, refreshed once, not per copy)
+    # each expert's busiest host, as the call found them (refreshed per copy only for lost copies)
     busiest = _busiest_host(state, layers)
     for step in range(width):
         b = gainers[:, step]
@@ -415,6 +415,8 @@ def adjust_counts(
         lay = layers[rows]
         bb = b[rows]
         mand = mandatory[rows, step] | restoring[rows, step]
+        if step and mand.any():
+            busiest[rows] = _busiest_host(state, lay)  # lost copies: each donor's hosts as they are now
         # the lightest GPUs first (every GPU for a lost copy: the donor matters more than the
         # receiving GPU); rows that find nothing there look at every GPU
         near = gpus if mand.any() else min(_GAINER_GPUS, gpus)
@@ -533,7 +535,6 @@ def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.nd
     """
     gpus, slots_per_gpu = state.slots.shape[1:]
     experts = state.load.shape[1]
-    mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
     for _ in range(gpus * slots_per_gpu):
         if layers.size == 0:
             return
@@ -557,22 +558,22 @@ def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.nd
         share = state.load[layers] / (counts + 1)
         room = goal_load[layers] - state.gpu_load[layers, g]
         fits = eligible & (share <= room[:, None])
-        score = np.where(fits, hot, -np.inf)
-        fallback = np.where(eligible, -share, -np.inf)
-        use_fit = np.isfinite(score.max(axis=1))
+        # an expert without any copy takes an empty slot before anything else: it must come back
+        key = np.where(counts == 0, np.finfo(np.float64).max, hot)
+        score = np.where(fits, key, -np.inf)
+        use_fit = (score > -np.inf).any(axis=1)
+        fallback = np.where(eligible, np.where(counts == 0, np.finfo(np.float64).max, -share), -np.inf)
         score = np.where(use_fit[:, None], score, fallback)
         expert = score.argmax(axis=1)
-        gain = np.where(use_fit, hot[np.arange(n), expert], 0.0) / mean_load[layers]
-        gain = np.where(np.isfinite(score[np.arange(n), expert]), gain, -np.inf)
-        go = np.isfinite(gain)
-        gain = np.where(go, gain, -np.inf)
+        gain = score[np.arange(n), expert]  # ranks the layers under a budget
+        go = gain > -np.inf
         if ctx.budget is not None:
             if ctx.budget <= 0:
                 ctx.budget_bound = True
                 return
             if go.sum() > ctx.budget:
                 ctx.budget_bound = True
-                go &= np.zeros(n, dtype=bool) | (np.argsort(np.argsort(-np.where(go, gain, -np.inf))) < ctx.budget)
+                go &= np.argsort(np.argsort(-gain, kind="stable"), kind="stable") < ctx.budget
         if not go.any():
             return
         lay, g, k, expert = layers[go], g[go], k[go], expert[go]

@@ -900,7 +900,7 @@ def rebalance(
 
 def _bound_by(decision: _Decision, had_current: bool, max_replicas_moved: int | None, move_budget: int | None) -> str:
     """Which limit stopped the moves (see :attr:`RebalanceResult.bound_by`)."""
-    if not had_current or (decision.action == "kept").all() and not decision.budget_bound:
+    if not had_current or ((decision.action == "kept").all() and not decision.budget_bound):
         return "none"
     if not decision.budget_bound:
         return "balance_target"
@@ -1029,7 +1029,9 @@ def _replace_incrementally(
     # empty slots on available GPUs (a GPU back from failure) are filled when the slots
     # can all hold a copy without duplicates
     fillable = experts >= slots_per_gpu
-    empty = (original < 0).any(axis=(1, 2)) if fillable else np.zeros(layers, dtype=bool)
+    empty = np.zeros(layers, dtype=bool)
+    if fillable:
+        empty[:] = np.min(original.reshape(layers, -1), axis=1) < 0
     threshold = _keep_threshold(mean, cluster.num_available, min_improvement, ignore_sampling_noise)
     # aim: the balance target, or just above the bound where even a fresh plan cannot reach it
     goal_ratio = np.maximum(balance_target, bound + _GOAL_FRACTION * threshold)
@@ -1037,7 +1039,7 @@ def _replace_incrementally(
     # (a layer that lost copies on unavailable GPUs reads hot until they are back: it counts as one)
     with_down = _dedupe(current.reshape(layers, cluster.num_gpus, slots_per_gpu)).reshape(layers, -1)
     prior = count_rows(np.where(with_down >= 0, with_down, experts), experts + 1)[:, :experts]
-    lost_copies = (prior > state.counts).any(axis=1)
+    lost_copies = np.max(prior - state.counts, axis=1) > 0
     drifted = (before_ratio - bound > threshold) & (before_ratio > goal_ratio) & ~lost_copies & ~empty
     # a layer that changes only to re-create lost copies or fill empty slots (a GPU failed or
     # came back) aims at what would keep it (the bound plus the threshold), so the repair
@@ -1051,7 +1053,8 @@ def _replace_incrementally(
     decision = _Decision(
         final,
         original,
-        _measure(load, original)[0],
+        # the placement in service, as _measure would report it (state has not moved yet)
+        BalanceStats.of(np.maximum(before_ratio, 1.0), unhosted=(state.counts == 0) & (load > 0)),
         action,
         policy,
         original_node_gpu=None,
@@ -1167,10 +1170,11 @@ def _repair(
     # copies lost on unavailable GPUs come back elsewhere (as far as the water-filled counts
     # allow): the failed GPU's replicas, not more; experts that lost every copy go first
     floor = np.where(prior > state.counts, np.minimum(prior, counts), 0)
-    adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
     goal = np.zeros(layers)
     goal[active] = goal_ratio[active] * mean[active]
+    # empty slots first (a GPU back from failure): one write each and no donor, under the goal
     fill_empty_slots(state, active[empty[active]], goal, ctx)
+    adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
     swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
 
 

@@ -150,7 +150,9 @@ def rebalance_request(
         response["deployment"] = request.deployment
     response["placement_version"] = placement_version
     response["placement_etag"] = (
-        etag_of(placement_version) if request.deployment and request.apply else etag_of(None, result.physical_to_logical)
+        etag_of(placement_version)
+        if request.deployment and request.apply
+        else etag_of(None, result.physical_to_logical)
     )
     return response
 

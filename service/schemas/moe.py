@@ -109,9 +109,7 @@ class MoeRebalanceRequest(RequestModel):
         description="The deployment's placement version the runtime is running (the ETag of the answer it applied);"
         " a report against another one is a 409 naming the current one.",
     )
-    apply: bool = Field(
-        True, description="false: preview; the deployment and its history stay as they are."
-    )
+    apply: bool = Field(True, description="false: preview; the deployment and its history stay as they are.")
 
 
 class BalanceRead(ResponseModel):
@@ -138,8 +136,9 @@ class MigrationsRead(ResponseModel):
     gpu: list[int]
     slot: list[int]
     logical_expert: list[int]
-    replaced_expert: list[int] = Field(description="The expert the slot held before (-1: empty); a runtime that"
-        " could not complete copy i keeps it.")
+    replaced_expert: list[int] = Field(
+        description="The expert the slot held before (-1: empty); a runtime that could not complete copy i keeps it."
+    )
     source_gpu: list[int] = Field(
         description="A GPU holding the expert now (same node preferred); -1: load from storage."
     )

@@ -239,7 +239,9 @@ def test_a_report_against_a_stale_version_is_a_409_naming_the_current_one(client
     client.post("/v1/moe/rebalance", json=_request(_skewed(0), deployment="stale"))
     moved = client.post("/v1/moe/rebalance", json={"load": _skewed(9), "deployment": "stale", "placement_version": 1})
     assert moved.json()["placement_version"] == 2
-    response = client.post("/v1/moe/rebalance", json={"load": _skewed(9), "deployment": "stale", "placement_version": 1})
+    response = client.post(
+        "/v1/moe/rebalance", json={"load": _skewed(9), "deployment": "stale", "placement_version": 1}
+    )
     assert response.status_code == 409
     assert "the current one is version 2" in response.json()["detail"]
 

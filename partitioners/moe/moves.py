@@ -561,7 +561,7 @@ def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.nd
         # an expert without any copy takes an empty slot before anything else: it must come back
         key = np.where(counts == 0, np.finfo(np.float64).max, hot)
         score = np.where(fits, key, -np.inf)
-        use_fit = (score > -np.inf).any(axis=1)
+        use_fit = score.max(axis=1) > -np.inf
         fallback = np.where(eligible, np.where(counts == 0, np.finfo(np.float64).max, -share), -np.inf)
         score = np.where(use_fit[:, None], score, fallback)
         expert = score.argmax(axis=1)

@@ -319,11 +319,14 @@ class RebalanceResult:
             out.append([by_expert[a:b] for a, b in zip([0, *ends[:-1]], ends)])
         return out
 
-    def as_dict(self, *, placement: bool = True, layers: bool = True) -> dict[str, Any]:
+    def as_dict(self, *, placement: bool = True, layers: bool = True, eplb: bool = False) -> dict[str, Any]:
         """Plain lists and numbers (JSON-ready): ragged ``logical_to_physical`` and migrations
         column-wise, so large answers stay cheap. ``placement=False`` leaves out the three
         maps and ``layers=False`` the per-layer figures: an answer then grows with what
-        changed (the migrations), not with the model."""
+        changed (the migrations), not with the model. ``eplb=True`` adds the maps as
+        EPLB-style runtimes hold them: ``physical_to_logical_map`` and
+        ``logical_to_physical_map`` (padded with ``-1`` to the largest replica count),
+        with ``logical_count``."""
 
         def stats(value: BalanceStats | None) -> dict[str, Any] | None:
             if value is None:
@@ -341,6 +344,10 @@ class RebalanceResult:
                 "logical_to_physical": self.logical_to_physical_lists(),
                 "logical_count": self.logical_count.tolist(),
             }
+        if eplb:
+            maps["physical_to_logical_map"] = self.physical_to_logical.tolist()
+            maps["logical_to_physical_map"] = self.logical_to_physical.tolist()
+            maps["logical_count"] = self.logical_count.tolist()
         per_layer: dict[str, Any] = {}
         if layers:
             per_layer = {"layer_action": self.layer_action.tolist(), "layer_policy": self.layer_policy.tolist()}

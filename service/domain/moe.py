@@ -31,8 +31,9 @@ from service.storage.models import MoeDeployment
 
 __all__ = ["INCLUDE_OPTIONS", "rebalance_request", "confirm_applied", "deployment_read", "etag_of"]
 
-# What ?include= may add to an answer: the three EPLB maps, and the per-layer figures.
-INCLUDE_OPTIONS = ("placement", "layers")
+# What ?include= may add to an answer: the three maps (ragged lists), the per-layer figures,
+# and the maps as vLLM's / SGLang's EPLB state holds them (padded tensors, ``*_map`` names).
+INCLUDE_OPTIONS = ("placement", "layers", "eplb")
 
 _SHAPE_FIELDS = {
     "model": ("num_moe_layers", "num_logical_experts"),
@@ -125,7 +126,7 @@ def rebalance_request(
         move_budget=move_budget,
     )
     compute_ms = (time.perf_counter() - started) * 1000
-    response = result.as_dict(placement="placement" in include, layers="layers" in include)
+    response = result.as_dict(placement="placement" in include, layers="layers" in include, eplb="eplb" in include)
     response["slots_moved_fraction"] = result.slots_moved_fraction
     response["compute_ms"] = round(compute_ms, 3)
     response["budget"] = {

@@ -174,6 +174,14 @@ class MoeRebalanceResponse(ResponseModel):
         None, description="Per layer, per logical expert, its physical slots."
     )
     logical_count: list[list[int]] | None = None
+    physical_to_logical_map: list[list[int]] | None = Field(
+        None, description="With ?include=eplb: physical_to_logical under EPLB's (vLLM's, SGLang's) name."
+    )
+    logical_to_physical_map: list[list[list[int]]] | None = Field(
+        None,
+        description="With ?include=eplb: per layer, per logical expert, its physical slots padded with -1 to the"
+        " largest replica count (vLLM pads to num_redundant_experts + 1: pad on the runtime's side).",
+    )
     placement_version: int | None = Field(
         description="The deployment's placement version after this answer (its ETag); null without a deployment."
     )

@@ -57,7 +57,8 @@ def rebalance(
         str,
         Query(
             max_length=64,
-            description="Comma-separated: 'placement' adds the three EPLB maps, 'layers' the per-layer figures.",
+            description="Comma-separated: 'placement' adds the three maps, 'layers' the per-layer figures, 'eplb'"
+            " the maps under EPLB's names as padded arrays (physical_to_logical_map, logical_to_physical_map).",
         ),
     ] = "",
 ) -> DocumentResponse:

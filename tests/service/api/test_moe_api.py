@@ -305,3 +305,14 @@ def test_unavailable_gpus_carry_over_to_load_only_reports_until_the_cluster_is_s
     slots = np.asarray(returned["physical_to_logical"]).reshape(4, GPUS, SLOTS_PER_GPU)
     assert (slots[:, 5] >= 0).all()  # the returning GPU is refilled
     assert returned["budget"]["copies_written"] == returned["migrations"]["count"]
+
+
+def test_include_eplb_gives_the_maps_under_eplbs_names_as_padded_arrays(client):
+    body = client.post("/v1/moe/rebalance?include=placement,eplb", json=_request(_load(26))).json()
+    assert body["physical_to_logical_map"] == body["physical_to_logical"]
+    padded = np.asarray(body["logical_to_physical_map"])  # a rectangular array, -1 padded
+    assert padded.shape[:2] == (4, 16) and padded.shape[2] == max(max(row) for row in body["logical_count"])
+    for layer in range(4):
+        for expert in range(16):
+            slots = padded[layer, expert]
+            assert slots[slots >= 0].tolist() == body["logical_to_physical"][layer][expert]

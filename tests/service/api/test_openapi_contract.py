@@ -168,7 +168,7 @@ UAT = {
     ],
 )
 def test_every_form_of_a_rebalance_answer_is_what_its_model_declares(client, request_body):
-    for include in ("", "?include=placement", "?include=placement,layers"):
+    for include in ("", "?include=placement", "?include=placement,layers,eplb"):
         _checked(MoeRebalanceResponse, client.post(f"/v1/moe/rebalance{include}", json=request_body))
 
 

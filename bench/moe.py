@@ -214,13 +214,13 @@ noise_rows: list[str] = []
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--quick", action="store_true", help="EP64 only, 5 repeats")
+    parser.add_argument("--quick", action="store_true", help="EP64 and EP32 only, 5 repeats")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     shapes = [(58, 256, 64, 1), (58, 256, 32, 1), (58, 256, 64, 2), (58, 512, 128, 1)]
     repeats = args.repeats
     if args.quick:
-        shapes, repeats = shapes[:1], 5
+        shapes, repeats = shapes[:2], 5
     eplb = _eplb()
     print(
         f"tokens per layer per report: {TOKENS_PER_LAYER}; repeats: {repeats}; EPLB: {'yes' if eplb else 'not importable, skipped'}"

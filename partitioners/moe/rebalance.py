@@ -892,6 +892,14 @@ def rebalance(
             max_replicas_moved=max_replicas_moved,
             num_experts=array.shape[1],
         )
+    bound_by = _bound_by(decision, current is not None, max_replicas_moved, move_budget)
+    if bound_by == "move_budget":
+        reason += (
+            f"; the move budget ({move_budget} copies for balance, plus {decision.lost_experts} lost"
+            f" expert(s)) ran out before every changed layer reached its balance target ({balance_target:g})"
+        )
+    elif bound_by == "balance_target":
+        reason += f"; moves stopped at the balance target ({balance_target:g})"
     return _result(
         array,
         decision,
@@ -901,7 +909,7 @@ def rebalance(
         reason,
         had_current=current is not None,
         measured=(after, after_counts),
-        bound_by=_bound_by(decision, current is not None, max_replicas_moved, move_budget),
+        bound_by=bound_by,
     )
 
 

@@ -701,7 +701,7 @@ def test_a_move_budget_caps_the_copies_written_for_balance_and_the_answer_says_i
     current = _deployed(load, **CLUSTER)
     result = rebalance(_drifted(load, 1), current_physical_to_logical=current, move_budget=6, **CLUSTER)
     assert result.migrations.count <= 6
-    assert result.bound_by == "move_budget"
+    assert result.bound_by == "move_budget" and "the move budget (6 copies" in result.reason
 
 
 def test_a_failure_rebuilds_its_lost_experts_even_past_the_move_budget():

@@ -106,7 +106,10 @@ def rebalance_request(
     if move_budget is None:
         move_budget = int(settings.moe_move_budget_fraction * slots)
 
-    load = np.asarray(request.load, dtype=np.float64)
+    try:
+        load = np.asarray(request.load, dtype=np.float64)
+    except ValueError:
+        load = request.load  # ragged rows: the rebalancer names what is wrong (422)
     started = time.perf_counter()
     result = rebalance(
         load,
@@ -144,7 +147,9 @@ def rebalance_request(
     if request.deployment:
         placement_version = deployment.placement_version if deployment is not None else 0
         if request.apply:
-            deployment = _record(session, tenant_id, request.deployment, deployment, model, cluster, load, result)
+            deployment = _record(
+                session, tenant_id, request.deployment, deployment, model, cluster, np.asarray(load), result
+            )
             placement_version = deployment.placement_version
             response["version"] = deployment.current_version
             response["applied"] = True

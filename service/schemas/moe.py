@@ -106,6 +106,7 @@ class MoeRebalanceRequest(RequestModel):
     placement_version: int | None = Field(
         None,
         ge=0,
+        le=2**31 - 1,
         description="The deployment's placement version the runtime is running (the ETag of the answer it applied);"
         " a report against another one is a 409 naming the current one.",
     )
@@ -255,7 +256,9 @@ class MoeDeploymentRead(ResponseModel):
 class MoeAppliedRequest(RequestModel):
     """What the runtime applied of an answer: all of it, or the migrations it completed."""
 
-    placement_version: int = Field(ge=1, description="The placement version of the answer applied (its ETag).")
+    placement_version: int = Field(
+        ge=1, le=2**31 - 1, description="The placement version of the answer applied (its ETag)."
+    )
     migrations_completed: list[Annotated[int, Field(ge=0, le=1 << 31)]] | None = Field(
         None,
         max_length=1 << 22,

@@ -7,7 +7,7 @@ free loopback port, then
 
 1. plays a serving runtime against one deployment per shape (DeepSeek-V3: 58 layers x
    256 experts, 64 and 32 GPUs of 5 and 9 slots): a first report with model and cluster
-   (``fresh``), then load-only reports, each naming the placement version it runs:
+   (``fresh``, five new deployments), then load-only reports, each naming the placement version it runs:
    ``unchanged`` (a new multinomial sample of the same popularity), ``drift`` (10% of
    the experts trade popularity, a new drift each call, applied and confirmed), and
    ``failure`` / ``return`` pairs (GPU ``k`` unavailable, then back, sent as the
@@ -65,7 +65,9 @@ def _cluster(num_gpus: int, slots_per_gpu: int, down: tuple[int, ...] = ()) -> d
     }
 
 
-def latency(base: str, layers: int, experts: int, num_gpus: int, calls: int, seed: int) -> list[str]:
+def latency(
+    base: str, layers: int, experts: int, num_gpus: int, calls: int, seed: int, fresh_calls: int = 5
+) -> list[str]:
     """One deployment played as a runtime would; a row per kind of call."""
     slots_per_gpu = experts // num_gpus + 1
     rng = np.random.default_rng(seed)
@@ -102,8 +104,11 @@ def latency(base: str, layers: int, experts: int, num_gpus: int, calls: int, see
         return record(kind, response, (time.perf_counter() - started) * 1000, load, down)
 
     with httpx.Client(base_url=base, timeout=30) as client:
-        load = sample(pop, rng)
-        version = post(client, "fresh", _request(load, num_gpus, slots_per_gpu, name), load)["placement_version"]
+        for k in range(fresh_calls):  # first reports of new deployments; the last one is played on
+            load = sample(pop, rng)
+            fresh_name = name if k == fresh_calls - 1 else f"{name}-fresh-{k}"
+            body = _request(load, num_gpus, slots_per_gpu, fresh_name)
+            version = post(client, "fresh", body, load)["placement_version"]
         for _ in range(calls):
             load = sample(pop, rng)
             body = {"load": load.tolist(), "deployment": name, "placement_version": version}
@@ -202,6 +207,9 @@ def main() -> None:
                 f"{'shape':<9} {'L':>3} {'call':<9} {'n':>4} {'p50 ms':>7} {'p99 ms':>7} {'cmp ms':>7} {'bytes':>9} "
                 f"{'mv%':>6} {'mean':>7} {'xlost':>5}   {'LPT mean':>7} {'LPT ms':>7}"
             )
+            with httpx.Client(base_url=base, timeout=30) as client:  # warm-up: imports, first connection
+                warm = sample(popularity(58, 256, np.random.default_rng(args.seed + 1)), np.random.default_rng(0))
+                client.post("/v1/moe/rebalance", json=_request(warm, 64, 5)).raise_for_status()
             for num_gpus in (64, 32):
                 for row in latency(base, 58, 256, num_gpus, args.calls, args.seed):
                     print(row, flush=True)

@@ -262,18 +262,17 @@ def _move_key(
     gain per copy written.
     """
     out = np.full(valid.shape, np.inf)
-    at = np.nonzero(valid)  # usually a small share of the candidates: score only those
-    if at[0].size == 0:
+    if not valid.any():
         return out
     shape = valid.shape
-    new_max, hot_load = new_max[at], np.broadcast_to(hot_load, shape)[at]
-    goal, mean = np.broadcast_to(goal, shape)[at], np.broadcast_to(mean, shape)[at]
-    cost = np.maximum(
-        np.broadcast_to(writes, shape)[at] + _CROSS_NODE_WRITE_COST * np.broadcast_to(cross, shape)[at], 0.25
-    )
+    # score only the allowed moves (boolean-mask gathers, cheaper than full-size arithmetic)
+    new_max, hot_load = new_max[valid], np.broadcast_to(hot_load, shape)[valid]
+    goal, mean = np.broadcast_to(goal, shape)[valid], np.broadcast_to(mean, shape)[valid]
+    cost = np.broadcast_to(writes, shape)[valid] + _CROSS_NODE_WRITE_COST * np.broadcast_to(cross, shape)[valid]
+    cost = np.maximum(cost, 0.25)
     reaching = cost + new_max / np.where(hot_load > 0, hot_load, 1.0)  # in [cost, cost + 1)
     not_reaching = 1e3 - (hot_load - new_max) / mean / cost
-    out[at] = np.where(new_max <= goal, reaching, not_reaching)
+    out[valid] = np.where(new_max <= goal, reaching, not_reaching)
     return out
 
 

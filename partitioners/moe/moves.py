@@ -429,9 +429,8 @@ def adjust_counts(
         mand = mandatory[rows, step] | restoring[rows, step]
         if step and mand.any():
             busiest[rows] = _busiest_host(state, lay)  # lost copies: each donor's hosts as they are now
-        # the lightest GPUs first (every GPU for a lost copy: the donor matters more than the
-        # receiving GPU); rows that find nothing there look at every GPU
-        near = min(2 * _GAINER_GPUS if mand.any() else _GAINER_GPUS, gpus)
+        # the lightest GPUs first; rows that find nothing there look at every GPU
+        near = min(_GAINER_GPUS, gpus)
         light = np.argsort(state.gpu_load[lay], axis=1)[:, :near]
         g, k = _gainer_slot(state, rows, lay, bb, mand, surplus, light, ctx, mean_load, busiest)
         retry = np.flatnonzero(g < 0)

@@ -31,21 +31,26 @@ Here EPLB's steps are vectorised across layers and made incremental:
    lightest ones then close the remaining gap (the refinement step of
    Karmarkar-Karp style number partitioning [3]_).
 3. **Incremental re-placement** when a current placement is given. A layer is
-   left alone unless a fresh plan would beat it by more than ``min_improvement``
-   plus the gap that sampling noise alone explains (loads are token counts; a
-   plan fitted to one report is no better on the next, as ``bench/moe.py``
-   shows), so resampled load moves nothing. Other layers are repaired in place:
-   experts whose per-replica load is well above the fresh plan's, lost experts
-   and copies lost on unavailable GPUs take slots from experts with copies to
-   spare (lightest resulting GPU, preferring nodes that already hold the
-   expert); then the hottest GPUs shed load by swaps with light GPUs or by
-   re-assigning one of their copies (one write instead of two), ranked by
-   copies written per gain, cross-node copies counting more. If that cannot
-   get near the fresh plan, or the fresh plan writes fewer copies, the layer
-   takes the fresh plan, relabelled so each of its GPUs goes to the physical
-   GPU already holding most of its experts and kept experts stay in their
-   slots. ``max_replicas_moved`` caps the copies written by the whole call;
-   experts that lost every copy are re-created first.
+   left alone unless it is above the balance target and more than
+   ``min_improvement`` plus the gap that sampling noise alone explains above the
+   lower bound (loads are token counts; a plan fitted to one report is no better
+   on the next, as ``bench/moe.py`` shows), so resampled load moves nothing.
+   Other layers are repaired in place towards a goal: the balance target
+   (``balance_target``, 1.015), not a fresh plan's optimum, whose last
+   thousandths cost several times the copies; a layer that changes only because
+   copies were lost on unavailable GPUs or slots are empty aims at what would
+   keep it. Experts that lost every copy come first, one copy each over a copy
+   of an expert that has others (chosen so that expert's busiest host stays
+   light); empty slots (a GPU back from failure) each take one copy; experts
+   whose per-replica load is well above the water-filled counts' take slots from
+   experts with copies to spare; then the hottest GPUs shed load by swaps with
+   light GPUs or by re-assigning one of their copies (one write instead of two),
+   ranked by copies written per gain, cross-node copies counting more, until the
+   goal or the copy budget (``move_budget`` for balance, on top of the lost
+   experts; ``max_replicas_moved`` on everything). Only a layer the repair leaves
+   well short of its goal gets a fresh plan, relabelled so each of its GPUs goes
+   to the physical GPU already holding most of its experts and kept experts stay
+   in their slots. :attr:`RebalanceResult.bound_by` says what stopped the moves.
 4. **Grouped experts** (``num_expert_groups``): EPLB's hierarchical policy
    (groups packed onto nodes, replicas inside nodes) is computed too and kept
    only for layers where it balances within ``min_improvement`` of the global

@@ -12,7 +12,14 @@ the first sample:
 - ``fresh``: first placement (no current one);
 - ``resampled``: a new sample of the same popularity (the load has not really changed);
 - ``drift``: 10% of the experts trade popularity among themselves (hot experts cool, cold ones heat up);
-- ``gpu-failure``: a resample with GPU 5 unavailable.
+- ``drift 20%``: the same with 20% of the experts;
+- ``gpu-failure``: a resample with GPU 5 unavailable (``lost`` = experts whose only copy was there;
+  ``x lost`` = copies written over lost experts);
+- ``gpu-return``: GPU 5 back, from the placement the failure left (its slots empty).
+
+Incremental calls run as the service does by default: balance target
+``DEFAULT_BALANCE_TARGET`` and a move budget of ``MOVE_BUDGET_FRACTION`` of the slots
+(``HYPERPLACE_MOE_MOVE_BUDGET_FRACTION``); ``bound`` says which of the two stopped the moves.
 
 Baselines measured in the same run: greedy LPT (EPLB's two steps done one item
 at a time: give a spare slot to the expert with the largest per-replica load,
@@ -40,6 +47,7 @@ from partitioners.moe.rebalance import rebalance
 TOKENS_PER_LAYER = 8 * 131072  # top-8 routing of 128k tokens per report window
 EXPERT_BYTES = 3 * 7168 * 2048  # DeepSeek-V3 routed expert: gate, up, down projections at 1 byte (FP8)
 GPUS_PER_NODE = 8
+MOVE_BUDGET_FRACTION = 0.14  # the service's default (service/settings.py, moe_move_budget_fraction)
 
 
 def popularity(layers: int, experts: int, rng: np.random.Generator) -> np.ndarray:
@@ -132,15 +140,22 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
     first = sample(pop, rng)
     base = rebalance(first, **cluster).physical_to_logical
     drifted = drift(pop, rng)
+    total_slots = layers * num_gpus * slots_per_gpu
+    budget = int(MOVE_BUDGET_FRACTION * total_slots)
+    failure_load = sample(pop, rng)
+    failed = rebalance(
+        failure_load, current_physical_to_logical=base, unavailable_gpus=(5,), move_budget=budget, **cluster
+    )
     scenarios = [
         ("fresh", first, None, (), None),
         ("fresh, 8 groups", first, None, (), 8),
         ("resampled", sample(pop, rng), base, (), None),
         ("drift", sample(drifted, rng), base, (), None),
-        ("gpu-failure", sample(pop, rng), base, (5,), None),
+        ("drift 20%", sample(drift(pop, rng, 0.2), rng), base, (), None),
+        ("gpu-failure", failure_load, base, (5,), None),
+        ("gpu-return", sample(pop, rng), failed.physical_to_logical, (), None),
     ]
     rows = []
-    total_slots = layers * num_gpus * slots_per_gpu
     for name, load, current, down, groups in scenarios:
         result, med, p99, cpu = _timed(
             lambda load=load, current=current, down=down, groups=groups: rebalance(
@@ -149,6 +164,7 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
                 unavailable_gpus=down,
                 num_expert_groups=groups,
                 expert_bytes=EXPERT_BYTES,
+                move_budget=budget,
                 **cluster,
             ),
             repeats,
@@ -172,10 +188,14 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
         after = _cell(slot_balance(load, result.physical_to_logical, num_gpus, down))
         moved = "-" if current is None else f"{100.0 * result.migrations.count / total_slots:6.2f}"
         label = name if spare_per_gpu == 1 else f"{name} +{spare_per_gpu}sp"
+        lost = result.lost_experts
+        per_lost = f"{result.migrations.count / lost:5.1f}" if lost else "    -"
         rows.append(
             f"{experts:>4}x{num_gpus:<4} {label:<20} {before:>11} {after} {_cell(slot_balance(load, lpt, num_gpus, down))} "
             f"{_cell((result.lower_bound.mean, result.lower_bound.worst))} "
-            f"{moved:>6} {result.migrations.cross_node_count:>5} {med:6.1f} {p99:6.1f} {cpu:6.1f} {lpt_ms:6.0f}  {eplb_cell}"
+            f"{moved:>6} {result.migrations.count:>6} {result.migrations.total_bytes / 1e9:6.1f} {lost:>4} {per_lost} "
+            f"{result.bound_by[:14]:<14} {result.migrations.cross_node_count:>5} {med:6.1f} {p99:6.1f} {cpu:6.1f} "
+            f"{lpt_ms:6.0f}  {eplb_cell}"
         )
         if name == "resampled":
             # noise check: is a plan fitted to this report better on the next one than the kept placement?
@@ -194,23 +214,25 @@ noise_rows: list[str] = []
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--quick", action="store_true", help="EP64 only, 5 repeats")
+    parser.add_argument("--quick", action="store_true", help="EP64 and EP32 only, 5 repeats")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     shapes = [(58, 256, 64, 1), (58, 256, 32, 1), (58, 256, 64, 2), (58, 512, 128, 1)]
     repeats = args.repeats
     if args.quick:
-        shapes, repeats = shapes[:1], 5
+        shapes, repeats = shapes[:2], 5
     eplb = _eplb()
     print(
         f"tokens per layer per report: {TOKENS_PER_LAYER}; repeats: {repeats}; EPLB: {'yes' if eplb else 'not importable, skipped'}"
     )
     print(
-        "balance = max/mean GPU load, mean/worst over layers; mv% = % of all slots written; xnode = copies read across nodes"
+        "balance = max/mean GPU load, mean/worst over layers; mv% = % of all slots written; GB = bytes written;"
+        " xnode = copies read across nodes; greedy LPT is a fresh plan every call (it rewrites most slots)"
     )
     print(
         f"{'shape':<9} {'scenario':<20} {'before':>11} {'hyperplace':<11} {'greedy LPT':<11} {'lower bnd':<11} "
-        f"{'mv%':>6} {'xnode':>5} {'med ms':>6} {'p99 ms':>6} {'cpu ms':>6} {'LPT ms':>6}  EPLB (balance, time, mv%, layers with 2 copies on a GPU)"
+        f"{'mv%':>6} {'copies':>6} {'GB':>6} {'lost':>4} {'xlost':>5} {'bound':<14} {'xnode':>5} {'med ms':>6} "
+        f"{'p99 ms':>6} {'cpu ms':>6} {'LPT ms':>6}  EPLB (balance, time, mv%, layers with 2 copies on a GPU)"
     )
     for layers, experts, gpus, spare in shapes:
         for row in run_shape(layers, experts, gpus, spare, repeats, args.seed, eplb):

@@ -115,6 +115,18 @@ class Settings(BaseSettings):
     moe_min_improvement: float = Field(
         0.01, ge=0, description="A MoE load report must improve max/mean balance by this much to move experts."
     )
+    moe_balance_target: float = Field(
+        1.015,
+        ge=1,
+        description="Max/mean at which a repaired MoE layer stops moving copies (the request's balance_target).",
+    )
+    moe_move_budget_fraction: float = Field(
+        0.14,
+        ge=0,
+        le=1,
+        description="Share of a MoE deployment's physical slots one report may rewrite for balance, on top of "
+        "re-creating experts that lost every copy (the request's move_budget).",
+    )
     log_level: str = Field("INFO", description="One of DEBUG, INFO, WARNING, ERROR, CRITICAL (any case).")
     log_json: bool = True
 

@@ -16,11 +16,15 @@ import numpy as np
 
 from partitioners.moe.packing import PlacementState, holds
 
-__all__ = ["OriginalPlacement", "MoveContext", "swap_refine", "adjust_counts"]
+__all__ = ["OriginalPlacement", "MoveContext", "swap_refine", "adjust_counts", "fill_empty_slots"]
 
 # Swap refinement: the hottest GPUs handled per iteration, and light partners for each.
 _HOT_PER_ITER = 4
 _SWAP_PARTNERS = 4
+# Repairing a placement in service pairs each hot GPU with fewer light partners: its moves
+# are few per layer and ranked by copies written, and half the partners halve the work of
+# an iteration for the same copies and balance (bench/moe.py drift and failure rows).
+_REPAIR_PARTNERS = 2
 # A one-copy re-assignment checks the other hosts of the copy among this many of the hottest GPUs.
 _HOST_LOOKUP = 8
 # Gainers of new copies first look for a slot among this many of the lightest GPUs.
@@ -50,6 +54,7 @@ class MoveContext:
     original: OriginalPlacement | None = None  # set when repairing a current placement
     node_local: bool = False
     budget: int | None = None  # copies that may still be written
+    budget_bound: bool = False  # set when the budget ruled out a move that would have helped
     count_cap: np.ndarray | None = None  # (L,) per-replica load an expert may reach by giving up a copy
 
 
@@ -82,14 +87,17 @@ def swap_refine(
     gpus = state.slots.shape[1]
     if gpus < 2 or layers.size == 0:
         return
-    t = max(1, min(_HOT_PER_ITER, gpus // 2))
-    k = max(1, min(_SWAP_PARTNERS, (gpus - t) // t))
-    mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
     original = ctx.original
     repairing = original is not None
+    t = max(1, min(_HOT_PER_ITER, gpus // 2))
+    k = max(1, min(_REPAIR_PARTNERS if repairing else _SWAP_PARTNERS, (gpus - t) // t))
+    mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
     active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
     for _ in range(max_iters):
-        if active.size == 0 or (ctx.budget is not None and ctx.budget <= 0):
+        if active.size == 0:
+            return
+        if ctx.budget is not None and ctx.budget <= 0:
+            ctx.budget_bound = True
             return
         n = active.size
         l3 = active[:, None, None]
@@ -135,13 +143,14 @@ def swap_refine(
             )  # (n,t,k,S)
             if ctx.node_local:
                 valid &= hot_to_part[..., None] & part_to_hot[:, :, None, :, :]
-            cross = (~hot_to_part)[..., None].astype(np.int64) + (~part_to_hot)[:, :, None, :, :]
+            # small integers (-2..2 copies) in int8: these arrays are the size of every candidate swap
+            cross = (~hot_to_part)[..., None].astype(np.int8) + (~part_to_hot)[:, :, None, :, :].astype(np.int8)
             orig_hot = original.slots[active[:, None], hot]  # (n, t, S)
             orig_part = original.slots[active[:, None, None], part]  # (n, t, k, S)
-            old_w = (e_hot != orig_hot)[:, :, :, None, None].astype(np.int64)
-            old_w = old_w + ((e_part != orig_part) & (e_part >= 0))[:, :, None, :, :]
+            old_w = (e_hot != orig_hot)[:, :, :, None, None].astype(np.int8)
+            old_w = old_w + ((e_part != orig_part) & (e_part >= 0))[:, :, None, :, :].astype(np.int8)
             new_w = (e_part[:, :, None, :, :] != orig_hot[:, :, :, None, None]) & (e_part >= 0)[:, :, None, :, :]
-            new_w = new_w.astype(np.int64) + (e_hot[:, :, :, None, None] != orig_part[:, :, None, :, :])
+            new_w = new_w.astype(np.int8) + (e_hot[:, :, :, None, None] != orig_part[:, :, None, :, :]).astype(np.int8)
             writes = new_w - old_w
             if ctx.budget is not None:
                 valid &= writes <= ctx.budget
@@ -170,6 +179,7 @@ def swap_refine(
             if ctx.budget is not None:
                 spend = np.concatenate([np.maximum(w_best, 0).ravel(), np.where(replace, np.maximum(r_writes, 0), 0)])
                 if spend.sum() > ctx.budget:
+                    ctx.budget_bound = True
                     gain_key = np.concatenate(
                         [np.where(ok, best_key, np.inf).ravel(), np.where(replace, r_key, np.inf)]
                     )
@@ -251,12 +261,19 @@ def _move_key(
     cross-node copy counts ``1 + _CROSS_NODE_WRITE_COST``), then by the resulting maximum; the others by
     gain per copy written.
     """
-    cost = np.maximum(writes + _CROSS_NODE_WRITE_COST * cross, 0.25)
-    reach = new_max <= goal
+    out = np.full(valid.shape, np.inf)
+    if not valid.any():
+        return out
+    shape = valid.shape
+    # score only the allowed moves (boolean-mask gathers, cheaper than full-size arithmetic)
+    new_max, hot_load = new_max[valid], np.broadcast_to(hot_load, shape)[valid]
+    goal, mean = np.broadcast_to(goal, shape)[valid], np.broadcast_to(mean, shape)[valid]
+    cost = np.broadcast_to(writes, shape)[valid] + _CROSS_NODE_WRITE_COST * np.broadcast_to(cross, shape)[valid]
+    cost = np.maximum(cost, 0.25)
     reaching = cost + new_max / np.where(hot_load > 0, hot_load, 1.0)  # in [cost, cost + 1)
-    gain = (hot_load - new_max) / mean
-    not_reaching = 1e3 - gain / cost
-    return np.where(valid, np.where(reach, reaching, not_reaching), np.inf)
+    not_reaching = 1e3 - (hot_load - new_max) / mean / cost
+    out[valid] = np.where(new_max <= goal, reaching, not_reaching)
+    return out
 
 
 def _best_replace(
@@ -366,20 +383,29 @@ def adjust_counts(
     surplus[:, -1] = 1 << 40  # empty slots are always free to take
     # gainer copies per layer: lost experts first, then by resulting per-replica load
     width = int(deficit.sum(axis=1).max())
+    # one entry per copy to add, all layers at once: (row, expert, n-th new copy of it)
+    row_of, expert_of = np.nonzero(deficit)
+    reps = deficit[row_of, expert_of]
+    row_e, expert_e = np.repeat(row_of, reps), np.repeat(expert_of, reps)
+    starts = np.cumsum(reps) - reps
+    nth = np.arange(row_e.size) - np.repeat(starts, reps)
+    have = counts[row_e, expert_e]
+    lost_e = (have == 0) & (nth == 0)
+    restore_e = nth < np.minimum(floor[layers], gpus)[row_e, expert_e] - have
+    key = np.where(lost_e, np.inf, load[row_e, expert_e] / (have + nth + 1))
+    order = np.lexsort((-key, row_e))  # by layer, then lost experts and largest per-replica load first
+    row_e, expert_e, lost_e, restore_e = row_e[order], expert_e[order], lost_e[order], restore_e[order]
+    first = np.searchsorted(row_e, np.arange(layers.size))
+    col = np.arange(row_e.size) - first[row_e]
     gainers = np.full((layers.size, width), -1, dtype=np.int64)
     mandatory = np.zeros((layers.size, width), dtype=bool)
-    for row in range(layers.size):
-        experts = np.repeat(np.arange(load.shape[1]), deficit[row])
-        if experts.size == 0:
-            continue
-        first = np.concatenate([[0], np.cumsum(deficit[row])[:-1]])[deficit[row] > 0]
-        nth = np.arange(experts.size) - np.repeat(first, deficit[row][deficit[row] > 0])
-        lost = (counts[row, experts] == 0) & (nth == 0)
-        key = np.where(lost, np.inf, load[row, experts] / (counts[row, experts] + nth + 1))
-        order = np.argsort(-key, kind="stable")
-        gainers[row, : experts.size] = experts[order]
-        mandatory[row, : experts.size] = lost[order]
+    restoring = np.zeros((layers.size, width), dtype=bool)  # a copy lost on an unavailable GPU coming back
+    gainers[row_e, col] = expert_e
+    mandatory[row_e, col] = lost_e
+    restoring[row_e, col] = restore_e
     mean_load = state.load.sum(axis=1) / gpus
+    # each expert's busiest host, as the call found them (refreshed per copy only for lost copies)
+    busiest = _busiest_host(state, layers)
     for step in range(width):
         b = gainers[:, step]
         go = b >= 0
@@ -390,6 +416,8 @@ def adjust_counts(
             # the rest share what the lost experts still to come leave over
             spare = ctx.budget - int(mandatory[:, step:].sum())
             optional = np.flatnonzero(go & ~mandatory[:, step])
+            if optional.size > max(spare, 0):
+                ctx.budget_bound = True
             optional = optional[np.argsort(-priority[layers[optional]], kind="stable")][: max(spare, 0)]
             go = go & mandatory[:, step]
             go[optional] = True
@@ -398,16 +426,18 @@ def adjust_counts(
         rows = np.flatnonzero(go)
         lay = layers[rows]
         bb = b[rows]
-        mand = mandatory[rows, step]
+        mand = mandatory[rows, step] | restoring[rows, step]
+        if step and mand.any():
+            busiest[rows] = _busiest_host(state, lay)  # lost copies: each donor's hosts as they are now
         # the lightest GPUs first; rows that find nothing there look at every GPU
         near = min(_GAINER_GPUS, gpus)
         light = np.argsort(state.gpu_load[lay], axis=1)[:, :near]
-        g, k = _gainer_slot(state, rows, lay, bb, mand, surplus, light, ctx, mean_load)
+        g, k = _gainer_slot(state, rows, lay, bb, mand, surplus, light, ctx, mean_load, busiest)
         retry = np.flatnonzero(g < 0)
         if retry.size and near < gpus:
             everywhere = np.broadcast_to(np.arange(gpus), (retry.size, gpus))
             g[retry], k[retry] = _gainer_slot(
-                state, rows[retry], lay[retry], bb[retry], mand[retry], surplus, everywhere, ctx, mean_load
+                state, rows[retry], lay[retry], bb[retry], mand[retry], surplus, everywhere, ctx, mean_load, busiest
             )
         found = g >= 0
         rows, lay, bb, g, k = rows[found], lay[found], bb[found], g[found], k[found]
@@ -433,12 +463,16 @@ def _gainer_slot(
     gpus_to_try: np.ndarray,
     ctx: MoveContext,
     mean_load: np.ndarray,
+    busiest: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Slot for a new copy of ``bb`` among ``gpus_to_try`` (per row): lightest result; (-1, -1) if none.
 
-    A lost expert may take any copy of an expert that has another one (one always
-    exists, since experts <= slots); other gainers only take copies above their
-    expert's need, or empty slots.
+    A lost copy (an expert that lost every one, or a copy lost on an unavailable GPU)
+    may take any copy of an expert that has another one (one always exists, since
+    experts <= slots); other gainers only take copies above their expert's need, or
+    empty slots. The score is the larger of the receiving GPU's new load and that of
+    the donor's busiest other host, which takes a share of the copy given up, so a
+    lost copy replaces a copy of an expert with many (each host gains little).
     """
     n, _width = gpus_to_try.shape
     slots_per_gpu = state.slots.shape[2]
@@ -460,12 +494,101 @@ def _gainer_slot(
         cross = np.repeat((~has_node & has_any[:, None]).astype(np.float64), slots_per_gpu, axis=1)
     new_pr = state.load[lay, bb] / (state.counts[lay, bb] + 1)
     gpu_load = np.repeat(state.gpu_load[lay[:, None], gpus_to_try], slots_per_gpu, axis=1)
-    result = gpu_load - state.per_replica[lay[:, None], flat] + new_pr[:, None]
-    # a copy its expert needs is taken only when no spare one will do
-    penalty = (_CROSS_NODE_PENALTY * cross + 1e6 * ~spare_copy) * mean_load[lay][:, None]
+    given_up = state.per_replica[lay[:, None], flat]
+    result = gpu_load - given_up + new_pr[:, None]
+    # the donor's other hosts share the copy given up: the busiest of them must stay light too
+    # the donor's other hosts share the copy given up: the busiest of them must stay light too
+    rows_n = np.arange(n)
+    donor_count = counts_pad[rows_n[:, None], np.where(flat >= 0, flat, counts_pad.shape[1] - 1)]
+    rise = given_up / np.maximum(donor_count - 1, 1)
+    result = np.maximum(result, busiest[rows[:, None], flat] + rise)
+    # a copy its expert needs is taken only when no spare one will do (but a lost copy may take any)
+    penalty = (_CROSS_NODE_PENALTY * cross + 1e6 * (~spare_copy & ~mand[:, None])) * mean_load[lay][:, None]
     score = np.where(ok, result + penalty, np.inf)
     pick = score.argmin(axis=1)
     found = np.isfinite(score[np.arange(n), pick])
     g = np.where(found, gpus_to_try[np.arange(n), pick // slots_per_gpu], -1)
     k = np.where(found, pick % slots_per_gpu, -1)
     return g, k
+
+
+def _busiest_host(state: PlacementState, lay: np.ndarray) -> np.ndarray:
+    """``out[i, e]``: the largest load among the GPUs holding expert ``e`` in layer ``lay[i]``
+    (``-inf`` for an expert without a copy and in the last column, index -1, for empty slots).
+
+    One scatter-maximum over the slots for all rows at once (``ufunc.at`` on numpy >= 2 is
+    tens of times faster than sorting the slots by expert).
+    """
+    n = lay.size
+    experts = state.load.shape[1]
+    slots = state.slots[lay].reshape(n, -1)
+    slots_per_gpu = state.slots.shape[2]
+    key = (np.arange(n)[:, None] * (experts + 1) + np.where(slots >= 0, slots, experts)).ravel()
+    value = np.repeat(state.gpu_load[lay], slots_per_gpu, axis=1).ravel()
+    out = np.full(n * (experts + 1), -np.inf)
+    np.maximum.at(out, key, value)
+    out = out.reshape(n, experts + 1)
+    out[:, -1] = -np.inf
+    return out
+
+
+def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.ndarray, ctx: MoveContext) -> None:
+    """Give every empty slot of an available GPU a new copy (a GPU back from failure, emptied slots).
+
+    An empty slot serves nothing, and filling it writes one copy and moves no other:
+    each takes, one slot per layer per round, a copy of the expert with the largest
+    per-replica load whose split share still fits on the GPU under ``goal_load``
+    (and that the GPU does not hold yet), so the hottest copies split first without
+    overloading the GPU being filled. Under a budget the layers with the hottest such
+    copy (relative to their mean) go first.
+    """
+    gpus, slots_per_gpu = state.slots.shape[1:]
+    experts = state.load.shape[1]
+    for _ in range(gpus * slots_per_gpu):
+        if layers.size == 0:
+            return
+        empty = (state.slots[layers] < 0).reshape(layers.size, -1)
+        layers = layers[empty.any(axis=1)]
+        if layers.size == 0:
+            return
+        n = layers.size
+        pick = (state.slots[layers] < 0).reshape(n, -1).argmax(axis=1)
+        g, k = pick // slots_per_gpu, pick % slots_per_gpu
+        held = np.zeros((n, experts + 1), dtype=bool)
+        held[np.arange(n)[:, None], state.slots[layers, g]] = True
+        counts = state.counts[layers]
+        hot = state.per_replica[layers, :-1]
+        eligible = ~held[:, :experts] & (counts < gpus)
+        if ctx.node_local and ctx.original is not None:
+            # only experts with a copy on this GPU's node (or none anywhere: from storage)
+            node_has = ctx.original.node_has[layers, :, :experts]
+            eligible &= node_has[np.arange(n), ctx.node_of_gpu[g]] | ~node_has.any(axis=1)
+        # the hottest copy whose split share still fits under the goal on this GPU; else the lightest share
+        share = state.load[layers] / (counts + 1)
+        room = goal_load[layers] - state.gpu_load[layers, g]
+        fits = eligible & (share <= room[:, None])
+        # an expert without any copy takes an empty slot before anything else: it must come back
+        key = np.where(counts == 0, np.finfo(np.float64).max, hot)
+        score = np.where(fits, key, -np.inf)
+        use_fit = score.max(axis=1) > -np.inf
+        fallback = np.where(eligible, np.where(counts == 0, np.finfo(np.float64).max, -share), -np.inf)
+        score = np.where(use_fit[:, None], score, fallback)
+        expert = score.argmax(axis=1)
+        gain = score[np.arange(n), expert]  # ranks the layers under a budget
+        go = gain > -np.inf
+        if ctx.budget is not None:
+            if ctx.budget <= 0:
+                ctx.budget_bound = True
+                return
+            if go.sum() > ctx.budget:
+                ctx.budget_bound = True
+                go &= np.argsort(np.argsort(-gain, kind="stable"), kind="stable") < ctx.budget
+        if not go.any():
+            return
+        lay, g, k, expert = layers[go], g[go], k[go], expert[go]
+        state.slots[lay, g, k] = expert
+        np.add.at(state.counts, (lay, expert), 1)
+        state.refresh(lay)
+        if ctx.budget is not None:
+            ctx.budget -= int(lay.size)
+        layers = layers[go]

@@ -31,21 +31,26 @@ Here EPLB's steps are vectorised across layers and made incremental:
    lightest ones then close the remaining gap (the refinement step of
    Karmarkar-Karp style number partitioning [3]_).
 3. **Incremental re-placement** when a current placement is given. A layer is
-   left alone unless a fresh plan would beat it by more than ``min_improvement``
-   plus the gap that sampling noise alone explains (loads are token counts; a
-   plan fitted to one report is no better on the next, as ``bench/moe.py``
-   shows), so resampled load moves nothing. Other layers are repaired in place:
-   experts whose per-replica load is well above the fresh plan's, lost experts
-   and copies lost on unavailable GPUs take slots from experts with copies to
-   spare (lightest resulting GPU, preferring nodes that already hold the
-   expert); then the hottest GPUs shed load by swaps with light GPUs or by
-   re-assigning one of their copies (one write instead of two), ranked by
-   copies written per gain, cross-node copies counting more. If that cannot
-   get near the fresh plan, or the fresh plan writes fewer copies, the layer
-   takes the fresh plan, relabelled so each of its GPUs goes to the physical
-   GPU already holding most of its experts and kept experts stay in their
-   slots. ``max_replicas_moved`` caps the copies written by the whole call;
-   experts that lost every copy are re-created first.
+   left alone unless it is above the balance target and more than
+   ``min_improvement`` plus the gap that sampling noise alone explains above the
+   lower bound (loads are token counts; a plan fitted to one report is no better
+   on the next, as ``bench/moe.py`` shows), so resampled load moves nothing.
+   Other layers are repaired in place towards a goal: the balance target
+   (``balance_target``, 1.015), not a fresh plan's optimum, whose last
+   thousandths cost several times the copies; a layer that changes only because
+   copies were lost on unavailable GPUs or slots are empty aims at what would
+   keep it. Experts that lost every copy come first, one copy each over a copy
+   of an expert that has others (chosen so that expert's busiest host stays
+   light); empty slots (a GPU back from failure) each take one copy; experts
+   whose per-replica load is well above the water-filled counts' take slots from
+   experts with copies to spare; then the hottest GPUs shed load by swaps with
+   light GPUs or by re-assigning one of their copies (one write instead of two),
+   ranked by copies written per gain, cross-node copies counting more, until the
+   goal or the copy budget (``move_budget`` for balance, on top of the lost
+   experts; ``max_replicas_moved`` on everything). Only a layer the repair leaves
+   well short of its goal gets a fresh plan, relabelled so each of its GPUs goes
+   to the physical GPU already holding most of its experts and kept experts stay
+   in their slots. :attr:`RebalanceResult.bound_by` says what stopped the moves.
 4. **Grouped experts** (``num_expert_groups``): EPLB's hierarchical policy
    (groups packed onto nodes, replicas inside nodes) is computed too and kept
    only for layers where it balances within ``min_improvement`` of the global
@@ -87,12 +92,14 @@ import numpy as np
 import numpy.typing as npt
 
 from partitioners.errors import Infeasible, InvalidInput
-from partitioners.moe.moves import MoveContext, OriginalPlacement, adjust_counts, swap_refine
+from partitioners.moe.moves import MoveContext, OriginalPlacement, adjust_counts, fill_empty_slots, swap_refine
 from partitioners.moe.packing import PlacementState, balance_ratio, count_rows, pack_rounds
 from partitioners.moe.relabel import gpu_in_node, relabel
 from partitioners.moe.replicas import bound_ratio, water_fill
 
 __all__ = [
+    "DEFAULT_BALANCE_TARGET",
+    "eplb_maps",
     "BalanceStats",
     "Migrations",
     "RebalanceResult",
@@ -118,13 +125,17 @@ _FRESH_TOLERANCE = 2e-3
 # lost copies (a failed GPU) get theirs back by count and keep a slack, so noise
 # on hot experts does not add count changes; drifted layers use none.
 _COUNT_SLACK = 0.05
-_DRIFT_COUNT_SLACK = 0.0
 # The sampling-noise margin never exceeds this, so loads that are not raw counts
 # (fractions, smoothed rates) still get rebalanced when clearly off.
 _NOISE_MARGIN_CAP = 0.05
 # A repaired layer aims at the fresh plan's max/mean plus this fraction of the threshold
 # (balance against copies written: 0.25 writes ~2% fewer copies on drift, ends ~0.4% less balanced).
 _GOAL_FRACTION = 0.15
+# A layer the repair leaves short of its goal takes a fresh plan only when that is better by more than this.
+_REPLAN_MARGIN = 0.005
+# The max/mean a repaired layer aims at unless the caller says otherwise: moves stop there
+# rather than at a fresh plan's optimum (each move past it buys little balance per copy).
+DEFAULT_BALANCE_TARGET = 1.015
 
 
 @dataclass(frozen=True)
@@ -199,6 +210,9 @@ class Migrations:
         ``(n,)`` bool: the copy crosses nodes (its source is on another node).
     bytes_per_copy : int
         ``expert_bytes`` as given.
+    replaced_expert : numpy.ndarray
+        ``(n,)`` int64: the expert the slot held before (``-1``: empty); a runtime that
+        could not complete copy ``i`` still holds it there.
     """
 
     layer: npt.NDArray[np.int64]
@@ -208,6 +222,7 @@ class Migrations:
     source_gpu: npt.NDArray[np.int64]
     cross_node: npt.NDArray[np.bool_]
     bytes_per_copy: int
+    replaced_expert: npt.NDArray[np.int64] = dataclass_field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def count(self) -> int:
@@ -266,6 +281,13 @@ class RebalanceResult:
         True when nothing changes (every layer ``"kept"``).
     reason : str
         One sentence for the caller saying why.
+    bound_by : str
+        What stopped the moves: ``"balance_target"`` (the layers that changed reached
+        their goal, or had no move left that helps), ``"move_budget"`` /
+        ``"max_replicas_moved"`` (the copy budget ran out first), or ``"none"`` (no
+        placement in service, or nothing to move).
+    lost_experts : int
+        Experts with no copy on an available GPU in the placement in service (re-created first).
     """
 
     physical_to_logical: npt.NDArray[np.int64]
@@ -279,6 +301,8 @@ class RebalanceResult:
     layer_policy: npt.NDArray[np.str_]
     kept_current: bool
     reason: str
+    bound_by: str = "none"
+    lost_experts: int = 0
 
     @property
     def slots_moved_fraction(self) -> float:
@@ -300,18 +324,40 @@ class RebalanceResult:
             out.append([by_expert[a:b] for a, b in zip([0, *ends[:-1]], ends)])
         return out
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, *, placement: bool = True, layers: bool = True, eplb: bool = False) -> dict[str, Any]:
         """Plain lists and numbers (JSON-ready): ragged ``logical_to_physical`` and migrations
-        column-wise, so large answers stay cheap."""
+        column-wise, so large answers stay cheap. ``placement=False`` leaves out the three
+        maps and ``layers=False`` the per-layer figures: an answer then grows with what
+        changed (the migrations), not with the model. ``eplb=True`` adds the maps as
+        EPLB-style runtimes hold them: ``physical_to_logical_map`` and
+        ``logical_to_physical_map`` (padded with ``-1`` to the largest replica count),
+        with ``logical_count``."""
 
         def stats(value: BalanceStats | None) -> dict[str, Any] | None:
-            return None if value is None else value.as_dict()
+            if value is None:
+                return None
+            out = value.as_dict()
+            if not layers:
+                del out["per_layer"]
+            return out
 
         m = self.migrations
+        maps: dict[str, Any] = {}
+        if placement:
+            maps = {
+                "physical_to_logical": self.physical_to_logical.tolist(),
+                "logical_to_physical": self.logical_to_physical_lists(),
+                "logical_count": self.logical_count.tolist(),
+            }
+        if eplb:
+            maps["physical_to_logical_map"] = self.physical_to_logical.tolist()
+            maps["logical_to_physical_map"] = self.logical_to_physical.tolist()
+            maps["logical_count"] = self.logical_count.tolist()
+        per_layer: dict[str, Any] = {}
+        if layers:
+            per_layer = {"layer_action": self.layer_action.tolist(), "layer_policy": self.layer_policy.tolist()}
         return {
-            "physical_to_logical": self.physical_to_logical.tolist(),
-            "logical_to_physical": self.logical_to_physical_lists(),
-            "logical_count": self.logical_count.tolist(),
+            **maps,
             "balance_before": stats(self.balance_before),
             "balance_after": stats(self.balance_after),
             "lower_bound": stats(self.lower_bound),
@@ -325,14 +371,31 @@ class RebalanceResult:
                 "gpu": m.gpu.tolist(),
                 "slot": m.slot.tolist(),
                 "logical_expert": m.logical_expert.tolist(),
+                "replaced_expert": m.replaced_expert.tolist(),
                 "source_gpu": m.source_gpu.tolist(),
                 "cross_node": m.cross_node.tolist(),
             },
-            "layer_action": self.layer_action.tolist(),
-            "layer_policy": self.layer_policy.tolist(),
+            **per_layer,
             "kept_current": self.kept_current,
             "reason": self.reason,
         }
+
+
+def eplb_maps(physical_to_logical: np.ndarray, num_experts: int) -> tuple[list[list[list[int]]], np.ndarray]:
+    """EPLB's ``logical_to_physical`` (ragged lists, slots ascending) and ``logical_count`` of a placement.
+
+    For a placement read back from storage (``GET /v1/moe/deployments/{name}``), in the
+    form :meth:`RebalanceResult.logical_to_physical_lists` gives for an answer.
+    """
+    placement = np.asarray(physical_to_logical, dtype=np.int64)
+    counts = count_rows(np.where(placement >= 0, placement, num_experts), num_experts + 1)[:, :num_experts]
+    out = []
+    for layer, layer_counts in zip(placement, counts):
+        slots = np.flatnonzero(layer >= 0)
+        by_expert = slots[np.argsort(layer[slots], kind="stable")].tolist()
+        ends = np.cumsum(layer_counts).tolist()
+        out.append([by_expert[a:b] for a, b in zip([0, *ends[:-1]], ends)])
+    return out, counts.astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -663,6 +726,8 @@ def rebalance(
     num_moe_layers: int | None = None,
     num_logical_experts: int | None = None,
     seed: int = 0,
+    balance_target: float = DEFAULT_BALANCE_TARGET,
+    move_budget: int | None = None,
 ) -> RebalanceResult:
     """New expert-to-GPU placement for the reported load, moving as few copies as it can.
 
@@ -717,6 +782,20 @@ def rebalance(
     seed : int
         Accepted for a stable signature; the algorithm is deterministic
         (ties break by index), so the same input gives the same output.
+    balance_target : float
+        The max/mean at which a repaired layer stops moving copies (default 1.015):
+        moves are bought while they lower a layer towards it, best balance gain per
+        copy written first, and no further (a fresh plan's optimum costs several
+        times the copies for a few thousandths). A layer whose bound lies above it
+        aims just above its bound; a layer that changes only because copies were lost
+        on unavailable GPUs or slots are empty aims at what would keep it (bound plus
+        the keep threshold), so a failure or a returning GPU writes the copies it must
+        and little more.
+    move_budget : int, optional
+        Copies this call may write for balance, on top of re-creating the experts that
+        lost every copy (which always happens); ``max_replicas_moved`` stays the hard
+        cap on everything. ``bound_by`` says whether the budget or the target stopped
+        the moves.
 
     Returns
     -------
@@ -746,6 +825,18 @@ def rebalance(
     gpus_per_node = _check_positive_int(gpus_per_node, "cluster.gpus_per_node", MAX_PER_NODE)
     slots_per_gpu = _check_positive_int(slots_per_gpu, "cluster.slots_per_gpu", MAX_PER_NODE)
     _check_options(max_replicas_moved, expert_bytes, min_improvement)
+    if move_budget is not None:
+        _check_count(move_budget, "move_budget", "bad-cap")
+    if (
+        isinstance(balance_target, bool)
+        or not isinstance(balance_target, (int, float, np.integer, np.floating))
+        or not 1.0 <= float(balance_target) <= 1e6
+    ):
+        raise InvalidInput(
+            f"balance_target must be a number >= 1 (a max/mean), got {balance_target!r}",
+            field="balance_target",
+            code="bad-threshold",
+        )
     node_local = _check_flag(node_local, "node_local")
     ignore_sampling_noise = _check_flag(ignore_sampling_noise, "ignore_sampling_noise")
     cluster = _Cluster.of(num_nodes, gpus_per_node, slots_per_gpu, unavailable_gpus)
@@ -793,6 +884,8 @@ def rebalance(
             ignore_sampling_noise=ignore_sampling_noise,
             max_replicas_moved=max_replicas_moved,
             node_local=node_local,
+            balance_target=balance_target,
+            move_budget=move_budget,
         )
     after, after_counts = _measure(array, decision.final)
     if current is not None:
@@ -804,6 +897,14 @@ def rebalance(
             max_replicas_moved=max_replicas_moved,
             num_experts=array.shape[1],
         )
+    bound_by = _bound_by(decision, current is not None, max_replicas_moved, move_budget)
+    if bound_by == "move_budget":
+        reason += (
+            f"; the move budget ({move_budget} copies for balance, plus {decision.lost_experts} lost"
+            f" expert(s)) ran out before every changed layer reached its balance target ({balance_target:g})"
+        )
+    elif bound_by == "balance_target":
+        reason += f"; moves stopped at the balance target ({balance_target:g})"
     return _result(
         array,
         decision,
@@ -813,7 +914,20 @@ def rebalance(
         reason,
         had_current=current is not None,
         measured=(after, after_counts),
+        bound_by=bound_by,
     )
+
+
+def _bound_by(decision: _Decision, had_current: bool, max_replicas_moved: int | None, move_budget: int | None) -> str:
+    """Which limit stopped the moves (see :attr:`RebalanceResult.bound_by`)."""
+    if not had_current or ((decision.action == "kept").all() and not decision.budget_bound):
+        return "none"
+    if not decision.budget_bound:
+        return "balance_target"
+    soft = None if move_budget is None else decision.lost_experts + move_budget
+    if max_replicas_moved is not None and (soft is None or max_replicas_moved <= soft):
+        return "max_replicas_moved"
+    return "move_budget"
 
 
 @dataclass(frozen=True)
@@ -878,6 +992,9 @@ class _Decision:
     # node_local ruled it out: the constraint, not a lack of gain, kept the layer where it is
     held_by_budget: np.ndarray | None = None
     held_by_node_local: np.ndarray | None = None
+    goal_ratio: np.ndarray | None = None  # (L,) the max/mean each layer aimed at
+    budget_bound: bool = False  # the copy budget, not the balance target, stopped the moves
+    lost_experts: int = 0  # experts without a copy on an available GPU before the call
 
 
 def _keep_threshold(
@@ -909,6 +1026,8 @@ def _replace_incrementally(
     ignore_sampling_noise: bool,
     max_replicas_moved: int | None,
     node_local: bool,
+    balance_target: float,
+    move_budget: int | None,
 ) -> _Decision:
     """Keep, repair or replan each layer of the placement in service (step 3 of the module docstring)."""
     layers, experts = load.shape
@@ -927,106 +1046,155 @@ def _replace_incrementally(
             field="max_replicas_moved",
             code="cap-below-lost-experts",
         )
+    # empty slots on available GPUs (a GPU back from failure) are filled when the slots
+    # can all hold a copy without duplicates
+    fillable = experts >= slots_per_gpu
+    empty = np.zeros(layers, dtype=bool)
+    if fillable:
+        empty[:] = np.min(original.reshape(layers, -1), axis=1) < 0
     threshold = _keep_threshold(mean, cluster.num_available, min_improvement, ignore_sampling_noise)
+    # aim: the balance target, or just above the bound where even a fresh plan cannot reach it
+    goal_ratio = np.maximum(balance_target, bound + _GOAL_FRACTION * threshold)
     # a fresh plan cannot beat the bound, so layers within threshold of it are kept without one
-    candidates = np.flatnonzero(lost | (before_ratio - bound > threshold))
+    # (a layer that lost copies on unavailable GPUs reads hot until they are back: it counts as one)
+    with_down = _dedupe(current.reshape(layers, cluster.num_gpus, slots_per_gpu)).reshape(layers, -1)
+    prior = count_rows(np.where(with_down >= 0, with_down, experts), experts + 1)[:, :experts]
+    lost_copies = np.max(prior - state.counts, axis=1) > 0
+    drifted = (before_ratio - bound > threshold) & (before_ratio > goal_ratio) & ~lost_copies & ~empty
+    # a layer that changes only to re-create lost copies or fill empty slots (a GPU failed or
+    # came back) aims at what would keep it (the bound plus the threshold), so the repair
+    # writes the copies it must and moves no more than balance then needs
+    goal_ratio = np.where(drifted, goal_ratio, np.maximum(goal_ratio, bound + threshold))
+    candidates = np.flatnonzero(lost | lost_copies | empty | drifted)
     final = original.copy()
     action = np.full(layers, "kept", dtype="<U9")
     policy = np.full(layers, "", dtype="<U12")
     # final, action and policy are filled in place below for the layers that change
-    decision = _Decision(final, original, _measure(load, original)[0], action, policy, original_node_gpu=None)
+    decision = _Decision(
+        final,
+        original,
+        # the placement in service, as _measure would report it (state has not moved yet)
+        BalanceStats.of(np.maximum(before_ratio, 1.0), unhosted=(state.counts == 0) & (load > 0)),
+        action,
+        policy,
+        original_node_gpu=None,
+        goal_ratio=goal_ratio,
+        lost_experts=n_lost,
+    )
     if candidates.size == 0:
         return decision
-    fresh_slots, fresh_ratio, fresh_policy = _fresh_plan(
-        load, counts, bound, candidates, slots_per_gpu, cluster.node_of_gpu, hierarchy, min_improvement
-    )
-    excess = before_ratio[candidates] - fresh_ratio
-    pick = lost[candidates] | (excess > threshold[candidates])
-    active, fresh_slots, fresh_ratio = candidates[pick], fresh_slots[pick], fresh_ratio[pick]
-    fresh_policy = fresh_policy[pick]
-    if active.size == 0:
-        return decision
+    active = candidates
 
     original_node_gpu = gpu_in_node(original, cluster.node_of_gpu, cluster.num_nodes, experts)
     node_gpus = np.full((cluster.num_nodes, cluster.gpus_per_node), -1, dtype=np.int64)
     node_gpus[cluster.node_of_gpu, cluster.available % cluster.gpus_per_node] = np.arange(cluster.num_available)
     original_node_has = original_node_gpu >= 0
+    budget = max_replicas_moved
+    if move_budget is not None:
+        soft = n_lost + move_budget  # experts that lost every copy come back whatever the move budget
+        budget = soft if budget is None else min(budget, soft)
     ctx = MoveContext(
         cluster.node_of_gpu,
         node_gpus=node_gpus,
         original=OriginalPlacement(original, original_node_has),
         node_local=node_local,
-        budget=max_replicas_moved,
+        budget=budget,
     )
     # the layers as repaired in place, their max/mean and the copies they write
-    _repair(state, active, current, counts, before_ratio, fresh_ratio, threshold, mean, ctx, cluster)
+    _repair(state, active, prior, counts, before_ratio, goal_ratio, mean, ctx, empty)
     repaired = state.slots[active]
     repaired_ratio = balance_ratio(state.gpu_load[active], total[active])
     repaired_writes = ((repaired != original[active]) & (repaired >= 0)).sum(axis=(1, 2))
-    chosen, chosen_ratio, use_fresh, blocked_by_budget, blocked_by_node_local = _repaired_or_fresh(
-        repaired,
-        repaired_ratio,
-        repaired_writes,
-        fresh_slots,
-        fresh_ratio,
-        original[active],
-        original_node_has[active],
-        threshold[active],
-        cluster,
-        experts,
-        node_local,
-        max_replicas_moved,
-    )
-    worth = lost[active] | (before_ratio[active] - chosen_ratio > min_improvement)
+    # a fresh plan only for the layers the repair left well short of their goal
+    short = repaired_ratio > goal_ratio[active] + _GOAL_FRACTION * threshold[active]
+    chosen, chosen_ratio = repaired, repaired_ratio
+    use_fresh = np.zeros(active.size, dtype=bool)
+    blocked_by_budget = np.zeros(active.size, dtype=bool)
+    blocked_by_node_local = np.zeros(active.size, dtype=bool)
+    fresh_ratio_active = np.full(active.size, np.nan)
+    if short.any():
+        idx = np.flatnonzero(short)
+        fresh_slots, fresh_ratio, fresh_policy = _fresh_plan(
+            load, counts, bound, active[idx], slots_per_gpu, cluster.node_of_gpu, hierarchy, min_improvement
+        )
+        fresh_ratio_active[idx] = fresh_ratio
+        spent = int(repaired_writes.sum())
+        room = None if ctx.budget is None else spent + max(ctx.budget, 0)
+        sub_chosen, sub_ratio, sub_fresh, sub_budget, sub_node = _repaired_or_fresh(
+            repaired[idx],
+            repaired_ratio[idx],
+            repaired_writes[idx],
+            fresh_slots,
+            fresh_ratio,
+            original[active[idx]],
+            original_node_has[active[idx]],
+            goal_ratio[active[idx]],
+            cluster,
+            experts,
+            node_local,
+            room,
+            spent,
+        )
+        chosen = chosen.copy()
+        chosen_ratio = chosen_ratio.copy()
+        chosen[idx], chosen_ratio[idx] = sub_chosen, sub_ratio
+        use_fresh[idx], blocked_by_budget[idx], blocked_by_node_local[idx] = sub_fresh, sub_budget, sub_node
+        policy_fresh = np.full(active.size, "", dtype="<U12")
+        policy_fresh[idx] = fresh_policy
+    else:
+        policy_fresh = np.full(active.size, "", dtype="<U12")
+    worth = lost[active] | empty[active] | lost_copies[active] | (before_ratio[active] - chosen_ratio > min_improvement)
     final[active[worth]] = chosen[worth]
     action[active[worth]] = np.where(use_fresh[worth], "replanned", "moved")
-    policy[active[worth & use_fresh]] = fresh_policy[worth & use_fresh]
+    policy[active[worth & use_fresh]] = policy_fresh[worth & use_fresh]
     layer_fresh_ratio = np.full(layers, np.nan)
-    layer_fresh_ratio[active] = fresh_ratio
+    layer_fresh_ratio[active] = np.where(np.isnan(fresh_ratio_active), goal_ratio[active], fresh_ratio_active)
     held_by_budget = np.zeros(layers, dtype=bool)
     held_by_budget[active] = blocked_by_budget
     held_by_node_local = np.zeros(layers, dtype=bool)
     held_by_node_local[active] = blocked_by_node_local
+    still_above = bool((balance_ratio(state.gpu_load[active], total[active]) > goal_ratio[active]).any())
     return replace(
         decision,
         original_node_gpu=original_node_gpu,
         fresh_ratio=layer_fresh_ratio,
         held_by_budget=held_by_budget,
         held_by_node_local=held_by_node_local,
+        budget_bound=ctx.budget_bound and (still_above or bool(blocked_by_budget.any())),
     )
 
 
 def _repair(
     state: PlacementState,
     active: np.ndarray,
-    current: np.ndarray,
+    prior: np.ndarray,
     counts: np.ndarray,
     before_ratio: np.ndarray,
-    fresh_ratio: np.ndarray,
-    threshold: np.ndarray,
+    goal_ratio: np.ndarray,
     mean: np.ndarray,
     ctx: MoveContext,
-    cluster: _Cluster,
+    empty: np.ndarray,
 ) -> None:
-    """Repair the ``active`` layers of ``state`` in place: copies for experts that need
-    more, then moves off the hottest GPUs, towards the fresh plan's max/mean."""
+    """Repair the ``active`` layers of ``state`` in place: a copy for each expert that lost
+    every one, copies for experts too hot to fit under the goal, the empty slots filled,
+    then moves off the hottest GPUs until each layer reaches its goal max/mean."""
     load = state.load
     layers = load.shape[0]
-    # per-replica cap: the fresh plan's largest per-replica load, plus slack for noise
-    # (layers that lost copies keep the slack, their counts come back by `floor`;
-    # drifted layers re-split every expert that outgrew the fresh plan's cap)
-    prior = PlacementState(load, _dedupe(current.reshape(layers, cluster.num_gpus, cluster.slots_per_gpu))).counts
-    lost_copies = (prior > state.counts).any(axis=1)
-    slack = np.where(lost_copies, _COUNT_SLACK, _DRIFT_COUNT_SLACK)
-    fresh_cap = np.where(counts > 0, load / counts, 0.0).max(axis=1) * (1.0 + slack)
+    # per-replica cap: the water-filled counts' largest per-replica load, plus slack for
+    # noise, and never below what a GPU at the goal can carry (an expert under that
+    # cap fits; a copy above it is split once more)
+    fresh_cap = np.where(counts > 0, load / counts, 0.0).max(axis=1) * (1.0 + _COUNT_SLACK)
     ctx.count_cap = fresh_cap
     priority = np.zeros(layers)
-    priority[active] = before_ratio[active] - fresh_ratio
-    # copies lost on unavailable GPUs are restored elsewhere (as far as the water-filled counts allow)
+    priority[active] = before_ratio[active] - goal_ratio[active]
+    # copies lost on unavailable GPUs come back elsewhere (as far as the water-filled counts
+    # allow): the failed GPU's replicas, not more; experts that lost every copy go first
     floor = np.where(prior > state.counts, np.minimum(prior, counts), 0)
-    adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
     goal = np.zeros(layers)
-    goal[active] = (fresh_ratio + _GOAL_FRACTION * threshold[active]) * mean[active]
+    goal[active] = goal_ratio[active] * mean[active]
+    # empty slots first (a GPU back from failure): one write each and no donor, under the goal
+    fill_empty_slots(state, active[empty[active]], goal, ctx)
+    adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
     swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
 
 
@@ -1038,22 +1206,24 @@ def _repaired_or_fresh(
     fresh_ratio: np.ndarray,
     original: np.ndarray,
     original_node_has: np.ndarray,
-    threshold: np.ndarray,
+    goal_ratio: np.ndarray,
     cluster: _Cluster,
     experts: int,
     node_local: bool,
-    max_replicas_moved: int | None,
+    max_copies: int | None,
+    spent: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per layer, the repaired placement or the (relabelled) fresh plan, its max/mean,
-    whether it is the fresh plan, and whether ``max_replicas_moved`` / ``node_local``
-    ruled out a fresh plan that the layer needed (its repair fell short of it).
+    whether it is the fresh plan, and whether the copy budget / ``node_local`` ruled out
+    a fresh plan that the layer needed (its repair fell short of its goal).
 
-    The fresh plan replaces a repair that fell short of it, or one that writes more
-    copies for no better balance, as far as ``max_replicas_moved`` allows (the layers
-    the repair helps least first) and, with ``node_local``, only where it reads no copy
-    from another node.
+    The fresh plan replaces a repair that fell short of both the goal and the fresh
+    plan, or one that writes more copies for no better balance, as far as
+    ``max_copies`` (all copies of the call, ``spent`` of them written already) allows,
+    the layers the repair helps least first, and, with ``node_local``, only where it
+    reads no copy from another node.
     """
-    ok = repaired_ratio <= fresh_ratio + 2.0 * _GOAL_FRACTION * threshold
+    ok = repaired_ratio <= np.maximum(goal_ratio, fresh_ratio + _REPLAN_MARGIN)
     consider = np.flatnonzero(~ok | (repaired_writes > 0.5 * cluster.num_available * cluster.slots_per_gpu))
     chosen, chosen_ratio = repaired.copy(), repaired_ratio.copy()
     use_fresh = np.zeros(repaired.shape[0], dtype=bool)
@@ -1071,10 +1241,9 @@ def _repaired_or_fresh(
     want = allowed & (
         ~ok[consider] | ((fresh_writes < repaired_writes[consider]) & (fresh_considered <= repaired_ratio[consider]))
     )
-    spent = int(repaired_writes.sum())
     for idx in np.argsort(-(repaired_ratio[consider] - fresh_considered), kind="stable"):
         extra = int(fresh_writes[idx] - repaired_writes[consider[idx]])
-        affordable = max_replicas_moved is None or spent + extra <= max_replicas_moved
+        affordable = max_copies is None or spent + extra <= max_copies
         if want[idx] and affordable:
             use_fresh[consider[idx]] = True
             chosen[consider[idx]] = relabelled[idx]
@@ -1333,6 +1502,7 @@ def _result(
     reason: str,
     had_current: bool,
     measured: tuple[BalanceStats, np.ndarray],
+    bound_by: str,
 ) -> RebalanceResult:
     """The answer: the placement on every physical slot, the slots of each expert, the
     copies to write (each with the nearest GPU that already holds it) and the balance
@@ -1377,6 +1547,7 @@ def _result(
         source = np.full(lay.size, -1, dtype=np.int64)
         cross = np.zeros(lay.size, dtype=bool)
     gpu = available[gpu_a]
+    replaced = original[lay, gpu_a, slot]
     migrations = Migrations(
         layer=lay.astype(np.int64),
         gpu=gpu.astype(np.int64),
@@ -1385,6 +1556,7 @@ def _result(
         source_gpu=source.astype(np.int64),
         cross_node=cross,
         bytes_per_copy=expert_bytes,
+        replaced_expert=replaced.astype(np.int64),
     )
     return RebalanceResult(
         physical_to_logical=physical,
@@ -1398,4 +1570,6 @@ def _result(
         layer_policy=decision.policy,
         kept_current=bool((decision.action == "kept").all()) and had_current,
         reason=reason,
+        bound_by=bound_by,
+        lost_experts=decision.lost_experts,
     )

@@ -25,6 +25,9 @@ __all__ = [
     "MoeDeploymentConfig",
     "MoeHistoryEntry",
     "MoeDeploymentRead",
+    "BudgetRead",
+    "MoeAppliedRequest",
+    "MoeAppliedResponse",
 ]
 
 Load = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False, strict=True)]  # tokens; bounded so sums stay finite
@@ -86,6 +89,28 @@ class MoeRebalanceRequest(RequestModel):
     )
     node_local: bool = Field(False, description="Only copy experts within a node.")
     deployment: DeploymentName | None = None
+    balance_target: float | None = Field(
+        None,
+        ge=1,
+        le=10,
+        allow_inf_nan=False,
+        description="Max/mean at which a repaired layer stops moving copies (default HYPERPLACE_MOE_BALANCE_TARGET).",
+    )
+    move_budget: int | None = Field(
+        None,
+        ge=0,
+        le=10**9,
+        description="Copies this call may write for balance, on top of re-creating experts that lost every copy"
+        " (default HYPERPLACE_MOE_MOVE_BUDGET_FRACTION of the physical slots).",
+    )
+    placement_version: int | None = Field(
+        None,
+        ge=0,
+        le=2**31 - 1,
+        description="The deployment's placement version the runtime is running (the ETag of the answer it applied);"
+        " a report against another one is a 409 naming the current one.",
+    )
+    apply: bool = Field(True, description="false: preview; the deployment and its history stay as they are.")
 
 
 class BalanceRead(ResponseModel):
@@ -94,7 +119,7 @@ class BalanceRead(ResponseModel):
 
     mean: float | None
     worst: float | None
-    per_layer: list[float | None]
+    per_layer: list[float | None] | None = Field(None, description="Per layer; with ?include=layers.")
     unhosted_experts: list[list[int]] | None = Field(
         None, description="Per layer, the experts that receive load but have no copy; present only when there are any."
     )
@@ -112,21 +137,59 @@ class MigrationsRead(ResponseModel):
     gpu: list[int]
     slot: list[int]
     logical_expert: list[int]
+    replaced_expert: list[int] = Field(
+        description="The expert the slot held before (-1: empty); a runtime that could not complete copy i keeps it."
+    )
     source_gpu: list[int] = Field(
         description="A GPU holding the expert now (same node preferred); -1: load from storage."
     )
     cross_node: list[bool]
 
 
+class BudgetRead(ResponseModel):
+    """What stopped the moves: the balance target (every changed layer reached it) or a copy budget."""
+
+    bound: str = Field(
+        description="'balance_target', 'move_budget' (the soft budget for balance copies), 'max_replicas_moved'"
+        " (the hard cap) or 'none' (nothing moved)."
+    )
+    balance_target: float
+    move_budget: int | None
+    max_replicas_moved: int | None
+    copies_written: int
+    bytes_written: int
+    lost_experts: int = Field(description="Experts that had no copy on an available GPU (re-created first).")
+
+
 class MoeRebalanceResponse(ResponseModel):
-    """The new placement (EPLB's maps), its balance against the old one and the lower bound, and the copies to write.
+    """The copies to write and the placement version they lead to; the maps (EPLB's vocabulary) on request.
 
     ``deployment`` and ``version`` are present only when the request named a deployment.
+    ``physical_to_logical``, ``logical_to_physical`` and ``logical_count`` come with
+    ``?include=placement``; per-layer figures (``per_layer``, ``layer_action``,
+    ``layer_policy``) with ``?include=layers``.
     """
 
-    physical_to_logical: list[list[int]]
-    logical_to_physical: list[list[list[int]]] = Field(description="Per layer, per logical expert, its physical slots.")
-    logical_count: list[list[int]]
+    physical_to_logical: list[list[int]] | None = None
+    logical_to_physical: list[list[list[int]]] | None = Field(
+        None, description="Per layer, per logical expert, its physical slots."
+    )
+    logical_count: list[list[int]] | None = None
+    physical_to_logical_map: list[list[int]] | None = Field(
+        None, description="With ?include=eplb: physical_to_logical under EPLB's (vLLM's, SGLang's) name."
+    )
+    logical_to_physical_map: list[list[list[int]]] | None = Field(
+        None,
+        description="With ?include=eplb: per layer, per logical expert, its physical slots padded with -1 to the"
+        " largest replica count (vLLM pads to num_redundant_experts + 1: pad on the runtime's side).",
+    )
+    placement_version: int | None = Field(
+        description="The deployment's placement version after this answer (its ETag); null without a deployment."
+    )
+    placement_etag: str = Field(description="The ETag header: the placement version, or a hash of the placement.")
+    based_on_version: int | None = Field(description="The placement version the answer started from.")
+    applied: bool = Field(description="Whether the deployment took the answer (false: apply=false, a preview).")
+    budget: BudgetRead
     balance_before: BalanceRead | None
     balance_after: BalanceRead
     lower_bound: BalanceRead
@@ -138,8 +201,8 @@ class MoeRebalanceResponse(ResponseModel):
         " constraint (max_replicas_moved, node_local) that ruled out a better placement, with the max/mean a fresh"
         " plan would reach."
     )
-    layer_action: list[str]
-    layer_policy: list[str]
+    layer_action: list[str] | None = None
+    layer_policy: list[str] | None = None
     compute_ms: float
     deployment: str | None = None
     version: int | None = None
@@ -168,7 +231,12 @@ class MoeHistoryEntry(ResponseModel):
     version: int
     kept_current: bool
     slots_moved: int
-    balance: HistoryBalance
+    balance: HistoryBalance | None
+    status: str = Field(
+        description="'answered' (a report), 'applied' or 'partially applied' (the runtime confirmed it), "
+        "'confirmed' (the placement a partial confirmation left deployed)."
+    )
+    placement_version: int = Field(description="The deployment's placement version after this row.")
     created_at: AwareDatetime
 
 
@@ -176,5 +244,32 @@ class MoeDeploymentRead(ResponseModel):
     name: str
     config: MoeDeploymentConfig
     current_version: int
+    placement_version: int = Field(description="The version that set the current placement (its ETag).")
     physical_to_logical: list[list[int]] | None = Field(description="The current placement (null: no report yet).")
+    logical_to_physical: list[list[list[int]]] | None = Field(
+        None, description="Per layer, per logical expert, its physical slots."
+    )
+    logical_count: list[list[int]] | None = None
     history: list[MoeHistoryEntry] = Field(description="The newest reports first, at most ``history`` of them.")
+
+
+class MoeAppliedRequest(RequestModel):
+    """What the runtime applied of an answer: all of it, or the migrations it completed."""
+
+    placement_version: int = Field(
+        ge=1, le=2**31 - 1, description="The placement version of the answer applied (its ETag)."
+    )
+    migrations_completed: list[Annotated[int, Field(ge=0, le=1 << 31)]] | None = Field(
+        None,
+        max_length=1 << 22,
+        description="Indices into that answer's migrations that were completed; absent: all of them.",
+    )
+
+
+class MoeAppliedResponse(ResponseModel):
+    deployment: str
+    placement_version: int = Field(description="What the next report starts from (its ETag).")
+    placement_etag: str
+    status: str = Field(description="'applied' (all) or 'partially applied'.")
+    migrations_applied: int
+    migrations_reverted: int = Field(description="Copies not completed: their slots keep the expert they held.")

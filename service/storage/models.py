@@ -256,12 +256,20 @@ class MoeDeployment(Base):
     name: Mapped[str] = mapped_column(String(200), nullable=False)
     config: Mapped[dict] = mapped_column(JSONType, nullable=False, default=dict)
     current_version: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    # the placement a report starts from (compressed int array, service.storage.moe), and the
+    # version that set it: the runtime's ETag, which a report or confirmation must match
+    placement: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    placement_version: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
 
 
 class MoePlacement(Base):
-    """One load report of a deployment and the placement answered to it (history)."""
+    """One load report (or applied confirmation) of a deployment and the change it made (history).
+
+    Rows before migration 0002 hold the whole placement in ``placement``; later ones hold
+    only the slots that changed in ``change`` (the deployment keeps the current placement).
+    """
 
     __tablename__ = "moe_placements"
     __table_args__ = (UniqueConstraint("deployment_id", "version"),)
@@ -276,7 +284,12 @@ class MoePlacement(Base):
     balance: Mapped[dict] = mapped_column(JSONType, nullable=False, default=dict)
     slots_moved: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     load: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
-    placement: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    placement: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    change: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    # "answered" (a report), "applied" (confirmed in full), "partially applied" (some migrations
+    # confirmed: a "confirmed" row follows), "confirmed" (the placement the runtime reported back)
+    status: Mapped[str] = mapped_column(String(20), nullable=False, default="answered", server_default="answered")
+    placement_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
 
 

@@ -648,3 +648,85 @@ def test_a_current_placement_without_a_copy_of_an_unloaded_expert_is_completed_a
     assert result.lower_bound.per_layer[0] == pytest.approx(2.0)
     assert sorted(result.physical_to_logical[0].tolist()) == [0, 1]
     assert "no copy of 1 expert(s) that received no load (layer 0: 1)" in result.reason
+
+
+# ----------------------------------------------------------------------------- failure, return, budgets
+
+# Four GPUs of two slots: experts 0-3 once (100 tokens), experts 4 and 5 twice (200 tokens,
+# 100 per copy), so every GPU carries 200.
+HAND = dict(num_nodes=1, gpus_per_node=4, slots_per_gpu=2)
+HAND_LOAD = np.array([[100.0, 100.0, 100.0, 100.0, 200.0, 200.0]])
+HAND_PLACEMENT = np.array([[0, 4, 1, 4, 2, 5, 3, 5]])
+
+
+def test_a_failed_gpu_costs_one_copy_per_expert_it_alone_held_when_that_is_as_balanced_as_can_be():
+    # GPU 3 fails with expert 3 (its only copy) and one copy of expert 5. The three
+    # survivors have six slots for six experts: one copy each, and the best packing puts
+    # a 200 with a 100 on every GPU, max 300 over mean 800/3 = 1.125, the best any placement
+    # can do (lower_bound ignores whole slots and says 1.0). Writing expert 3 over one copy
+    # of expert 4 reaches it with one copy.
+    result = rebalance(HAND_LOAD, current_physical_to_logical=HAND_PLACEMENT, unavailable_gpus=[3], **HAND)
+    assert result.lost_experts == 1
+    assert result.migrations.count == 1
+    assert result.migrations.logical_expert.tolist() == [3] and result.migrations.replaced_expert.tolist() == [4]
+    assert result.migrations.source_gpu.tolist() == [-1]  # from storage: no copy survives
+    assert result.balance_after.worst == pytest.approx(1.125)
+
+
+def test_a_returning_gpu_is_refilled_by_one_copy_per_empty_slot():
+    failed = rebalance(HAND_LOAD, current_physical_to_logical=HAND_PLACEMENT, unavailable_gpus=[3], **HAND)
+    back = rebalance(HAND_LOAD, current_physical_to_logical=failed.physical_to_logical, **HAND)
+    # GPU 3 comes back empty: its two slots take a second copy of the two 200-token
+    # experts (each single again), and every GPU carries 200
+    assert back.migrations.count == 2
+    assert sorted(back.migrations.logical_expert.tolist()) == [4, 5]
+    assert set(back.migrations.gpu.tolist()) == {3}
+    assert back.balance_after.worst == pytest.approx(1.0)
+
+
+def _drifted(load: np.ndarray, seed: int) -> np.ndarray:
+    """The hot half of the experts trade popularity with the cold half."""
+    rng = np.random.default_rng(seed)
+    out = load.copy()
+    for layer in range(load.shape[0]):
+        order = np.argsort(-load[layer])
+        swap = rng.permutation(order.size // 2)
+        out[layer, order[: order.size // 2]] = load[layer, order[order.size // 2 :][swap]]
+        out[layer, order[order.size // 2 :][swap]] = load[layer, order[: order.size // 2]]
+    return out
+
+
+def test_a_move_budget_caps_the_copies_written_for_balance_and_the_answer_says_it_bound():
+    load = _zipf_load(4, 32, seed=30)
+    current = _deployed(load, **CLUSTER)
+    result = rebalance(_drifted(load, 1), current_physical_to_logical=current, move_budget=6, **CLUSTER)
+    assert result.migrations.count <= 6
+    assert result.bound_by == "move_budget" and "the move budget (6 copies" in result.reason
+
+
+def test_a_failure_rebuilds_its_lost_experts_even_past_the_move_budget():
+    load = _zipf_load(2, 32, seed=31)
+    current = _deployed(load, **CLUSTER)
+    result = rebalance(load, current_physical_to_logical=current, unavailable_gpus=[1], move_budget=0, **CLUSTER)
+    assert result.lost_experts > 0
+    assert result.migrations.count == result.lost_experts  # the lost experts, and nothing for balance
+    _assert_valid(result, 32, 8, 5, unavailable=[1])
+
+
+def test_moves_stop_at_the_balance_target_rather_than_the_best_balance():
+    load = _zipf_load(6, 32, seed=32)
+    current = _deployed(load, **CLUSTER)
+    drifted = _drifted(load, 2)
+    tight = rebalance(drifted, current_physical_to_logical=current, balance_target=1.0, **CLUSTER)
+    loose = rebalance(drifted, current_physical_to_logical=current, balance_target=1.05, **CLUSTER)
+    assert loose.migrations.count < tight.migrations.count
+    assert loose.balance_after.worst <= 1.05 + 1e-9 and loose.bound_by == "balance_target"
+
+
+def test_eplb_maps_of_a_stored_placement_match_the_answer():
+    from partitioners.moe.rebalance import eplb_maps
+
+    result = rebalance(_zipf_load(2, 16, seed=33), **CLUSTER)
+    logical_to_physical, counts = eplb_maps(result.physical_to_logical, 16)
+    assert logical_to_physical == result.logical_to_physical_lists()
+    assert (counts == result.logical_count).all()

@@ -168,7 +168,8 @@ UAT = {
     ],
 )
 def test_every_form_of_a_rebalance_answer_is_what_its_model_declares(client, request_body):
-    _checked(MoeRebalanceResponse, client.post("/v1/moe/rebalance", json=request_body))
+    for include in ("", "?include=placement", "?include=placement,layers,eplb"):
+        _checked(MoeRebalanceResponse, client.post(f"/v1/moe/rebalance{include}", json=request_body))
 
 
 def test_a_deployments_answers_and_its_read_are_what_their_models_declare(client):

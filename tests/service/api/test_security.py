@@ -75,6 +75,7 @@ def _owned_objects(client: TenantClient) -> dict[str, str]:
 BODIES_BY_SUFFIX = {
     "feedback": {"timeline": {"ops": [{"name": "a", "start_s": 0.0, "duration_s": 1e-3}]}},
     "replan": {},
+    "applied": {"placement_version": 1},
 }
 
 

@@ -214,6 +214,13 @@ class Accelerator:
         return self.memory_tiers[0].bandwidth_bytes_per_s
 
 
+# Energy per bit moved [LINKPJ]: NVLink / HCCS within a node (estimate), PCIe Gen 4-5 (25x
+# NVLink-C2C's 1.3 pJ/bit), a NIC-to-NIC hop through one switch (estimate; Ethernet as InfiniBand).
+_NVLINK_PJ_PER_BIT = 5.0
+_PCIE_PJ_PER_BIT = 32.0
+_NIC_PJ_PER_BIT = 130.0
+
+
 @dataclass(frozen=True)
 class Node:
     """A node (or NVLink domain) of identical accelerators: how many, and the two link classes.
@@ -232,8 +239,9 @@ class Node:
         How an inventory names the node and its devices (``"node0/gpu3"``, ``"rack1/gpu70"``).
     sources : tuple[str, ...]
         :data:`REFERENCES` keys behind the device count and the links.
-    intra_node_energy_pj_per_bit, inter_node_energy_pj_per_bit : float or None
-        Energy per bit moved over each link class [LINKPJ].
+    intra_node_energy_pj_per_bit, inter_node_energy_pj_per_bit : float
+        Energy per bit moved over each link class [LINKPJ]; by default NVLink-class within
+        the node and a NIC hop through a switch across nodes.
     """
 
     name: str
@@ -244,8 +252,8 @@ class Node:
     sources: tuple[str, ...]
     group_prefix: str = "node"
     device_prefix: str = "gpu"
-    intra_node_energy_pj_per_bit: float | None = None
-    inter_node_energy_pj_per_bit: float | None = None
+    intra_node_energy_pj_per_bit: float = _NVLINK_PJ_PER_BIT
+    inter_node_energy_pj_per_bit: float = _NIC_PJ_PER_BIT
 
     def __post_init__(self) -> None:
         if self.devices_per_node < 1:
@@ -440,11 +448,6 @@ _NVLINK3 = LinkSpec(bandwidth_bytes_per_s=300 * GB, latency_s=_NVLINK_LATENCY_S)
 _NVLINK4 = LinkSpec(bandwidth_bytes_per_s=450 * GB, latency_s=_NVLINK_LATENCY_S)
 _NVLINK5 = LinkSpec(bandwidth_bytes_per_s=900 * GB, latency_s=_NVLINK_LATENCY_S)
 _NVLINK_EXPORT = LinkSpec(bandwidth_bytes_per_s=200 * GB, latency_s=_NVLINK_LATENCY_S)
-# Energy per bit moved [LINKPJ]: NVLink / HCCS within a node (estimate), PCIe Gen 4-5 (25x
-# NVLink-C2C's 1.3 pJ/bit), a NIC-to-NIC hop through one switch (estimate; Ethernet as InfiniBand).
-_NVLINK_PJ_PER_BIT = 5.0
-_PCIE_PJ_PER_BIT = 32.0
-_NIC_PJ_PER_BIT = 130.0
 
 NODES: Mapping[str, Node] = MappingProxyType(
     {
@@ -458,8 +461,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 _NVLINK3,
                 _HDR_200G,
                 ("DGXA100", "A100", "NVLAT", "IBLAT", "LINKPJ"),
-                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # DGX A100 320GB [DGXA100]: the same system with 8 x A100 SXM 40GB.
             Node(
@@ -469,8 +470,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 _NVLINK3,
                 _HDR_200G,
                 ("DGXA100", "A100", "NVLAT", "IBLAT", "LINKPJ"),
-                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # HGX A800 [A800]: 8 x A800 with NVLink at 400 GB/s bidirectional; NICs as in DGX A100.
             Node(
@@ -480,8 +479,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 _NVLINK_EXPORT,
                 _HDR_200G,
                 ("A800", "DGXA100", "NVLAT", "IBLAT", "LINKPJ"),
-                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # DGX H100 [DGXH100]: 8 x H100 SXM on NVSwitch gen 3, NVLink 4; 8 x ConnectX-7 NDR.
             Node(
@@ -491,8 +488,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 _NVLINK4,
                 _NDR_400G,
                 ("DGXH100", "H100", "NVLAT", "IBLAT", "LINKPJ"),
-                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # HGX H100 8-GPU: the DGX H100 baseboard in other vendors' servers, one 400 Gb/s NIC per GPU.
             Node(
@@ -502,8 +497,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 _NVLINK4,
                 _NDR_400G,
                 ("DGXH100", "H100", "NVLAT", "IBLAT", "LINKPJ"),
-                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # DGX H200 [H200]: 8 x H200 on the same NVLink 4 / NVSwitch gen 3, 8 x ConnectX-7 NDR.
             Node(
@@ -513,8 +506,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 _NVLINK4,
                 _NDR_400G,
                 ("H200", "DGXH100", "NVLAT", "IBLAT", "LINKPJ"),
-                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # HGX H800 [H800]: 8 x H800 with NVLink at 400 GB/s bidirectional; InfiniBand across nodes,
             # one 400 Gb/s NIC per GPU.
@@ -525,8 +516,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 _NVLINK_EXPORT,
                 _NDR_400G,
                 ("H800", "DGXH100", "NVLAT", "IBLAT", "LINKPJ"),
-                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # DGX B200 [B200]: 8 x B200 on NVLink 5; 8 x ConnectX-7 400 Gb/s.
             Node(
@@ -536,8 +525,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 _NVLINK5,
                 _NDR_400G,
                 ("B200", "NVLAT", "IBLAT", "LINKPJ"),
-                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # GB200 NVL72 [GB200]: 72 GPUs in one NVLink domain per rack, 130 TB/s aggregate = 1.8 TB/s
             # per GPU bidirectional = 900 GB/s per direction; one ConnectX-7 400 Gb/s port per GPU
@@ -550,8 +537,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 _NDR_400G,
                 ("GB200", "NVLAT", "IBLAT", "LINKPJ"),
                 group_prefix="rack",
-                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # Atlas 800T A2 [ASCEND]: 8 x Ascend 910B in an HCCS full mesh; each NPU has 7 HCCS links of
             # 56 GB/s (392 GB/s aggregate), so one peer pair gets 56 GB/s. Scale-out: 8 x 200 GbE RoCE =
@@ -564,8 +549,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 _HDR_200G,
                 ("ASCEND", "NVLAT", "IBLAT", "LINKPJ"),
                 device_prefix="npu",
-                intra_node_energy_pj_per_bit=_NVLINK_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
             # Workstation: 4 x L40S [L40S] with no NVLink, peer to peer over PCIe 4.0 x16 [PCIE4] =
             # 31.5 GB/s per direction, ~10 us [NVLAT]; machines joined by 100 GbE [ETH100G] = 12.5 GB/s, 10 us.
@@ -578,7 +561,6 @@ NODES: Mapping[str, Node] = MappingProxyType(
                 ("L40S", "PCIE4", "NVLAT", "ETH100G", "LINKPJ"),
                 group_prefix="host",
                 intra_node_energy_pj_per_bit=_PCIE_PJ_PER_BIT,
-                inter_node_energy_pj_per_bit=_NIC_PJ_PER_BIT,
             ),
         )
     }

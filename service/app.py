@@ -20,7 +20,7 @@ from service.api.middleware import BodySizeLimitMiddleware, HeadMiddleware, Http
 from service.api.problems import install_problem_handlers
 from service.api.v1 import router as v1_router
 from service.domain.compute_slots import ComputeSlots
-from service.domain.onnx_worker import serving_onnx_imports
+from service.domain.onnx_worker import ImportLimits, serving_onnx_imports
 from service.logging import configure_logging
 from service.settings import DEFAULT_API_KEY_SECRET, Settings, get_settings
 from service.storage.db import make_engine, make_session_factory
@@ -108,7 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             runner.start()
         app.state.job_runner = runner
         try:
-            with serving_onnx_imports(settings.onnx_import_memory_bytes):  # stops the import workers
+            with serving_onnx_imports(ImportLimits.of(settings)):  # stops the import workers
                 yield
         finally:
             if runner is not None:

@@ -83,6 +83,20 @@ class Settings(BaseSettings):
         "a model that needs more is refused (413). Imports run in separate processes so that running out "
         "kills no server. 0: import in the server process, unbounded (platforms without RLIMIT_AS).",
     )
+    # The 61,204-node synthetic GPT export imports in 5.3 s (docs/validation.md, ONNX import);
+    # the 765,004-node one, the largest a 64 MiB body holds, in about ten times that.
+    onnx_import_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Wall-clock seconds one ONNX import may take; its worker process is then killed and "
+        "replaced, and the answer is 413 (import-timeout), not retried.",
+    )
+    onnx_import_wait_s: float = Field(
+        10.0,
+        ge=0,
+        description="How long an ONNX upload waits (on the event loop, holding no thread) for one of the "
+        "two import workers before the answer is 503 with Retry-After.",
+    )
     gc_gen0_threshold: int = Field(
         50_000,
         ge=0,

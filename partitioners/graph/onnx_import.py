@@ -56,6 +56,7 @@ from partitioners.graph.hypergraph import (
     csr_from_lists,
     topological_order,
 )
+from partitioners.graph.onnx_expansion import expanded_op_count
 
 __all__ = ["MAX_DIM", "MAX_TENSOR_BYTES", "graph_from_onnx_bytes"]
 
@@ -675,6 +676,13 @@ def _check_tensor_size(name: str, shape: Shape, elem: int) -> float:
     return size
 
 
+def _count_text(count: int) -> str:
+    """A count for a sentence: exact while short, else as a power of ten (2^40 is 1.1e+12)."""
+    return (
+        str(count) if count < 10**9 else f"{float(count):.2g}" if count < 10**300 else f"over 10^{len(str(count)) - 1}"
+    )
+
+
 def _has_bodies(model: onnx.ModelProto) -> bool:
     """Whether some operator holds a graph (control flow) or the model defines functions:
     ONNX data propagation runs inside those too, out of :func:`_without_long_values`' reach."""
@@ -928,7 +936,8 @@ def graph_from_onnx_bytes(
         Values for the symbolic dimensions of the graph inputs
         (``{"batch": 8, "sequence": 2048}``); every one must be bound.
     max_ops : int, optional
-        Refuse graphs with more top-level operators, before building anything.
+        Refuse graphs with more operators, counted with functions inlined and
+        subgraphs included, before shape inference and before building anything.
     name : str, optional
         Model name; defaults to the ONNX graph name.
 
@@ -950,7 +959,10 @@ def graph_from_onnx_bytes(
         never by building it), ``cycle``; ``malformed-onnx`` also for a declared rank
         over :data:`MAX_RANK`.
     InputTooLarge
-        ``too-many-ops`` when the graph has more than ``max_ops`` operators.
+        ``too-many-ops`` when the graph has more than ``max_ops`` operators, or expands
+        to more once its local functions are inlined and its control-flow bodies
+        counted (:func:`~partitioners.graph.onnx_expansion.expanded_op_count`, before
+        shape inference, which would walk every one of them).
     """
     model = _parse(data)
     n_nodes = len(model.graph.node)
@@ -958,6 +970,16 @@ def graph_from_onnx_bytes(
         raise InputTooLarge(
             f"the model has {n_nodes} operators, more than the limit of {max_ops}; "
             "split it or use the job API with a higher limit",
+            field="model",
+            code="too-many-ops",
+        )
+    # before inference, which inlines every function call and walks every subgraph
+    expanded = expanded_op_count(model) if max_ops is not None and (model.functions or _has_bodies(model)) else 0
+    if max_ops is not None and expanded > max_ops:
+        raise InputTooLarge(
+            f"the model expands to {_count_text(expanded)} operators once its local functions are inlined and "
+            f"its subgraphs counted, more than the limit of {max_ops}; a function that calls another several "
+            "times, nested, multiplies the count at every level",
             field="model",
             code="too-many-ops",
         )

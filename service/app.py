@@ -16,7 +16,13 @@ from prometheus_client import CollectorRegistry
 
 from service.api import health
 from service.api.body_budget import BodyBudget, BodyBudgetMiddleware
-from service.api.middleware import BodySizeLimitMiddleware, HeadMiddleware, HttpMetrics, RequestContextMiddleware
+from service.api.middleware import (
+    BodyRateMiddleware,
+    BodySizeLimitMiddleware,
+    HeadMiddleware,
+    HttpMetrics,
+    RequestContextMiddleware,
+)
 from service.api.problems import install_problem_handlers
 from service.api.v1 import router as v1_router
 from service.domain.compute_slots import ComputeSlots
@@ -144,6 +150,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # over the limit is refused before it waits for the budget of bodies in flight, and
     # a HEAD is logged and counted as a HEAD though it runs as a GET.
     app.add_middleware(HeadMiddleware)
+    # inside the budget: a body cut for its rate gives its reservation back on the way out
+    app.add_middleware(
+        BodyRateMiddleware, min_bytes_per_s=settings.body_min_bytes_per_s, grace_s=settings.body_read_grace_s
+    )
     app.add_middleware(BodyBudgetMiddleware, budget=app.state.body_budget, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)

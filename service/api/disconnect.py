@@ -26,6 +26,7 @@ async def unless_disconnected(request: Request, work: Callable[[], Awaitable[T]]
     Call it only once the body has been read: the watcher reads what the client sends next.
     """
     outcome: list[T] = []
+    failed: list[Exception] = []
     gone = False
 
     async with anyio.create_task_group() as group:
@@ -38,11 +39,16 @@ async def unless_disconnected(request: Request, work: Callable[[], Awaitable[T]]
             group.cancel_scope.cancel()
 
         async def run() -> None:
-            outcome.append(await work())
+            try:
+                outcome.append(await work())
+            except Exception as exc:  # raised as itself below, not in the task group's ExceptionGroup
+                failed.append(exc)
             group.cancel_scope.cancel()
 
         group.start_soon(watch)
         group.start_soon(run)
+    if failed:
+        raise failed[0]
     if gone and not outcome:
         raise ClientDisconnect()
     return outcome[0]

@@ -193,6 +193,67 @@ def _check_ranks(graph: onnx.GraphProto) -> None:
                 too_deep(len(attr.ints), f"operator {i} ({node.op_type}) attribute '{attr.name}'", f"graph.node[{i}]")
 
 
+#: Operators whose output size is given by a constant input: (operator, that input's position).
+_SIZE_GIVING_INPUTS = {"Expand": 1, "Tile": 1, "ConstantOfShape": 0}
+#: Longest constant read to size an output (a shape or repeats vector is as long as a rank).
+_SIZE_VECTOR_MAX = 64
+
+
+def _all_nodes(model: onnx.ModelProto) -> Iterable[onnx.NodeProto]:
+    """Every node of the graph, of its control-flow bodies (to the depth protobuf parsed) and of its functions."""
+    stack = [model.graph.node, *(f.node for f in model.functions)]
+    while stack:
+        for node in stack.pop():
+            yield node
+            for attr in node.attribute:
+                if attr.type == AttributeProto.GRAPH:
+                    stack.append(attr.g.node)
+                elif attr.type == AttributeProto.GRAPHS:
+                    stack.extend(g.node for g in attr.graphs)
+
+
+def _check_constant_sizes(model: onnx.ModelProto) -> None:
+    """Reject an ``Expand``, ``Tile`` or ``ConstantOfShape`` whose constant shape makes a tensor
+    over :data:`MAX_TENSOR_BYTES`, before shape inference.
+
+    Inference multiplies those constants in 64-bit integers: ``Tile`` of a [4] tensor by
+    2^62 wraps around, and the output comes back with no shape, which would be planned
+    as 0 bytes. The product is taken here in Python's unbounded integers, wherever the
+    operator sits (graph, control-flow body, function), for the constants written in the
+    file (initializers and ``Constant`` nodes).
+    """
+    constants: dict[str, list[int]] = {}
+    for init in model.graph.initializer:
+        if init.data_type == TensorProto.INT64 and len(init.dims) == 1 and init.dims[0] <= _SIZE_VECTOR_MAX:
+            constants[init.name] = [int(v) for v in onnx.numpy_helper.to_array(init).reshape(-1)]
+    for node in _all_nodes(model):
+        if node.op_type == "Constant" and len(node.output) == 1:
+            value = next((a.t for a in node.attribute if a.name == "value" and a.type == AttributeProto.TENSOR), None)
+            if value is not None and value.data_type == TensorProto.INT64 and len(value.dims) == 1:
+                if value.dims[0] <= _SIZE_VECTOR_MAX:
+                    constants[node.output[0]] = [int(v) for v in onnx.numpy_helper.to_array(value).reshape(-1)]
+    declared = {v.name: v for v in (*model.graph.input, *model.graph.value_info)}
+    for node in _all_nodes(model):
+        position = _SIZE_GIVING_INPUTS.get(node.op_type)
+        if position is None or node.domain not in ("", "ai.onnx") or len(node.input) <= position:
+            continue
+        sizes = constants.get(node.input[position])
+        if sizes is None:
+            continue
+        elements = math.prod(abs(d) for d in sizes)
+        if node.op_type == "Tile" and node.input[0] in declared:
+            dims = declared[node.input[0]].type.tensor_type.shape.dim
+            elements *= math.prod(d.dim_value for d in dims if d.HasField("dim_value") and d.dim_value > 0)
+        if elements > MAX_TENSOR_BYTES:  # at least one byte an element
+            raise InvalidInput(
+                f"operator '{node.name or node.op_type}' ({node.op_type}) makes a tensor of {float(elements):.3g} "
+                f"elements from the constant '{node.input[position]}' {sizes}, over the {MAX_TENSOR_BYTES:.3g}-byte "
+                "limit",
+                field="model",
+                code="absurd-size",
+            )
+
+
 def _check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
     if dims is None:
         return {}
@@ -985,6 +1046,7 @@ def graph_from_onnx_bytes(
         )
     _check_names(model.graph)
     _check_ranks(model.graph)
+    _check_constant_sizes(model)
     bound = _check_dims(dims)
     warnings: list[str] = []
     initializer_names = {t.name for t in model.graph.initializer} | {

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from onnx import TensorProto, helper
+
+from tests.partitioners.graph.onnx_helpers import expanding_functions
 
 __all__ = [
     "HealthProbe",
@@ -38,23 +39,9 @@ __all__ = [
 
 
 def expanding_functions_onnx(depth: int = 40) -> bytes:
-    """Local functions ``f0..f<depth>``: ``f0`` one ``Relu``, ``f_k`` calls ``f_(k-1)`` twice; the
-    graph calls ``f<depth>`` once. About 3 KB that expand to ``2**depth`` operators."""
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
-    functions = [helper.make_function("local", "f0", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])], opsets)]
-    for k in range(1, depth + 1):
-        calls = [
-            helper.make_node(f"f{k - 1}", ["x"], ["t"], domain="local"),
-            helper.make_node(f"f{k - 1}", ["t"], ["y"], domain="local"),
-        ]
-        functions.append(helper.make_function("local", f"f{k}", ["x"], ["y"], calls, opsets))
-    graph = helper.make_graph(
-        [helper.make_node(f"f{depth}", ["x"], ["y"], domain="local", name="call")],
-        "expanding-functions",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-    )
-    return helper.make_model(graph, functions=functions, opset_imports=opsets).SerializeToString()
+    """Issue 55's F1: local functions ``f0..f<depth>``, each calling the one before twice; about
+    3 KB that expand to ``2**depth`` operators."""
+    return expanding_functions(depth)
 
 
 # ----------------------------------------------------------------------------- the server's side

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 import anyio
 import anyio.to_thread
 import onnx
+import structlog
 
 from partitioners.errors import InputTooLarge, InvalidInput
 from partitioners.graph.hypergraph import Hypergraph
@@ -57,6 +58,8 @@ __all__ = [
     "onnx_import_pool",
     "serving_onnx_imports",
 ]
+
+log = structlog.get_logger("hyperplace.onnx")
 
 #: ONNX imports that run at once per server process; more wait for a free worker.
 #: Each may take HYPERPLACE_ONNX_IMPORT_MEMORY_BYTES, so this bounds their memory too.
@@ -226,6 +229,13 @@ class OnnxImportPool:
             code="import-timeout",
         )
 
+    def _replace(self, slot: _Slot, closings: int) -> None:
+        """Kill the slot's worker and start its successor now (unless the pool was closed
+        meanwhile), so the next import does not wait for a start-up and the pool keeps its size."""
+        slot.kill()
+        if self._closings == closings:
+            slot.started(self.memory_bytes)
+
     def _unless_closed(self, closings: int) -> None:
         """A worker killed by :meth:`close` (the server stopping) ends its import: 503, no second try."""
         if self._closings != closings:
@@ -294,7 +304,8 @@ class OnnxImportPool:
                     try:
                         return future.result(timeout=self.timeout_s)
                     except FutureTimeout:
-                        slot.kill()
+                        self._replace(slot, closings)
+                        log.warning("onnx import stopped", reason="time limit", timeout_s=self.timeout_s)
                         raise self._too_slow() from None
                     except BrokenProcessPool:
                         self._unless_closed(closings)
@@ -333,7 +344,8 @@ class OnnxImportPool:
                         with anyio.fail_after(self.timeout_s):
                             return await asyncio.wrap_future(future)
                     except TimeoutError:
-                        slot.kill()
+                        self._replace(slot, closings)
+                        log.warning("onnx import stopped", reason="time limit", timeout_s=self.timeout_s)
                         raise self._too_slow() from None
                     except BrokenProcessPool:
                         self._unless_closed(closings)
@@ -343,7 +355,8 @@ class OnnxImportPool:
                         raise self._too_big() from None
                     except BaseException:  # cancelled: the import still runs in the worker
                         if not future.done():
-                            slot.kill()
+                            self._replace(slot, closings)
+                            log.info("onnx import stopped", reason="cancelled (client gone or server stopping)")
                         raise
         raise self._crashed()
 

@@ -145,7 +145,7 @@ def _read_answer(sock: socket.socket, timeout_s: float) -> bytes:
 
 
 def post_onnx(base_url: str, api_key: str, model: bytes, timeout_s: float = 120.0) -> tuple[int | None, float]:
-    """``POST /v1/plans`` with ``model`` as the ONNX part: (status, seconds), status None if the client gave up."""
+    """``POST /v1/plans`` with ``model`` as the ONNX part: (status, seconds), status None if no answer came."""
     started = time.perf_counter()
     try:
         response = httpx.post(
@@ -155,7 +155,7 @@ def post_onnx(base_url: str, api_key: str, model: bytes, timeout_s: float = 120.
             data={"inventory": json.dumps({"preset": "dgx-h100"})},
             timeout=timeout_s,
         )
-    except httpx.TimeoutException:
+    except httpx.TransportError:  # the client gave up (a timeout), or the server went away
         return None, time.perf_counter() - started
     return response.status_code, time.perf_counter() - started
 

@@ -12,10 +12,12 @@ service/api/middleware.py, service/domain/onnx_worker.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -48,6 +50,7 @@ FAST_SETTINGS = dict(
     header_timeout_s="2",
     body_read_grace_s="2",
     onnx_import_timeout_s="3",
+    onnx_import_wait_s="1",
     max_graph_ops=str(2**22),
     log_level="INFO",
 )
@@ -80,7 +83,10 @@ def _other_tenants_plan(server: LiveServer, key: str, seed: int) -> int:
 
 def _warm_up(server: LiveServer, keys: tuple[str, str]) -> None:
     """What every case does once, so that the baseline includes it: both import workers
-    started, a plan, a large body parsed, a few connections to the database at once."""
+    started, a plan, a large body parsed, and a burst of requests at once, which grows the
+    database pool to its overflow (with SQLite, closed connections' descriptors then stay
+    open while another connection holds a lock, and are reused: a steady state)."""
+    _crowd(server, keys[0])
     for _ in range(2):
         threads = [
             threading.Thread(target=post_onnx, args=(server.base_url, keys[0], _small_onnx())),
@@ -167,6 +173,41 @@ def test_a_client_that_gives_up_on_an_import_ends_it_and_its_worker(server, keys
     # the worker that ran it is gone (killed at the disconnect, not at the 3 s limit: no 413)
     wait_until(lambda: not workers_before <= children_of(server.pid), timeout_s=30)
     assert '"import-timeout"' not in server.logs().split('"status": 499')[-1]
+
+
+async def _uploads_at_once(server: LiveServer, key: str, count: int) -> list[int]:
+    """``count`` small ONNX uploads at once, from one thread (45 client threads would compete
+    with the health probe for this test process's interpreter lock)."""
+    async with httpx.AsyncClient(base_url=server.base_url, headers={"Authorization": f"Bearer {key}"}) as client:
+
+        async def upload() -> int:
+            response = await client.post(
+                "/v1/plans",
+                files={"model": ("model.onnx", _small_onnx(), "application/octet-stream")},
+                data={"inventory": json.dumps({"preset": "dgx-h100"})},
+                timeout=60,
+            )
+            return response.status_code
+
+        return list(await asyncio.gather(*(upload() for _ in range(count))))
+
+
+def _crowd(server: LiveServer, key: str) -> list[int]:
+    """Two uploads that hold both import workers for their 3 s, then 45 small uploads at once."""
+    slow = [threading.Thread(target=post_onnx, args=(server.base_url, key, SLOW_TO_IMPORT)) for _ in range(2)]
+    for thread in slow:
+        thread.start()
+    time.sleep(1.0)  # both are importing (each for up to its 3 s)
+    statuses = asyncio.run(_uploads_at_once(server, key, 45))
+    for thread in slow:
+        thread.join()
+    return statuses
+
+
+def test_uploads_that_find_both_import_workers_busy_get_503_with_retry_after_holding_no_thread(server, keys):
+    statuses = _during(server, keys, lambda: _crowd(server, keys[0]))
+    assert len(statuses) == 45 and set(statuses) <= {200, 201, 503}
+    assert 503 in statuses
 
 
 # ----------------------------------------------------------------------------- F2-F4

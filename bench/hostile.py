@@ -15,6 +15,7 @@ small JSON plan submitted by a second tenant while the case runs.
 from __future__ import annotations
 
 import argparse
+import signal
 import tempfile
 import threading
 import time
@@ -118,6 +119,20 @@ def main() -> None:
             time.sleep(5)
             end = usage(process.pid)
             print(f"server at end: {end.rss_bytes / 2**20:.0f} MiB resident, {end.descriptors} descriptors")
+        grace_s = Settings.model_fields["shutdown_grace_s"].default
+        with running_server(url, **{**settings, "onnx_import_timeout_s": "600"}) as (base_url, process):
+            post_onnx(base_url, attacker, expanding_functions_onnx(1))
+            upload = threading.Thread(target=post_onnx, args=(base_url, attacker, expanding_functions_onnx(21), 120.0))
+            upload.start()
+            time.sleep(2)  # the import runs
+            started = time.perf_counter()
+            process.send_signal(signal.SIGTERM)
+            process.wait(grace_s + 60)
+            print(
+                f"SIGTERM with an import running: exited {time.perf_counter() - started:.1f} s later "
+                f"(HYPERPLACE_SHUTDOWN_GRACE_S {grace_s:g} s, hard stop 10 s after), exit status {process.returncode}"
+            )
+            upload.join()
         engine.dispose()
 
 

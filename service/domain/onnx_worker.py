@@ -19,6 +19,17 @@ running: a ``ProcessPoolExecutor`` breaks every import in flight when one of its
 processes dies. A slot whose worker died or ran out of memory starts afresh. The
 library's errors (``InvalidInput``, ``InputTooLarge``) pickle with their ``field``,
 ``code`` and ``detail`` and come back unchanged; so does the ``Hypergraph``.
+
+Time: a model can also be slow rather than large (issue 55: local functions calling
+each other twice per level, 40 levels deep, expand to 2^40 operators; the importer now
+counts that before inference, but not everything slow can be foreseen). An import may
+take ``HYPERPLACE_ONNX_IMPORT_TIMEOUT_S``; then its worker is killed (SIGKILL), a fresh
+one started in its place, and the request gets 413 ``import-timeout``, not a second try.
+A request waits for a free worker at most ``HYPERPLACE_ONNX_IMPORT_WAIT_S``, then gets
+503 with ``Retry-After``. The server waits on its event loop
+(:meth:`OnnxImportPool.import_graph_async`): an import in line or running holds no
+thread, and cancelling it (the client went away, the server stops) kills its worker.
+On shutdown :meth:`OnnxImportPool.close` kills every worker rather than waiting for them.
 """
 
 from __future__ import annotations
@@ -161,7 +172,7 @@ class _Slot:
         ``ProcessPoolExecutor`` offers no way to stop a running task before Python 3.14
         (``terminate_workers``): its processes are killed directly. Its management
         thread then sees the pool broken, reaps them and ends, so nothing is left
-        behind; the next import starts a fresh worker.
+        behind.
         """
         executor, self.executor = self.executor, None
         if executor is None:

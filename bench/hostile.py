@@ -120,9 +120,11 @@ def main() -> None:
             end = usage(process.pid)
             print(f"server at end: {end.rss_bytes / 2**20:.0f} MiB resident, {end.descriptors} descriptors")
         grace_s = Settings.model_fields["shutdown_grace_s"].default
-        with running_server(url, **{**settings, "onnx_import_timeout_s": "600"}) as (base_url, process):
+        # 2^26 operators: an import that takes minutes
+        long_import = {**settings, "onnx_import_timeout_s": "600", "max_graph_ops": str(2**30)}
+        with running_server(url, **long_import) as (base_url, process):
             post_onnx(base_url, attacker, expanding_functions_onnx(1))
-            upload = threading.Thread(target=post_onnx, args=(base_url, attacker, expanding_functions_onnx(21), 120.0))
+            upload = threading.Thread(target=post_onnx, args=(base_url, attacker, expanding_functions_onnx(26), 120.0))
             upload.start()
             time.sleep(2)  # the import runs
             started = time.perf_counter()

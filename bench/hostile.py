@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.server import running_server
+from service.server import raise_descriptor_limit
 from service.settings import Settings
 from service.storage.db import make_engine, make_session_factory
 from service.storage.migrate import upgrade_to_head
@@ -59,8 +60,11 @@ def _other_tenant(base_url: str, key: str, seed: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--connections", type=int, default=300, help="half-open connections (F4)")
+    parser.add_argument(
+        "--connections", type=int, default=3000, help="half-open connections (F4; above the 2,048 cap by default)"
+    )
     args = parser.parse_args()
+    raise_descriptor_limit()  # this process holds the half-open connections' other ends
     with tempfile.TemporaryDirectory() as directory:
         url = f"sqlite:///{Path(directory) / 'bench.sqlite3'}"
         engine = make_engine(url)

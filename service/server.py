@@ -13,10 +13,13 @@ with what nginx does by default at its edge:
 - a head not complete ``HYPERPLACE_HEADER_TIMEOUT_S`` after the connection opened, or
   after the previous answer, gets 408 and the connection closes; an idle connection
   closes silently (nginx: ``client_header_timeout``);
-- past ``HYPERPLACE_MAX_CONNECTIONS`` open connections a new one gets 503 with
-  ``Retry-After`` and is closed at once, so it holds its descriptor for microseconds
-  (nginx: ``worker_connections``). The process's descriptor limit is raised to its hard
-  limit at start-up (:func:`raise_descriptor_limit`) and the cap kept below it.
+- past ``HYPERPLACE_MAX_CONNECTIONS`` open connections, a new one evicts the connection
+  that has spent longest sending a request head (408), so a flood of half-open
+  connections cannot lock health checks and real clients out; when every connection is
+  in a request, the new one gets 503 with ``Retry-After`` and is closed at once, holding
+  its descriptor for microseconds (nginx: ``worker_connections``). The process's
+  descriptor limit is raised to its hard limit at start-up (:func:`raise_descriptor_limit`)
+  and the cap kept below it.
 
 Idle keep-alive connections close after ``HYPERPLACE_KEEP_ALIVE_S`` (uvicorn's own
 ``timeout_keep_alive``). A body that arrives too slowly is the application's to refuse
@@ -113,14 +116,22 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections:
-            self._refuse(
-                503,
+            oldest = next(iter(self._reading_heads()), None)
+            if oldest is None:  # every connection is in a request: this one waits its turn elsewhere
+                self._refuse(
+                    503,
+                    f"The server holds {self.limits.max_connections} connections, its limit "
+                    "(HYPERPLACE_MAX_CONNECTIONS), all of them in requests; retry shortly.",
+                    "server-busy",
+                    (("retry-after", "1"),),
+                )
+                return
+            oldest._refuse(
+                408,
                 f"The server holds {self.limits.max_connections} connections, its limit "
-                "(HYPERPLACE_MAX_CONNECTIONS); retry shortly.",
-                "server-busy",
-                (("retry-after", "1"),),
+                "(HYPERPLACE_MAX_CONNECTIONS), and this one had taken longest to send its request head.",
+                "request-timeout",
             )
-            return
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -166,10 +177,20 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     # -------------------------------------------------------------- refusals
 
+    def _reading_heads(self) -> dict[GuardedHttpProtocol, None]:
+        """The server's connections now sending a request head, the longest at it first
+        (a dict keeps insertion order, and a connection is inserted when its head begins)."""
+        reading = getattr(self.server_state, "hyperplace_reading_heads", None)
+        if reading is None:
+            reading = self.server_state.hyperplace_reading_heads = {}
+        return reading
+
     def _arm_head_timer(self) -> None:
         self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
+        self._reading_heads()[self] = None
 
     def _disarm_head_timer(self) -> None:
+        self._reading_heads().pop(self, None)
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
@@ -179,6 +200,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
+        self._reading_heads().pop(self, None)
         if self._refused or not self._reading_head or self.transport.is_closing():
             return
         if self._busy_answering():  # a pipelined request behind one still being answered: wait for it

@@ -43,16 +43,16 @@ from tests.service.hostile_clients import (
 from tests.service.live_server import LiveServer, start_server, wait_until
 
 T = TypeVar("T")
-#: 2^21 operators once its functions are inlined: under the server's operator limit here
-#: (2^22), and ONNX shape inference takes far longer than the 3 s an import may take
+#: 2^23 operators once its functions are inlined: under the server's operator limit here
+#: (2^24), and ONNX shape inference takes far longer than the 3 s an import may take
 #: (about 40 s on a 2-core development machine).
-SLOW_TO_IMPORT = expanding_functions_onnx(21)
+SLOW_TO_IMPORT = expanding_functions_onnx(23)
 FAST_SETTINGS = dict(
     header_timeout_s="2",
     body_read_grace_s="2",
     onnx_import_timeout_s="3",
     onnx_import_wait_s="1",
-    max_graph_ops=str(2**22),
+    max_graph_ops=str(2**24),
     log_level="INFO",
 )
 

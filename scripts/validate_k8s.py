@@ -22,7 +22,21 @@ def main(directory: str) -> int:
                 print(f"{path}: {document['kind']}/{document['metadata']['name']}: {exc.message}", file=sys.stderr)
             else:
                 print(f"{path}: {document['kind']}/{document['metadata']['name']} valid")
+    failures += _nginx_config_matches(directory)
     return 1 if failures else 0
+
+
+def _nginx_config_matches(directory: str) -> int:
+    """The nginx ConfigMap carries deploy/nginx/hyperplace.conf (which docker-compose mounts) word for word."""
+    config = Path(directory).parent / "nginx" / "hyperplace.conf"
+    for path in sorted(Path(directory).glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and document["kind"] == "ConfigMap" and "hyperplace.conf" in document.get("data", {}):
+                if document["data"]["hyperplace.conf"].strip() != config.read_text().strip():
+                    print(f"{path}: ConfigMap/{document['metadata']['name']} differs from {config}", file=sys.stderr)
+                    return 1
+                print(f"{path}: ConfigMap/{document['metadata']['name']} is {config}")
+    return 0
 
 
 if __name__ == "__main__":

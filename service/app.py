@@ -16,11 +16,17 @@ from prometheus_client import CollectorRegistry
 
 from service.api import health
 from service.api.body_budget import BodyBudget, BodyBudgetMiddleware
-from service.api.middleware import BodySizeLimitMiddleware, HeadMiddleware, HttpMetrics, RequestContextMiddleware
+from service.api.middleware import (
+    BodyRateMiddleware,
+    BodySizeLimitMiddleware,
+    HeadMiddleware,
+    HttpMetrics,
+    RequestContextMiddleware,
+)
 from service.api.problems import install_problem_handlers
 from service.api.v1 import router as v1_router
 from service.domain.compute_slots import ComputeSlots
-from service.domain.onnx_worker import serving_onnx_imports
+from service.domain.onnx_worker import ImportLimits, serving_onnx_imports
 from service.logging import configure_logging
 from service.settings import DEFAULT_API_KEY_SECRET, Settings, get_settings
 from service.storage.db import make_engine, make_session_factory
@@ -108,7 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             runner.start()
         app.state.job_runner = runner
         try:
-            with serving_onnx_imports(settings.onnx_import_memory_bytes):  # stops the import workers
+            with serving_onnx_imports(ImportLimits.of(settings)):  # stops the import workers
                 yield
         finally:
             if runner is not None:
@@ -144,6 +150,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # over the limit is refused before it waits for the budget of bodies in flight, and
     # a HEAD is logged and counted as a HEAD though it runs as a GET.
     app.add_middleware(HeadMiddleware)
+    # inside the budget: a body cut for its rate gives its reservation back on the way out
+    app.add_middleware(
+        BodyRateMiddleware, min_bytes_per_s=settings.body_min_bytes_per_s, grace_s=settings.body_read_grace_s
+    )
     app.add_middleware(BodyBudgetMiddleware, budget=app.state.body_budget, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)

@@ -77,10 +77,9 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (HYPERPLACE_PORT).")] = None,
     workers: Annotated[int, typer.Option(min=1, max=64, help="uvicorn worker processes.")] = 1,
 ) -> None:
-    """Run the HTTP service with uvicorn."""
-    import uvicorn
-
+    """Run the HTTP service with uvicorn, with the limits of service/server.py."""
     from service.app import NotMigrated, ensure_migrated
+    from service.server import run_server
 
     settings = _settings()
     with _database(settings) as engine:
@@ -89,16 +88,7 @@ def serve(
         except NotMigrated as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from None
-    uvicorn.run(
-        "service.app:create_app",
-        factory=True,
-        host=host or settings.host,
-        port=port or settings.port,
-        workers=workers,
-        log_config=None,
-        proxy_headers=False,
-        access_log=False,  # the request middleware logs every request as JSON
-    )
+    run_server(settings, host or settings.host, port or settings.port, workers)
 
 
 @app.command()

@@ -18,6 +18,7 @@ __all__ = [
     "UnprocessableInput",
     "DatabaseUnavailable",
     "ServerBusy",
+    "RequestTimeout",
 ]
 
 
@@ -52,6 +53,12 @@ class Unauthorized(ServiceError):
 
 class Forbidden(ServiceError):
     status, title, type_slug = 403, "Forbidden", "forbidden"
+
+
+class RequestTimeout(ServiceError):
+    """The client took too long sending its request (a body under the minimum rate)."""
+
+    status, title, type_slug = 408, "Request timeout", "request-timeout"
 
 
 class PayloadTooLarge(ServiceError):

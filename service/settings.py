@@ -55,6 +55,42 @@ class Settings(BaseSettings):
     body_wait_s: float = Field(
         10.0, ge=0, description="How long a large body waits for HYPERPLACE_MAX_BODY_BYTES_IN_FLIGHT before 503."
     )
+    # The body deadline: after a grace period a body must have arrived at this average
+    # rate (a deadline that moves with every byte), or the request gets 408 and its
+    # body-budget reservation goes back (service.api.middleware.BodyRateMiddleware).
+    body_min_bytes_per_s: int = Field(
+        64 * 1024,
+        ge=1,
+        description="Average rate a request body must keep up after HYPERPLACE_BODY_READ_GRACE_S; slower: 408.",
+    )
+    body_read_grace_s: float = Field(
+        10.0, ge=0, description="Seconds a request body may take before HYPERPLACE_BODY_MIN_BYTES_PER_S applies."
+    )
+    # Limits of the HTTP server process (service/server.py; nginx in deploy/ sets the same).
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        description="Request line and headers together; more: 431 and the connection closes.",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds a connection may take to send a request head (from opening, or the previous "
+        "answer); slower: 408 and the connection closes.",
+    )
+    keep_alive_s: float = Field(5.0, gt=0, description="An idle keep-alive connection closes after this long.")
+    max_connections: int = Field(
+        2048,
+        ge=1,
+        description="Open connections per server process; a new one past it gets 503 and is closed. Kept "
+        "256 below the process's open-file limit, which `hyperplace serve` raises to its hard limit.",
+    )
+    shutdown_grace_s: float = Field(
+        20.0,
+        ge=0,
+        description="On SIGTERM, how long requests in flight may finish before they are cancelled and the "
+        "ONNX import workers killed; the process exits at most 10 s after that.",
+    )
     max_graph_ops: int = Field(1_000_000, ge=1, description="Graphs with more operators are rejected (413).")
     sync_max_ops: int = Field(
         20_000,
@@ -82,6 +118,20 @@ class Settings(BaseSettings):
         description="Address space one ONNX import may use on top of its worker process's start-up footprint; "
         "a model that needs more is refused (413). Imports run in separate processes so that running out "
         "kills no server. 0: import in the server process, unbounded (platforms without RLIMIT_AS).",
+    )
+    # The 61,204-node synthetic GPT export imports in 5.3 s (docs/validation.md, ONNX import);
+    # the 765,004-node one, the largest a 64 MiB body holds, in about ten times that.
+    onnx_import_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Wall-clock seconds one ONNX import may take; its worker process is then killed and "
+        "replaced, and the answer is 413 (import-timeout), not retried.",
+    )
+    onnx_import_wait_s: float = Field(
+        10.0,
+        ge=0,
+        description="How long an ONNX upload waits (on the event loop, holding no thread) for one of the "
+        "two import workers before the answer is 503 with Retry-After.",
     )
     gc_gen0_threshold: int = Field(
         50_000,

@@ -62,6 +62,7 @@ from partitioners.graph.hypergraph import (
     csr_from_lists,
     topological_order,
 )
+from partitioners.graph.onnx_expansion import expanded_op_count
 
 __all__ = ["MAX_DIM", "MAX_TENSOR_BYTES", "graph_from_onnx_bytes", "onnx_operator_names"]
 
@@ -196,6 +197,67 @@ def _check_ranks(graph: onnx.GraphProto) -> None:
                 too_deep(len(attr.t.dims), f"operator {i} ({node.op_type}) attribute '{attr.name}'", f"graph.node[{i}]")
             elif attr.type == AttributeProto.INTS and attr.name in _RANK_ATTRIBUTES:
                 too_deep(len(attr.ints), f"operator {i} ({node.op_type}) attribute '{attr.name}'", f"graph.node[{i}]")
+
+
+#: Operators whose output size is given by a constant input: (operator, that input's position).
+_SIZE_GIVING_INPUTS = {"Expand": 1, "Tile": 1, "ConstantOfShape": 0}
+#: Longest constant read to size an output (a shape or repeats vector is as long as a rank).
+_SIZE_VECTOR_MAX = 64
+
+
+def _all_nodes(model: onnx.ModelProto) -> Iterable[onnx.NodeProto]:
+    """Every node of the graph, of its control-flow bodies (to the depth protobuf parsed) and of its functions."""
+    stack = [model.graph.node, *(f.node for f in model.functions)]
+    while stack:
+        for node in stack.pop():
+            yield node
+            for attr in node.attribute:
+                if attr.type == AttributeProto.GRAPH:
+                    stack.append(attr.g.node)
+                elif attr.type == AttributeProto.GRAPHS:
+                    stack.extend(g.node for g in attr.graphs)
+
+
+def _check_constant_sizes(model: onnx.ModelProto) -> None:
+    """Reject an ``Expand``, ``Tile`` or ``ConstantOfShape`` whose constant shape makes a tensor
+    over :data:`MAX_TENSOR_BYTES`, before shape inference.
+
+    Inference multiplies those constants in 64-bit integers: ``Tile`` of a [4] tensor by
+    2^62 wraps around, and the output comes back with no shape, which would be planned
+    as 0 bytes. The product is taken here in Python's unbounded integers, wherever the
+    operator sits (graph, control-flow body, function), for the constants written in the
+    file (initializers and ``Constant`` nodes).
+    """
+    constants: dict[str, list[int]] = {}
+    for init in model.graph.initializer:
+        if init.data_type == TensorProto.INT64 and len(init.dims) == 1 and init.dims[0] <= _SIZE_VECTOR_MAX:
+            constants[init.name] = [int(v) for v in onnx.numpy_helper.to_array(init).reshape(-1)]
+    for node in _all_nodes(model):
+        if node.op_type == "Constant" and len(node.output) == 1:
+            value = next((a.t for a in node.attribute if a.name == "value" and a.type == AttributeProto.TENSOR), None)
+            if value is not None and value.data_type == TensorProto.INT64 and len(value.dims) == 1:
+                if value.dims[0] <= _SIZE_VECTOR_MAX:
+                    constants[node.output[0]] = [int(v) for v in onnx.numpy_helper.to_array(value).reshape(-1)]
+    declared = {v.name: v for v in (*model.graph.input, *model.graph.value_info)}
+    for node in _all_nodes(model):
+        position = _SIZE_GIVING_INPUTS.get(node.op_type)
+        if position is None or node.domain not in ("", "ai.onnx") or len(node.input) <= position:
+            continue
+        sizes = constants.get(node.input[position])
+        if sizes is None:
+            continue
+        elements = math.prod(abs(d) for d in sizes)
+        if node.op_type == "Tile" and node.input[0] in declared:
+            dims = declared[node.input[0]].type.tensor_type.shape.dim
+            elements *= math.prod(d.dim_value for d in dims if d.HasField("dim_value") and d.dim_value > 0)
+        if elements > MAX_TENSOR_BYTES:  # at least one byte an element
+            raise InvalidInput(
+                f"operator '{node.name or node.op_type}' ({node.op_type}) makes a tensor of {float(elements):.3g} "
+                f"elements from the constant '{node.input[position]}' {sizes}, over the {MAX_TENSOR_BYTES:.3g}-byte "
+                "limit",
+                field="model",
+                code="absurd-size",
+            )
 
 
 def _check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
@@ -681,6 +743,13 @@ def _check_tensor_size(name: str, shape: Shape, elem: int) -> float:
     return size
 
 
+def _count_text(count: int) -> str:
+    """A count for a sentence: exact while short, else as a power of ten (2^40 is 1.1e+12)."""
+    return (
+        str(count) if count < 10**9 else f"{float(count):.2g}" if count < 10**300 else f"over 10^{len(str(count)) - 1}"
+    )
+
+
 def _has_bodies(model: onnx.ModelProto) -> bool:
     """Whether some operator holds a graph (control flow) or the model defines functions:
     ONNX data propagation runs inside those too, out of :func:`_without_long_values`' reach."""
@@ -944,7 +1013,8 @@ def graph_from_onnx_bytes(
         Values for the symbolic dimensions of the graph inputs
         (``{"batch": 8, "sequence": 2048}``); every one must be bound.
     max_ops : int, optional
-        Refuse graphs with more top-level operators, before building anything.
+        Refuse graphs with more operators, counted with functions inlined and
+        subgraphs included, before shape inference and before building anything.
     name : str, optional
         Model name; defaults to the ONNX graph name.
 
@@ -966,7 +1036,10 @@ def graph_from_onnx_bytes(
         never by building it), ``cycle``; ``malformed-onnx`` also for a declared rank
         over :data:`MAX_RANK`.
     InputTooLarge
-        ``too-many-ops`` when the graph has more than ``max_ops`` operators.
+        ``too-many-ops`` when the graph has more than ``max_ops`` operators, or expands
+        to more once its local functions are inlined and its control-flow bodies
+        counted (:func:`~partitioners.graph.onnx_expansion.expanded_op_count`, before
+        shape inference, which would walk every one of them).
     """
     model = _parse(data)
     n_nodes = len(model.graph.node)
@@ -977,8 +1050,19 @@ def graph_from_onnx_bytes(
             field="model",
             code="too-many-ops",
         )
+    # before inference, which inlines every function call and walks every subgraph
+    expanded = expanded_op_count(model) if max_ops is not None and (model.functions or _has_bodies(model)) else 0
+    if max_ops is not None and expanded > max_ops:
+        raise InputTooLarge(
+            f"the model expands to {_count_text(expanded)} operators once its local functions are inlined and "
+            f"its subgraphs counted, more than the limit of {max_ops}; a function that calls another several "
+            "times, nested, multiplies the count at every level",
+            field="model",
+            code="too-many-ops",
+        )
     _check_names(model.graph)
     _check_ranks(model.graph)
+    _check_constant_sizes(model)
     bound = _check_dims(dims)
     warnings: list[str] = []
     initializer_names = {t.name for t in model.graph.initializer} | {

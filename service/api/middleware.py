@@ -10,6 +10,7 @@ import re
 import time
 import uuid
 
+import anyio
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.datastructures import Headers
@@ -18,12 +19,13 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.problems import service_error_response
-from service.errors import PayloadTooLarge
+from service.errors import PayloadTooLarge, RequestTimeout
 
 __all__ = [
     "HttpMetrics",
     "RequestContextMiddleware",
     "BodySizeLimitMiddleware",
+    "BodyRateMiddleware",
     "HeadMiddleware",
     "allowed_methods",
     "route_template",
@@ -231,3 +233,63 @@ def _over_the_limit(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(
         f"Request body is over the {limit}-byte limit (HYPERPLACE_MAX_BODY_BYTES).", headers={"Connection": "close"}
     )
+
+
+class BodyRateMiddleware:
+    """Refuse a body that arrives too slowly: 408, the connection closed, its reservation given back.
+
+    One client that declared ``Content-Length: 67108864`` and sent a byte a second held
+    the whole budget of bodies in flight (:mod:`service.api.body_budget`) for as long as
+    it liked. After ``grace_s`` a body must have arrived at ``min_bytes_per_s`` on
+    average: each ``receive`` may wait until the moment the bytes received so far stop
+    meeting that rate (``start + grace_s + received / min_bytes_per_s``), so a stalled
+    body is cut at a deadline and a slow trickle soon after, while a body that keeps the
+    rate, however large, is never cut. The 408 is raised inside the application's read,
+    so every middleware around it (the body budget among them) unwinds as for any error.
+    Once the body is complete, ``receive`` waits for a disconnect and is left alone.
+    """
+
+    def __init__(self, app: ASGIApp, min_bytes_per_s: float, grace_s: float) -> None:
+        self.app = app
+        self.min_bytes_per_s = min_bytes_per_s
+        self.grace_s = grace_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not _has_body(scope):
+            await self.app(scope, receive, send)
+            return
+        started = anyio.current_time()
+        received = 0
+        complete = False
+
+        async def paced_receive() -> Message:
+            nonlocal received, complete
+            if complete:
+                return await receive()
+            deadline = started + self.grace_s + received / self.min_bytes_per_s
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())) as waited:
+                message = await receive()
+            if waited.cancelled_caught:
+                raise self._too_slow(received, anyio.current_time() - started)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                complete = True
+            received += len(message.get("body", b""))
+            return message
+
+        await self.app(scope, paced_receive, send)
+
+    def _too_slow(self, received: int, elapsed_s: float) -> RequestTimeout:
+        return RequestTimeout(
+            f"The request body arrived too slowly: {received} bytes in {elapsed_s:.3g} s. After "
+            f"{self.grace_s:g} s (HYPERPLACE_BODY_READ_GRACE_S) a body must arrive at "
+            f"{self.min_bytes_per_s:g} bytes/s on average (HYPERPLACE_BODY_MIN_BYTES_PER_S).",
+            headers={"Connection": "close"},
+        )
+
+
+def _has_body(scope: Scope) -> bool:
+    headers = Headers(scope=scope)
+    length = headers.get("content-length")
+    if length is not None:
+        return length.strip() not in ("", "0")
+    return "chunked" in headers.get("transfer-encoding", "").lower()

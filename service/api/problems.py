@@ -16,9 +16,11 @@ from typing import Any
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from partitioners.errors import DoesNotFit, Infeasible, InputTooLarge, InvalidInput
 from service.errors import DatabaseUnavailable, ServiceError, UnprocessableInput
@@ -32,6 +34,8 @@ __all__ = [
     "problem_responses",
     "unreadable_body_detail",
     "most_relevant_first",
+    "client_disconnected",
+    "CLIENT_CLOSED_REQUEST",
 ]
 
 PROBLEM_BASE = "https://hyperplace.dev/problems/"
@@ -196,6 +200,9 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and isinstance(exc.__cause__, ClientDisconnect):
+            # FastAPI wraps whatever fails while it reads the body in its generic 400
+            return client_disconnected(request)
         if exc.status_code == 400 and isinstance(exc.__cause__, ServiceError):
             # Raised while FastAPI read the body (the body-size limit counts it as it
             # streams); FastAPI wrapped it in its generic 400.
@@ -209,6 +216,18 @@ def install_problem_handlers(app: FastAPI) -> None:
         title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
         return problem_response(
             request, exc.status_code, title, str(exc.detail), slug, headers=getattr(exc, "headers", None)
+        )
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect):
+        return client_disconnected(request)
+
+    @app.exception_handler(PoolTimeout)
+    async def _pool_exhausted(request: Request, exc: PoolTimeout):
+        log.warning("database connection pool exhausted", error=str(exc)[:300])
+        return service_error_response(
+            request,
+            DatabaseUnavailable("Every database connection is in use; retry shortly.", retry_after_s=2),
         )
 
     @app.exception_handler(OperationalError)
@@ -249,6 +268,18 @@ def _invalid_input_title(exc: InvalidInput) -> str:
     if isinstance(exc, Infeasible):
         return "Infeasible"
     return "Invalid input"
+
+
+#: What nginx logs for a request whose client closed the connection before the answer:
+#: no server error, and never sent (nobody is there to read it).
+CLIENT_CLOSED_REQUEST = 499
+
+
+def client_disconnected(request: Request) -> Response:
+    """The client went away mid-request (``ClientDisconnect``): a 499 in the log and the
+    metrics, not a 500 "unhandled error"; uvicorn drops the answer."""
+    log.info("client disconnected", method=request.method, path=request.url.path)
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
 def _unreadable_body(request: Request, exc: BaseException) -> JSONResponse:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TypeVar
 
 import anyio
@@ -165,18 +165,19 @@ class ComputeSlots:
 
     # -------------------------------------------------------------- a coroutine on the event loop
 
-    async def _take_on_loop(self) -> bool:
+    async def _take_on_loop(self, wait_s: float | None = None) -> bool:
+        wait_s = self.wait_s if wait_s is None else wait_s
         with self._lock:
             if self._take_now():
                 return True
-            if self.wait_s <= 0:
+            if wait_s <= 0:
                 return False
             loop = asyncio.get_running_loop()
             woken: asyncio.Future[None] = loop.create_future()
             waiter = _Waiter(_wake_on(loop, woken))
             self._line.append(waiter)
         try:
-            with anyio.move_on_after(self.wait_s):
+            with anyio.move_on_after(wait_s):
                 await woken
         except BaseException:  # cancelled from outside (the client went away): no slot leaks
             if self._leave_line(waiter):
@@ -184,14 +185,24 @@ class ComputeSlots:
             raise
         return self._leave_line(waiter)
 
+    @asynccontextmanager
+    async def slot(self, wait_s: float | None = None) -> AsyncIterator[None]:
+        """Hold a slot for the ``async with`` block once one is free; :meth:`busy` if none frees
+        within ``wait_s`` (default: the slots' own).
+
+        The wait happens on the event loop: a coroutine in line holds no thread.
+        """
+        if not await self._take_on_loop(wait_s):
+            raise self.busy() if wait_s is None else ServerBusy.slots_taken(self.what, self.slots, wait_s)
+        try:
+            yield
+        finally:
+            self._give_back()
+
     async def run(self, work: Callable[..., T], *args: object) -> T:
         """``work(*args)`` in a worker thread once a slot is free; :meth:`busy` if none frees within ``wait_s``.
 
         The wait happens on the event loop: a request in line holds no thread.
         """
-        if not await self._take_on_loop():
-            raise self.busy()
-        try:
+        async with self.slot():
             return await anyio.to_thread.run_sync(work, *args)
-        finally:
-            self._give_back()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -17,7 +19,7 @@ from partitioners.graph.canonical import NameOrder, canonical_graph, graph_to_js
 from partitioners.graph.hypergraph import Hypergraph, graph_summary
 from partitioners.graph.json_import import graph_from_json
 from partitioners.hardware.inventory import PRESETS, Inventory, inventory_from_json, inventory_hash, inventory_to_json
-from service.domain.onnx_worker import import_onnx_graph
+from service.domain.onnx_worker import ImportLimits, import_onnx_graph, import_onnx_graph_async
 
 __all__ = [
     "IngestedGraph",
@@ -26,6 +28,8 @@ __all__ = [
     "ingest_inventory",
     "ingest_json_graph",
     "ingest_onnx_graph",
+    "ingested_onnx_graph",
+    "import_onnx_model",
     "read_stored_graph",
 ]
 
@@ -134,16 +138,48 @@ def ingest_json_graph(document: dict, *, max_ops: int) -> IngestedGraph:
 def ingest_onnx_graph(
     data: bytes, *, dims: dict[str, int], max_ops: int, memory_bytes: int | None = None
 ) -> IngestedGraph:
-    """Import ONNX bytes in a memory-capped worker process (:mod:`service.domain.onnx_worker`).
+    """Import ONNX bytes in a memory-capped worker process (:mod:`service.domain.onnx_worker`), from a thread.
 
     ONNX shape inference can be made to allocate without bound, in C++, by a model of
     a few hundred bytes; in a worker that only fails the request (413). ``memory_bytes``
     is the cap, by default the running app's HYPERPLACE_ONNX_IMPORT_MEMORY_BYTES.
     """
+    _not_empty(data)
+    with _naming_the_limit():
+        graph = import_onnx_graph(data, dims=dims, max_ops=max_ops, memory_bytes=memory_bytes)
+    return ingested_onnx_graph(graph)
+
+
+async def import_onnx_model(
+    data: bytes, *, dims: dict[str, int], max_ops: int, limits: ImportLimits | None = None
+) -> Hypergraph:
+    """:func:`ingest_onnx_graph`'s import for a coroutine: it waits for a worker and for the
+    import on the event loop, holding no thread, and cancelling it kills the import.
+    :func:`ingested_onnx_graph` (CPU work: run it in a thread) makes the result an :class:`IngestedGraph`."""
+    _not_empty(data)
+    with _naming_the_limit():
+        return await import_onnx_graph_async(data, dims=dims, max_ops=max_ops, limits=limits)
+
+
+def ingested_onnx_graph(graph: Hypergraph) -> IngestedGraph:
+    """An imported ONNX graph, its names checked and hashed."""
+    return IngestedGraph.of(_storable_text(graph), "onnx")
+
+
+def _not_empty(data: bytes) -> None:
     if not data:
         raise InvalidInput("The ONNX part is empty; send the model file's bytes.", field="model", code="malformed-onnx")
-    graph = _storable_text(import_onnx_graph(data, dims=dims, max_ops=max_ops, memory_bytes=memory_bytes))
-    return IngestedGraph.of(graph, "onnx")
+
+
+@contextmanager
+def _naming_the_limit() -> Iterator[None]:
+    """The importer's operator limit is this service's HYPERPLACE_MAX_GRAPH_OPS: say so."""
+    try:
+        yield
+    except InputTooLarge as exc:
+        if exc.code == "too-many-ops" and "HYPERPLACE_MAX_GRAPH_OPS" not in exc.detail:
+            exc.detail = f"{exc.detail} (HYPERPLACE_MAX_GRAPH_OPS)"
+        raise
 
 
 def _declared_devices(document: dict) -> int:

@@ -55,6 +55,7 @@ from service.domain.ingest import (
     ingest_inventory,
     ingest_json_graph,
     ingest_onnx_graph,
+    ingested_onnx_graph,
     read_stored_graph,
 )
 from service.domain.plan_document import plan_document
@@ -95,6 +96,7 @@ class PlanSubmission:
     options: dict
     graph: dict | None = None
     onnx_bytes: bytes | None = None
+    onnx_graph: Hypergraph | None = None  # ``onnx_bytes`` imported already (on the event loop: import_onnx_model)
     graph_id: str | None = None
     extra_cache_parts: dict = field(default_factory=dict)
     calibration: PlanCalibration | None = None
@@ -184,6 +186,8 @@ def _ingest_graph(session: Session, tenant_id: str, submission: PlanSubmission, 
                 "GET /v1/models/{model_hash} returns for one of your plans' model_hash."
             )
         return read_stored_graph(unpack_json(row.canonical), row.model_hash, row.source_format)
+    if submission.onnx_graph is not None:
+        return ingested_onnx_graph(submission.onnx_graph)
     if submission.onnx_bytes is not None:
         return ingest_onnx_graph(
             submission.onnx_bytes,

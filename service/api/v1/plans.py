@@ -8,6 +8,7 @@ and rendered by one call there (:func:`_submit`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Annotated, Literal
 
@@ -19,6 +20,7 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from service.api.deps import SessionDep, SettingsDep
+from service.api.disconnect import unless_disconnected
 from service.api.json_response import DocumentResponse
 from service.api.params import (
     Cursor,
@@ -34,6 +36,8 @@ from service.api.params import (
 )
 from service.api.problems import problem_responses, unreadable_body_detail
 from service.domain import plan_views, planning
+from service.domain.ingest import import_onnx_model
+from service.domain.onnx_worker import ImportLimits
 from service.domain.planning import PlanSubmission, submit_plan
 from service.errors import NotFound, UnprocessableInput
 from service.schemas.common import Page
@@ -143,7 +147,7 @@ def _plan_response(
             "model": PlanRead,
         },
         202: {"description": "Large graph: queued as a job; poll the Location.", "model": PlanRead},
-        **problem_responses(404, 409, 413, 422),
+        **problem_responses(404, 409, 413, 422, 503),
     },
     openapi_extra={
         "requestBody": {
@@ -166,7 +170,9 @@ async def create_plan(
 ):
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
-        submission: PlanSubmission | bytes = await _submission_from_multipart(request)
+        submission: PlanSubmission | bytes = await _onnx_imported(
+            request, session, settings, await _submission_from_multipart(request)
+        )
     elif content_type.startswith("application/json") or not content_type:
         submission = await request.body()
     else:
@@ -182,6 +188,27 @@ async def create_plan(
         idempotency_key,
         request.app.state.planning_slots,
     )
+
+
+async def _onnx_imported(request: Request, session, settings, submission: PlanSubmission) -> PlanSubmission:
+    """The upload's ONNX model imported, waiting on the event loop (no thread, no database connection held).
+
+    The key lookup's transaction ends first: an import can take up to
+    HYPERPLACE_ONNX_IMPORT_TIMEOUT_S, and a connection (on SQLite, the database lock)
+    held through it starves every other request. A client that disconnects cancels
+    its import, and the worker running it is killed.
+    """
+    await run_in_threadpool(session.rollback)
+    graph = await unless_disconnected(
+        request,
+        lambda: import_onnx_model(
+            submission.onnx_bytes or b"",
+            dims=submission.options.get("dims") or {},
+            max_ops=settings.max_graph_ops,
+            limits=ImportLimits.of(settings),
+        ),
+    )
+    return dataclasses.replace(submission, onnx_graph=graph, onnx_bytes=None)
 
 
 def _submit(

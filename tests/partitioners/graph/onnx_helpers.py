@@ -10,6 +10,7 @@ from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 __all__ = [
     "FIXTURES",
+    "expanding_functions",
     "external_weight",
     "folded_count",
     "int64_tensor",
@@ -64,3 +65,24 @@ def linear_relu(batch_dim="batch") -> bytes:
 def int64_tensor(name: str, value) -> TensorProto:
     """An int64 initializer holding ``value`` (shapes, indices, scalars)."""
     return numpy_helper.from_array(np.array(value, dtype=np.int64), name)
+
+
+def expanding_functions(depth: int, calls_per_level: int = 2) -> bytes:
+    """Local functions ``f0..f<depth>``: ``f0`` one ``Relu``, ``f_k`` calls ``f_(k-1)``
+    ``calls_per_level`` times in a row; the graph calls ``f<depth>`` once. A few KB that
+    expand to ``calls_per_level ** depth`` operators (issue 55's F1 at depth 40)."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    functions = [helper.make_function("local", "f0", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])], opsets)]
+    for k in range(1, depth + 1):
+        names = ["x", *(f"t{i}" for i in range(1, calls_per_level)), "y"]
+        calls = [
+            helper.make_node(f"f{k - 1}", [names[i]], [names[i + 1]], domain="local") for i in range(calls_per_level)
+        ]
+        functions.append(helper.make_function("local", f"f{k}", ["x"], ["y"], calls, opsets))
+    graph = helper.make_graph(
+        [helper.make_node(f"f{depth}", ["x"], ["y"], domain="local", name="call")],
+        "expanding-functions",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    return helper.make_model(graph, functions=functions, opset_imports=opsets).SerializeToString()

@@ -146,6 +146,42 @@ def test_a_binding_that_makes_a_tensor_absurdly_large_is_rejected():
     assert info.value.code == "absurd-size"
 
 
+def test_a_tile_whose_constant_repeats_overflow_64_bits_is_absurd_not_a_tensor_of_unknown_size():
+    # 4 x 2^62 elements wraps around in ONNX inference's int64 and would come back shapeless, planned as 0 bytes
+    data = tiny_model(
+        [helper.make_node("Tile", ["x", "repeats"], ["y"], name="tile")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.array([2**62], dtype=np.int64), "repeats")],
+    )
+    with pytest.raises(InvalidInput, match="'tile'") as info:
+        graph_from_onnx_bytes(data)
+    assert (info.value.field, info.value.code) == ("model", "absurd-size")
+
+
+def test_an_expand_to_a_huge_constant_shape_inside_a_branch_is_absurd():
+    shape = helper.make_node(
+        "Constant", [], ["shape"], value=onnx.numpy_helper.from_array(np.array([10**9] * 3, dtype=np.int64))
+    )
+    branch = helper.make_graph(
+        [shape, helper.make_node("Expand", ["x", "shape"], ["y"], name="expand")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    data = tiny_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch, name="if")],
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(InvalidInput, match="'expand'") as info:
+        graph_from_onnx_bytes(data)
+    assert info.value.code == "absurd-size"
+
+
 def test_empty_bytes_are_rejected_as_no_graph():
     with pytest.raises(InvalidInput) as info:
         graph_from_onnx_bytes(b"")

@@ -5,7 +5,8 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.schemas.health import NotReady
-from tests.conftest import make_settings
+from service.storage.db import make_engine, make_session_factory
+from tests.conftest import make_settings, new_api_key
 
 
 def test_healthz_answers_ok_without_a_key(base_client):
@@ -85,3 +86,24 @@ def test_readyz_on_an_unreachable_database_is_a_503_naming_only_the_error_class(
     assert response.status_code == 503 and response.headers["Retry-After"] == "5"
     assert response.json() == {"status": "unavailable", "database": "unreachable", "detail": "OperationalError"}
     NotReady.model_validate_json(response.content)
+
+
+def test_a_request_that_finds_every_database_connection_taken_is_503_with_retry_after_not_500(
+    database_url, session_factory
+):
+    app = create_app(make_settings(database_url))
+    # a pool of one connection, held by the test: the request waits 0.2 s for it, then gives up
+    engine = make_engine(database_url, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    app.state.session_factory = make_session_factory(engine)
+    _, key = new_api_key(session_factory, app.state.settings)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client, engine.connect():
+            response = client.get(
+                "/v1/plans/00000000-0000-0000-0000-000000000001", headers={"Authorization": f"Bearer {key}"}
+            )
+            assert client.get("/healthz").status_code == 200  # never touches the pool
+    finally:
+        engine.dispose()
+    assert response.status_code == 503 and response.headers["retry-after"]
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert "database connection" in response.json()["detail"]

@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from service.settings import Settings
 from tests.conftest import new_api_key
+from tests.partitioners.graph.onnx_helpers import expanding_functions
 from tests.service.graphs import diamond_graph, plan_request
 from tests.service.live_server import peak_rss_bytes, send_chunked, start_server
 
@@ -99,8 +100,8 @@ def _deeply_nested_onnx(depth: int) -> bytes:
     return bytes([0x08, 8]) + _field(7, graph) + _field(8, opset)
 
 
-def _onnx_model(nodes, inputs, outputs, name="hostile") -> bytes:
-    graph = helper.make_graph(nodes, name, inputs, outputs)
+def _onnx_model(nodes, inputs, outputs, name="hostile", initializers=()) -> bytes:
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(initializers))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
@@ -125,6 +126,18 @@ def _onnx_corpus() -> dict[str, bytes]:
         "tensor-of-10^18-bytes": _onnx_model(
             [relu], [_tensor("x", [10**9, 250_000_000])], [_tensor("y", [10**9, 250_000_000])]
         ),
+        "expand-to-10^27-elements": _onnx_model(
+            [helper.make_node("Expand", ["x", "shape"], ["y"], name="expand")],
+            [_tensor("x", [1])],
+            [_tensor("y", None)],
+            initializers=[numpy_helper.from_array(np.array([10**9] * 3, dtype=np.int64), "shape")],
+        ),
+        "tile-by-2^62": _onnx_model(
+            [helper.make_node("Tile", ["x", "repeats"], ["y"], name="tile")],
+            [_tensor("x", [4])],
+            [_tensor("y", None)],
+            initializers=[numpy_helper.from_array(np.array([2**62], dtype=np.int64), "repeats")],
+        ),
         "nul-in-a-name": _onnx_model(
             [helper.make_node("Relu", ["x"], ["y"], name="r\x00")], [_tensor("x", [3])], [_tensor("y", [3])]
         ),
@@ -132,6 +145,55 @@ def _onnx_corpus() -> dict[str, bytes]:
 
 
 ONNX_CORPUS = _onnx_corpus()
+
+
+def _calling_in_bodies(depth: int, nest: int, op: str) -> bytes:
+    """:func:`expanding_functions` of ``depth`` (2^depth operators), called from inside
+    ``nest`` control-flow operators (``If`` or ``Loop``) nested in each other."""
+    model = onnx.load_model_from_string(expanding_functions(depth))
+    inner = [helper.make_node(f"f{depth}", ["x"], ["y"], domain="local")]
+    for level in range(nest):
+        if op == "If":
+            branch = helper.make_graph(inner, f"then{level}", [], [_tensor("y", [4])])
+            other = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], f"else{level}", [], [_tensor("y", [4])])
+            inner = [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)]
+        else:
+            body = helper.make_graph(
+                [*inner, helper.make_node("Identity", ["cond"], ["cond_out"])],
+                f"body{level}",
+                [
+                    helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                    helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                ],
+                [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _tensor("y", [4])],
+            )
+            inner = [helper.make_node("Loop", ["", "c"], ["y"], body=body)]
+    del model.graph.node[:]
+    model.graph.node.extend(inner)
+    model.graph.input.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    return model.SerializeToString()
+
+
+#: Files built to expand (issue 55): each is refused as too large before ONNX shape inference expands it.
+EXPANDING_ONNX = {
+    "functions-nested-40-deep": expanding_functions(40),
+    "functions-called-3-times-30-deep": expanding_functions(30, calls_per_level=3),
+    "functions-inside-20-nested-ifs": _calling_in_bodies(30, nest=20, op="If"),
+    "functions-inside-20-nested-loops": _calling_in_bodies(30, nest=20, op="Loop"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXPANDING_ONNX))
+def test_an_onnx_upload_built_to_expand_is_413_naming_the_operator_limit(api, case):
+    body = _problem(
+        api.post(
+            "/v1/plans",
+            files={"model": ("model.onnx", EXPANDING_ONNX[case], "application/octet-stream")},
+            data={"inventory": json.dumps({"preset": "dgx-h100"})},
+        ),
+        413,
+    )
+    assert body["errors"][0]["type"] == "too-many-ops" and "HYPERPLACE_MAX_GRAPH_OPS" in body["detail"]
 
 
 @pytest.mark.parametrize("case", sorted(ONNX_CORPUS))

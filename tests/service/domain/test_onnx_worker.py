@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 from pathlib import Path
 
+import anyio
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -18,6 +20,8 @@ from partitioners.graph.onnx_import import graph_from_onnx_bytes
 from service.domain import onnx_worker
 from service.domain.ingest import ingest_onnx_graph
 from service.domain.onnx_worker import OnnxImportPool
+from service.errors import ServerBusy
+from tests.service.live_server import wait_until
 
 # The workers import this module, under their cap, to run the stand-in tasks below:
 # what only a test needs (the app, its client) is imported in that test.
@@ -161,3 +165,112 @@ def test_an_apps_import_workers_stop_when_the_app_stops(database_url, monkeypatc
         os.kill(pid, 0)  # running
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+# ------------------------------------------------------------------ time limits and cancellation
+
+
+def _sleep_forever(data, dims, max_ops):
+    import time
+
+    while True:
+        time.sleep(1)
+
+
+def _counting_sleep(data, dims, max_ops):
+    """Record this run in the file ``data`` names, then never finish."""
+    with open(data, "a") as runs:
+        runs.write(f"{os.getpid()}\n")
+    _sleep_forever(data, dims, max_ops)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+
+
+def test_an_import_past_its_time_limit_is_refused_naming_the_setting_and_its_worker_killed_not_retried(
+    monkeypatch, tmp_path
+):
+    pool = OnnxImportPool(SMALL_CAP_BYTES, workers=1, timeout_s=3.0)  # counted from the worker's start-up on
+    runs = tmp_path / "runs"
+    try:
+        monkeypatch.setattr(onnx_worker, "_import_in_worker", _counting_sleep)
+        with pytest.raises(InputTooLarge) as refused:
+            pool.import_graph(str(runs), dims={}, max_ops=None)
+        assert (refused.value.field, refused.value.code) == ("model", "import-timeout")
+        assert "HYPERPLACE_ONNX_IMPORT_TIMEOUT_S" in refused.value.detail
+        (pid,) = map(int, runs.read_text().split())  # one run: not tried again
+        wait_until(lambda: _gone(pid), timeout_s=30)
+        monkeypatch.undo()
+        assert len(pool.import_graph(rank_doubling_gather_chain(3), dims={}, max_ops=None).op_names) == 3
+    finally:
+        pool.close()
+
+
+def test_a_cancelled_import_kills_its_worker(monkeypatch, tmp_path):
+    pool = OnnxImportPool(SMALL_CAP_BYTES, workers=1, timeout_s=600)
+    runs = tmp_path / "runs"
+    monkeypatch.setattr(onnx_worker, "_import_in_worker", _counting_sleep)
+
+    async def cancel_once_running() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: pool.import_graph_async(str(runs), dims={}, max_ops=None))
+            while not runs.exists():
+                await anyio.sleep(0.05)
+            group.cancel_scope.cancel()
+
+    try:
+        anyio.run(cancel_once_running)
+        (pid,) = map(int, runs.read_text().split())
+        wait_until(lambda: _gone(pid), timeout_s=30)
+    finally:
+        pool.close()
+
+
+def test_an_import_that_finds_every_worker_busy_waits_then_is_503_with_retry_after(monkeypatch, tmp_path):
+    pool = OnnxImportPool(SMALL_CAP_BYTES, workers=1, timeout_s=600, wait_s=0.5)
+    runs = tmp_path / "runs"
+    monkeypatch.setattr(onnx_worker, "_import_in_worker", _counting_sleep)
+
+    async def second_while_first_runs() -> ServerBusy:
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: pool.import_graph_async(str(runs), dims={}, max_ops=None))
+            while not runs.exists():
+                await anyio.sleep(0.05)
+            with pytest.raises(ServerBusy) as busy:
+                await pool.import_graph_async(b"model", dims={}, max_ops=None)
+            group.cancel_scope.cancel()
+        return busy.value
+
+    try:
+        busy = anyio.run(second_while_first_runs)
+        assert busy.status == 503 and busy.headers["Retry-After"] == "1" and "ONNX imports" in busy.detail
+    finally:
+        pool.close()
+
+
+def test_closing_the_pool_kills_an_import_still_running_which_ends_with_503_not_a_second_try(monkeypatch, tmp_path):
+    pool = OnnxImportPool(SMALL_CAP_BYTES, workers=1, timeout_s=600)
+    runs = tmp_path / "runs"
+    monkeypatch.setattr(onnx_worker, "_import_in_worker", _counting_sleep)
+    outcome: list[BaseException] = []
+
+    def import_in_a_thread() -> None:
+        try:
+            pool.import_graph(str(runs), dims={}, max_ops=None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=import_in_a_thread)
+    thread.start()
+    wait_until(runs.exists, timeout_s=60)
+    (pid,) = map(int, runs.read_text().split())
+    pool.close()
+    assert _gone(pid)
+    thread.join(60)
+    assert isinstance(outcome[0], ServerBusy) and outcome[0].status == 503
+    assert len(runs.read_text().split()) == 1

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+
+from partitioners.costmodel.profiles import cost_model_spec_from_json
+from partitioners.graph.canonical import canonical_graph
+from partitioners.graph.generators import synthetic_graph_json
+from partitioners.graph.json_import import graph_from_json
+from partitioners.hardware.inventory import preset_inventory
+from partitioners.placement.engine import PlacementOptions, place
 from tests.service.graphs import diamond_graph, plan_request
 
 
@@ -76,3 +84,18 @@ def test_a_device_cost_model_in_the_inventory_times_that_device(client):
     n_ops = len(diamond_graph()["nodes"])
     assert summary["makespan_s"] >= n_ops * 1e-3
     assert summary["cost_model"]["device_overrides"] == {"gpu0": {"launch_overhead_s": 1e-3}}
+
+
+def test_a_roofline_plan_through_the_api_has_the_figures_and_schedule_of_the_engine_in_process(client):
+    graph = synthetic_graph_json(200, seed=4)
+    answer = client.post("/v1/plans", json=plan_request(graph, cost_model="roofline", micro_batches=2)).json()
+    options = PlacementOptions(micro_batches=2, cost_model=cost_model_spec_from_json("roofline"))
+    local = place(canonical_graph(graph_from_json(graph)), preset_inventory("dgx-h100"), options)
+    assert answer["summary"]["makespan_s"] == local.makespan_s
+    assert answer["strategy"] == local.strategy
+    names = local.graph.op_names
+    for row in answer["schedule"]["devices"]:
+        device = int(np.flatnonzero(preset_inventory("dgx-h100").device_names == row["device"])[0])
+        mine = np.flatnonzero(local.simulation.op_device == device)
+        order = mine[np.lexsort((mine, local.simulation.op_start_s[mine]))]
+        assert [entry["op"] for entry in row["ops"]] == names[order].tolist()

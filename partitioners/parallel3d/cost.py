@@ -72,6 +72,7 @@ from partitioners.parallel3d.flops import (
 )
 from partitioners.parallel3d.kernels import (
     embedding_time_s,
+    expert_host_issue_time_s,
     flash_attention_slowdown,
     fp8_quantize_time_s,
     gemm_backward_time_s,
@@ -438,6 +439,9 @@ def _moe_mlp_gemms(
     backward = rates.gemm_backward_s(tokens_per_expert, up * fe / etp, h, batch=local_experts) + rates.gemm_backward_s(
         tokens_per_expert, h, fe / etp, batch=local_experts
     )
+    # the host prepares and issues each local expert's work while the GPU waits on it
+    forward = forward + expert_host_issue_time_s(local_experts, rates.terms.expert_host_ops_forward)
+    backward = backward + expert_host_issue_time_s(local_experts, rates.terms.expert_host_ops_backward)
     if moe.shared_experts:
         forward = (
             forward
@@ -1493,6 +1497,9 @@ def predict_layouts(
         "dp_comm_exposed_s": dp_exposed,
         "dp_comm_total_s": dp_total + tied_ar,
         "optimizer_s": optimizer_time,
+        # what a GPU spends running kernels other than communication: the pacing stage's
+        # computation and the optimizer step (partitioners.parallel3d.energy)
+        "busy_s": stages.slowest.compute_s * m + optimizer_time,
         **_memory_per_gpu(
             model, training, rates, counts, layouts, sizes, split, params, tokens, full_frac, m, p2p_bytes
         ),

@@ -25,6 +25,8 @@ __all__ = [
     "gradient_accumulation_time_s",
     "fp8_quantize_time_s",
     "flash_attention_slowdown",
+    "expert_host_issue_time_s",
+    "HOST_S_PER_EXPERT_OP",
 ]
 
 # GEMM output tile of cuBLAS/CUTLASS kernels used for the wave-quantisation estimate.
@@ -34,6 +36,23 @@ _TILE = 128
 # the throughput-versus-size curves in NVIDIA's "Matrix Multiplication Background User's
 # Guide" (A100, FP16) -- fitted to those curves, not measured here.
 _GEMM_HALF_DIM = 200.0
+# Host time of one per-expert operation of a grouped expert MLP (a cuBLAS GEMM or a
+# Transformer Engine cast, with its Python and dispatcher work): FITTED, not measured here.
+# The operations per expert are counted from the code (effective.expert_host_ops: 6 per
+# layer forward + backward in BF16, 14 in FP8 with current scaling); the time per operation
+# that closes the gap between the predicted and the measured step, to first order, per row
+# of Megatron-Bridge's H100 MoE benchmarks (NeMo 26.02, force-balanced): GPT-OSS-120B BF16
+# 54 us, Qwen3-30B-A3B FP8 44 us, Qwen3-235B-A22B FP8 53 us (``python -m bench.parallel3d``
+# prints them beside the table); 45 us keeps all three within 5% (their median, 53 us, would
+# put Qwen3-30B-A3B 8% slow). Without the term the three read +40%, +143% and +20%. It is 2-9x the 5-25 us
+# a plain PyTorch eager operator costs on the host (dispatcher, autograd, cudaLaunchKernel)
+# because Transformer Engine's grouped linear prepares each expert's quantizer, workspace
+# and GEMM arguments in Python. Yan et al., "Scalable Training of Mixture-of-Experts Models
+# with Megatron Core" (arXiv:2603.07685, 2026) name the cause: small expert GEMMs behind
+# many host launches leave MoE layers host-bound; sync-free CUDA graphs of the MoE layer
+# removed it (+93% on GPT-OSS, NVIDIA, "Boosting MoE Training Throughput with Advanced
+# Fusion Kernels", 2026).
+HOST_S_PER_EXPERT_OP = 45e-6
 # Embedding backward: a dense (V/t x h) gradient is zero-filled and scatter-added in
 # bf16 (write 2 + read 2 bytes per element) and accumulated into the fp32 main
 # gradient (read 4 + write 4): ~12 bytes per element per micro-batch on the first stage
@@ -99,6 +118,20 @@ def gemm_time_s(
     memory = bytes_per_element * (m * k + k * n + m * n) * batch / hbm
     time_s: FloatArray = np.maximum(compute, memory)
     return time_s
+
+
+def expert_host_issue_time_s(local_experts: FloatArray | float, ops_per_expert: float) -> FloatArray:
+    """Host time, not hidden under GPU work, of one pass of a grouped expert MLP.
+
+    Megatron-Core's alltoall dispatcher copies ``tokens_per_expert`` to the host and waits
+    for it every MoE layer (the GEMM splits are host integers), so nothing is queued on
+    the GPU when the expert MLP starts; Transformer Engine's grouped linear then splits
+    the tokens, prepares and quantizes each expert's operands and builds the GEMM argument
+    lists before one call launches the experts' GEMMs. The GPU waits through that work,
+    which grows with the local experts: the caller adds it to the GPU time of the expert
+    GEMMs (fitted as such, :data:`HOST_S_PER_EXPERT_OP`).
+    """
+    return np.asarray(local_experts, dtype=float) * ops_per_expert * HOST_S_PER_EXPERT_OP
 
 
 def embedding_time_s(

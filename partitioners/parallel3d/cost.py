@@ -78,6 +78,7 @@ from partitioners.parallel3d.kernels import (
     gemm_backward_time_s,
     gemm_time_s,
     gradient_accumulation_time_s,
+    layer_kernel_gaps_s,
 )
 from partitioners.parallel3d.memory import (
     RESERVED_BYTES,
@@ -714,6 +715,7 @@ def _layer_work(
             return overlapped_time_s(tp_ar / 2.0, dgrad) + overlapped_time_s(tp_ar / 2.0, wgrad)
         return overlapped_time_s(tp_ar, wgrad)
 
+    gaps_fwd, gaps_bwd = layer_kernel_gaps_s()
     tp_collectives = np.array(_tensor_parallel_collectives(model, training))
     mlp_collectives = np.array(_mlp_tensor_parallel_collectives(model, training))
 
@@ -726,8 +728,9 @@ def _layer_work(
         gemm_f = attention.forward_s + mlp[is_moe].forward_s
         gemm_b = attention.backward_s + mlp[is_moe].backward_s
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
-        fwd_compute = gemm_f + attn_core_fwd + cp_merge_fwd + elem + quantize_fwd[is_moe]
-        bwd_compute = gemm_b + attn_core_bwd + cp_merge_bwd + 2.0 * elem + quantize_bwd[is_moe]
+        # every kernel leaves the GPU idle a moment before the next starts (layer_kernel_gaps_s)
+        fwd_compute = gemm_f + attn_core_fwd + cp_merge_fwd + elem + quantize_fwd[is_moe] + gaps_fwd
+        bwd_compute = gemm_b + attn_core_bwd + cp_merge_bwd + 2.0 * elem + quantize_bwd[is_moe] + gaps_bwd
         selective = mla_up_fwd + (norm_rebuild + act_rebuild[is_moe] if training.flash_attention else attn_core_fwd)
         # op-level SAC recomputes every other matmul and every element-wise op of the forward
         op_sac = 0.5 * gemm_f + elem + quantize_fwd[is_moe]

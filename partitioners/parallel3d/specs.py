@@ -752,7 +752,7 @@ class ClusterSpec:
         None,
         kind="positive",
         le=MAX_POWER_W,
-        why=f"(watts) up to {MAX_POWER_W:g}",
+        why="(watts)",
         doc="Power of one GPU running kernels (board power, TDP), in watts; a preset or gpu sets it.",
     )
     idle_power_w: float | None = spec_field(

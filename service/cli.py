@@ -571,6 +571,9 @@ def _print_layouts(answer: dict) -> None:
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal:
+        # piped or captured: no terminal width to fit, so do not cut the table's cells short
+        console = Console(width=120)
     evaluated = answer["mode"] == "evaluate"
     rows = answer["predictions"] if evaluated else answer["candidates"]
     capacity = rows[0]["memory_per_gpu"]["capacity_bytes"] / 2**30 if rows else 0.0
@@ -581,7 +584,7 @@ def _print_layouts(answer: dict) -> None:
     )
     what = "the layouts asked for" if evaluated else "fastest predicted layouts"
     table = Table(title=f"{scale}: {what} (memory of {capacity:.1f} GiB)")
-    for column in ("layout", "v", "mbs", "ZeRO", "recompute", "step s", "MFU", "GiB"):
+    for column in ("layout", "v", "mbs", "ZeRO", "recompute", "step s", "MFU", "tokens/J", "GiB"):
         table.add_column(column, no_wrap=True)
     for c in rows:
         memory = c["memory_per_gpu"]
@@ -595,6 +598,7 @@ def _print_layouts(answer: dict) -> None:
             c["recompute"],
             f"{c['step_time_s']:.3f}",
             f"{c['mfu']:.3f}",
+            "-" if c["tokens_per_joule"] is None else f"{c['tokens_per_joule']:.2f}",
             f"{memory['total_bytes'] / 2**30:.1f}{verdict}",
         )
     console.print(table)

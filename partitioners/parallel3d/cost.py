@@ -72,11 +72,13 @@ from partitioners.parallel3d.flops import (
 )
 from partitioners.parallel3d.kernels import (
     embedding_time_s,
+    expert_host_issue_time_s,
     flash_attention_slowdown,
     fp8_quantize_time_s,
     gemm_backward_time_s,
     gemm_time_s,
     gradient_accumulation_time_s,
+    layer_kernel_gaps_s,
 )
 from partitioners.parallel3d.memory import (
     RESERVED_BYTES,
@@ -438,6 +440,9 @@ def _moe_mlp_gemms(
     backward = rates.gemm_backward_s(tokens_per_expert, up * fe / etp, h, batch=local_experts) + rates.gemm_backward_s(
         tokens_per_expert, h, fe / etp, batch=local_experts
     )
+    # the host prepares and issues each local expert's work while the GPU waits on it
+    forward = forward + expert_host_issue_time_s(local_experts, rates.terms.expert_host_ops_forward)
+    backward = backward + expert_host_issue_time_s(local_experts, rates.terms.expert_host_ops_backward)
     if moe.shared_experts:
         forward = (
             forward
@@ -710,6 +715,7 @@ def _layer_work(
             return overlapped_time_s(tp_ar / 2.0, dgrad) + overlapped_time_s(tp_ar / 2.0, wgrad)
         return overlapped_time_s(tp_ar, wgrad)
 
+    gaps_fwd, gaps_bwd = layer_kernel_gaps_s()
     tp_collectives = np.array(_tensor_parallel_collectives(model, training))
     mlp_collectives = np.array(_mlp_tensor_parallel_collectives(model, training))
 
@@ -722,8 +728,9 @@ def _layer_work(
         gemm_f = attention.forward_s + mlp[is_moe].forward_s
         gemm_b = attention.backward_s + mlp[is_moe].backward_s
         elem = elementwise_fwd + (moe_elem if is_moe else 0.0)
-        fwd_compute = gemm_f + attn_core_fwd + cp_merge_fwd + elem + quantize_fwd[is_moe]
-        bwd_compute = gemm_b + attn_core_bwd + cp_merge_bwd + 2.0 * elem + quantize_bwd[is_moe]
+        # every kernel leaves the GPU idle a moment before the next starts (layer_kernel_gaps_s)
+        fwd_compute = gemm_f + attn_core_fwd + cp_merge_fwd + elem + quantize_fwd[is_moe] + gaps_fwd
+        bwd_compute = gemm_b + attn_core_bwd + cp_merge_bwd + 2.0 * elem + quantize_bwd[is_moe] + gaps_bwd
         selective = mla_up_fwd + (norm_rebuild + act_rebuild[is_moe] if training.flash_attention else attn_core_fwd)
         # op-level SAC recomputes every other matmul and every element-wise op of the forward
         op_sac = 0.5 * gemm_f + elem + quantize_fwd[is_moe]
@@ -1493,6 +1500,9 @@ def predict_layouts(
         "dp_comm_exposed_s": dp_exposed,
         "dp_comm_total_s": dp_total + tied_ar,
         "optimizer_s": optimizer_time,
+        # what a GPU spends running kernels other than communication: the pacing stage's
+        # computation and the optimizer step (partitioners.parallel3d.energy)
+        "busy_s": stages.slowest.compute_s * m + optimizer_time,
         **_memory_per_gpu(
             model, training, rates, counts, layouts, sizes, split, params, tokens, full_frac, m, p2p_bytes
         ),

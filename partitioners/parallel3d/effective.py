@@ -25,6 +25,7 @@ __all__ = [
     "EffectiveTerms",
     "Assumption",
     "effective_terms",
+    "expert_host_ops",
 ]
 
 # How tensor-parallel collectives meet the GEMMs around them.
@@ -72,7 +73,32 @@ class EffectiveTerms:
     fp32_gradient_copy_bytes: float
     # every in-flight model chunk's output kept until its backward
     stage_outputs_kept: bool
+    # operations the host issues for each local expert of an MoE layer, forward and backward
+    # (a grouped GEMM looped over the experts on the host, after the dispatcher's sync)
+    expert_host_ops_forward: float
+    expert_host_ops_backward: float
     assumptions: tuple[Assumption, ...]
+
+
+def expert_host_ops(training: TrainingSpec) -> tuple[float, float]:
+    """Operations the host issues per local expert and MoE layer, forward and backward.
+
+    Megatron-Core's grouped expert MLP (``TEGroupedMLP``: two Transformer Engine
+    ``GroupedLinear`` layers, fc1 and fc2) splits the permuted tokens by expert and runs each
+    expert's GEMM as its own cuBLAS call: one per linear forward (2), an input-gradient and
+    a weight-gradient one per linear backward (4). In FP8 each quantized operand of each
+    expert is cast on its own -- forward the two linears' inputs, backward their two output
+    gradients -- with delayed scaling one cast-transpose kernel each, with current scaling
+    an amax reduction before it (Transformer Engine ``Float8CurrentScalingQuantizer``).
+    The counts are read from that code, not fitted; the time each takes on the host is
+    :data:`partitioners.parallel3d.kernels.HOST_S_PER_EXPERT_OP`.
+    """
+    forward, backward = 2.0, 4.0
+    if training.precision == "fp8":
+        per_cast = 2.0 if training.fp8_scaling == "current" else 1.0
+        forward += 2.0 * per_cast
+        backward += 2.0 * per_cast
+    return forward, backward
 
 
 @functools.lru_cache(maxsize=256)
@@ -104,6 +130,7 @@ def effective_terms(training: TrainingSpec) -> EffectiveTerms:
     grad_bytes = float(training.grad_bytes_per_param)
     bucket_copy = grad_bytes if training.ddp_bucket_copy else 0.0
     fp32_copy = 4.0 if training.fp32_grad_copy_kept and grad_bytes < 4.0 else 0.0
+    ops_forward, ops_backward = expert_host_ops(training)
     assumptions = (
         Assumption("tensor-parallel collectives", tp_overlap, tp_source),
         Assumption(
@@ -151,6 +178,14 @@ def effective_terms(training: TrainingSpec) -> EffectiveTerms:
             "kept until the backward" if training.stage_outputs_kept else "freed after the send",
             "Megatron-LM deallocate_output_tensor (2022 on) frees a sent stage output's data",
         ),
+        Assumption(
+            "host operations per local expert",
+            f"{ops_forward:g} forward, {ops_backward:g} backward, issued one expert at a time after the dispatcher's sync",
+            "Megatron-Core TEGroupedMLP on Transformer Engine GroupedLinear (fc1, fc2): per expert one GEMM per "
+            "linear forward, input and weight gradient backward; in FP8 a cast (delayed scaling) or an amax and a "
+            "cast (current scaling) of each operand it quantizes; the alltoall dispatcher syncs tokens_per_expert "
+            "to the host each layer, so the host cannot run ahead of the expert GEMMs",
+        ),
     )
     return EffectiveTerms(
         tp_overlap=tp_overlap,
@@ -162,5 +197,7 @@ def effective_terms(training: TrainingSpec) -> EffectiveTerms:
         whole_gradient_copy_bytes=bucket_copy,
         fp32_gradient_copy_bytes=fp32_copy,
         stage_outputs_kept=training.stage_outputs_kept,
+        expert_host_ops_forward=ops_forward,
+        expert_host_ops_backward=ops_backward,
         assumptions=assumptions,
     )

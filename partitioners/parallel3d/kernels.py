@@ -25,6 +25,12 @@ __all__ = [
     "gradient_accumulation_time_s",
     "fp8_quantize_time_s",
     "flash_attention_slowdown",
+    "expert_host_issue_time_s",
+    "HOST_S_PER_EXPERT_OP",
+    "KERNEL_GAP_S",
+    "LAYER_KERNELS_FORWARD",
+    "LAYER_KERNELS_BACKWARD",
+    "layer_kernel_gaps_s",
 ]
 
 # GEMM output tile of cuBLAS/CUTLASS kernels used for the wave-quantisation estimate.
@@ -34,6 +40,40 @@ _TILE = 128
 # the throughput-versus-size curves in NVIDIA's "Matrix Multiplication Background User's
 # Guide" (A100, FP16) -- fitted to those curves, not measured here.
 _GEMM_HALF_DIM = 200.0
+# Time the GPU loses between two dependent kernels of one stream even when the host has
+# queued them ahead: A. Gray, "Getting Started with CUDA Graphs", NVIDIA Technical Blog,
+# 2019: 20 kernels of 2.9 us took 3.8 us each launched back to back (0.9 us between
+# kernels) and 3.4 us each as one CUDA graph. The placement cost model's profiles cite the
+# same measurement (docs/costmodel.md).
+KERNEL_GAP_S = 0.9e-6
+# Kernels one transformer layer runs per micro-batch in Megatron-Core on Transformer Engine
+# (16-bit, flash attention, fused bias-dropout-add), counted from the layer's modules.
+# Forward 12: LayerNormLinear (norm, QKV GEMM), fused RoPE on queries and keys (2), flash
+# attention, the projection GEMM, bias-dropout-add, LayerNormMLP (norm, fc1 GEMM,
+# activation, fc2 GEMM), bias-dropout-add. Backward 20: an input- and a weight-gradient
+# GEMM per linear (8), the two norms' backward (2), the activation's, flash attention's
+# three (preprocess, main, dQ conversion), RoPE's two, the two residual branches' (2) and
+# the two norms' weight-gradient reductions (2). Collectives, FP8 casts and the experts'
+# own operations are counted where they are modelled.
+LAYER_KERNELS_FORWARD = 12.0
+LAYER_KERNELS_BACKWARD = 20.0
+# Host time of one per-expert operation of a grouped expert MLP (a cuBLAS GEMM or a
+# Transformer Engine cast, with its Python and dispatcher work): FITTED, not measured here.
+# The operations per expert are counted from the code (effective.expert_host_ops: 6 per
+# layer forward + backward in BF16, 14 in FP8 with current scaling); the time per operation
+# that closes the gap between the predicted and the measured step, to first order, per row
+# of Megatron-Bridge's H100 MoE benchmarks (NeMo 26.02, force-balanced): GPT-OSS-120B BF16
+# 54 us, Qwen3-30B-A3B FP8 44 us, Qwen3-235B-A22B FP8 53 us (``python -m bench.parallel3d``
+# prints them beside the table); 45 us keeps all three within 5% (their median, 53 us, would
+# put Qwen3-30B-A3B 8% slow). Without the term the three read +40%, +143% and +20%. It is 2-9x the 5-25 us
+# a plain PyTorch eager operator costs on the host (dispatcher, autograd, cudaLaunchKernel)
+# because Transformer Engine's grouped linear prepares each expert's quantizer, workspace
+# and GEMM arguments in Python. Yan et al., "Scalable Training of Mixture-of-Experts Models
+# with Megatron Core" (arXiv:2603.07685, 2026) name the cause: small expert GEMMs behind
+# many host launches leave MoE layers host-bound; sync-free CUDA graphs of the MoE layer
+# removed it (+93% on GPT-OSS, NVIDIA, "Boosting MoE Training Throughput with Advanced
+# Fusion Kernels", 2026).
+HOST_S_PER_EXPERT_OP = 45e-6
 # Embedding backward: a dense (V/t x h) gradient is zero-filled and scatter-added in
 # bf16 (write 2 + read 2 bytes per element) and accumulated into the fp32 main
 # gradient (read 4 + write 4): ~12 bytes per element per micro-batch on the first stage
@@ -99,6 +139,32 @@ def gemm_time_s(
     memory = bytes_per_element * (m * k + k * n + m * n) * batch / hbm
     time_s: FloatArray = np.maximum(compute, memory)
     return time_s
+
+
+def layer_kernel_gaps_s() -> tuple[float, float]:
+    """GPU time one transformer layer loses between its kernels per micro-batch, forward and backward.
+
+    Small layers run kernels of a few microseconds, and the gap before each
+    (:data:`KERNEL_GAP_S`) is then a visible share of the layer: a fixed cost per layer and
+    micro-batch that the GEMM roofline, which times the kernels themselves, leaves out.
+    A recomputed forward pays the forward's gaps again (the caller adds them to the
+    forward's time).
+    """
+    return LAYER_KERNELS_FORWARD * KERNEL_GAP_S, LAYER_KERNELS_BACKWARD * KERNEL_GAP_S
+
+
+def expert_host_issue_time_s(local_experts: FloatArray | float, ops_per_expert: float) -> FloatArray:
+    """Host time, not hidden under GPU work, of one pass of a grouped expert MLP.
+
+    Megatron-Core's alltoall dispatcher copies ``tokens_per_expert`` to the host and waits
+    for it every MoE layer (the GEMM splits are host integers), so nothing is queued on
+    the GPU when the expert MLP starts; Transformer Engine's grouped linear then splits
+    the tokens, prepares and quantizes each expert's operands and builds the GEMM argument
+    lists before one call launches the experts' GEMMs. The GPU waits through that work,
+    which grows with the local experts: the caller adds it to the GPU time of the expert
+    GEMMs (fitted as such, :data:`HOST_S_PER_EXPERT_OP`).
+    """
+    return np.asarray(local_experts, dtype=float) * ops_per_expert * HOST_S_PER_EXPERT_OP
 
 
 def embedding_time_s(

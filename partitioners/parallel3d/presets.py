@@ -83,6 +83,11 @@ class GPUSpec:
     # GPU generation, for what a software generation's kernels reach on it
     # (FLASH_ATTENTION_SPEED): "ampere", "hopper" or "blackwell".
     architecture: str = "ampere"
+    # Power at load (the datasheet's TDP) and held idle (CUDA context up, an estimate), from
+    # the catalogue ([POWER]); None where it gives none. They price a step in joules
+    # (partitioners.parallel3d.energy).
+    board_power_w: float | None = None
+    idle_power_w: float | None = None
 
 
 # ------------------------------------------------------------------- kernel ceilings
@@ -187,6 +192,8 @@ def _planner_gpu(name: str, node_name: str, ceilings: _KernelCeilings) -> GPUSpe
         nvls_allreduce_speedup=ceilings.nvls_allreduce_speedup,
         fp8_gemm_efficiency_max=ceilings.fp8_gemm_efficiency_max,
         architecture=gpu.architecture,
+        board_power_w=gpu.board_power_w,
+        idle_power_w=gpu.idle_power_w,
     )
 
 

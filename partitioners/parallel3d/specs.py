@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from partitioners.errors import InvalidInput
 from partitioners.hardware.inventory import (
@@ -109,6 +110,9 @@ MAX_LAYERS = 100_000
 MAX_EXPERTS = 65_536
 MAX_NODES = 100_000
 MAX_GPUS_PER_NODE = 1024
+# Power of one GPU, in watts: the catalogue's largest is 1,200 W (a GB200 NVL72 Blackwell
+# GPU, partitioners.hardware.catalogue [POWER]); 10 kW bounds any one device.
+MAX_POWER_W = 10_000.0
 MAX_WIDTH = 10**6  # hidden size, latent ranks, expert FFN width
 MAX_HEADS = 100_000  # attention heads, KV heads, a head's width
 MAX_TOKENS = 10**8  # sequence length, vocabulary, batch, windows and chunks
@@ -742,9 +746,40 @@ class ClusterSpec:
         doc="GPU generation, for which FlashAttention generations run and how fast (a preset or gpu sets it).",
     )
 
+    # Power of one GPU at load (TDP) and held idle by the job, for the energy of a step
+    # (partitioners.parallel3d.energy); a preset or gpu sets them from the catalogue.
+    board_power_w: float | None = spec_field(
+        None,
+        kind="positive",
+        le=MAX_POWER_W,
+        why="(watts)",
+        doc="Power of one GPU running kernels (board power, TDP), in watts; a preset or gpu sets it.",
+    )
+    idle_power_w: float | None = spec_field(
+        None,
+        kind="number",
+        ge=0,
+        le=MAX_POWER_W,
+        why=f"(watts) from 0 to {MAX_POWER_W:g}",
+        doc="Power of one GPU held by the job but idle (CUDA context up), in watts; a preset or gpu sets it.",
+    )
+
     def __post_init__(self) -> None:
         """Check the fields and that the rates lie in the ranges an inventory accepts."""
         check_declared_fields(self)
+        if (self.board_power_w is None) != (self.idle_power_w is None):
+            raise InvalidInput(
+                "cluster.board_power_w and cluster.idle_power_w go together: give both or neither",
+                field="cluster.idle_power_w" if self.idle_power_w is None else "cluster.board_power_w",
+                code="missing-field",
+            )
+        if self.board_power_w is not None and self.idle_power_w is not None and self.idle_power_w > self.board_power_w:
+            raise InvalidInput(
+                f"cluster.idle_power_w ({self.idle_power_w:g} W) is above cluster.board_power_w "
+                f"({self.board_power_w:g} W)",
+                field="cluster.idle_power_w",
+                code="out-of-range",
+            )
         inter = self.inter_node_bandwidth_bytes_per_s
         if not (isinstance(inter, float) and math.isinf(inter) and inter > 0 and self.num_nodes == 1):
             object.__setattr__(
@@ -822,6 +857,8 @@ class ClusterSpec:
                 "nvls_allreduce_speedup": gpu.nvls_allreduce_speedup,
                 "fp8_gemm_efficiency_max": gpu.fp8_gemm_efficiency_max,
                 "architecture": gpu.architecture,
+                "board_power_w": gpu.board_power_w,
+                "idle_power_w": gpu.idle_power_w,
             }
         if gpu_name is None and str(data.get("architecture", "")).lower() in _ARCHITECTURE_REFERENCE_GPU:
             # figures without a GPU name: the kernel ceilings measured on that generation
@@ -1413,7 +1450,16 @@ def cluster_from_inventory(inventory: Inventory, num_nodes: int | None = None) -
         nvls_allreduce_speedup=known.nvls_allreduce_speedup if known else 1.0,
         fp8_gemm_efficiency_max=known.fp8_gemm_efficiency_max if known else None,
         architecture=known.architecture if known else "unknown",
+        board_power_w=_first_power(inventory.device_active_power_w),
+        idle_power_w=_first_power(inventory.device_idle_power_w),
     )
+
+
+def _first_power(watts: npt.NDArray[np.float64] | None) -> float | None:
+    """An inventory's power figure for its (identical) devices, or None where it has none."""
+    if watts is None or not math.isfinite(float(watts[0])):
+        return None
+    return float(watts[0])
 
 
 def check_precision_runs(cluster: ClusterSpec, training: TrainingSpec) -> None:

@@ -307,6 +307,11 @@ class LayoutAnswer(_Answer):
     launch: dict[Literal[FRAMEWORKS], LaunchAnswer] = Field(  # type: ignore[valid-type]
         description="How Megatron-Core, torchtitan and DeepSpeed would be told to run this layout."
     )
+    energy_per_step_j: float | None = Field(
+        description="Joules one step draws on all the layout's GPUs: busy time x board power + the rest of the "
+        "step x idle power (docs/parallel3d.md, Energy); null without the cluster's power figures."
+    )
+    tokens_per_joule: float | None = Field(description="Tokens trained per joule; null without power figures.")
 
 
 class RankRow(_Answer):

@@ -489,3 +489,12 @@ def test_layout_emits_the_first_layouts_megatron_arguments_alone():
 def test_layout_emit_refuses_an_unknown_framework():
     result = _layout("--seq-length", "4096", "--emit", "jax")
     assert result.exit_code == 2 and "--emit must be one of" in _text(result)
+
+
+def test_layout_shows_the_tokens_each_layout_trains_per_joule(tmp_path):
+    out = tmp_path / "layout.json"
+    result = _layout("--seq-length", "4096", "--top-k", "1", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    best = json.loads(out.read_text())["candidates"][0]
+    assert best["energy_per_step_j"] > 0
+    assert "tokens/J" in result.output and f"{best['tokens_per_joule']:.2f}" in result.output

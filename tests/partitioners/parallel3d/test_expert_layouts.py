@@ -63,7 +63,7 @@ def test_moe_layouts_use_expert_parallel_sizes_that_divide_experts_and_dp_or_fol
     assert all(6 % c.ep == 0 for c in plan.candidates)
     assert all(c.dp % c.ep == 0 for c in plan.candidates if c.etp == c.tp)
     assert all((c.tp * c.cp) % c.ep == 0 or c.ep % (c.tp * c.cp) == 0 for c in plan.candidates if c.etp < c.tp)
-    assert {c.ep for c in plan.candidates} > {1}
+    assert max(c.ep for c in plan.candidates) > 1
 
 
 def test_expert_groups_split_over_tensor_ranks_come_from_dp_and_folded_ones_from_whole_tensor_blocks():
@@ -156,7 +156,7 @@ def test_moe_predictions_say_they_count_gpu_work_only_and_dense_ones_do_not():
         training_spec({"global_batch_sequences": 8}),
         layout_specs([{"tp": 1}]),
     )
-    assert any(note.startswith("MoE layers are predicted from GPU work alone") for note in moe.notes)
+    assert any(note.startswith("MoE layers count the host's work per local expert") for note in moe.notes)
     assert not any(note.startswith("MoE layers") for note in dense.notes)
 
 

@@ -20,6 +20,7 @@ from partitioners.parallel3d.kernels import (
     fp8_quantize_time_s,
     gemm_backward_time_s,
     gemm_time_s,
+    layer_kernel_gaps_s,
 )
 from partitioners.parallel3d.planner import evaluate_layouts
 from partitioners.parallel3d.specs import (
@@ -241,3 +242,10 @@ def test_an_older_flash_attention_never_makes_a_step_faster(seq_exp, tp_exp, cp,
         for version in (3, 2, 1)
     ]
     assert steps[0] <= steps[1] <= steps[2]
+
+
+def test_a_layer_pays_the_gap_before_each_of_its_kernels_per_micro_batch():
+    # Megatron-Core on Transformer Engine: 12 kernels forward, 20 backward, 0.9 us before each
+    # (Gray 2019): 10.8 us forward and 18.0 us backward per layer and micro-batch
+    forward_s, backward_s = layer_kernel_gaps_s()
+    assert forward_s == pytest.approx(12 * 0.9e-6) and backward_s == pytest.approx(20 * 0.9e-6)

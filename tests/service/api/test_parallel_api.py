@@ -61,6 +61,27 @@ def test_an_inventory_preset_gives_the_same_answer_as_the_planner_preset(client)
     ]
 
 
+def test_each_candidate_reports_its_energy_per_step_and_tokens_per_joule(client):
+    plan = client.post("/v1/parallel/plan", json=_request()).json()
+    for candidate in plan["candidates"]:
+        tokens = 1024 * LLAMA_70B["seq_length"]
+        assert candidate["tokens_per_joule"] == pytest.approx(tokens / candidate["energy_per_step_j"])
+        # 64 H100s between 75 W (all idle) and 700 W (all busy) for the whole step
+        assert (
+            64 * 75.0 * candidate["step_time_s"]
+            < candidate["energy_per_step_j"]
+            < 64 * 700.0 * candidate["step_time_s"]
+        )
+
+
+def test_power_figures_a_request_gives_without_the_other_are_a_422_naming_it(client):
+    response = client.post(
+        "/v1/parallel/plan", json=_request(cluster={"preset": "dgx-h100", "nodes": 8, "idle_power_w": 800})
+    )
+    assert response.status_code == 422
+    assert "idle_power_w" in response.text
+
+
 def test_given_layouts_are_evaluated_instead_of_searched(client):
     response = client.post(
         "/v1/parallel/plan", json=_request(evaluate=[{"tp": 8, "pp": 4, "dp": 2}, {"tp": 16, "pp": 4, "dp": 1}])

@@ -430,7 +430,9 @@ def adjust_counts(
         if step and mand.any():
             busiest[rows] = _busiest_host(state, lay)  # lost copies: each donor's hosts as they are now
         # the lightest GPUs first; rows that find nothing there look at every GPU
-        near = min(_GAINER_GPUS, gpus)
+        # (a step that re-creates an expert which lost every copy looks at every GPU: its one
+        # copy should replace the least useful copy, which need not be on the lightest GPUs)
+        near = gpus if mandatory[rows, step].any() else min(_GAINER_GPUS, gpus)
         light = np.argsort(state.gpu_load[lay], axis=1)[:, :near]
         g, k = _gainer_slot(state, rows, lay, bb, mand, surplus, light, ctx, mean_load, busiest)
         retry = np.flatnonzero(g < 0)
@@ -536,10 +538,10 @@ def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.nd
     """Give every empty slot of an available GPU a new copy (a GPU back from failure, emptied slots).
 
     An empty slot serves nothing, and filling it writes one copy and moves no other:
-    each takes, one slot per layer per round, a copy of the expert with the largest
-    per-replica load whose split share still fits on the GPU under ``goal_load``
-    (and that the GPU does not hold yet), so the hottest copies split first without
-    overloading the GPU being filled. Under a budget the layers with the hottest such
+    each takes, one slot per layer per round, a copy of the expert whose busiest host is
+    the hottest GPU (ties: the largest per-replica load), among those whose split share
+    still fits on the GPU under ``goal_load`` (and that the GPU does not hold yet), so
+    the new copy relieves the hottest GPUs without overloading the GPU being filled. Under a budget the layers with the hottest such
     copy (relative to their mean) go first.
     """
     gpus, slots_per_gpu = state.slots.shape[1:]
@@ -563,12 +565,16 @@ def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.nd
             # only experts with a copy on this GPU's node (or none anywhere: from storage)
             node_has = ctx.original.node_has[layers, :, :experts]
             eligible &= node_has[np.arange(n), ctx.node_of_gpu[g]] | ~node_has.any(axis=1)
-        # the hottest copy whose split share still fits under the goal on this GPU; else the lightest share
+        # the copy that relieves the busiest GPUs most, among those whose split share still
+        # fits under the goal on this GPU (else the lightest share): the expert whose busiest
+        # host is hottest, ties by per-replica load
         share = state.load[layers] / (counts + 1)
         room = goal_load[layers] - state.gpu_load[layers, g]
         fits = eligible & (share <= room[:, None])
+        mean = np.maximum(state.load[layers].sum(axis=1) / gpus, 1e-300)[:, None]
+        busiest = np.maximum(_busiest_host(state, layers)[:, :experts], 0.0) / mean
         # an expert without any copy takes an empty slot before anything else: it must come back
-        key = np.where(counts == 0, np.finfo(np.float64).max, hot)
+        key = np.where(counts == 0, np.finfo(np.float64).max, busiest + 1e-3 * hot / mean)
         score = np.where(fits, key, -np.inf)
         use_fit = score.max(axis=1) > -np.inf
         fallback = np.where(eligible, np.where(counts == 0, np.finfo(np.float64).max, -share), -np.inf)

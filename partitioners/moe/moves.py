@@ -20,6 +20,9 @@ __all__ = ["OriginalPlacement", "MoveContext", "swap_refine", "adjust_counts", "
 
 # Swap refinement: the hottest GPUs handled per iteration, and light partners for each.
 _HOT_PER_ITER = 4
+# ... times this many once no more than _FEW_LAYERS layers are still above their goal.
+_FEW_LAYERS = 16
+_FEW_LAYERS_FACTOR = 2
 _SWAP_PARTNERS = 4
 # Repairing a placement in service pairs each hot GPU with fewer light partners: its moves
 # are few per layer and ranked by copies written, and half the partners halve the work of
@@ -89,8 +92,7 @@ def swap_refine(
         return
     original = ctx.original
     repairing = original is not None
-    t = max(1, min(_HOT_PER_ITER, gpus // 2))
-    k = max(1, min(_REPAIR_PARTNERS if repairing else _SWAP_PARTNERS, (gpus - t) // t))
+    partners = _REPAIR_PARTNERS if repairing else _SWAP_PARTNERS
     mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
     active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
     for _ in range(max_iters):
@@ -100,6 +102,10 @@ def swap_refine(
             ctx.budget_bound = True
             return
         n = active.size
+        # the last few layers take more hot GPUs per iteration: an iteration costs about
+        # the same for a few layers whatever t is, so they finish in fewer of them
+        t = max(1, min(_HOT_PER_ITER * (1 if n > _FEW_LAYERS else _FEW_LAYERS_FACTOR), gpus // 2))
+        k = max(1, min(partners, (gpus - t) // t))
         l3 = active[:, None, None]
         gl = state.gpu_load[active]
         order = np.argsort(gl, axis=1)

@@ -86,6 +86,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -294,7 +295,6 @@ class RebalanceResult:
     """
 
     physical_to_logical: npt.NDArray[np.int64]
-    logical_to_physical: npt.NDArray[np.int64]
     logical_count: npt.NDArray[np.int64]
     balance_before: BalanceStats | None
     balance_after: BalanceStats
@@ -307,6 +307,30 @@ class RebalanceResult:
     bound_by: str = "none"
     lost_experts: int = 0
     repaired_layers: int = 0
+
+    @cached_property
+    def logical_to_physical(self) -> npt.NDArray[np.int64]:
+        """``(num_layers, num_experts, max_count)``: the slots of each expert, ascending, padded with ``-1``.
+
+        Built on first use (EPLB-style runtimes want it padded; the answer sends the ragged
+        :meth:`logical_to_physical_lists` unless asked), so a call that does not need it
+        does not pay for it.
+        """
+        physical, counts = self.physical_to_logical, self.logical_count
+        layers, experts = counts.shape
+        width = max(1, int(counts.max()))
+        key = np.where(physical >= 0, physical, experts)
+        # unique keys: slots ascending within an expert
+        order = np.argsort(key * physical.shape[1] + np.arange(physical.shape[1]), axis=1)
+        sorted_expert = np.take_along_axis(key, order, axis=1)
+        start = np.zeros((layers, experts + 1), dtype=np.int64)
+        start[:, 1:] = np.cumsum(counts, axis=1)
+        held = sorted_expert < experts
+        rank = np.arange(physical.shape[1])[None, :] - np.take_along_axis(start, sorted_expert, axis=1)
+        out = np.full((layers, experts, width), -1, dtype=np.int64)
+        lay, pos = np.nonzero(held)
+        out[lay, sorted_expert[lay, pos], rank[lay, pos]] = order[lay, pos]
+        return out
 
     @property
     def slots_moved_fraction(self) -> float:
@@ -923,8 +947,9 @@ def rebalance(
         )
     elif bound_by == "repair_budget":
         reason += (
-            f"; the repair budget ({decision.repair_budget} copies: {decision.lost_experts} lost expert(s), the empty"
-            " slots and repair_budget for balance) ran out before every repaired layer reached its balance goal"
+            f"; the repair budget ({decision.repair_budget} copies: {decision.lost_experts} lost expert(s), one per"
+            " empty slot of a returning GPU, and repair_budget for balance after a failure) ran out before every"
+            " repaired layer reached its balance goal"
         )
     elif bound_by == "balance_target":
         reason += f"; moves stopped at the balance target ({balance_target:g})"
@@ -1227,7 +1252,9 @@ def _replace_incrementally(
         held_by_budget=held_by_budget,
         held_by_node_local=held_by_node_local,
         budget_bound=ctx.budget_bound and (still_above or bool(blocked_by_budget.any())),
-        repair_bound=repair_ctx.budget_bound
+        # the budget ran out, or a returning GPU's layers stopped once filled (their budget
+        # is one copy per empty slot), above their goal
+        repair_bound=(repair_ctx.budget_bound or bool((empty & ~lost_copies)[repair_layers].any()))
         and bool(
             (balance_ratio(state.gpu_load[repair_layers], total[repair_layers]) > goal_ratio[repair_layers]).any()
         ),
@@ -1617,19 +1644,6 @@ def _result(
     physical[:, available] = final
     physical = physical.reshape(layers, -1)
 
-    # logical_to_physical: slots of each expert, ascending
-    width = max(1, int(counts.max()))
-    key = np.where(physical >= 0, physical, experts)
-    order = np.argsort(key * physical.shape[1] + np.arange(physical.shape[1]), axis=1)  # unique keys: slots ascending
-    sorted_expert = np.take_along_axis(key, order, axis=1)
-    start = np.zeros((layers, experts + 1), dtype=np.int64)
-    start[:, 1:] = np.cumsum(counts, axis=1)
-    held = sorted_expert < experts
-    rank = np.arange(physical.shape[1])[None, :] - np.take_along_axis(start, sorted_expert, axis=1)
-    logical_to_physical = np.full((layers, experts, width), -1, dtype=np.int64)
-    lay, pos = np.nonzero(held)
-    logical_to_physical[lay, sorted_expert[lay, pos], rank[lay, pos]] = order[lay, pos]
-
     # migrations: every slot whose expert changes, with the nearest surviving copy as source
     write = (final != original) & (final >= 0)
     lay, gpu_a, slot = np.nonzero(write)
@@ -1661,7 +1675,6 @@ def _result(
     )
     return RebalanceResult(
         physical_to_logical=physical,
-        logical_to_physical=logical_to_physical,
         logical_count=counts.astype(np.int64),
         balance_before=decision.before,
         balance_after=after,

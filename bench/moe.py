@@ -224,12 +224,44 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
 noise_rows: list[str] = []
 
 
+def repair_curve(layers: int, experts: int, num_gpus: int, seed: int) -> list[str]:
+    """A failure of GPU 5 repaired under several repair budgets: copies written against balance."""
+    rng = np.random.default_rng(seed)
+    slots_per_gpu = experts // num_gpus + 1
+    cluster = dict(num_nodes=num_gpus // GPUS_PER_NODE, gpus_per_node=GPUS_PER_NODE, slots_per_gpu=slots_per_gpu)
+    pop = popularity(layers, experts, rng)
+    base = rebalance(sample(pop, rng), **cluster).physical_to_logical
+    load = sample(pop, rng)
+    total_slots = layers * num_gpus * slots_per_gpu
+    rows = []
+    for fraction in (0.0, 0.02, 0.05, 0.08, None):
+        repair = None if fraction is None else int(fraction * total_slots)
+        result = rebalance(
+            load, current_physical_to_logical=base, unavailable_gpus=(5,), repair_budget=repair, **cluster
+        )
+        label = "unbounded" if fraction is None else f"{fraction:.0%} ({repair})"
+        rows.append(
+            f"{experts:>4}x{num_gpus:<4} {label:<14} {result.lost_experts:>5} {result.migrations.count:>6} "
+            f"{_cell((result.balance_after.mean, result.balance_after.worst))} {result.bound_by}"
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="EP64 and EP32 only, 5 repeats")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--repair-curve", action="store_true", help="only: a GPU failure's copies against balance per repair budget"
+    )
     args = parser.parse_args()
+    if args.repair_curve:
+        print(f"{'shape':<9} {'repair budget':<14} {'lost':>5} {'copies':>6} {'mean/worst':<11} bound")
+        for gpus in (64, 32):
+            for row in repair_curve(58, 256, gpus, args.seed):
+                print(row, flush=True)
+        return
     shapes = [(58, 256, 64, 1), (58, 256, 32, 1), (58, 256, 64, 2), (58, 512, 128, 1)]
     repeats = args.repeats
     if args.quick:

@@ -436,9 +436,7 @@ def adjust_counts(
         if step and mand.any():
             busiest[rows] = _busiest_host(state, lay)  # lost copies: each donor's hosts as they are now
         # the lightest GPUs first; rows that find nothing there look at every GPU
-        # (a step that re-creates an expert which lost every copy looks at every GPU: its one
-        # copy should replace the least useful copy, which need not be on the lightest GPUs)
-        near = gpus if mandatory[rows, step].any() else min(_GAINER_GPUS, gpus)
+        near = min(_GAINER_GPUS, gpus)
         light = np.argsort(state.gpu_load[lay], axis=1)[:, :near]
         g, k = _gainer_slot(state, rows, lay, bb, mand, surplus, light, ctx, mean_load, busiest)
         retry = np.flatnonzero(g < 0)

@@ -270,11 +270,16 @@ def _move_key(
     out = np.full(valid.shape, np.inf)
     if not valid.any():
         return out
-    shape = valid.shape
-    # score only the allowed moves (boolean-mask gathers, cheaper than full-size arithmetic)
-    new_max, hot_load = new_max[valid], np.broadcast_to(hot_load, shape)[valid]
-    goal, mean = np.broadcast_to(goal, shape)[valid], np.broadcast_to(mean, shape)[valid]
-    cost = np.broadcast_to(writes, shape)[valid] + _CROSS_NODE_WRITE_COST * np.broadcast_to(cross, shape)[valid]
+    # score only the allowed moves: their coordinates once, then each operand read there
+    # (a size-1 axis at index 0), cheaper than full-size arithmetic or masks over broadcasts
+    at = np.nonzero(valid)
+
+    def pick(array: np.ndarray) -> np.ndarray:
+        picked: np.ndarray = array[tuple(c if size > 1 else 0 for c, size in zip(at, array.shape))]
+        return picked
+
+    new_max, hot_load, goal, mean = pick(new_max), pick(hot_load), pick(goal), pick(mean)
+    cost = pick(writes) + _CROSS_NODE_WRITE_COST * pick(cross)
     cost = np.maximum(cost, 0.25)
     reaching = cost + new_max / np.where(hot_load > 0, hot_load, 1.0)  # in [cost, cost + 1)
     not_reaching = 1e3 - (hot_load - new_max) / mean / cost

@@ -28,6 +28,11 @@ _SWAP_PARTNERS = 4
 # are few per layer and ranked by copies written, and half the partners halve the work of
 # an iteration for the same copies and balance (bench/moe.py drift and failure rows).
 _REPAIR_PARTNERS = 2
+# With this many slots per GPU or more, a repair pairs each hot GPU with one light partner
+# (plus its node's): the candidate swaps grow with the square of the slots, and at 9 slots
+# (256 experts on 32 GPUs) one partner costs 2% more copies for 20% less time, while at
+# 5 slots it costs 10-17% more copies for no time (bench/moe.py drift and failure rows).
+_ONE_PARTNER_FROM_SLOTS = 7
 # A one-copy re-assignment checks the other hosts of the copy among this many of the hottest GPUs.
 _HOST_LOOKUP = 8
 # Gainers of new copies first look for a slot among this many of the lightest GPUs.
@@ -93,6 +98,7 @@ def swap_refine(
     original = ctx.original
     repairing = original is not None
     partners = _REPAIR_PARTNERS if repairing else _SWAP_PARTNERS
+    slots_per_gpu = state.slots.shape[2]
     mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
     active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
     for _ in range(max_iters):
@@ -105,7 +111,7 @@ def swap_refine(
         # the last few layers take more hot GPUs per iteration: an iteration costs about
         # the same for a few layers whatever t is, so they finish in fewer of them
         t = max(1, min(_HOT_PER_ITER * (1 if n > _FEW_LAYERS else _FEW_LAYERS_FACTOR), gpus // 2))
-        k = max(1, min(partners, (gpus - t) // t))
+        k = max(1, min(partners if not repairing or slots_per_gpu < _ONE_PARTNER_FROM_SLOTS else 1, (gpus - t) // t))
         l3 = active[:, None, None]
         gl = state.gpu_load[active]
         order = np.argsort(gl, axis=1)

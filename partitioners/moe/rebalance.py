@@ -47,7 +47,10 @@ Here EPLB's steps are vectorised across layers and made incremental:
    light GPUs or by re-assigning one of their copies (one write instead of two),
    ranked by copies written per gain, cross-node copies counting more, until the
    goal or the copy budget (``move_budget`` for balance, on top of the lost
-   experts; ``max_replicas_moved`` on everything). Only a layer the repair leaves
+   experts; ``max_replicas_moved`` on everything). Layers that lost copies on
+   unavailable GPUs or have empty slots are repaired first, under their own
+   ``repair_budget`` (a failure writes at most its lost experts plus that budget),
+   and a returning GPU's layers stop once its slots are filled. Only a layer the repair leaves
    well short of its goal gets a fresh plan, relabelled so each of its GPUs goes
    to the physical GPU already holding most of its experts and kept experts stay
    in their slots. :attr:`RebalanceResult.bound_by` says what stopped the moves.

@@ -1,6 +1,6 @@
 """MoE expert re-placement: balance, slots moved and time per call, against baselines.
 
-Run: ``.venv/bin/python -m bench.moe [--quick] [--repeats N]``
+Run: ``.venv/bin/python -m bench.moe [--quick] [--repeats N] [--repair-curve]``
 
 Shapes are DeepSeek-V3's (58 MoE layers x 256 routed experts, 8 GPUs per node)
 at EP32 / EP64, plus 512 experts x 128 GPUs. Loads are synthetic: each layer

@@ -1,6 +1,6 @@
 """MoE expert re-placement: balance, slots moved and time per call, against baselines.
 
-Run: ``.venv/bin/python -m bench.moe [--quick] [--repeats N]``
+Run: ``.venv/bin/python -m bench.moe [--quick] [--repeats N] [--repair-curve]``
 
 Shapes are DeepSeek-V3's (58 MoE layers x 256 routed experts, 8 GPUs per node)
 at EP32 / EP64, plus 512 experts x 128 GPUs. Loads are synthetic: each layer
@@ -14,12 +14,15 @@ the first sample:
 - ``drift``: 10% of the experts trade popularity among themselves (hot experts cool, cold ones heat up);
 - ``drift 20%``: the same with 20% of the experts;
 - ``gpu-failure``: a resample with GPU 5 unavailable (``lost`` = experts whose only copy was there;
-  ``x lost`` = copies written over lost experts);
+  ``x lost`` = copies written over lost experts; ``cap`` = 1.5 x lost + the repair budget, the
+  issue's bound on the copies a failure writes);
 - ``gpu-return``: GPU 5 back, from the placement the failure left (its slots empty).
 
 Incremental calls run as the service does by default: balance target
-``DEFAULT_BALANCE_TARGET`` and a move budget of ``MOVE_BUDGET_FRACTION`` of the slots
-(``HYPERPLACE_MOE_MOVE_BUDGET_FRACTION``); ``bound`` says which of the two stopped the moves.
+``DEFAULT_BALANCE_TARGET``, a move budget of ``MOVE_BUDGET_FRACTION`` of the slots
+(``HYPERPLACE_MOE_MOVE_BUDGET_FRACTION``) and a repair budget (a failure's copies for
+balance, on top of its lost experts) of ``REPAIR_BUDGET_FRACTION``
+(``HYPERPLACE_MOE_REPAIR_BUDGET_FRACTION``); ``bound`` says which one stopped the moves.
 
 Baselines measured in the same run: greedy LPT (EPLB's two steps done one item
 at a time: give a spare slot to the expert with the largest per-replica load,
@@ -48,6 +51,7 @@ TOKENS_PER_LAYER = 8 * 131072  # top-8 routing of 128k tokens per report window
 EXPERT_BYTES = 3 * 7168 * 2048  # DeepSeek-V3 routed expert: gate, up, down projections at 1 byte (FP8)
 GPUS_PER_NODE = 8
 MOVE_BUDGET_FRACTION = 0.14  # the service's default (service/settings.py, moe_move_budget_fraction)
+REPAIR_BUDGET_FRACTION = 0.05  # the service's default (service/settings.py, moe_repair_budget_fraction)
 
 
 def popularity(layers: int, experts: int, rng: np.random.Generator) -> np.ndarray:
@@ -142,9 +146,15 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
     drifted = drift(pop, rng)
     total_slots = layers * num_gpus * slots_per_gpu
     budget = int(MOVE_BUDGET_FRACTION * total_slots)
+    repair = int(REPAIR_BUDGET_FRACTION * total_slots)
     failure_load = sample(pop, rng)
     failed = rebalance(
-        failure_load, current_physical_to_logical=base, unavailable_gpus=(5,), move_budget=budget, **cluster
+        failure_load,
+        current_physical_to_logical=base,
+        unavailable_gpus=(5,),
+        move_budget=budget,
+        repair_budget=repair,
+        **cluster,
     )
     scenarios = [
         ("fresh", first, None, (), None),
@@ -165,6 +175,7 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
                 num_expert_groups=groups,
                 expert_bytes=EXPERT_BYTES,
                 move_budget=budget,
+                repair_budget=repair,
                 **cluster,
             ),
             repeats,
@@ -190,10 +201,12 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
         label = name if spare_per_gpu == 1 else f"{name} +{spare_per_gpu}sp"
         lost = result.lost_experts
         per_lost = f"{result.migrations.count / lost:5.1f}" if lost else "    -"
+        # the issue's bound on a failure: 1.5 copies per lost expert plus the repair budget
+        cap = f"{int(1.5 * lost + repair):>6}" if lost else "     -"
         rows.append(
             f"{experts:>4}x{num_gpus:<4} {label:<20} {before:>11} {after} {_cell(slot_balance(load, lpt, num_gpus, down))} "
             f"{_cell((result.lower_bound.mean, result.lower_bound.worst))} "
-            f"{moved:>6} {result.migrations.count:>6} {result.migrations.total_bytes / 1e9:6.1f} {lost:>4} {per_lost} "
+            f"{moved:>6} {result.migrations.count:>6} {cap} {result.migrations.total_bytes / 1e9:6.1f} {lost:>4} {per_lost} "
             f"{result.bound_by[:14]:<14} {result.migrations.cross_node_count:>5} {med:6.1f} {p99:6.1f} {cpu:6.1f} "
             f"{lpt_ms:6.0f}  {eplb_cell}"
         )
@@ -211,12 +224,44 @@ def run_shape(layers: int, experts: int, num_gpus: int, spare_per_gpu: int, repe
 noise_rows: list[str] = []
 
 
+def repair_curve(layers: int, experts: int, num_gpus: int, seed: int) -> list[str]:
+    """A failure of GPU 5 repaired under several repair budgets: copies written against balance."""
+    rng = np.random.default_rng(seed)
+    slots_per_gpu = experts // num_gpus + 1
+    cluster = dict(num_nodes=num_gpus // GPUS_PER_NODE, gpus_per_node=GPUS_PER_NODE, slots_per_gpu=slots_per_gpu)
+    pop = popularity(layers, experts, rng)
+    base = rebalance(sample(pop, rng), **cluster).physical_to_logical
+    load = sample(pop, rng)
+    total_slots = layers * num_gpus * slots_per_gpu
+    rows = []
+    for fraction in (0.0, 0.02, 0.05, 0.08, None):
+        repair = None if fraction is None else int(fraction * total_slots)
+        result = rebalance(
+            load, current_physical_to_logical=base, unavailable_gpus=(5,), repair_budget=repair, **cluster
+        )
+        label = "unbounded" if fraction is None else f"{fraction:.0%} ({repair})"
+        rows.append(
+            f"{experts:>4}x{num_gpus:<4} {label:<14} {result.lost_experts:>5} {result.migrations.count:>6} "
+            f"{_cell((result.balance_after.mean, result.balance_after.worst))} {result.bound_by}"
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="EP64 and EP32 only, 5 repeats")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--repair-curve", action="store_true", help="only: a GPU failure's copies against balance per repair budget"
+    )
     args = parser.parse_args()
+    if args.repair_curve:
+        print(f"{'shape':<9} {'repair budget':<14} {'lost':>5} {'copies':>6} {'mean/worst':<11} bound")
+        for gpus in (64, 32):
+            for row in repair_curve(58, 256, gpus, args.seed):
+                print(row, flush=True)
+        return
     shapes = [(58, 256, 64, 1), (58, 256, 32, 1), (58, 256, 64, 2), (58, 512, 128, 1)]
     repeats = args.repeats
     if args.quick:
@@ -231,7 +276,7 @@ def main() -> None:
     )
     print(
         f"{'shape':<9} {'scenario':<20} {'before':>11} {'hyperplace':<11} {'greedy LPT':<11} {'lower bnd':<11} "
-        f"{'mv%':>6} {'copies':>6} {'GB':>6} {'lost':>4} {'xlost':>5} {'bound':<14} {'xnode':>5} {'med ms':>6} "
+        f"{'mv%':>6} {'copies':>6} {'cap':>6} {'GB':>6} {'lost':>4} {'xlost':>5} {'bound':<14} {'xnode':>5} {'med ms':>6} "
         f"{'p99 ms':>6} {'cpu ms':>6} {'LPT ms':>6}  EPLB (balance, time, mv%, layers with 2 copies on a GPU)"
     )
     for layers, experts, gpus, spare in shapes:

@@ -12,7 +12,8 @@ free loopback port, then
    the experts trade popularity, a new drift each call, applied and confirmed), and
    ``failure`` / ``return`` pairs (GPU ``k`` unavailable, then back, sent as the
    cluster). It prints p50/p99 latency, answer bytes, churn, balance, and for
-   failures the copies written per expert lost, per kind of call;
+   failures the copies written per expert lost and how many calls wrote more than the
+   issue's bound (``>cap``: 1.5 x lost experts + the answer's ``budget.repair_budget``), per kind of call;
 2. runs ``--clients`` concurrent clients for ``--seconds`` against the 256 x 64
    shape (stateless calls with the current placement in the body) and prints
    throughput, p50/p99 and the error count.
@@ -80,14 +81,20 @@ def latency(
     def record(kind: str, response: httpx.Response, elapsed_ms: float, load: np.ndarray, down=()) -> dict:
         response.raise_for_status()
         body = response.json()
-        row = stats.setdefault(kind, {k: [] for k in ("ms", "bytes", "moved", "mean", "compute", "per_lost")})
+        row = stats.setdefault(
+            kind, {k: [] for k in ("ms", "bytes", "moved", "mean", "compute", "per_lost", "over_cap")}
+        )
         row["ms"].append(elapsed_ms)
         row["bytes"].append(len(response.content))
         row["moved"].append(body["migrations"]["count"] / total_slots)
         row["mean"].append(body["balance_after"]["mean"])
         row["compute"].append(body["compute_ms"])
-        if body["budget"]["lost_experts"]:
-            row["per_lost"].append(body["migrations"]["count"] / body["budget"]["lost_experts"])
+        budget = body["budget"]
+        if budget["lost_experts"]:
+            row["per_lost"].append(body["migrations"]["count"] / budget["lost_experts"])
+            # the bound: 1.5 copies per lost expert plus the balance (repair) budget
+            cap = 1.5 * budget["lost_experts"] + (budget["repair_budget"] or 0)
+            row["over_cap"].append(body["migrations"]["count"] > cap)
         if kind not in lpt:  # greedy LPT on the same load: a fresh plan (it rewrites most slots)
             avail = num_gpus - len(down)
             started = time.perf_counter()
@@ -137,11 +144,12 @@ def latency(
     rows = []
     for kind, row in stats.items():
         per_lost = f"{statistics.fmean(row['per_lost']):5.1f}" if row["per_lost"] else "    -"
+        over_cap = f"{sum(row['over_cap']):>4}" if row["over_cap"] else "   -"
         rows.append(
             f"{experts:>4}x{num_gpus:<4} {layers:>3} {kind:<9} {len(row['ms']):>4} "
             f"{_percentile(row['ms'], 50):7.1f} {_percentile(row['ms'], 99):7.1f} "
             f"{_percentile(row['compute'], 50):7.1f} {statistics.fmean(row['bytes']):9.0f} "
-            f"{100 * statistics.fmean(row['moved']):6.2f} {statistics.fmean(row['mean']):7.4f} {per_lost}"
+            f"{100 * statistics.fmean(row['moved']):6.2f} {statistics.fmean(row['mean']):7.4f} {per_lost} {over_cap}"
             f"   {lpt[kind][0]:7.4f} {lpt[kind][1]:7.0f}"
         )
     return rows
@@ -205,7 +213,7 @@ def main() -> None:
         with running_server(database_url, auth="disabled", auto_migrate="true") as (base, _process):
             print(
                 f"{'shape':<9} {'L':>3} {'call':<9} {'n':>4} {'p50 ms':>7} {'p99 ms':>7} {'cmp ms':>7} {'bytes':>9} "
-                f"{'mv%':>6} {'mean':>7} {'xlost':>5}   {'LPT mean':>7} {'LPT ms':>7}"
+                f"{'mv%':>6} {'mean':>7} {'xlost':>5} {'>cap':>4}   {'LPT mean':>7} {'LPT ms':>7}"
             )
             with httpx.Client(base_url=base, timeout=30) as client:  # warm-up: imports, first connection
                 warm = sample(popularity(58, 256, np.random.default_rng(args.seed + 1)), np.random.default_rng(0))

@@ -177,6 +177,13 @@ class Settings(BaseSettings):
         description="Share of a MoE deployment's physical slots one report may rewrite for balance, on top of "
         "re-creating experts that lost every copy (the request's move_budget).",
     )
+    moe_repair_budget_fraction: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="Share of a MoE deployment's physical slots a GPU failure may rewrite for balance on the "
+        "survivors, on top of one copy per expert that lost every copy (the request's repair_budget).",
+    )
     log_level: str = Field("INFO", description="One of DEBUG, INFO, WARNING, ERROR, CRITICAL (any case).")
     log_json: bool = True
 

@@ -20,11 +20,19 @@ __all__ = ["OriginalPlacement", "MoveContext", "swap_refine", "adjust_counts", "
 
 # Swap refinement: the hottest GPUs handled per iteration, and light partners for each.
 _HOT_PER_ITER = 4
+# ... times this many once no more than _FEW_LAYERS layers are still above their goal.
+_FEW_LAYERS = 16
+_FEW_LAYERS_FACTOR = 2
 _SWAP_PARTNERS = 4
 # Repairing a placement in service pairs each hot GPU with fewer light partners: its moves
 # are few per layer and ranked by copies written, and half the partners halve the work of
 # an iteration for the same copies and balance (bench/moe.py drift and failure rows).
 _REPAIR_PARTNERS = 2
+# With this many slots per GPU or more, a repair pairs each hot GPU with one light partner
+# (plus its node's): the candidate swaps grow with the square of the slots, and at 9 slots
+# (256 experts on 32 GPUs) one partner costs 2% more copies for 20% less time, while at
+# 5 slots it costs 10-17% more copies for no time (bench/moe.py drift and failure rows).
+_ONE_PARTNER_FROM_SLOTS = 7
 # A one-copy re-assignment checks the other hosts of the copy among this many of the hottest GPUs.
 _HOST_LOOKUP = 8
 # Gainers of new copies first look for a slot among this many of the lightest GPUs.
@@ -89,8 +97,8 @@ def swap_refine(
         return
     original = ctx.original
     repairing = original is not None
-    t = max(1, min(_HOT_PER_ITER, gpus // 2))
-    k = max(1, min(_REPAIR_PARTNERS if repairing else _SWAP_PARTNERS, (gpus - t) // t))
+    partners = _REPAIR_PARTNERS if repairing else _SWAP_PARTNERS
+    slots_per_gpu = state.slots.shape[2]
     mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
     active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
     for _ in range(max_iters):
@@ -100,6 +108,10 @@ def swap_refine(
             ctx.budget_bound = True
             return
         n = active.size
+        # the last few layers take more hot GPUs per iteration: an iteration costs about
+        # the same for a few layers whatever t is, so they finish in fewer of them
+        t = max(1, min(_HOT_PER_ITER * (1 if n > _FEW_LAYERS else _FEW_LAYERS_FACTOR), gpus // 2))
+        k = max(1, min(partners if not repairing or slots_per_gpu < _ONE_PARTNER_FROM_SLOTS else 1, (gpus - t) // t))
         l3 = active[:, None, None]
         gl = state.gpu_load[active]
         order = np.argsort(gl, axis=1)
@@ -264,11 +276,16 @@ def _move_key(
     out = np.full(valid.shape, np.inf)
     if not valid.any():
         return out
-    shape = valid.shape
-    # score only the allowed moves (boolean-mask gathers, cheaper than full-size arithmetic)
-    new_max, hot_load = new_max[valid], np.broadcast_to(hot_load, shape)[valid]
-    goal, mean = np.broadcast_to(goal, shape)[valid], np.broadcast_to(mean, shape)[valid]
-    cost = np.broadcast_to(writes, shape)[valid] + _CROSS_NODE_WRITE_COST * np.broadcast_to(cross, shape)[valid]
+    # score only the allowed moves: their coordinates once, then each operand read there
+    # (a size-1 axis at index 0), cheaper than full-size arithmetic or masks over broadcasts
+    at = np.nonzero(valid)
+
+    def pick(array: np.ndarray) -> np.ndarray:
+        picked: np.ndarray = array[tuple(c if size > 1 else 0 for c, size in zip(at, array.shape))]
+        return picked
+
+    new_max, hot_load, goal, mean = pick(new_max), pick(hot_load), pick(goal), pick(mean)
+    cost = pick(writes) + _CROSS_NODE_WRITE_COST * pick(cross)
     cost = np.maximum(cost, 0.25)
     reaching = cost + new_max / np.where(hot_load > 0, hot_load, 1.0)  # in [cost, cost + 1)
     not_reaching = 1e3 - (hot_load - new_max) / mean / cost
@@ -536,10 +553,10 @@ def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.nd
     """Give every empty slot of an available GPU a new copy (a GPU back from failure, emptied slots).
 
     An empty slot serves nothing, and filling it writes one copy and moves no other:
-    each takes, one slot per layer per round, a copy of the expert with the largest
-    per-replica load whose split share still fits on the GPU under ``goal_load``
-    (and that the GPU does not hold yet), so the hottest copies split first without
-    overloading the GPU being filled. Under a budget the layers with the hottest such
+    each takes, one slot per layer per round, a copy of the expert whose busiest host is
+    the hottest GPU (ties: the largest per-replica load), among those whose split share
+    still fits on the GPU under ``goal_load`` (and that the GPU does not hold yet), so
+    the new copy relieves the hottest GPUs without overloading the GPU being filled. Under a budget the layers with the hottest such
     copy (relative to their mean) go first.
     """
     gpus, slots_per_gpu = state.slots.shape[1:]
@@ -563,12 +580,16 @@ def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.nd
             # only experts with a copy on this GPU's node (or none anywhere: from storage)
             node_has = ctx.original.node_has[layers, :, :experts]
             eligible &= node_has[np.arange(n), ctx.node_of_gpu[g]] | ~node_has.any(axis=1)
-        # the hottest copy whose split share still fits under the goal on this GPU; else the lightest share
+        # the copy that relieves the busiest GPUs most, among those whose split share still
+        # fits under the goal on this GPU (else the lightest share): the expert whose busiest
+        # host is hottest, ties by per-replica load
         share = state.load[layers] / (counts + 1)
         room = goal_load[layers] - state.gpu_load[layers, g]
         fits = eligible & (share <= room[:, None])
+        mean = np.maximum(state.load[layers].sum(axis=1) / gpus, 1e-300)[:, None]
+        busiest = np.maximum(_busiest_host(state, layers)[:, :experts], 0.0) / mean
         # an expert without any copy takes an empty slot before anything else: it must come back
-        key = np.where(counts == 0, np.finfo(np.float64).max, hot)
+        key = np.where(counts == 0, np.finfo(np.float64).max, busiest + 1e-3 * hot / mean)
         score = np.where(fits, key, -np.inf)
         use_fit = score.max(axis=1) > -np.inf
         fallback = np.where(eligible, np.where(counts == 0, np.finfo(np.float64).max, -share), -np.inf)

@@ -47,7 +47,10 @@ Here EPLB's steps are vectorised across layers and made incremental:
    light GPUs or by re-assigning one of their copies (one write instead of two),
    ranked by copies written per gain, cross-node copies counting more, until the
    goal or the copy budget (``move_budget`` for balance, on top of the lost
-   experts; ``max_replicas_moved`` on everything). Only a layer the repair leaves
+   experts; ``max_replicas_moved`` on everything). Layers that lost copies on
+   unavailable GPUs or have empty slots are repaired first, under their own
+   ``repair_budget`` (a failure writes at most its lost experts plus that budget),
+   and a returning GPU's layers stop once its slots are filled. Only a layer the repair leaves
    well short of its goal gets a fresh plan, relabelled so each of its GPUs goes
    to the physical GPU already holding most of its experts and kept experts stay
    in their slots. :attr:`RebalanceResult.bound_by` says what stopped the moves.
@@ -86,6 +89,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -288,10 +292,12 @@ class RebalanceResult:
         placement in service, or nothing to move).
     lost_experts : int
         Experts with no copy on an available GPU in the placement in service (re-created first).
+    repaired_layers : int
+        Layers repaired because copies were lost on unavailable GPUs or slots were empty (a
+        GPU failed or came back), under the repair budget.
     """
 
     physical_to_logical: npt.NDArray[np.int64]
-    logical_to_physical: npt.NDArray[np.int64]
     logical_count: npt.NDArray[np.int64]
     balance_before: BalanceStats | None
     balance_after: BalanceStats
@@ -303,6 +309,31 @@ class RebalanceResult:
     reason: str
     bound_by: str = "none"
     lost_experts: int = 0
+    repaired_layers: int = 0
+
+    @cached_property
+    def logical_to_physical(self) -> npt.NDArray[np.int64]:
+        """``(num_layers, num_experts, max_count)``: the slots of each expert, ascending, padded with ``-1``.
+
+        Built on first use (EPLB-style runtimes want it padded; the answer sends the ragged
+        :meth:`logical_to_physical_lists` unless asked), so a call that does not need it
+        does not pay for it.
+        """
+        physical, counts = self.physical_to_logical, self.logical_count
+        layers, experts = counts.shape
+        width = max(1, int(counts.max()))
+        key = np.where(physical >= 0, physical, experts)
+        # unique keys: slots ascending within an expert
+        order = np.argsort(key * physical.shape[1] + np.arange(physical.shape[1]), axis=1)
+        sorted_expert = np.take_along_axis(key, order, axis=1)
+        start = np.zeros((layers, experts + 1), dtype=np.int64)
+        start[:, 1:] = np.cumsum(counts, axis=1)
+        held = sorted_expert < experts
+        rank = np.arange(physical.shape[1])[None, :] - np.take_along_axis(start, sorted_expert, axis=1)
+        out = np.full((layers, experts, width), -1, dtype=np.int64)
+        lay, pos = np.nonzero(held)
+        out[lay, sorted_expert[lay, pos], rank[lay, pos]] = order[lay, pos]
+        return out
 
     @property
     def slots_moved_fraction(self) -> float:
@@ -728,6 +759,7 @@ def rebalance(
     seed: int = 0,
     balance_target: float = DEFAULT_BALANCE_TARGET,
     move_budget: int | None = None,
+    repair_budget: int | None = None,
 ) -> RebalanceResult:
     """New expert-to-GPU placement for the reported load, moving as few copies as it can.
 
@@ -796,6 +828,16 @@ def rebalance(
         lost every copy (which always happens); ``max_replicas_moved`` stays the hard
         cap on everything. ``bound_by`` says whether the budget or the target stopped
         the moves.
+    repair_budget : int, optional
+        Copies a failure may write for balance on the survivors, on top of one copy for
+        each expert that lost every copy (default: ``move_budget``). The layers that lost
+        copies on unavailable GPUs (or have empty slots) are repaired under it, before and
+        apart from drifted layers: lost experts first (over the least useful copy, on a
+        GPU that stays light), then the lost replicas, then moves off the hottest GPUs,
+        stopping at each layer's goal or when the budget is spent
+        (``bound_by == "repair_budget"``). A returning GPU writes one copy per empty slot
+        (the hottest experts that fit) and stops there. So a failure writes at most
+        ``lost_experts + repair_budget`` copies.
 
     Returns
     -------
@@ -827,6 +869,8 @@ def rebalance(
     _check_options(max_replicas_moved, expert_bytes, min_improvement)
     if move_budget is not None:
         _check_count(move_budget, "move_budget", "bad-cap")
+    if repair_budget is not None:
+        _check_count(repair_budget, "repair_budget", "bad-cap")
     if (
         isinstance(balance_target, bool)
         or not isinstance(balance_target, (int, float, np.integer, np.floating))
@@ -886,6 +930,7 @@ def rebalance(
             node_local=node_local,
             balance_target=balance_target,
             move_budget=move_budget,
+            repair_balance_budget=repair_budget,
         )
     after, after_counts = _measure(array, decision.final)
     if current is not None:
@@ -902,6 +947,12 @@ def rebalance(
         reason += (
             f"; the move budget ({move_budget} copies for balance, plus {decision.lost_experts} lost"
             f" expert(s)) ran out before every changed layer reached its balance target ({balance_target:g})"
+        )
+    elif bound_by == "repair_budget":
+        reason += (
+            f"; the repair budget ({decision.repair_budget} copies: {decision.lost_experts} lost expert(s), one per"
+            " empty slot of a returning GPU, and repair_budget for balance after a failure) ran out before every"
+            " repaired layer reached its balance goal"
         )
     elif bound_by == "balance_target":
         reason += f"; moves stopped at the balance target ({balance_target:g})"
@@ -922,6 +973,10 @@ def _bound_by(decision: _Decision, had_current: bool, max_replicas_moved: int | 
     """Which limit stopped the moves (see :attr:`RebalanceResult.bound_by`)."""
     if not had_current or ((decision.action == "kept").all() and not decision.budget_bound):
         return "none"
+    if max_replicas_moved is not None and decision.repair_budget == max_replicas_moved and decision.repair_bound:
+        return "max_replicas_moved"
+    if decision.repair_bound and not decision.budget_bound:
+        return "repair_budget"
     if not decision.budget_bound:
         return "balance_target"
     soft = None if move_budget is None else decision.lost_experts + move_budget
@@ -994,6 +1049,9 @@ class _Decision:
     held_by_node_local: np.ndarray | None = None
     goal_ratio: np.ndarray | None = None  # (L,) the max/mean each layer aimed at
     budget_bound: bool = False  # the copy budget, not the balance target, stopped the moves
+    repair_bound: bool = False  # the repair budget stopped a failure's or a return's moves
+    repair_budget: int | None = None  # copies a failure or a return could write (None: none happened)
+    repaired_layers: int = 0  # layers repaired for a failure or a return
     lost_experts: int = 0  # experts without a copy on an available GPU before the call
 
 
@@ -1028,6 +1086,7 @@ def _replace_incrementally(
     node_local: bool,
     balance_target: float,
     move_budget: int | None,
+    repair_balance_budget: int | None = None,
 ) -> _Decision:
     """Keep, repair or replan each layer of the placement in service (step 3 of the module docstring)."""
     layers, experts = load.shape
@@ -1093,20 +1152,55 @@ def _replace_incrementally(
     if move_budget is not None:
         soft = n_lost + move_budget  # experts that lost every copy come back whatever the move budget
         budget = soft if budget is None else min(budget, soft)
+    # layers that change because a GPU failed or came back are repaired first, under the
+    # repair budget: the lost experts (one copy each), then at most ``repair_balance_budget``
+    # copies for balance; a returning GPU's empty slots each take one copy, and that is all
+    repairing = lost | lost_copies | empty
+    repair_budget = _repair_budget(
+        original, repairing, empty, n_lost, move_budget if repair_balance_budget is None else repair_balance_budget
+    )
+    if budget is not None:
+        repair_budget = budget if repair_budget is None else min(repair_budget, budget)
+    original_placement = OriginalPlacement(original, original_node_has)
+    repair_ctx = MoveContext(
+        cluster.node_of_gpu,
+        node_gpus=node_gpus,
+        original=original_placement,
+        node_local=node_local,
+        budget=repair_budget,
+    )
+    repair_layers = candidates[repairing[candidates]]
+    _repair(
+        state,
+        repair_layers,
+        counts,
+        before_ratio,
+        goal_ratio,
+        mean,
+        repair_ctx,
+        empty,
+        refine=~empty | lost_copies,
+        prior=prior,
+    )
+    spent_on_repair = 0
+    if repair_budget is not None and repair_ctx.budget is not None:
+        spent_on_repair = int(repair_budget - repair_ctx.budget)
     ctx = MoveContext(
         cluster.node_of_gpu,
         node_gpus=node_gpus,
-        original=OriginalPlacement(original, original_node_has),
+        original=original_placement,
         node_local=node_local,
-        budget=budget,
+        budget=None if budget is None else max(budget - spent_on_repair, 0),
     )
-    # the layers as repaired in place, their max/mean and the copies they write
-    _repair(state, active, prior, counts, before_ratio, goal_ratio, mean, ctx, empty)
+    # drifted layers: moves towards the balance target within the move budget
+    drift_layers = candidates[~repairing[candidates]]
+    _repair(state, drift_layers, counts, before_ratio, goal_ratio, mean, ctx, empty)
     repaired = state.slots[active]
     repaired_ratio = balance_ratio(state.gpu_load[active], total[active])
     repaired_writes = ((repaired != original[active]) & (repaired >= 0)).sum(axis=(1, 2))
     # a fresh plan only for the layers the repair left well short of their goal
-    short = repaired_ratio > goal_ratio[active] + _GOAL_FRACTION * threshold[active]
+    # (a layer repaired after a failure or a return keeps its repair: a fresh plan rewrites it all)
+    short = (repaired_ratio > goal_ratio[active] + _GOAL_FRACTION * threshold[active]) & ~repairing[active]
     chosen, chosen_ratio = repaired, repaired_ratio
     use_fresh = np.zeros(active.size, dtype=bool)
     blocked_by_budget = np.zeros(active.size, dtype=bool)
@@ -1161,39 +1255,76 @@ def _replace_incrementally(
         held_by_budget=held_by_budget,
         held_by_node_local=held_by_node_local,
         budget_bound=ctx.budget_bound and (still_above or bool(blocked_by_budget.any())),
+        # the budget ran out, or a returning GPU's layers stopped once filled (their budget
+        # is one copy per empty slot), above their goal
+        repair_bound=(repair_ctx.budget_bound or bool((empty & ~lost_copies)[repair_layers].any()))
+        and bool(
+            (balance_ratio(state.gpu_load[repair_layers], total[repair_layers]) > goal_ratio[repair_layers]).any()
+        ),
+        repair_budget=repair_budget if repair_layers.size else None,
+        repaired_layers=int(repair_layers.size),
     )
+
+
+def _repair_budget(
+    original: np.ndarray, repairing: np.ndarray, empty: np.ndarray, n_lost: int, balance: int | None
+) -> int | None:
+    """Copies a call may write to repair a failure or a return (see ``repair_budget`` of :func:`rebalance`).
+
+    The experts that lost every copy (one copy each, always), one copy per empty slot of a
+    returning GPU, and ``balance`` copies for balance on the survivors (``None``: no limit).
+    """
+    if balance is None:
+        return None
+    empty_slots = int((original[repairing & empty] < 0).sum())
+    return n_lost + empty_slots + balance
 
 
 def _repair(
     state: PlacementState,
     active: np.ndarray,
-    prior: np.ndarray,
     counts: np.ndarray,
     before_ratio: np.ndarray,
     goal_ratio: np.ndarray,
     mean: np.ndarray,
     ctx: MoveContext,
     empty: np.ndarray,
+    refine: np.ndarray | None = None,
+    prior: np.ndarray | None = None,
 ) -> None:
-    """Repair the ``active`` layers of ``state`` in place: a copy for each expert that lost
-    every one, copies for experts too hot to fit under the goal, the empty slots filled,
-    then moves off the hottest GPUs until each layer reaches its goal max/mean."""
+    """Repair the ``active`` layers of ``state`` in place towards each layer's goal max/mean.
+
+    ``refine`` given: layers that lost copies on unavailable GPUs or have empty slots. Each
+    expert that lost every copy gets one (over the least useful copy, on a GPU that
+    stays light), each empty slot takes one copy of the hottest expert that fits, and
+    the rest of ``ctx.budget`` goes to copies for experts left too hot and to moves off
+    the hottest GPUs, in the layers ``refine`` names; the others (only empty slots: a GPU
+    back) stop once their slots are filled. Without ``refine`` (drift): copies for experts too hot to fit under the goal, then
+    moves off the hottest GPUs.
+    """
+    if active.size == 0:
+        return
     load = state.load
     layers = load.shape[0]
     # per-replica cap: the water-filled counts' largest per-replica load, plus slack for
-    # noise, and never below what a GPU at the goal can carry (an expert under that
-    # cap fits; a copy above it is split once more)
+    # noise (an expert under that cap fits; a copy above it is split once more)
     fresh_cap = np.where(counts > 0, load / counts, 0.0).max(axis=1) * (1.0 + _COUNT_SLACK)
     ctx.count_cap = fresh_cap
     priority = np.zeros(layers)
     priority[active] = before_ratio[active] - goal_ratio[active]
-    # copies lost on unavailable GPUs come back elsewhere (as far as the water-filled counts
-    # allow): the failed GPU's replicas, not more; experts that lost every copy go first
-    floor = np.where(prior > state.counts, np.minimum(prior, counts), 0)
+    # experts that lost every copy come back with one copy, before anything else; copies
+    # lost on unavailable GPUs come back next (as far as the water-filled counts allow and
+    # the budget lasts): the failed GPU's replicas, not more
+    floor = (state.counts == 0).astype(np.int64)
+    if prior is not None:
+        floor = np.where(prior > state.counts, np.maximum(np.minimum(prior, counts), floor), floor)
     goal = np.zeros(layers)
     goal[active] = goal_ratio[active] * mean[active]
-    # empty slots first (a GPU back from failure): one write each and no donor, under the goal
-    fill_empty_slots(state, active[empty[active]], goal, ctx)
+    if refine is not None:
+        # empty slots first (a GPU back from failure): one write each and no donor, under the goal
+        fill_empty_slots(state, active[empty[active]], goal, ctx)
+        # a GPU back, and nothing else: filled, and done
+        active = active[refine[active] | (state.counts[active] == 0).any(axis=1)]
     adjust_counts(state, active, fresh_cap, floor, ctx, priority=priority)
     swap_refine(state, active, goal, _INCREMENTAL_SWAP_ITERS, ctx)
 
@@ -1516,19 +1647,6 @@ def _result(
     physical[:, available] = final
     physical = physical.reshape(layers, -1)
 
-    # logical_to_physical: slots of each expert, ascending
-    width = max(1, int(counts.max()))
-    key = np.where(physical >= 0, physical, experts)
-    order = np.argsort(key * physical.shape[1] + np.arange(physical.shape[1]), axis=1)  # unique keys: slots ascending
-    sorted_expert = np.take_along_axis(key, order, axis=1)
-    start = np.zeros((layers, experts + 1), dtype=np.int64)
-    start[:, 1:] = np.cumsum(counts, axis=1)
-    held = sorted_expert < experts
-    rank = np.arange(physical.shape[1])[None, :] - np.take_along_axis(start, sorted_expert, axis=1)
-    logical_to_physical = np.full((layers, experts, width), -1, dtype=np.int64)
-    lay, pos = np.nonzero(held)
-    logical_to_physical[lay, sorted_expert[lay, pos], rank[lay, pos]] = order[lay, pos]
-
     # migrations: every slot whose expert changes, with the nearest surviving copy as source
     write = (final != original) & (final >= 0)
     lay, gpu_a, slot = np.nonzero(write)
@@ -1560,7 +1678,6 @@ def _result(
     )
     return RebalanceResult(
         physical_to_logical=physical,
-        logical_to_physical=logical_to_physical,
         logical_count=counts.astype(np.int64),
         balance_before=decision.before,
         balance_after=after,
@@ -1572,4 +1689,5 @@ def _result(
         reason=reason,
         bound_by=bound_by,
         lost_experts=decision.lost_experts,
+        repaired_layers=decision.repaired_layers,
     )

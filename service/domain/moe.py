@@ -105,6 +105,9 @@ def rebalance_request(
     move_budget = request.move_budget
     if move_budget is None:
         move_budget = int(settings.moe_move_budget_fraction * slots)
+    repair_budget = request.repair_budget
+    if repair_budget is None:
+        repair_budget = int(settings.moe_repair_budget_fraction * slots)
 
     try:
         load = np.asarray(request.load, dtype=np.float64)
@@ -127,6 +130,7 @@ def rebalance_request(
         num_logical_experts=model["num_logical_experts"],
         balance_target=balance_target,
         move_budget=move_budget,
+        repair_budget=repair_budget,
     )
     compute_ms = (time.perf_counter() - started) * 1000
     response = result.as_dict(placement="placement" in include, layers="layers" in include, eplb="eplb" in include)
@@ -136,6 +140,7 @@ def rebalance_request(
         "bound": result.bound_by,
         "balance_target": balance_target,
         "move_budget": move_budget,
+        "repair_budget": repair_budget if result.repaired_layers else None,
         "max_replicas_moved": request.max_replicas_moved,
         "copies_written": result.migrations.count,
         "bytes_written": result.migrations.total_bytes,

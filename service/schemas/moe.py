@@ -103,6 +103,14 @@ class MoeRebalanceRequest(RequestModel):
         description="Copies this call may write for balance, on top of re-creating experts that lost every copy"
         " (default HYPERPLACE_MOE_MOVE_BUDGET_FRACTION of the physical slots).",
     )
+    repair_budget: int | None = Field(
+        None,
+        ge=0,
+        le=10**9,
+        description="Copies a GPU failure may write for balance on the survivors, on top of one copy for each"
+        " expert that lost every copy (default HYPERPLACE_MOE_REPAIR_BUDGET_FRACTION of the physical slots);"
+        " a returning GPU writes one copy per empty slot and stops.",
+    )
     placement_version: int | None = Field(
         None,
         ge=0,
@@ -150,11 +158,14 @@ class BudgetRead(ResponseModel):
     """What stopped the moves: the balance target (every changed layer reached it) or a copy budget."""
 
     bound: str = Field(
-        description="'balance_target', 'move_budget' (the soft budget for balance copies), 'max_replicas_moved'"
-        " (the hard cap) or 'none' (nothing moved)."
+        description="'balance_target', 'move_budget' (the soft budget for balance copies), 'repair_budget' (the"
+        " budget of a GPU failure's balance copies), 'max_replicas_moved' (the hard cap) or 'none' (nothing moved)."
     )
     balance_target: float
     move_budget: int | None
+    repair_budget: int | None = Field(
+        None, description="The failure's balance budget used (null when no GPU failed or returned in this call)."
+    )
     max_replicas_moved: int | None
     copies_written: int
     bytes_written: int

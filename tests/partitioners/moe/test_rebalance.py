@@ -684,6 +684,43 @@ def test_a_returning_gpu_is_refilled_by_one_copy_per_empty_slot():
     assert back.balance_after.worst == pytest.approx(1.0)
 
 
+# DeepSeek-V3's shape: 58 MoE layers x 256 experts on 64 GPUs (8 nodes) of 5 slots.
+DSV3_64 = dict(num_nodes=8, gpus_per_node=8, slots_per_gpu=5)
+
+
+def _dsv3_failure(repair_budget: int):
+    load = _zipf_load(58, 256, seed=34)
+    current = _deployed(load, **DSV3_64)
+    resampled = _zipf_load(58, 256, seed=34, tokens=(1 << 22) + 4096)
+    failed = rebalance(
+        resampled, current_physical_to_logical=current, unavailable_gpus=[5], repair_budget=repair_budget, **DSV3_64
+    )
+    return resampled, failed
+
+
+def test_a_failure_at_deepseek_v3_shape_writes_at_most_one_and_a_half_copies_per_lost_expert_plus_its_budget():
+    repair_budget = int(0.05 * 58 * 64 * 5)
+    _, failed = _dsv3_failure(repair_budget)
+    assert failed.lost_experts > 0
+    assert failed.migrations.count <= 1.5 * failed.lost_experts + repair_budget
+    _assert_valid(failed, 256, 64, 5, unavailable=[5])
+
+
+def test_a_failure_with_no_repair_budget_writes_one_copy_per_lost_expert_and_says_the_budget_bound():
+    _, failed = _dsv3_failure(0)
+    assert failed.migrations.count == failed.lost_experts
+    assert (failed.migrations.source_gpu == -1).all()  # each from storage: no copy survived
+    assert failed.bound_by == "repair_budget"
+
+
+def test_a_returning_gpu_at_deepseek_v3_shape_writes_one_copy_per_empty_slot_and_stops():
+    load, failed = _dsv3_failure(int(0.05 * 58 * 64 * 5))
+    back = rebalance(load, current_physical_to_logical=failed.physical_to_logical, **DSV3_64)
+    assert back.migrations.count == 58 * 5  # GPU 5's five slots in every layer
+    assert set(back.migrations.gpu.tolist()) == {5}
+    _assert_valid(back, 256, 64, 5)
+
+
 def _drifted(load: np.ndarray, seed: int) -> np.ndarray:
     """The hot half of the experts trade popularity with the cold half."""
     rng = np.random.default_rng(seed)

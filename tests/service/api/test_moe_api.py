@@ -316,3 +316,15 @@ def test_include_eplb_gives_the_maps_under_eplbs_names_as_padded_arrays(client):
         for expert in range(16):
             slots = padded[layer, expert]
             assert slots[slots >= 0].tolist() == body["logical_to_physical"][layer][expert]
+
+
+def test_a_failure_with_a_zero_repair_budget_writes_only_its_lost_experts_and_says_that_budget_bound(client):
+    down = {"num_nodes": 2, "gpus_per_node": 4, "slots_per_gpu": SLOTS_PER_GPU, "unavailable_gpus": [5]}
+    client.post("/v1/moe/rebalance", json=_request(_load(27), deployment="repairing"))
+    failed = client.post(
+        "/v1/moe/rebalance", json={"load": _load(27), "deployment": "repairing", "cluster": down, "repair_budget": 0}
+    ).json()
+    budget = failed["budget"]
+    assert budget["lost_experts"] > 0 and budget["repair_budget"] == 0
+    assert failed["migrations"]["count"] == budget["lost_experts"]
+    assert budget["bound"] == "repair_budget"

@@ -51,7 +51,7 @@ TOKENS_PER_LAYER = 8 * 131072  # top-8 routing of 128k tokens per report window
 EXPERT_BYTES = 3 * 7168 * 2048  # DeepSeek-V3 routed expert: gate, up, down projections at 1 byte (FP8)
 GPUS_PER_NODE = 8
 MOVE_BUDGET_FRACTION = 0.14  # the service's default (service/settings.py, moe_move_budget_fraction)
-REPAIR_BUDGET_FRACTION = 0.05  # the service's default (service/settings.py, moe_repair_budget_fraction)
+REPAIR_BUDGET_FRACTION = 0.08  # the service's default (service/settings.py, moe_repair_budget_fraction)
 
 
 def popularity(layers: int, experts: int, rng: np.random.Generator) -> np.ndarray:

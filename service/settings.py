@@ -178,7 +178,7 @@ class Settings(BaseSettings):
         "re-creating experts that lost every copy (the request's move_budget).",
     )
     moe_repair_budget_fraction: float = Field(
-        0.05,
+        0.08,
         ge=0,
         le=1,
         description="Share of a MoE deployment's physical slots a GPU failure may rewrite for balance on the "

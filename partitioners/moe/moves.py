@@ -24,6 +24,8 @@ _HOT_PER_ITER = 4
 _FEW_LAYERS = 16
 _FEW_LAYERS_FACTOR = 2
 _SWAP_PARTNERS = 4
+# A fresh plan's wide pass (see swap_refine) pairs each hot GPU with at least this many.
+_WIDE_PARTNERS = 16
 # Repairing a placement in service pairs each hot GPU with fewer light partners: its moves
 # are few per layer and ranked by copies written, and half the partners halve the work of
 # an iteration for the same copies and balance (bench/moe.py drift and failure rows).
@@ -67,7 +69,12 @@ class MoveContext:
 
 
 def swap_refine(
-    state: PlacementState, layers: np.ndarray, goal_load: np.ndarray, max_iters: int, ctx: MoveContext
+    state: PlacementState,
+    layers: np.ndarray,
+    goal_load: np.ndarray,
+    max_iters: int,
+    ctx: MoveContext,
+    wide_goal_load: np.ndarray | None = None,
 ) -> None:
     """Move load off the hottest GPUs by swaps (and, when repairing, by re-assigning a copy).
 
@@ -90,28 +97,55 @@ def swap_refine(
     the lowest resulting maximum.
 
     Only GPUs above the goal move, and a layer stops when its hottest GPU has no
-    improving move, so no copy moves without lowering the layer's maximum.
+    improving move, so no copy moves without lowering the layer's maximum. With
+    ``wide_goal_load`` (a fresh plan) a layer stopped that way above it gets one
+    more pass towards it in which its hottest GPU is paired with every other GPU
+    (a few light partners miss swaps that a middling GPU could take), so a fresh
+    plan is not left where the repair of the same placement on the next report
+    would still find moves.
     """
     gpus = state.slots.shape[1]
     if gpus < 2 or layers.size == 0:
         return
+    stalled = _swap_rounds(state, layers, goal_load, max_iters, ctx, wide=False)
+    if wide_goal_load is not None and stalled.size and gpus > 2:
+        _swap_rounds(state, stalled, wide_goal_load, max_iters, ctx, wide=True)
+
+
+def _swap_rounds(
+    state: PlacementState, layers: np.ndarray, goal_load: np.ndarray, max_iters: int, ctx: MoveContext, *, wide: bool
+) -> np.ndarray:
+    """Iterations of :func:`swap_refine`; returns the layers that stopped above their goal for want of a move.
+
+    ``wide``: the hot GPUs of an iteration share every other GPU as partners.
+    """
+    gpus = state.slots.shape[1]
+    no_layers = np.zeros(0, dtype=np.int64)
     original = ctx.original
     repairing = original is not None
     partners = _REPAIR_PARTNERS if repairing else _SWAP_PARTNERS
     slots_per_gpu = state.slots.shape[2]
     mean_load = np.maximum(state.load.sum(axis=1) / gpus, 1e-300)
     active = layers[state.gpu_load[layers].max(axis=1) > goal_load[layers]]
+    stalled = [no_layers]
     for _ in range(max_iters):
         if active.size == 0:
-            return
+            return np.concatenate(stalled)
         if ctx.budget is not None and ctx.budget <= 0:
             ctx.budget_bound = True
-            return
+            return no_layers
         n = active.size
-        # the last few layers take more hot GPUs per iteration: an iteration costs about
-        # the same for a few layers whatever t is, so they finish in fewer of them
-        t = max(1, min(_HOT_PER_ITER * (1 if n > _FEW_LAYERS else _FEW_LAYERS_FACTOR), gpus // 2))
-        k = max(1, min(partners if not repairing or slots_per_gpu < _ONE_PARTNER_FROM_SLOTS else 1, (gpus - t) // t))
+        if wide:
+            # every GPU a partner of some hot GPU, at least _WIDE_PARTNERS of them each
+            t = max(1, min(_HOT_PER_ITER, gpus // _WIDE_PARTNERS))
+            k = (gpus - t) // t
+        else:
+            # the last few layers take more hot GPUs per iteration: an iteration costs about
+            # the same for a few layers whatever t is, so they finish in fewer of them
+            t = max(1, min(_HOT_PER_ITER * (1 if n > _FEW_LAYERS else _FEW_LAYERS_FACTOR), gpus // 2))
+            k = max(
+                1, min(partners if not repairing or slots_per_gpu < _ONE_PARTNER_FROM_SLOTS else 1, (gpus - t) // t)
+            )
         l3 = active[:, None, None]
         gl = state.gpu_load[active]
         order = np.argsort(gl, axis=1)
@@ -212,7 +246,8 @@ def swap_refine(
                 np.add.at(state.counts, (lay_r, r_expert[rows]), 1)
                 state.refresh(lay_r)
         if not ok.any() and not replace.any():
-            return
+            stalled.append(active)
+            return np.concatenate(stalled)
         i_hot, k_part, j_part = np.unravel_index(best, new_max.shape[2:])
         rows, cols = np.nonzero(ok)
         lay_sel = active[rows]
@@ -226,8 +261,11 @@ def swap_refine(
         d = state.per_replica[lay_sel, a] - state.per_replica[lay_sel, b]
         state.gpu_load[lay_sel, g_hot] -= d
         state.gpu_load[lay_sel, g_part] += d
-        still = (ok[:, 0] | replace) & (state.gpu_load[active].max(axis=1) > goal_load[active])
-        active = active[still]
+        above_goal = state.gpu_load[active].max(axis=1) > goal_load[active]
+        moved = ok[:, 0] | replace
+        stalled.append(active[~moved & above_goal])
+        active = active[moved & above_goal]
+    return np.concatenate(stalled)
 
 
 def _add_node_partner(
@@ -585,7 +623,8 @@ def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.nd
         # host is hottest, ties by per-replica load
         share = state.load[layers] / (counts + 1)
         room = goal_load[layers] - state.gpu_load[layers, g]
-        fits = eligible & (share <= room[:, None])
+        # an expert without any copy must come back, whether or not its share fits
+        fits = eligible & ((share <= room[:, None]) | (counts == 0))
         mean = np.maximum(state.load[layers].sum(axis=1) / gpus, 1e-300)[:, None]
         busiest = np.maximum(_busiest_host(state, layers)[:, :experts], 0.0) / mean
         # an expert without any copy takes an empty slot before anything else: it must come back
@@ -598,12 +637,15 @@ def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.nd
         gain = score[np.arange(n), expert]  # ranks the layers under a budget
         go = gain > -np.inf
         if ctx.budget is not None:
-            if ctx.budget <= 0:
+            # copies owed to experts without any (here or in layers repaired later) are
+            # written whatever the budget: the rest of it is what optional fills may spend
+            lost = gain == np.finfo(np.float64).max
+            spare = ctx.budget - int((state.counts == 0).sum())
+            optional = go & ~lost
+            if optional.sum() > max(spare, 0):
                 ctx.budget_bound = True
-                return
-            if go.sum() > ctx.budget:
-                ctx.budget_bound = True
-                go &= np.argsort(np.argsort(-gain, kind="stable"), kind="stable") < ctx.budget
+                rank = np.argsort(np.argsort(-np.where(optional, gain, -np.inf), kind="stable"), kind="stable")
+                go = lost | (optional & (rank < max(spare, 0)))
         if not go.any():
             return
         lay, g, k, expert = layers[go], g[go], k[go], expert[go]

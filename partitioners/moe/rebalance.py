@@ -29,7 +29,9 @@ Here EPLB's steps are vectorised across layers and made incremental:
    land on a GPU already holding its expert trades GPUs with its nearest
    neighbour in the round. Pairwise swaps between the most loaded GPU and the
    lightest ones then close the remaining gap (the refinement step of
-   Karmarkar-Karp style number partitioning [3]_).
+   Karmarkar-Karp style number partitioning [3]_). A first plan is then repaired
+   as in step 3 until that repair keeps it (:func:`_settled`), so the next report
+   with the same load does not move it.
 3. **Incremental re-placement** when a current placement is given. A layer is
    left alone unless it is above the balance target and more than
    ``min_improvement`` plus the gap that sampling noise alone explains above the
@@ -124,6 +126,13 @@ _FRESH_SWAP_ITERS = 48
 _INCREMENTAL_SWAP_ITERS = 64
 # Stop refining a fresh plan once max/mean is this close to the lower bound.
 _FRESH_TOLERANCE = 2e-3
+# A fresh layer the swaps leave more than this above the bound (max/mean) gets a
+# polish: every GPU as a swap partner (see moves.swap_refine). Half the default
+# min_improvement: the next report's repair cannot then gain enough to move, and the
+# layers within it skip a pass that costs more than the rest of the plan.
+_FRESH_POLISH_SLACK = 5e-3
+# Rounds of repair on a fresh plan before it is returned (see _settled); one is almost always enough.
+_SETTLE_ROUNDS = 3
 # In incremental mode, an expert gains copies when its per-replica load is more
 # than this fraction above the fresh plan's largest per-replica load. Layers that
 # lost copies (a failed GPU) get theirs back by count and keep a slack, so noise
@@ -899,6 +908,7 @@ def rebalance(
         final, _, policy[:] = _fresh_plan(
             array, counts, bound, np.arange(layers), slots_per_gpu, cluster.node_of_gpu, hierarchy, min_improvement
         )
+        final = _settled(array, final, counts, bound, cluster, hierarchy, min_improvement, balance_target)
         decision = _Decision(
             final=final,
             original=np.full((layers, cluster.num_available, slots_per_gpu), -1, dtype=np.int64),
@@ -1531,6 +1541,48 @@ def _unhosted_unloaded_summary(decision: _Decision, num_experts: int) -> str | N
     )
 
 
+def _settled(
+    load: np.ndarray,
+    fresh: np.ndarray,
+    counts: np.ndarray,
+    bound: np.ndarray,
+    cluster: _Cluster,
+    hierarchy: tuple[int, int, int] | None,
+    min_improvement: float,
+    balance_target: float,
+) -> np.ndarray:
+    """A fresh plan the repair of the next unchanged report keeps: ``fresh`` repaired until nothing moves.
+
+    A fresh plan packs water-filled replica counts and swaps; the repair also hands
+    a copy from one expert to another, and on small or skewed layers finds balance
+    the fresh plan missed. Without this step, the first report's plan would move
+    again on the second report with the same load. Layers already at their goal
+    cost one comparison.
+    """
+    layers, gpus, slots_per_gpu = load.shape[0], cluster.num_gpus, cluster.slots_per_gpu
+    for _ in range(_SETTLE_ROUNDS):
+        current = np.full((layers, gpus, slots_per_gpu), -1, dtype=np.int64)
+        current[:, cluster.available] = fresh
+        decision = _replace_incrementally(
+            load,
+            current.reshape(layers, -1),
+            counts,
+            bound,
+            cluster,
+            hierarchy,
+            min_improvement=min_improvement,
+            ignore_sampling_noise=False,
+            max_replicas_moved=None,
+            node_local=False,
+            balance_target=balance_target,
+            move_budget=None,
+        )
+        if (decision.action == "kept").all():
+            break
+        fresh = decision.final
+    return fresh
+
+
 def _fresh_plan(
     load: np.ndarray,
     counts: np.ndarray,
@@ -1546,20 +1598,24 @@ def _fresh_plan(
     Global policy: rounds of LPT, then swaps towards the bound. With
     ``hierarchy = (num_nodes, gpus_per_node, num_expert_groups)`` the hierarchical
     policy is tried too (:func:`_hierarchical_plan`) and kept for the layers where
-    its max/mean is within ``min_improvement`` of the global one.
+    its max/mean is within ``min_improvement`` of the global one and it leaves no
+    more slots empty.
     """
     sub = load[layers]
     gpus = node_of_gpu.size
     state = PlacementState(sub, pack_rounds(sub, counts[layers], gpus, slots_per_gpu))
     total = sub.sum(axis=1)
     goal = bound[layers] * (1.0 + _FRESH_TOLERANCE) * total / gpus
-    swap_refine(state, np.arange(layers.size), goal, _FRESH_SWAP_ITERS, MoveContext(node_of_gpu))
+    polish_goal = (bound[layers] + _FRESH_POLISH_SLACK) * total / gpus
+    swap_refine(state, np.arange(layers.size), goal, _FRESH_SWAP_ITERS, MoveContext(node_of_gpu), polish_goal)
     ratio = balance_ratio(state.gpu_load, total)
     policy = np.full(layers.size, "global", dtype="<U12")
     if hierarchy is None:
         return state.slots, ratio, policy
     h_slots, h_ratio = _hierarchical_plan(sub, *hierarchy, slots_per_gpu)
-    take = h_ratio <= ratio + min_improvement
+    # a node whose group has fewer experts than a GPU has slots leaves slots empty, where the
+    # global plan serves with them (and a repair would fill them on the next report)
+    take = (h_ratio <= ratio + min_improvement) & ((h_slots < 0).sum(axis=(1, 2)) <= (state.slots < 0).sum(axis=(1, 2)))
     slots = np.where(take[:, None, None], h_slots, state.slots)
     policy[take] = "hierarchical"
     return slots, np.where(take, h_ratio, ratio), policy
@@ -1591,13 +1647,14 @@ def _hierarchical_plan(
     counts, cap_lower = water_fill(local_load, gpus_per_node, n_fill)
     state = PlacementState(local_load, pack_rounds(local_load, counts, gpus_per_node, slots_per_gpu))
     local_total = local_load.sum(axis=1)
-    goal = np.maximum(cap_lower, local_total / gpus_per_node) * (1.0 + _FRESH_TOLERANCE)
+    local_goal = np.maximum(cap_lower, local_total / gpus_per_node)
     swap_refine(
         state,
         np.arange(state.slots.shape[0]),
-        goal,
+        local_goal * (1.0 + _FRESH_TOLERANCE),
         _FRESH_SWAP_ITERS,
         MoveContext(np.zeros(gpus_per_node, dtype=np.int64)),
+        local_goal * (1.0 + _FRESH_POLISH_SLACK),
     )
     local = state.slots  # (layers * nodes, gpus_per_node, S) local expert ids
     padded = np.concatenate([node_experts, np.full((node_experts.shape[0], 1), -1, dtype=np.int64)], axis=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from partitioners.errors import Infeasible, InvalidInput
@@ -562,6 +562,10 @@ def _cases(draw):
     return load, cluster, down, current, cap, noise, groups, node_local
 
 
+def _cluster(num_nodes: int, gpus_per_node: int, slots_per_gpu: int) -> dict:
+    return dict(num_nodes=num_nodes, gpus_per_node=gpus_per_node, slots_per_gpu=slots_per_gpu)
+
+
 def _hosts_every_expert(current: np.ndarray, cluster: dict, down: list[int], num_experts: int) -> np.ndarray:
     """Per layer, whether ``current`` holds a copy of every expert on an available GPU."""
     gpus = cluster["num_nodes"] * cluster["gpus_per_node"]
@@ -572,6 +576,21 @@ def _hosts_every_expert(current: np.ndarray, cluster: dict, down: list[int], num
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_cases())
+# duplicates of one expert everywhere: four experts lost, the cap covers exactly them
+@example((np.array([[0.0, 0, 0, 0, 1]]), _cluster(2, 3, 4), [], np.zeros((1, 24), dtype=int), 4, False, None, False))
+# two layers lost an expert, a third has every one: the cap of 2 leaves nothing for the third
+@example(
+    (
+        np.zeros((3, 3)),
+        _cluster(1, 2, 3),
+        [],
+        np.array([[0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 1, 2]]),
+        2,
+        False,
+        None,
+        False,
+    )
+)
 def test_every_placement_is_valid_and_never_beats_the_bound(case):
     load, cluster, down, current, cap, noise, groups, node_local = case
     options = dict(
@@ -606,6 +625,25 @@ def test_every_placement_is_valid_and_never_beats_the_bound(case):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_cases())
+# water-filled counts give the hot expert three copies where a cold expert's second evens the GPUs
+@example((np.array([[0.0, 0, 1, 2]]), _cluster(1, 3, 2), [], None, None, False, None, False))
+# seven GPUs: the fresh swaps' few light partners miss the moves a middling GPU takes
+@example(
+    (
+        np.array([[0.0, 0, 0, 0, 0, 53, 1, 109, 0, 109, 696, 1108, 910, 0, 3973, 1, 312, 1985]]),
+        _cluster(2, 4, 4),
+        [0],
+        None,
+        None,
+        False,
+        None,
+        False,
+    )
+)
+# groups of two experts on one-GPU nodes with three slots: the hierarchical plan leaves slots empty
+@example((np.zeros((1, 4)), _cluster(2, 1, 3), [], None, None, False, 2, False))
+# a hierarchical plan the repair improves by handing a copy across groups
+@example((np.array([[0.0, 281, 176, 0, 106, 668]]), _cluster(2, 3, 2), [], None, None, False, 2, False))
 def test_a_placement_made_for_a_load_is_kept_for_that_load(case):
     load, cluster, down, _, _, noise, groups, _ = case
     made = rebalance(load, unavailable_gpus=down, num_expert_groups=groups, **cluster)

@@ -305,7 +305,8 @@ class CandidateSchedule:
     ----------
     essential : tuple of callables
         Scored whatever the simulation budget: the first of each family, both HEFT
-        variants, and on small graphs the edge-cut METIS baseline.
+        variants, on small graphs the edge-cut METIS baseline, and pure data
+        parallelism (``hybrid-1xR``) when the one-device plan fits.
     extra : tuple of callables
         Scored in order while the simulation budget lasts.
     """
@@ -326,11 +327,17 @@ def candidate_schedule(ctx: PlacementContext, *, low_memory: bool) -> CandidateS
     group_sizes = [int(x) for x in np.unique(ctx.inventory.device_group[ctx.devices], return_counts=True)[1]]
     sizes = sorted(device_counts(k_max, group_sizes), reverse=True)
     families: dict[str, list[Builder]] = {"hybrid": [], "heft": [], "pipeline": [], "metis": []}
+    n_essential = {"heft": 2, "metis": 2 if n <= EDGE_CUT_MAX_OPS else 1}
     if ctx.micro_batches > 1:
-        families["hybrid"] = [
-            partial(hybrid_replicas, stages=s, replicas=r)
-            for s, r in hybrid_shapes(ctx.micro_batches, k_max, low_memory)
-        ]
+        shapes = hybrid_shapes(ctx.micro_batches, k_max, low_memory)
+        data_parallel = (1, min(ctx.micro_batches, k_max))
+        if not low_memory and data_parallel in shapes[1:]:
+            # pure data parallelism (every device a whole replica, no activation crossing a
+            # link) is what a model that fits one device usually runs best as: always scored
+            shapes.remove(data_parallel)
+            shapes.insert(1, data_parallel)
+            n_essential["hybrid"] = 2
+        families["hybrid"] = [partial(hybrid_replicas, stages=s, replicas=r) for s, r in shapes]
     families["heft"] = [partial(heft, contention=True)]
     if n <= CLASSIC_HEFT_MAX_OPS or want == "heft":
         families["heft"].append(partial(heft, contention=False))
@@ -341,7 +348,6 @@ def candidate_schedule(ctx: PlacementContext, *, low_memory: bool) -> CandidateS
         families["metis"].insert(1, metis_edge_cut)
     order = ["pipeline", "heft", "hybrid", "metis"] if low_memory else ["hybrid", "heft", "pipeline", "metis"]
     chosen = [f for f in order if want in ("auto", f) and families[f]]
-    n_essential = {"heft": 2, "metis": 2 if n <= EDGE_CUT_MAX_OPS else 1}
     return CandidateSchedule(
         essential=tuple(b for f in chosen for b in families[f][: n_essential.get(f, 1)]),
         extra=tuple(b for f in chosen for b in families[f][n_essential.get(f, 1) :]),

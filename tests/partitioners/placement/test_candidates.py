@@ -118,7 +118,7 @@ def test_the_schedule_scores_one_of_each_family_and_both_heft_variants_first():
     ctx = context(micro_batches=2)
     schedule = candidate_schedule(ctx, low_memory=False)
     names = [build(ctx).strategy for build in schedule.essential]
-    assert names == ["hybrid-2x2", "heft-contention", "heft", "pipeline-4", "metis-4", "metis-edge-cut-4"]
+    assert names == ["hybrid-2x2", "hybrid-1x2", "heft-contention", "heft", "pipeline-4", "metis-4", "metis-edge-cut-4"]
     low = [build(ctx).strategy for build in candidate_schedule(ctx, low_memory=True).essential]
     assert low[0] == "pipeline-4"
 
@@ -160,16 +160,17 @@ def test_two_chains_go_one_per_device_under_heft():
 #: seed 3, recorded before the engine became functions over a frozen context (issue 51): every
 #: candidate in scoring order with its makespan, and the refined winner. The cost model was the
 #: ``eager`` profile with launches paid per device (the default then; single-controller since).
+#: Pure data parallelism (``hybrid-1x2``) has been scored right after the first hybrid since.
 RECORDED_TRAINING_M2 = [
     ("single", 0.021904494161768564),
     ("hybrid-4x2", 0.005469402076429873),
+    ("hybrid-1x2", 0.010956297476406671),
     ("heft-contention", 0.00524901166299898),
     ("heft", 0.008447690192777848),
     ("pipeline-8", 0.00563425959085035),
     ("metis-8", 0.003834406342460263),
     ("metis-edge-cut-8", 0.004146990773522715),
     ("hybrid-2x2", 0.007905565627086535),
-    ("hybrid-1x2", 0.010956297476406671),
     ("pipeline-4", 0.009892229060729965),
     ("pipeline-2", 0.01556356726717883),
     ("metis-4", 0.0075112856910623995),

@@ -639,7 +639,7 @@ def fill_empty_slots(state: PlacementState, layers: np.ndarray, goal_load: np.nd
         if ctx.budget is not None:
             # copies owed to experts without any (here or in layers repaired later) are
             # written whatever the budget: the rest of it is what optional fills may spend
-            lost = gain == np.finfo(np.float64).max
+            lost = go & (counts[np.arange(n), expert] == 0)
             spare = ctx.budget - int((state.counts == 0).sum())
             optional = go & ~lost
             if optional.sum() > max(spare, 0):

@@ -1556,8 +1556,8 @@ def _settled(
     A fresh plan packs water-filled replica counts and swaps; the repair also hands
     a copy from one expert to another, and on small or skewed layers finds balance
     the fresh plan missed. Without this step, the first report's plan would move
-    again on the second report with the same load. Layers already at their goal
-    cost one comparison.
+    again on the second report with the same load. When every layer is already at
+    its goal this is one pass of the repair's checks, which moves nothing.
     """
     layers, gpus, slots_per_gpu = load.shape[0], cluster.num_gpus, cluster.slots_per_gpu
     for _ in range(_SETTLE_ROUNDS):

@@ -492,14 +492,31 @@ def mixture_of_experts_row() -> None:
     )
     best = plan.candidates[0]
     if not first:
-        # DeepSeek's schedule, DualPipe, has a smaller bubble than the 1F1B the planner gives its split: 120
-        # micro-batches per pipeline do not divide into rounds of 16 for the interleaved schedule
         print(
-            f"the planner's first choice, tp {best.tp} pp {best.pp} ep {best.ep} etp {best.etp} vp "
+            f"the planner's first choice under 1F1B, tp {best.tp} pp {best.pp} ep {best.ep} etp {best.etp} vp "
             f"{best.virtual_stages}, is predicted {pred.step_time_s / best.step_time_s - 1.0:.1%} faster than "
-            f"the published split under 1F1B; its (tp, pp) is that of NVIDIA's Megatron-Bridge\nDeepSeek-V3 "
-            f"H100 recipe (tp 2, pp 8, vp 4, ep 64, experts folded); DeepSeek's own split runs DualPipe, whose "
-            f"smaller bubble the planner does not model"
+            f"the published split; its (tp, pp) is that of NVIDIA's Megatron-Bridge DeepSeek-V3 H100 recipe "
+            f"(tp 2, pp 8, vp 4, ep 64, experts folded)"
+        )
+    # DeepSeek's own schedule: DualPipe, under the hai-llm software preset
+    dual_training = {**row["training"], "software": "hai-llm"}
+    dual_specs = specs_of(row["model"], row["cluster"], dual_training)
+    dual_plan = plan_parallel_layout(*dual_specs, constraints_of(row["search"]), with_rank_map=False)
+    (dual,) = evaluate_layouts(*dual_specs, [LayoutSpec(**row["published"])], constraints_of(row["search"]))
+    dual_pairs = _top_pairs(dual_plan)
+    print(
+        f"under DualPipe (training.software hai-llm): the published layout's bubble "
+        f"{dual.time_breakdown_s['bubble_s']:.2f} s against 1F1B's {pred.time_breakdown_s['bubble_s']:.2f} s, "
+        f"{dual.tokens_per_s / gpus:.0f} tokens/s/GPU ({dual.tokens_per_s / gpus / published - 1.0:+.1%}), "
+        f"{dual.memory.total_bytes / GIB:.1f} GiB per GPU ({'fits' if dual.fits else 'predicted NOT to fit'}); "
+        f"planner top-3 {dual_pairs}"
+    )
+    if not dual.fits:
+        print(
+            "  a known disagreement: DualPipe's second weight copy and extra micro-batch do not fit beside the "
+            "activations this model keeps (none of the hai-llm layouts does: empty top-3), where DeepSeek's run "
+            "did;\n  its report stores more activations in FP8 than Transformer Engine's GEMM inputs (the SwiGLU "
+            "inputs, the attention output in E5M6: Sec. 3.3.2), which the memory model does not"
         )
     # the report names no attention kernel; FlashAttention-3's backward took head dimensions
     # up to 128 only through 2024 (Dao-AILab/flash-attention#1070, #1290), MLA's are 192

@@ -86,6 +86,7 @@ from partitioners.parallel3d.memory import (
     stage_activation_bytes,
     zero_stage_held,
 )
+from partitioners.parallel3d.schedules import idle_stage_times
 from partitioners.parallel3d.specs import (
     AttentionProjection,
     ClusterSpec,
@@ -150,6 +151,7 @@ def pipeline_time_s(
     pp: FloatArray | int,
     v: FloatArray | int,
     m: FloatArray | int,
+    idle_stages: FloatArray | None = None,
 ) -> FloatArray:
     """Time of ``m`` micro-batches through a 1F1B / interleaved pipeline of unequal stages.
 
@@ -161,6 +163,10 @@ def pipeline_time_s(
         (output layer and loss), point-to-point exchanges included.
     pp, v, m : array_like
         Pipeline stages, virtual stages (model chunks) per rank, micro-batches.
+    idle_stages : array_like, optional
+        The schedule's fill and drain in mean stage times
+        (:func:`partitioners.parallel3d.schedules.idle_stage_times`); 1F1B's ``(p-1)/v``
+        when not given.
 
     Returns
     -------
@@ -184,7 +190,8 @@ def pipeline_time_s(
     last = np.asarray(last_s, dtype=float)
     slowest = np.maximum(first, np.maximum(np.where(pp_f > 2, mid, first), last))
     mean = (first + np.maximum(pp_f - 2.0, 0.0) * mid + last) / np.maximum(pp_f, 2.0)
-    multi = np.asarray(m, dtype=float) * slowest + (pp_f - 1.0) / np.asarray(v, dtype=float) * mean
+    idle = (pp_f - 1.0) / np.asarray(v, dtype=float) if idle_stages is None else np.asarray(idle_stages, dtype=float)
+    multi = np.asarray(m, dtype=float) * slowest + idle * mean
     step_s: FloatArray = np.where(pp_f > 1, multi, np.asarray(m, dtype=float) * first)
     return step_s
 
@@ -1081,7 +1088,8 @@ def _pipeline_exchange_s(
     # with overlap_p2p_comm (interleaved schedule only) each exchange is posted
     # asynchronously and waited for when the next model chunk needs it: it runs under the
     # current chunk's forward or backward, without the batched exchange's device sync
-    async_p2p = rates.terms.p2p_async_when_interleaved & (v > 1.0)
+    # a schedule pairing one micro-batch's forward with another's backward (DualPipe) sends under them
+    async_p2p = (rates.terms.p2p_async_when_interleaved & (v > 1.0)) | rates.terms.schedule.pairs_chunks
     chunk_window = stage_time_s / (2.0 * v)
     p2p_one = np.where(async_p2p, overlapped_time_s(p2p_one, chunk_window), p2p_one + _P2P_SYNC_S)
     return p2p_bytes, np.where(sizes.single, 0.0, 2.0 * v * p2p_one)
@@ -1149,6 +1157,25 @@ def _memory_per_gpu(
         fp8,
         0.0,
     )
+
+    schedule = rates.terms.schedule
+    if schedule.weight_copies == 2:
+        # DualPipe: rank i holds stage i and stage p-1-i, so the end ranks hold the first
+        # and the last stage, the others two middle stages. Each stage now lives on 2 x dp
+        # ranks, over which ZeRO shards its optimizer state: a rank's share stays that of one stage.
+        sharded = zero_held >= 1
+        o_ends = np.where(sharded, np.maximum(o_first, o_last), o_first + o_last)
+        w_first, g_first, o_first = w_first + w_last, g_first + g_last, o_ends
+        w_last, g_last, o_last = w_first, g_first, o_first
+        w_mid, g_mid, o_mid = 2.0 * w_mid, 2.0 * g_mid, np.where(sharded, o_mid, 2.0 * o_mid)
+    if schedule.extra_micro_batches_held:
+        # DualPipe(V): every rank holds p + 1 (p + 1/2) micro-batches of a stage's
+        # activations where 1F1B's first stage holds p and the others fewer (schedules.py)
+        held = np.minimum(m, pp + schedule.extra_micro_batches_held)
+        per_micro_batch_first = act_first / np.minimum(m, pp)
+        act_first = np.where(single, act_first, held * per_micro_batch_first)
+        act_mid = np.where(has_mid, np.maximum(act_mid, held * per_micro_batch_first), 0.0)
+        act_last = np.where(single, act_last, np.maximum(act_last, held * per_micro_batch_first))
 
     # ---- buffers: fixed reserve, ZeRO-3 prefetch of two layers, p2p and TP staging
     layer_params_gpu = counts.attention_per_gpu(tp) + counts.dense_mlp_per_layer / tp
@@ -1455,10 +1482,18 @@ def predict_layouts(
         pp,
         v_pace,
         m,
+        idle_stage_times(training.pipeline_schedule, pp, v_pace, full_frac),
     )
     bubble = np.where(single, 0.0, pipeline_time - m * (stages.slowest_s + p2p_per_mb))
 
     stage_params_gpu, dense_params_gpu, expert_params_gpu = params.largest(pp)
+    # DualPipe's two stage copies per rank: twice the gradients to reduce and weights to update
+    copies = float(rates.terms.schedule.weight_copies)
+    stage_params_gpu, dense_params_gpu, expert_params_gpu = (
+        copies * stage_params_gpu,
+        copies * dense_params_gpu,
+        copies * expert_params_gpu,
+    )
     dp_exposed, dp_total = _data_parallel_s(
         training, rates, layouts, sizes, q, m, dense_params_gpu, expert_params_gpu, stages.slowest
     )

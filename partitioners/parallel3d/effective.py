@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from partitioners.parallel3d.schedules import PIPELINE_SCHEDULES, PipelineSchedule
 from partitioners.parallel3d.specs import TrainingSpec
 
 __all__ = [
@@ -63,6 +64,8 @@ class EffectiveTerms:
     # parallelism), "shard-then-gather" (1/t, then an NVLink all-gather on the receiving
     # node) or "whole"
     pipeline_send: str
+    # the pipeline schedule: its idle time, weight copies and micro-batches held
+    schedule: PipelineSchedule
     # expert all-to-all hidden under another micro-batch's computation (paired chunks)
     ep_comm_paired: bool
     # weight gradients accumulated by a separate pass per micro-batch
@@ -131,7 +134,10 @@ def effective_terms(training: TrainingSpec) -> EffectiveTerms:
     bucket_copy = grad_bytes if training.ddp_bucket_copy else 0.0
     fp32_copy = 4.0 if training.fp32_grad_copy_kept and grad_bytes < 4.0 else 0.0
     ops_forward, ops_backward = expert_host_ops(training)
+    schedule = PIPELINE_SCHEDULES[training.pipeline_schedule]
+    ep_paired = training.overlap_ep_comm or schedule.pairs_chunks
     assumptions = (
+        Assumption("pipeline schedule", schedule.name, schedule.source),
         Assumption("tensor-parallel collectives", tp_overlap, tp_source),
         Assumption(
             "gradient reduction",
@@ -157,9 +163,9 @@ def effective_terms(training: TrainingSpec) -> EffectiveTerms:
         ),
         Assumption(
             "expert all-to-all",
-            "paired with another micro-batch's computation" if training.overlap_ep_comm else "in line",
+            "paired with another micro-batch's computation" if ep_paired else "in line",
             "DeepSeek-V3 DualPipe / Megatron-Core --overlap-moe-expert-parallel-comm"
-            if training.overlap_ep_comm
+            if ep_paired
             else "no all-to-all overlap (Megatron-Core's default)",
         ),
         Assumption(
@@ -192,7 +198,8 @@ def effective_terms(training: TrainingSpec) -> EffectiveTerms:
         dp_reduce_under_backward=training.overlap_grad_reduce,
         p2p_async_when_interleaved=training.overlap_p2p_comm,
         pipeline_send=send,
-        ep_comm_paired=training.overlap_ep_comm,
+        schedule=schedule,
+        ep_comm_paired=ep_paired,
         separate_gradient_accumulation=not training.gradient_accumulation_fusion,
         whole_gradient_copy_bytes=bucket_copy,
         fp32_gradient_copy_bytes=fp32_copy,

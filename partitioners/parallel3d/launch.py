@@ -83,6 +83,13 @@ def _megatron(model: ModelSpec, training: TrainingSpec, layout: LaunchLayout) ->
             "Megatron-Core has no per-operator selective checkpointing (torchtitan's op-level SAC); its "
             "selective recomputation (--recompute-granularity selective) is another variant",
         )
+    if layout.pp > 1 and training.pipeline_schedule != "1f1b":
+        return LaunchConfig(
+            "megatron",
+            None,
+            f"Megatron-Core's pipeline schedules are 1F1B and interleaved 1F1B; it has no {training.pipeline_schedule} "
+            "schedule (megatron/core/pipeline_parallel/schedules.py)",
+        )
     args: list[str] = [
         f"--tensor-model-parallel-size {layout.tp}",
         f"--pipeline-model-parallel-size {layout.pp}",
@@ -165,6 +172,11 @@ def _torchtitan(model: ModelSpec, training: TrainingSpec, layout: LaunchLayout) 
     def refuse(why: str) -> LaunchConfig:
         return LaunchConfig("torchtitan", None, why)
 
+    if layout.pp > 1 and training.pipeline_schedule in ("dualpipe", "zero-bubble"):
+        return refuse(
+            f"torchtitan's schedules (torch.distributed.pipelining) have DualPipeV and V-shaped zero-bubble ones, "
+            f"not {training.pipeline_schedule} as planned (two weight copies per rank, or ZB-H1)"
+        )
     if layout.rank_order != RANK_ORDERS[0]:
         return refuse(
             f"torchtitan's device mesh is [pp, dp_replicate, dp_shard, cp, tp] (outermost first), i.e. "
@@ -200,10 +212,16 @@ def _torchtitan(model: ModelSpec, training: TrainingSpec, layout: LaunchLayout) 
     if model.moe is not None:
         lines.append(f"expert_parallel_degree = {layout.ep}")
     if layout.pp > 1:
-        schedule = "Interleaved1F1B" if layout.virtual_stages > 1 else "1F1B"
+        # DualPipeV's V: two model chunks per rank, each half a stage
+        chunks = 2 if training.pipeline_schedule == "dualpipev" else layout.virtual_stages
+        if layout.layers_per_stage % chunks:
+            return refuse(f"a DualPipeV stage of {layout.layers_per_stage} layers does not split into two equal chunks")
+        schedule = {"dualpipev": "DualPipeV"}.get(
+            training.pipeline_schedule, "Interleaved1F1B" if layout.virtual_stages > 1 else "1F1B"
+        )
         lines += [
             f'pipeline_parallel_schedule = "{schedule}"',
-            f"pipeline_parallel_layers_per_stage = {layout.layers_per_stage // layout.virtual_stages}",
+            f"pipeline_parallel_layers_per_stage = {layout.layers_per_stage // chunks}",
             f"pipeline_parallel_microbatch_size = {layout.micro_batch_size}",
         ]
     if training.overlap_tp_comm and layout.tp > 1:

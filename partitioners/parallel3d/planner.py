@@ -63,6 +63,7 @@ from partitioners.parallel3d.memory import (
     zero_stage_held,
 )
 from partitioners.parallel3d.presets import RANK_ORDERS, SOFTWARE_SEARCH
+from partitioners.parallel3d.schedules import PIPELINE_SCHEDULES
 from partitioners.parallel3d.specs import (
     MAX_TOP_K,
     RECOMPUTE_MODES,
@@ -517,6 +518,13 @@ def within_software(
             code="not-in-this-software",
         )
 
+    if training.pipeline_schedule not in allowed.pipeline_schedules:
+        raise InvalidInput(
+            f"training.pipeline_schedule: {training.pipeline_schedule!r}, which training.software={name!r} "
+            f"cannot run (it runs {list(allowed.pipeline_schedules)})",
+            field="training.pipeline_schedule",
+            code="not-in-this-software",
+        )
     zero = tuple(z for z in cons.zero_stages if z in allowed.zero_stages)
     if not zero:
         raise refuse("zero_stages", f"ZeRO stages {list(cons.zero_stages)}", f"ZeRO stages {list(allowed.zero_stages)}")
@@ -624,6 +632,7 @@ def enumerate_layouts(
         eps = [1]
     max_pp = model.num_layers if constraints.max_pp is None else min(constraints.max_pp, model.num_layers)
     orders = _rank_orders(training, constraints)
+    schedule = PIPELINE_SCHEDULES[training.pipeline_schedule]
     rows = []
     for tp in tps:
         for cp in cps:
@@ -632,7 +641,7 @@ def enumerate_layouts(
             rest = n_gpus // (tp * cp)
             pps = [constraints.pp] if constraints.pp is not None else [p for p in _divisors(rest) if p <= max_pp]
             for pp in pps:
-                if rest % pp:
+                if rest % pp or (schedule.needs_even_pipeline and pp % 2):
                     continue
                 dp = rest // pp
                 for ep in eps:
@@ -655,7 +664,10 @@ def enumerate_layouts(
 
     mbss = np.array([constraints.micro_batch_size] if constraints.micro_batch_size else _MICRO_BATCH_SIZES)
     uneven_chunks = SOFTWARE_SEARCH[training.software].uneven_chunks
-    interleaving = SOFTWARE_SEARCH[training.software].interleaving
+    # schedules other than 1F1B fix the model chunks a rank holds (DualPipeV's V is
+    # modelled in its idle time and memory, partitioners.parallel3d.schedules)
+    schedule = PIPELINE_SCHEDULES[training.pipeline_schedule]
+    interleaving = SOFTWARE_SEARCH[training.software].interleaving and not schedule.fixed_chunks
     zeros = np.array(sorted(set(constraints.zero_stages)))
     rcs = np.array(
         sorted({_RECOMPUTE_CODE[r] for r in constraints.recompute if r != "selective" or training.selective_recompute}),
@@ -1632,6 +1644,21 @@ def _impossible_layout(
             f"{chunk} of the {model.num_layers} layers",
             field=f"{where}.recompute_num_layers",
             code="out-of-range",
+        )
+    schedule = PIPELINE_SCHEDULES[training.pipeline_schedule]
+    if schedule.needs_even_pipeline and pp % 2:
+        return InvalidInput(
+            f"layout {dict(layout)}: the {schedule.name} schedule runs micro-batches from both ends of "
+            "the pipeline and needs an even pp",
+            field=f"{where}.pp",
+            code="schedule-not-possible",
+        )
+    if layout.get("virtual_stages", 1) > 1 and schedule.fixed_chunks:
+        return InvalidInput(
+            f"layout {dict(layout)}: the {schedule.name} schedule fixes the model chunks of a rank; "
+            "virtual_stages belongs to the 1f1b schedule",
+            field=f"{where}.virtual_stages",
+            code="schedule-not-possible",
         )
     if layout.get("virtual_stages", 1) > 1:
         fewest_stages = 2 if training.overlap_p2p_comm else 3

@@ -298,6 +298,16 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
     },
     # Megatron-Core with Transformer Engine: the TrainingSpec defaults.
     "megatron-core": {},
+    # DeepSeek's HAI-LLM (DeepSeek-AI, DeepSeek-V3 Technical Report, 2024, Sec. 3.2-3.3): the
+    # DualPipe schedule, whose paired forward and backward chunks hide the expert all-to-all;
+    # dispatch once per destination node (node-limited routing, its DeepEP kernels); FP8
+    # GEMMs cast from the higher-precision weights the optimizer updates.
+    "hai-llm": {
+        "pipeline_schedule": "dualpipe",
+        "expert_dispatch": "node-deduplicated",
+        "overlap_ep_comm": True,
+        "fp8_params": False,
+    },
     # torchtitan (PyTorch-native: FSDP2, DTensor tensor parallelism with sequence-parallel
     # norms, torch.distributed.pipelining): no Megatron-style asynchronous backward
     # tensor-parallel collectives (async TP needs torch.compile: enable_async_tensor_parallel),
@@ -343,6 +353,8 @@ class SoftwareSearch:
     source: str
     # an interleaved (virtual-stage) pipeline schedule; DeepSpeed's pipeline engine has none
     interleaving: bool = True
+    # pipeline schedules it runs (partitioners.parallel3d.schedules), its default first
+    pipeline_schedules: tuple[str, ...] = ("1f1b",)
 
 
 SOFTWARE_SEARCH: dict[str, SoftwareSearch] = {
@@ -383,7 +395,9 @@ SOFTWARE_SEARCH: dict[str, SoftwareSearch] = {
         uneven_chunks=False,
         source="pytorch/torchtitan (torchtitan/config/job_config.py): DDP or FSDP2 (data_parallel_shard_degree; "
         "fsdp_reshard_after_forward never is ZeRO-2), no ZeRO-1; activation_checkpoint mode none, full or "
-        "selective (op-level SAC); pipeline split points; one device mesh [pp, dp, cp, tp]",
+        "selective (op-level SAC); pipeline split points; pipeline_parallel_schedule 1F1B, Interleaved1F1B or "
+        "DualPipeV; one device mesh [pp, dp, cp, tp]",
+        pipeline_schedules=("1f1b", "dualpipev"),
     ),
     "megatron-deepspeed": SoftwareSearch(
         zero_stages=(0, 1),
@@ -397,6 +411,19 @@ SOFTWARE_SEARCH: dict[str, SoftwareSearch] = {
         source="Megatron-DeepSpeed (BLOOM, MT-NLG, GPT-NeoX's lineage): Megatron-LM of 2021 on DeepSpeed's "
         "pipeline engine, whose PipelineModule balances layers over stages (partition_method), runs plain "
         "1F1B without virtual stages, and combines with ZeRO-1 only; topology pipe-data-model, model innermost",
+    ),
+    "hai-llm": SoftwareSearch(
+        zero_stages=(1,),
+        recompute=("none", "selective", "full"),
+        uneven_pipeline=False,
+        context_parallel=False,
+        expert_parallel=True,
+        rank_orders=("tp-cp-ep-dp-pp",),
+        uneven_chunks=False,
+        interleaving=False,
+        source="DeepSeek's HAI-LLM as the DeepSeek-V2 and V3 reports describe it: ZeRO-1 data parallelism, "
+        "expert parallelism, DualPipe (V3) or zero-bubble (V2) pipelines without virtual stages",
+        pipeline_schedules=("dualpipe", "zero-bubble", "1f1b"),
     ),
     "megatron-core": SoftwareSearch(
         zero_stages=(0, 1, 2, 3),

@@ -54,6 +54,7 @@ from partitioners.parallel3d.presets import (
     SOFTWARE_PRESETS,
     gpu_spec_by_name,
 )
+from partitioners.parallel3d.schedules import PIPELINE_SCHEDULES
 from partitioners.parallel3d.spec_fields import (
     MAX_COUNT,
     as_list,
@@ -1066,6 +1067,18 @@ class TrainingSpec:
         doc="Without sequence parallelism, each tensor rank sends 1/t of a pipeline stage's output and the "
         "receiving node all-gathers it over NVLink (Megatron-LM's default, SC21 Sec. 4.1); off: every rank "
         "sends it whole.",
+    )
+    # The pipeline schedule (partitioners.parallel3d.schedules): Megatron-LM's 1F1B,
+    # interleaved where the search picks virtual stages (default); ZB-H1's deferred weight
+    # gradients; DeepSeek's DualPipe (two weight copies, paired chunks) or its half, DualPipeV.
+    # What a software generation can run is in SOFTWARE_SEARCH.
+    pipeline_schedule: str = spec_field(
+        "1f1b",
+        kind="choice",
+        choices=tuple(PIPELINE_SCHEDULES),
+        code="unknown-pipeline-schedule",
+        doc="1f1b (Megatron-LM's, interleaved where virtual stages pay; default), zero-bubble (ZB-H1), "
+        "dualpipe (DeepSeek-V3: micro-batches from both ends, two weight copies) or dualpipev (its V-shaped half).",
     )
     # Expert-parallel all-to-all (dispatch and combine) hidden under the computation of
     # another micro-batch, a forward chunk paired with a backward one: DeepSeek-V3's

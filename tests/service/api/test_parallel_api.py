@@ -644,3 +644,22 @@ def test_mla_widths_may_be_sent_under_their_hugging_face_names(client):
     response = client.post("/v1/parallel/plan", json=_request(model=model, top_k=1))
     assert response.status_code == 200, response.text
     assert response.json()["model"]["mla"]["kv_lora_rank"] == 256
+
+
+def test_a_pipeline_schedule_the_software_cannot_run_is_a_422_naming_the_field(client):
+    response = client.post(
+        "/v1/parallel/plan",
+        json=_request(training={"global_batch_sequences": 1024, "pipeline_schedule": "dualpipe"}),
+    )
+    assert response.status_code == 422
+    assert "training.pipeline_schedule" in response.json()["detail"]
+
+
+def test_the_deepseek_software_preset_answers_with_its_dualpipe_schedule_among_the_assumptions(client):
+    response = client.post(
+        "/v1/parallel/plan",
+        json=_request(training={"global_batch_sequences": 1024, "software": "hai-llm"}, top_k=1),
+    )
+    assert response.status_code == 200, response.text
+    assumed = {term["name"]: term["value"] for term in response.json()["assumptions"]}
+    assert assumed["pipeline schedule"] == "dualpipe"

@@ -1366,11 +1366,12 @@ def plan_parallel_layout(
     )
 
 
-# What an MoE stack can turn on that the run did not state, as Megatron-Core names it:
-# DeepEP's node-deduplicated dispatch (the flex dispatcher) and the expert all-to-all
-# paired with another micro-batch's computation (DualPipe-style 1F1B overlap).
+# The MoE options a stack can switch, as Megatron-Core names them: the dispatcher (DeepEP's
+# node-deduplicated flex dispatcher, or the alltoall one) and the expert all-to-all paired
+# with another micro-batch's computation (DualPipe-style 1F1B overlap).
 _MOE_ALTERNATIVES: tuple[tuple[str, Any, str], ...] = (
     ("expert_dispatch", "node-deduplicated", "--moe-token-dispatcher-type flex --moe-enable-deepep"),
+    ("expert_dispatch", "all-to-all", "--moe-token-dispatcher-type alltoall"),
     ("overlap_ep_comm", True, "--overlap-moe-expert-parallel-comm"),
 )
 
@@ -1378,11 +1379,11 @@ _MOE_ALTERNATIVES: tuple[tuple[str, Any, str], ...] = (
 def _with_moe_alternatives(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, cons: Constraints, best: LayoutPrediction
 ) -> LayoutPrediction:
-    """The best MoE layout with notes on what each MoE option the run left off would change.
+    """The best MoE layout with notes on what each MoE option the run did not take would change.
 
-    The defaults are Megatron-Core's (alltoall dispatcher, no all-to-all overlap), which a
-    run has unless it turns the others on; the planner predicts the same layout with each
-    turned on, so the answer says what it assumed and what the alternatives would gain.
+    The defaults follow current MoE stacks (node-deduplicated dispatch, no all-to-all
+    overlap); the planner predicts the same layout with each alternative, so the answer
+    says what it assumed and what switching would gain.
     """
     if best.ep <= 1:
         return best
@@ -1404,7 +1405,7 @@ def _with_moe_alternatives(
             continue
         change = other.step_time_s / best.step_time_s - 1.0
         notes.append(
-            f"assumed {name}={getattr(training, name)!r} (Megatron-Core's default); with {flags} this layout is "
+            f"assumed {name}={getattr(training, name)!r}; with {flags} this layout is "
             f"predicted {abs(change):.1%} {'faster' if change < 0 else 'slower'} ({other.step_time_s:.3f} s)"
         )
     return replace(best, notes=best.notes + tuple(notes)) if notes else best

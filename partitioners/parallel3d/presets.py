@@ -314,6 +314,8 @@ SOFTWARE_PRESETS: dict[str, dict[str, Any]] = {
     # gradients reduced in fp32 under the backward by FSDP/DDP, no gradient-accumulation
     # fusion into the GEMM, no partial block recomputation by count.
     "torchtitan": {
+        # its expert parallelism exchanges tokens with all_to_all_single, one message per (token, expert)
+        "expert_dispatch": "all-to-all",
         "overlap_tp_backward": False,
         "gradient_accumulation_fusion": False,
         "partial_recompute": False,

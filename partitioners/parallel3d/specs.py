@@ -1095,14 +1095,19 @@ class TrainingSpec:
     # 16-bit (Megatron-Core's alltoall token dispatcher). "node-deduplicated": DeepSeek-V3's
     # dispatch (its DeepEP kernels; Megatron-Core's flex dispatcher): once per destination
     # node over the network, then NVLink to the experts, in FP8 when the run is FP8; see
-    # parallel3d_comm.deduplicated_dispatch_time_s.
+    # parallel3d_comm.deduplicated_dispatch_time_s. The default is what current MoE stacks run
+    # across nodes: DeepSeek's own, and NVIDIA's Megatron-Bridge recipes for DeepSeek-V3 and
+    # Qwen3-30B-A3B on H100 (flex dispatcher on DeepEP/HybridEP, perf_recipes/deepseek/h100,
+    # perf_recipes/qwen/h100); a stack on the alltoall dispatcher (Megatron-Core's own default,
+    # torchtitan) says so.
     expert_dispatch: str = spec_field(
-        "all-to-all",
+        "node-deduplicated",
         kind="choice",
         choices=EXPERT_DISPATCH_MODES,
         code="unknown-expert-dispatch",
-        doc="all-to-all: one 16-bit message per (token, expert) pair (default); node-deduplicated: once per "
-        "destination node over the network, then NVLink (DeepSeek-V3, DeepEP), FP8 in FP8 runs.",
+        doc="node-deduplicated: once per destination node over the network, then NVLink (DeepSeek-V3, DeepEP, "
+        "Megatron-Core's flex dispatcher; default), FP8 in FP8 runs; all-to-all: one 16-bit message per "
+        "(token, expert) pair (Megatron-Core's alltoall dispatcher).",
     )
     # Tokens the busiest expert receives over the mean, which paces the experts' GEMMs and
     # the all-to-all: dropless routing with an auxiliary balancing loss still leaves it

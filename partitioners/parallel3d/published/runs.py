@@ -713,7 +713,13 @@ _GPT_OSS_120B = {
     "sliding_window_layers": list(range(0, 36, 2)),
     "moe": {"num_experts": 128, "experts_per_token": 4, "expert_ffn_hidden_size": 2880},
 }
-_BRIDGE_MOE_SOFTWARE = {"grad_bytes_per_param": 2, "overlap_tp_comm": True, "expert_load_imbalance": 1.0}
+# the alltoall token dispatcher of these recipes (moe_token_dispatcher_type "alltoall")
+_BRIDGE_MOE_SOFTWARE = {
+    "grad_bytes_per_param": 2,
+    "overlap_tp_comm": True,
+    "expert_load_imbalance": 1.0,
+    "expert_dispatch": "all-to-all",
+}
 _BRIDGE_FP8 = {"precision": "fp8", "fp8_scaling": "current"}
 
 MEGATRON_BRIDGE_H100_MOE = [
@@ -834,7 +840,7 @@ MEGATRON_BRIDGE_H100_MOE_OTHER_CONTAINERS: list[dict[str, Any]] = [
         "name": f"{name} ({container})",
         "model": model,
         "cluster": {"preset": "dgx-h100", "nodes": nodes},
-        "training": {"global_batch_sequences": batch, **precision, **_BRIDGE_MOE_SOFTWARE},
+        "training": {"global_batch_sequences": batch, **_BRIDGE_MOE_SOFTWARE, **precision},
         "search": None,
         "published": {"cp": 1, "zero_stage": 1, **layout},
         "published_tokens_per_s_per_gpu": tokens,
@@ -856,7 +862,8 @@ MEGATRON_BRIDGE_H100_MOE_OTHER_CONTAINERS: list[dict[str, Any]] = [
 # dispatcher; "+1f1b overlap": --overlap-moe-expert-parallel-comm; "FSDP On": Megatron-FSDP,
 # weights, gradients and optimizer state sharded (ZeRO-3); recompute "norm, act" is
 # --recompute-modules layernorm moe_act, the planner's selective recomputation.
-_MODELZOO_SOFTWARE = {"precision": "bf16", "overlap_tp_comm": True, "dropout": False}
+# "A2A" rows: Megatron-Core's alltoall dispatcher; "DeepEP" rows state the flex dispatcher
+_MODELZOO_SOFTWARE = {"precision": "bf16", "overlap_tp_comm": True, "dropout": False, "expert_dispatch": "all-to-all"}
 _DEEPEP = {"expert_dispatch": "node-deduplicated"}
 
 

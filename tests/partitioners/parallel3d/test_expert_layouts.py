@@ -172,28 +172,34 @@ def test_a_constraint_on_etp_keeps_the_search_to_split_or_folded_experts():
         assert plan.feasible and {c.etp for c in plan.candidates} == {etp}
 
 
-def test_the_best_moe_layout_says_what_the_alltoall_dispatcher_and_all_to_all_overlap_would_change():
+_EIGHT_LAYER_MOE = {
+    "num_layers": 8,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_kv_heads": 8,
+    "seq_length": 4096,
+    "vocab_size": 32000,
+    "gated_mlp": True,
+    "moe": {"num_experts": 64, "experts_per_token": 8, "expert_ffn_hidden_size": 1536},
+}
+
+
+def _best_moe_notes(training: dict, ep: int) -> tuple[str, ...]:
     from partitioners.parallel3d.planner import plan_parallel_layout
     from tests.partitioners.parallel3d.shapes import cluster_spec, constraints_spec, model_spec, training_spec
 
-    model = {
-        "num_layers": 8,
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_kv_heads": 8,
-        "seq_length": 4096,
-        "vocab_size": 32000,
-        "gated_mlp": True,
-        "moe": {"num_experts": 64, "experts_per_token": 8, "expert_ffn_hidden_size": 1536},
-    }
     plan = plan_parallel_layout(
-        model_spec(model),
+        model_spec(_EIGHT_LAYER_MOE),
         cluster_spec({"preset": "dgx-h100", "nodes": 4}),
-        training_spec({"global_batch_sequences": 256}),
-        constraints_spec({"ep": 8}),
+        training_spec({"global_batch_sequences": 256, **training}),
+        constraints_spec({"ep": ep}),
         with_rank_map=False,
     )
-    notes = plan.candidates[0].notes
+    return plan.candidates[0].notes
+
+
+def test_the_best_moe_layout_says_what_the_alltoall_dispatcher_and_all_to_all_overlap_would_change():
+    notes = _best_moe_notes({}, ep=8)
     # node-deduplicated dispatch is the default: the note offers the alltoall dispatcher instead
     assert any("assumed expert_dispatch='node-deduplicated'" in note for note in notes)
     assert any("--moe-token-dispatcher-type alltoall" in note and "predicted" in note for note in notes)
@@ -202,25 +208,5 @@ def test_the_best_moe_layout_says_what_the_alltoall_dispatcher_and_all_to_all_ov
 
 
 def test_a_run_on_the_alltoall_dispatcher_is_told_what_deepep_would_change():
-    from partitioners.parallel3d.planner import plan_parallel_layout
-    from tests.partitioners.parallel3d.shapes import cluster_spec, constraints_spec, model_spec, training_spec
-
-    model = {
-        "num_layers": 8,
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_kv_heads": 8,
-        "seq_length": 4096,
-        "vocab_size": 32000,
-        "gated_mlp": True,
-        "moe": {"num_experts": 64, "experts_per_token": 8, "expert_ffn_hidden_size": 1536},
-    }
-    plan = plan_parallel_layout(
-        model_spec(model),
-        cluster_spec({"preset": "dgx-h100", "nodes": 4}),
-        training_spec({"global_batch_sequences": 256, "expert_dispatch": "all-to-all"}),
-        constraints_spec({"ep": 16}),
-        with_rank_map=False,
-    )
-    notes = plan.candidates[0].notes
+    notes = _best_moe_notes({"expert_dispatch": "all-to-all"}, ep=16)
     assert any("--moe-enable-deepep" in note and "faster" in note for note in notes)

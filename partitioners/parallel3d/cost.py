@@ -1163,9 +1163,14 @@ def _memory_per_gpu(
         # DualPipe: rank i holds stage i and stage p-1-i, so the end ranks hold the first
         # and the last stage, the others two middle stages. Each stage now lives on 2 x dp
         # ranks, over which ZeRO shards its optimizer state: a rank's share stays that of one stage.
+        # One stage (pp 1) has nothing to pair.
         sharded = zero_held >= 1
         o_ends = np.where(sharded, np.maximum(o_first, o_last), o_first + o_last)
-        w_first, g_first, o_first = w_first + w_last, g_first + g_last, o_ends
+        w_first, g_first, o_first = (
+            np.where(single, w_first, w_first + w_last),
+            np.where(single, g_first, g_first + g_last),
+            np.where(single, o_first, o_ends),
+        )
         w_last, g_last, o_last = w_first, g_first, o_first
         w_mid, g_mid, o_mid = 2.0 * w_mid, 2.0 * g_mid, np.where(sharded, o_mid, 2.0 * o_mid)
     if schedule.extra_micro_batches_held:
@@ -1488,7 +1493,7 @@ def predict_layouts(
 
     stage_params_gpu, dense_params_gpu, expert_params_gpu = params.largest(pp)
     # DualPipe's two stage copies per rank: twice the gradients to reduce and weights to update
-    copies = float(rates.terms.schedule.weight_copies)
+    copies = np.where(single, 1.0, float(rates.terms.schedule.weight_copies))
     stage_params_gpu, dense_params_gpu, expert_params_gpu = (
         copies * stage_params_gpu,
         copies * dense_params_gpu,

@@ -641,7 +641,7 @@ def enumerate_layouts(
             rest = n_gpus // (tp * cp)
             pps = [constraints.pp] if constraints.pp is not None else [p for p in _divisors(rest) if p <= max_pp]
             for pp in pps:
-                if rest % pp or (schedule.needs_even_pipeline and pp % 2):
+                if rest % pp or (schedule.needs_even_pipeline and pp > 1 and pp % 2):
                     continue
                 dp = rest // pp
                 for ep in eps:
@@ -1647,7 +1647,7 @@ def _impossible_layout(
             code="out-of-range",
         )
     schedule = PIPELINE_SCHEDULES[training.pipeline_schedule]
-    if schedule.needs_even_pipeline and pp % 2:
+    if schedule.needs_even_pipeline and pp > 1 and pp % 2:
         return InvalidInput(
             f"layout {dict(layout)}: the {schedule.name} schedule runs micro-batches from both ends of "
             "the pipeline and needs an even pp",

@@ -104,3 +104,11 @@ def test_dualpipev_launches_as_torchtitans_dualpipev_schedule_and_not_in_megatro
     assert 'pipeline_parallel_schedule = "DualPipeV"' in configs["torchtitan"].config
     assert configs["megatron"].config is None
     assert "dualpipev" in configs["megatron"].unavailable
+
+
+def test_a_single_stage_holds_one_copy_of_its_weights_under_dualpipe():
+    layout = {"tp": 8, "pp": 1, "micro_batch_size": 1, "zero_stage": 1, "recompute": "full"}
+    one_f_one_b = _evaluate("1f1b", **layout)
+    dualpipe = _evaluate("dualpipe", **layout)
+    assert dualpipe.memory.parameters_bytes == pytest.approx(one_f_one_b.memory.parameters_bytes)
+    assert dualpipe.step_time_s == pytest.approx(one_f_one_b.step_time_s)

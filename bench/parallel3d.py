@@ -530,9 +530,9 @@ def mixture_of_experts_row() -> None:
     if not dual.fits:
         print(
             "  a known disagreement: DualPipe's second weight copy and extra micro-batch do not fit beside the "
-            "activations this model keeps (none of the hai-llm layouts does: empty top-3), where DeepSeek's run "
-            "did;\n  its report stores more activations in FP8 than Transformer Engine's GEMM inputs (the SwiGLU "
-            "inputs, the attention output in E5M6: Sec. 3.3.2), which the memory model does not"
+            "activations this model keeps, where DeepSeek's run did (the planner's hai-llm choices are then layouts "
+            "without a pipeline);\n  its report stores more activations in FP8 than Transformer Engine's GEMM inputs "
+            "(the SwiGLU inputs, the attention output in E5M6: Sec. 3.3.2), which the memory model does not"
         )
     # the report names no attention kernel; FlashAttention-3's backward took head dimensions
     # up to 128 only through 2024 (Dao-AILab/flash-attention#1070, #1290), MLA's are 192

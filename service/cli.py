@@ -611,6 +611,10 @@ def _print_layouts(answer: dict) -> None:
         console.print(f"{_mesh(rows[0])}: {note}")
     for note in answer.get("notes", ()):
         console.print(f"note: {note}")
+    # the stack the predictions assumed (pipeline schedule, dispatcher, overlaps; sources in --out)
+    assumed = answer.get("assumptions", ())
+    if assumed:
+        console.print("assumed: " + "; ".join(f"{term['name']}: {term['value']}" for term in assumed))
 
 
 def _emit_launch(answer: dict, framework: str) -> None:

@@ -204,6 +204,13 @@ def test_layout_prints_the_notes_of_the_first_layout(tmp_path):
         assert f"{_mesh(best)}: {note}" in _text(result)
 
 
+def test_layout_says_which_pipeline_schedule_and_dispatcher_it_assumed():
+    result = _layout("--seq-length", "4096", "--top-k", "1", "-t", "software=hai-llm")
+    assert result.exit_code == 0, result.output
+    assert "assumed: pipeline schedule: dualpipe;" in _text(result)
+    assert "expert dispatch: node-deduplicated" in _text(result)
+
+
 QWEN3_30B_A3B = LLAMA_3_70B.with_name("Qwen_Qwen3-30B-A3B.json")
 
 

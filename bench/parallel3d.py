@@ -58,12 +58,16 @@ from partitioners.parallel3d.effective import effective_terms
 from partitioners.parallel3d.kernels import HOST_S_PER_EXPERT_OP
 from partitioners.parallel3d.memory import ACTIVATION_FRAGMENTATION, ACTIVATION_FRAGMENTATION_HIGH
 from partitioners.parallel3d.planner import (
+    LayoutPrediction,
     enumerate_layouts,
     evaluate_layouts,
     plan_parallel_layout,
 )
 from partitioners.parallel3d.published.runs import (
+    BIGSCIENCE_LAYOUT_SEARCH,
     DEEPSEEK_V3_H800,
+    JEAN_ZAY_FITTED_INTER_NODE_BYTES_PER_S,
+    JEAN_ZAY_INTER_NODE_BYTES_PER_S,
     KNOWN_OUT_OF_MEMORY,
     KORTHIKANTI22,
     KORTHIKANTI22_RECOMPUTE_COMPARISON,
@@ -439,6 +443,85 @@ def bridge_moe_other_containers_table() -> None:
     )
 
 
+def _bigscience_predictions(inter_node_bytes_per_s: float) -> list[float]:
+    """Predicted hardware TFLOP/s per GPU of BigScience's measured layouts on a given network."""
+    search = BIGSCIENCE_LAYOUT_SEARCH
+    cluster = {**search["cluster"], "inter_node_bandwidth_bytes_per_s": inter_node_bytes_per_s}
+    predicted = []
+    for row in search["rows"]:
+        training = {**search["training"], "global_batch_sequences": row["global_batch_sequences"]}
+        specs = specs_of(search["model"], cluster, training)
+        (pred,) = evaluate_layouts(*specs, [LayoutSpec(**row["published"])])
+        predicted.append(pred.hfu * specs[1].peak_flops_per_s["bf16"] / 1e12)
+    return predicted
+
+
+def _pairs_in_order(predicted: list[float], measured: list[float]) -> int:
+    return sum(
+        1
+        for i in range(len(measured))
+        for j in range(i + 1, len(measured))
+        if (predicted[i] - predicted[j]) * (measured[i] - measured[j]) > 0
+    )
+
+
+def bigscience_layout_search_table() -> None:
+    """BigScience's side-by-side measurements of fifteen layouts for BLOOM's 181B precursor."""
+    search = BIGSCIENCE_LAYOUT_SEARCH
+    print(
+        "\n== A100 (Jean Zay, Omni-Path), BigScience's layout search for BLOOM (181B GPT, Megatron-DeepSpeed, "
+        "fp16, every layer recomputed): hardware TFLOP/s per GPU =="
+    )
+    measured = [row["published_tflops_per_gpu"] for row in search["rows"]]
+    scan = {bw: _bigscience_predictions(bw) for bw in (6.25e9, 3e9, 2e9, 1.5e9, 1.25e9, 1e9, 0.75e9)}
+    nominal = _bigscience_predictions(JEAN_ZAY_INTER_NODE_BYTES_PER_S)
+    fitted = _bigscience_predictions(JEAN_ZAY_FITTED_INTER_NODE_BYTES_PER_S)
+    print(f"{'dp tp pp mbs batch':<20}{'measured':>9}{'pred (links)':>14}{'err':>8}{'pred (fitted)':>15}{'err':>8}")
+    for row, meas, at_links, at_fit in zip(search["rows"], measured, nominal, fitted, strict=True):
+        lay = row["published"]
+        shape = f"{lay['dp']} {lay['tp']} {lay['pp']} {lay['micro_batch_size']} {row['global_batch_sequences']}"
+        print(
+            f"{shape:<20}{meas:>9.1f}{at_links:>14.1f}{at_links / meas - 1:>+8.1%}{at_fit:>15.1f}"
+            f"{at_fit / meas - 1:>+8.1%}"
+        )
+    pairs = len(measured) * (len(measured) - 1) // 2
+
+    def median_err(predicted: list[float]) -> float:
+        return float(np.median(np.abs(np.array(predicted) / np.array(measured) - 1.0)))
+
+    print(
+        f"at the links' rate ({JEAN_ZAY_INTER_NODE_BYTES_PER_S / 1e9:.2f} GB/s per GPU): median |err| "
+        f"{median_err(nominal):.1%}, pairs in the measured order {_pairs_in_order(nominal, measured)}/{pairs}"
+    )
+    print(
+        f"FITTED inter-node bandwidth {JEAN_ZAY_FITTED_INTER_NODE_BYTES_PER_S / 1e9:.2f} GB/s per GPU (the rows above; "
+        f"scan: "
+        + ", ".join(f"{bw / 1e9:.2f} GB/s {median_err(pred):.1%}" for bw, pred in scan.items())
+        + f"): median |err| {median_err(fitted):.1%}, pairs in the measured order {_pairs_in_order(fitted, measured)}/"
+        f"{pairs}"
+    )
+    specs = specs_of(
+        search["model"],
+        {**search["cluster"], "inter_node_bandwidth_bytes_per_s": JEAN_ZAY_FITTED_INTER_NODE_BYTES_PER_S},
+        {**search["training"], "global_batch_sequences": 2048},
+    )
+    verdicts = evaluate_layouts(*specs, [LayoutSpec(**layout) for layout in search["out_of_memory"]])
+
+    def verdict(prediction: LayoutPrediction) -> str:
+        if not prediction.fits:
+            return "OOM"
+        return "tight" if any(n.startswith("tight memory") for n in prediction.notes) else "predicted to fit: disagrees"
+
+    print(
+        "reported out of memory: "
+        + ", ".join(
+            f"dp {p.dp} tp {p.tp} pp {p.pp} mbs {p.micro_batch_size} predicted {p.memory.total_bytes / GIB:.0f} GiB "
+            f"({verdict(p)})"
+            for p in verdicts
+        )
+    )
+
+
 def modelzoo_moe_table() -> None:
     """MODELZOO_QWEN3_H100: predicted against measured step time of five layouts of one MoE
     model on one cluster, and how many pairs of them the prediction puts in the measured order."""
@@ -668,6 +751,7 @@ def main() -> None:
     recompute_comparison()
     memory_table()
     figure17_throughput_table()
+    bigscience_layout_search_table()
     modern_stack_table()
     llama3_table()
     bridge_moe_table()

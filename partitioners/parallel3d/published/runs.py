@@ -77,6 +77,9 @@ __all__ = [
     "MEGATRON_BRIDGE_H100_MOE_OTHER_CONTAINERS",
     "MODELZOO_QWEN3_H100",
     "LLAMA3_405B_TABLE4",
+    "BIGSCIENCE_LAYOUT_SEARCH",
+    "JEAN_ZAY_INTER_NODE_BYTES_PER_S",
+    "JEAN_ZAY_FITTED_INTER_NODE_BYTES_PER_S",
     "gpt",
 ]
 
@@ -933,3 +936,72 @@ LLAMA3_405B_TABLE4: list[dict[str, Any]] = [
     }
     for gpus, dp, cp, seq, batch, tflops in _LLAMA3_TABLE4_ROWS
 ]
+
+
+# BigScience's search for BLOOM's layout (bigscience-workshop/bigscience,
+# train/tr11-176B-ml/chronicles-prequel.md, 2022-02-25 tables "Tweaking TP" and "some more configs
+# with lower PP"; the cluster in train/tr11-176B-ml/README.md): a 181B GPT (72 layers, hidden 14336,
+# 64 heads, sequence 2048, the 250k vocabulary, GeLU, dropout 0.1) on 48 Jean Zay nodes of 8 A100
+# 80 GB, 4 Omni-Path links of 100 Gb/s per node; Megatron-DeepSpeed with its fp16 optimizer
+# ("grad accumulates in fp16", before the BF16 optimizer) and DeepSpeed's activation
+# checkpointing of every layer. Fifteen layouts measured side by side (hardware TFLOP/s per
+# GPU, the 4*2 coefficient with recomputation), and three that ran out of memory. A controlled
+# comparison, outside the targets: the cluster is not a DGX.
+_BIGSCIENCE_181B = {
+    "num_layers": 72,
+    "hidden_size": 14336,
+    "num_attention_heads": 64,
+    "seq_length": 2048,
+    "vocab_size": 250880,
+    "ffn_hidden_size": 4 * 14336,
+    "gated_mlp": False,
+}
+# 4 x 100 Gb/s Omni-Path per node over its 8 GPUs, as built
+JEAN_ZAY_INTER_NODE_BYTES_PER_S = 4 * 12.5e9 / 8
+# FITTED on the fifteen rows below: the inter-node bandwidth per GPU NCCL reached on that
+# fabric, the value that minimises the median |error| of the predicted TFLOP/s
+# (`python -m bench.parallel3d` prints the scan); 20% of the links' rate.
+JEAN_ZAY_FITTED_INTER_NODE_BYTES_PER_S = 1.25e9
+# (dp, tp, pp, micro-batch, global batch, measured TFLOP/s per GPU)
+_BIGSCIENCE_SEARCH_ROWS = [
+    (8, 4, 12, 2, 2048, 145.92),
+    (16, 4, 6, 2, 2048, 144.31),
+    (8, 4, 12, 4, 2048, 144.08),
+    (16, 2, 12, 2, 2048, 143.30),
+    (8, 8, 6, 4, 2048, 141.27),
+    (6, 8, 8, 4, 2016, 140.24),
+    (12, 8, 4, 4, 2016, 138.22),
+    (4, 8, 12, 4, 2048, 137.70),
+    (16, 4, 6, 4, 2048, 137.66),
+    (8, 2, 24, 1, 2048, 134.88),
+    (8, 2, 24, 2, 2048, 131.33),
+    (12, 8, 4, 2, 2016, 126.43),
+    (4, 4, 24, 1, 2048, 123.44),
+    (24, 8, 2, 2, 2016, 116.58),
+    (24, 8, 2, 1, 2016, 109.11),
+]
+BIGSCIENCE_LAYOUT_SEARCH: dict[str, Any] = {
+    "source": "bigscience-workshop/bigscience, train/tr11-176B-ml/chronicles-prequel.md (2022-02-25)",
+    "model": _BIGSCIENCE_181B,
+    "cluster": {"preset": "dgx-a100", "nodes": 48},
+    "training": {
+        "software": "megatron-deepspeed",
+        "precision": "fp16",
+        "grad_bytes_per_param": 2,
+        "dropout": True,
+    },
+    "rows": [
+        {
+            "published": {"dp": dp, "tp": tp, "pp": pp, "micro_batch_size": mbs, "recompute": "full", "zero_stage": 1},
+            "global_batch_sequences": batch,
+            "published_tflops_per_gpu": tflops,
+        }
+        for dp, tp, pp, mbs, batch, tflops in _BIGSCIENCE_SEARCH_ROWS
+    ],
+    # layouts the same tables report out of memory (dp, tp, pp, micro-batch)
+    "out_of_memory": [
+        {"dp": 32, "tp": 2, "pp": 6, "micro_batch_size": 2, "recompute": "full", "zero_stage": 1},
+        {"dp": 32, "tp": 2, "pp": 6, "micro_batch_size": 1, "recompute": "full", "zero_stage": 1},
+        {"dp": 48, "tp": 8, "pp": 1, "micro_batch_size": 1, "recompute": "full", "zero_stage": 1},
+    ],
+}

@@ -23,14 +23,16 @@ Prints
    SC21 Figure 17's 145.6B (8,16) pipeline without recomputation (fits with 8
    micro-batches in flight, not with 16), and that figure's predicted throughput with and
    without recomputation at batch 1-256, which places the end of the curve without it
-   where the paper's "up to 2x" puts it;
+   where the paper's "up to 2x" puts it; BigScience's side-by-side measurements of fifteen layouts
+   for BLOOM on Jean Zay (Omni-Path), at the links' rate and at the fabric bandwidth fitted on
+   them, with the layouts it reports out of memory;
 4. NVIDIA's Megatron-Bridge H100 FP8 benchmarks of Llama 3 70B and 3.1 405B as their
    recipes ran them (no recomputation), and the FP8 pre-training table of NeMo 24.07
    (GPT-3, Llama 2 and 3, Nemotron; recomputation as the planner chooses): predicted
    memory verdict and tokens/s per GPU against the published figure; the same for
    Megatron-Bridge's H100 mixture-of-experts benchmarks (GPT-OSS 120B, Qwen3-30B-A3B,
    Qwen3-235B-A22B with its experts folded over the tensor ranks), with the planner's
-   top three (tp, pp); and NVIDIA's Megatron-MoE-ModelZoo measurements of Qwen3-235B-A22B in
+   top three (tp, pp), and the same benchmarks from other containers (not fitted); and NVIDIA's Megatron-MoE-ModelZoo measurements of Qwen3-235B-A22B in
    five layouts on 256 H100s (predicted against measured step time, and how many pairs of
    layouts the prediction orders as measured);
    Llama 3 405B's pre-training layouts (Llama Team 2024, Table 4) planned with the defaults:

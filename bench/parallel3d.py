@@ -261,10 +261,8 @@ def memory_table() -> None:
             constraints_of(row["search"]),
         )
         mem = pred.memory
-        fits = not any(r.startswith("out of memory") for r in pred.reasons)
-        tight = any(n.startswith("tight memory") for n in pred.notes)
-        verdict = "OOM" if not fits else ("tight" if tight else "fits")
-        if fits != expect_fit:
+        verdict = _memory_verdict(pred)
+        if (verdict != "OOM") != expect_fit:
             flip = mem.fragmentation_that_fills
             wrong.append(
                 f"{row['name']}: {verdict} at {mem.total_bytes / GIB:.1f} GiB, flips at "
@@ -334,6 +332,13 @@ def figure17_throughput_table() -> None:
     )
 
 
+def _memory_verdict(prediction: LayoutPrediction) -> str:
+    """OOM, tight (fits at 10% allocator fragmentation of activations, not at 30%) or fits."""
+    if any(reason.startswith("out of memory") for reason in prediction.reasons):
+        return "OOM"
+    return "tight" if any(note.startswith("tight memory") for note in prediction.notes) else "fits"
+
+
 def _throughput_table(rows: list[dict], experts: bool = False) -> list[float]:
     """Predicted against published tokens/s per GPU for published H100 layouts; the errors.
 
@@ -352,9 +357,7 @@ def _throughput_table(rows: list[dict], experts: bool = False) -> list[float]:
             [LayoutSpec(**row["published"])],
             constraints_of(row["search"]),
         )
-        fits = not any(r.startswith("out of memory") for r in pred.reasons)
-        tight = any(n.startswith("tight memory") for n in pred.notes)
-        verdict = "OOM" if not fits else ("tight" if tight else "fits")
+        verdict = _memory_verdict(pred)
         per_gpu = pred.tokens_per_s / (row["cluster"]["nodes"] * 8)
         err = per_gpu / row["published_tokens_per_s_per_gpu"] - 1.0
         errs.append(err)
@@ -508,17 +511,11 @@ def bigscience_layout_search_table() -> None:
         {**search["training"], "global_batch_sequences": 2048},
     )
     verdicts = evaluate_layouts(*specs, [LayoutSpec(**layout) for layout in search["out_of_memory"]])
-
-    def verdict(prediction: LayoutPrediction) -> str:
-        if not prediction.fits:
-            return "OOM"
-        return "tight" if any(n.startswith("tight memory") for n in prediction.notes) else "predicted to fit: disagrees"
-
     print(
         "reported out of memory: "
         + ", ".join(
             f"dp {p.dp} tp {p.tp} pp {p.pp} mbs {p.micro_batch_size} predicted {p.memory.total_bytes / GIB:.0f} GiB "
-            f"({verdict(p)})"
+            f"({'predicted to fit: disagrees' if _memory_verdict(p) == 'fits' else _memory_verdict(p)})"
             for p in verdicts
         )
     )

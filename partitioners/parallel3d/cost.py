@@ -1487,7 +1487,7 @@ def predict_layouts(
         pp,
         v_pace,
         m,
-        idle_stage_times(training.pipeline_schedule, pp, v_pace, full_frac),
+        idle_stage_times(rates.terms.schedule, pp, v_pace, full_frac),
     )
     bubble = np.where(single, 0.0, pipeline_time - m * (stages.slowest_s + p2p_per_mb))
 

@@ -52,6 +52,7 @@ import numpy.typing as npt
 from partitioners.errors import Infeasible, InvalidInput
 from partitioners.parallel3d.arrays import BoolArray, FloatArray, IntArray
 from partitioners.parallel3d.cost import predict_layouts
+from partitioners.parallel3d.effective import effective_terms
 from partitioners.parallel3d.energy import step_energy_j
 from partitioners.parallel3d.flops import model_flops_per_step, parameter_counts
 from partitioners.parallel3d.launch import LaunchConfig, LaunchLayout, launch_configs
@@ -63,7 +64,6 @@ from partitioners.parallel3d.memory import (
     zero_stage_held,
 )
 from partitioners.parallel3d.presets import RANK_ORDERS, SOFTWARE_SEARCH
-from partitioners.parallel3d.schedules import PIPELINE_SCHEDULES
 from partitioners.parallel3d.specs import (
     MAX_TOP_K,
     RECOMPUTE_MODES,
@@ -632,7 +632,7 @@ def enumerate_layouts(
         eps = [1]
     max_pp = model.num_layers if constraints.max_pp is None else min(constraints.max_pp, model.num_layers)
     orders = _rank_orders(training, constraints)
-    schedule = PIPELINE_SCHEDULES[training.pipeline_schedule]
+    schedule = effective_terms(training).schedule
     rows = []
     for tp in tps:
         for cp in cps:
@@ -666,7 +666,6 @@ def enumerate_layouts(
     uneven_chunks = SOFTWARE_SEARCH[training.software].uneven_chunks
     # schedules other than 1F1B fix the model chunks a rank holds (DualPipeV's V is
     # modelled in its idle time and memory, partitioners.parallel3d.schedules)
-    schedule = PIPELINE_SCHEDULES[training.pipeline_schedule]
     interleaving = SOFTWARE_SEARCH[training.software].interleaving and not schedule.fixed_chunks
     zeros = np.array(sorted(set(constraints.zero_stages)))
     rcs = np.array(
@@ -1646,7 +1645,7 @@ def _impossible_layout(
             field=f"{where}.recompute_num_layers",
             code="out-of-range",
         )
-    schedule = PIPELINE_SCHEDULES[training.pipeline_schedule]
+    schedule = effective_terms(training).schedule
     if schedule.needs_even_pipeline and pp > 1 and pp % 2:
         return InvalidInput(
             f"layout {dict(layout)}: the {schedule.name} schedule runs micro-batches from both ends of "

@@ -110,7 +110,7 @@ PIPELINE_SCHEDULES: dict[str, PipelineSchedule] = {
 
 
 def idle_stage_times(
-    schedule: str, pp: FloatArray, v: FloatArray, recompute_share: FloatArray | float = 0.0
+    schedule: PipelineSchedule, pp: FloatArray, v: FloatArray, recompute_share: FloatArray | float = 0.0
 ) -> FloatArray:
     """Idle time of a pipeline in stage times (one micro-batch's forward and backward on a stage).
 
@@ -119,18 +119,19 @@ def idle_stage_times(
     of a stage time.
     """
     pp = np.asarray(pp, dtype=np.float64)
-    if schedule == "1f1b":
+    name = schedule.name
+    if name == "1f1b":
         idle: FloatArray = (pp - 1.0) / np.asarray(v, dtype=np.float64)
         return idle
     forward = 1.0 / (3.0 + np.asarray(recompute_share, dtype=np.float64))  # F = W, in stage times
     weight = forward
-    if schedule == "zero-bubble":
+    if name == "zero-bubble":
         idle = (pp - 1.0) * (1.0 - 2.0 * weight)
-    elif schedule == "dualpipe":
+    elif name == "dualpipe":
         # (p/2 - 1)(F&B + B - 3W) with F&B = F + B = 1 and B = 1 - F
         idle = np.maximum(pp / 2.0 - 1.0, 0.0) * (2.0 - forward - 3.0 * weight)
-    elif schedule == "dualpipev":
+    elif name == "dualpipev":
         idle = (pp - 1.0) * (2.0 - forward - 3.0 * weight) / 2.0
     else:
-        raise ValueError(f"unknown pipeline schedule {schedule!r}")
+        raise ValueError(f"unknown pipeline schedule {name!r}")
     return np.maximum(idle, 0.0)

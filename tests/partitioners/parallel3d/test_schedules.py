@@ -8,7 +8,7 @@ import pytest
 from partitioners.errors import InvalidInput
 from partitioners.parallel3d.effective import effective_terms
 from partitioners.parallel3d.planner import evaluate_layouts, plan_parallel_layout
-from partitioners.parallel3d.schedules import idle_stage_times
+from partitioners.parallel3d.schedules import PIPELINE_SCHEDULES, idle_stage_times
 from tests.partitioners.parallel3d.shapes import cluster_spec, layout_specs, model_spec, training_spec
 
 # a 48-layer model on 16 H100 nodes: deep enough for 16 stages, small batch so the bubble shows
@@ -32,24 +32,29 @@ def _evaluate(schedule: str, software: str = "hai-llm", cluster=_CLUSTER, **layo
 
 
 def test_1f1b_idles_p_minus_1_over_v_stage_times():
-    assert idle_stage_times("1f1b", np.array([8.0]), np.array([2.0]))[0] == pytest.approx(3.5)
+    assert idle_stage_times(PIPELINE_SCHEDULES["1f1b"], np.array([8.0]), np.array([2.0]))[0] == pytest.approx(3.5)
 
 
 def test_zero_bubble_idles_a_third_of_1f1b_without_recomputation():
     pp = np.array([16.0])
-    assert idle_stage_times("zero-bubble", pp, np.ones(1))[0] == pytest.approx(
-        idle_stage_times("1f1b", pp, np.ones(1))[0] / 3
+    assert idle_stage_times(PIPELINE_SCHEDULES["zero-bubble"], pp, np.ones(1))[0] == pytest.approx(
+        idle_stage_times(PIPELINE_SCHEDULES["1f1b"], pp, np.ones(1))[0] / 3
     )
 
 
 def test_dualpipe_idles_as_deepseek_v3_table_2_gives():
     # (p/2 - 1)(F&B + B - 3W) with F = W = 1/3, B = 2/3, F&B = F + B of one stage time
-    assert idle_stage_times("dualpipe", np.array([16.0]), np.ones(1))[0] == pytest.approx(7 * (1 + 2 / 3 - 1))
+    assert idle_stage_times(PIPELINE_SCHEDULES["dualpipe"], np.array([16.0]), np.ones(1))[0] == pytest.approx(
+        7 * (1 + 2 / 3 - 1)
+    )
 
 
 def test_full_recomputation_leaves_the_weight_gradient_less_of_a_stage_to_fill_the_bubble():
     pp, v = np.array([8.0]), np.ones(1)
-    assert idle_stage_times("zero-bubble", pp, v, 1.0)[0] > idle_stage_times("zero-bubble", pp, v, 0.0)[0]
+    assert (
+        idle_stage_times(PIPELINE_SCHEDULES["zero-bubble"], pp, v, 1.0)[0]
+        > idle_stage_times(PIPELINE_SCHEDULES["zero-bubble"], pp, v, 0.0)[0]
+    )
 
 
 def test_dualpipe_shortens_the_step_of_a_deep_pipeline_with_few_micro_batches():
